@@ -1,0 +1,217 @@
+"""The rule catalogue: every finding the auditor can produce, as data.
+
+Each rule has a stable id (``AUD...``), a kebab-case symbol, a title, a
+description of what triggers it, a message template (``str.format`` fields,
+never evaluated code) and a severity. Stages create findings only through
+:func:`finding`, so a finding can never carry an id the catalogue lacks.
+
+Numbering: ``AUD0xx`` collection (a file could not be read as its kind says),
+``AUD1xx`` validation (integrity, identity, timeline, provenance), ``AUD2xx``
+reasoning (exits, completion, infrastructure, attempts, configurations).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from auditor.model import Citation, Finding, Severity
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One entry of the catalogue."""
+
+    rule_id: str
+    symbol: str
+    title: str
+    description: str
+    template: str
+    severity: Severity
+
+
+E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
+
+_RULES: tuple[Rule, ...] = (
+    # ---------------------------------------------------------------- collect
+    Rule("AUD001", "json-invalid", "File is not valid JSON",
+         "A JSON evidence file (period, trial, device, protocol) could not be parsed.",
+         "{path}: not valid JSON: {error}", E),
+    Rule("AUD002", "schema-violation", "Field missing or of the wrong type",
+         "A JSON document or JSONL record does not match its kind's JSON Schema.",
+         "{path}{where}: {error}", E),
+    Rule("AUD003", "jsonl-line-invalid", "JSONL line is not a JSON object",
+         "A line of an allocator trace is not JSON (or not an object); later lines still count.",
+         "{path}:{line}: not a JSON object: {error}", E),
+    Rule("AUD004", "jsonl-truncated", "Last JSONL line has no newline",
+         "The final line of a JSONL file ends without a newline: the writer may have been "
+         "killed mid-record.", "{path}:{line}: final line has no trailing newline{detail}", W),
+    Rule("AUD005", "text-not-utf8", "Text is not valid UTF-8",
+         "Bytes that are not UTF-8 were decoded with replacement characters.",
+         "{path}:{line}: invalid UTF-8 (decoded with replacement)", I),
+    Rule("AUD006", "nul-bytes", "File holds NUL bytes",
+         "NUL bytes in a text file (often a crash or a sparse write).",
+         "{path}:{line}: NUL bytes in line", W),
+    Rule("AUD007", "line-clipped", "Line longer than the scan limit",
+         "A line was longer than the per-line limit; only its start was examined "
+         "(the whole line was still hashed).", "{path}:{line}: line of {length} bytes clipped "
+         "to {limit}", W),
+    Rule("AUD008", "sacct-row-malformed", "sacct row cannot be read",
+         "A line of the scheduler dump has the wrong number of fields or unreadable values.",
+         "{path}:{line}: {error}", W),
+    Rule("AUD009", "sacct-refused", "sacct dump cannot be read safely",
+         "The dump is fixed-width, has the wrong field count for its format, or is empty; it "
+         "is refused rather than misread.", "{path}: {error}", E),
+    Rule("AUD010", "file-empty", "File is empty",
+         "An evidence file has no bytes.", "{path}: file is empty", E),
+    Rule("AUD011", "period-record-unreadable", "Period record cannot be used",
+         "A period record could not be read or parsed; its period is kept (from its path) "
+         "and cannot resolve.", "{path}: period record unusable: {error}", E),
+    Rule("AUD012", "file-too-large", "JSON document too large to parse",
+         "A JSON document exceeds the size limit for its kind; it was hashed, not parsed.",
+         "{path}: {size} bytes exceeds the {limit}-byte limit for {kind}", E),
+    Rule("AUD013", "findings-capped", "Too many findings for one file",
+         "The per-file findings cap was reached; later findings of this file were counted, "
+         "not kept.", "{path}: {dropped} further findings not kept (cap {cap})", W),
+    Rule("AUD014", "protocol-invalid", "Protocol file unusable",
+         "protocol.json could not be used; built-in defaults apply where it failed.",
+         "{path}: {error}", E),
+    # --------------------------------------------------------------- validate
+    Rule("AUD101", "evidence-missing", "Listed evidence file is missing",
+         "A file listed in a period record does not exist.",
+         "{path}: listed in {manifest} but missing", E),
+    Rule("AUD102", "evidence-mismatch", "Evidence file differs from its manifest",
+         "The SHA-256 or size of a listed file differs from its period record.",
+         "{path}: {what} differs from {manifest} (expected {expected}, found {actual})", E),
+    Rule("AUD103", "evidence-unsafe-path", "Manifest path escapes the root",
+         "A listed path is absolute, has a '..' part, or resolves through a link outside the "
+         "evidence root; the file is never opened.", "{path}: unsafe path ({why}) in {manifest}",
+         E),
+    Rule("AUD104", "evidence-unreadable", "Listed evidence file cannot be read",
+         "A listed path is a directory, lacks read permission, or is a link loop.",
+         "{path}: cannot be read ({why})", E),
+    Rule("AUD105", "evidence-unlisted", "File not listed in any manifest",
+         "A file inside an attempt directory is listed in no period record.",
+         "{path}: present but listed in no period record", W),
+    Rule("AUD106", "attempt-dir-orphan", "Attempt directory referenced by no period",
+         "An attempt directory on disk is named by no period record.",
+         "{path}: attempt directory referenced by no period record", W),
+    Rule("AUD107", "evidence-kind-missing", "Attempt lacks a kind of evidence",
+         "An attempt lists no file of a kind the verdict needs (trial, training log, one "
+         "allocator trace and device file per worker).",
+         "{subject}: no {kind} listed{detail}", E),
+    Rule("AUD110", "identity-mismatch", "pid / rank / role disagree",
+         "The pid, rank or role of a worker differ between the device file name, its content, "
+         "the period's workers and the pid's allocator trace.", "{subject}: {detail}", E),
+    Rule("AUD111", "job-id-mismatch", "Job ids disagree",
+         "The device job_id, the period's job_id, the trial's job_id and the sacct JobIDRaw of "
+         "the element do not all agree.", "{subject}: {detail}", E),
+    Rule("AUD112", "trial-period-mismatch", "Trial record disagrees with its period",
+         "The trial's pair, period or gpus differ from the period record.",
+         "{subject}: trial {field} is {trial_value!s}, period record says {period_value!s}", E),
+    Rule("AUD113", "gpu-shared", "One GPU serves two ranks",
+         "Two ranks of one period report the same GPU uuid.",
+         "{subject}: GPU {uuid} serves ranks {ranks}", E),
+    Rule("AUD114", "worker-count-mismatch", "Worker count differs from gpus",
+         "A period lists a number of workers other than its gpus.",
+         "{subject}: {workers} workers listed for {gpus} GPUs", E),
+    Rule("AUD115", "timeline-disorder", "Records out of order",
+         "An allocator record finishes before it starts, or seq does not rise.",
+         "{path}:{line}: {detail}", E),
+    Rule("AUD116", "timeline-outside-invocation", "Record outside the attempt's invocation",
+         "An allocator record lies outside the trial's invocation window.",
+         "{path}:{line}: {detail}", E),
+    Rule("AUD117", "invocation-outside-allocation", "Invocation outside the sacct allocation",
+         "The trial's invocation window is not inside the element's sacct Start..End.",
+         "{subject}: {detail}", E),
+    Rule("AUD118", "idle-check-failed", "GPUs not left idle",
+         "The post-period idle check did not pass (or is absent).", "{subject}: {detail}", E),
+    Rule("AUD119", "sacct-element-missing", "No scheduler record for the attempt",
+         "The attempt's job id has no row in the sacct dump (or no dump was given).",
+         "{subject}: {detail}", W),
+    Rule("AUD120", "anchor-mismatch", "Protocol anchor does not match",
+         "A protocol input's SHA-256 differs from its expected anchor, or the input is absent.",
+         "anchor {name}: {detail}", E),
+    Rule("AUD121", "commit-mismatch", "Period ran another commit",
+         "A period record's commit differs from execution_commits.json for its pair.",
+         "{subject}: commit {actual} but execution_commits.json pins {expected}", E),
+    Rule("AUD122", "source-input-missing", "Source input cannot be read",
+         "A --source file could not be read or escapes --source-root.", "{path}: {detail}", E),
+    # ----------------------------------------------------------------- reason
+    Rule("AUD201", "terminal-event-missing", "Clean exit without the terminal event",
+         "The attempt exited cleanly but its training log lacks the terminal event for the "
+         "dispatched step count.", "{subject}: {detail}", E),
+    Rule("AUD202", "completion-phase-missing", "A rank lacks a completion phase",
+         "A rank has no error-free record of a completion phase for the final step.",
+         "{subject}: {detail}", E),
+    Rule("AUD203", "eligible-failure", "Eligible failure recorded",
+         "A rank's phase ended in an error type the protocol lists as a measurement.",
+         "{subject}: {detail}", I),
+    Rule("AUD204", "unclean-exit", "Attempt did not exit cleanly",
+         "The invocation or a process exited non-zero and not by coordinated shutdown.",
+         "{subject}: {detail}", E),
+    Rule("AUD205", "coordinated-shutdown", "Exit 143 accepted as coordinated shutdown",
+         "The controller exited 143 with the shutdown flag on and no signal received.",
+         "{subject}: {detail}", I),
+    Rule("AUD206", "cancelled", "Attempt was cancelled",
+         "scancel (received SIGTERM), a CANCELLED scheduler state or a slurmstepd "
+         "cancellation line.", "{subject}: {detail}", E),
+    Rule("AUD207", "time-limit", "Attempt hit the time limit",
+         "A TIMEOUT scheduler state, a pre-timeout SIGUSR1 or a time-limit cancellation line.",
+         "{subject}: {detail}", E),
+    Rule("AUD208", "node-failure", "Node failure",
+         "The scheduler reports NODE_FAIL for the element.", "{subject}: {detail}", E),
+    Rule("AUD209", "infrastructure-error", "Infrastructure error in the evidence",
+         "NCCL watchdog timeout, host-RAM out-of-memory, scheduler OUT_OF_MEMORY, or an "
+         "error the protocol does not list as eligible.", "{subject}: {detail}", E),
+    Rule("AUD210", "array-partial", "Element not finished",
+         "The element's latest scheduler record is PENDING, RUNNING, REQUEUED or SUSPENDED.",
+         "{subject}: {detail}", E),
+    Rule("AUD211", "launcher-disagrees", "Launcher's status differs from the verdict",
+         "The trial record's own status disagrees with the auditor's verdict.",
+         "{subject}: launcher said {status!s}{error}; auditor says {verdict}", W),
+    Rule("AUD212", "wasted-attempt", "Attempt after a completed one",
+         "An attempt retried after an earlier attempt of the period had completed.",
+         "{subject}: attempt {attempt} (job {job_id}) ran after a completed attempt; "
+         "{gpu_seconds} GPU-seconds wasted", W),
+    Rule("AUD213", "configuration-uncovered", "Configuration has missing periods",
+         "The protocol expects a (workload, gpus, seed) that no period record covers.",
+         "{subject}: {detail}", E),
+    Rule("AUD214", "no-attempt-evidence", "Period has no usable attempt",
+         "The period record lists no attempt, or none whose trial could be read.",
+         "{subject}: {detail}", E),
+    Rule("AUD215", "waived", "Finding waived",
+         "A finding was waived on the command line; it no longer blocks its subject.",
+         "{subject}: {waived_rule} waived: {reason}", W),
+)
+
+RULES: dict[str, Rule] = {rule.rule_id: rule for rule in _RULES}
+BY_SYMBOL: dict[str, Rule] = {rule.symbol: rule for rule in _RULES}
+
+
+def finding(
+    rule_id: str, subject: str, citations: Iterable[Citation] = (), **values: object
+) -> Finding:
+    """Build a finding of ``rule_id`` about ``subject``, rendering the rule's template.
+
+    ``values`` fill the template; ``subject`` and ``path`` (the first citation's,
+    when not given) are always available to it. A missing value renders as
+    ``?`` rather than failing: a finding must never crash its producer.
+    """
+    rule = RULES[rule_id]
+    cites = tuple(citations)
+    fields: dict[str, object] = {"subject": subject}
+    if cites:
+        fields["path"] = cites[0].path
+        if cites[0].line is not None:
+            fields["line"] = cites[0].line
+    fields.update(values)
+    message = rule.template.format_map(_Defaulting(fields))
+    return Finding(rule.rule_id, rule.symbol, rule.severity, subject, message, cites)
+
+
+class _Defaulting(dict[str, object]):
+    """A format map that renders unknown fields as ``?``."""
+
+    def __missing__(self, key: str) -> object:
+        return "?"

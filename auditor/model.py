@@ -1,0 +1,428 @@
+"""Frozen record types shared by every stage of the auditor.
+
+Nothing here does I/O. Collectors produce the ``*Record``/``*Scan`` types from
+files, validators and rules produce :class:`Finding`, the reasoning engine folds
+findings into :class:`Verdict`, and reporters only ever see an ``AuditResult``
+(defined in :mod:`auditor.audit`). Every record keeps where it came from as a
+:class:`Citation` (or the ``path``/``line`` needed to build one).
+
+Paths in records are POSIX strings relative to the evidence root, so a report
+is the same whichever directory the root was mounted on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Severity(StrEnum):
+    """How much a finding matters to the verdict of its subject."""
+
+    ERROR = "error"
+    """The subject cannot be trusted as it stands (it blocks ``resolved``)."""
+    WARNING = "warning"
+    """Worth a reviewer's attention; does not block a verdict by itself."""
+    INFO = "info"
+    """A fact the diagnosis relies on (e.g. a coordinated shutdown was seen)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Citation:
+    """Where a claim comes from: a file, and a place inside it."""
+
+    path: str
+    """File path relative to the evidence root (POSIX), or the path as given for inputs
+    outside it (``--sacct``, ``--protocol-input``)."""
+    line: int | None = None
+    """1-based line number in a text or JSONL file."""
+    pointer: str | None = None
+    """JSON pointer (RFC 6901) inside a JSON document, e.g. ``/invocation/exit_code``."""
+    quote: str = ""
+    """A short verbatim excerpt (clipped) of what is cited."""
+
+    def locator(self) -> str:
+        """``path:line`` or ``path#pointer`` (or the bare path)."""
+        if self.line is not None:
+            return f"{self.path}:{self.line}"
+        if self.pointer:
+            return f"{self.path}#{self.pointer}"
+        return self.path
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One observation produced by a rule, with the evidence it rests on."""
+
+    rule_id: str
+    """Stable id from the catalogue, e.g. ``AUD201``."""
+    symbol: str
+    """Stable kebab-case name of the rule, e.g. ``terminal-event-missing``."""
+    severity: Severity
+    """Taken from the rule."""
+    subject: str
+    """What the finding is about: ``pair/period-N``, a file path, ``study`` or a config."""
+    message: str
+    """The rule's template rendered with the finding's values."""
+    citations: tuple[Citation, ...] = ()
+    """The evidence; empty only for findings about absent things (cited by their
+    expected location instead, see ``Citation.path``)."""
+
+
+# --------------------------------------------------------------------- collect
+
+
+@dataclass(frozen=True, slots=True)
+class FileDigest:
+    """SHA-256 and size of a file's bytes, computed while it was parsed."""
+
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceEntry:
+    """One ``evidence[]`` item of a period record (a manifest line)."""
+
+    path: str
+    """As written in the manifest: relative to the attempt directory."""
+    kind: str
+    """``trial``, ``training_log``, ``allocator_trace``, ``device_evidence`` or other."""
+    sha256: str | None
+    size: int | None
+    pointer: str
+    """JSON pointer of this entry inside the period record."""
+
+
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """One ``workers[]`` item: the identity a worker process is expected to have."""
+
+    role: str | None
+    rank: int | None
+    pid: int | None
+    pointer: str
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptSpec:
+    """One attempt of a period, as its period record lists it."""
+
+    index: int
+    """0-based position in launch order."""
+    job_id: str | None
+    attempt_dir: str | None
+    """Relative to the root, as written (unsafe values are kept and flagged)."""
+    workers: tuple[Worker, ...]
+    evidence: tuple[EvidenceEntry, ...]
+    pointer: str
+    """JSON pointer of this attempt in the period record (``""`` for single-attempt form)."""
+
+
+@dataclass(frozen=True, slots=True)
+class IdleCheck:
+    """The post-period check that the GPUs were left idle."""
+
+    passed: bool | None
+    checked_ns: int | None
+    gpu_memory_used_mib: tuple[int, ...]
+    gpu_processes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodRecord:
+    """``pairs/<pair>/period-<n>.json``: one period and the manifest of its evidence."""
+
+    path: str
+    pair: str
+    """From the file when readable, else from the path."""
+    period: int
+    """From the file when readable, else from the path (``period-<n>.json``)."""
+    readable: bool
+    """False when the file could not be read or parsed; the period is then unresolved."""
+    study: str | None = None
+    workload: str | None = None
+    seed: int | None = None
+    model: str | None = None
+    gpus: int | None = None
+    array_job_id: str | None = None
+    array_task_id: int | None = None
+    commit: str | None = None
+    attempts: tuple[AttemptSpec, ...] = ()
+    idle_check: IdleCheck | None = None
+    digest: FileDigest | None = None
+    findings: tuple[Finding, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessExit:
+    """One ``processes[]`` item of a trial record."""
+
+    role: str | None
+    pid: int | None
+    exit_code: int | None
+    pointer: str
+
+
+@dataclass(frozen=True, slots=True)
+class TrialRecord:
+    """``trial-<job>.json``: the launcher's own record of one attempt."""
+
+    path: str
+    job_id: str | None = None
+    pair: str | None = None
+    period: int | None = None
+    gpus: int | None = None
+    attempt: int | None = None
+    dispatch: tuple[tuple[str, str], ...] = ()
+    """``dispatch`` as (key, value-as-string) pairs, in file order."""
+    env: tuple[tuple[str, str], ...] = ()
+    started_ns: int | None = None
+    finished_ns: int | None = None
+    exit_code: int | None = None
+    received_signal: str | None = None
+    processes: tuple[ProcessExit, ...] = ()
+    status: str | None = None
+    validation_error: str | None = None
+    peak_mib: int | None = None
+    findings: tuple[Finding, ...] = ()
+
+    def dispatch_value(self, key: str) -> str | None:
+        """The dispatched value of ``key``, or None."""
+        return next((v for k, v in self.dispatch if k == key), None)
+
+    def env_value(self, key: str) -> str | None:
+        """The environment value of ``key``, or None."""
+        return next((v for k, v in self.env if k == key), None)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceEvidence:
+    """``device-evidence/worker-<role>-<rank>-<pid>.json``."""
+
+    path: str
+    role: str | None = None
+    rank: int | None = None
+    pid: int | None = None
+    job_id: str | None = None
+    hostname: str | None = None
+    cuda_visible_devices: str | None = None
+    local_device: int | None = None
+    gpu_uuid: str | None = None
+    gpu_name: str | None = None
+    gpu_pci_bus_id: str | None = None
+    memory_total_mib: int | None = None
+    peak_allocated_mib: int | None = None
+    peak_reserved_mib: int | None = None
+    captured_ns: int | None = None
+    findings: tuple[Finding, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseRecord:
+    """One phase line of an allocator trace (a call that returned or raised)."""
+
+    path: str
+    line: int
+    pid: int | None
+    rank: int | None
+    role: str | None
+    seq: int | None
+    phase: str
+    step: int | None
+    started_ns: int | None
+    finished_ns: int | None
+    error_type: str
+    """``""`` when the call returned normally."""
+    error_message: str
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatorTrace:
+    """``allocator-traces/allocator-<pid>.jsonl``, reduced to what reasoning needs.
+
+    Phase records are kept whole (there are few); memory samples are folded
+    into counts and peaks so a trace of any size costs bounded memory.
+    """
+
+    path: str
+    lines: int
+    phases: tuple[PhaseRecord, ...]
+    samples: int
+    sample_peak_allocated_bytes: int | None
+    sample_peak_reserved_bytes: int | None
+    pids: tuple[tuple[int, int], ...]
+    """Each distinct ``pid`` seen, with the first line it was seen on."""
+    ranks: tuple[tuple[int, int], ...]
+    """Each distinct ``rank`` seen, with the first line it was seen on."""
+    first_ns: int | None
+    """Earliest ``started_ns``/``sample_ns`` of any record."""
+    last_ns: int | None
+    """Latest ``finished_ns``/``sample_ns`` of any record."""
+    findings: tuple[Finding, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LogEvent:
+    """Something a training log shows, at a line."""
+
+    kind: str
+    """``terminal_event``, ``step_line``, ``coordinated_shutdown``, ``slurm_cancelled``,
+    ``slurm_time_limit``, ``traceback``, ``exception``, ``gpu_oom``, ``host_oom``,
+    ``kv_cache_init_failure``, ``nccl_timeout``."""
+    line: int
+    text: str
+    """The line, ANSI-stripped and clipped."""
+    detail: str = ""
+    """Kind-specific: the step number, the exception type, the job id..."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingLogScan:
+    """What one streaming pass over ``training-<job>.log`` found."""
+
+    path: str
+    lines: int
+    expected_steps: int | None
+    """The dispatched ``TOTAL_TRAINING_STEPS`` the terminal event was matched against."""
+    terminal_event: LogEvent | None
+    """The first line holding ``step:N`` then ``training/global_step:N`` for N expected."""
+    last_step: int | None
+    """The highest training step seen on a ``step:..training/global_step:..`` line."""
+    events: tuple[LogEvent, ...]
+    """Other events, in line order (capped; see ``events_dropped``)."""
+    events_dropped: int = 0
+    findings: tuple[Finding, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class EligibleFailure:
+    """A protocol rule: an error of one of ``error_types`` in ``phase`` is a measurement."""
+
+    phase: str
+    error_types: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Configuration:
+    """A (workload, gpus) cell the protocol expects, with its seeds."""
+
+    workload: str
+    gpus: int
+    seeds: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Protocol:
+    """``protocol.json``: the frozen rules (built-in defaults where absent)."""
+
+    path: str | None
+    name: str = "default"
+    steps_from: str = "TOTAL_TRAINING_STEPS"
+    terminal_pattern: str | None = None
+    completion_phases: tuple[str, ...] = ("actor_update", "weight_sync")
+    eligible_failures: tuple[EligibleFailure, ...] = (
+        EligibleFailure(
+            "rollout_init", ("torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError")
+        ),
+    )
+    coordinated_shutdown_flag: str = "COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS"
+    configurations: tuple[Configuration, ...] = ()
+    anchors: tuple[tuple[str, str], ...] = ()
+    digest: FileDigest | None = None
+    findings: tuple[Finding, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SacctStep:
+    """A step row (``.batch``, ``.extern``, ``.0`` ...) of one allocation."""
+
+    step: str
+    state: str
+    """Normalised: first word, upper case (``CANCELLED by 12`` -> ``CANCELLED``)."""
+    state_raw: str
+    exit_code: int | None
+    signal: int | None
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class SacctJob:
+    """One allocation row (array element or plain job) with its steps."""
+
+    job_id: str
+    """As printed: ``5055845_3``, ``123``, ``5055845_[4-8%2]``."""
+    job_id_raw: str | None
+    array_job_id: str | None
+    array_task_id: int | None
+    """None for plain jobs and pending ranges."""
+    array_task_spec: str | None
+    """For a pending range, the bracket contents, e.g. ``4-8%2``."""
+    job_name: str | None
+    state: str
+    state_raw: str
+    exit_code: int | None
+    signal: int | None
+    start: int | None
+    """UTC epoch seconds; None for ``Unknown``/``None``."""
+    end: int | None
+    elapsed_s: int | None
+    gpus: int | None
+    """GPUs in AllocTRES (typed and untyped counted once); None when the column is absent."""
+    node_list: str | None
+    reason: str | None
+    line: int
+    steps: tuple[SacctStep, ...] = ()
+    history: tuple[str, ...] = ()
+    """States of earlier records of the same job id (``sacct -D`` requeues), oldest first."""
+
+    @property
+    def gpu_seconds(self) -> int | None:
+        """ElapsedRaw x allocated GPUs, when both are known."""
+        if self.elapsed_s is None or self.gpus is None:
+            return None
+        return self.elapsed_s * self.gpus
+
+
+@dataclass(frozen=True, slots=True)
+class SacctDump:
+    """A parsed ``sacct -P`` dump."""
+
+    path: str
+    fields: tuple[str, ...]
+    delimiter: str
+    header: bool
+    jobs: tuple[SacctJob, ...]
+    digest: FileDigest | None = None
+    findings: tuple[Finding, ...] = ()
+
+
+# --------------------------------------------------------------------- reason
+
+
+class VerdictKind(StrEnum):
+    """The three verdicts of the contract."""
+
+    RESOLVED = "resolved"
+    FAILED = "failed"
+    UNRESOLVED = "unresolved"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The auditor's conclusion about one period."""
+
+    subject: str
+    pair: str
+    period: int
+    verdict: VerdictKind
+    reason: str
+    """One stable snake_case word (``terminal_event_missing`` ...); ``""`` when resolved."""
+    diagnosis: str
+    """What the evidence shows, in sentences citing files and lines."""
+    limits: str
+    """What the evidence does not prove."""
+    findings: tuple[Finding, ...] = ()
+    citations: tuple[Citation, ...] = field(default=())
