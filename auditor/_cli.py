@@ -1,0 +1,359 @@
+"""The command line: the only module that prints, exits or touches the terminal.
+
+``main(argv) -> int`` computes the exit code in one place:
+
+- 0: the command did its job (``audit`` finished, whatever the verdicts;
+  ``gate`` passed; ``verify`` found no difference; ``validate`` found no problem);
+- 1: ``gate`` failed, ``verify`` found differences, ``validate`` found problems;
+- 2: a usage or unreadable-input error, one line, no traceback;
+- 3: the auditor's own failure (a bug), one line; the traceback only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from auditor import __version__
+from auditor.errors import AuditorError, UsageError
+
+EPILOG = "Contract: run-evidence v1. Exit codes: 0 ok, 1 gate/verify failed, 2 usage or " \
+         "unreadable input, 3 internal error."
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as :class:`UsageError` (exit 2, one line)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see --help)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="auditor", description="Post-hoc run-evidence auditor for GPU job "
+                     "arrays on SLURM.", epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=f"auditor {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    audit = commands.add_parser("audit", help="audit a study root and write the report")
+    audit.add_argument("root", type=Path, help="the evidence root (a study)")
+    audit.add_argument("--out", type=Path, help="output directory (must not exist, be empty, "
+                       "or hold an earlier audit with --force); without it nothing is written")
+    audit.add_argument("--force", action="store_true",
+                       help="replace an earlier audit's output directory, whole")
+    audit.add_argument("--sacct", type=Path, help="sacct dump to use instead of "
+                       "<root>/accounting/sacct-raw.psv")
+    audit.add_argument("--sacct-format", help="the --format the dump was captured with "
+                       "(comma-separated field names)")
+    audit.add_argument("--sacct-delimiter", help="the --delimiter the dump was captured with")
+    audit.add_argument("--jobs", type=int, default=0,
+                       help="worker processes (default: CPU count; 1 reads in-process)")
+    audit.add_argument("--anchor", action="append", default=[], metavar="NAME=SHA256",
+                       help="expected SHA-256 of a protocol input (repeatable)")
+    audit.add_argument("--protocol-input", action="append", default=[], metavar="NAME=PATH",
+                       help="a protocol input to hash and check against its anchor")
+    audit.add_argument("--source-root", type=Path, help="root of the pinned source tree")
+    audit.add_argument("--source", action="append", default=[], metavar="PATH",
+                       help="a source file (relative to --source-root) the reasoning relied on")
+    audit.add_argument("--waive", action="append", default=[], metavar="RULE_ID:SUBJECT",
+                       help="waive a gate reason (needs a matching --reason)")
+    audit.add_argument("--reason", action="append", default=[], metavar="TEXT",
+                       help="why the preceding --waive is acceptable (recorded in the outputs)")
+    audit.add_argument("--no-plots", action="store_true", help="do not render PNG plots")
+    audit.add_argument("--quiet", action="store_true", help="no progress bar or summary table")
+    audit.add_argument("--json", action="store_true",
+                       help="print summary.json to stdout instead of the summary table")
+
+    verify = commands.add_parser("verify", help="re-hash an audit's outputs and inputs")
+    verify.add_argument("out", type=Path)
+    verify.add_argument("--quiet", action="store_true")
+
+    gate = commands.add_parser("gate", help="exit 0 when the audit's gate passed, else 1")
+    gate.add_argument("out", type=Path)
+    gate.add_argument("--allow-partial", action="store_true",
+                      help="pass on intact evidence with the resolved subset")
+
+    sacct = commands.add_parser("sacct", help="summarise a saved sacct -P dump")
+    sacct.add_argument("file", type=Path)
+    sacct.add_argument("--format", dest="sacct_format", help="the dump's --format field list")
+    sacct.add_argument("--delimiter", help="the dump's --delimiter")
+    sacct.add_argument("--json", action="store_true", help="print the contract's JSON summary")
+
+    validate = commands.add_parser("validate", help="check files against their kind's schema")
+    validate.add_argument("files", type=Path, nargs="+")
+    validate.add_argument("--kind", help="the kind of every file (default: from its name)")
+
+    commands.add_parser("rules", help="list the rule catalogue")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args_list
+    args_list = [a for a in args_list if a != "--debug"]  # accepted anywhere on the line
+    try:
+        parser = _parser()
+        args = parser.parse_args(args_list)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        handler = {
+            "audit": _audit, "verify": _verify, "gate": _gate, "sacct": _sacct,
+            "validate": _validate, "rules": _rules,
+        }[args.command]
+        return handler(args)
+    except AuditorError as error:
+        print(f"auditor: error: {error.diagnostics()}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print("auditor: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as error:  # noqa: BLE001 - the one place internal errors are reported
+        if debug:
+            traceback.print_exc()
+        print(f"auditor: internal error: {type(error).__name__}: {error} (a bug; rerun with "
+              "--debug for the traceback)", file=sys.stderr)
+        return 3
+
+
+def entry() -> NoReturn:
+    """Console-script entry point."""
+    sys.exit(main())
+
+
+# ------------------------------------------------------------------ commands
+
+
+def _split_pairs(values: Sequence[str], flag: str) -> list[tuple[str, str]]:
+    pairs = []
+    for value in values:
+        name, sep, rest = value.partition("=")
+        if not sep or not name or not rest:
+            raise UsageError(f"{flag} expects NAME=VALUE, got {value!r}")
+        pairs.append((name, rest))
+    return pairs
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from auditor.audit import AuditOptions, Auditor, Waiver
+    from auditor.report.summary import build_summary
+
+    if len(args.waive) != len(args.reason):
+        raise UsageError("every --waive RULE_ID:SUBJECT needs its own --reason TEXT")
+    waivers = []
+    for spec, why in zip(args.waive, args.reason, strict=True):
+        rule_id, sep, subject = spec.partition(":")
+        if not sep or not rule_id or not subject:
+            raise UsageError(f"--waive expects RULE_ID:SUBJECT, got {spec!r}")
+        from auditor.catalogue import RULES
+
+        if rule_id not in RULES:
+            raise UsageError(f"--waive: unknown rule id {rule_id!r} (see 'auditor rules')")
+        waivers.append(Waiver(rule_id, subject, why))
+    anchors = []
+    for name, sha in _split_pairs(args.anchor, "--anchor"):
+        if len(sha) != 64 or any(c not in "0123456789abcdefABCDEF" for c in sha):
+            raise UsageError(f"--anchor {name}: expected 64 hex digits")
+        anchors.append((name, sha.lower()))
+    inputs = [(name, Path(path)) for name, path in
+              _split_pairs(args.protocol_input, "--protocol-input")]
+    if args.source and args.source_root is None:
+        raise UsageError("--source needs --source-root")
+    if args.jobs < 0:
+        raise UsageError("--jobs must be 0 (CPU count) or more")
+    if args.sacct is not None and not args.sacct.is_file():
+        raise UsageError(f"--sacct {args.sacct}: no such file")
+    fields = tuple(f.strip() for f in args.sacct_format.split(",")) if args.sacct_format else None
+    options = AuditOptions(
+        sacct=args.sacct, sacct_format=fields, sacct_delimiter=args.sacct_delimiter,
+        jobs=args.jobs, anchors=tuple(anchors), protocol_inputs=tuple(inputs),
+        source_root=args.source_root, sources=tuple(args.source), waivers=tuple(waivers),
+    )
+    if args.out is not None:
+        from auditor.report.output import check_output_dir
+
+        if not args.root.is_dir():
+            raise UsageError(f"{args.root}: evidence root does not exist or is not a directory")
+        check_output_dir(args.out, args.root, args.force)
+    result = _run_with_progress(Auditor(args.root, options), quiet=args.quiet or args.json)
+    summary = build_summary(result)
+    if args.out is not None:
+        from auditor.report.output import write_outputs
+
+        write_outputs(result, args.out, force=args.force, plots=not args.no_plots)
+    if args.json:
+        from auditor.report.summary import dumps
+
+        sys.stdout.write(dumps(summary).decode())
+    elif not args.quiet:
+        from rich.console import Console
+
+        from auditor.report.terminal import summary_view
+
+        console = Console()
+        console.print(summary_view(summary))
+        if args.out is not None:
+            console.print(f"report: {args.out / 'diagnostic.md'}", highlight=False,
+                          markup=False)
+    return 0
+
+
+def _run_with_progress(auditor: Any, quiet: bool) -> Any:
+    """Drive the audit generator, showing a progress bar on a TTY stderr."""
+    generator = auditor.run()
+    show = not quiet and sys.stderr.isatty()
+    if not show:
+        while True:
+            try:
+                next(generator)
+            except StopIteration as stop:
+                return stop.value
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    console = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("files"), DownloadColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+        task = bar.add_task("reading evidence", total=None)
+        while True:
+            try:
+                event = next(generator)
+            except StopIteration as stop:
+                return stop.value
+            if event.stage == "read":
+                bar.update(task, total=event.total, completed=event.done)
+            else:
+                bar.update(task, description=event.stage)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from auditor.report.output import verify_outputs
+
+    differences, checked = verify_outputs(args.out)
+    for diff in differences:
+        detail = f" ({diff.detail})" if diff.detail else ""
+        print(f"{diff.what}: {diff.group}/{diff.path}{detail}")
+    if differences:
+        print(f"verify: {len(differences)} difference(s) in {checked} files checked",
+              file=sys.stderr)
+        return 1
+    if not args.quiet:
+        print(f"verify: all {checked} listed outputs and inputs match")
+    return 0
+
+
+def _gate(args: argparse.Namespace) -> int:
+    import orjson
+
+    path = args.out / "summary.json"
+    try:
+        summary = orjson.loads(path.read_bytes())
+        gate = summary["gate_allow_partial" if args.allow_partial else "gate"]
+        passed = bool(gate["passed"])
+    except FileNotFoundError:
+        raise UsageError(f"{path}: not found; is {args.out} an audit output?") from None
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError) as error:
+        raise UsageError(f"{path}: unreadable summary ({error})") from None
+    mode = " (--allow-partial)" if args.allow_partial else ""
+    print(f"gate{mode}: {'PASS' if passed else 'FAIL'}")
+    included = gate.get("included_configurations", [])
+    print("included configurations: " + (", ".join(included) if included else "none"))
+    for reason in gate.get("reasons", []):
+        print(f"  reason: {reason}")
+    for waived in gate.get("waived", []):
+        print(f"  waived: {waived}")
+    return 0 if passed else 1
+
+
+def _sacct(args: argparse.Namespace) -> int:
+    from auditor._io import HashingReader
+    from auditor.collect.sacct import parse_sacct, summary_json
+    from auditor.errors import InputError
+
+    fields = tuple(f.strip() for f in args.sacct_format.split(",")) if args.sacct_format else None
+    try:
+        with open(args.file, "rb") as handle:
+            dump = parse_sacct(HashingReader(handle), str(args.file), fields, args.delimiter)
+    except IsADirectoryError:
+        raise InputError(f"{args.file}: is a directory") from None
+    except OSError as error:
+        raise InputError(f"{args.file}: cannot read ({error.strerror})") from None
+    summary = summary_json(dump)
+    if args.json:
+        import orjson
+
+        sys.stdout.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    from rich.console import Console
+
+    from auditor.report.terminal import sacct_view
+
+    Console().print(sacct_view(dump, summary))
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from auditor._io import HashingReader
+    from auditor.collect.allocator_trace import read_allocator_trace
+    from auditor.collect.jsondoc import load_json
+    from auditor.errors import InputError
+    from auditor.schema import KINDS, kind_for_filename, validate_document
+
+    if args.kind is not None and args.kind not in KINDS:
+        raise UsageError(f"--kind must be one of {', '.join(sorted(KINDS))}")
+    problems = 0
+    for path in args.files:
+        kind = args.kind or kind_for_filename(path.name)
+        if kind is None:
+            raise UsageError(f"{path}: cannot tell its kind from the name; pass --kind")
+        try:
+            with open(path, "rb") as handle:
+                reader = HashingReader(handle)
+                if kind in ("allocator_record", "allocator_trace"):
+                    found = list(read_allocator_trace(reader, str(path)).findings)
+                else:
+                    doc, found = load_json(reader, str(path), 64 << 20)
+                    if doc is not None:
+                        found = list(found) + validate_document(kind, doc, str(path))
+        except IsADirectoryError:
+            raise InputError(f"{path}: is a directory") from None
+        except OSError as error:
+            raise InputError(f"{path}: cannot read ({error.strerror})") from None
+        for item in found:
+            print(f"{item.rule_id} {item.message}")
+        problems += len(found)
+        if not found:
+            print(f"{path}: ok ({kind})")
+    return 1 if problems else 0
+
+
+def _rules(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from auditor.catalogue import RULES
+
+    table = Table(title="auditor rules", show_lines=False)
+    for column in ("id", "symbol", "severity", "title", "triggered by"):
+        table.add_column(column)
+    for rule in RULES.values():
+        table.add_row(rule.rule_id, rule.symbol, rule.severity.value, rule.title,
+                      rule.description)
+    Console(width=max(120, int(os.environ.get("COLUMNS", "0") or 0))).print(table)
+    return 0

@@ -1,0 +1,565 @@
+"""The one place the stages meet: collect -> validate -> reason.
+
+:meth:`Auditor.run` is a generator: it yields :class:`Progress` events while it
+works (the CLI turns them into a progress bar) and returns the
+:class:`AuditResult` (``result = yield from auditor.run()``, or use
+:func:`run_audit`). Nothing here prints, and nothing is written anywhere:
+reporters are pure functions of the result.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from auditor._io import HashingReader, sha256_file
+from auditor.catalogue import finding
+from auditor.collect.attempt import (
+    PARSED_KINDS,
+    AttemptRead,
+    AttemptTask,
+    FileOutcome,
+    FileTask,
+    hash_only,
+    read_attempt,
+)
+from auditor.collect.discover import StudyLayout, discover
+from auditor.collect.period import read_period
+from auditor.collect.protocol import default_protocol, read_protocol
+from auditor.collect.sacct import parse_sacct
+from auditor.errors import InputError, SacctFormatError, UsageError
+from auditor.model import (
+    AttemptSpec,
+    Citation,
+    FileDigest,
+    Finding,
+    PeriodRecord,
+    Protocol,
+    SacctDump,
+    Verdict,
+)
+from auditor.validate.paths import PathCheck, check_path, join_relative
+
+SMALL_STUDY_BYTES = 64 << 20
+"""Below this many listed bytes the audit reads in-process: starting a pool costs more
+(about 0.3 s) than a second core saves."""
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A progress event: ``done`` of ``total`` units of ``stage``, ``bytes`` read so far."""
+
+    stage: str
+    done: int
+    total: int
+    bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Waiver:
+    """``--waive RULE_ID:SUBJECT --reason TEXT``."""
+
+    rule_id: str
+    subject: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuditOptions:
+    """Everything the command line can set for an audit."""
+
+    sacct: Path | None = None
+    """A sacct dump outside the root (default: ``<root>/accounting/sacct-raw.psv``)."""
+    sacct_format: tuple[str, ...] | None = None
+    sacct_delimiter: str | None = None
+    jobs: int = 0
+    """Worker processes; 0 means the CPU count."""
+    anchors: tuple[tuple[str, str], ...] = ()
+    """Expected SHA-256 per protocol input name (in addition to protocol.json's)."""
+    protocol_inputs: tuple[tuple[str, Path], ...] = ()
+    source_root: Path | None = None
+    sources: tuple[str, ...] = ()
+    waivers: tuple[Waiver, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceFile:
+    """One row of ``evidence.parquet``: a listed (or unlisted) file and its status."""
+
+    path: str
+    kind: str
+    pair: str
+    period: int | None
+    attempt: int | None
+    job_id: str | None
+    manifest: str
+    """The period record that lists it (``""`` for unlisted files)."""
+    expected_sha256: str | None
+    expected_size: int | None
+    actual_sha256: str | None
+    actual_size: int | None
+    status: str
+    """``verified``, ``mismatched``, ``missing``, ``unsafe``, ``unreadable`` or ``unlisted``."""
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEvidence:
+    """One attempt of a period: its manifest entry and what reading its files gave."""
+
+    subject: str
+    spec: AttemptSpec
+    read: AttemptRead
+    files: tuple[EvidenceFile, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodEvidence:
+    """One period record with its attempts."""
+
+    record: PeriodRecord
+    attempts: tuple[AttemptEvidence, ...]
+
+    @property
+    def subject(self) -> str:
+        """``pair/period-N``."""
+        return f"{self.record.pair}/period-{self.record.period}"
+
+
+@dataclass(frozen=True, slots=True)
+class InputFile:
+    """An input read by the audit, for the output manifest."""
+
+    group: str
+    """``raw_evidence``, ``source_inputs`` or ``protocol_inputs``."""
+    path: str
+    """Root-relative for raw evidence; as given otherwise."""
+    absolute: str
+    digest: FileDigest
+
+
+@dataclass(frozen=True, slots=True)
+class Collected:
+    """The output of collection and integrity checks, before reasoning."""
+
+    root: Path
+    layout: StudyLayout
+    protocol: Protocol
+    sacct: SacctDump | None
+    sacct_display: str | None
+    execution_commits: dict[str, str] | None
+    periods: tuple[PeriodEvidence, ...]
+    evidence: tuple[EvidenceFile, ...]
+    inputs: tuple[InputFile, ...]
+    findings: tuple[Finding, ...]
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """Everything reporters may see."""
+
+    collected: Collected
+    findings: tuple[Finding, ...]
+    verdicts: tuple[Verdict, ...]
+    reasoning: object
+    """The :class:`auditor.reason.engine.Reasoning` (typed loosely to keep layers apart)."""
+    options: AuditOptions = field(default_factory=AuditOptions)
+    partial: bool = False
+
+
+class Auditor:
+    """Audits one study root."""
+
+    def __init__(self, root: Path | str, options: AuditOptions | None = None) -> None:
+        self.root_arg = Path(root)
+        self.options = options or AuditOptions()
+
+    def run(self) -> Generator[Progress, None, AuditResult]:
+        """Collect, validate and reason; yields progress, returns the result."""
+        from auditor.reason.engine import reason
+        from auditor.validate.checks import validate
+
+        collected = yield from self._collect()
+        yield Progress("validate", 0, 1)
+        validation = validate(collected, self.options)
+        yield Progress("reason", 0, 1)
+        reasoning = reason(collected, validation, self.options)
+        findings = tuple(collected.findings) + tuple(validation) + tuple(reasoning.findings)
+        return AuditResult(
+            collected=collected,
+            findings=findings,
+            verdicts=reasoning.verdicts,
+            reasoning=reasoning,
+            options=self.options,
+            partial=any(f.rule_id == "AUD013" for f in findings),
+        )
+
+    # ------------------------------------------------------------------ collect
+
+    def _collect(self) -> Generator[Progress, None, Collected]:
+        root = _resolve_root(self.root_arg)
+        layout = discover(root)
+        if not layout.period_records:
+            raise UsageError(
+                f"{self.root_arg}: no period records (pairs/<pair>/period-<n>.json) found; "
+                "is this a study root?"
+            )
+        findings: list[Finding] = []
+        inputs: list[InputFile] = []
+        protocol = default_protocol()
+        if layout.protocol:
+            record = _read_input(root, layout.protocol, read_protocol, inputs, findings)
+            if record is not None:
+                protocol = record
+        commits = _read_commits(root, layout.execution_commits, inputs, findings)
+        sacct, sacct_display = self._read_sacct(root, layout, inputs, findings)
+        periods = []
+        for rel in layout.period_records:
+            record = _read_input(root, rel, read_period, inputs, findings)
+            if record is None:  # unreadable at the OS level: keep it, from its path
+                record = read_period(HashingReader(_EmptyStream()), rel)
+            periods.append(record)
+            findings.extend(record.findings)
+
+        tasks, pre = _plan(root, periods, protocol)
+        listed = {
+            joined.as_posix()
+            for record in periods
+            for spec in record.attempts
+            for entry in spec.evidence
+            if (joined := join_relative(spec.attempt_dir or "", entry.path)) is not None
+        }
+        unlisted: list[FileTask] = []
+        unlisted_blocked: list[FileOutcome] = []
+        for files in layout.attempt_files.values():
+            for rel in files:
+                if rel in listed:
+                    continue
+                check = check_path(root, rel)
+                if check.status == "ok" and check.resolved is not None:
+                    unlisted.append(FileTask(rel, "other", check.resolved))
+                else:  # never open a link that leads out of the root
+                    unlisted_blocked.append(
+                        FileOutcome(rel, "other", None, f"{check.status} {check.why}".strip())
+                    )
+        total_files = sum(len(t.files) for t in tasks) + len(unlisted)
+        total_bytes = sum(entry.size or 0 for record in periods for spec in record.attempts
+                          for entry in spec.evidence)
+        yield Progress("read", 0, total_files)
+        reads: dict[str, AttemptRead] = {}
+        done = 0
+        read_bytes = 0
+        for read in self._map(read_attempt, tasks, total_bytes):
+            reads[read.key] = read
+            done += len(read.files)
+            read_bytes += read.bytes_read
+            yield Progress("read", done, total_files, read_bytes)
+        unlisted_outcomes: list[FileOutcome] = list(unlisted_blocked)
+        for outcome in self._map(hash_only, unlisted, total_bytes):
+            unlisted_outcomes.append(outcome)
+            done += 1
+            read_bytes += outcome.digest.size if outcome.digest else 0
+            yield Progress("read", done, total_files, read_bytes)
+
+        period_evidence, evidence = _assemble(periods, tasks, pre, reads)
+        for outcome in unlisted_outcomes:
+            pair = outcome.display.split("/", 1)[0]
+            evidence.append(EvidenceFile(
+                outcome.display, "other", pair, None, None, None, "", None, None,
+                outcome.digest.sha256 if outcome.digest else None,
+                outcome.digest.size if outcome.digest else None, "unlisted", outcome.error,
+            ))
+        for ef in evidence:
+            if ef.actual_sha256 is not None and ef.status in ("verified", "mismatched"):
+                inputs.append(InputFile(
+                    "raw_evidence", ef.path, str(root / ef.path),
+                    FileDigest(ef.actual_sha256, ef.actual_size or 0),
+                ))
+        for pe in period_evidence:
+            for attempt in pe.attempts:
+                findings.extend(attempt.read.findings)
+        findings.extend(_integrity_findings(evidence))
+        for rel in layout.stray_pair_files:
+            findings.append(finding("AUD105", rel, [Citation(rel)]))
+        referenced = {a.spec.attempt_dir for pe in period_evidence for a in pe.attempts}
+        for rel_dir in layout.attempt_dirs:
+            if rel_dir not in referenced:
+                findings.append(finding("AUD106", rel_dir, [Citation(rel_dir)]))
+        self._read_protocol_inputs(inputs, findings)
+        return Collected(
+            root=root,
+            layout=layout,
+            protocol=protocol,
+            sacct=sacct,
+            sacct_display=sacct_display,
+            execution_commits=commits,
+            periods=tuple(period_evidence),
+            evidence=tuple(sorted(evidence, key=lambda e: e.path)),
+            inputs=tuple(sorted(inputs, key=lambda i: (i.group, i.path))),
+            findings=tuple(findings),
+        )
+
+    def _map(self, function, items, total_bytes):  # type: ignore[no-untyped-def]
+        """Run ``function`` over ``items`` inline or in a process pool, in order."""
+        items = list(items)
+        jobs = self.options.jobs or os.cpu_count() or 1
+        small = self.options.jobs == 0 and total_bytes < SMALL_STUDY_BYTES
+        if jobs <= 1 or small or len(items) < 2:
+            yield from map(function, items)
+            return
+        chunksize = max(1, min(64, len(items) // (jobs * 8)))
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            yield from pool.map(function, items, chunksize=chunksize)
+
+    def _read_sacct(
+        self, root: Path, layout: StudyLayout, inputs: list[InputFile], findings: list[Finding]
+    ) -> tuple[SacctDump | None, str | None]:
+        options = self.options
+        if options.sacct is not None:
+            path = options.sacct
+            display = str(path)
+            group = "source_inputs"
+        elif layout.sacct is not None:
+            check = check_path(root, layout.sacct)
+            if check.status != "ok":
+                findings.append(finding(
+                    "AUD009", layout.sacct, [Citation(layout.sacct)],
+                    error=f"scheduler dump {check.status}: {check.why}",
+                ))
+                return None, layout.sacct
+            path = Path(check.resolved or "")
+            display = layout.sacct
+            group = "raw_evidence"
+        else:
+            return None, None
+        try:
+            with open(path, "rb") as handle:
+                reader = HashingReader(handle)
+                try:
+                    dump = parse_sacct(
+                        reader, display, options.sacct_format, options.sacct_delimiter
+                    )
+                except SacctFormatError as error:
+                    if options.sacct is not None:
+                        raise
+                    reader.drain()
+                    findings.append(finding("AUD009", display, [Citation(display)],
+                                            error=str(error)))
+                    inputs.append(InputFile(group, display, str(path), reader.digest()))
+                    return None, display
+                reader.drain()
+        except OSError as error:
+            if options.sacct is not None:
+                raise InputError(f"{path}: cannot read sacct dump: {error.strerror}") from None
+            findings.append(finding("AUD009", display, [Citation(display)],
+                                    error=f"cannot read: {error.strerror}"))
+            return None, display
+        inputs.append(InputFile(group, display, str(path), reader.digest()))
+        findings.extend(dump.findings)
+        return dump, display
+
+    def _read_protocol_inputs(self, inputs: list[InputFile], findings: list[Finding]) -> None:
+        for name, path in self.options.protocol_inputs:
+            try:
+                digest = sha256_file(str(path))
+            except OSError as error:
+                raise InputError(
+                    f"--protocol-input {name}={path}: cannot read ({error.strerror})"
+                ) from None
+            inputs.append(InputFile("protocol_inputs", name, str(path.resolve()), digest))
+        if self.options.source_root is not None:
+            source_root = self.options.source_root.resolve()
+            for rel in self.options.sources:
+                check = check_path(source_root, rel)
+                if check.status != "ok" or check.resolved is None:
+                    findings.append(finding("AUD122", rel, [Citation(rel)],
+                                            detail=f"{check.status} {check.why}".strip()))
+                    continue
+                inputs.append(InputFile("source_inputs", rel, check.resolved,
+                                        sha256_file(check.resolved)))
+
+
+def run_audit(root: Path | str, options: AuditOptions | None = None) -> AuditResult:
+    """Run an audit to completion, ignoring progress."""
+    generator = Auditor(root, options).run()
+    while True:
+        try:
+            next(generator)
+        except StopIteration as stop:
+            result: AuditResult = stop.value
+            return result
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+class _EmptyStream:
+    """A stream with no bytes (for records that could not be opened)."""
+
+    def read(self, size: int = -1) -> bytes:
+        return b""
+
+
+def _resolve_root(root: Path) -> Path:
+    if not root.exists():
+        raise UsageError(f"{root}: evidence root does not exist")
+    if not root.is_dir():
+        raise UsageError(f"{root}: evidence root is not a directory")
+    if not os.access(root, os.R_OK | os.X_OK):
+        raise UsageError(f"{root}: evidence root cannot be read")
+    return root.resolve()
+
+
+def _read_input(root, rel, reader_fn, inputs, findings):  # type: ignore[no-untyped-def]
+    """Open a root-relative input (not evidence-listed), parse it and record its digest."""
+    check = check_path(root, rel)
+    if check.status != "ok" or check.resolved is None:
+        findings.append(finding("AUD011" if rel.startswith("pairs/") else "AUD014",
+                                rel, [Citation(rel)],
+                                error=f"{check.status} {check.why}".strip()))
+        return None
+    try:
+        with open(check.resolved, "rb") as handle:
+            reader = HashingReader(handle)
+            record = reader_fn(reader, rel)
+            reader.drain()
+    except OSError as error:
+        findings.append(finding("AUD011" if rel.startswith("pairs/") else "AUD014",
+                                rel, [Citation(rel)], error=error.strerror or "cannot read"))
+        return None
+    inputs.append(InputFile("raw_evidence", rel, check.resolved, reader.digest()))
+    return record
+
+
+def _read_commits(
+    root: Path, rel: str | None, inputs: list[InputFile], findings: list[Finding]
+) -> dict[str, str] | None:
+    """``execution_commits.json``: ``{pair: commit}`` (or ``{"pairs": {...}}``)."""
+    if rel is None:
+        return None
+    from auditor.collect.jsondoc import load_json
+
+    def parse(reader: HashingReader, display: str) -> dict[str, str] | None:
+        doc, problems = load_json(reader, display, 16 << 20)
+        findings.extend(problems)
+        if not isinstance(doc, dict):
+            return None
+        mapping = doc.get("pairs", doc)
+        if not isinstance(mapping, dict):
+            return None
+        return {str(k): str(v) for k, v in mapping.items() if isinstance(v, str)}
+
+    result: dict[str, str] | None = _read_input(root, rel, parse, inputs, findings)
+    return result
+
+
+def _plan(
+    root: Path, periods: Iterable[PeriodRecord], protocol: Protocol
+) -> tuple[list[AttemptTask], dict[str, list[EvidenceFile]]]:
+    """Path-check every listed file; build one read task per attempt.
+
+    Returns the tasks and, per attempt key, the evidence rows decided before
+    reading (unsafe, missing, unreadable); readable files get their row after.
+    """
+    tasks: list[AttemptTask] = []
+    pre: dict[str, list[EvidenceFile]] = {}
+    for record in periods:
+        for spec in record.attempts:
+            key = f"{record.pair}/period-{record.period}#{spec.index}"
+            rows: list[EvidenceFile] = []
+            files: list[FileTask] = []
+            for entry in spec.evidence:
+                check: PathCheck = check_path(root, spec.attempt_dir or "", entry.path)
+                if check.status != "ok" or check.resolved is None:
+                    rows.append(_row(record, spec, entry, check.display, check.status, check.why))
+                else:
+                    kind = entry.kind if entry.kind in PARSED_KINDS else "other"
+                    files.append(FileTask(check.display, kind, check.resolved))
+            pre[key] = rows
+            tasks.append(AttemptTask(key, tuple(files), protocol.steps_from,
+                                     protocol.terminal_pattern))
+    return tasks, pre
+
+
+def _row(record, spec, entry, display, status, detail="", digest=None):  # type: ignore[no-untyped-def]
+    return EvidenceFile(
+        display, entry.kind, record.pair, record.period, spec.index, spec.job_id, record.path,
+        entry.sha256, entry.size,
+        digest.sha256 if digest else None, digest.size if digest else None, status, detail,
+    )
+
+
+def _assemble(
+    periods: list[PeriodRecord],
+    tasks: list[AttemptTask],
+    pre: dict[str, list[EvidenceFile]],
+    reads: dict[str, AttemptRead],
+) -> tuple[list[PeriodEvidence], list[EvidenceFile]]:
+    evidence: list[EvidenceFile] = []
+    period_evidence: list[PeriodEvidence] = []
+    for record in periods:
+        attempts = []
+        for spec in record.attempts:
+            key = f"{record.pair}/period-{record.period}#{spec.index}"
+            read = reads[key]
+            outcomes = {o.display: o for o in read.files}
+            rows = list(pre[key])
+            decided = {r.path for r in rows}
+            for entry in spec.evidence:
+                joined = join_relative(spec.attempt_dir or "", entry.path)
+                display = joined.as_posix() if joined is not None else None
+                if display is None or display in decided:
+                    continue
+                outcome = outcomes.get(display)
+                if outcome is None:
+                    continue
+                if outcome.digest is None:
+                    rows.append(_row(record, spec, entry, display, "unreadable", outcome.error))
+                    continue
+                status, detail = _compare(entry.sha256, entry.size, outcome.digest)
+                rows.append(_row(record, spec, entry, display, status, detail, outcome.digest))
+            evidence.extend(rows)
+            attempts.append(AttemptEvidence(
+                f"{record.pair}/period-{record.period}", spec, read, tuple(rows)
+            ))
+        period_evidence.append(PeriodEvidence(record, tuple(attempts)))
+    return period_evidence, evidence
+
+
+def _compare(sha256: str | None, size: int | None, digest: FileDigest) -> tuple[str, str]:
+    problems = []
+    if size is not None and size != digest.size:
+        problems.append(f"size {size} != {digest.size}")
+    if sha256 is None or sha256.lower() != digest.sha256:
+        problems.append("sha256")
+    if size is None:
+        problems.append("size not listed")
+    return ("verified", "") if not problems else ("mismatched", ", ".join(problems))
+
+
+def _integrity_findings(evidence: Iterable[EvidenceFile]) -> list[Finding]:
+    out = []
+    for ef in evidence:
+        cite = [Citation(ef.path)]
+        if ef.status == "missing":
+            out.append(finding("AUD101", ef.path, cite, manifest=ef.manifest))
+        elif ef.status == "mismatched":
+            what = "size" if "size" in ef.detail and "sha256" not in ef.detail else "SHA-256"
+            if "size" in ef.detail and "sha256" in ef.detail:
+                what = "SHA-256 and size"
+            out.append(finding(
+                "AUD102", ef.path, cite, what=what, manifest=ef.manifest,
+                expected=f"{(ef.expected_sha256 or '-')[:12]}…/{ef.expected_size}",
+                actual=f"{(ef.actual_sha256 or '-')[:12]}…/{ef.actual_size}",
+            ))
+        elif ef.status == "unsafe":
+            out.append(finding("AUD103", ef.path, [Citation(ef.manifest)], why=ef.detail,
+                               manifest=ef.manifest, path=ef.path))
+        elif ef.status == "unreadable":
+            out.append(finding("AUD104", ef.path, cite, why=ef.detail))
+        elif ef.status == "unlisted":
+            out.append(finding("AUD105", ef.path, cite))
+    return out

@@ -1,0 +1,494 @@
+"""Read an allocator trace, ``allocator-traces/allocator-<pid>.jsonl``, in one streaming pass.
+
+Each line is a phase record (a call that returned or raised: it has ``phase``)
+or a memory sample (no ``phase``). Phase records are kept whole; samples are
+folded into a count and peaks, so memory stays bounded on a trace of any
+size. Also gathered: the earliest and latest timestamps, and each distinct
+``pid`` (any record) and ``rank`` (phase records) with the first line it is on.
+
+Findings, each naming the file and line; the records before and after a bad
+line still count:
+
+- ``AUD003`` a line that is not a JSON object (not JSON, blank, an array...);
+- ``AUD002`` a record that misses a field or has one of the wrong type
+  (``where`` is ``:<line>``, the message names the field's pointer). A phase
+  record with a string ``phase`` and ``error_type`` is still kept, its invalid
+  fields read as None; any other invalid record is not counted;
+- ``AUD115`` ``started_ns`` after ``finished_ns``, or ``seq`` not rising
+  (compared with the previous line's ``seq``);
+- ``AUD007`` a line longer than ``max_line`` bytes (hashed, not parsed);
+- ``AUD004`` a final line without a newline: kept (warning) when it parses,
+  not counted when it does not (a writer killed mid-record);
+- ``AUD010`` an empty file.
+
+Line findings are capped at :data:`FINDINGS_CAP` per file, the rest counted in
+one ``AUD013``; ``AUD004`` and ``AUD010`` are never capped. At most
+:data:`MAX_DISTINCT` distinct pids and ranks are recorded (a trace with more is
+already an identity failure many times over).
+
+Speed: a trace can be hundreds of megabytes, so lines are handled in batches
+of one read chunk. A batch whose every line is a valid record with rising
+``seq`` (the normal case) is checked and folded with C-level ``map``/``set``/
+``min``/``max`` passes and no Python code per sample line; any batch that is
+not clean is re-read line by line, where each problem is found and, only
+then, explained with the JSON Schema (``allocator-record``). The two paths
+give the same result (the tests compare them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import chain, compress, repeat
+from operator import itemgetter, lt, not_
+from typing import Any, BinaryIO
+
+import orjson
+
+from auditor import catalogue
+from auditor._io import CHUNK_SIZE, HashingReader, Line, clip
+from auditor.model import AllocatorTrace, Citation, Finding, PhaseRecord
+from auditor.schema import json_type, validate_record
+
+MAX_LINE = CHUNK_SIZE
+"""Longest line parsed (bytes); a record is a few hundred bytes."""
+
+FINDINGS_CAP = 100
+"""Line findings kept per file; further ones are counted in one ``AUD013``."""
+
+MAX_DISTINCT = 1000
+"""Distinct pids (and ranks) recorded per file."""
+
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
+_DICT_ONLY = {dict}
+_INT_ONLY = {int}
+_seq_of = itemgetter("seq")
+_sample_fields = itemgetter("pid", "seq", "sample_ns", "allocated_bytes", "reserved_bytes")
+_has_key = dict.__contains__
+
+
+class _Scan:
+    """What one pass has gathered so far (mutable; frozen into an AllocatorTrace at the end)."""
+
+    __slots__ = (
+        "path", "lines", "phases", "samples", "peak_allocated", "peak_reserved", "pids",
+        "ranks", "first_ns", "last_ns", "last_seq", "kept", "dropped",
+    )
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.lines = 0
+        self.phases: list[PhaseRecord] = []
+        self.samples = 0
+        self.peak_allocated: int | None = None
+        self.peak_reserved: int | None = None
+        self.pids: dict[int, int] = {}
+        self.ranks: dict[int, int] = {}
+        self.first_ns: int | None = None
+        self.last_ns: int | None = None
+        self.last_seq: int | None = None
+        self.kept: list[Finding] = []
+        self.dropped = 0
+
+    def add(self, finding: Finding) -> None:
+        """Keep a line finding, up to the cap."""
+        if len(self.kept) < FINDINGS_CAP:
+            self.kept.append(finding)
+        else:
+            self.dropped += 1
+
+    def see_pid(self, pid: int, line: int) -> None:
+        _see(self.pids, pid, line)
+
+    def see_rank(self, rank: int, line: int) -> None:
+        _see(self.ranks, rank, line)
+
+    def see_ns(self, first: int | None, last: int | None) -> None:
+        if first is not None and (self.first_ns is None or first < self.first_ns):
+            self.first_ns = first
+        if last is not None and (self.last_ns is None or last > self.last_ns):
+            self.last_ns = last
+
+    def fold_samples(
+        self, allocated: int, reserved: int, first: int, last: int, count: int
+    ) -> None:
+        self.samples += count
+        if self.peak_allocated is None or allocated > self.peak_allocated:
+            self.peak_allocated = allocated
+        if self.peak_reserved is None or reserved > self.peak_reserved:
+            self.peak_reserved = reserved
+        self.see_ns(first, last)
+
+
+def _see(seen: dict[int, int], value: int, line: int) -> None:
+    known = seen.get(value)
+    if known is None:
+        if len(seen) < MAX_DISTINCT:
+            seen[value] = line
+    elif line < known:
+        seen[value] = line
+
+
+def read_allocator_trace(
+    stream: BinaryIO | HashingReader,
+    path: str,
+    *,
+    max_line: int = MAX_LINE,
+    fast: bool = True,
+) -> AllocatorTrace:
+    """Read one allocator trace from ``stream``; ``path`` is its root-relative POSIX path.
+
+    ``fast=False`` forces the line-by-line path (for tests and comparison).
+    Any bytes give a result, never an exception; an ``OSError`` from the
+    stream propagates (the caller reports the file as unreadable).
+    """
+    scan = _Scan(path)
+    file_findings: list[Finding] = []
+    for item in _batches(stream, max_line):
+        if isinstance(item, Line):
+            scan.lines += 1
+            file_findings.extend(_odd_line(scan, item, max_line))
+            continue
+        start, lines = item
+        scan.lines += len(lines)
+        if not (fast and _fast_batch(scan, start, lines, max_line)):
+            _slow_batch(scan, start, lines, max_line)
+    findings = list(scan.kept)
+    findings.extend(file_findings)
+    if scan.dropped:
+        findings.append(
+            catalogue.finding(
+                "AUD013", path, [Citation(path)], dropped=scan.dropped, cap=FINDINGS_CAP
+            )
+        )
+    if scan.lines == 0:
+        findings.append(catalogue.finding("AUD010", path, [Citation(path)]))
+    return AllocatorTrace(
+        path=path,
+        lines=scan.lines,
+        phases=tuple(scan.phases),
+        samples=scan.samples,
+        sample_peak_allocated_bytes=scan.peak_allocated,
+        sample_peak_reserved_bytes=scan.peak_reserved,
+        pids=tuple(sorted(scan.pids.items(), key=itemgetter(1))),
+        ranks=tuple(sorted(scan.ranks.items(), key=itemgetter(1))),
+        first_ns=scan.first_ns,
+        last_ns=scan.last_ns,
+        findings=tuple(findings),
+    )
+
+
+# ------------------------------------------------------------------- reading
+
+
+def _batches(
+    stream: BinaryIO | HashingReader, max_line: int
+) -> Iterator[tuple[int, list[bytes]] | Line]:
+    """The stream's lines, a read chunk at a time.
+
+    Yields ``(number of the first line, complete lines)`` batches (lines keep a
+    trailing ``\\r``; JSON treats it as whitespace), and a :class:`Line` for a
+    line longer than ``max_line`` that spans chunks (clipped) and for a final
+    line without a newline. Memory: one chunk, plus at most ``max_line`` bytes
+    of a line that spans chunks.
+    """
+    number = 0
+    carry = b""  # the kept start of a line not yet terminated
+    carry_length = 0  # that line's true length so far
+    while chunk := stream.read(CHUNK_SIZE):
+        lines = chunk.split(b"\n")
+        tail = lines.pop()
+        if carry_length:
+            if not lines:  # still inside the carried line
+                if len(carry) < max_line:
+                    carry += tail[: max_line - len(carry)]
+                carry_length += len(tail)
+                continue
+            head = lines[0]
+            length = carry_length + len(head)
+            if length <= max_line:
+                lines[0] = carry + head
+            else:
+                number += 1
+                yield Line(number, carry + head[: max(0, max_line - len(carry))], length, True)
+                del lines[0]
+            carry, carry_length = b"", 0
+        if lines:
+            yield number + 1, lines
+            number += len(lines)
+        if tail:
+            carry, carry_length = tail[:max_line], len(tail)
+    if carry_length:
+        yield Line(number + 1, carry, carry_length, False)
+
+
+# ----------------------------------------------------------------- fast path
+
+
+def _fast_batch(scan: _Scan, start: int, lines: list[bytes], max_line: int) -> bool:
+    """Fold a batch in which every line is a valid record and ``seq`` rises.
+
+    Returns False, having changed nothing, for any other batch: the slow path
+    then finds and explains its problems. No Python code runs per sample line.
+    """
+    if max(map(len, lines)) > max_line:
+        return False
+    try:
+        records: list[Any] = list(map(_loads, lines))
+    except _JSONDecodeError:
+        return False
+    if set(map(type, records)) != _DICT_ONLY:
+        return False
+    try:
+        seqs = list(map(_seq_of, records))
+    except KeyError:
+        return False
+    if set(map(type, seqs)) != _INT_ONLY or seqs[0] < 0:
+        return False
+    if scan.last_seq is not None and seqs[0] <= scan.last_seq:
+        return False
+    if not all(map(lt, seqs, seqs[1:])):
+        return False
+    flags = list(map(_has_key, records, repeat("phase")))
+    phase_at: list[int] = []
+    sample_at: list[int] | None = None  # None: every record is a sample
+    samples = records
+    if True in flags:
+        phase_at = list(compress(range(len(records)), flags))
+        sample_at = list(compress(range(len(records)), map(not_, flags)))
+        samples = [records[index] for index in sample_at]
+        for index in phase_at:
+            record = records[index]
+            if not _phase_ok(record) or record["started_ns"] > record["finished_ns"]:
+                return False
+    if samples:
+        try:
+            fields = zip(*map(_sample_fields, samples), strict=True)
+            pids, _, sample_ns, allocated, reserved = fields
+        except KeyError:
+            return False
+        if set(map(type, chain(pids, sample_ns, allocated, reserved))) != _INT_ONLY:
+            return False
+        if min(pids) < 1 or min(sample_ns) < 0 or min(allocated) < 0 or min(reserved) < 0:
+            return False
+        new_pids = set(pids).difference(scan.pids)
+        if len(new_pids) > 8:
+            return False  # many identities in one batch: let the slow path book them
+    # Every check passed: commit.
+    for index in phase_at:
+        scan.phases.append(_phase_record(scan, records[index], start + index))
+    if samples:
+        for pid in new_pids:
+            position = pids.index(pid)
+            scan.see_pid(pid, start + (position if sample_at is None else sample_at[position]))
+        scan.fold_samples(
+            max(allocated), max(reserved), min(sample_ns), max(sample_ns), len(samples)
+        )
+    scan.last_seq = seqs[-1]
+    return True
+
+
+def _phase_ok(record: dict[str, Any]) -> bool:
+    """True when a phase record matches the ``phase`` form of the schema."""
+    get = record.get
+    pid, rank, seq, step = get("pid"), get("rank"), get("seq"), get("step")
+    started, finished = get("started_ns"), get("finished_ns")
+    message = get("error_message")
+    return (
+        type(pid) is int and pid >= 1
+        and type(rank) is int and rank >= 0
+        and type(get("role")) is str
+        and type(seq) is int and seq >= 0
+        and type(get("phase")) is str
+        and type(step) is int and step >= 0
+        and type(started) is int and started >= 0
+        and type(finished) is int and finished >= 0
+        and type(get("error_type")) is str
+        and (message is None or type(message) is str)
+        and _optional_count(get("peak_allocated_bytes"))
+        and _optional_count(get("peak_reserved_bytes"))
+    )
+
+
+def _optional_count(value: object) -> bool:
+    return value is None or (type(value) is int and value >= 0)
+
+
+def _sample_ok(record: dict[str, Any]) -> bool:
+    """True when a record without ``phase`` matches the ``sample`` form of the schema."""
+    get = record.get
+    pid = get("pid")
+    return (
+        type(pid) is int and pid >= 1
+        and _count(get("seq")) is not None
+        and _count(get("sample_ns")) is not None
+        and _count(get("allocated_bytes")) is not None
+        and _count(get("reserved_bytes")) is not None
+    )
+
+
+def _count(value: object) -> int | None:
+    """A non-negative integer, else None."""
+    return value if type(value) is int and value >= 0 else None
+
+
+def _phase_record(scan: _Scan, record: dict[str, Any], line: int) -> PhaseRecord:
+    """Book a phase record (its values valid or None) and return it."""
+    get = record.get
+    pid, rank = get("pid"), get("rank")
+    if type(pid) is int:
+        scan.see_pid(pid, line)
+    if type(rank) is int:
+        scan.see_rank(rank, line)
+    started, finished = _count(get("started_ns")), _count(get("finished_ns"))
+    scan.see_ns(started, finished)
+    role, message = get("role"), get("error_message")
+    peak_allocated, peak_reserved = get("peak_allocated_bytes"), get("peak_reserved_bytes")
+    return PhaseRecord(
+        path=scan.path,
+        line=line,
+        pid=pid if type(pid) is int and pid >= 1 else None,
+        rank=_count(rank),
+        role=role if type(role) is str else None,
+        seq=_count(get("seq")),
+        phase=record["phase"],
+        step=_count(get("step")),
+        started_ns=started,
+        finished_ns=finished,
+        error_type=record["error_type"],
+        error_message=message if type(message) is str else "",
+        peak_allocated_bytes=_count(peak_allocated),
+        peak_reserved_bytes=_count(peak_reserved),
+    )
+
+
+# ----------------------------------------------------------------- slow path
+
+
+def _slow_batch(scan: _Scan, start: int, lines: list[bytes], max_line: int) -> None:
+    """Handle a batch line by line, finding (and explaining) every problem."""
+    for offset, raw in enumerate(lines):
+        number = start + offset
+        if len(raw) > max_line:
+            scan.add(_clipped(scan.path, number, raw[:max_line], len(raw), max_line))
+            continue
+        try:
+            record = _loads(raw)
+        except _JSONDecodeError as error:
+            scan.add(_not_object(scan.path, number, raw, _decode_error(raw, error)))
+            continue
+        _take(scan, record, number, raw)
+
+
+def _take(scan: _Scan, record: object, line: int, raw: bytes) -> None:
+    """Check and book one parsed line."""
+    path = scan.path
+    if type(record) is not dict:
+        scan.add(_not_object(scan.path, line, raw, f"found {json_type(record)}"))
+        return
+    pid, seq = record.get("pid"), record.get("seq")
+    if type(pid) is int:
+        scan.see_pid(pid, line)
+    if type(seq) is int:
+        if scan.last_seq is not None and seq <= scan.last_seq:
+            scan.add(
+                _disorder(path, line, raw, f"seq {seq} does not rise above {scan.last_seq}")
+            )
+        scan.last_seq = seq
+    if "phase" in record:
+        if not _phase_ok(record):
+            _explain(scan, record, line, "phase")
+        started, finished = record.get("started_ns"), record.get("finished_ns")
+        if type(started) is int and type(finished) is int and started > finished:
+            scan.add(
+                _disorder(
+                    path, line, raw, f"started_ns {started} is after finished_ns {finished}"
+                )
+            )
+        if type(record.get("phase")) is str and type(record.get("error_type")) is str:
+            scan.phases.append(_phase_record(scan, record, line))
+        elif type(rank := record.get("rank")) is int:
+            scan.see_rank(rank, line)
+    elif _sample_ok(record):
+        sample_ns = record["sample_ns"]
+        scan.fold_samples(
+            record["allocated_bytes"], record["reserved_bytes"], sample_ns, sample_ns, 1
+        )
+    else:
+        _explain(scan, record, line, "sample")
+
+
+def _explain(scan: _Scan, record: dict[str, Any], line: int, form: str) -> None:
+    """``AUD002`` findings for a record the fast check rejected, from the JSON Schema."""
+    explained = validate_record("allocator-record", record, scan.path, line)
+    if not explained:  # the fast check is stricter than the schema: still say so
+        explained = [
+            catalogue.finding(
+                "AUD002",
+                scan.path,
+                [Citation(scan.path, line=line)],
+                where=f":{line}",
+                error=f"record does not match the {form} form",
+            )
+        ]
+    for finding in explained:
+        scan.add(finding)
+
+
+def _odd_line(scan: _Scan, line: Line, max_line: int) -> list[Finding]:
+    """A clipped or unterminated line; returns its file-level (uncapped) findings."""
+    path = scan.path
+    if line.clipped or line.length > max_line:
+        scan.add(_clipped(path, line.number, line.data, line.length, max_line))
+        if line.terminated:
+            return []
+        detail = "; the line is too long to parse and is not counted"
+        return [_truncated(path, line, detail)]
+    try:
+        record = _loads(line.data)
+    except _JSONDecodeError:
+        detail = "; it is not valid JSON (writer cut off?) and is not counted"
+        return [_truncated(path, line, detail)]
+    _take(scan, record, line.number, line.data)
+    return [_truncated(path, line, "; it parses and is kept")]
+
+
+# ------------------------------------------------------------------ findings
+
+
+def _quote(raw: bytes) -> str:
+    return clip(raw[:400].rstrip(b"\r").decode("utf-8", "replace"), 120)
+
+
+def _decode_error(raw: bytes, error: orjson.JSONDecodeError) -> str:
+    if not raw.strip():
+        return "empty line"
+    return clip(str(error), 160)
+
+
+def _not_object(path: str, line: int, raw: bytes, error: str) -> Finding:
+    return catalogue.finding(
+        "AUD003", path, [Citation(path, line=line, quote=_quote(raw))], error=error
+    )
+
+
+def _disorder(path: str, line: int, raw: bytes, detail: str) -> Finding:
+    return catalogue.finding(
+        "AUD115", path, [Citation(path, line=line, quote=_quote(raw))], detail=detail
+    )
+
+
+def _clipped(path: str, line: int, data: bytes, length: int, limit: int) -> Finding:
+    return catalogue.finding(
+        "AUD007",
+        path,
+        [Citation(path, line=line, quote=_quote(data))],
+        length=length,
+        limit=limit,
+    )
+
+
+def _truncated(path: str, line: Line, detail: str) -> Finding:
+    return catalogue.finding(
+        "AUD004", path, [Citation(path, line=line.number, quote=_quote(line.data))], detail=detail
+    )

@@ -1,0 +1,160 @@
+"""Read every evidence file of one attempt in one pass: hash and parse from the same bytes.
+
+This is the unit of parallel work: :func:`read_attempt` is a pure function of a
+picklable :class:`AttemptTask`, run in a worker process (or inline for small
+studies). The trial record is read first because it names the dispatched step
+count that the training-log scan matches the terminal event against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from auditor._io import HashingReader
+from auditor.collect.allocator_trace import read_allocator_trace
+from auditor.collect.device import read_device
+from auditor.collect.training_log import scan_training_log
+from auditor.collect.trial import read_trial
+from auditor.model import (
+    AllocatorTrace,
+    DeviceEvidence,
+    FileDigest,
+    Finding,
+    TrainingLogScan,
+    TrialRecord,
+)
+
+PARSED_KINDS = ("trial", "training_log", "allocator_trace", "device_evidence")
+
+
+@dataclass(frozen=True, slots=True)
+class FileTask:
+    """One file to read: where it is shown, what it is, where to open it."""
+
+    display: str
+    kind: str
+    """An evidence kind, or ``other`` (hashed only: unknown kinds, unlisted files)."""
+    resolved: str
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptTask:
+    """All files of one attempt that passed the path checks."""
+
+    key: str
+    """``pair/period-N#attempt`` (opaque to the worker)."""
+    files: tuple[FileTask, ...]
+    steps_from: str
+    terminal_pattern: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class FileOutcome:
+    """The bytes of one file: digest when read, else why not."""
+
+    display: str
+    kind: str
+    digest: FileDigest | None
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRead:
+    """What reading one attempt produced."""
+
+    key: str
+    files: tuple[FileOutcome, ...]
+    trial: TrialRecord | None
+    log: TrainingLogScan | None
+    traces: tuple[AllocatorTrace, ...]
+    devices: tuple[DeviceEvidence, ...]
+    findings: tuple[Finding, ...]
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes hashed for this attempt."""
+        return sum(f.digest.size for f in self.files if f.digest is not None)
+
+
+def _expected_steps(trial: TrialRecord | None, steps_from: str) -> int | None:
+    """The dispatched step count, when the trial names it as an integer."""
+    if trial is None:
+        return None
+    value = trial.dispatch_value(steps_from) or trial.env_value(steps_from)
+    if value is None:
+        return None
+    try:
+        return int(value.strip().strip('"'))
+    except ValueError:
+        return None
+
+
+def read_attempt(task: AttemptTask) -> AttemptRead:
+    """Read, hash and parse every file of ``task``; never raises on file content."""
+    order = {"trial": 0, "device_evidence": 1, "allocator_trace": 2, "training_log": 3}
+    files = sorted(task.files, key=lambda f: (order.get(f.kind, 9), f.display))
+    outcomes: list[FileOutcome] = []
+    findings: list[Finding] = []
+    trial: TrialRecord | None = None
+    log: TrainingLogScan | None = None
+    traces: list[AllocatorTrace] = []
+    devices: list[DeviceEvidence] = []
+    for file in files:
+        try:
+            handle = open(file.resolved, "rb")  # noqa: SIM115 - closed below
+        except OSError as error:
+            outcomes.append(FileOutcome(file.display, file.kind, None, _os_reason(error)))
+            continue
+        with handle:
+            reader = HashingReader(handle)
+            try:
+                if file.kind == "trial":
+                    trial = read_trial(reader, file.display)
+                    findings.extend(trial.findings)
+                elif file.kind == "device_evidence":
+                    device = read_device(reader, file.display)
+                    devices.append(device)
+                    findings.extend(device.findings)
+                elif file.kind == "allocator_trace":
+                    trace = read_allocator_trace(reader, file.display)
+                    traces.append(trace)
+                    findings.extend(trace.findings)
+                elif file.kind == "training_log" and log is None:
+                    log = _scan_log(reader, file.display, task, trial)
+                    findings.extend(log.findings)
+                reader.drain()
+            except OSError as error:
+                outcomes.append(FileOutcome(file.display, file.kind, None, _os_reason(error)))
+                continue
+        outcomes.append(FileOutcome(file.display, file.kind, reader.digest()))
+    return AttemptRead(
+        task.key, tuple(outcomes), trial, log, tuple(traces), tuple(devices), tuple(findings)
+    )
+
+
+def _scan_log(
+    reader: HashingReader, display: str, task: AttemptTask, trial: TrialRecord | None
+) -> TrainingLogScan:
+    """Scan the training log; a protocol pattern that will not compile falls back to the
+    built-in matcher (the protocol collector already reported it)."""
+    steps = _expected_steps(trial, task.steps_from)
+    try:
+        return scan_training_log(reader, display, steps, task.terminal_pattern)
+    except ValueError:
+        return scan_training_log(reader, display, steps, None)
+
+
+def _os_reason(error: OSError) -> str:
+    """A short reason for an OS error, without the path (the caller has it)."""
+    return error.strerror or type(error).__name__
+
+
+def hash_only(task: FileTask) -> FileOutcome:
+    """Hash a file that is not parsed (unlisted files, unknown kinds)."""
+    try:
+        with open(task.resolved, "rb") as handle:
+            reader = HashingReader(handle)
+            reader.drain()
+            return FileOutcome(task.display, task.kind, reader.digest())
+    except OSError as error:
+        return FileOutcome(task.display, task.kind, None, _os_reason(error))

@@ -1,0 +1,107 @@
+"""Find what a study root holds, without following links out of it.
+
+The walk never descends through a symbolic link (a link is recorded as a file
+entry and judged by the path checks), so a link loop or a link to ``/`` cannot
+make the audit wander. Everything found is returned in sorted order, so the
+audit is deterministic whatever order the filesystem lists.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PERIOD_RE = re.compile(r"^period-(\d+)\.json$")
+ATTEMPT_DIR_RE = re.compile(r"^attempt-[^/]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class StudyLayout:
+    """The inventory of a study root (root-relative POSIX paths)."""
+
+    root: Path
+    period_records: tuple[str, ...]
+    attempt_dirs: tuple[str, ...]
+    attempt_files: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Every file (or link) below each attempt directory."""
+    protocol: str | None = None
+    execution_commits: str | None = None
+    sacct: str | None = None
+    stray_pair_files: tuple[str, ...] = ()
+    """Files under ``pairs/`` that are not ``period-<n>.json``."""
+
+
+def discover(root: Path) -> StudyLayout:
+    """Inventory ``root`` (already resolved)."""
+    period_records: list[str] = []
+    stray: list[str] = []
+    pairs = root / "pairs"
+    if pairs.is_dir() and not pairs.is_symlink():
+        for rel in _walk(root, pairs):
+            parts = rel.split("/")
+            if len(parts) == 3 and PERIOD_RE.match(parts[2]):
+                period_records.append(rel)
+            else:
+                stray.append(rel)
+    attempt_dirs: list[str] = []
+    attempt_files: dict[str, tuple[str, ...]] = {}
+    for top in _scandir_sorted(root):
+        if top.name in ("pairs", "accounting") or not _is_real_dir(top):
+            continue
+        for sub in _scandir_sorted(Path(top.path)):
+            if _is_real_dir(sub) and ATTEMPT_DIR_RE.match(sub.name):
+                rel_dir = f"{top.name}/{sub.name}"
+                attempt_dirs.append(rel_dir)
+                attempt_files[rel_dir] = tuple(_walk(root, Path(sub.path)))
+
+    def optional(rel: str) -> str | None:
+        return rel if os.path.lexists(root / rel) else None
+
+    return StudyLayout(
+        root=root,
+        period_records=tuple(sorted(period_records, key=_natural_key)),
+        attempt_dirs=tuple(attempt_dirs),
+        attempt_files=attempt_files,
+        protocol=optional("protocol.json"),
+        execution_commits=optional("execution_commits.json"),
+        sacct=optional("accounting/sacct-raw.psv"),
+        stray_pair_files=tuple(stray),
+    )
+
+
+def _is_real_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def _scandir_sorted(path: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(path) as entries:
+            return sorted(entries, key=lambda e: e.name)
+    except OSError:
+        return []
+
+
+def _walk(root: Path, top: Path) -> list[str]:
+    """Every non-directory entry below ``top`` (links not followed), root-relative, sorted."""
+    found: list[str] = []
+    stack = [top]
+    while stack:
+        current = stack.pop()
+        for entry in _scandir_sorted(current):
+            if _is_real_dir(entry):
+                stack.append(Path(entry.path))
+            else:
+                found.append(Path(entry.path).relative_to(root).as_posix())
+    return sorted(found)
+
+
+def _natural_key(rel: str) -> tuple[str, int, str]:
+    """Sort ``pairs/<pair>/period-<n>.json`` by pair, then period number."""
+    parts = rel.split("/")
+    match = PERIOD_RE.match(parts[-1])
+    return (parts[1] if len(parts) > 1 else rel, int(match.group(1)) if match else 0, rel)

@@ -1,0 +1,180 @@
+"""Read a period record, ``pairs/<pair>/period-<n>.json``, into a :class:`PeriodRecord`.
+
+Both forms of the contract are read: the single-attempt form (``job_id``,
+``attempt_dir``, ``workers``, ``evidence`` at the top) becomes one
+:class:`AttemptSpec` with pointer ``""``; the retried form lists its attempts in
+``attempts`` (in launch order), each with pointer ``/attempts/<i>``. When
+``attempts`` is present it wins and top-level single-attempt fields are ignored.
+
+A record that cannot be read (empty, too large, not JSON, duplicate keys, not
+an object) still yields a record: ``readable=False``, the pair and period taken
+from its path, the cause's finding and an ``AUD011``. Nothing on disk silently
+drops out of the audit. A readable record with a missing or mistyped ``pair``
+or ``period`` also falls back to its path for that value (with the schema
+finding). Field values of the wrong type are read as None, except an integer
+``job_id``/``array_job_id``, which is read as its digits (the schema still flags
+it): the id is unambiguous and identity checks keep working.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+from typing import Any, BinaryIO
+
+from auditor import catalogue
+from auditor._io import HashingReader
+from auditor.collect.jsondoc import (
+    DEFAULT_LIMIT,
+    as_bool,
+    as_int,
+    as_job_id,
+    as_list,
+    as_obj,
+    as_str,
+    finish,
+    load_json,
+)
+from auditor.model import (
+    AttemptSpec,
+    Citation,
+    EvidenceEntry,
+    Finding,
+    IdleCheck,
+    PeriodRecord,
+    Worker,
+)
+from auditor.schema import validate_document
+
+PERIOD_LIMIT = DEFAULT_LIMIT
+"""Largest period record parsed (bytes)."""
+
+_PERIOD_PATH = re.compile(r"(?:^|/)pairs/(?P<pair>[^/]+)/period-(?P<period>[0-9]+)\.json$")
+_PERIOD_NAME = re.compile(r"period-(?P<period>[0-9]+)")
+
+
+def identity_from_path(path: str) -> tuple[str, int]:
+    """(pair, period) from ``pairs/<pair>/period-<n>.json``.
+
+    For a path of another shape: the parent directory's name (or the file's
+    stem) and the first number after ``period-`` in the name (or 0).
+    """
+    match = _PERIOD_PATH.search(path)
+    if match:
+        return match["pair"], int(match["period"])
+    posix = PurePosixPath(path)
+    name_match = _PERIOD_NAME.search(posix.name)
+    return posix.parent.name or posix.stem, int(name_match["period"]) if name_match else 0
+
+
+def read_period(stream: BinaryIO | HashingReader, path: str) -> PeriodRecord:
+    """Read one period record from ``stream``; ``path`` is its root-relative POSIX path."""
+    doc, findings = load_json(stream, path, PERIOD_LIMIT, kind="period record")
+    digest = finish(stream)
+    path_pair, path_period = identity_from_path(path)
+    if doc is None:
+        findings.append(_unreadable(path, findings))
+        return PeriodRecord(
+            path=path,
+            pair=path_pair,
+            period=path_period,
+            readable=False,
+            digest=digest,
+            findings=tuple(findings),
+        )
+    findings.extend(validate_document("period", doc, path))
+    if "attempts" in doc:
+        attempts = tuple(
+            _attempt(item, index, f"/attempts/{index}")
+            for index, item in enumerate(as_list(doc["attempts"]))
+        )
+    else:
+        attempts = (_attempt(doc, 0, ""),)
+    pair = as_str(doc.get("pair"))
+    period = as_int(doc.get("period"))
+    return PeriodRecord(
+        path=path,
+        pair=pair if pair else path_pair,
+        period=period if period is not None else path_period,
+        readable=True,
+        study=as_str(doc.get("study")),
+        workload=as_str(doc.get("workload")),
+        seed=as_int(doc.get("seed")),
+        model=as_str(doc.get("model")),
+        gpus=as_int(doc.get("gpus")),
+        array_job_id=as_job_id(doc.get("array_job_id")),
+        array_task_id=as_int(doc.get("array_task_id")),
+        commit=as_str(doc.get("commit")),
+        attempts=attempts,
+        idle_check=_idle_check(doc.get("idle_check")),
+        digest=digest,
+        findings=tuple(findings),
+    )
+
+
+def _unreadable(path: str, causes: list[Finding]) -> Finding:
+    if causes:
+        cause = causes[0]
+        detail = cause.message.removeprefix(path).lstrip(": ")
+        error = f"{detail} ({cause.rule_id} {cause.symbol})"
+    else:  # pragma: no cover - load_json always explains a None document
+        error = "unreadable"
+    return catalogue.finding("AUD011", path, [Citation(path)], error=error)
+
+
+def _attempt(value: object, index: int, pointer: str) -> AttemptSpec:
+    obj = as_obj(value)
+    return AttemptSpec(
+        index=index,
+        job_id=as_job_id(obj.get("job_id")),
+        attempt_dir=as_str(obj.get("attempt_dir")),
+        workers=tuple(
+            _worker(item, f"{pointer}/workers/{position}")
+            for position, item in enumerate(as_list(obj.get("workers")))
+        ),
+        evidence=tuple(
+            entry
+            for position, item in enumerate(as_list(obj.get("evidence")))
+            if (entry := _evidence(item, f"{pointer}/evidence/{position}")) is not None
+        ),
+        pointer=pointer,
+    )
+
+
+def _worker(value: object, pointer: str) -> Worker:
+    obj = as_obj(value)
+    return Worker(
+        role=as_str(obj.get("role")),
+        rank=as_int(obj.get("rank")),
+        pid=as_int(obj.get("pid")),
+        pointer=pointer,
+    )
+
+
+def _evidence(value: object, pointer: str) -> EvidenceEntry | None:
+    """An evidence entry, or None when it has no string ``path`` (the schema says so)."""
+    obj: dict[str, Any] = as_obj(value)
+    path = as_str(obj.get("path"))
+    if path is None:
+        return None
+    sha256 = as_str(obj.get("sha256"))
+    return EvidenceEntry(
+        path=path,
+        kind=as_str(obj.get("kind")) or "",
+        sha256=sha256.lower() if sha256 is not None else None,
+        size=as_int(obj.get("size")),
+        pointer=pointer,
+    )
+
+
+def _idle_check(value: object) -> IdleCheck | None:
+    if type(value) is not dict:
+        return None
+    return IdleCheck(
+        passed=as_bool(value.get("passed")),
+        checked_ns=as_int(value.get("checked_ns")),
+        gpu_memory_used_mib=tuple(
+            item for item in as_list(value.get("gpu_memory_used_mib")) if type(item) is int
+        ),
+        gpu_processes=as_int(value.get("gpu_processes")),
+    )

@@ -1,0 +1,133 @@
+"""Read ``protocol.json`` (the frozen rules) into a :class:`Protocol`, or give the defaults.
+
+Every key is optional and a missing key takes the built-in default of
+:class:`auditor.model.Protocol`. A key whose value breaks the schema (anywhere
+inside it) also takes its default, as a whole: a half-read rule list could
+change what counts as success. Each schema problem is an ``AUD002``; one
+``AUD014`` names the keys that fell back. A protocol that cannot be read at all
+gives the defaults, the cause's finding and an ``AUD014``.
+
+``terminal_event.pattern`` must compile as a Python regular expression with a
+named group ``step``; otherwise it is dropped (``AUD014``) and the built-in
+terminal-event matcher applies.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any, BinaryIO
+
+from auditor import catalogue
+from auditor._io import HashingReader, clip
+from auditor.collect.jsondoc import as_list, as_obj, finish, load_json
+from auditor.model import Citation, Configuration, EligibleFailure, Protocol
+from auditor.schema import validate_document
+
+PROTOCOL_LIMIT = 1 << 20
+"""Largest protocol file parsed (bytes)."""
+
+_DEFAULTS = Protocol(path=None)
+
+
+def default_protocol() -> Protocol:
+    """The built-in rules (no protocol file)."""
+    return _DEFAULTS
+
+
+def read_protocol(stream: BinaryIO | HashingReader, path: str) -> Protocol:
+    """Read ``protocol.json`` from ``stream``; ``path`` is how it is cited."""
+    doc, findings = load_json(stream, path, PROTOCOL_LIMIT, kind="protocol")
+    digest = finish(stream)
+    if doc is None:
+        cause = findings[0].message.removeprefix(path).lstrip(": ") if findings else "unreadable"
+        findings.append(
+            catalogue.finding(
+                "AUD014", path, [Citation(path)], error=f"{cause}; built-in defaults apply"
+            )
+        )
+        return replace(_DEFAULTS, path=path, digest=digest, findings=tuple(findings))
+
+    schema_findings = validate_document("protocol", doc, path)
+    findings.extend(schema_findings)
+    broken = [cite.pointer or "" for item in schema_findings for cite in item.citations]
+
+    def usable(pointer: str) -> bool:
+        """Present in the document, and no problem at, above or below ``pointer``."""
+        if not _present(doc, pointer):
+            return False
+        return not any(
+            bad == pointer or bad.startswith(pointer + "/") or pointer.startswith(bad + "/")
+            for bad in broken
+        )
+
+    fallbacks = sorted(
+        {bad.split("/")[1] for bad in broken if bad.count("/") >= 1 and bad != "/schema"}
+    )
+    if fallbacks:
+        findings.append(
+            catalogue.finding(
+                "AUD014",
+                path,
+                [Citation(path, pointer=f"/{fallbacks[0]}")],
+                error=f"invalid {', '.join(fallbacks)}: built-in defaults apply there",
+            )
+        )
+
+    values: dict[str, Any] = {}
+    if usable("/name"):
+        values["name"] = doc["name"]
+    if usable("/terminal_event/steps_from"):
+        values["steps_from"] = doc["terminal_event"]["steps_from"]
+    if usable("/terminal_event/pattern"):
+        pattern, problem = _terminal_pattern(doc["terminal_event"]["pattern"])
+        if problem:
+            findings.append(
+                catalogue.finding(
+                    "AUD014",
+                    path,
+                    [Citation(path, pointer="/terminal_event/pattern", quote=clip(pattern, 80))],
+                    error=f"terminal_event.pattern {problem}; the built-in matcher applies",
+                )
+            )
+        else:
+            values["terminal_pattern"] = pattern
+    if usable("/completion_phases"):
+        values["completion_phases"] = tuple(doc["completion_phases"])
+    if usable("/eligible_failures"):
+        values["eligible_failures"] = tuple(
+            EligibleFailure(item["phase"], tuple(item["error_types"]))
+            for item in as_list(doc["eligible_failures"])
+        )
+    if usable("/coordinated_shutdown_flag"):
+        values["coordinated_shutdown_flag"] = doc["coordinated_shutdown_flag"]
+    if usable("/configurations"):
+        values["configurations"] = tuple(
+            Configuration(item["workload"], item["gpus"], tuple(item["seeds"]))
+            for item in as_list(doc["configurations"])
+        )
+    if usable("/anchors"):
+        values["anchors"] = tuple(
+            (name, value.lower()) for name, value in as_obj(doc["anchors"]).items()
+        )
+    return Protocol(path=path, digest=digest, findings=tuple(findings), **values)
+
+
+def _present(doc: dict[str, Any], pointer: str) -> bool:
+    node: object = doc
+    for part in pointer[1:].split("/"):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _terminal_pattern(pattern: str) -> tuple[str, str]:
+    """(pattern, problem): problem is ``""`` when it compiles with a named group ``step``."""
+    try:
+        compiled = re.compile(pattern)
+    except (re.error, RecursionError, OverflowError, ValueError) as error:
+        return pattern, f"does not compile: {error}"
+    if "step" not in compiled.groupindex:
+        return pattern, "has no named group 'step'"
+    return pattern, ""

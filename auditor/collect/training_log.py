@@ -1,0 +1,482 @@
+"""Collector for ``training-<job>.log``: one streaming pass that finds what the log shows.
+
+The console log of a training driver is the only place the *terminal event* of
+a run appears: verl's console logger prints ``step:N - ... - training/global_step:N
+- ...`` once per training step, and the run dispatched with
+``TOTAL_TRAINING_STEPS=N`` is complete only if that line for N is there. Around
+it the log may show why a run did not complete: Python tracebacks, GPU or host
+out-of-memory errors, vLLM KV-cache initialisation failures, NCCL watchdog
+timeouts, ``slurmstepd`` cancellation lines, or a coordinated shutdown.
+
+What real logs look like, and how this module copes:
+
+- Logs can be gigabytes. The file is read once through :func:`auditor._io.iter_lines`
+  (bounded memory: one chunk plus one clipped line). Each raw line is first tested
+  with one cheap bytes prefilter (a literal alternation); only lines that could
+  matter are decoded (UTF-8 with replacement) and examined with regular expressions.
+- Ray prefixes every worker line with ``(TaskRunner pid=1) ``, ``(WorkerDict pid=2,
+  ip=10.0.0.7) ``, ``(wiQkzJWorkerDict_0:0 WorkerDict pid=3) ``, ``(raylet) ``...,
+  often wrapped in ANSI colour codes; torch adds ``[rank0]:``, vLLM its logger
+  prefix, docker compose ``name  | ``. ANSI sequences (CSI and OSC) are removed
+  and these prefixes are stripped before matching. Event texts keep the Ray
+  prefix (it says which process spoke) but never ANSI codes or raw control bytes.
+- tqdm progress bars rewrite one physical line with ``\\r``; each ``\\r``-separated
+  segment is matched on its own, and events report the physical line number.
+- Lines longer than ``max_line`` are examined on their first ``max_line`` bytes
+  only (finding AUD007); invalid UTF-8 (AUD005) and NUL bytes (AUD006) are reported
+  once per file, at their first line, and never stop the scan.
+
+Terminal matching follows the evidence contract: a line holding ``step:N``
+followed later on the same line by ``training/global_step:N``. The value may be
+printed ``1``, ``1.000``, ``np.int64(1)`` or ``np.float64(1.0)``; ``step:10`` never
+matches N=1, ``global_step:``/``timing_s/step:`` are not the ``step:`` key, and a
+validation-only ``step:N+1 - val/...`` line (no global step) never counts. verl
+logs older than the ``training/global_step`` key (v0.1/v0.2) therefore have no
+terminal event under the built-in matcher; a protocol ``terminal_event.pattern``
+(a regex with a named group ``step``) replaces the matcher for them.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from collections import deque
+from typing import BinaryIO
+
+from auditor import catalogue
+from auditor._io import DEFAULT_MAX_LINE, HashingReader, clip, iter_lines
+from auditor.model import Citation, Finding, LogEvent, TrainingLogScan
+
+__all__ = ["scan_training_log"]
+
+TEXT_LIMIT = 300
+"""Characters of a line kept in an event's ``text``."""
+
+QUOTE_LIMIT = 120
+"""Characters of a line quoted in a finding's citation."""
+
+STEP_LINES_KEPT = 3
+"""How many of the last ``step_line`` events are kept (``last_step`` is what matters)."""
+
+TRACEBACK_HORIZON = 1000
+"""Lines after which an unfinished traceback of one process is forgotten."""
+
+TRACEBACK_KEYS = 64
+"""Most processes with an unfinished traceback tracked at once."""
+
+# One literal alternation, run on the raw bytes of every line: a line none of
+# these occur in cannot produce any event, so it is never decoded. Pure
+# literals keep the regex engine on its fast path (a character class here
+# costs 3-4x); each detector below re-checks its own exact text.
+_TRIGGER = re.compile(
+    rb"step:|Error|Exception|emory|oom[-_]kill|KV cache|kv cache|atchdog|NCCL|CANCELLED"
+    rb"|hutdown|HUTDOWN|hutting|HUTTING|olicy replica|OLICY_REPLICA|Traceback|File \""
+)
+
+_ANSI = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor movement (tqdm)
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: window titles, hyperlinks
+    r"|\x1b[@-Z\\-_]"  # other two-byte escapes
+)
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+# Prefixes in front of the line a process printed. The first two identify the
+# process (the key a traceback's frames and exception line share).
+_PROCESS_PREFIX = re.compile(
+    r"\((?:[^()\n]{1,200} )?pid=\d+(?:, ip=[^()\s]+)?\) ?"  # Ray worker / actor / task
+    r"|\((?:raylet|gcs_server|dashboard|dashboard_agent|runtime_env_agent|log_monitor"
+    r"|monitor|autoscaler|scheduler)(?:, ip=[^()\s]+)?(?: \+[\w.]+)?\) ?"  # Ray system
+    r"|\[(?:rank|default)\d+\]: ?"  # torch.distributed / torchrun
+)
+_OTHER_PREFIX = re.compile(
+    r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+    r"\[?[\w./-]+:\d+\] ?"  # vLLM logger
+    r"|[\w.-]+ +\| "  # docker compose service
+)
+
+_VALUE = r"(?:np\.[a-z]+\d*\(\s*)?(\d{1,18})(?:\.(\d*))?\)?(?![\w.])"
+_STEP_KEY = re.compile(r"(?<![\w/.\-])step:\s*" + _VALUE)
+_GLOBAL_STEP_KEY = re.compile(r"(?<![\w/.\-])training/global_step:\s*" + _VALUE)
+_LEGACY_STEP_LINE = re.compile(r"\s*step:\s*" + _VALUE)
+_STEP_VALUE = re.compile(r"\s*(?:np\.[a-z]+\d*\(\s*)?([+-]?\d{1,18})(?:\.(\d*))?\s*\)?\s*")
+
+_TRACEBACK = "Traceback (most recent call last)"
+_EXCEPTION_IN_TRACEBACK = re.compile(r"([A-Za-z_][\w.]*(?:\([\w.]+\))?)(?::\s|:?$)")
+_EXCEPTION_STANDALONE = re.compile(
+    r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?:\([\w.]+\))?):\s"
+)
+
+_HOST_OOM = re.compile(
+    r"ray\.exceptions\.OutOfMemoryError"
+    r"|Task was killed due to the node running low on memory"
+    r"|exceeds the memory usage threshold"
+    r"|\boom[-_]kill(?:er)?\b"
+    r"|Out of memory: Kill(?:ed)? process"
+    r"|out-of-memory handler"
+    r"|Memory cgroup out of memory"
+)
+_GPU_OOM = re.compile(
+    r"OutOfMemoryError"
+    r"|RayTaskError\(OutOfMemoryError\)"  # the remote exception class: torch's
+    r"|CUDA out of memory"
+    r"|CUDA [Ee]rror: out of memory"  # torch and vLLM's cumem allocator
+    r"|cudaErrorMemoryAllocation"
+    r"|HIP out of memory"
+)
+_KV_CACHE_FAILURE = re.compile(
+    r"No available memory for the cache blocks"
+    r"|(?i:kv cache).*(?:larger than the available|Try increasing|[Ii]nsufficient|not enough)"
+    r"|(?:Error|[Ii]nsufficient|[Nn]ot enough)\b.*(?i:kv cache)"
+)
+_NCCL_TIMEOUT = re.compile(
+    r"Watchdog caught collective operation timeout"
+    r"|Timeout at NCCL work"
+    r"|NCCL operations have failed or timed out"
+    r"|[Hh]eartbeat monitor timed out"
+    r"|watchdog got stuck"
+)
+_NCCL_TIMEOUT_OTHER = re.compile(r"ProcessGroupNCCL.*\bTimeout\b(?!\s*\(ms\))")
+"""A ProcessGroupNCCL line naming a timeout in other words (not the ``Timeout(ms)`` setting)."""
+_SLURM_CANCEL = re.compile(
+    r"\*\*\* (?:JOB|STEP) (?P<id>[\w.+\[\]-]+)(?: ON \S+)? CANCELLED AT \S+(?P<rest>[^*]*)"
+)
+_TIME_LIMIT = re.compile(r"DUE TO TIME LIMIT", re.IGNORECASE)
+_SHUTDOWN = re.compile(
+    r"coordinated[\s_-]+(?:\w+[\s_-]+)?shut(?:ting)?[\s_-]*down"
+    r"|COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS(?!\s*=|['\"]\s*[:,=])"
+    r"|shut(?:ting)?[\s_-]*down\b.{0,120}?\bno\s+(?:\w+\s+)?policy[\s_-]+replicas?"
+    r"|\bno\s+(?:\w+\s+)?policy[\s_-]+replicas?\b.{0,120}?shut(?:ting)?[\s_-]*down",
+    re.IGNORECASE,
+)
+
+
+def scan_training_log(
+    stream: BinaryIO | HashingReader,
+    path: str,
+    expected_steps: int | None,
+    pattern: str | None = None,
+    max_events: int = 200,
+    max_line: int = DEFAULT_MAX_LINE,
+) -> TrainingLogScan:
+    """Read a training log once and report its terminal event, last step and other events.
+
+    ``path`` is the file's path relative to the evidence root (used in events'
+    findings and citations). ``expected_steps`` is the dispatched
+    ``TOTAL_TRAINING_STEPS``; when None no terminal event is looked for, but
+    ``last_step`` is still recorded. ``pattern`` replaces the built-in terminal
+    matcher: a regex with a named group ``step``, searched in every ``\\r``
+    segment after ANSI and prefix removal (every line is then decoded, which
+    is slower). At most ``max_events`` events are kept, in line order (the rest
+    are counted in ``events_dropped``), plus the last
+    :data:`STEP_LINES_KEPT` ``step_line`` events; the terminal event is kept
+    apart. The stream is read to its end (so a :class:`HashingReader` has
+    hashed every byte).
+
+    Raises ``ValueError`` (before reading anything) when ``pattern`` is not a
+    valid regular expression or lacks the ``step`` group, or a limit is not positive.
+    """
+    if max_events < 0:
+        raise ValueError(f"max_events must be >= 0, not {max_events}")
+    if max_line < 1:
+        raise ValueError(f"max_line must be >= 1, not {max_line}")
+    custom = _compile_pattern(pattern) if pattern is not None else None
+    scanner = _Scanner(path, expected_steps, custom, max_events)
+
+    trigger = _TRIGGER.search
+    examine = scanner.examine
+    examine_all = custom is not None
+    nul_line: int | None = None
+    utf8_line: int | None = None
+    utf8_quote = nul_quote = ""
+    clipped: tuple[int, int] | None = None
+    lines = 0
+    for line in iter_lines(stream, max_line):
+        data = line.data
+        lines = line.number
+        if nul_line is None and b"\x00" in data:
+            nul_line = lines
+            nul_quote = _quote(data, data.index(b"\x00"))
+        if utf8_line is None and not data.isascii():
+            bad = _utf8_error_offset(data, line.clipped)
+            if bad is not None:
+                utf8_line = lines
+                utf8_quote = _quote(data, bad)
+        if clipped is None and line.length > len(data):
+            clipped = (lines, line.length)
+        if examine_all or scanner.open_tracebacks or trigger(data) is not None:
+            examine(lines, data)
+
+    findings: list[Finding] = []
+    if utf8_line is not None:
+        findings.append(
+            catalogue.finding("AUD005", path, [Citation(path, utf8_line, quote=utf8_quote)])
+        )
+    if nul_line is not None:
+        findings.append(
+            catalogue.finding("AUD006", path, [Citation(path, nul_line, quote=nul_quote)])
+        )
+    if clipped is not None:
+        findings.append(
+            catalogue.finding(
+                "AUD007",
+                path,
+                [Citation(path, clipped[0])],
+                length=clipped[1],
+                limit=max_line,
+            )
+        )
+    findings.sort(key=lambda found: (found.citations[0].line or 0, found.rule_id))
+    return scanner.result(lines, tuple(findings))
+
+
+class _Scanner:
+    """The state of one scan: what was found so far, and unfinished tracebacks."""
+
+    def __init__(
+        self,
+        path: str,
+        expected_steps: int | None,
+        custom: re.Pattern[str] | None,
+        max_events: int,
+    ) -> None:
+        self.path = path
+        self.expected_steps = expected_steps
+        self.custom = custom
+        self.max_events = max_events
+        self.events: list[LogEvent] = []
+        self.events_dropped = 0
+        self.step_lines: deque[LogEvent] = deque(maxlen=STEP_LINES_KEPT)
+        self.terminal: LogEvent | None = None
+        self.last_step: int | None = None
+        self.open_tracebacks: dict[str, int] = {}
+        """Process key -> last line of a traceback whose exception line is still due."""
+
+    def result(self, lines: int, findings: tuple[Finding, ...]) -> TrainingLogScan:
+        """The scan's outcome (events merged in line order, step lines last on a line)."""
+        events = sorted([*self.events, *self.step_lines], key=lambda event: event.line)
+        return TrainingLogScan(
+            path=self.path,
+            lines=lines,
+            expected_steps=self.expected_steps,
+            terminal_event=self.terminal,
+            last_step=self.last_step,
+            events=tuple(events),
+            events_dropped=self.events_dropped,
+            findings=findings,
+        )
+
+    # ------------------------------------------------------------------ lines
+
+    def examine(self, number: int, data: bytes) -> None:
+        """Look at one physical line that passed the prefilter (or must be seen)."""
+        text = data.decode("utf-8", "replace")
+        if "\x1b" in text:
+            text = _ANSI.sub("", text)
+        if self.open_tracebacks:
+            self._expire_tracebacks(number)
+        segments = text.split("\r") if "\r" in text else [text]
+        key = ""
+        for index, segment in enumerate(segments):
+            if not segment:
+                continue
+            segment_key, content = _strip_prefixes(segment)
+            if index == 0:
+                key = segment_key  # later segments belong to the same process
+            self._examine_segment(number, segment, key, content)
+
+    def _examine_segment(self, number: int, segment: str, key: str, content: str) -> None:
+        if not self._tracebacks(number, segment, key, content):
+            # Not a frame or source line of a traceback: ``raise ValueError("No available
+            # memory for the cache blocks")`` quoted in a frame is code, not the failure.
+            self._failures(number, segment, content)
+        if self.custom is not None:
+            self._custom_steps(number, segment, content)
+        elif "step:" in content:
+            self._builtin_steps(number, segment, content)
+
+    def _tracebacks(self, number: int, segment: str, key: str, content: str) -> bool:
+        """Follow tracebacks per process; True when the segment is a frame or source line."""
+        open_tracebacks = self.open_tracebacks
+        if _TRACEBACK in content:
+            self._add("traceback", number, segment)
+            self._open(key, number)
+        elif content.startswith('  File "'):
+            self._open(key, number)  # a frame: also opens an excerpt that lost its header
+            return True
+        elif key in open_tracebacks:
+            if not content or content[0] in " \t":
+                open_tracebacks[key] = number  # source line, caret markers
+                return True
+            del open_tracebacks[key]
+            match = _EXCEPTION_IN_TRACEBACK.match(content)
+            if match:
+                self._add("exception", number, segment, match.group(1))
+        elif "Error" in content or "Exception" in content:
+            match = _EXCEPTION_STANDALONE.match(content)
+            if match:
+                self._add("exception", number, segment, match.group(1))
+        return False
+
+    def _failures(self, number: int, segment: str, content: str) -> None:
+        if "emory" in content or "oom" in content:
+            host = _HOST_OOM.search(content)
+            if host:
+                self._add("host_oom", number, segment, host.group(0))
+            else:
+                gpu = _GPU_OOM.search(content)
+                if gpu:
+                    self._add("gpu_oom", number, segment, gpu.group(0))
+        if ("cache" in content or "CACHE" in content) and _KV_CACHE_FAILURE.search(content):
+            exception = _EXCEPTION_STANDALONE.match(content)
+            self._add(
+                "kv_cache_init_failure", number, segment, exception.group(1) if exception else ""
+            )
+        if "NCCL" in content or "atchdog" in content or "eartbeat" in content:
+            nccl = _NCCL_TIMEOUT.search(content)
+            if nccl:
+                self._add("nccl_timeout", number, segment, nccl.group(0))
+            elif _NCCL_TIMEOUT_OTHER.search(content):
+                self._add("nccl_timeout", number, segment, "ProcessGroupNCCL Timeout")
+        if "CANCELLED" in content:
+            slurm = _SLURM_CANCEL.search(content)
+            if slurm:
+                limit = _TIME_LIMIT.search(slurm["rest"])
+                kind = "slurm_time_limit" if limit else "slurm_cancelled"
+                self._add(kind, number, segment, slurm["id"])
+        maybe_shutdown = "hut" in content or "HUT" in content or "OLICY" in content
+        if (maybe_shutdown or "olicy" in content) and _SHUTDOWN.search(content):
+            self._add("coordinated_shutdown", number, segment)
+
+    def _builtin_steps(self, number: int, segment: str, content: str) -> None:
+        """``step:S ... training/global_step:G`` pairs; S == G is a training step line."""
+        keys = list(_STEP_KEY.finditer(content))
+        seen_step = False
+        for index, key in enumerate(keys):
+            step = _integral(key.group(1), key.group(2))
+            if step is None:
+                continue
+            end = keys[index + 1].start() if index + 1 < len(keys) else len(content)
+            global_key = _GLOBAL_STEP_KEY.search(content, key.end(), end)
+            if global_key is None or _integral(global_key.group(1), global_key.group(2)) != step:
+                continue
+            seen_step = True
+            self._step(number, segment, step)
+        if not seen_step:
+            legacy = _LEGACY_STEP_LINE.match(content)
+            if legacy:
+                legacy_step = _integral(legacy.group(1), legacy.group(2))
+                if legacy_step is not None:
+                    self.step_lines.append(
+                        LogEvent("step_line", number, _text(segment), str(legacy_step))
+                    )
+
+    def _custom_steps(self, number: int, segment: str, content: str) -> None:
+        assert self.custom is not None
+        for match in self.custom.finditer(content):
+            raw = match.group("step")
+            value = _STEP_VALUE.fullmatch(raw) if raw is not None else None
+            if value is None:
+                continue
+            step = _integral(value.group(1), value.group(2))
+            if step is not None:
+                self._step(number, segment, step)
+
+    def _step(self, number: int, segment: str, step: int) -> None:
+        event = LogEvent("step_line", number, _text(segment), str(step))
+        if not self.step_lines or self.step_lines[-1].line != number:
+            self.step_lines.append(event)
+        if self.last_step is None or step > self.last_step:
+            self.last_step = step
+        if self.terminal is None and step == self.expected_steps:
+            self.terminal = LogEvent("terminal_event", number, event.text, str(step))
+
+    # ---------------------------------------------------------------- helpers
+
+    def _add(self, kind: str, number: int, segment: str, detail: str = "") -> None:
+        if len(self.events) < self.max_events:
+            self.events.append(LogEvent(kind, number, _text(segment), detail))
+        else:
+            self.events_dropped += 1
+
+    def _open(self, key: str, number: int) -> None:
+        open_tracebacks = self.open_tracebacks
+        if key not in open_tracebacks and len(open_tracebacks) >= TRACEBACK_KEYS:
+            del open_tracebacks[min(open_tracebacks, key=open_tracebacks.__getitem__)]
+        open_tracebacks[key] = number
+
+    def _expire_tracebacks(self, number: int) -> None:
+        horizon = number - TRACEBACK_HORIZON
+        stale = [key for key, last in self.open_tracebacks.items() if last < horizon]
+        for key in stale:
+            del self.open_tracebacks[key]
+
+
+def _compile_pattern(pattern: str) -> re.Pattern[str]:
+    """Compile a protocol terminal pattern, refusing one that cannot work."""
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(
+            f"terminal_event.pattern {pattern!r} is not a valid regular expression: {exc}"
+        ) from exc
+    if "step" not in compiled.groupindex:
+        raise ValueError(
+            f"terminal_event.pattern {pattern!r} has no named group 'step' "
+            "(write it as (?P<step>...))"
+        )
+    return compiled
+
+
+def _strip_prefixes(segment: str) -> tuple[str, str]:
+    """Split ``segment`` into (process key, content): Ray/rank prefixes form the key."""
+    key_parts: list[str] = []
+    position = 0
+    for _ in range(4):  # prefixes nest: compose | vLLM logger, (Ray) [rank0]: ...
+        process = _PROCESS_PREFIX.match(segment, position)
+        if process:
+            key_parts.append(process.group(0).rstrip())
+            position = process.end()
+            continue
+        other = _OTHER_PREFIX.match(segment, position)
+        if other is None:
+            break
+        position = other.end()
+    return " ".join(key_parts), segment[position:]
+
+
+def _integral(whole: str, fraction: str | None) -> int | None:
+    """``1``, ``1.000`` -> 1; ``1.5`` -> None."""
+    if fraction and fraction.strip("0"):
+        return None
+    return int(whole)
+
+
+def _text(segment: str) -> str:
+    """An event's text: control bytes made visible, clipped."""
+    return clip(_visible(segment), TEXT_LIMIT)
+
+
+def _visible(text: str) -> str:
+    return _CONTROL.sub(lambda found: f"\\x{ord(found.group(0)):02x}", text)
+
+
+def _quote(data: bytes, offset: int) -> str:
+    """A short visible excerpt of ``data`` around byte ``offset`` (for a citation)."""
+    start = max(0, offset - QUOTE_LIMIT // 2)
+    text = data[start : start + QUOTE_LIMIT * 2].decode("utf-8", "replace")
+    text = _visible(_ANSI.sub("", text))
+    return clip(("…" if start else "") + text, QUOTE_LIMIT)
+
+
+def _utf8_error_offset(data: bytes, clipped: bool) -> int | None:
+    """Offset of the first byte that is not UTF-8, or None; a clipped line may end
+    inside a character."""
+    try:
+        if clipped:
+            codecs.getincrementaldecoder("utf-8")().decode(data, final=False)
+        else:
+            data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start
+    return None

@@ -1,0 +1,981 @@
+"""Fold evidence and findings into one verdict per period, then configurations and the gate.
+
+The order of judgement for an attempt is fixed and written down here, because
+it *is* the policy:
+
+1. evidence that is not intact (missing, altered, unsafe, unreadable, invalid)
+   or does not belong together (identity, timeline, idle check, commit)
+   -> ``unresolved``; nothing else about the attempt can be trusted;
+2. an element still pending or running in sacct -> ``unresolved``
+   (``array_partial``), never passed;
+3. the exit (:mod:`auditor.reason.exits`); a wall-clock ``TIMEOUT``,
+   ``CANCELLED`` or ``NODE_FAIL`` of the element overrides an excused 143 for
+   the element's last attempt;
+4. clean exit: ``resolved`` only with the exact terminal event *and* every
+   rank's completion phases for the final step without error; otherwise
+   ``unresolved`` (``terminal_event_missing`` / ``completion_phase_missing``);
+5. unclean exit: a protocol-listed failure (e.g. ``rollout_init`` OOM) is a
+   measurement, ``failed``; a received signal, time limit, cancellation, node
+   failure, host OOM or NCCL timeout is ``unresolved`` with its reason.
+
+A retried period counts its first completed attempt (every attempt after it is
+*wasted*), else its last attempt.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from auditor.catalogue import finding
+from auditor.model import (
+    AllocatorTrace,
+    Citation,
+    Finding,
+    PhaseRecord,
+    Protocol,
+    SacctJob,
+    Verdict,
+    VerdictKind,
+)
+from auditor.reason.exits import ExitClass, classify_exit
+from auditor.validate.checks import element_for
+
+if TYPE_CHECKING:
+    from auditor.audit import AttemptEvidence, AuditOptions, Collected, PeriodEvidence
+
+UNFINISHED_STATES = frozenset({"PENDING", "RUNNING", "REQUEUED", "SUSPENDED", "RESIZING",
+                               "CONFIGURING", "COMPLETING", "REQUEUE_HOLD", "REQUEUE_FED"})
+BLOCKING_COLLECT_RULES = frozenset({"AUD001", "AUD002", "AUD003", "AUD010", "AUD012"})
+IDENTITY_RULES = frozenset({"AUD110", "AUD111", "AUD112", "AUD113", "AUD114"})
+TIMELINE_RULES = frozenset({"AUD115", "AUD116", "AUD117"})
+NS = 1_000_000_000
+
+LAUNCHER_STATUS = {
+    "resolved": VerdictKind.RESOLVED, "completed": VerdictKind.RESOLVED,
+    "complete": VerdictKind.RESOLVED, "success": VerdictKind.RESOLVED,
+    "succeeded": VerdictKind.RESOLVED, "ok": VerdictKind.RESOLVED,
+    "eligible_completion": VerdictKind.RESOLVED,
+    "failed": VerdictKind.FAILED, "eligible_failure": VerdictKind.FAILED,
+    "oom": VerdictKind.FAILED, "measured_failure": VerdictKind.FAILED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptOutcome:
+    """How one attempt was judged, and what it cost."""
+
+    subject: str
+    index: int
+    job_id: str | None
+    attempt_dir: str | None
+    outcome: str
+    """``completed``, ``failed`` or ``unresolved``."""
+    reason: str
+    exit_kind: str
+    exit_code: int | None
+    received_signal: str | None
+    started_ns: int | None
+    finished_ns: int | None
+    gpus: int | None
+    allocation_gpus: int | None
+    counted: bool
+    wasted: bool
+    launcher_status: str | None
+
+    @property
+    def seconds(self) -> float:
+        """Invocation wall time."""
+        if self.started_ns is None or self.finished_ns is None:
+            return 0.0
+        return max(0, self.finished_ns - self.started_ns) / NS
+
+    @property
+    def task_gpu_seconds(self) -> float:
+        """Invocation time x the GPUs the period used."""
+        return self.seconds * (self.gpus or 0)
+
+    @property
+    def reservation_gpu_seconds(self) -> float:
+        """Invocation time x the GPUs the allocation held."""
+        return self.seconds * (self.allocation_gpus or self.gpus or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodFacts:
+    """The figures the report's per-period table shows."""
+
+    subject: str
+    pair: str
+    period: int
+    workload: str | None
+    seed: int | None
+    gpus: int | None
+    array_task_id: int | None
+    job_id: str | None
+    actor_update_finished_ns: int | None
+    """Latest ``finished_ns`` across ranks of the final-step actor update."""
+    post_update_sync_finished_ns: int | None
+    """Latest ``finished_ns`` across ranks of the weight sync after that update."""
+    raw_peak_mib: int | None
+    pids_by_rank: tuple[int | None, ...]
+    log_lines: int | None
+    last_step: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigurationResult:
+    """A (workload, gpus) cell across seeds."""
+
+    workload: str
+    gpus: int
+    status: str
+    """``resolved`` when every period is resolved or failed (and none is missing)."""
+    outcome: str | None
+    """``completed``, ``failed`` or ``mixed`` when resolved."""
+    periods: tuple[str, ...]
+    seeds: tuple[int, ...]
+    missing_seeds: tuple[int, ...]
+    task_gpu_seconds: float
+    reservation_gpu_seconds: float
+
+    @property
+    def key(self) -> str:
+        """``workload@gpus``."""
+        return f"{self.workload}@{self.gpus}"
+
+
+@dataclass(frozen=True, slots=True)
+class ElementCost:
+    """One sacct allocation row's share of allocation-scope accounting."""
+
+    job_id: str
+    job_id_raw: str | None
+    state: str
+    elapsed_s: int | None
+    gpus: int | None
+    gpu_seconds: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Accounting:
+    """GPU time in overlapping scopes (never to be added together)."""
+
+    allocation_gpu_seconds: int
+    task_gpu_seconds: float
+    reservation_gpu_seconds: float
+    wasted_gpu_seconds: float
+    unresolved_gpu_seconds: float
+    elements: tuple[ElementCost, ...]
+    wasted_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class GateReason:
+    """One reason the gate fails, with what a waiver must name to lift it."""
+
+    rule_id: str
+    subject: str
+    text: str
+    integrity: bool
+    """True for evidence/anchor problems (they fail even ``--allow-partial``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GateResult:
+    """The gate's decision in one mode."""
+
+    allow_partial: bool
+    passed: bool
+    included_configurations: tuple[str, ...]
+    reasons: tuple[str, ...]
+    waived: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WaiverUse:
+    """A waiver and how many gate reasons it lifted."""
+
+    rule_id: str
+    subject: str
+    reason: str
+    matched: int
+
+
+@dataclass(frozen=True)
+class Reasoning:
+    """The reason stage's output."""
+
+    verdicts: tuple[Verdict, ...]
+    attempts: tuple[AttemptOutcome, ...]
+    facts: tuple[PeriodFacts, ...]
+    configurations: tuple[ConfigurationResult, ...]
+    accounting: Accounting
+    gate: GateResult
+    gate_partial: GateResult
+    gate_reasons: tuple[GateReason, ...]
+    waivers: tuple[WaiverUse, ...]
+    findings: tuple[Finding, ...] = field(default=())
+    disagreements: tuple[tuple[str, str, str, str], ...] = ()
+    """(subject, launcher status, launcher validation error, auditor verdict)."""
+
+
+# ---------------------------------------------------------------- the engine
+
+
+@dataclass
+class _Judgement:
+    outcome: str
+    reason: str
+    decisive: list[Finding]
+    shows: list[str]
+    limits: list[str]
+    citations: list[Citation]
+    exit: ExitClass | None
+
+
+def reason(collected: Collected, validation: list[Finding], options: AuditOptions) -> Reasoning:
+    """Judge every period, then configurations, accounting and the gate."""
+    protocol = collected.protocol
+    all_findings = list(collected.findings) + list(validation)
+    by_subject: dict[str, list[Finding]] = defaultdict(list)
+    by_path: dict[str, list[Finding]] = defaultdict(list)
+    for item in all_findings:
+        by_subject[item.subject].append(item)
+        for cite in item.citations:
+            by_path[cite.path].append(item)
+    last_attempt_of_job = _last_attempt_per_job(collected)
+    new_findings: list[Finding] = []
+    verdicts: list[Verdict] = []
+    outcomes: list[AttemptOutcome] = []
+    facts: list[PeriodFacts] = []
+    disagreements: list[tuple[str, str, str, str]] = []
+    for period in collected.periods:
+        verdict, period_outcomes, produced = _judge_period(
+            period, collected, protocol, by_subject, by_path, last_attempt_of_job
+        )
+        verdicts.append(verdict)
+        outcomes.extend(period_outcomes)
+        new_findings.extend(produced)
+        facts.append(_facts(period, protocol, period_outcomes))
+        counted = next((o for o in period_outcomes if o.counted), None)
+        trial = _counted_trial(period, counted)
+        if trial is not None and trial.status is not None:
+            said = LAUNCHER_STATUS.get(trial.status.lower(), VerdictKind.UNRESOLVED)
+            if said != verdict.verdict:
+                error = f" ({trial.validation_error})" if trial.validation_error else ""
+                new_findings.append(finding(
+                    "AUD211", period.subject, [Citation(trial.path, pointer="/status",
+                                                        quote=trial.status)],
+                    status=trial.status, error=error, verdict=verdict.verdict.value,
+                ))
+                disagreements.append((period.subject, trial.status,
+                                      trial.validation_error or "", verdict.verdict.value))
+    configurations, config_findings = _configurations(collected, verdicts, outcomes)
+    new_findings.extend(config_findings)
+    accounting = _accounting(collected, outcomes, verdicts)
+    reasons = _gate_reasons(collected, verdicts, validation + new_findings, configurations)
+    waiver_uses = []
+    lifted: set[int] = set()
+    for waiver in options.waivers:
+        matched = [i for i, r in enumerate(reasons)
+                   if r.rule_id == waiver.rule_id and r.subject == waiver.subject]
+        lifted.update(matched)
+        waiver_uses.append(WaiverUse(waiver.rule_id, waiver.subject, waiver.reason,
+                                     len(matched)))
+        if matched:
+            new_findings.append(finding("AUD215", waiver.subject, [],
+                                        waived_rule=waiver.rule_id, reason=waiver.reason))
+    gate = _gate(configurations, reasons, lifted, verdicts, allow_partial=False)
+    gate_partial = _gate(configurations, reasons, lifted, verdicts, allow_partial=True)
+    return Reasoning(
+        verdicts=tuple(verdicts),
+        attempts=tuple(outcomes),
+        facts=tuple(facts),
+        configurations=tuple(configurations),
+        accounting=accounting,
+        gate=gate,
+        gate_partial=gate_partial,
+        gate_reasons=tuple(reasons),
+        waivers=tuple(waiver_uses),
+        findings=tuple(new_findings),
+        disagreements=tuple(disagreements),
+    )
+
+
+def _counted_trial(period: PeriodEvidence, counted: AttemptOutcome | None):  # type: ignore[no-untyped-def]
+    if counted is None:
+        return None
+    for attempt in period.attempts:
+        if attempt.spec.index == counted.index:
+            return attempt.read.trial
+    return None
+
+
+def _last_attempt_per_job(collected: Collected) -> dict[str, str]:
+    """For each job id, the key of the attempt launched last in it (by invocation start)."""
+    latest: dict[str, tuple[int, str]] = {}
+    for period in collected.periods:
+        for attempt in period.attempts:
+            trial = attempt.read.trial
+            job = attempt.spec.job_id or (trial.job_id if trial else None)
+            if not job:
+                continue
+            start = trial.started_ns if trial and trial.started_ns is not None else -1
+            key = f"{period.subject}#{attempt.spec.index}"
+            if job not in latest or start >= latest[job][0]:
+                latest[job] = (start, key)
+    return {job: key for job, (_, key) in latest.items()}
+
+
+def _judge_period(
+    period: PeriodEvidence,
+    collected: Collected,
+    protocol: Protocol,
+    by_subject: dict[str, list[Finding]],
+    by_path: dict[str, list[Finding]],
+    last_attempt_of_job: dict[str, str],
+) -> tuple[Verdict, list[AttemptOutcome], list[Finding]]:
+    record = period.record
+    subject = period.subject
+    produced: list[Finding] = []
+    if not record.readable:
+        decisive = [f for f in record.findings if f.rule_id in ("AUD001", "AUD011", "AUD002")]
+        if not decisive:
+            decisive = [f for f in by_subject.get(record.path, [])]
+        return (
+            Verdict(subject, record.pair, record.period, VerdictKind.UNRESOLVED,
+                    "period_record_unreadable",
+                    "The period record could not be read or parsed, so none of its evidence "
+                    "could be located or checked.",
+                    "Nothing about this period's run can be concluded from the evidence.",
+                    tuple(decisive), (Citation(record.path),)),
+            [], produced,
+        )
+    if not period.attempts:
+        item = finding("AUD214", subject, [Citation(record.path)],
+                       detail="the period record lists no attempt")
+        produced.append(item)
+        return (
+            Verdict(subject, record.pair, record.period, VerdictKind.UNRESOLVED,
+                    "evidence_missing", "The period record lists no attempt.",
+                    "Nothing about this period's run can be concluded from the evidence.",
+                    (item,), (Citation(record.path),)),
+            [], produced,
+        )
+    judgements: list[tuple[AttemptEvidence, _Judgement]] = []
+    for attempt in period.attempts:
+        judgement = _judge_attempt(period, attempt, collected, protocol, by_subject, by_path,
+                                   last_attempt_of_job)
+        judgements.append((attempt, judgement))
+    counted_index = next(
+        (i for i, (_, j) in enumerate(judgements) if j.outcome == "completed"),
+        len(judgements) - 1,
+    )
+    outcomes: list[AttemptOutcome] = []
+    for i, (attempt, judgement) in enumerate(judgements):
+        trial = attempt.read.trial
+        element = element_for(collected.sacct, attempt.spec.job_id)
+        wasted = judgements[counted_index][1].outcome == "completed" and i > counted_index
+        outcome = AttemptOutcome(
+            subject=subject, index=attempt.spec.index, job_id=attempt.spec.job_id,
+            attempt_dir=attempt.spec.attempt_dir, outcome=judgement.outcome,
+            reason=judgement.reason, exit_kind=judgement.exit.kind if judgement.exit else "",
+            exit_code=trial.exit_code if trial else None,
+            received_signal=trial.received_signal if trial else None,
+            started_ns=trial.started_ns if trial else None,
+            finished_ns=trial.finished_ns if trial else None,
+            gpus=record.gpus,
+            allocation_gpus=element.gpus if element and element.gpus else record.gpus,
+            counted=i == counted_index, wasted=wasted,
+            launcher_status=trial.status if trial else None,
+        )
+        outcomes.append(outcome)
+        if wasted:
+            produced.append(finding(
+                "AUD212", subject, [Citation(attempt.spec.attempt_dir or record.path)],
+                attempt=attempt.spec.index + 1, job_id=attempt.spec.job_id,
+                gpu_seconds=f"{outcome.task_gpu_seconds:.6f}",
+            ))
+    attempt, judgement = judgements[counted_index]
+    produced.extend(f for f in judgement.decisive if f not in by_subject.get(subject, []))
+    kind = {"completed": VerdictKind.RESOLVED, "failed": VerdictKind.FAILED}.get(
+        judgement.outcome, VerdictKind.UNRESOLVED)
+    shows = list(judgement.shows)
+    if len(judgements) > 1:
+        shows.insert(0, f"The period ran {len(judgements)} attempts; attempt "
+                        f"{counted_index + 1} counts.")
+    verdict = Verdict(
+        subject, record.pair, record.period, kind,
+        judgement.reason if kind is VerdictKind.UNRESOLVED else judgement.reason,
+        " ".join(shows), " ".join(judgement.limits), tuple(judgement.decisive),
+        tuple(judgement.citations),
+    )
+    return verdict, outcomes, produced
+
+
+def _judge_attempt(
+    period: PeriodEvidence,
+    attempt: AttemptEvidence,
+    collected: Collected,
+    protocol: Protocol,
+    by_subject: dict[str, list[Finding]],
+    by_path: dict[str, list[Finding]],
+    last_attempt_of_job: dict[str, str],
+) -> _Judgement:
+    record = period.record
+    subject = period.subject
+    read = attempt.read
+    trial = read.trial
+    shows: list[str] = []
+    limits: list[str] = []
+    citations: list[Citation] = []
+    blockers: list[tuple[str, Finding]] = []
+
+    # 1. integrity and consistency
+    status_reason = {"unsafe": "evidence_unsafe", "missing": "evidence_missing",
+                     "mismatched": "evidence_mismatch", "unreadable": "evidence_unreadable"}
+    for row in attempt.files:
+        if row.status in status_reason:
+            for item in by_path.get(row.path, []) + by_path.get(row.manifest, []):
+                if item.subject == row.path and item.rule_id in ("AUD101", "AUD102", "AUD103",
+                                                                  "AUD104"):
+                    blockers.append((status_reason[row.status], item))
+                    break
+    for row in attempt.files:
+        for item in by_path.get(row.path, []):
+            if item.rule_id in BLOCKING_COLLECT_RULES:
+                blockers.append(("evidence_invalid", item))
+    for item in by_subject.get(subject, []):
+        if item.rule_id in IDENTITY_RULES:
+            blockers.append(("identity_mismatch", item))
+        elif item.rule_id == "AUD107":
+            blockers.append(("evidence_missing", item))
+        elif item.rule_id in TIMELINE_RULES:
+            blockers.append(("timeline_inconsistent", item))
+        elif item.rule_id == "AUD118":
+            blockers.append(("idle_check_failed", item))
+        elif item.rule_id == "AUD121":
+            blockers.append(("commit_mismatch", item))
+    for trace in read.traces:
+        for item in trace.findings:
+            if item.rule_id == "AUD115":
+                blockers.append(("timeline_inconsistent", item))
+    blockers = _dedupe(blockers)
+
+    # 2. unfinished element
+    job_id = attempt.spec.job_id or (trial.job_id if trial else None)
+    element = element_for(collected.sacct, job_id)
+    if element is not None and element.state in UNFINISHED_STATES:
+        item = finding("AUD210", subject, [Citation(collected.sacct.path if collected.sacct
+                                                    else "", line=element.line,
+                                                    quote=element.state_raw)],
+                       detail=f"job {element.job_id} is {element.state_raw} in sacct")
+        blockers.insert(0, ("array_partial", item))
+
+    if trial is None:
+        present = any(row.kind == "trial" for row in attempt.files)
+        reason_word = "evidence_missing" if not present else "evidence_invalid"
+        if not blockers:
+            item = finding("AUD214", subject, [Citation(record.path)],
+                           detail="no readable trial record for the attempt")
+            blockers.append((reason_word, item))
+
+    # what the evidence shows, whatever the verdict
+    exit_class = classify_exit(trial, protocol.coordinated_shutdown_flag) if trial else None
+    steps = _expected_steps(trial, protocol)
+    completion = _completion(attempt, protocol, steps)
+    eligible = _eligible_failures(read.traces, protocol)
+    log = read.log
+    events = {event.kind: event for event in reversed(log.events)} if log else {}
+
+    if exit_class is not None:
+        shows.append(_sentence(f"Exit: {exit_class.detail}"))
+        citations.extend(exit_class.citations)
+    if steps is not None and trial is not None:
+        shows.append(f"The dispatch specifies {protocol.steps_from}={steps}.")
+    if not eligible or completion.complete:
+        shows.extend(completion.sentences)
+        citations.extend(completion.citations)
+    if log is not None:
+        if log.terminal_event is not None:
+            shows.append(f"The training log holds the terminal event for step {steps}.")
+            citations.append(Citation(log.path, line=log.terminal_event.line,
+                                      quote=log.terminal_event.text))
+        elif steps is not None:
+            seen = (f"the last training step logged is {log.last_step}"
+                    if log.last_step is not None else "no `step:` metric line appears at all")
+            shows.append(f"The training log holds no line with `step:{steps}` followed by "
+                         f"`training/global_step:{steps}`; {seen}.")
+            citations.append(Citation(log.path, quote=f"{log.lines} lines scanned"))
+    for kind_name in ("coordinated_shutdown", "slurm_time_limit", "slurm_cancelled",
+                      "nccl_timeout", "host_oom", "gpu_oom", "kv_cache_init_failure"):
+        event = events.get(kind_name)
+        if event is not None and log is not None:
+            citations.append(Citation(log.path, line=event.line, quote=event.text))
+    for rank, record_ in eligible:
+        citations.append(Citation(record_.path, line=record_.line,
+                                  quote=f"{record_.phase} {record_.error_type}"))
+    if trial is not None and trial.status:
+        error = f" ({trial.validation_error})" if trial.validation_error else ""
+        shows.append(f"The launcher recorded status `{trial.status}`{error}.")
+    idle = record.idle_check
+    if idle is not None and idle.passed is True:
+        shows.append("The post-period idle check passed.")
+
+    if blockers:
+        reason_word, item = blockers[0]
+        decisive = [f for _, f in blockers]
+        shows.insert(0, _sentence(_blocker_sentence(reason_word, decisive)))
+        limits.append("Evidence that is missing, altered or inconsistent cannot support a "
+                      "verdict; what the remaining files show is reported but not relied on.")
+        return _Judgement("unresolved", reason_word, decisive, shows, limits, citations,
+                          exit_class)
+    assert trial is not None and exit_class is not None
+
+    # 3. infrastructure on the element's last attempt
+    is_last = last_attempt_of_job.get(job_id or "") == f"{subject}#{attempt.spec.index}"
+    infra = _infrastructure(element, is_last, log, collected, subject, trial)
+    if infra is not None and exit_class.kind == "clean" and infra[0] != "infrastructure_failure":
+        infra = None  # exited 0: whatever ended the allocation came after this attempt
+    if exit_class.clean and infra is None:
+        if completion.complete and log is not None and log.terminal_event is not None:
+            limits.append("Completed calls and the terminal line show the run reached its "
+                          "final step; they do not prove the optimizer changed parameters.")
+            return _Judgement("completed", "completed", [], shows, limits, citations,
+                              exit_class)
+        if completion.complete:
+            item = finding("AUD201", subject, [Citation(log.path if log else record.path)],
+                           detail=f"clean exit; all {completion.ranks} ranks completed "
+                                  f"{' and '.join(protocol.completion_phases)} for step {steps}"
+                                  "; terminal event absent from the training log")
+            limits.append(
+                "These are completed calls, not independent proof that optimizer parameters "
+                "changed or that the entire required terminal protocol completed. Nor does "
+                "the missing line prove that no training happened: a log can lose its last "
+                "lines (for example when the driver shuts Ray down immediately, before actor "
+                "output is delivered), and the evidence cannot tell which happened."
+            )
+            return _Judgement("unresolved", "terminal_event_missing", [item], shows, limits,
+                              citations, exit_class)
+        item = finding("AUD202", subject, [Citation(record.path)],
+                       detail="; ".join(completion.problems) or "no completion records")
+        limits.append("Without every rank's completion records the run cannot be shown to "
+                      "have reached its final step, whatever the exit code says.")
+        return _Judgement("unresolved", "completion_phase_missing", [item], shows, limits,
+                          citations, exit_class)
+
+    # 4. unclean exit
+    if exit_class.kind == "signalled":
+        signal_name = (trial.received_signal or "").upper()
+        word = "time_limit" if "USR1" in signal_name else "cancelled"
+        rule = "AUD207" if word == "time_limit" else "AUD206"
+        item = finding(rule, subject, list(exit_class.citations), detail=exit_class.detail)
+        limits.append("A signalled attempt says nothing about whether the configuration fits; "
+                      "it is neither a completion nor an eligible failure.")
+        return _Judgement("unresolved", word, [item], shows, limits, citations, exit_class)
+    if eligible:
+        rank, first = eligible[0]
+        item = finding(
+            "AUD203", subject, [Citation(first.path, line=first.line,
+                                         quote=f"{first.phase} {first.error_type}")],
+            detail=f"rank {rank}: {first.phase} ended in {first.error_type}",
+        )
+        ranks = sorted({r for r, _ in eligible if r is not None})
+        shows.insert(0, f"{'Rank' if len(ranks) == 1 else 'Ranks'} "
+                        f"{', '.join(str(r) for r in ranks)} recorded `{first.phase}` ending in "
+                        f"`{first.error_type}`, a failure the protocol lists as eligible.")
+        limits.append("An eligible failure is a measurement of this configuration at this "
+                      "seed; it does not show the configuration fails at every seed, nor "
+                      "which allocation exhausted the memory.")
+        return _Judgement("failed", "eligible_failure", [item], shows, limits, citations,
+                          exit_class)
+    if infra is not None:
+        word, item = infra
+        limits.append("An infrastructure failure ends the attempt before it can measure "
+                      "anything; the period needs a new run to resolve.")
+        return _Judgement("unresolved", word, [item], shows, limits, citations, exit_class)
+    item = finding("AUD204", subject, list(exit_class.citations), detail=exit_class.detail)
+    limits.append("An unclean exit without a protocol-listed failure is not a measurement.")
+    word = "killed" if exit_class.kind in ("sigkill", "killed", "sigterm") else "unclean_exit"
+    return _Judgement("unresolved", word, [item], shows, limits, citations, exit_class)
+
+
+def _infrastructure(
+    element: SacctJob | None, is_last: bool, log, collected: Collected, subject: str, trial  # type: ignore[no-untyped-def]
+) -> tuple[str, Finding] | None:
+    """An infrastructure cause for the attempt's end, from sacct and the log."""
+    sacct_path = collected.sacct.path if collected.sacct else ""
+    events = {event.kind: event for event in reversed(log.events)} if log else {}
+    if element is not None and is_last:
+        cite = [Citation(sacct_path, line=element.line, quote=element.state_raw)]
+        if element.state == "TIMEOUT":
+            return "time_limit", finding("AUD207", subject, cite,
+                                         detail=f"sacct reports {element.state_raw} for job "
+                                                f"{element.job_id}")
+        if element.state in ("CANCELLED", "PREEMPTED", "DEADLINE"):
+            return "cancelled", finding("AUD206", subject, cite,
+                                        detail=f"sacct reports {element.state_raw} for job "
+                                               f"{element.job_id}")
+        if element.state in ("NODE_FAIL", "BOOT_FAIL"):
+            return "infrastructure_failure", finding(
+                "AUD208", subject, cite,
+                detail=f"sacct reports {element.state_raw} for job {element.job_id}")
+        oom_steps = [s for s in element.steps if s.state == "OUT_OF_MEMORY"]
+        if element.state == "OUT_OF_MEMORY" or oom_steps:
+            where = f"step {oom_steps[0].step}" if oom_steps else "the job"
+            return "infrastructure_failure", finding(
+                "AUD209", subject, cite,
+                detail=f"sacct reports OUT_OF_MEMORY (host memory) on {where} of job "
+                       f"{element.job_id}")
+    if log is not None:
+        for kind_name, word, rule, text in (
+            ("slurm_time_limit", "time_limit", "AUD207", "slurmstepd cancelled the job at its "
+                                                         "time limit"),
+            ("slurm_cancelled", "cancelled", "AUD206", "slurmstepd cancelled the job"),
+            ("nccl_timeout", "infrastructure_failure", "AUD209", "NCCL watchdog timeout"),
+            ("host_oom", "infrastructure_failure", "AUD209", "host-RAM out-of-memory kill"),
+        ):
+            event = events.get(kind_name)
+            if event is not None:
+                return word, finding(rule, subject, [Citation(log.path, line=event.line,
+                                                              quote=event.text)],
+                                     detail=f"{text} (log line {event.line})")
+    return None
+
+
+@dataclass
+class _Completion:
+    complete: bool
+    ranks: int
+    sentences: list[str]
+    problems: list[str]
+    citations: list[Citation]
+
+
+def _expected_steps(trial, protocol: Protocol) -> int | None:  # type: ignore[no-untyped-def]
+    if trial is None:
+        return None
+    value = trial.dispatch_value(protocol.steps_from) or trial.env_value(protocol.steps_from)
+    if value is None:
+        return None
+    try:
+        return int(value.strip().strip('"'))
+    except ValueError:
+        return None
+
+
+def _completion(attempt: AttemptEvidence, protocol: Protocol, steps: int | None) -> _Completion:
+    """Does every rank hold the completion phases for the final step, in order, error-free?"""
+    traces_by_pid: dict[int, AllocatorTrace] = {}
+    for trace in attempt.read.traces:
+        name = trace.path.rsplit("/", 1)[-1]
+        if name.startswith("allocator-") and name.endswith(".jsonl"):
+            try:
+                traces_by_pid[int(name[len("allocator-"):-len(".jsonl")])] = trace
+            except ValueError:
+                pass
+    workers = sorted(attempt.spec.workers, key=lambda w: (w.rank is None, w.rank or 0))
+    problems: list[str] = []
+    citations: list[Citation] = []
+    phases = protocol.completion_phases
+    if steps is None:
+        return _Completion(False, len(workers), [],
+                           [f"the dispatch does not name {protocol.steps_from}"], [])
+    complete_ranks = 0
+    for worker in workers:
+        trace = traces_by_pid.get(worker.pid or -1)
+        if trace is None:
+            problems.append(f"rank {worker.rank}: no allocator trace")
+            continue
+        cursor: int | None = None
+        ok = True
+        for phase in phases:
+            found = _find_phase(trace.phases, phase, steps, cursor)
+            if found is None:
+                failed = [r for r in trace.phases if r.phase == phase and r.step == steps
+                          and r.error_type]
+                if failed:
+                    problems.append(f"rank {worker.rank}: {phase} step {steps} raised "
+                                    f"{failed[0].error_type}")
+                    citations.append(Citation(trace.path, line=failed[0].line,
+                                              quote=failed[0].error_type))
+                else:
+                    problems.append(f"rank {worker.rank}: no error-free {phase} at step {steps}")
+                ok = False
+                break
+            citations.append(Citation(trace.path, line=found.line,
+                                      quote=f"{found.phase} step {found.step}"))
+            cursor = found.finished_ns
+        if ok:
+            complete_ranks += 1
+    sentences: list[str] = []
+    n = len(workers)
+    if n and complete_ranks == n:
+        everyone = "all" if n > 2 else "both" if n == 2 else "the"
+        plural = "ranks" if n > 1 else "rank"
+        described = " followed by a separate post-update ".join(f"`{p}`" for p in phases)
+        sentences.append(
+            f"In this period {everyone} {n} {plural} recorded {described} at step {steps}, "
+            "each call returning without an exception, in that order."
+        )
+        tail = _phase_sequence(traces_by_pid, workers)
+        if tail:
+            sentences.append(f"The recorded phase sequence reaches {tail}.")
+    elif n:
+        sentences.append(f"{complete_ranks} of {n} ranks recorded every completion phase "
+                         f"({', '.join(phases)}) at step {steps} without error.")
+    return _Completion(bool(n) and complete_ranks == n, n, sentences, problems, citations)
+
+
+def _find_phase(records: tuple[PhaseRecord, ...], phase: str, step: int,
+                after_ns: int | None) -> PhaseRecord | None:
+    for record in records:
+        if record.phase != phase or record.step != step or record.error_type:
+            continue
+        if after_ns is not None and record.started_ns is not None and record.started_ns < after_ns:
+            continue
+        return record
+    return None
+
+
+def _phase_sequence(traces_by_pid: dict[int, AllocatorTrace], workers) -> str:  # type: ignore[no-untyped-def]
+    """The common tail of phases after the final update (e.g. ``actor_update, weight_sync,
+    then idle``) when every rank agrees."""
+    tails = set()
+    for worker in workers:
+        trace = traces_by_pid.get(worker.pid or -1)
+        if trace is None:
+            return ""
+        names = [r.phase for r in trace.phases]
+        if "actor_update" not in names:
+            return ""
+        start = len(names) - 1 - names[::-1].index("actor_update")
+        tails.add(tuple(names[start:]))
+    if len(tails) != 1:
+        return ""
+    tail = list(next(iter(tails)))
+    if len(tail) < 2:
+        return ""
+    return ", ".join(f"`{p}`" for p in tail[:-1]) + f", then `{tail[-1]}`"
+
+
+def _eligible_failures(
+    traces: tuple[AllocatorTrace, ...], protocol: Protocol
+) -> list[tuple[int | None, PhaseRecord]]:
+    rules = {rule.phase: set(rule.error_types) for rule in protocol.eligible_failures}
+    found = []
+    for trace in traces:
+        for record in trace.phases:
+            if record.error_type and record.error_type in rules.get(record.phase, ()):
+                found.append((record.rank, record))
+    return sorted(found, key=lambda item: (item[0] is None, item[0] or 0, item[1].line))
+
+
+def _dedupe(items: list[tuple[str, Finding]]) -> list[tuple[str, Finding]]:
+    seen: set[int] = set()
+    out = []
+    for word, item in items:
+        if id(item) not in seen:
+            seen.add(id(item))
+            out.append((word, item))
+    return out
+
+
+def _blocker_sentence(word: str, decisive: list[Finding]) -> str:
+    first = decisive[0].message
+    more = f" ({len(decisive) - 1} more problem(s) listed in the findings)" \
+        if len(decisive) > 1 else ""
+    label = word.replace("_", " ")
+    return f"Unresolved because of {label}: {first}{more}"
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+# ------------------------------------------------------------- per period facts
+
+
+def _facts(period: PeriodEvidence, protocol: Protocol,
+           outcomes: list[AttemptOutcome]) -> PeriodFacts:
+    record = period.record
+    counted = next((o for o in outcomes if o.counted), None)
+    attempt = next((a for a in period.attempts if counted and a.spec.index == counted.index),
+                   period.attempts[-1] if period.attempts else None)
+    update_ns: int | None = None
+    sync_ns: int | None = None
+    peak: int | None = None
+    pids: tuple[int | None, ...] = ()
+    log_lines = last_step = None
+    if attempt is not None:
+        trial = attempt.read.trial
+        steps = _expected_steps(trial, protocol)
+        workers = sorted(attempt.spec.workers, key=lambda w: (w.rank is None, w.rank or 0))
+        pids = tuple(w.pid for w in workers)
+        for trace in attempt.read.traces:
+            updates = [r for r in trace.phases if r.phase == "actor_update" and not r.error_type
+                       and (steps is None or r.step == steps) and r.finished_ns is not None]
+            if not updates:
+                continue
+            last_update = updates[-1]
+            assert last_update.finished_ns is not None
+            update_ns = max(update_ns or 0, last_update.finished_ns)
+            syncs = [r for r in trace.phases if r.phase == "weight_sync" and not r.error_type
+                     and r.step == last_update.step and r.finished_ns is not None
+                     and (r.started_ns or 0) >= last_update.finished_ns]
+            if syncs and syncs[0].finished_ns is not None:
+                sync_ns = max(sync_ns or 0, syncs[0].finished_ns)
+        if trial is not None and trial.peak_mib is not None:
+            peak = trial.peak_mib
+        else:
+            device_peaks = [d.peak_reserved_mib for d in attempt.read.devices
+                            if d.peak_reserved_mib is not None]
+            peak = max(device_peaks) if device_peaks else None
+        if attempt.read.log is not None:
+            log_lines = attempt.read.log.lines
+            last_step = attempt.read.log.last_step
+    return PeriodFacts(
+        period.subject, record.pair, record.period, record.workload, record.seed, record.gpus,
+        record.array_task_id, counted.job_id if counted else None, update_ns, sync_ns, peak,
+        pids, log_lines, last_step,
+    )
+
+
+# ------------------------------------------------------------- configurations
+
+
+def _configurations(
+    collected: Collected, verdicts: list[Verdict], outcomes: list[AttemptOutcome]
+) -> tuple[list[ConfigurationResult], list[Finding]]:
+    findings: list[Finding] = []
+    cells: dict[tuple[str, int], list[tuple[PeriodEvidence, Verdict]]] = defaultdict(list)
+    for period, verdict in zip(collected.periods, verdicts, strict=True):
+        record = period.record
+        if record.workload is None or record.gpus is None:
+            continue
+        cells[(record.workload, record.gpus)].append((period, verdict))
+    expected = {(c.workload, c.gpus): c.seeds for c in collected.protocol.configurations}
+    cost: dict[str, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
+    for outcome in outcomes:
+        task, reservation = cost[outcome.subject]
+        cost[outcome.subject] = (task + outcome.task_gpu_seconds,
+                                 reservation + outcome.reservation_gpu_seconds)
+    results = []
+    for key in sorted(set(cells) | set(expected), key=lambda k: (k[1], k[0])):
+        members = cells.get(key, [])
+        seeds = tuple(sorted({p.record.seed for p, _ in members if p.record.seed is not None}))
+        missing = tuple(s for s in expected.get(key, ()) if s not in seeds)
+        subject = f"{key[0]}@{key[1]}"
+        if missing or not members:
+            findings.append(finding(
+                "AUD213", subject, [Citation(collected.protocol.path or "protocol.json",
+                                             pointer="/configurations")],
+                detail=f"no period covers seed(s) {', '.join(map(str, missing))}" if missing
+                else "no period covers this configuration",
+            ))
+        kinds = {v.verdict for _, v in members}
+        resolved = bool(members) and not missing and VerdictKind.UNRESOLVED not in kinds
+        outcome: str | None = None
+        if resolved:
+            outcome = ("completed" if kinds == {VerdictKind.RESOLVED} else
+                       "failed" if kinds == {VerdictKind.FAILED} else "mixed")
+        results.append(ConfigurationResult(
+            key[0], key[1], "resolved" if resolved else "unresolved", outcome,
+            tuple(p.subject for p, _ in members), seeds, missing,
+            round(sum(cost[p.subject][0] for p, _ in members), 6),
+            round(sum(cost[p.subject][1] for p, _ in members), 6),
+        ))
+    return results, findings
+
+
+# ------------------------------------------------------------------ accounting
+
+
+def _accounting(collected: Collected, outcomes: list[AttemptOutcome],
+                verdicts: list[Verdict]) -> Accounting:
+    elements: list[ElementCost] = []
+    if collected.sacct is not None:
+        arrays = {p.record.array_job_id for p in collected.periods if p.record.array_job_id}
+        jobs = {o.job_id for o in outcomes if o.job_id}
+        for job in collected.sacct.jobs:
+            if job.array_job_id in arrays or job.job_id_raw in jobs or job.job_id in jobs:
+                elements.append(ElementCost(job.job_id, job.job_id_raw, job.state, job.elapsed_s,
+                                            job.gpus, job.gpu_seconds))
+    unresolved = {v.subject for v in verdicts if v.verdict is VerdictKind.UNRESOLVED}
+    wasted = [o for o in outcomes if o.wasted]
+    return Accounting(
+        allocation_gpu_seconds=sum(e.gpu_seconds or 0 for e in elements),
+        task_gpu_seconds=round(sum(o.task_gpu_seconds for o in outcomes), 6),
+        reservation_gpu_seconds=round(sum(o.reservation_gpu_seconds for o in outcomes), 6),
+        wasted_gpu_seconds=round(sum(o.task_gpu_seconds for o in wasted), 6),
+        unresolved_gpu_seconds=round(sum(o.task_gpu_seconds for o in outcomes
+                                         if o.counted and o.subject in unresolved), 6),
+        elements=tuple(elements),
+        wasted_attempts=len(wasted),
+    )
+
+
+# ------------------------------------------------------------------------ gate
+
+
+def _gate_reasons(collected: Collected, verdicts: list[Verdict], findings: list[Finding],
+                  configurations: list[ConfigurationResult]) -> list[GateReason]:
+    reasons: list[GateReason] = []
+    rule_for = {"missing": "AUD101", "mismatched": "AUD102", "unsafe": "AUD103",
+                "unreadable": "AUD104"}
+    for row in collected.evidence:
+        if row.status in rule_for:
+            reasons.append(GateReason(rule_for[row.status], row.path,
+                                      f"evidence {row.status}: {row.path}", True))
+    for period in collected.periods:
+        if not period.record.readable:
+            reasons.append(GateReason("AUD011", period.record.path,
+                                      f"period record unreadable: {period.record.path}", True))
+    reasons.extend(
+        GateReason("AUD120", item.subject, item.message, True)
+        for item in findings if item.rule_id == "AUD120"
+    )
+    by_subject = {v.subject: v for v in verdicts}
+    for config in configurations:
+        if config.status == "resolved":
+            continue
+        for subject in config.periods:
+            verdict = by_subject[subject]
+            if verdict.verdict is VerdictKind.UNRESOLVED:
+                rule = verdict.findings[0].rule_id if verdict.findings else "AUD214"
+                reasons.append(GateReason(
+                    rule, subject,
+                    f"configuration {config.key} unresolved: {subject} is unresolved "
+                    f"({verdict.reason})", False))
+        if config.missing_seeds or not config.periods:
+            reasons.append(GateReason("AUD213", config.key,
+                                      f"configuration {config.key} unresolved: missing seed(s) "
+                                      f"{', '.join(map(str, config.missing_seeds))}", False))
+    return reasons
+
+
+def _gate(configurations: list[ConfigurationResult], reasons: list[GateReason], lifted: set[int],
+          verdicts: list[Verdict], *, allow_partial: bool) -> GateResult:
+    active = [r for i, r in enumerate(reasons) if i not in lifted]
+    waived = [r.text for i, r in enumerate(reasons) if i in lifted]
+    blocked_subjects = {r.subject for r in active if not r.integrity}
+    included = []
+    for config in configurations:
+        if config.status == "resolved" or (
+            not config.missing_seeds and config.periods
+            and not any(s in blocked_subjects for s in config.periods)
+            and config.key not in blocked_subjects
+        ):
+            included.append(config.key)
+    if allow_partial:
+        failing = [r.text for r in active if r.integrity]
+        if not included:
+            failing.append("no configuration resolved")
+    else:
+        failing = [r.text for r in active]
+        if not configurations:
+            failing.append("no configuration found")
+    return GateResult(allow_partial, not failing, tuple(included), tuple(failing), tuple(waived))

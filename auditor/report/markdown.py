@@ -1,0 +1,569 @@
+"""``diagnostic.md``: the report a reviewer reads, shaped like seed ``002``.
+
+Sections: headline reconstruction (with evidence problems on the first screen
+when there are any), diagnosis and limits (periods with the same diagnosis
+explained once), the per-period table and worker PIDs, the evidence locator
+and integrity tally, accounting in its overlapping scopes, launcher
+disagreements and waivers, findings, and provenance.
+
+Everything quoted from evidence goes through :func:`md_escape` or
+:func:`code_block`, so a log line cannot inject markup, links or HTML.
+The output is a pure function of the result: byte-identical for the same evidence.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+
+from auditor._io import clip
+from auditor.audit import AuditResult
+from auditor.model import Citation, Verdict, VerdictKind
+from auditor.reason.engine import PeriodFacts, Reasoning
+from auditor.report.summary import reasoning_of
+from auditor.report.tables import sorted_findings
+from auditor.validate.checks import anchor_status
+
+NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+                "ten", "eleven", "twelve")
+PHASE_WORDS = {"rollout_init": "rollout-initialization", "init_model": "model-initialization",
+               "actor_update": "actor-update", "weight_sync": "weight-synchronization",
+               "rollout_generate": "rollout-generation"}
+MAX_FINDINGS_LISTED = 200
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+!|~&\"'$])")
+
+
+# ------------------------------------------------------------------ escaping
+
+
+def md_escape(text: str, limit: int = 300) -> str:
+    """Untrusted text as inert markdown: control characters removed, specials escaped,
+    HTML neutralised, clipped to ``limit`` characters."""
+    text = _CONTROL.sub("", text.replace("\r", " ").replace("\n", " "))
+    text = clip(text, limit)
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    # a leading "-", "=" or digit-dot could start a list or heading line; escape it
+    return re.sub(r"^([-=]|\d+\.)", r"\\\1", text)
+
+
+def code_span(text: str, limit: int = 200) -> str:
+    """Untrusted text as an inline code span (fenced by enough backticks)."""
+    text = clip(_CONTROL.sub("", text.replace("\r", " ").replace("\n", " ")), limit)
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def code_block(lines: Iterable[str], info: str = "text") -> str:
+    """Untrusted lines as a fenced code block whose fence no line can close."""
+    body = [_CONTROL.sub("", line) for line in lines]
+    longest = max((len(m) for line in body for m in re.findall(r"`{3,}|~{3,}", line)),
+                  default=0)
+    fence = "`" * max(3, longest + 1)
+    return "\n".join([fence + info, *body, fence])
+
+
+def number(n: int) -> str:
+    """Small counts as words, as a person writes them."""
+    return NUMBER_WORDS[n] if 0 <= n < len(NUMBER_WORDS) else f"{n:,}"
+
+
+def utc(ns: int | None, with_date: bool = False) -> str:
+    """Nanoseconds since the epoch as ``HH:MM:SS.nnnnnnnnn`` UTC (optionally dated)."""
+    if ns is None:
+        return "—"
+    seconds, frac = divmod(ns, 1_000_000_000)
+    moment = datetime.fromtimestamp(seconds, UTC)
+    text = f"{moment:%H:%M:%S}.{frac:09d}"
+    return f"{moment:%Y-%m-%d} {text}" if with_date else text
+
+
+def utc_seconds(seconds: int | None, with_date: bool = True) -> str:
+    """Epoch seconds as ``YYYY-MM-DD HH:MM:SS`` UTC."""
+    if seconds is None:
+        return "unknown"
+    moment = datetime.fromtimestamp(seconds, UTC)
+    return f"{moment:%Y-%m-%d %H:%M:%S}" if with_date else f"{moment:%H:%M:%S}"
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]],
+          align: Sequence[str] | None = None) -> str:
+    """A markdown table; cells must already be escaped."""
+    align = align or ["---"] * len(header)
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    lines.extend("| " + " | ".join(row) + " |" for row in rows)
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ sections
+
+
+def render_markdown(result: AuditResult, outputs: Sequence[tuple[str, str, int]] = ()) -> str:
+    """The whole report. ``outputs`` lists (name, sha256, size) of the other outputs."""
+    reasoning = reasoning_of(result)
+    parts = [
+        _headline(result, reasoning),
+        _problems(result, reasoning),
+        _diagnosis(result, reasoning),
+        _period_table(result, reasoning),
+        _locator(result),
+        _accounting(result, reasoning),
+        _disagreements(reasoning),
+        _waivers(reasoning),
+        _findings(result),
+        _plots(outputs),
+        _provenance(result, outputs),
+    ]
+    return "\n\n".join(p.strip("\n") for p in parts if p.strip()) + "\n"
+
+
+def _study(result: AuditResult) -> str:
+    for period in result.collected.periods:
+        if period.record.study:
+            return period.record.study
+    return result.collected.root.name
+
+
+def _arrays(result: AuditResult) -> list[str]:
+    return sorted({p.record.array_job_id for p in result.collected.periods
+                   if p.record.array_job_id})
+
+
+def _headline(result: AuditResult, reasoning: Reasoning) -> str:
+    elements = reasoning.accounting.elements
+    ends = [(job.end, job) for job in (result.collected.sacct.jobs
+                                       if result.collected.sacct else ())
+            if job.end is not None and any(e.job_id == job.job_id for e in elements)]
+    last = max(ends, key=lambda item: item[0])[1] if ends else None
+    date = f" — {utc_seconds(last.end)[:10]}" if last is not None else ""
+    lines = [f"# Audit of {md_escape(_study(result))}{date}", ""]
+    arrays = ", ".join(f"`{a}`" for a in _arrays(result)) or "(no array id recorded)"
+    if elements:
+        states = Counter(
+            f"{e.state} {_exit_of(result, e.job_id)}".strip() for e in elements
+        )
+        if len(states) == 1:
+            state = next(iter(states))
+            every = "Both" if len(elements) == 2 else "All " + number(len(elements))
+            sentence = f"{every} array elements of {arrays} ended `{state}`"
+        else:
+            listed = ", ".join(f"{number(n)} `{s}`" for s, n in sorted(states.items()))
+            sentence = f"The {number(len(elements))} array elements of {arrays} ended: {listed}"
+        oom = any(job.state == "OUT_OF_MEMORY" or any(s.state == "OUT_OF_MEMORY"
+                                                     for s in job.steps)
+                  for job in (result.collected.sacct.jobs if result.collected.sacct else ()))
+        sentence += ", with a scheduler `OUT_OF_MEMORY` state." if oom else \
+            ", with no scheduler `OUT_OF_MEMORY` state."
+        lines.append(sentence)
+        if last is not None:
+            index = f"index {last.array_task_id} / " if last.array_task_id is not None else ""
+            lines[-1] += (f" The last element, {index}actual job `{last.job_id_raw or last.job_id}`,"
+                          f" ended at **{utc_seconds(last.end, with_date=False)} UTC**.")
+    else:
+        lines.append(f"No scheduler record was available for array {arrays}; element states "
+                     "and allocation-scope accounting are unknown.")
+    lines += ["", _reconstruction(reasoning), "",
+              "The auditor only reads: no raw evidence was changed, and no experiment or "
+              "retry was launched."]
+    if result.partial:
+        lines += ["", "**Partial audit:** a findings limit was reached; some findings were "
+                      "counted but not kept (see the findings section)."]
+    return "\n".join(lines)
+
+
+def _exit_of(result: AuditResult, job_id: str) -> str:
+    sacct = result.collected.sacct
+    if sacct is None:
+        return ""
+    for job in sacct.jobs:
+        if job.job_id == job_id and job.exit_code is not None:
+            return f"{job.exit_code}:{job.signal if job.signal is not None else 0}"
+    return ""
+
+
+def _reconstruction(reasoning: Reasoning) -> str:
+    facts = {f.subject: f for f in reasoning.facts}
+    launches = len(reasoning.attempts)
+    failed: Counter[tuple[int | None, str]] = Counter()
+    unresolved: Counter[int | None] = Counter()
+    completed: Counter[int | None] = Counter()
+    for verdict in reasoning.verdicts:
+        gpus = facts[verdict.subject].gpus
+        if verdict.verdict is VerdictKind.FAILED:
+            failed[(gpus, _failure_words(verdict))] += 1
+        elif verdict.verdict is VerdictKind.UNRESOLVED:
+            unresolved[gpus] += 1
+        else:
+            completed[gpus] += 1
+    pieces = [f"{launches} launch{'es' if launches != 1 else ''}"]
+    for (gpus, words), n in sorted(failed.items(), key=lambda i: (i[0][0] or 0, i[0][1])):
+        pieces.append(f"{n} eligible {_gpus(gpus)}{words} failure{'s' if n != 1 else ''}")
+    for gpus, n in sorted(unresolved.items(), key=lambda i: i[0] or 0):
+        pieces.append(f"{n} unresolved {_gpus(gpus)}period{'s' if n != 1 else ''}")
+    total_completed = sum(completed.values())
+    if total_completed:
+        pieces.extend(f"{n} eligible {_gpus(g)}completion{'s' if n != 1 else ''}"
+                      for g, n in sorted(completed.items(), key=lambda i: i[0] or 0))
+    else:
+        pieces.append("zero eligible completions")
+    text = "Final reconstruction: **" + "; ".join(pieces) + ".**"
+    configs = reasoning.configurations
+    resolved = [c for c in configs if c.status == "resolved"]
+    text += (f" {number(len(resolved)).capitalize()} of {number(len(configs))} configurations "
+             "resolve")
+    if resolved:
+        kinds = {c.outcome for c in resolved}
+        gpu_set = {c.gpus for c in resolved}
+        if len(kinds) == 1 and len(gpu_set) == 1:
+            outcome_word = {"failed": "failures", "completed": "completions",
+                            "mixed": "mixed outcomes"}[next(iter(kinds)) or "mixed"]
+            every = "all" if len(resolved) > 2 else "both" if len(resolved) == 2 else "a"
+            text += f", {every} {next(iter(gpu_set))}-GPU {outcome_word}"
+        text += (". Evaluation is restricted to that resolved subset: "
+                 + ", ".join(f"`{c.key}`" for c in resolved) + ".")
+    else:
+        text += ". No configuration can enter the evaluation."
+    gate = reasoning.gate
+    text += (f" The gate {'passes' if gate.passed else 'fails'}; with `--allow-partial` it "
+             f"{'passes' if reasoning.gate_partial.passed else 'fails'}.")
+    return text
+
+
+def _failure_words(verdict: Verdict) -> str:
+    for item in verdict.findings:
+        if item.rule_id == "AUD203":
+            quote = item.citations[0].quote if item.citations else ""
+            phase, _, error = quote.partition(" ")
+            words = PHASE_WORDS.get(phase, phase.replace("_", "-"))
+            kind = " memory" if "OutOfMemory" in error else ""
+            return f"{words}{kind}"
+    return ""
+
+
+def _gpus(gpus: int | None) -> str:
+    return f"{gpus}-GPU " if gpus is not None else ""
+
+
+def _problems(result: AuditResult, reasoning: Reasoning) -> str:
+    bad = [e for e in result.collected.evidence if e.status not in ("verified", "unlisted")]
+    unlisted = [e for e in result.collected.evidence if e.status == "unlisted"]
+    unreadable = [p for p in result.collected.periods if not p.record.readable]
+    if not (bad or unlisted or unreadable):
+        return ""
+    lines = ["## Evidence problems", ""]
+    affected = sorted({f"{e.pair}/period-{e.period}" for e in bad if e.period is not None})
+    if bad or unreadable:
+        lines.append(f"{number(len(bad) + len(unreadable)).capitalize()} evidence file(s) "
+                     "failed verification; the periods that list them cannot resolve.")
+        lines.append("")
+    rows = [[md_escape(e.path), e.status, md_escape(e.detail or "—"),
+             md_escape(f"{e.pair}/period-{e.period}") if e.period is not None else "—"]
+            for e in bad + unlisted]
+    rows += [[md_escape(p.record.path), "unreadable period record", "—",
+              md_escape(p.subject)] for p in unreadable]
+    lines.append(table(["file", "status", "detail", "period"], rows))
+    if affected:
+        lines += ["", "Affected periods: " + ", ".join(md_escape(s) for s in affected) + "."]
+    return "\n".join(lines)
+
+
+def _diagnosis(result: AuditResult, reasoning: Reasoning) -> str:
+    facts = {f.subject: f for f in reasoning.facts}
+    groups: dict[tuple[str, str, str, str], list[Verdict]] = defaultdict(list)
+    for verdict in reasoning.verdicts:
+        key = (verdict.verdict.value, verdict.reason, verdict.diagnosis, verdict.limits)
+        groups[key].append(verdict)
+    order = {"unresolved": 0, "failed": 1, "resolved": 2}
+    lines = ["## Diagnosis and limits"]
+    for (kind, reason_word, diagnosis, limits), members in sorted(
+        groups.items(), key=lambda item: (order[item[0][0]], item[0][1], item[1][0].subject)
+    ):
+        gpus = sorted({facts[v.subject].gpus for v in members if facts[v.subject].gpus})
+        gpu_text = "/".join(f"{g}-GPU" for g in gpus)
+        title = f"{number(len(members)).capitalize()} {gpu_text} {kind} period" \
+                f"{'s' if len(members) != 1 else ''}"
+        if kind == "unresolved":
+            title += f": `{reason_word}`"
+        elif kind == "failed":
+            title += ": eligible failure"
+        lines += ["", f"### {title}", ""]
+        lines.append("Applies to: " + ", ".join(
+            f"{md_escape(v.subject)} (job {md_escape(facts[v.subject].job_id or '?')})"
+            for v in members) + ".")
+        lines += ["", _emphasise(md_escape(diagnosis, limit=4000)), ""]
+        lines.append(f"**Limits.** {md_escape(limits, limit=4000)}")
+        lines += ["", "Evidence cited (file: lines or JSON pointers, relative to the attempt "
+                      "directory named first):", ""]
+        for verdict in members:
+            lines.append(f"- {md_escape(verdict.subject)}: {_cite_group(verdict.citations)}")
+    return "\n".join(lines)
+
+
+def _cite_group(cites: Sequence[Citation], limit: int = 12) -> str:
+    """Citations folded per file: ``dir/``: ``a.jsonl:7,8``; ``trial.json#/x`` (quote)."""
+    if not cites:
+        return "no citation"
+    directories = Counter(c.path.rsplit("/", 2)[0] for c in cites if c.path.count("/") >= 2)
+    base = directories.most_common(1)[0][0] + "/" if directories else ""
+    by_file: dict[str, list[Citation]] = defaultdict(list)
+    for cite in cites:
+        by_file[cite.path].append(cite)
+    parts = []
+    for path, group in by_file.items():
+        shown = path[len(base):] if base and path.startswith(base) else path
+        lines = sorted({c.line for c in group if c.line is not None})
+        pointers = sorted({c.pointer for c in group if c.pointer})
+        where = shown
+        if lines:
+            where += ":" + ",".join(str(n) for n in lines)
+        elif pointers:
+            where += "#" + ",".join(pointers)
+        quotes = [c.quote for c in group if c.quote]
+        text = code_span(where, limit=160)
+        if quotes and len(group) == 1:
+            text += " " + md_escape(f"({clip(quotes[0], 100)})", limit=110)
+        parts.append(text)
+    more = f"; and {len(parts) - limit} more files" if len(parts) > limit else ""
+    head = f"{code_span(base, 160)}: " if base else ""
+    return head + "; ".join(parts[:limit]) + more
+
+
+def _emphasise(text: str) -> str:
+    """Turn the escaped backticks the engine wrote around names back into code spans."""
+    return re.sub(r"\\`([A-Za-z0-9_:./\\-]+?)\\`",
+                  lambda m: "`" + m.group(1).replace("\\", "") + "`", text)
+
+
+def _period_table(result: AuditResult, reasoning: Reasoning) -> str:
+    facts = reasoning.facts
+    verdicts = {v.subject: v for v in reasoning.verdicts}
+    dates = {utc(ns, with_date=True)[:10] for f in facts
+             for ns in (f.actor_update_finished_ns, f.post_update_sync_finished_ns) if ns}
+    one_date = next(iter(dates)) if len(dates) == 1 else None
+    ordered = sorted(facts, key=lambda f: (f.gpus or 0, f.array_task_id if f.array_task_id
+                                           is not None else 1 << 30, f.pair, f.period))
+    lines = ["## Periods", ""]
+    when = f"rendered as UTC on {one_date}" if one_date else "rendered as UTC"
+    lines.append(
+        f"Times are the exact latest `finished_ns` across ranks, {when}. “Sync” is the weight "
+        "synchronization **after** the final-step actor update, excluding initialization "
+        "synchronization. Peaks are the launcher's raw trial peaks (or the highest device "
+        "peak), not eligible completed-run peaks."
+    )
+    lines.append("")
+    rows = []
+    for f in ordered:
+        verdict = verdicts[f.subject]
+        outcome = verdict.verdict.value + (f" ({verdict.reason})" if verdict.verdict
+                                           is VerdictKind.UNRESOLVED else "")
+        rows.append([
+            str(f.array_task_id) if f.array_task_id is not None else "—",
+            md_escape(f"{f.workload or '?'} / {f.seed if f.seed is not None else '?'}"),
+            md_escape(f"{f.job_id or '?'} / {f.period}"),
+            str(f.gpus) if f.gpus is not None else "—",
+            md_escape(outcome),
+            utc(f.actor_update_finished_ns, with_date=one_date is None),
+            utc(f.post_update_sync_finished_ns, with_date=one_date is None),
+            str(f.raw_peak_mib) if f.raw_peak_mib is not None else "—",
+        ])
+    lines.append(table(
+        ["Index", "Workload / seed", "Actual job / period", "GPUs", "Verdict",
+         "Actor update finished", "Post-update sync finished", "Raw peak MiB"],
+        rows, ["---", "---", "---", "---:", "---", "---", "---", "---:"],
+    ))
+    lines += ["", "Worker PIDs in rank order (actual job / period: pids):", ""]
+    lines.append(code_block(
+        f"{f.job_id or '?'} / {f.period}: " + ",".join(str(p) for p in f.pids_by_rank)
+        for f in ordered
+    ))
+    return "\n".join(lines)
+
+
+def _locator(result: AuditResult) -> str:
+    collected = result.collected
+    integrity = Counter(e.status for e in collected.evidence)
+    listed = sum(n for s, n in integrity.items() if s != "unlisted")
+    lines = ["## Evidence locator", ""]
+    lines.append(code_block([
+        f"BASE={collected.root.name}",
+        "PAIR=<pair>   (e.g. " + (collected.periods[0].record.pair if collected.periods
+                                  else "?") + ")",
+        "ATTEMPT=BASE/PAIR-<gpus>gpu/attempt-<actual-job>",
+        "",
+        "ATTEMPT/allocator-traces/allocator-<pid>.jsonl",
+        "ATTEMPT/device-evidence/worker-<role>-<rank>-<pid>.json",
+        "ATTEMPT/training-<actual-job>.log",
+        "ATTEMPT/trial-<actual-job>.json",
+        "BASE/pairs/PAIR/period-<period>.json",
+    ]))
+    lines.append("")
+    lines.append(
+        f"Integrity: {listed} listed evidence files; {integrity.get('verified', 0)} verified "
+        f"(SHA-256 and size against their period record), {integrity.get('mismatched', 0)} "
+        f"mismatched, {integrity.get('missing', 0)} missing, {integrity.get('unsafe', 0)} "
+        f"unsafe paths, {integrity.get('unreadable', 0)} unreadable; "
+        f"{integrity.get('unlisted', 0)} unlisted files. {len(collected.periods)} period "
+        f"records read, {sum(1 for p in collected.periods if not p.record.readable)} unreadable."
+    )
+    return "\n".join(lines)
+
+
+def _accounting(result: AuditResult, reasoning: Reasoning) -> str:
+    acc = reasoning.accounting
+    collected = result.collected
+    lines = ["## Accounting", ""]
+    sacct_input = next((i for i in collected.inputs if i.path == collected.sacct_display), None)
+    if collected.sacct_display:
+        lines.append("Saved scheduler response:")
+        lines.append("")
+        lines.append(code_block([collected.sacct_display] + (
+            [f"SHA256: {sacct_input.digest.sha256}"] if sacct_input else [])))
+        lines.append("")
+        arrays = " ".join(_arrays(result)) or "<array>"
+        lines.append("Expected capture (`TZ=UTC`, `SLURM_TIME_FORMAT=standard`):")
+        lines.append("")
+        lines.append(code_block([
+            f"sacct -n -P -j {arrays} --format=JobID,JobIDRaw,JobName,State,ExitCode,Start,"
+            "End,ElapsedRaw,AllocTRES,NodeList,Reason"]))
+        lines.append("")
+    if acc.elements:
+        lines.append(table(
+            ["Element", "JobIDRaw", "State", "ElapsedRaw s", "GPUs", "GPU-seconds"],
+            ([md_escape(e.job_id), md_escape(e.job_id_raw or "—"), md_escape(e.state),
+              str(e.elapsed_s) if e.elapsed_s is not None else "—",
+              str(e.gpus) if e.gpus is not None else "—",
+              f"{e.gpu_seconds:,}" if e.gpu_seconds is not None else "—"]
+             for e in acc.elements),
+            ["---", "---", "---", "---:", "---:", "---:"],
+        ))
+        lines.append("")
+    lines.append(
+        f"Allocation scope (outer elapsed seconds × allocated GPUs, summed over elements): "
+        f"**{acc.allocation_gpu_seconds:,} GPU-seconds = "
+        f"{acc.allocation_gpu_seconds / 3600:.9f} GPU-hours**. "
+        f"Task scope (each attempt's invocation time × the GPUs its period used): "
+        f"{acc.task_gpu_seconds:,.6f} GPU-seconds ({acc.task_gpu_seconds / 3600:.9f} GPU-hours). "
+        f"Reservation scope (invocation time × the GPUs the allocation held): "
+        f"{acc.reservation_gpu_seconds:,.6f} GPU-seconds "
+        f"({acc.reservation_gpu_seconds / 3600:.9f} GPU-hours). "
+        "**These overlapping scopes must not be added.**"
+    )
+    lines.append("")
+    lines.append(
+        f"Wasted attempts (retried after a completed attempt): {acc.wasted_attempts}, "
+        f"{acc.wasted_gpu_seconds:,.6f} task-scope GPU-seconds. Unresolved periods account for "
+        f"{acc.unresolved_gpu_seconds:,.6f} task-scope GPU-seconds."
+    )
+    if reasoning.configurations:
+        lines.append("")
+        lines.append(table(
+            ["Configuration", "Status", "Outcome", "Periods", "Task GPU-s", "Reservation GPU-s"],
+            ([md_escape(c.key), c.status, c.outcome or "—", str(len(c.periods)),
+              f"{c.task_gpu_seconds:,.6f}", f"{c.reservation_gpu_seconds:,.6f}"]
+             for c in reasoning.configurations),
+            ["---", "---", "---", "---:", "---:", "---:"],
+        ))
+    return "\n".join(lines)
+
+
+def _disagreements(reasoning: Reasoning) -> str:
+    if not reasoning.disagreements:
+        return ""
+    lines = ["## Launcher and auditor disagree", "",
+             "The launcher's own `status` is reported beside the auditor's verdict; the "
+             "auditor never copies it.", ""]
+    lines.append(table(
+        ["Period", "Launcher status", "Launcher validation error", "Auditor verdict"],
+        ([md_escape(s), md_escape(st), md_escape(err or "—"), v]
+         for s, st, err, v in reasoning.disagreements),
+    ))
+    return "\n".join(lines)
+
+
+def _waivers(reasoning: Reasoning) -> str:
+    if not reasoning.waivers:
+        return ""
+    lines = ["## Waivers", "", "Waived findings no longer block the gate; they are listed here "
+             "so the waiver is never silent.", ""]
+    lines.append(table(
+        ["Rule", "Subject", "Reason", "Gate reasons lifted"],
+        ([md_escape(w.rule_id), md_escape(w.subject), md_escape(w.reason), str(w.matched)]
+         for w in reasoning.waivers),
+    ))
+    return "\n".join(lines)
+
+
+def _findings(result: AuditResult) -> str:
+    items = sorted_findings(result)
+    counts = Counter(f.severity.value for f in items)
+    lines = ["## Findings", "",
+             f"{len(items)} findings: {counts.get('error', 0)} errors, "
+             f"{counts.get('warning', 0)} warnings, {counts.get('info', 0)} informational. "
+             "Every finding, with all its citations, is in `findings.parquet`."]
+    by_rule = Counter((f.rule_id, f.symbol, f.severity.value) for f in items)
+    if by_rule:
+        lines += ["", table(["Rule", "Symbol", "Severity", "Count"],
+                            ([r, s, sev, str(n)] for (r, s, sev), n in sorted(by_rule.items())),
+                            ["---", "---", "---", "---:"])]
+    shown = [f for f in items if f.severity.value != "info"][:MAX_FINDINGS_LISTED]
+    if shown:
+        lines += ["", table(["Rule", "Subject", "Message", "Cited"],
+                            ([f.rule_id, md_escape(f.subject), md_escape(f.message),
+                              "; ".join(code_span(c.locator(), 120) for c in f.citations[:3])
+                              or "—"] for f in shown))]
+        hidden = sum(1 for f in items if f.severity.value != "info") - len(shown)
+        if hidden > 0:
+            lines += ["", f"{hidden} further errors and warnings are in `findings.parquet`."]
+    return "\n".join(lines)
+
+
+def _plots(outputs: Sequence[tuple[str, str, int]]) -> str:
+    plots = [name for name, _, _ in outputs if name.endswith(".png")]
+    if not plots:
+        return ""
+    lines = ["## Plots", ""]
+    lines.extend(f"![{name.rsplit('/', 1)[-1][:-4].replace('_', ' ')}]({name})" for name in plots)
+    return "\n".join(lines)
+
+
+def _provenance(result: AuditResult, outputs: Sequence[tuple[str, str, int]]) -> str:
+    collected = result.collected
+    lines = ["## Provenance", ""]
+    protocol = collected.protocol
+    if protocol.path and protocol.digest:
+        lines.append(f"Protocol `{md_escape(protocol.name)}` from `{protocol.path}`, SHA-256 "
+                     f"`{protocol.digest.sha256}`.")
+    else:
+        lines.append("No `protocol.json`: the built-in default rules applied.")
+    commits = sorted({p.record.commit for p in collected.periods if p.record.commit})
+    if commits:
+        lines.append("")
+        pinned = ("matches `execution_commits.json` for every pair"
+                  if collected.execution_commits is not None and not any(
+                      f.rule_id == "AUD121" for f in result.findings)
+                  else "is not confirmed by `execution_commits.json`"
+                  if collected.execution_commits is None else
+                  "DIFFERS from `execution_commits.json` for some pairs (see findings)")
+        lines.append("Commit(s) recorded by the period records: "
+                     + ", ".join(f"`{md_escape(c)}`" for c in commits) + f"; {pinned}.")
+    anchors = anchor_status(collected, result.options)
+    if anchors:
+        lines += ["", "Anchors:", ""]
+        lines.append(code_block(f"{name}: {sha}  {status}" for name, sha, status in anchors))
+    groups = Counter(i.group for i in collected.inputs)
+    lines += ["", f"Inputs read and hashed: {groups.get('raw_evidence', 0)} raw-evidence, "
+                  f"{groups.get('source_inputs', 0)} source-input and "
+                  f"{groups.get('protocol_inputs', 0)} protocol-input files, each listed with "
+                  "its SHA-256 and size in `output_manifest.json`."]
+    sources = [i for i in collected.inputs if i.group == "source_inputs"]
+    if sources:
+        lines += ["", code_block(f"{i.path}  {i.digest.sha256}" for i in sources)]
+    if outputs:
+        lines += ["", "Other outputs of this audit (the output manifest lists these and this "
+                      "report; `auditor verify` re-checks them):", ""]
+        lines.append(code_block(f"{name}  {sha}  {size}" for name, sha, size in outputs))
+    return "\n".join(lines)

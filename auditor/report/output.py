@@ -1,0 +1,198 @@
+"""Write an audit's outputs atomically, and verify them later.
+
+Outputs are written into a fresh temporary directory beside the target, then
+renamed into place, so an interrupted audit leaves either no output directory
+or a complete one. The target must not exist, or be empty, or hold an earlier
+audit (it has an ``output_manifest.json``) and ``force`` be given; it is then
+replaced whole. Nothing is ever written under the evidence root.
+
+``output_manifest.json`` lists the SHA-256 and size of every other output and
+of every input read (raw evidence, source inputs, protocol inputs), with the
+absolute locations needed to re-hash them; it is the one file holding
+run-specific values (the time of the audit, the absolute paths).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from auditor import __version__
+from auditor._io import sha256_file
+from auditor.audit import AuditResult
+from auditor.errors import OutputError, VerifyError
+
+MANIFEST = "output_manifest.json"
+MANIFEST_SCHEMA = "run-evidence/output-manifest/v1"
+TABLES = ("periods", "findings", "evidence", "attempts", "phases")
+
+
+def check_output_dir(out: Path, root: Path, force: bool) -> None:
+    """Refuse an output directory that would touch evidence or clobber unrelated files."""
+    out_resolved = out.resolve()
+    root_resolved = root.resolve()
+    if out_resolved == root_resolved or root_resolved in out_resolved.parents:
+        raise OutputError(f"{out}: the output directory must not be inside the evidence root")
+    if out_resolved in root_resolved.parents:
+        raise OutputError(f"{out}: the output directory must not contain the evidence root")
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise OutputError(f"{out}: exists and is not a directory")
+    if out.is_dir():
+        entries = list(out.iterdir())
+        if entries and not (out / MANIFEST).is_file():
+            raise OutputError(f"{out}: not empty and not an earlier audit's output; "
+                              "choose another --out")
+        if entries and not force:
+            raise OutputError(f"{out}: holds an earlier audit; pass --force to replace it")
+
+
+def write_outputs(result: AuditResult, out: Path, force: bool = False,
+                  plots: bool = True) -> dict[str, Any]:
+    """Write every output of ``result`` to ``out`` atomically; returns the manifest."""
+    from auditor.report.markdown import render_markdown
+    from auditor.report.summary import build_summary, dumps
+    from auditor.report.tables import build_table, table_bytes
+
+    check_output_dir(out, result.collected.root, force)
+    parent = out.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
+    try:
+        written: list[tuple[str, str, int]] = []
+
+        def put(name: str, data: bytes) -> None:
+            target = staging / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(target, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            written.append((name, hashlib.sha256(data).hexdigest(), len(data)))
+
+        for name in TABLES:
+            put(f"{name}.parquet", table_bytes(build_table(name, result)))
+        put("summary.json", dumps(build_summary(result)))
+        if plots:
+            from auditor.report.plots import render_plots
+
+            for name, data in render_plots(result):
+                put(name, data)
+        put("diagnostic.md", render_markdown(result, written).encode("utf-8"))
+        manifest = build_manifest(result, written)
+        manifest_bytes = orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n"
+        with open(staging / MANIFEST, "wb") as handle:
+            handle.write(manifest_bytes)
+            handle.flush()
+            os.fsync(handle.fileno())
+        _swap_into_place(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _swap_into_place(staging: Path, out: Path) -> None:
+    """Rename ``staging`` to ``out``; an earlier audit there is moved aside, then removed."""
+    if out.is_dir():
+        if any(out.iterdir()):
+            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.resolve().parent))
+            os.rename(out, trash / "old")
+            os.rename(staging, out)
+            shutil.rmtree(trash, ignore_errors=True)
+            return
+        out.rmdir()
+    os.rename(staging, out)
+
+
+def build_manifest(result: AuditResult, written: list[tuple[str, str, int]]) -> dict[str, Any]:
+    """The output manifest document."""
+    collected = result.collected
+    groups: dict[str, list[dict[str, Any]]] = {"raw_evidence": [], "source_inputs": [],
+                                               "protocol_inputs": []}
+    for item in collected.inputs:
+        groups[item.group].append({"path": item.path, "absolute": item.absolute,
+                                   "sha256": item.digest.sha256, "size": item.digest.size})
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "created_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "auditor_version": __version__,
+        "root": str(collected.root),
+        "outputs": [{"path": n, "sha256": s, "size": z} for n, s, z in sorted(written)],
+        **groups,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """One thing ``auditor verify`` found changed."""
+
+    group: str
+    path: str
+    what: str
+    """``changed``, ``missing``, ``added`` or ``unreadable``."""
+    detail: str = ""
+
+
+def verify_outputs(out: Path, progress: Callable[[int, int], None] | None = None
+                   ) -> tuple[list[Difference], int]:
+    """Re-hash every output and input the manifest lists; (differences, files checked)."""
+    manifest_path = out / MANIFEST
+    if not out.is_dir():
+        raise VerifyError(f"{out}: not a directory")
+    try:
+        manifest = orjson.loads(manifest_path.read_bytes())
+    except FileNotFoundError:
+        raise VerifyError(f"{out}: no {MANIFEST}; is this an audit output directory?") from None
+    except (OSError, orjson.JSONDecodeError) as error:
+        raise VerifyError(f"{manifest_path}: unreadable manifest ({error})") from None
+    if not isinstance(manifest, dict) or manifest.get("schema") != MANIFEST_SCHEMA:
+        raise VerifyError(f"{manifest_path}: not an auditor output manifest")
+    from auditor.schema import validate_document
+
+    problems = validate_document("output_manifest", manifest, str(manifest_path))
+    if problems:
+        raise VerifyError(f"{manifest_path}: malformed manifest: {problems[0].message}")
+    differences: list[Difference] = []
+    entries: list[tuple[str, str, str, int]] = []
+    for item in manifest["outputs"]:
+        entries.append(("outputs", item["path"], str(out / item["path"]), item["size"]))
+    for group in ("raw_evidence", "source_inputs", "protocol_inputs"):
+        for item in manifest.get(group, []):
+            entries.append((group, item["path"], item.get("absolute") or
+                            str(Path(manifest.get("root", "")) / item["path"]), item["size"]))
+    expected = {(g, p): (s) for g, p, s in (
+        (g, item["path"], item["sha256"]) for g in ("outputs", "raw_evidence", "source_inputs",
+                                                    "protocol_inputs")
+        for item in manifest.get(g, []))}
+    total = len(entries)
+    for done, (group, path, location, size) in enumerate(entries, 1):
+        try:
+            digest = sha256_file(location)
+        except FileNotFoundError:
+            differences.append(Difference(group, path, "missing"))
+        except OSError as error:
+            differences.append(Difference(group, path, "unreadable", error.strerror or ""))
+        else:
+            if digest.sha256 != expected[(group, path)] or digest.size != size:
+                differences.append(Difference(
+                    group, path, "changed",
+                    f"expected {expected[(group, path)][:16]}…/{size}, found "
+                    f"{digest.sha256[:16]}…/{digest.size}"))
+        if progress is not None:
+            progress(done, total)
+    listed = {item["path"] for item in manifest["outputs"]} | {MANIFEST}
+    for dirpath, _, filenames in os.walk(out):
+        for filename in filenames:
+            rel = (Path(dirpath) / filename).relative_to(out).as_posix()
+            if rel not in listed:
+                differences.append(Difference("outputs", rel, "added"))
+    return sorted(differences, key=lambda d: (d.group, d.path)), total

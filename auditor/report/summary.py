@@ -1,0 +1,135 @@
+"""``summary.json``: the machine-readable result, keys as the contract fixes them.
+
+A pure function of the :class:`~auditor.audit.AuditResult`; deterministic (no
+time, no absolute paths), so two audits of the same evidence give the same bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from auditor import __version__
+from auditor.audit import AuditResult
+from auditor.model import Severity, VerdictKind
+from auditor.reason.engine import GateResult, Reasoning
+
+SCHEMA = "run-evidence/summary/v1"
+
+
+def reasoning_of(result: AuditResult) -> Reasoning:
+    """The typed reasoning of a result."""
+    reasoning = result.reasoning
+    assert isinstance(reasoning, Reasoning)
+    return reasoning
+
+
+def gate_json(gate: GateResult) -> dict[str, Any]:
+    """One gate mode as JSON."""
+    return {
+        "passed": gate.passed,
+        "allow_partial": gate.allow_partial,
+        "included_configurations": list(gate.included_configurations),
+        "reasons": list(gate.reasons),
+        "waived": list(gate.waived),
+    }
+
+
+def build_summary(result: AuditResult) -> dict[str, Any]:
+    """The ``summary.json`` document."""
+    reasoning = reasoning_of(result)
+    collected = result.collected
+    counts = {kind.value: 0 for kind in VerdictKind}
+    for verdict in reasoning.verdicts:
+        counts[verdict.verdict.value] += 1
+    by_subject = {a.subject: a for a in reasoning.attempts if a.counted}
+    periods = []
+    for verdict, facts in zip(reasoning.verdicts, reasoning.facts, strict=True):
+        counted = by_subject.get(verdict.subject)
+        periods.append({
+            "pair": verdict.pair,
+            "period": verdict.period,
+            "workload": facts.workload,
+            "seed": facts.seed,
+            "gpus": facts.gpus,
+            "job_id": counted.job_id if counted else None,
+            "verdict": verdict.verdict.value,
+            "reason": verdict.reason,
+            "attempts": sum(1 for a in reasoning.attempts if a.subject == verdict.subject),
+            "rule_ids": sorted({f.rule_id for f in verdict.findings}),
+        })
+    integrity = {"files_listed": 0, "verified": 0, "mismatched": 0, "missing": 0,
+                 "unlisted": 0, "unsafe_paths": 0, "unreadable": 0}
+    for row in collected.evidence:
+        if row.status == "unlisted":
+            integrity["unlisted"] += 1
+            continue
+        integrity["files_listed"] += 1
+        key = {"unsafe": "unsafe_paths"}.get(row.status, row.status)
+        integrity[key] = integrity.get(key, 0) + 1
+    integrity["period_records"] = len(collected.periods)
+    integrity["period_records_unreadable"] = sum(
+        1 for p in collected.periods if not p.record.readable)
+    accounting = reasoning.accounting
+    severities = {s.value: 0 for s in Severity}
+    for item in result.findings:
+        severities[item.severity.value] += 1
+    return {
+        "schema": SCHEMA,
+        "auditor_version": __version__,
+        "study": _study_name(result),
+        "partial": result.partial,
+        "launches": len(reasoning.attempts),
+        "verdicts": counts,
+        "configurations": [
+            {"workload": c.workload, "gpus": c.gpus, "status": c.status, "outcome": c.outcome,
+             "periods": len(c.periods), "seeds": list(c.seeds),
+             "missing_seeds": list(c.missing_seeds),
+             "task_gpu_seconds": c.task_gpu_seconds,
+             "reservation_gpu_seconds": c.reservation_gpu_seconds}
+            for c in reasoning.configurations
+        ],
+        "configurations_resolved": sum(1 for c in reasoning.configurations
+                                       if c.status == "resolved"),
+        "configurations_total": len(reasoning.configurations),
+        "periods": periods,
+        "accounting": {
+            "allocation_gpu_seconds": accounting.allocation_gpu_seconds,
+            "task_gpu_seconds": accounting.task_gpu_seconds,
+            "reservation_gpu_seconds": accounting.reservation_gpu_seconds,
+            "wasted_gpu_seconds": accounting.wasted_gpu_seconds,
+            "unresolved_gpu_seconds": accounting.unresolved_gpu_seconds,
+            "wasted_attempts": accounting.wasted_attempts,
+            "allocation_gpu_hours": round(accounting.allocation_gpu_seconds / 3600, 9),
+            "task_gpu_hours": round(accounting.task_gpu_seconds / 3600, 9),
+            "reservation_gpu_hours": round(accounting.reservation_gpu_seconds / 3600, 9),
+            "scopes_overlap": True,
+        },
+        "integrity": integrity,
+        "findings": {"total": len(result.findings), **severities},
+        "gate": gate_json(reasoning.gate),
+        "gate_allow_partial": gate_json(reasoning.gate_partial),
+        "waivers": [
+            {"rule_id": w.rule_id, "subject": w.subject, "reason": w.reason,
+             "matched": w.matched}
+            for w in reasoning.waivers
+        ],
+        "disagreements": [
+            {"subject": s, "launcher_status": st, "launcher_error": err, "auditor_verdict": v}
+            for s, st, err, v in reasoning.disagreements
+        ],
+    }
+
+
+def _study_name(result: AuditResult) -> str:
+    for period in result.collected.periods:
+        if period.record.study:
+            return period.record.study
+    return result.collected.root.name
+
+
+def dumps(document: dict[str, Any]) -> bytes:
+    """Stable JSON bytes (sorted keys would reorder the contract's keys; insertion order is
+    already deterministic)."""
+    return orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"

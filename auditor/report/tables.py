@@ -1,0 +1,226 @@
+"""Parquet tables with explicit, documented Arrow schemas.
+
+| table | one row per |
+| --- | --- |
+| ``periods.parquet`` | period: verdict, reason, diagnosis, limits, the report's figures |
+| ``attempts.parquet`` | attempt: outcome, exit, invocation window, GPU-seconds, wasted |
+| ``findings.parquet`` | finding: rule, severity, subject, message, first citation |
+| ``evidence.parquet`` | evidence file: expected and actual hash and size, status |
+| ``phases.parquet`` | allocator phase record: pid, rank, phase, step, times, error, peaks |
+
+Times are ``timestamp[ns, UTC]``; byte counts ``int64``; absent values are null.
+Tables are written with fixed writer options so the same result gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from auditor.audit import AuditResult
+from auditor.report.summary import reasoning_of
+
+TS = pa.timestamp("ns", tz="UTC")
+
+PERIODS_SCHEMA = pa.schema([
+    pa.field("subject", pa.string(), nullable=False),
+    pa.field("pair", pa.string(), nullable=False),
+    pa.field("period", pa.int64(), nullable=False),
+    pa.field("workload", pa.string()),
+    pa.field("seed", pa.int64()),
+    pa.field("gpus", pa.int64()),
+    pa.field("array_task_id", pa.int64()),
+    pa.field("job_id", pa.string(), metadata={"doc": "actual job id of the counted attempt"}),
+    pa.field("verdict", pa.string(), nullable=False),
+    pa.field("reason", pa.string(), nullable=False),
+    pa.field("rule_ids", pa.list_(pa.string())),
+    pa.field("diagnosis", pa.string()),
+    pa.field("limits", pa.string()),
+    pa.field("actor_update_finished", TS),
+    pa.field("post_update_sync_finished", TS),
+    pa.field("raw_peak_mib", pa.int64()),
+    pa.field("pids_by_rank", pa.list_(pa.int64())),
+    pa.field("log_lines", pa.int64()),
+    pa.field("last_step", pa.int64()),
+])
+
+ATTEMPTS_SCHEMA = pa.schema([
+    pa.field("subject", pa.string(), nullable=False),
+    pa.field("attempt", pa.int64(), nullable=False, metadata={"doc": "0-based launch order"}),
+    pa.field("job_id", pa.string()),
+    pa.field("attempt_dir", pa.string()),
+    pa.field("outcome", pa.string(), nullable=False),
+    pa.field("reason", pa.string()),
+    pa.field("exit_kind", pa.string()),
+    pa.field("exit_code", pa.int64()),
+    pa.field("received_signal", pa.string()),
+    pa.field("started", TS),
+    pa.field("finished", TS),
+    pa.field("gpus", pa.int64()),
+    pa.field("allocation_gpus", pa.int64()),
+    pa.field("task_gpu_seconds", pa.float64()),
+    pa.field("reservation_gpu_seconds", pa.float64()),
+    pa.field("counted", pa.bool_()),
+    pa.field("wasted", pa.bool_()),
+    pa.field("launcher_status", pa.string()),
+])
+
+FINDINGS_SCHEMA = pa.schema([
+    pa.field("rule_id", pa.string(), nullable=False),
+    pa.field("symbol", pa.string(), nullable=False),
+    pa.field("severity", pa.string(), nullable=False),
+    pa.field("subject", pa.string(), nullable=False),
+    pa.field("message", pa.string(), nullable=False),
+    pa.field("path", pa.string()),
+    pa.field("line", pa.int64()),
+    pa.field("pointer", pa.string()),
+    pa.field("citations", pa.list_(pa.string()), metadata={"doc": "every citation locator"}),
+])
+
+EVIDENCE_SCHEMA = pa.schema([
+    pa.field("path", pa.string(), nullable=False),
+    pa.field("kind", pa.string(), nullable=False),
+    pa.field("pair", pa.string()),
+    pa.field("period", pa.int64()),
+    pa.field("attempt", pa.int64()),
+    pa.field("job_id", pa.string()),
+    pa.field("manifest", pa.string()),
+    pa.field("size", pa.int64(), metadata={"doc": "actual size in bytes"}),
+    pa.field("expected_size", pa.int64()),
+    pa.field("expected_sha256", pa.string()),
+    pa.field("actual_sha256", pa.string()),
+    pa.field("status", pa.string(), nullable=False),
+    pa.field("detail", pa.string()),
+])
+
+PHASES_SCHEMA = pa.schema([
+    pa.field("subject", pa.string(), nullable=False),
+    pa.field("attempt", pa.int64(), nullable=False),
+    pa.field("path", pa.string(), nullable=False),
+    pa.field("line", pa.int64(), nullable=False),
+    pa.field("pid", pa.int64()),
+    pa.field("rank", pa.int64()),
+    pa.field("role", pa.string()),
+    pa.field("seq", pa.int64()),
+    pa.field("phase", pa.string(), nullable=False),
+    pa.field("step", pa.int64()),
+    pa.field("started", TS),
+    pa.field("finished", TS),
+    pa.field("error_type", pa.string()),
+    pa.field("peak_allocated_bytes", pa.int64()),
+    pa.field("peak_reserved_bytes", pa.int64()),
+])
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "periods": PERIODS_SCHEMA,
+    "attempts": ATTEMPTS_SCHEMA,
+    "findings": FINDINGS_SCHEMA,
+    "evidence": EVIDENCE_SCHEMA,
+    "phases": PHASES_SCHEMA,
+}
+
+
+def _periods(result: AuditResult) -> Iterable[dict[str, Any]]:
+    reasoning = reasoning_of(result)
+    for verdict, facts in zip(reasoning.verdicts, reasoning.facts, strict=True):
+        yield {
+            "subject": verdict.subject, "pair": verdict.pair, "period": verdict.period,
+            "workload": facts.workload, "seed": facts.seed, "gpus": facts.gpus,
+            "array_task_id": facts.array_task_id, "job_id": facts.job_id,
+            "verdict": verdict.verdict.value, "reason": verdict.reason,
+            "rule_ids": sorted({f.rule_id for f in verdict.findings}),
+            "diagnosis": verdict.diagnosis, "limits": verdict.limits,
+            "actor_update_finished": facts.actor_update_finished_ns,
+            "post_update_sync_finished": facts.post_update_sync_finished_ns,
+            "raw_peak_mib": facts.raw_peak_mib, "pids_by_rank": list(facts.pids_by_rank),
+            "log_lines": facts.log_lines, "last_step": facts.last_step,
+        }
+
+
+def _attempts(result: AuditResult) -> Iterable[dict[str, Any]]:
+    for a in reasoning_of(result).attempts:
+        yield {
+            "subject": a.subject, "attempt": a.index, "job_id": a.job_id,
+            "attempt_dir": a.attempt_dir, "outcome": a.outcome, "reason": a.reason,
+            "exit_kind": a.exit_kind, "exit_code": a.exit_code,
+            "received_signal": a.received_signal, "started": a.started_ns,
+            "finished": a.finished_ns, "gpus": a.gpus, "allocation_gpus": a.allocation_gpus,
+            "task_gpu_seconds": round(a.task_gpu_seconds, 6),
+            "reservation_gpu_seconds": round(a.reservation_gpu_seconds, 6),
+            "counted": a.counted, "wasted": a.wasted, "launcher_status": a.launcher_status,
+        }
+
+
+def _findings(result: AuditResult) -> Iterable[dict[str, Any]]:
+    for f in sorted_findings(result):
+        first = f.citations[0] if f.citations else None
+        yield {
+            "rule_id": f.rule_id, "symbol": f.symbol, "severity": f.severity.value,
+            "subject": f.subject, "message": f.message,
+            "path": first.path if first else None, "line": first.line if first else None,
+            "pointer": first.pointer if first else None,
+            "citations": [c.locator() for c in f.citations],
+        }
+
+
+def _evidence(result: AuditResult) -> Iterable[dict[str, Any]]:
+    for e in result.collected.evidence:
+        yield {
+            "path": e.path, "kind": e.kind, "pair": e.pair, "period": e.period,
+            "attempt": e.attempt, "job_id": e.job_id, "manifest": e.manifest,
+            "size": e.actual_size, "expected_size": e.expected_size,
+            "expected_sha256": e.expected_sha256, "actual_sha256": e.actual_sha256,
+            "status": e.status, "detail": e.detail,
+        }
+
+
+def _phases(result: AuditResult) -> Iterable[dict[str, Any]]:
+    for period in result.collected.periods:
+        for attempt in period.attempts:
+            for trace in attempt.read.traces:
+                for r in trace.phases:
+                    yield {
+                        "subject": period.subject, "attempt": attempt.spec.index,
+                        "path": r.path, "line": r.line, "pid": r.pid, "rank": r.rank,
+                        "role": r.role, "seq": r.seq, "phase": r.phase, "step": r.step,
+                        "started": r.started_ns, "finished": r.finished_ns,
+                        "error_type": r.error_type,
+                        "peak_allocated_bytes": r.peak_allocated_bytes,
+                        "peak_reserved_bytes": r.peak_reserved_bytes,
+                    }
+
+
+def sorted_findings(result: AuditResult) -> list[Any]:
+    """Findings in a stable order: severity, rule, subject, message."""
+    order = {"error": 0, "warning": 1, "info": 2}
+    return sorted(result.findings,
+                  key=lambda f: (order[f.severity.value], f.rule_id, f.subject, f.message))
+
+
+ROWS: dict[str, Callable[[AuditResult], Iterable[dict[str, Any]]]] = {
+    "periods": _periods,
+    "attempts": _attempts,
+    "findings": _findings,
+    "evidence": _evidence,
+    "phases": _phases,
+}
+
+
+def build_table(name: str, result: AuditResult) -> pa.Table:
+    """One table, typed by its schema."""
+    schema = SCHEMAS[name]
+    rows = list(ROWS[name](result))
+    columns = {f.name: [row[f.name] for row in rows] for f in schema}
+    return pa.table(columns, schema=schema)
+
+
+def table_bytes(table: pa.Table) -> bytes:
+    """Parquet bytes with fixed options (deterministic for the same table)."""
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd", use_dictionary=True,
+                   write_statistics=True, store_schema=True)
+    return sink.getvalue()

@@ -1,0 +1,92 @@
+"""Rich renderables for the terminal (the CLI prints them; nothing here prints).
+
+Text from evidence is passed through :func:`safe` (control and escape
+sequences removed) and rendered as plain :class:`rich.text.Text`, never as
+markup, so a hostile log line cannot move the cursor or restyle the screen.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from auditor.model import SacctDump
+
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?|"
+                      r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe(text: object) -> Text:
+    """Evidence text as inert rich Text."""
+    return Text(_CONTROL.sub("", str(text)))
+
+
+def summary_view(summary: dict[str, Any]) -> Group:
+    """Verdicts, configurations, integrity and the gate, from ``summary.json``."""
+    verdicts = Table(title="Verdicts", show_header=True)
+    for column in ("resolved", "failed", "unresolved", "launches"):
+        verdicts.add_column(column, justify="right")
+    counts = summary["verdicts"]
+    verdicts.add_row(str(counts["resolved"]), str(counts["failed"]), str(counts["unresolved"]),
+                     str(summary["launches"]))
+    configs = Table(title="Configurations", show_header=True)
+    for column in ("configuration", "status", "outcome", "periods"):
+        configs.add_column(column)
+    for config in summary["configurations"]:
+        style = "green" if config["status"] == "resolved" else "red"
+        configs.add_row(safe(f"{config['workload']}@{config['gpus']}"),
+                        Text(config["status"], style=style), safe(config["outcome"] or "—"),
+                        str(config["periods"]))
+    integrity = Table(title="Integrity", show_header=True)
+    keys = ("files_listed", "verified", "mismatched", "missing", "unsafe_paths", "unreadable",
+            "unlisted")
+    for key in keys:
+        integrity.add_column(key.replace("_", " "), justify="right")
+    integrity.add_row(*(str(summary["integrity"].get(key, 0)) for key in keys))
+    gate = summary["gate"]
+    partial = summary["gate_allow_partial"]
+    lines = [
+        Text.assemble("gate: ", Text("PASS" if gate["passed"] else "FAIL",
+                                     style="bold green" if gate["passed"] else "bold red"),
+                      f"   --allow-partial: {'PASS' if partial['passed'] else 'FAIL'}",
+                      "   included: ", safe(", ".join(partial["included_configurations"])
+                                            or "none")),
+        Text(f"accounting: allocation {summary['accounting']['allocation_gpu_seconds']:,} "
+             f"GPU-s, task {summary['accounting']['task_gpu_seconds']:,.1f} GPU-s, "
+             f"reservation {summary['accounting']['reservation_gpu_seconds']:,.1f} GPU-s "
+             "(overlapping scopes; never add them)"),
+    ]
+    return Group(verdicts, configs, integrity, *lines)
+
+
+def sacct_view(dump: SacctDump, summary: dict[str, Any]) -> Group:
+    """``auditor sacct``: one row per allocation, steps folded in, then totals."""
+    table = Table(title=f"sacct: {dump.path}", show_header=True)
+    for column, justify in (("job", "left"), ("raw", "left"), ("state", "left"),
+                            ("exit", "right"), ("elapsed s", "right"), ("gpus", "right"),
+                            ("GPU-s", "right"), ("failing steps", "left")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for job in summary["jobs"]:
+        bad_steps = [f"{s['step']} {s['state']} {s['exit_code']}:{s['signal']}"
+                     for s in job["steps"] if s["state"] not in ("COMPLETED", "RUNNING",
+                                                                 "PENDING")]
+        exit_text = "" if job["exit_code"] is None else f"{job['exit_code']}:{job['signal']}"
+        style = "green" if job["state"] == "COMPLETED" else "yellow" if job["state"] in (
+            "PENDING", "RUNNING") else "red"
+        table.add_row(
+            safe(job["job_id"]), safe(job["job_id_raw"] or ""), Text(job["state"], style=style),
+            exit_text, "" if job["elapsed_s"] is None else str(job["elapsed_s"]),
+            "" if job["gpus"] is None else str(job["gpus"]),
+            "" if job["gpu_seconds"] is None else f"{job['gpu_seconds']:,}",
+            safe("; ".join(bad_steps)),
+        )
+    totals = summary["totals"]
+    states = ", ".join(f"{state} {n}" for state, n in sorted(totals["states"].items()))
+    footer = Text(f"{totals['jobs']} allocations; {totals['gpu_seconds']:,} GPU-seconds "
+                  f"({totals['gpu_seconds'] / 3600:.6f} GPU-hours); states: {states}")
+    notes = [safe(f"{f.rule_id} {f.message}") for f in dump.findings[:20]]
+    return Group(table, footer, *notes)

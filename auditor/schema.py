@@ -1,0 +1,253 @@
+"""JSON Schemas (draft 2020-12) of every file kind, and findings from validating against them.
+
+The schemas ship in the package (``auditor/schemas/*.json``) and are loaded
+with :mod:`importlib.resources`, so they work from a wheel or a zip. Each is
+compiled once (cached). Validation yields one ``AUD002 schema-violation``
+finding per problem, cited by the JSON pointer of the offending value (for a
+missing field, the pointer the field would have) or, for a JSONL record, by
+its line number.
+
+One deliberate departure from plain draft 2020-12: ``"integer"`` means a JSON
+number written without a fraction or exponent (a Python ``int``), not any
+integral number, so ``1.0`` is not a valid pid. Draft 2020-12 already
+excludes booleans. This keeps the schemas and the collectors' cheap
+``type(value) is int`` checks in exact agreement.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Iterator, Mapping
+from importlib import resources
+from pathlib import PurePosixPath
+from typing import Any
+
+import orjson
+from jsonschema import Draft202012Validator, validators
+from jsonschema.exceptions import ValidationError
+from jsonschema.protocols import Validator
+
+from auditor import catalogue
+from auditor._io import clip
+from auditor.model import Citation, Finding
+
+KINDS: tuple[str, ...] = (
+    "period",
+    "trial",
+    "allocator-record",
+    "device",
+    "protocol",
+    "summary",
+    "output-manifest",
+)
+"""Every schema kind; ``<kind>.schema.json`` in ``auditor/schemas``."""
+
+ALLOCATOR_FORMS: tuple[str, ...] = ("phase", "sample")
+"""The two forms of an allocator record (``$defs`` of ``allocator-record``)."""
+
+_FILENAME_KINDS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"period-[0-9]+\.json"), "period"),
+    (re.compile(r"trial-[^/]+\.json"), "trial"),
+    (re.compile(r"allocator-[^/]+\.jsonl"), "allocator-record"),
+    (re.compile(r"worker-[^/]+\.json"), "device"),
+    (re.compile(r"protocol\.json"), "protocol"),
+    (re.compile(r"summary\.json"), "summary"),
+    (re.compile(r"output_manifest\.json"), "output-manifest"),
+)
+
+
+def _is_strict_integer(_checker: object, instance: object) -> bool:
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+_StrictValidator = validators.extend(
+    Draft202012Validator,
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_integer),
+)
+
+
+def kind_for_filename(name: str) -> str | None:
+    """The schema kind of a file, from its name (a bare name or any path), or None."""
+    base = PurePosixPath(name.replace("\\", "/")).name
+    for pattern, kind in _FILENAME_KINDS:
+        if pattern.fullmatch(base):
+            return kind
+    return None
+
+
+def canonical_kind(kind: str) -> str:
+    """``kind`` with ``_`` read as ``-`` (``output_manifest`` -> ``output-manifest``)."""
+    return kind.replace("_", "-")
+
+
+def load_schema(kind: str) -> Mapping[str, Any]:
+    """The schema document of ``kind`` (parsed once; ``_`` and ``-`` are alike in kinds)."""
+    return _load_schema(canonical_kind(kind))
+
+
+@functools.cache
+def _load_schema(kind: str) -> Mapping[str, Any]:
+    if kind not in KINDS:
+        raise ValueError(f"unknown schema kind {kind!r}; expected one of {', '.join(KINDS)}")
+    text = resources.files("auditor").joinpath("schemas", f"{kind}.schema.json").read_text("utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def validator(kind: str) -> Validator:
+    """The compiled (cached) validator of ``kind``."""
+    return _validator(canonical_kind(kind))
+
+
+@functools.cache
+def _validator(kind: str) -> Validator:
+    schema = load_schema(kind)
+    Draft202012Validator.check_schema(schema)
+    return _StrictValidator(schema)
+
+
+@functools.cache
+def allocator_form_validator(form: str) -> Validator:
+    """A validator for one form (``phase`` or ``sample``) of an allocator record.
+
+    Validating against the ``oneOf`` of both forms only says "not valid under
+    any of the given schemas"; against the form the record claims (it has
+    ``phase`` or not) each problem gets its own pointer and message.
+    """
+    if form not in ALLOCATOR_FORMS:
+        raise ValueError(f"unknown allocator record form {form!r}")
+    schema = dict(load_schema("allocator-record"))
+    del schema["oneOf"]
+    schema["$ref"] = f"#/$defs/{form}"
+    return _StrictValidator(schema)
+
+
+def pointer_of(parts: Iterator[object] | tuple[object, ...] | list[object]) -> str:
+    """RFC 6901 JSON pointer of a path of keys and indexes (``""`` for the root)."""
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in parts)
+
+
+def json_text(value: object, limit: int = 80) -> str:
+    """``value`` as (clipped) JSON text, for messages."""
+    try:
+        text = orjson.dumps(value).decode("utf-8")
+    except (TypeError, orjson.JSONEncodeError):
+        text = repr(value)
+    return clip(text, limit)
+
+
+def json_type(value: object) -> str:
+    """The JSON type name of a parsed value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def problems(validator_: Validator, doc: object) -> list[tuple[str, str]]:
+    """Every problem of ``doc`` as (JSON pointer, message), sorted by pointer, deduplicated."""
+    found: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    for error in validator_.iter_errors(doc):
+        for item in _explain(error):
+            if item not in seen:
+                seen.add(item)
+                found.append(item)
+    found.sort(key=lambda item: item[0])
+    return found
+
+
+def _explain(error: ValidationError) -> list[tuple[str, str]]:
+    pointer = pointer_of(tuple(error.absolute_path))
+    instance = error.instance
+    if error.validator == "required" and isinstance(instance, dict):
+        names = error.validator_value if isinstance(error.validator_value, list) else []
+        return [
+            (f"{pointer}{pointer_of((name,))}", "required field missing")
+            for name in names
+            if name not in instance
+        ]
+    if error.validator == "type":
+        wanted = error.validator_value
+        wanted_text = " or ".join(wanted) if isinstance(wanted, list) else str(wanted)
+        message = f"expected {wanted_text}, found {json_type(instance)} {json_text(instance)}"
+        return [(pointer, message)]
+    if error.validator == "const":
+        return [(pointer, f"expected {json_text(error.validator_value)}, found "
+                          f"{json_text(instance)}")]
+    if error.validator == "not" and error.validator_value == {"required": ["phase"]}:
+        return [(pointer, "a memory sample must not have 'phase'")]
+    return [(pointer, clip(error.message, 200))]
+
+
+def validate_document(kind: str, doc: object, path: str) -> list[Finding]:
+    """``AUD002`` findings for every way ``doc`` (a parsed JSON document) breaks its schema.
+
+    Each finding cites ``path`` with the JSON pointer of the problem; its
+    ``where`` is ``#<pointer>``.
+    """
+    findings = []
+    for pointer, message in problems(validator(kind), doc):
+        findings.append(
+            catalogue.finding(
+                "AUD002",
+                path,
+                [Citation(path, pointer=pointer, quote=_quote_at(doc, pointer))],
+                where=f"#{pointer}",
+                error=message,
+            )
+        )
+    return findings
+
+
+def validate_record(kind: str, record: object, path: str, line: int) -> list[Finding]:
+    """``AUD002`` findings for one JSONL record at ``line``; ``where`` is ``:<line>``.
+
+    For ``allocator-record`` the record is checked against the form it claims
+    (phase when it has ``phase``, else sample), for precise messages.
+    """
+    if canonical_kind(kind) == "allocator-record":
+        form = "phase" if isinstance(record, dict) and "phase" in record else "sample"
+        checker = allocator_form_validator(form)
+    else:
+        checker = validator(kind)
+    findings = []
+    for pointer, message in problems(checker, record):
+        findings.append(
+            catalogue.finding(
+                "AUD002",
+                path,
+                [Citation(path, line=line, pointer=pointer, quote=_quote_at(record, pointer))],
+                where=f":{line}",
+                error=f"{pointer or '/'}: {message}",
+            )
+        )
+    return findings
+
+
+def _quote_at(doc: object, pointer: str) -> str:
+    """The value at ``pointer`` as short JSON text (``""`` when absent)."""
+    node = doc
+    if pointer:
+        for raw in pointer[1:].split("/"):
+            part = raw.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                return ""
+    return json_text(node)

@@ -1,0 +1,345 @@
+"""Cross-checks that the pieces of evidence belong together.
+
+Integrity (hash and size against the manifest) is decided while the files are
+read (:mod:`auditor.audit`); this module checks what only the parsed content
+can show: identities (pid / rank / role / job / GPU) agree everywhere they
+appear, timelines nest (allocator records inside the invocation, the
+invocation inside the scheduler's allocation), the idle check passed, and the
+provenance inputs (anchors, pinned commits) match. Every check yields
+findings; none stops at the first problem.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from auditor.catalogue import finding
+from auditor.collect.sacct import job_for
+from auditor.model import Citation, Finding, SacctDump, SacctJob
+
+if TYPE_CHECKING:
+    from auditor.audit import AttemptEvidence, AuditOptions, Collected, PeriodEvidence
+
+DEVICE_NAME_RE = re.compile(r"^worker-(?P<role>.+)-(?P<rank>\d+)-(?P<pid>\d+)\.json$")
+TRACE_NAME_RE = re.compile(r"^allocator-(?P<pid>\d+)\.jsonl$")
+ATTEMPT_NAME_RE = re.compile(r"(?:^|/)attempt-(?P<job>[^/]+)$")
+NS = 1_000_000_000
+
+
+def validate(collected: Collected, options: AuditOptions) -> list[Finding]:
+    """Every cross-check over the collected study."""
+    findings: list[Finding] = []
+    for period in collected.periods:
+        findings.extend(_period_checks(period, collected))
+        for attempt in period.attempts:
+            findings.extend(_identity(period, attempt))
+            findings.extend(_job_ids(period, attempt, collected.sacct))
+            findings.extend(_timeline(attempt, collected.sacct))
+    findings.extend(_commits(collected))
+    findings.extend(_anchors(collected, options))
+    return findings
+
+
+def element_for(sacct: SacctDump | None, job_id: str | None) -> SacctJob | None:
+    """The sacct allocation row of an attempt's actual job id."""
+    if sacct is None or not job_id:
+        return None
+    return job_for(sacct, job_id)
+
+
+# ------------------------------------------------------------------ per period
+
+
+def _period_checks(period: PeriodEvidence, collected: Collected) -> Iterator[Finding]:
+    record = period.record
+    if not record.readable:
+        return
+    subject = period.subject
+    idle = record.idle_check
+    if idle is None:
+        yield finding("AUD118", subject, [Citation(record.path, pointer="/idle_check")],
+                      detail="no post-period idle check recorded")
+    elif idle.passed is not True:
+        used = ", ".join(str(v) for v in idle.gpu_memory_used_mib) or "?"
+        yield finding(
+            "AUD118", subject,
+            [Citation(record.path, pointer="/idle_check/passed", quote=str(idle.passed))],
+            detail=f"idle check passed={idle.passed} (GPU memory used MiB: {used}; "
+                   f"processes: {idle.gpu_processes})",
+        )
+    for attempt in period.attempts:
+        trial = attempt.read.trial
+        if trial is None:
+            continue
+        for field_name, trial_value, period_value in (
+            ("pair", trial.pair, record.pair),
+            ("period", trial.period, record.period),
+            ("gpus", trial.gpus, record.gpus),
+        ):
+            if trial_value is not None and period_value is not None and \
+                    trial_value != period_value:
+                yield finding(
+                    "AUD112", subject, [Citation(trial.path, pointer=f"/{field_name}",
+                                                 quote=str(trial_value))],
+                    field=field_name, trial_value=trial_value, period_value=period_value,
+                )
+
+
+def _identity(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[Finding]:
+    record = period.record
+    subject = period.subject
+    spec = attempt.spec
+    read = attempt.read
+    listed_kinds = {row.kind for row in attempt.files}
+    for kind in ("trial", "training_log", "allocator_trace", "device_evidence"):
+        if kind not in listed_kinds:
+            yield finding("AUD107", subject, [Citation(record.path, pointer=spec.pointer
+                                                       + "/evidence")], kind=kind, detail="")
+    if record.gpus is not None and len(spec.workers) != record.gpus:
+        yield finding("AUD114", subject, [Citation(record.path, pointer=spec.pointer
+                                                   + "/workers")],
+                      workers=len(spec.workers), gpus=record.gpus)
+    by_pid = {w.pid: w for w in spec.workers if w.pid is not None}
+    by_rank: dict[int, list[int]] = defaultdict(list)
+    for worker in spec.workers:
+        if worker.rank is not None and worker.pid is not None:
+            by_rank[worker.rank].append(worker.pid)
+    for rank, pids in sorted(by_rank.items()):
+        if len(pids) > 1:
+            yield finding("AUD110", subject, [Citation(record.path, pointer=spec.pointer
+                                                       + "/workers")],
+                          detail=f"rank {rank} is listed for pids {pids}")
+    seen_device_pids: set[int] = set()
+    for device in read.devices:
+        name = device.path.rsplit("/", 1)[-1]
+        match = DEVICE_NAME_RE.match(name)
+        cite = Citation(device.path)
+        if match is None:
+            yield finding("AUD110", subject, [cite],
+                          detail=f"{name}: name is not worker-<role>-<rank>-<pid>.json")
+            continue
+        name_pid, name_rank, name_role = int(match["pid"]), int(match["rank"]), match["role"]
+        seen_device_pids.add(name_pid)
+        for what, in_name, in_file, pointer in (
+            ("pid", name_pid, device.pid, "/pid"),
+            ("rank", name_rank, device.rank, "/rank"),
+            ("role", name_role, device.role, "/role"),
+        ):
+            if in_file is not None and in_file != in_name:
+                yield finding("AUD110", subject,
+                              [Citation(device.path, pointer=pointer, quote=str(in_file))],
+                              detail=f"{name}: file name says {what} {in_name}, content says "
+                                     f"{in_file}")
+        worker = by_pid.get(name_pid)
+        if worker is None:
+            yield finding("AUD110", subject, [cite],
+                          detail=f"{name}: pid {name_pid} is not among the period's workers")
+        elif worker.rank is not None and worker.rank != name_rank:
+            yield finding("AUD110", subject,
+                          [cite, Citation(record.path, pointer=worker.pointer + "/rank")],
+                          detail=f"{name}: rank {name_rank} but the period lists pid "
+                                 f"{name_pid} as rank {worker.rank}")
+    trace_pids: set[int] = set()
+    for trace in read.traces:
+        name = trace.path.rsplit("/", 1)[-1]
+        match = TRACE_NAME_RE.match(name)
+        if match is None:
+            yield finding("AUD110", subject, [Citation(trace.path)],
+                          detail=f"{name}: name is not allocator-<pid>.jsonl")
+            continue
+        pid = int(match["pid"])
+        trace_pids.add(pid)
+        for other_pid, line in trace.pids:
+            if other_pid != pid:
+                yield finding("AUD110", subject, [Citation(trace.path, line=line)],
+                              detail=f"{name}: line {line} has pid {other_pid}")
+        worker = by_pid.get(pid)
+        if worker is None:
+            yield finding("AUD110", subject, [Citation(trace.path)],
+                          detail=f"{name}: pid {pid} is not among the period's workers")
+            continue
+        for rank, line in trace.ranks:
+            if worker.rank is not None and rank != worker.rank:
+                yield finding("AUD110", subject, [Citation(trace.path, line=line)],
+                              detail=f"{name}: line {line} has rank {rank}, the period lists "
+                                     f"pid {pid} as rank {worker.rank}")
+    for pid, worker in sorted(by_pid.items()):
+        pointer = Citation(record.path, pointer=worker.pointer)
+        if not _listed_for_pid(attempt, "device_evidence", pid):
+            yield finding("AUD107", subject, [pointer], kind="device evidence",
+                          detail=f" for pid {pid} (rank {worker.rank})")
+        if not _listed_for_pid(attempt, "allocator_trace", pid):
+            yield finding("AUD107", subject, [pointer], kind="allocator trace",
+                          detail=f" for pid {pid} (rank {worker.rank})")
+    gpus: dict[str, list[tuple[int | None, str]]] = defaultdict(list)
+    for device in read.devices:
+        if device.gpu_uuid:
+            gpus[device.gpu_uuid].append((device.rank, device.path))
+    for uuid, users in sorted(gpus.items()):
+        ranks = sorted({rank for rank, _ in users if rank is not None})
+        if len(users) > 1:
+            yield finding("AUD113", subject,
+                          [Citation(path, pointer="/gpu/uuid", quote=uuid) for _, path in users],
+                          uuid=uuid, ranks=", ".join(str(r) for r in ranks))
+
+
+def _listed_for_pid(attempt: AttemptEvidence, kind: str, pid: int) -> bool:
+    """Whether the manifest lists a file of ``kind`` named for ``pid`` (read or not)."""
+    for row in attempt.files:
+        if row.kind != kind:
+            continue
+        name = row.path.rsplit("/", 1)[-1]
+        match = (DEVICE_NAME_RE if kind == "device_evidence" else TRACE_NAME_RE).match(name)
+        if match is not None and int(match["pid"]) == pid:
+            return True
+    return False
+
+
+def _job_ids(
+    period: PeriodEvidence, attempt: AttemptEvidence, sacct: SacctDump | None
+) -> Iterator[Finding]:
+    subject = period.subject
+    spec = attempt.spec
+    record = period.record
+    claims: list[tuple[str, str, Citation]] = []
+    if spec.job_id:
+        claims.append(("period record", spec.job_id,
+                       Citation(record.path, pointer=spec.pointer + "/job_id")))
+    if spec.attempt_dir:
+        match = ATTEMPT_NAME_RE.search(spec.attempt_dir)
+        if match:
+            claims.append(("attempt directory", match["job"], Citation(spec.attempt_dir)))
+    trial = attempt.read.trial
+    if trial is not None and trial.job_id:
+        claims.append(("trial", trial.job_id, Citation(trial.path, pointer="/job_id")))
+    claims.extend(
+        (f"device {device.path.rsplit('/', 1)[-1]}", device.job_id,
+         Citation(device.path, pointer="/job_id"))
+        for device in attempt.read.devices if device.job_id
+    )
+    values = {value for _, value, _ in claims}
+    if len(values) > 1:
+        reference = claims[0][1]
+        odd = [(who, value, cite) for who, value, cite in claims if value != reference]
+        yield finding(
+            "AUD111", subject, [claims[0][2]] + [cite for _, _, cite in odd],
+            detail=f"{claims[0][0]} says job {reference}; "
+                   + "; ".join(f"{who} says {value}" for who, value, _ in odd),
+        )
+    job_id = spec.job_id or (trial.job_id if trial else None)
+    if sacct is not None and job_id:
+        element = element_for(sacct, job_id)
+        if element is None:
+            yield finding("AUD119", subject, [Citation(sacct.path)],
+                          detail=f"job {job_id} has no row in the sacct dump")
+        elif record.array_job_id and element.array_job_id and \
+                element.array_job_id != record.array_job_id:
+            yield finding("AUD111", subject, [Citation(sacct.path, line=element.line)],
+                          detail=f"sacct places job {job_id} in array {element.array_job_id}, "
+                                 f"the period record says {record.array_job_id}")
+        elif record.array_task_id is not None and element.array_task_id is not None and \
+                element.array_task_id != record.array_task_id:
+            yield finding("AUD111", subject, [Citation(sacct.path, line=element.line)],
+                          detail=f"sacct has job {job_id} as element {element.array_task_id}, "
+                                 f"the period record says {record.array_task_id}")
+
+
+def _timeline(attempt: AttemptEvidence, sacct: SacctDump | None) -> Iterator[Finding]:
+    trial = attempt.read.trial
+    if trial is None or trial.started_ns is None or trial.finished_ns is None:
+        return
+    start, finish = trial.started_ns, trial.finished_ns
+    subject = attempt.subject
+    if finish < start:
+        yield finding("AUD117", subject, [Citation(trial.path, pointer="/invocation")],
+                      detail="invocation finished_ns is before started_ns")
+    for trace in attempt.read.traces:
+        outside = [
+            record for record in trace.phases
+            if (record.started_ns is not None and record.started_ns < start)
+            or (record.finished_ns is not None and record.finished_ns > finish)
+        ]
+        if outside:
+            first = outside[0]
+            yield finding(
+                "AUD116", subject, [Citation(trace.path, line=first.line)],
+                detail=f"{len(outside)} record(s) outside the invocation window, first: "
+                       f"{first.phase} step {first.step}",
+            )
+        elif trace.first_ns is not None and trace.last_ns is not None and (
+            trace.first_ns < start or trace.last_ns > finish
+        ):
+            yield finding("AUD116", subject, [Citation(trace.path)],
+                          detail="memory samples outside the invocation window")
+    element = element_for(sacct, attempt.spec.job_id or trial.job_id)
+    if element is not None and sacct is not None:
+        cite = [Citation(sacct.path, line=element.line), Citation(trial.path,
+                                                                  pointer="/invocation")]
+        if element.start is not None and start // NS < element.start:
+            yield finding("AUD117", subject, cite,
+                          detail=f"invocation starts before the allocation (sacct Start "
+                                 f"{element.start}, invocation {start // NS})")
+        if element.end is not None and (finish + NS - 1) // NS > element.end + 1:
+            yield finding("AUD117", subject, cite,
+                          detail=f"invocation ends after the allocation (sacct End "
+                                 f"{element.end}, invocation {finish // NS})")
+
+
+# ------------------------------------------------------------------ provenance
+
+
+def _commits(collected: Collected) -> Iterator[Finding]:
+    pinned = collected.execution_commits
+    if pinned is None:
+        return
+    cite_path = collected.layout.execution_commits or "execution_commits.json"
+    for period in collected.periods:
+        record = period.record
+        expected = pinned.get(record.pair)
+        if not record.readable:
+            continue
+        if expected is None:
+            yield finding("AUD121", period.subject, [Citation(cite_path)],
+                          actual=record.commit, expected="nothing (pair not listed)")
+        elif record.commit != expected:
+            yield finding("AUD121", period.subject,
+                          [Citation(record.path, pointer="/commit", quote=str(record.commit)),
+                           Citation(cite_path, pointer="/" + record.pair)],
+                          actual=record.commit, expected=expected)
+
+
+def _anchors(collected: Collected, options: AuditOptions) -> Iterator[Finding]:
+    expected = dict(collected.protocol.anchors)
+    expected.update(dict(options.anchors))
+    given = {i.path: i for i in collected.inputs if i.group == "protocol_inputs"}
+    protocol_path = collected.protocol.path or "protocol.json"
+    for name, sha in sorted(expected.items()):
+        source = given.get(name)
+        if source is None:
+            yield finding("AUD120", name, [Citation(protocol_path, pointer=f"/anchors/{name}")],
+                          name=name, detail=f"no --protocol-input {name}=PATH was given to "
+                                            "check it against")
+        elif source.digest.sha256 != sha.lower():
+            yield finding("AUD120", name, [Citation(source.path, quote=source.digest.sha256)],
+                          name=name, detail=f"expected {sha}, found {source.digest.sha256}")
+
+
+def anchor_status(collected: Collected, options: AuditOptions) -> list[tuple[str, str, str]]:
+    """(name, expected sha256, status) for every anchor, for the report."""
+    expected = dict(collected.protocol.anchors)
+    expected.update(dict(options.anchors))
+    given = {i.path: i for i in collected.inputs if i.group == "protocol_inputs"}
+    rows = []
+    for name, sha in sorted(expected.items()):
+        source = given.get(name)
+        if source is None:
+            status = "not checked (no input given)"
+        elif source.digest.sha256 == sha.lower():
+            status = "verified"
+        else:
+            status = f"MISMATCH (found {source.digest.sha256})"
+        rows.append((name, sha, status))
+    return rows

@@ -1,0 +1,111 @@
+"""Path safety: decide, before any file is opened, whether a manifest path may be read.
+
+A manifest path is *unsafe* when it is absolute, has a ``..`` part, or resolves
+(through any link on the way) to a place outside the evidence root; such a file
+is never opened. A path that exists but is a directory, a link loop or lacks
+read permission is *unreadable*. Only the main process decides this; workers
+open exactly the resolved path they are handed.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+
+@dataclass(frozen=True, slots=True)
+class PathCheck:
+    """The outcome of checking one path."""
+
+    display: str
+    """Root-relative POSIX path used in every output (the manifest text, for unsafe ones)."""
+    status: str
+    """``ok``, ``missing``, ``unsafe`` or ``unreadable``."""
+    why: str = ""
+    resolved: str | None = None
+    """Absolute path to open (``ok`` only)."""
+
+
+def join_relative(*parts: str) -> PurePosixPath | None:
+    """Join manifest path parts; None when any part is absolute or has a ``..`` part."""
+    joined = PurePosixPath()
+    for part in parts:
+        text = part.replace("\\", "/")
+        if not text or text.startswith("/") or (len(text) > 1 and text[1] == ":"):
+            return None
+        candidate = PurePosixPath(text)
+        if any(piece == ".." for piece in candidate.parts):
+            return None
+        joined = joined / candidate
+    return joined
+
+
+def unsafe_reason(*parts: str) -> str:
+    """Why ``parts`` cannot be joined safely (for messages)."""
+    for part in parts:
+        text = part.replace("\\", "/")
+        if not text:
+            return "empty path"
+        if text.startswith("/") or (len(text) > 1 and text[1] == ":"):
+            return "absolute path"
+        if ".." in PurePosixPath(text).parts:
+            return "'..' part"
+    return "unsafe"
+
+
+def check_path(root: Path, *parts: str) -> PathCheck:
+    """Check the file at ``root / parts...`` without opening it.
+
+    ``root`` must already be resolved (absolute, links followed).
+    """
+    relative = join_relative(*parts)
+    if relative is None:
+        return PathCheck("/".join(parts), "unsafe", unsafe_reason(*parts))
+    display = relative.as_posix()
+    target = root / relative
+    try:
+        resolved = target.resolve(strict=True)
+    except FileNotFoundError:
+        # A dangling link whose target lies outside the root is still an escape.
+        if _link_escapes(root, target):
+            return PathCheck(display, "unsafe", "link to outside the root")
+        return PathCheck(display, "missing")
+    except RuntimeError:  # symlink loop on older Pythons
+        return PathCheck(display, "unreadable", "link loop")
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return PathCheck(display, "unreadable", "link loop")
+        if error.errno == errno.ENOTDIR:
+            return PathCheck(display, "missing")
+        return PathCheck(display, "unreadable", error.strerror or str(error))
+    if resolved != root and root not in resolved.parents:
+        return PathCheck(display, "unsafe", "resolves outside the root")
+    try:
+        info = resolved.stat()
+    except OSError as error:
+        return PathCheck(display, "unreadable", error.strerror or str(error))
+    if stat.S_ISDIR(info.st_mode):
+        return PathCheck(display, "unreadable", "is a directory")
+    if not stat.S_ISREG(info.st_mode):
+        return PathCheck(display, "unreadable", "not a regular file")
+    if not os.access(resolved, os.R_OK):
+        return PathCheck(display, "unreadable", "permission denied")
+    return PathCheck(display, "ok", resolved=str(resolved))
+
+
+def _link_escapes(root: Path, target: Path) -> bool:
+    """True when some link on the way to ``target`` points outside ``root``."""
+    current = root
+    for part in target.relative_to(root).parts:
+        current = current / part
+        if current.is_symlink():
+            try:
+                pointed = Path(os.path.realpath(current))
+            except OSError:
+                return False
+            if pointed != root and root not in pointed.parents:
+                return True
+    return False

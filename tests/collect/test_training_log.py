@@ -1,0 +1,578 @@
+"""Tests for :mod:`auditor.collect.training_log`.
+
+Three layers: every real log in ``/work/shared/real-evidence/logs`` against the
+facts its ``SOURCES.md`` states; the tiny defect fixtures under
+``fixtures/defects/training_log/`` (one defect each); and large inputs
+generated in ``tmp_path`` (a 100 MB line, 200k lines) for bounded memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from auditor._io import HashingReader
+from auditor.collect.training_log import STEP_LINES_KEPT, scan_training_log
+from auditor.model import TrainingLogScan
+
+REPO = Path(__file__).resolve().parents[2]
+DEFECTS = REPO / "fixtures" / "defects" / "training_log"
+REAL_LOGS = Path(__file__).resolve().parents[3] / "shared" / "real-evidence" / "logs"
+
+LEGACY_PATTERN = r"^\s*step:(?P<step>\d+) - "
+"""A protocol override for verl logs older than the ``training/global_step`` key."""
+
+
+def scan_file(
+    path: Path, expected_steps: int | None, pattern: str | None = None, **limits: int
+) -> TrainingLogScan:
+    with path.open("rb") as handle:
+        return scan_training_log(handle, path.name, expected_steps, pattern, **limits)
+
+
+def scan_bytes(
+    data: bytes,
+    expected_steps: int | None,
+    pattern: str | None = None,
+    max_events: int = 200,
+    max_line: int = 65536,
+) -> TrainingLogScan:
+    stream = io.BytesIO(data)
+    return scan_training_log(
+        stream, "training-1.log", expected_steps, pattern, max_events, max_line
+    )
+
+
+def kinds(scan: TrainingLogScan, *wanted: str) -> list[tuple[str, int, str]]:
+    """(kind, line, detail) of the scan's events, optionally only of some kinds."""
+    return [(e.kind, e.line, e.detail) for e in scan.events if not wanted or e.kind in wanted]
+
+
+def rules(scan: TrainingLogScan) -> list[tuple[str, int | None]]:
+    return [(f.rule_id, f.citations[0].line) for f in scan.findings]
+
+
+FAILURE_KINDS = (
+    "traceback",
+    "exception",
+    "gpu_oom",
+    "host_oom",
+    "kv_cache_init_failure",
+    "nccl_timeout",
+    "slurm_cancelled",
+    "slurm_time_limit",
+    "coordinated_shutdown",
+)
+
+
+# ----------------------------------------------------------------- real logs
+
+
+def _megatron_complete(path: Path) -> None:
+    scan = scan_file(path, 105)
+    assert scan.lines == 1369
+    assert scan.terminal_event is not None
+    assert (scan.terminal_event.line, scan.terminal_event.detail) == (1366, "105")
+    assert scan.terminal_event.text.startswith("(TaskRunner pid=20910) step:105 - ")
+    assert "\x1b" not in scan.terminal_event.text
+    assert scan.last_step == 105
+    assert kinds(scan, *FAILURE_KINDS) == []  # 127 \r tqdm lines, dedup, raylet noise
+    assert scan_file(path, 1).terminal_event is not None  # step:1 is a training line too
+    assert scan_file(path, 106).terminal_event is None
+    assert scan_file(path, None).last_step == 105
+
+
+def _fsdp_segfault_noise(path: Path) -> None:
+    scan = scan_file(path, 210)
+    assert scan.terminal_event is not None
+    assert scan.terminal_event.line == 84
+    assert scan.last_step == 210
+    # SIGSEGV / "Fatal Python error" teardown noise is not a traceback or exception.
+    assert kinds(scan, *FAILURE_KINDS) == []
+
+
+def _gemma_cut_at_105(path: Path) -> None:
+    scan = scan_file(path, 210)
+    assert scan.terminal_event is None
+    assert scan.last_step is None  # v0.1 lines carry no training/global_step
+    assert scan.lines == 10  # final line has no newline and still counts
+    assert [e.detail for e in scan.events if e.kind == "step_line"][-1] == "105"
+    for expected in (210, 209):
+        legacy = scan_file(path, expected, LEGACY_PATTERN)
+        assert legacy.terminal_event is None
+        assert legacy.last_step == 105
+
+
+def _qwen05b_v01_complete(path: Path) -> None:
+    assert scan_file(path, 434).terminal_event is None  # contract: global step required
+    legacy = scan_file(path, 434, LEGACY_PATTERN)
+    assert legacy.terminal_event is not None
+    assert legacy.terminal_event.line == 4
+    assert legacy.last_step == 434
+
+
+def _pr1032_one_step_ansi(path: Path) -> None:
+    scan = scan_file(path, 1)
+    assert scan.lines == 314
+    assert scan.terminal_event is None  # 3-dp era, no training/global_step key yet
+    assert all("\x1b" not in e.text for e in scan.events)
+    legacy = scan_file(path, 1, LEGACY_PATTERN)
+    assert legacy.terminal_event is not None
+    assert legacy.terminal_event.line == 313
+    assert legacy.terminal_event.text.startswith("(TaskRunner pid=1244821) step:1 - ")
+    assert kinds(legacy, *FAILURE_KINDS) == []
+
+
+def _pr1100_cut_before_first_step(path: Path) -> None:
+    scan = scan_file(path, 1)
+    assert scan.lines == 370
+    assert scan.terminal_event is None
+    assert scan.last_step is None
+    assert scan.events == ()
+    assert scan_file(path, 1, LEGACY_PATTERN).last_step is None
+
+
+def _pr1037_hydra(path: Path) -> None:
+    scan = scan_file(path, 1)
+    exception = "hydra.errors.MissingConfigException"
+    assert kinds(scan) == [
+        ("traceback", 12, ""),
+        ("exception", 57, exception),
+        ("traceback", 75, ""),
+        ("exception", 120, exception),
+    ]
+
+
+def _quickstart_illustrative(path: Path) -> None:
+    assert scan_file(path, 1).terminal_event is None
+    assert scan_file(path, None, LEGACY_PATTERN).last_step == 1
+
+
+def _deepseek_val_only_last(path: Path) -> None:
+    for expected in (1119, 1120):
+        assert scan_file(path, expected).terminal_event is None
+    step_lines = [(e.line, e.detail) for e in scan_file(path, 1120).events]
+    assert step_lines[-1] == (17, "1120")  # seen as a step line, never as a terminal
+    assert len(step_lines) == STEP_LINES_KEPT
+
+
+def _notes_cn_npfloat64(path: Path) -> None:
+    scan = scan_file(path, 71)
+    assert scan.terminal_event is not None
+    assert scan.terminal_event.line == 1
+    assert scan_file(path, 435).terminal_event is None
+    assert scan_file(path, 435).last_step == 71
+    assert scan_file(path, 7).terminal_event is None
+
+
+def _issue2060_val_then_train(path: Path) -> None:
+    scan = scan_file(path, 1)
+    assert scan.terminal_event is not None
+    assert (scan.terminal_event.line, scan.last_step) == (3, 1)
+    assert scan_file(path, 0).terminal_event is None  # step:0 is validation only
+
+
+def _nul_byte_named_actor(path: Path) -> None:
+    scan = scan_file(path, 1)
+    assert rules(scan) == [("AUD006", 7)]
+    assert "\\x00" in scan.findings[0].citations[0].quote
+    assert scan.terminal_event is None
+    assert scan.events == ()  # NCCL INFO lines ("TIMEOUT(ms)") are not timeouts
+
+
+def _torch_oom_compute_log_prob(path: Path) -> None:
+    assert kinds(scan_file(path, 1)) == [
+        ("exception", 13, "torch.OutOfMemoryError"),
+        ("gpu_oom", 13, "torch.OutOfMemoryError"),
+    ]
+
+
+def _easyr1_runner_oom(path: Path) -> None:
+    assert kinds(scan_file(path, 1)) == [
+        ("exception", 7, "torch.OutOfMemoryError"),
+        ("gpu_oom", 7, "torch.OutOfMemoryError"),
+    ]
+
+
+def _easyr1_raytaskerror(path: Path) -> None:
+    assert kinds(scan_file(path, 1)) == [
+        ("exception", 7, "ray.exceptions.RayTaskError(OutOfMemoryError)"),
+        ("gpu_oom", 7, "RayTaskError(OutOfMemoryError)"),
+    ]
+
+
+def _init_oom_raylet(path: Path) -> None:
+    # The raylet lists the OOM killer as one of three *possible* causes: not evidence.
+    assert kinds(scan_file(path, 1), "gpu_oom", "host_oom") == []
+
+
+def _ray_host_oom(path: Path) -> None:
+    scan = scan_file(path, 1)
+    assert kinds(scan, "host_oom", "gpu_oom") == [
+        ("host_oom", 1, "ray.exceptions.OutOfMemoryError"),
+        ("host_oom", 2, "exceeds the memory usage threshold"),
+    ]
+    assert kinds(scan, "exception") == [("exception", 1, "ray.exceptions.OutOfMemoryError")]
+
+
+def _nccl_watchdog(path: Path) -> None:
+    scan = scan_file(path, 1)
+    nccl = kinds(scan, "nccl_timeout")
+    assert nccl[0] == ("nccl_timeout", 1, "Watchdog caught collective operation timeout")
+    assert [line for _, line, _ in nccl] == [1, 3, 4]
+    assert kinds(scan, "gpu_oom", "host_oom") == []
+
+
+def _vllm_cache_blocks(path: Path) -> None:
+    # Line 2 is the quoted source of the raise inside a frame: code, not the failure.
+    assert kinds(scan_file(path, 1)) == [
+        ("exception", 3, "ValueError"),
+        ("kv_cache_init_failure", 3, "ValueError"),
+    ]
+
+
+def _cumem_wake_up(path: Path) -> None:
+    scan = scan_file(path, 1)
+    assert kinds(scan, "exception") == [("exception", 5, "RuntimeError")]
+    assert [line for _, line, _ in kinds(scan, "gpu_oom")] == [5, 6]
+    assert kinds(scan, "host_oom") == []
+
+
+def _slurm_time_limit(path: Path) -> None:
+    assert kinds(scan_file(path, 1)) == [
+        ("slurm_time_limit", 2, "494583"),
+        ("slurm_time_limit", 3, "494583.0"),
+    ]
+
+
+def _slurm_step_cancelled(path: Path) -> None:
+    assert kinds(scan_file(path, 1)) == [("slurm_cancelled", 4, "22051979.1")]
+
+
+def _nothing_relevant(path: Path) -> None:
+    scan = scan_file(path, 1)
+    assert scan.terminal_event is None
+    assert scan.events == ()
+    assert scan.findings == ()
+
+
+REAL_LOG_FACTS: dict[str, Callable[[Path], None]] = {
+    "verldata__qwen2-7b-gpg-megatron-full-run-complete.log": _megatron_complete,
+    "verldata__qwen2-7b-gpg-fsdp-tail-segfault-noise-complete.log": _fsdp_segfault_noise,
+    "verl-data__gemma2b-ppo-tail-ends-step105-of-210.log": _gemma_cut_at_105,
+    "verl-data__qwen05b-ppo-v01-main_task-tail-complete.log": _qwen05b_v01_complete,
+    "verl-pr1032__ci-1step-complete-ansi.log": _pr1032_one_step_ansi,
+    "verl-pr1100__fsdp-run-cut-before-first-step.log": _pr1100_cut_before_first_step,
+    "verl-pr1037__hydra-missing-config-no-ray.log": _pr1037_hydra,
+    "verl-docs__quickstart-expected-step-lines.log": _quickstart_illustrative,
+    "verl-training-log__grpo-deepseek7b-v02-tail-val-only-last-step.log": _deepseek_val_only_last,
+    "verl-notes-cn__taskrunner-step71-npfloat64-repr.log": _notes_cn_npfloat64,
+    "verl-issue2060__step0-val-then-step1-train-3dp.log": _issue2060_val_then_train,
+    "verl-data__qwen05b-ppo-named-actor-prefix-nul-byte.log": _nul_byte_named_actor,
+    "verl-issue2828__torch-oom-compute-log-prob.log": _torch_oom_compute_log_prob,
+    "easyr1-issue9__runner-torch-oom-private-pools.log": _easyr1_runner_oom,
+    "easyr1-issue9__raytaskerror-oom-chain-update-actor.log": _easyr1_raytaskerror,
+    "verl-issue217__init-oom-raylet-worker-died.log": _init_oom_raylet,
+    "verl-issue2950__ray-host-oom-memory-monitor.log": _ray_host_oom,
+    "verl-issue597__nccl-watchdog-timeout-slurm.log": _nccl_watchdog,
+    "vllm-issue10439__v0-no-available-memory-cache-blocks.log": _vllm_cache_blocks,
+    "lmm-r1-issue43__vllm-wake-up-cumem-oom-dedup.log": _cumem_wake_up,
+    "zetta-utils-issue671__slurm-job-and-step-time-limit.log": _slurm_time_limit,
+    "dagster-slurm-issue72__slurm-step-cancelled-ray-task-killed.log": _slurm_step_cancelled,
+    "ray-issue31931__shutdown-drops-worker-line.log": _nothing_relevant,
+    "ray-docs__log-dedup-example.log": _nothing_relevant,
+}
+
+needs_real_logs = pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="real evidence absent")
+
+
+def _real_logs() -> list[str]:
+    return sorted(p.name for p in REAL_LOGS.glob("*.log")) if REAL_LOGS.is_dir() else []
+
+
+@needs_real_logs
+def test_every_real_log_has_stated_facts() -> None:
+    assert _real_logs() == sorted(REAL_LOG_FACTS)
+
+
+@needs_real_logs
+@pytest.mark.parametrize("name", _real_logs())
+def test_real_log(name: str) -> None:
+    REAL_LOG_FACTS[name](REAL_LOGS / name)
+
+
+@needs_real_logs
+def test_real_log_hashed_while_scanned() -> None:
+    path = REAL_LOGS / "verldata__qwen2-7b-gpg-megatron-full-run-complete.log"
+    with path.open("rb") as handle:
+        reader = HashingReader(handle)
+        scan = scan_training_log(reader, path.name, 105)
+    assert scan.terminal_event is not None
+    assert reader.digest().sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# ----------------------------------------------------------- defect fixtures
+
+
+def defect(
+    name: str, expected_steps: int | None = 1, pattern: str | None = None
+) -> TrainingLogScan:
+    return scan_bytes((DEFECTS / name).read_bytes(), expected_steps, pattern)
+
+
+def test_terminal_np_int64() -> None:
+    scan = defect("terminal_np_int64.log")
+    assert scan.terminal_event is not None
+    assert (scan.terminal_event.line, scan.terminal_event.detail) == (2, "1")
+    assert scan.terminal_event.kind == "terminal_event"
+
+
+@pytest.mark.parametrize("value", ["1", "1.000", "1.0", "np.int64(1)", "np.float64(1.0)"])
+def test_terminal_value_forms(value: str) -> None:
+    line = f"step:{value} - actor/pg_loss:0.1 - training/global_step:{value}\n".encode()
+    scan = scan_bytes(line, 1)
+    assert scan.terminal_event is not None
+    assert scan.last_step == 1
+
+
+@pytest.mark.parametrize("value", ["1.5", "1e0", "11", "0", "one"])
+def test_terminal_value_not_one(value: str) -> None:
+    scan = scan_bytes(f"step:{value} - training/global_step:{value}\n".encode(), 1)
+    assert scan.terminal_event is None
+
+
+def test_terminal_float_form() -> None:
+    scan = defect("terminal_float_form.log")
+    assert scan.terminal_event is not None
+    assert scan.terminal_event.line == 2
+    assert scan.last_step == 1
+
+
+def test_step_key_boundaries() -> None:
+    assert defect("step_key_boundaries.log", 1).terminal_event is None  # timing_s/step:1.000
+    scan = defect("step_key_boundaries.log", 10)
+    assert scan.terminal_event is not None
+    assert scan.last_step == 10
+
+
+def test_global_step_must_follow_and_agree() -> None:
+    assert scan_bytes(b"training/global_step:1 - step:1 - x:1\n", 1).terminal_event is None
+    assert scan_bytes(b"step:1 - training/global_step:2\n", 1).terminal_event is None
+    assert scan_bytes(b"step:1 - global_step:1\n", 1).terminal_event is None
+    # two records glued on one line: each step key pairs with its own global step
+    glued = b"step:2 - training/global_step:2 - step:1 - x:0\n"
+    assert scan_bytes(glued, 1).terminal_event is None
+
+
+def test_val_only_step_after_last() -> None:
+    scan = defect("val_only_step_after_last.log", 2)
+    assert scan.terminal_event is None
+    assert scan.last_step == 1
+    assert defect("val_only_step_after_last.log", 1).terminal_event is not None
+
+
+def test_first_terminal_line_wins() -> None:
+    data = b"step:1 - training/global_step:1 - a:1\nstep:1 - training/global_step:1 - a:2\n"
+    scan = scan_bytes(data, 1)
+    assert scan.terminal_event is not None
+    assert scan.terminal_event.line == 1
+
+
+def test_expected_steps_none_still_records_last_step() -> None:
+    scan = defect("val_only_step_after_last.log", None)
+    assert scan.terminal_event is None
+    assert scan.expected_steps is None
+    assert scan.last_step == 1
+
+
+def test_ansi_and_ray_prefix() -> None:
+    scan = defect("ansi_and_ray_prefix.log")
+    assert scan.terminal_event is not None  # "\x1b[32mstep:1" is the step key once stripped
+    assert scan.terminal_event.text.startswith("(TaskRunner pid=3657400) step:1 - ")
+    # the traceback's exception line is found through the interleaved lines of other
+    # processes; the quoted `raise torch.OutOfMemoryError(...)` source is not an OOM
+    assert kinds(scan, *FAILURE_KINDS) == [
+        ("traceback", 2, ""),
+        ("exception", 7, "torch.OutOfMemoryError"),
+        ("gpu_oom", 7, "torch.OutOfMemoryError"),
+        ("traceback", 8, ""),
+        ("exception", 12, "AssertionError"),  # bare: found only by following pid=3657526
+    ]
+    assert all("\x1b" not in e.text for e in scan.events)
+
+
+def test_carriage_return_progress() -> None:
+    scan = defect("carriage_return_progress.log", 1, pattern=r"^step:(?P<step>\d+) - ")
+    assert scan.terminal_event is not None
+    assert scan.terminal_event.line == 1  # the physical line
+    assert scan.terminal_event.text.startswith("step:1 - ")
+    assert kinds(scan, "exception", "gpu_oom") == [
+        ("exception", 2, "torch.OutOfMemoryError"),
+        ("gpu_oom", 2, "torch.OutOfMemoryError"),
+    ]
+    assert scan.lines == 2
+
+
+def test_invalid_utf8() -> None:
+    scan = defect("invalid_utf8.log")
+    assert rules(scan) == [("AUD005", 2)]
+    assert "\ufffd" in scan.findings[0].citations[0].quote
+    assert scan.terminal_event is not None  # later lines still scanned
+    assert scan.terminal_event.line == 3
+
+
+def test_clipped_multibyte_is_not_invalid_utf8() -> None:
+    line = "é".encode() * 40_000 + b"\n"  # 80,000 bytes, cut inside a character
+    scan = scan_bytes(line, None, max_line=65_535)
+    assert rules(scan) == [("AUD007", 1)]
+    assert "80000 bytes clipped to 65535" in scan.findings[0].message
+
+
+def test_nul_bytes() -> None:
+    scan = defect("nul_bytes.log")
+    assert rules(scan) == [("AUD006", 1)]  # once per file, at its first line
+    assert scan.terminal_event is not None
+    assert scan.terminal_event.line == 2
+    assert "\x00" not in scan.terminal_event.text
+    assert scan.lines == 3
+
+
+def test_no_trailing_newline() -> None:
+    scan = defect("no_trailing_newline.log")
+    assert scan.terminal_event is not None
+    assert scan.terminal_event.line == 2
+    assert scan.findings == ()
+
+
+def test_host_oom_vs_gpu_oom() -> None:
+    scan = defect("host_oom_vs_gpu_oom.log")
+    assert kinds(scan, "host_oom", "gpu_oom") == [
+        ("host_oom", 1, "ray.exceptions.OutOfMemoryError"),
+        ("host_oom", 2, "exceeds the memory usage threshold"),
+        ("host_oom", 3, "oom_kill"),
+        ("host_oom", 4, "Out of memory: Killed process"),
+        ("gpu_oom", 5, "torch.OutOfMemoryError"),
+        ("gpu_oom", 6, "CUDA error: out of memory"),
+        ("gpu_oom", 7, "torch.cuda.OutOfMemoryError"),
+    ]
+
+
+def test_coordinated_shutdown() -> None:
+    scan = defect("coordinated_shutdown.log")
+    assert [line for _, line, _ in kinds(scan, "coordinated_shutdown")] == [2, 3, 5]
+
+
+def test_slurm_job_cancelled() -> None:
+    assert kinds(defect("slurm_job_cancelled.log")) == [
+        ("slurm_cancelled", 1, "5055845"),
+        ("slurm_time_limit", 2, "5055845.0"),
+    ]
+
+
+def test_kv_cache_v1() -> None:
+    scan = defect("kv_cache_v1.log")
+    assert kinds(scan, "kv_cache_init_failure") == [("kv_cache_init_failure", 2, "ValueError")]
+
+
+def test_bad_pattern_is_refused_before_reading() -> None:
+    stream = io.BytesIO(b"step:1 - training/global_step:1\n")
+    with pytest.raises(ValueError, match="not a valid regular expression"):
+        scan_training_log(stream, "training-1.log", 1, pattern=r"step:(?P<step>\d+")
+    with pytest.raises(ValueError, match="no named group 'step'"):
+        scan_training_log(stream, "training-1.log", 1, pattern=r"step:(\d+)")
+    assert stream.tell() == 0
+
+
+def test_pattern_accepts_value_forms() -> None:
+    data = b"it=np.int64(3) done\n"
+    scan = scan_bytes(data, 3, pattern=r"it=(?P<step>\S+) done")
+    assert scan.terminal_event is not None
+    assert scan.last_step == 3
+
+
+def test_events_capped_terminal_kept() -> None:
+    data = b"Traceback (most recent call last):\n" * 50 + b"step:1 - training/global_step:1\n"
+    scan = scan_bytes(data, 1, max_events=5)
+    assert len(kinds(scan, "traceback")) == 5
+    assert scan.events_dropped == 45
+    assert scan.terminal_event is not None
+    assert scan.terminal_event.line == 51
+
+
+def test_event_text_clipped() -> None:
+    data = b"torch.OutOfMemoryError: CUDA out of memory. " + b"x" * 5000 + b"\n"
+    scan = scan_bytes(data, None)
+    assert all(len(e.text) <= 300 for e in scan.events)
+
+
+# ------------------------------------------------------------ generated inputs
+
+
+def _write(path: Path, parts: list[bytes]) -> Path:
+    with path.open("wb") as handle:
+        for part in parts:
+            handle.write(part)
+    return path
+
+
+def test_100mb_single_line_bounded(tmp_path: Path) -> None:
+    size = 100 * 2**20
+    path = tmp_path / "training-1.log"
+    with path.open("wb") as handle:
+        handle.write(b"step:1 - training/global_step:1 - ")
+        block = b"x" * 2**20
+        for _ in range(100):
+            handle.write(block)
+        handle.write(b"\nstep:1 - training/global_step:1 - second\n")
+    tracemalloc.start()
+    try:
+        scan = scan_file(path, 1)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 50 * 2**20
+    assert scan.lines == 2
+    assert scan.terminal_event is not None
+    assert scan.terminal_event.line == 1  # found in the examined start of the line
+    assert rules(scan) == [("AUD007", 1)]
+    assert f"line of {size + 34} bytes clipped to 65536" in scan.findings[0].message
+
+
+def test_200k_lines_terminal_at_end(tmp_path: Path) -> None:
+    chatter = b"\x1b[36m(WorkerDict pid=3657525, ip=10.0.0.7)\x1b[0m rollout chatter 0123456789\n"
+    steps = [f"(TaskRunner pid=1) step:{n} - training/global_step:{n}\n".encode() for n in (1, 2)]
+    path = _write(tmp_path / "training-1.log", [chatter * 100_000, steps[0], chatter * 100_000])
+    with path.open("ab") as handle:
+        handle.write(steps[1])
+    scan = scan_file(path, 2)
+    assert scan.lines == 200_002
+    assert scan.terminal_event is not None
+    assert scan.terminal_event.line == 200_002
+    assert scan.last_step == 2
+
+
+def test_generated_invalid_utf8_nul_no_newline(tmp_path: Path) -> None:
+    lines = [b"chatter\n"] * 1000
+    lines[10] = b"bad \xff byte\n"
+    lines[20] = b"nul \x00 byte\n"
+    lines[30] = b"nul again \x00\n"
+    lines.append(b"step:5 - training/global_step:5")  # no trailing newline
+    scan = scan_file(_write(tmp_path / "training-1.log", lines), 5)
+    assert rules(scan) == [("AUD005", 11), ("AUD006", 21)]
+    assert scan.terminal_event is not None
+    assert scan.terminal_event.line == 1001
+
+
+def test_generated_carriage_return_progress(tmp_path: Path) -> None:
+    bar = b"".join(f"\rTraining Progress: {n}%".encode() for n in range(0, 101))
+    lines = [b"(TaskRunner pid=1) " + bar + b"\n"] * 500
+    lines.append(b"(TaskRunner pid=1) " + bar + b"\rstep:3 - training/global_step:3\n")
+    scan = scan_file(_write(tmp_path / "training-1.log", lines), 3)
+    assert scan.terminal_event is not None
+    assert scan.terminal_event.line == 501
+    assert scan.terminal_event.text == "step:3 - training/global_step:3"
