@@ -21,24 +21,96 @@ NS = 1_000_000_000
 
 SEED_TABLE = {
     # index: (workload, seed, job, 4-GPU period, actor update, post-update sync, peak, pids)
-    0: ("code_heavy_tail", 161, "5055846", 1, "19:01:31.699704267", "19:02:18.386028932", 39842,
-        [758712, 758713, 758714, 758715]),
-    1: ("gsm8k", 163, "5055847", 2, "19:05:57.381348829", "19:08:02.327763208", 38560,
-        [3563810, 3563811, 3563812, 3563813]),
-    2: ("code_heavy_tail", 162, "5055848", 2, "19:04:48.459750884", "19:05:59.536233566", 39392,
-        [3495668, 3495669, 3495670, 3495671]),
-    3: ("gsm8k", 162, "5055858", 1, "19:09:58.895325061", "19:10:32.865654877", 38560,
-        [802123, 802124, 802125, 802126]),
-    4: ("math", 162, "5055859", 2, "19:14:44.017014711", "19:15:55.046759828", 39086,
-        [3539673, 3539674, 3539675, 3539676]),
-    5: ("code_heavy_tail", 163, "5055860", 2, "19:16:12.444318056", "19:17:22.263802288", 39648,
-        [3613579, 3613580, 3613582, 3613583]),
-    6: ("math", 163, "5055863", 1, "19:19:05.722544967", "19:20:47.573877478", 39086,
-        [843954, 843955, 843956, 843957]),
-    7: ("math", 161, "5055864", 1, "19:21:44.142735712", "19:22:20.560774115", 39086,
-        [3571156, 3571157, 3571158, 3571159]),
-    8: ("gsm8k", 161, "5055845", 2, "19:25:33.619484057", "19:27:04.665561977", 38560,
-        [3657525, 3657526, 3657527, 3657528]),
+    0: (
+        "code_heavy_tail",
+        161,
+        "5055846",
+        1,
+        "19:01:31.699704267",
+        "19:02:18.386028932",
+        39842,
+        [758712, 758713, 758714, 758715],
+    ),
+    1: (
+        "gsm8k",
+        163,
+        "5055847",
+        2,
+        "19:05:57.381348829",
+        "19:08:02.327763208",
+        38560,
+        [3563810, 3563811, 3563812, 3563813],
+    ),
+    2: (
+        "code_heavy_tail",
+        162,
+        "5055848",
+        2,
+        "19:04:48.459750884",
+        "19:05:59.536233566",
+        39392,
+        [3495668, 3495669, 3495670, 3495671],
+    ),
+    3: (
+        "gsm8k",
+        162,
+        "5055858",
+        1,
+        "19:09:58.895325061",
+        "19:10:32.865654877",
+        38560,
+        [802123, 802124, 802125, 802126],
+    ),
+    4: (
+        "math",
+        162,
+        "5055859",
+        2,
+        "19:14:44.017014711",
+        "19:15:55.046759828",
+        39086,
+        [3539673, 3539674, 3539675, 3539676],
+    ),
+    5: (
+        "code_heavy_tail",
+        163,
+        "5055860",
+        2,
+        "19:16:12.444318056",
+        "19:17:22.263802288",
+        39648,
+        [3613579, 3613580, 3613582, 3613583],
+    ),
+    6: (
+        "math",
+        163,
+        "5055863",
+        1,
+        "19:19:05.722544967",
+        "19:20:47.573877478",
+        39086,
+        [843954, 843955, 843956, 843957],
+    ),
+    7: (
+        "math",
+        161,
+        "5055864",
+        1,
+        "19:21:44.142735712",
+        "19:22:20.560774115",
+        39086,
+        [3571156, 3571157, 3571158, 3571159],
+    ),
+    8: (
+        "gsm8k",
+        161,
+        "5055845",
+        2,
+        "19:25:33.619484057",
+        "19:27:04.665561977",
+        38560,
+        [3657525, 3657526, 3657527, 3657528],
+    ),
 }
 
 
@@ -82,8 +154,11 @@ def trace_lines(path: Path) -> list[dict[str, Any]]:
 
 
 def phases(path: Path) -> list[tuple[str, int, str]]:
-    return [(rec["phase"], rec["step"], rec["error_type"]) for rec in trace_lines(path)
-            if "phase" in rec]
+    return [
+        (rec["phase"], rec["step"], rec["error_type"])
+        for rec in trace_lines(path)
+        if "phase" in rec
+    ]
 
 
 def sacct_rows(root: Path) -> list[list[str]]:
@@ -130,8 +205,9 @@ def test_generation_is_byte_identical_across_runs(kind: str, tmp_path: Path) -> 
 
 
 def test_committed_example_equals_a_fresh_generation(example: Path) -> None:
-    assert COMMITTED_EXAMPLE.is_dir(), "run: python -m fixtures.generate example " \
-        "fixtures/example_study"
+    assert COMMITTED_EXAMPLE.is_dir(), (
+        "run: python -m fixtures.generate example fixtures/example_study"
+    )
     committed, fresh = tree_bytes(COMMITTED_EXAMPLE), tree_bytes(example)
     assert sorted(committed) == sorted(fresh)
     drifted = [name for name in fresh if committed[name] != fresh[name]]
@@ -158,7 +234,8 @@ def test_every_manifest_hash_and_size_matches_and_nothing_is_unlisted(
                 assert len(data) == item["size"], path
                 listed.add(path)
     on_disk = {
-        path for path in root.rglob("*")
+        path
+        for path in root.rglob("*")
         if path.is_file() and path.relative_to(root).parts[0].endswith("gpu")
     }
     assert on_disk == listed
@@ -177,13 +254,19 @@ def test_identities_agree_across_files(study: str, request: pytest.FixtureReques
             for worker in workers:
                 rank, pid = worker["rank"], worker["pid"]
                 assert worker["role"] == "actor_rollout"
-                device = load_json(root / attempt["attempt_dir"] / "device-evidence"
-                                   / f"worker-actor_rollout-{rank}-{pid}.json")
+                device = load_json(
+                    root
+                    / attempt["attempt_dir"]
+                    / "device-evidence"
+                    / f"worker-actor_rollout-{rank}-{pid}.json"
+                )
                 assert (device["rank"], device["pid"], device["job_id"]) == (rank, pid, job)
                 assert device["gpu"]["memory_total_mib"] == 40960
                 assert device["gpu"]["name"] == "NVIDIA A100-SXM4-40GB"
                 uuids.add(device["gpu"]["uuid"])
-                trace = root / attempt["attempt_dir"] / "allocator-traces" / f"allocator-{pid}.jsonl"
+                trace = (
+                    root / attempt["attempt_dir"] / "allocator-traces" / f"allocator-{pid}.jsonl"
+                )
                 lines = trace_lines(trace)
                 assert all(line["pid"] == pid for line in lines)
                 assert all(line["rank"] == rank for line in lines if "phase" in line)
@@ -275,8 +358,11 @@ def test_example_element_matches_the_seed_table(example: Path, index: int) -> No
     assert four["idle_check"]["passed"] and two["idle_check"]["passed"]
 
     trial = load_json(evidence_of(example, four, "trial")[0])
-    assert trial["dispatch"] == {"TOTAL_TRAINING_STEPS": "1", "TRAINER_LOGGER": '["console"]',
-                                 "RESUME_MODE": "disable"}
+    assert trial["dispatch"] == {
+        "TOTAL_TRAINING_STEPS": "1",
+        "TRAINER_LOGGER": '["console"]',
+        "RESUME_MODE": "disable",
+    }
     assert trial["invocation"]["exit_code"] == 0
     assert trial["status"] == "infrastructure_invalid"
     assert trial["validation_error"] == (
@@ -289,8 +375,12 @@ def test_example_element_matches_the_seed_table(example: Path, index: int) -> No
     update_ends, sync_ends = [], []
     for trace in evidence_of(example, four, "allocator_trace"):
         assert phases(trace) == [
-            ("init_model", 0, ""), ("rollout_init", 0, ""), ("weight_sync", 0, ""),
-            ("rollout_generate", 1, ""), ("actor_update", 1, ""), ("weight_sync", 1, ""),
+            ("init_model", 0, ""),
+            ("rollout_init", 0, ""),
+            ("weight_sync", 0, ""),
+            ("rollout_generate", 1, ""),
+            ("actor_update", 1, ""),
+            ("weight_sync", 1, ""),
             ("idle", 1, ""),
         ]
         records_by_key = {(r["phase"], r["step"]): r for r in trace_lines(trace) if "phase" in r}
@@ -307,7 +397,8 @@ def test_example_element_matches_the_seed_table(example: Path, index: int) -> No
     assert oom_trial["invocation"]["exit_code"] != 0
     oom_traces = evidence_of(example, two, "allocator_trace")
     assert phases(oom_traces[0]) == [
-        ("init_model", 0, ""), ("rollout_init", 0, "torch.OutOfMemoryError")
+        ("init_model", 0, ""),
+        ("rollout_init", 0, "torch.OutOfMemoryError"),
     ]
     oom_log = evidence_of(example, two, "training_log")[0].read_text()
     assert "torch.OutOfMemoryError: CUDA out of memory" in oom_log
@@ -345,8 +436,13 @@ def mixed_evidence(root: Path, outcome: str) -> dict[str, Any]:
 
 
 FULL = [
-    ("init_model", 0, ""), ("rollout_init", 0, ""), ("weight_sync", 0, ""),
-    ("rollout_generate", 1, ""), ("actor_update", 1, ""), ("weight_sync", 1, ""), ("idle", 1, ""),
+    ("init_model", 0, ""),
+    ("rollout_init", 0, ""),
+    ("weight_sync", 0, ""),
+    ("rollout_generate", 1, ""),
+    ("actor_update", 1, ""),
+    ("weight_sync", 1, ""),
+    ("idle", 1, ""),
 ]
 PARTIAL = FULL[:4]
 
@@ -364,8 +460,11 @@ def test_mixed_covers_every_outcome(mixed: Path) -> None:
 
 def test_mixed_completed(mixed: Path) -> None:
     found = mixed_evidence(mixed, "completed")
-    assert found["trial"]["invocation"] == {**found["trial"]["invocation"], "exit_code": 0,
-                                            "received_signal": None}
+    assert found["trial"]["invocation"] == {
+        **found["trial"]["invocation"],
+        "exit_code": 0,
+        "received_signal": None,
+    }
     assert found["trial"]["status"] == "completed"
     assert has_terminal(found["log"]) and "\x1b[36m(TaskRunner pid=" in found["log"]
     assert found["phases"] == [FULL] * 4
@@ -384,8 +483,10 @@ def test_mixed_rollout_init_oom(mixed: Path) -> None:
     found = mixed_evidence(mixed, "rollout_init_oom")
     assert found["record"]["gpus"] == 2
     assert found["trial"]["invocation"]["exit_code"] == 1
-    assert found["phases"][0] == [("init_model", 0, ""),
-                                  ("rollout_init", 0, "torch.OutOfMemoryError")]
+    assert found["phases"][0] == [
+        ("init_model", 0, ""),
+        ("rollout_init", 0, "torch.OutOfMemoryError"),
+    ]
     assert found["phases"][1] == [("init_model", 0, ""), ("rollout_init", 0, "")]
     assert "torch.OutOfMemoryError: CUDA out of memory" in found["log"]
     assert ["FAILED", "1:0"] in [row[3:5] for row in found["steps"]]
@@ -401,7 +502,11 @@ def test_mixed_rollout_init_oom(mixed: Path) -> None:
     ],
 )
 def test_mixed_exit_classification_cases(
-    mixed: Path, outcome: str, flag: str, controller: int, signal: str | None,
+    mixed: Path,
+    outcome: str,
+    flag: str,
+    controller: int,
+    signal: str | None,
     sacct: list[str],
 ) -> None:
     found = mixed_evidence(mixed, outcome)
@@ -439,8 +544,11 @@ def test_mixed_timed_out(mixed: Path) -> None:
     assert found["trial"]["env"]["COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS"] == "1"
     assert not has_terminal(found["log"]) and found["phases"] == [PARTIAL] * 4
     job = found["record"]["job_id"]
-    assert any(line.startswith(f"slurmstepd: error: *** JOB {job} ON ")
-               and line.endswith("DUE TO TIME LIMIT ***") for line in found["log"].splitlines())
+    assert any(
+        line.startswith(f"slurmstepd: error: *** JOB {job} ON ")
+        and line.endswith("DUE TO TIME LIMIT ***")
+        for line in found["log"].splitlines()
+    )
     assert found["sacct"][3:5] == ["TIMEOUT", "0:0"]
     batch = [row for row in found["steps"] if row[0].endswith(".batch")]
     assert [row[3:5] for row in batch] == [["CANCELLED", "0:15"]]
@@ -475,8 +583,21 @@ def test_mixed_pending_has_only_a_sacct_row(mixed: Path) -> None:
     assert not (mixed / "pairs" / pair).exists()
     assert not list(mixed.glob(f"{pair}-*"))
     pending = [row for row in sacct_rows(mixed) if row[3] == "PENDING"]
-    assert pending == [["5061000_[12]", "5061000", "host-capacity", "PENDING", "0:0", "Unknown",
-                        "Unknown", "0", "", "None assigned", "Priority"]]
+    assert pending == [
+        [
+            "5061000_[12]",
+            "5061000",
+            "host-capacity",
+            "PENDING",
+            "0:0",
+            "Unknown",
+            "Unknown",
+            "0",
+            "",
+            "None assigned",
+            "Priority",
+        ]
+    ]
     assert pair in load_json(mixed / "execution_commits.json")
 
 

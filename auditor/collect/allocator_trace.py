@@ -38,7 +38,7 @@ give the same result (the tests compare them).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import chain, compress, repeat
+from itertools import compress, repeat
 from operator import itemgetter, lt, not_
 from typing import Any, BinaryIO
 
@@ -60,10 +60,12 @@ MAX_DISTINCT = 1000
 
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
-_DICT_ONLY = {dict}
 _INT_ONLY = {int}
 _seq_of = itemgetter("seq")
-_sample_fields = itemgetter("pid", "seq", "sample_ns", "allocated_bytes", "reserved_bytes")
+_pid_of = itemgetter("pid")
+_sample_ns_of = itemgetter("sample_ns")
+_allocated_of = itemgetter("allocated_bytes")
+_reserved_of = itemgetter("reserved_bytes")
 _has_key = dict.__contains__
 
 
@@ -149,9 +151,9 @@ def read_allocator_trace(
             scan.lines += 1
             file_findings.extend(_odd_line(scan, item, max_line))
             continue
-        start, lines = item
+        start, lines, maybe_phase = item
         scan.lines += len(lines)
-        if not (fast and _fast_batch(scan, start, lines, max_line)):
+        if not (fast and _fast_batch(scan, start, lines, maybe_phase, max_line)):
             _slow_batch(scan, start, lines, max_line)
     findings = list(scan.kept)
     findings.extend(file_findings)
@@ -183,11 +185,12 @@ def read_allocator_trace(
 
 def _batches(
     stream: BinaryIO | HashingReader, max_line: int
-) -> Iterator[tuple[int, list[bytes]] | Line]:
+) -> Iterator[tuple[int, list[bytes], bool] | Line]:
     """The stream's lines, a read chunk at a time.
 
-    Yields ``(number of the first line, complete lines)`` batches (lines keep a
-    trailing ``\\r``; JSON treats it as whitespace), and a :class:`Line` for a
+    Yields ``(number of the first line, complete lines, maybe_phase)`` batches
+    (lines keep a trailing ``\\r``; JSON treats it as whitespace; ``maybe_phase``
+    is False when no line can hold a ``phase`` key), and a :class:`Line` for a
     line longer than ``max_line`` that spans chunks (clipped) and for a final
     line without a newline. Memory: one chunk, plus at most ``max_line`` bytes
     of a line that spans chunks.
@@ -214,7 +217,10 @@ def _batches(
                 del lines[0]
             carry, carry_length = b"", 0
         if lines:
-            yield number + 1, lines
+            maybe_phase = (
+                b'"phase"' in chunk or b"\\" in chunk or b'"phase"' in lines[0] or b"\\" in lines[0]
+            )
+            yield number + 1, lines, maybe_phase
             number += len(lines)
         if tail:
             carry, carry_length = tail[:max_line], len(tail)
@@ -225,55 +231,69 @@ def _batches(
 # ----------------------------------------------------------------- fast path
 
 
-def _fast_batch(scan: _Scan, start: int, lines: list[bytes], max_line: int) -> bool:
+def _fast_batch(
+    scan: _Scan, start: int, lines: list[bytes], maybe_phase: bool, max_line: int
+) -> bool:
     """Fold a batch in which every line is a valid record and ``seq`` rises.
 
     Returns False, having changed nothing, for any other batch: the slow path
-    then finds and explains its problems. No Python code runs per sample line.
+    then finds and explains its problems. No Python code runs per sample line:
+    each check is one C-level pass (``map``/``set``/``min``/``max``) over the
+    batch. ``maybe_phase`` is False when the batch's bytes hold neither
+    ``"phase"`` nor a backslash (an escaped key), so no record can be a phase.
     """
-    if max(map(len, lines)) > max_line:
+    if max_line < CHUNK_SIZE and max(map(len, lines)) > max_line:
         return False
     try:
         records: list[Any] = list(map(_loads, lines))
     except _JSONDecodeError:
         return False
-    if set(map(type, records)) != _DICT_ONLY:
-        return False
     try:
-        seqs = list(map(_seq_of, records))
-    except KeyError:
+        seqs = list(map(_seq_of, records))  # TypeError: a line is not an object
+    except (KeyError, TypeError):
         return False
-    if set(map(type, seqs)) != _INT_ONLY or seqs[0] < 0:
-        return False
-    if scan.last_seq is not None and seqs[0] <= scan.last_seq:
-        return False
-    if not all(map(lt, seqs, seqs[1:])):
-        return False
-    flags = list(map(_has_key, records, repeat("phase")))
     phase_at: list[int] = []
     sample_at: list[int] | None = None  # None: every record is a sample
     samples = records
-    if True in flags:
-        phase_at = list(compress(range(len(records)), flags))
-        sample_at = list(compress(range(len(records)), map(not_, flags)))
-        samples = [records[index] for index in sample_at]
-        for index in phase_at:
-            record = records[index]
-            if not _phase_ok(record) or record["started_ns"] > record["finished_ns"]:
-                return False
+    if maybe_phase:
+        flags = list(map(_has_key, records, repeat("phase")))
+        if True in flags:
+            phase_at = list(compress(range(len(records)), flags))
+            sample_at = list(compress(range(len(records)), map(not_, flags)))
+            samples = [records[index] for index in sample_at]
+            for index in phase_at:
+                record = records[index]
+                if not _phase_ok(record) or record["started_ns"] > record["finished_ns"]:
+                    return False
+    try:
+        pids = list(map(_pid_of, samples))
+        sample_ns = list(map(_sample_ns_of, samples))
+        allocated = list(map(_allocated_of, samples))
+        reserved = list(map(_reserved_of, samples))
+    except KeyError:
+        return False
+    types = set(map(type, seqs)).union(
+        map(type, pids), map(type, sample_ns), map(type, allocated), map(type, reserved)
+    )
+    if types != _INT_ONLY:
+        return False
+    previous = -1 if scan.last_seq is None else scan.last_seq
+    if seqs[0] <= previous or seqs[0] < 0 or not all(map(lt, seqs, seqs[1:])):
+        return False
     if samples:
-        try:
-            fields = zip(*map(_sample_fields, samples), strict=True)
-            pids, _, sample_ns, allocated, reserved = fields
-        except KeyError:
+        first_ns, last_ns = min(sample_ns), max(sample_ns)
+        if first_ns < 0 or min(allocated) < 0 or min(reserved) < 0:
             return False
-        if set(map(type, chain(pids, sample_ns, allocated, reserved))) != _INT_ONLY:
-            return False
-        if min(pids) < 1 or min(sample_ns) < 0 or min(allocated) < 0 or min(reserved) < 0:
-            return False
-        new_pids = set(pids).difference(scan.pids)
-        if len(new_pids) > 8:
-            return False  # many identities in one batch: let the slow path book them
+        if pids.count(pids[0]) == len(pids):  # the usual case: one pid throughout
+            if pids[0] < 1:
+                return False
+            new_pids = set() if pids[0] in scan.pids else {pids[0]}
+        else:
+            if min(pids) < 1:
+                return False
+            new_pids = set(pids).difference(scan.pids)
+            if len(new_pids) > 8:
+                return False  # many identities in one batch: let the slow path book them
     # Every check passed: commit.
     for index in phase_at:
         scan.phases.append(_phase_record(scan, records[index], start + index))
@@ -281,9 +301,7 @@ def _fast_batch(scan: _Scan, start: int, lines: list[bytes], max_line: int) -> b
         for pid in new_pids:
             position = pids.index(pid)
             scan.see_pid(pid, start + (position if sample_at is None else sample_at[position]))
-        scan.fold_samples(
-            max(allocated), max(reserved), min(sample_ns), max(sample_ns), len(samples)
-        )
+        scan.fold_samples(max(allocated), max(reserved), first_ns, last_ns, len(samples))
     scan.last_seq = seqs[-1]
     return True
 

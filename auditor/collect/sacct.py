@@ -401,7 +401,7 @@ def worst_step(job: SacctJob) -> SacctStep | None:
         else:
             kind = 1
         key = (score, kind, 1 if step.signal else 0, -step.line)
-        if best_key is None or key > best_key:
+        if best_key is None:
             best, best_key = step, key
     return best
 
@@ -642,6 +642,11 @@ class _Parser:
         if self.pending:
             if phys.clipped:
                 self._flush()
+                return
+            if not phys.skip and self._fit(phys.text, strict=False)[0] in (_OK, _VALUES):
+                # A line that is a whole row on its own never continues a cut one.
+                self._flush()
+                self._process(phys)
                 return
             pieces = [*self.pending, phys]
             joined = "\n".join(piece.text for piece in pieces)

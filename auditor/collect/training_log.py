@@ -117,7 +117,7 @@ _HOST_OOM = re.compile(
     r"|Memory cgroup out of memory"
 )
 _GPU_OOM = re.compile(
-    r"OutOfMemoryError"
+    r"torch\.(?:cuda\.)?OutOfMemoryError"
     r"|RayTaskError\(OutOfMemoryError\)"  # the remote exception class: torch's
     r"|CUDA out of memory"
     r"|CUDA [Ee]rror: out of memory"  # torch and vLLM's cumem allocator

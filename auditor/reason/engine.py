@@ -50,6 +50,8 @@ UNFINISHED_STATES = frozenset({"PENDING", "RUNNING", "REQUEUED", "SUSPENDED", "R
 BLOCKING_COLLECT_RULES = frozenset({"AUD001", "AUD002", "AUD003", "AUD010", "AUD012"})
 IDENTITY_RULES = frozenset({"AUD110", "AUD111", "AUD112", "AUD113", "AUD114"})
 TIMELINE_RULES = frozenset({"AUD115", "AUD116", "AUD117"})
+ABSENCE_WORDS = frozenset({"evidence_missing", "idle_check_failed"})
+"""Blocker reasons that a scheduler kill explains by itself (nothing altered, just absent)."""
 NS = 1_000_000_000
 
 LAUNCHER_STATUS = {
@@ -272,6 +274,7 @@ def reason(collected: Collected, validation: list[Finding], options: AuditOption
                 ))
                 disagreements.append((period.subject, trial.status,
                                       trial.validation_error or "", verdict.verdict.value))
+    new_findings.extend(_unfinished_elements(collected, outcomes))
     configurations, config_findings = _configurations(collected, verdicts, outcomes)
     new_findings.extend(config_findings)
     accounting = _accounting(collected, outcomes, verdicts)
@@ -302,6 +305,26 @@ def reason(collected: Collected, validation: list[Finding], options: AuditOption
         findings=tuple(new_findings),
         disagreements=tuple(disagreements),
     )
+
+
+def _unfinished_elements(collected: Collected,
+                         outcomes: list[AttemptOutcome]) -> list[Finding]:
+    """Elements of the study's arrays that sacct still shows unfinished and that no attempt
+    covers (a pending range, a requeued element): the array is partial."""
+    if collected.sacct is None:
+        return []
+    arrays = {p.record.array_job_id for p in collected.periods if p.record.array_job_id}
+    covered = {o.job_id for o in outcomes if o.job_id}
+    out = []
+    for job in collected.sacct.jobs:
+        if job.array_job_id in arrays and job.state in UNFINISHED_STATES \
+                and job.job_id_raw not in covered and job.job_id not in covered:
+            out.append(finding("AUD210", job.job_id,
+                               [Citation(collected.sacct.path, line=job.line,
+                                         quote=job.state_raw)],
+                               detail=f"element {job.job_id} is still {job.state_raw}; "
+                                      "the array is partial"))
+    return out
 
 
 def _counted_trial(period: PeriodEvidence, counted: AttemptOutcome | None):  # type: ignore[no-untyped-def]
@@ -524,6 +547,20 @@ def _judge_attempt(
     if idle is not None and idle.passed is True:
         shows.append("The post-period idle check passed.")
 
+    is_last = last_attempt_of_job.get(job_id or "") == f"{subject}#{attempt.spec.index}"
+    infra = _infrastructure(element, is_last, log, collected, subject, trial)
+    if blockers and infra is not None and element is not None and infra[1].citations \
+            and infra[1].citations[0].path == (collected.sacct.path if collected.sacct else "") \
+            and all(word in ABSENCE_WORDS for word, _ in blockers):
+        # A job killed by the scheduler naturally leaves evidence missing (no trial record,
+        # no idle check): the scheduler's word explains the absence, so it is the reason.
+        word, item = infra
+        shows.insert(0, _sentence(f"The scheduler ended the job: {item.message}"))
+        shows.append(_sentence(_blocker_sentence("evidence missing", [f for _, f in blockers])))
+        limits.append("An infrastructure failure ends the attempt before it can measure "
+                      "anything; the period needs a new run to resolve.")
+        return _Judgement("unresolved", word, [item] + [f for _, f in blockers], shows, limits,
+                          citations, exit_class)
     if blockers:
         reason_word, item = blockers[0]
         decisive = [f for _, f in blockers]
@@ -535,8 +572,6 @@ def _judge_attempt(
     assert trial is not None and exit_class is not None
 
     # 3. infrastructure on the element's last attempt
-    is_last = last_attempt_of_job.get(job_id or "") == f"{subject}#{attempt.spec.index}"
-    infra = _infrastructure(element, is_last, log, collected, subject, trial)
     if infra is not None and exit_class.kind == "clean" and infra[0] != "infrastructure_failure":
         infra = None  # exited 0: whatever ended the allocation came after this attempt
     if exit_class.clean and infra is None:

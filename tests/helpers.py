@@ -1,0 +1,134 @@
+"""Test helpers: build studies in temp dirs, edit evidence consistently, snapshot trees."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from auditor._cli import main
+from fixtures.generate import (
+    MODEL,
+    SEED_COMMIT,
+    ElementSpec,
+    PeriodSpec,
+    StudySpec,
+    default_protocol,
+    write_study,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "fixtures" / "example_study"
+SHARED = REPO.parent / "shared"
+
+
+def copy_example(tmp_path: Path) -> Path:
+    """A private copy of the committed example study."""
+    root = tmp_path / "study"
+    shutil.copytree(EXAMPLE, root, symlinks=True)
+    return root
+
+
+def outcome_study(root: Path, outcomes: list[str], **knobs: Any) -> Path:
+    """A study with one 4-GPU period per outcome (pair ``...-s<161+i>``), one element each."""
+    elements = []
+    periods = []
+    for index, outcome in enumerate(outcomes):
+        period = PeriodSpec(pair=f"host-{MODEL}-gsm8k-c2-s{161 + index}", workload="gsm8k",
+                            seed=161 + index, model=MODEL, period=1,
+                            gpus=2 if outcome == "rollout_init_oom" else 4, outcome=outcome,
+                            **knobs)
+        periods.append(period)
+        copies = 2 if outcome == "retried" else 1
+        for _ in range(copies):
+            task = len(elements)
+            elements.append(ElementSpec(array_task_id=task, job_id=str(7000001 + task),
+                                        periods=[period], node=f"gpu-node-{10 + task:02d}"))
+    spec = StudySpec(study="test_study", array_job_id="7000000", elements=elements,
+                     protocol=default_protocol(periods),
+                     execution_commits={p.pair: SEED_COMMIT for p in periods})
+    write_study(spec, root)
+    return root
+
+
+def period_records(root: Path) -> list[Path]:
+    """Every period record of a study."""
+    return sorted((root / "pairs").glob("*/period-*.json"))
+
+
+def rewrite(root: Path, rel: str, change: Callable[[bytes], bytes],
+            update_manifest: bool = True) -> None:
+    """Change an evidence file; by default keep its manifest entry consistent with it."""
+    path = root / rel
+    data = change(path.read_bytes())
+    path.write_bytes(data)
+    if not update_manifest:
+        return
+    digest = hashlib.sha256(data).hexdigest()
+    for record_path in period_records(root):
+        record = orjson.loads(record_path.read_bytes())
+        changed = False
+        for attempt in record.get("attempts") or [record]:
+            for entry in attempt.get("evidence", []):
+                if f"{attempt['attempt_dir']}/{entry['path']}" == rel:
+                    entry["sha256"], entry["size"] = digest, len(data)
+                    changed = True
+        if changed:
+            record_path.write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))
+
+
+def edit_json(root: Path, rel: str, change: Callable[[Any], None],
+              update_manifest: bool = True) -> None:
+    """Edit a JSON evidence file in place (consistently with its manifest by default)."""
+    def apply(data: bytes) -> bytes:
+        doc = orjson.loads(data)
+        change(doc)
+        return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+
+    rewrite(root, rel, apply, update_manifest)
+
+
+def edit_record(record_path: Path, change: Callable[[Any], None]) -> None:
+    """Edit a period record in place."""
+    record = orjson.loads(record_path.read_bytes())
+    change(record)
+    record_path.write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))
+
+
+def find(root: Path, pattern: str) -> str:
+    """The root-relative path of the one file matching ``pattern``."""
+    matches = sorted(root.glob(pattern))
+    assert matches, pattern
+    return matches[0].relative_to(root).as_posix()
+
+
+def snapshot(root: Path) -> dict[str, tuple[str, int]]:
+    """(sha256, mtime_ns) of every file below ``root`` (links not followed)."""
+    out = {}
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                out[str(path.relative_to(root))] = (os.readlink(path), 0)
+                continue
+            out[str(path.relative_to(root))] = (hashlib.sha256(path.read_bytes()).hexdigest(),
+                                                path.stat().st_mtime_ns)
+    return out
+
+
+def audit(root: Path, out: Path, *extra: str) -> dict[str, Any]:
+    """Run ``auditor audit`` through main() and return summary.json."""
+    code = main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots", *extra])
+    assert code == 0
+    return orjson.loads((out / "summary.json").read_bytes())
+
+
+def verdicts(summary: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """pair/period -> (verdict, reason)."""
+    return {f"{p['pair']}/period-{p['period']}": (p["verdict"], p["reason"])
+            for p in summary["periods"]}

@@ -1,0 +1,279 @@
+"""Validate: every listed file verified against its manifest, and nothing outside the root read."""
+
+from __future__ import annotations
+
+import builtins
+import os
+from pathlib import Path
+
+import orjson
+import pandas as pd
+import pytest
+
+from auditor._cli import main
+from auditor.audit import AuditOptions, run_audit
+from tests.helpers import (
+    audit,
+    copy_example,
+    edit_json,
+    edit_record,
+    find,
+    rewrite,
+    snapshot,
+    verdicts,
+)
+
+
+def _evidence(out: Path) -> dict[str, str]:
+    table = pd.read_parquet(out / "evidence.parquet")
+    return dict(zip(table["path"], table["status"], strict=True))
+
+
+def test_damaged_study_reports_each_file_with_its_status(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    altered = find(root, "host-qwen25-7b-gsm8k-c2-s161-4gpu/attempt-*/allocator-traces/*.jsonl")
+    rewrite(root, altered, lambda b: b.replace(b'"step":1', b'"step":2', 1),
+            update_manifest=False)
+    deleted = find(root, "host-qwen25-7b-math-c2-s162-2gpu/attempt-*/device-evidence/*.json")
+    (root / deleted).unlink()
+    unlisted = "host-qwen25-7b-math-c2-s161-4gpu/attempt-5055864/notes.txt"
+    (root / unlisted).write_text("left behind\n")
+    outside = tmp_path / "secret.json"
+    outside.write_text('{"not": "evidence"}')
+    escape_record = root / "pairs/host-qwen25-7b-code_heavy_tail-c2-s163/period-1.json"
+
+    def escape(record: dict) -> None:
+        record["evidence"][0]["path"] = "../../../secret.json"
+        record["evidence"][1]["path"] = str(outside)
+
+    edit_record(escape_record, escape)
+    before = snapshot(root)
+    opened: list[str] = []
+    real_open = builtins.open
+
+    def spy(file, *args, **kwargs):  # type: ignore[no-untyped-def]
+        opened.append(os.fspath(file) if isinstance(file, (str, os.PathLike)) else "")
+        return real_open(file, *args, **kwargs)
+
+    builtins.open = spy
+    try:
+        summary = audit(root, tmp_path / "out", "--jobs", "1")
+    finally:
+        builtins.open = real_open
+    assert snapshot(root) == before
+    assert not [p for p in opened if "secret" in p]
+
+    status = _evidence(tmp_path / "out")
+    assert status[altered] == "mismatched"
+    assert status[deleted] == "missing"
+    assert status[unlisted] == "unlisted"
+    unsafe = [p for p, s in status.items() if s == "unsafe"]
+    assert len(unsafe) == 2
+    integrity = summary["integrity"]
+    assert (integrity["mismatched"], integrity["missing"], integrity["unlisted"],
+            integrity["unsafe_paths"]) == (1, 1, 3, 2)  # the two redirected files are unlisted
+    by_period = verdicts(summary)
+    assert by_period["host-qwen25-7b-gsm8k-c2-s161/period-2"] == ("unresolved",
+                                                                  "evidence_mismatch")
+    assert by_period["host-qwen25-7b-math-c2-s162/period-1"] == ("unresolved",
+                                                                 "evidence_missing")
+    assert by_period["host-qwen25-7b-code_heavy_tail-c2-s163/period-1"] == (
+        "unresolved", "evidence_unsafe")
+    assert summary["gate"]["passed"] is False
+    assert summary["gate_allow_partial"]["passed"] is False  # evidence is not intact
+    # the report names every affected file and period on its first screen
+    first_screen = "\n".join((tmp_path / "out" / "diagnostic.md").read_text()
+                             .splitlines()[:40])
+    for path in (altered, deleted, unlisted):
+        assert path.replace("_", "\\_") in first_screen
+    for subject in ("gsm8k-c2-s161/period-2", "math-c2-s162/period-1",
+                    "code\\_heavy\\_tail-c2-s163/period-1"):
+        assert subject.replace("_", "\\_") in first_screen or subject in first_screen
+
+
+def test_link_out_of_the_root_is_unsafe_and_never_read(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    rel = find(root, "host-qwen25-7b-gsm8k-c2-s162-4gpu/attempt-*/trial-*.json")
+    target = tmp_path / "elsewhere.json"
+    target.write_bytes((root / rel).read_bytes())
+    (root / rel).unlink()
+    (root / rel).symlink_to(target)
+    summary = audit(root, tmp_path / "out")
+    assert _evidence(tmp_path / "out")[rel] == "unsafe"
+    assert verdicts(summary)["host-qwen25-7b-gsm8k-c2-s162/period-1"] == (
+        "unresolved", "evidence_unsafe")
+
+
+def test_link_loop_and_directory_are_unreadable(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    loop = find(root, "host-qwen25-7b-math-c2-s161-4gpu/attempt-*/training-*.log")
+    (root / loop).unlink()
+    (root / loop).symlink_to(root / loop)
+    folder = find(root, "host-qwen25-7b-math-c2-s161-4gpu/attempt-*/trial-*.json")
+    (root / folder).unlink()
+    (root / folder).mkdir()
+    audit(root, tmp_path / "out")
+    status = _evidence(tmp_path / "out")
+    assert status[loop] == "unreadable"
+    assert status[folder] == "unreadable"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files without read permission")
+def test_file_without_permission_is_unreadable(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    rel = find(root, "host-qwen25-7b-math-c2-s161-4gpu/attempt-*/trial-*.json")
+    (root / rel).chmod(0)
+    audit(root, tmp_path / "out")
+    assert _evidence(tmp_path / "out")[rel] == "unreadable"
+
+
+def test_unparseable_period_record_still_counts(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    record = root / "pairs/host-qwen25-7b-math-c2-s161/period-2.json"
+    record.write_bytes(b"{not json")
+    summary = audit(root, tmp_path / "out")
+    assert summary["launches"] == 17
+    assert verdicts(summary)["host-qwen25-7b-math-c2-s161/period-2"] == (
+        "unresolved", "period_record_unreadable")
+    assert len(summary["periods"]) == 18
+    assert summary["gate_allow_partial"]["passed"] is False
+
+
+def test_identity_mismatch_blocks_the_period(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    device = find(root, "host-qwen25-7b-gsm8k-c2-s161-2gpu/attempt-*/device-evidence/"
+                        "worker-actor_rollout-1-*.json")
+
+    def wrong_rank(doc: dict) -> None:
+        doc["rank"] = 0
+
+    edit_json(root, device, wrong_rank)
+    summary = audit(root, tmp_path / "out")
+    assert verdicts(summary)["host-qwen25-7b-gsm8k-c2-s161/period-1"] == (
+        "unresolved", "identity_mismatch")
+
+
+def test_shared_gpu_and_job_id_disagreement(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    devices = sorted((root / "host-qwen25-7b-math-c2-s163-4gpu").glob(
+        "attempt-*/device-evidence/*.json"))
+    uuid = orjson.loads(devices[0].read_bytes())["gpu"]["uuid"]
+
+    def same_gpu(doc: dict) -> None:
+        doc["gpu"]["uuid"] = uuid
+
+    edit_json(root, devices[1].relative_to(root).as_posix(), same_gpu)
+
+    def other_job(doc: dict) -> None:
+        doc["job_id"] = "999"
+
+    trial = find(root, "host-qwen25-7b-math-c2-s162-4gpu/attempt-*/trial-*.json")
+    edit_json(root, trial, other_job)
+    audit(root, tmp_path / "out")
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    shared = findings[findings["rule_id"] == "AUD113"]
+    assert list(shared["subject"]) == ["host-qwen25-7b-math-c2-s163/period-1"]
+    jobs = findings[findings["rule_id"] == "AUD111"]
+    assert "host-qwen25-7b-math-c2-s162/period-2" in set(jobs["subject"])
+    assert "999" in " ".join(jobs["message"])
+
+
+def test_timeline_outside_invocation(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    trial = find(root, "host-qwen25-7b-gsm8k-c2-s163-4gpu/attempt-*/trial-*.json")
+
+    def late_start(doc: dict) -> None:
+        doc["invocation"]["started_ns"] = doc["invocation"]["finished_ns"] - 1_000_000_000
+
+    edit_json(root, trial, late_start)
+    summary = audit(root, tmp_path / "out")
+    assert verdicts(summary)["host-qwen25-7b-gsm8k-c2-s163/period-2"] == (
+        "unresolved", "timeline_inconsistent")
+
+
+def test_idle_check_failure_and_commit_mismatch(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+
+    def busy(record: dict) -> None:
+        record["idle_check"]["passed"] = False
+
+    def other_commit(record: dict) -> None:
+        record["commit"] = "0" * 40
+
+    edit_record(root / "pairs/host-qwen25-7b-math-c2-s163/period-1.json", busy)
+    edit_record(root / "pairs/host-qwen25-7b-math-c2-s161/period-1.json", other_commit)
+    summary = audit(root, tmp_path / "out")
+    by_period = verdicts(summary)
+    assert by_period["host-qwen25-7b-math-c2-s163/period-1"] == ("unresolved",
+                                                                 "idle_check_failed")
+    assert by_period["host-qwen25-7b-math-c2-s161/period-1"] == ("unresolved",
+                                                                 "commit_mismatch")
+
+
+def test_anchors_checked_against_protocol_inputs(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    frozen = tmp_path / "freeze.json"
+    frozen.write_text('{"frozen": true}\n')
+    import hashlib
+
+    good = hashlib.sha256(frozen.read_bytes()).hexdigest()
+    summary = audit(root, tmp_path / "ok", "--anchor", f"freeze={good}",
+                    "--protocol-input", f"freeze={frozen}")
+    assert summary["gate_allow_partial"]["passed"] is True
+    manifest = orjson.loads((tmp_path / "ok" / "output_manifest.json").read_bytes())
+    assert [i["path"] for i in manifest["protocol_inputs"]] == ["freeze"]
+    summary = audit(root, tmp_path / "bad", "--anchor", f"freeze={'0' * 64}",
+                    "--protocol-input", f"freeze={frozen}")
+    assert summary["gate_allow_partial"]["passed"] is False
+    assert any("anchor freeze" in r for r in summary["gate_allow_partial"]["reasons"])
+
+
+def test_source_inputs_are_hashed_into_the_manifest(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    source = tmp_path / "src"
+    (source / "pkg").mkdir(parents=True)
+    (source / "pkg" / "trainer.py").write_text("def train():\n    pass\n")
+    audit(root, tmp_path / "out", "--source-root", str(source), "--source", "pkg/trainer.py")
+    manifest = orjson.loads((tmp_path / "out" / "output_manifest.json").read_bytes())
+    assert [i["path"] for i in manifest["source_inputs"]] == ["pkg/trainer.py"]
+    assert "pkg/trainer.py" in (tmp_path / "out" / "diagnostic.md").read_text()
+
+
+def test_library_api_matches_cli(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    result = run_audit(root, AuditOptions(jobs=1))
+    kinds = sorted(v.verdict.value for v in result.verdicts)
+    assert kinds.count("failed") == 9 and kinds.count("unresolved") == 9
+    assert all(v.diagnosis and v.limits for v in result.verdicts)
+    assert all(f.citations or f.rule_id in ("AUD215",) for f in result.findings
+               if f.severity.value == "error")
+
+
+def test_verify_passes_then_catches_changes(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    root = copy_example(tmp_path)
+    out = tmp_path / "out"
+    audit(root, out)
+    assert main(["verify", str(out)]) == 0
+    summary = out / "summary.json"
+    summary.write_bytes(summary.read_bytes().replace(b'"launches": 18', b'"launches": 19'))
+    assert main(["verify", str(out)]) == 1
+    assert "changed: outputs/summary.json" in capsys.readouterr().out
+    out2 = tmp_path / "out2"
+    audit(root, out2)
+    trace = next(root.glob("*/attempt-*/allocator-traces/*.jsonl"))
+    trace.write_bytes(trace.read_bytes() + b"\n")
+    assert main(["verify", str(out2)]) == 1
+    printed = capsys.readouterr().out
+    assert "changed: raw_evidence/" in printed and trace.name in printed
+    (out2 / "extra.txt").write_text("x")
+    (out2 / "diagnostic.md").unlink()
+    assert main(["verify", str(out2)]) == 1
+    printed = capsys.readouterr().out
+    assert "added: outputs/extra.txt" in printed
+    assert "missing: outputs/diagnostic.md" in printed
+
+
+def test_verify_refuses_a_directory_without_manifest(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["verify", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "output_manifest.json" in err
