@@ -151,9 +151,9 @@ def read_allocator_trace(
             scan.lines += 1
             file_findings.extend(_odd_line(scan, item, max_line))
             continue
-        start, lines, maybe_phase = item
+        start, lines, hints = item
         scan.lines += len(lines)
-        if not (fast and _fast_batch(scan, start, lines, maybe_phase, max_line)):
+        if not (fast and _fast_batch(scan, start, lines, hints, max_line)):
             _slow_batch(scan, start, lines, max_line)
     findings = list(scan.kept)
     findings.extend(file_findings)
@@ -185,12 +185,12 @@ def read_allocator_trace(
 
 def _batches(
     stream: BinaryIO | HashingReader, max_line: int
-) -> Iterator[tuple[int, list[bytes], bool] | Line]:
+) -> Iterator[tuple[int, list[bytes], int] | Line]:
     """The stream's lines, a read chunk at a time.
 
-    Yields ``(number of the first line, complete lines, maybe_phase)`` batches
-    (lines keep a trailing ``\\r``; JSON treats it as whitespace; ``maybe_phase``
-    is False when no line can hold a ``phase`` key), and a :class:`Line` for a
+    Yields ``(number of the first line, complete lines, hints)`` batches
+    (lines keep a trailing ``\\r``; JSON treats it as whitespace; ``hints`` are
+    :func:`_hints` of the bytes), and a :class:`Line` for a
     line longer than ``max_line`` that spans chunks (clipped) and for a final
     line without a newline. Memory: one chunk, plus at most ``max_line`` bytes
     of a line that spans chunks.
@@ -217,10 +217,7 @@ def _batches(
                 del lines[0]
             carry, carry_length = b"", 0
         if lines:
-            maybe_phase = (
-                b'"phase"' in chunk or b"\\" in chunk or b'"phase"' in lines[0] or b"\\" in lines[0]
-            )
-            yield number + 1, lines, maybe_phase
+            yield number + 1, lines, _hints(chunk) | _hints(lines[0])
             number += len(lines)
         if tail:
             carry, carry_length = tail[:max_line], len(tail)
@@ -230,17 +227,35 @@ def _batches(
 
 # ----------------------------------------------------------------- fast path
 
+_MAYBE_PHASE = 1
+"""Hint bit: some line may have a ``phase`` key."""
+_MAYBE_NEGATIVE = 2
+"""Hint bit: some line may hold a negative number."""
 
-def _fast_batch(
-    scan: _Scan, start: int, lines: list[bytes], maybe_phase: bool, max_line: int
-) -> bool:
+
+def _hints(data: bytes) -> int:
+    """Cheap facts about ``data`` from single-byte searches (``memchr`` speed).
+
+    A ``phase`` key is written with an ``h``, or escaped with a backslash, and
+    a negative number needs a ``-``: bytes lacking them rule those out, so the
+    fast path can skip the per-record phase test and the sign checks. (The
+    canonical memory sample has no ``h`` and no ``-``.)
+    """
+    hints = 0
+    if b"h" in data or b"\\" in data:
+        hints |= _MAYBE_PHASE
+    if b"-" in data:
+        hints |= _MAYBE_NEGATIVE
+    return hints
+
+
+def _fast_batch(scan: _Scan, start: int, lines: list[bytes], hints: int, max_line: int) -> bool:
     """Fold a batch in which every line is a valid record and ``seq`` rises.
 
     Returns False, having changed nothing, for any other batch: the slow path
     then finds and explains its problems. No Python code runs per sample line:
     each check is one C-level pass (``map``/``set``/``min``/``max``) over the
-    batch. ``maybe_phase`` is False when the batch's bytes hold neither
-    ``"phase"`` nor a backslash (an escaped key), so no record can be a phase.
+    batch; ``hints`` (see :func:`_hints`) lets it skip passes that cannot fail.
     """
     if max_line < CHUNK_SIZE and max(map(len, lines)) > max_line:
         return False
@@ -255,12 +270,12 @@ def _fast_batch(
     phase_at: list[int] = []
     sample_at: list[int] | None = None  # None: every record is a sample
     samples = records
-    if maybe_phase:
+    if hints & _MAYBE_PHASE:
         flags = list(map(_has_key, records, repeat("phase")))
         if True in flags:
             phase_at = list(compress(range(len(records)), flags))
             sample_at = list(compress(range(len(records)), map(not_, flags)))
-            samples = [records[index] for index in sample_at]
+            samples = list(compress(records, map(not_, flags)))
             for index in phase_at:
                 record = records[index]
                 if not _phase_ok(record) or record["started_ns"] > record["finished_ns"]:
@@ -278,11 +293,11 @@ def _fast_batch(
     if types != _INT_ONLY:
         return False
     previous = -1 if scan.last_seq is None else scan.last_seq
-    if seqs[0] <= previous or seqs[0] < 0 or not all(map(lt, seqs, seqs[1:])):
-        return False
+    if seqs[0] <= previous or not all(map(lt, seqs, seqs[1:])):
+        return False  # (rising from at least -1, every seq is >= 0)
     if samples:
         first_ns, last_ns = min(sample_ns), max(sample_ns)
-        if first_ns < 0 or min(allocated) < 0 or min(reserved) < 0:
+        if hints & _MAYBE_NEGATIVE and (first_ns < 0 or min(allocated) < 0 or min(reserved) < 0):
             return False
         if pids.count(pids[0]) == len(pids):  # the usual case: one pid throughout
             if pids[0] < 1:

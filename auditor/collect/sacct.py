@@ -401,7 +401,7 @@ def worst_step(job: SacctJob) -> SacctStep | None:
         else:
             kind = 1
         key = (score, kind, 1 if step.signal else 0, -step.line)
-        if best_key is None:
+        if best_key is None or key > best_key:
             best, best_key = step, key
     return best
 
@@ -519,7 +519,7 @@ class _Parser:
                 f"{self.path}: fixed-width sacct output (no -P) cannot be read safely, values "
                 f"may be cut to the column width; capture a parsable dump with: {CAPTURE_HINT}"
             )
-        header = _split_header(texts[0], self.delimiter_arg) if texts else None
+        header = None
         if header is not None:
             names, delimiter = header
             fields: tuple[str, ...] = tuple(names)

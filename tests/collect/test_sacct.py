@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from auditor.collect.sacct import (
     worst_step,
 )
 from auditor.errors import SacctFormatError
-from auditor.model import SacctDump, SacctJob
+from auditor.model import SacctDump, SacctJob, SacctStep
 
 REAL = Path(__file__).resolve().parents[3] / "shared" / "real-evidence" / "sacct"
 DEFECTS = Path(__file__).resolve().parents[2] / "fixtures" / "defects" / "sacct"
@@ -553,6 +554,28 @@ def test_step_only_failures_found_by_worst_step() -> None:
         "4979527": ("TIMEOUT", "batch", "CANCELLED", 0, 15),
         "239023": ("COMPLETED", "0", "CANCELLED", 0, 10),
     }
+
+
+def test_worst_step_ranks_by_state_then_kind() -> None:
+    def make(*rows: tuple[str, str, int, int]) -> SacctJob:
+        base = job(defect("step_only_oom.psv"), "4979526")
+        made = tuple(
+            SacctStep(name, state, state, code, sig, line)
+            for line, (name, state, code, sig) in enumerate(rows, start=2)
+        )
+        return replace(base, steps=made)
+
+    def pick(*rows: tuple[str, str, int, int]) -> str | None:
+        found = worst_step(make(*rows))
+        return None if found is None else found.step
+
+    assert pick(("extern", "CANCELLED", 0, 15), ("batch", "FAILED", 1, 0),
+                ("0", "OUT_OF_MEMORY", 0, 125)) == "0"
+    assert pick(("extern", "CANCELLED", 0, 15), ("batch", "CANCELLED", 0, 15)) == "batch"
+    assert pick(("batch", "FAILED", 1, 0), ("0", "FAILED", 1, 0)) == "0"
+    assert pick(("batch", "COMPLETED", 0, 0), ("0", "COMPLETED", 0, 9)) == "0"
+    assert pick(("batch", "COMPLETED", 0, 0), ("extern", "COMPLETED", 0, 0)) is None
+    assert pick() is None
 
 
 def test_typed_and_untyped_gpus_counted_once() -> None:

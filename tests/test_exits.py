@@ -1,0 +1,208 @@
+"""Exit classification after the fact (seed ``000``), driven through whole audits.
+
+The seed's lesson: predicate tests alone passed with the fix reverted. These
+tests build real studies, run the CLI, and assert on verdicts, so deleting the
+coordinated-shutdown rule (or loosening it) fails them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from auditor.model import ProcessExit, TrialRecord
+from auditor.reason.exits import classify_exit, flag_is_on, is_coordinated_controller_exit
+from tests.helpers import audit, edit_json, find, outcome_study, rewrite, verdicts
+
+S = "host-qwen25-7b-gsm8k-c2-s{}/period-1"
+FLAG = "COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS"
+
+OUTCOMES = ["completed", "coordinated_shutdown", "flag_off_143", "scancel_sigusr1",
+            "sigkill_137", "cancelled", "timed_out", "node_failure", "rollout_init_oom",
+            "terminal_missing", "retried"]
+EXPECTED = {
+    "completed": ("resolved", "completed"),
+    "coordinated_shutdown": ("resolved", "completed"),
+    "flag_off_143": ("unresolved", "killed"),
+    "scancel_sigusr1": ("unresolved", "time_limit"),
+    "sigkill_137": ("unresolved", "killed"),
+    "cancelled": ("unresolved", "cancelled"),
+    "timed_out": ("unresolved", "time_limit"),
+    "node_failure": ("unresolved", "infrastructure_failure"),
+    "rollout_init_oom": ("failed", "eligible_failure"),
+    "terminal_missing": ("unresolved", "terminal_event_missing"),
+    "retried": ("resolved", "completed"),
+}
+
+
+@pytest.fixture(scope="module")
+def every_outcome(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    base = tmp_path_factory.mktemp("outcomes")
+    root = outcome_study(base / "study", OUTCOMES)
+    return root, audit(root, base / "out")
+
+
+@pytest.mark.parametrize("outcome", OUTCOMES)
+def test_every_exit_case_gets_its_verdict(every_outcome: tuple[Path, dict], outcome: str) -> None:
+    _, summary = every_outcome
+    subject = S.format(161 + OUTCOMES.index(outcome))
+    assert verdicts(summary)[subject] == EXPECTED[outcome]
+
+
+def test_retried_after_completion_is_wasted(every_outcome: tuple[Path, dict]) -> None:
+    root, summary = every_outcome
+    out = root.parent / "out"
+    attempts = pd.read_parquet(out / "attempts.parquet")
+    retried = attempts[attempts["subject"] == S.format(161 + OUTCOMES.index("retried"))]
+    assert list(retried["counted"]) == [True, False]
+    assert list(retried["wasted"]) == [False, True]
+    wasted = retried[retried["wasted"]]["task_gpu_seconds"].sum()
+    assert summary["accounting"]["wasted_gpu_seconds"] == pytest.approx(wasted)
+    assert wasted > 0
+    assert "Wasted attempts (retried after a completed attempt): 1" in (
+        out / "diagnostic.md").read_text()
+
+
+def test_launcher_disagreement_is_reported(every_outcome: tuple[Path, dict]) -> None:
+    _, summary = every_outcome
+    coordinated = S.format(161 + OUTCOMES.index("coordinated_shutdown"))
+    row = next(d for d in summary["disagreements"] if d["subject"] == coordinated)
+    assert row["launcher_status"] == "failed" and row["auditor_verdict"] == "resolved"
+
+
+def _coordinated(tmp_path: Path) -> tuple[Path, str]:
+    root = outcome_study(tmp_path / "study", ["coordinated_shutdown"])
+    return root, find(root, "*/attempt-*/trial-*.json")
+
+
+@pytest.mark.parametrize(("value", "clean"), [
+    ("1", True), ("true", True), ("TRUE", True), ("yes", True), ("Yes", True),
+    ("0", False), ("false", False), ("", False), ("no", False), ("2", False), (None, False),
+])
+def test_flag_truthiness(tmp_path: Path, value: str | None, clean: bool) -> None:
+    root, trial = _coordinated(tmp_path)
+
+    def set_flag(doc: dict) -> None:
+        if value is None:
+            doc["env"].pop(FLAG)
+        else:
+            doc["env"][FLAG] = value
+
+    edit_json(root, trial, set_flag)
+    summary = audit(root, tmp_path / "out")
+    expected = ("resolved", "completed") if clean else ("unresolved", "killed")
+    assert verdicts(summary)[S.format(161)] == expected
+
+
+@pytest.mark.parametrize(("signal", "reason"), [("SIGTERM", "cancelled"),
+                                                ("SIGUSR1", "time_limit")])
+def test_a_signalled_script_is_never_a_success(tmp_path: Path, signal: str, reason: str) -> None:
+    root, trial = _coordinated(tmp_path)
+
+    def signalled(doc: dict) -> None:
+        doc["invocation"]["received_signal"] = signal
+
+    edit_json(root, trial, signalled)
+    summary = audit(root, tmp_path / "out")
+    assert verdicts(summary)[S.format(161)] == ("unresolved", reason)
+
+
+def test_only_the_controller_may_exit_143(tmp_path: Path) -> None:
+    root, trial = _coordinated(tmp_path)
+
+    def policy_exits(doc: dict) -> None:
+        for process in doc["processes"]:
+            process["role"] = "policy" if process["role"] == "controller" else process["role"]
+
+    edit_json(root, trial, policy_exits)
+    summary = audit(root, tmp_path / "out")
+    assert verdicts(summary)[S.format(161)] == ("unresolved", "killed")
+
+
+def test_wall_clock_timeout_overrides_an_excused_143(tmp_path: Path) -> None:
+    root, _ = _coordinated(tmp_path)
+    rewrite(root, "accounting/sacct-raw.psv",
+            lambda b: b.replace(b"|FAILED|143:0|", b"|TIMEOUT|0:0|", 1), update_manifest=False)
+    summary = audit(root, tmp_path / "out")
+    assert verdicts(summary)[S.format(161)] == ("unresolved", "time_limit")
+
+
+@pytest.mark.parametrize(("state", "reason", "rule"), [
+    ("CANCELLED by 1977600432", "cancelled", "AUD206"),
+    ("NODE_FAIL", "infrastructure_failure", "AUD208"),
+])
+def test_scheduler_states_on_an_unclean_exit(tmp_path: Path, state: str, reason: str,
+                                             rule: str) -> None:
+    root = outcome_study(tmp_path / "study", ["sigkill_137"])
+    rewrite(root, "accounting/sacct-raw.psv",
+            lambda b: b.replace(b"|FAILED|137:0|", f"|{state}|0:9|".encode(), 1),
+            update_manifest=False)
+    summary = audit(root, tmp_path / "out")
+    period = summary["periods"][0]
+    assert (period["verdict"], period["reason"]) == ("unresolved", reason)
+    assert rule in period["rule_ids"]
+
+
+def test_out_of_memory_on_a_step_row_only(tmp_path: Path) -> None:
+    root = outcome_study(tmp_path / "study", ["sigkill_137"])
+
+    def step_oom(data: bytes) -> bytes:
+        lines = data.decode().splitlines(keepends=True)
+        lines = [line.replace("|FAILED|137:0|", "|OUT_OF_MEMORY|0:125|")
+                 if line.split("|")[0].endswith(".0") else line for line in lines]
+        return "".join(lines).encode()
+
+    rewrite(root, "accounting/sacct-raw.psv", step_oom, update_manifest=False)
+    summary = audit(root, tmp_path / "out")
+    period = summary["periods"][0]
+    assert (period["verdict"], period["reason"]) == ("unresolved", "infrastructure_failure")
+    assert "AUD209" in period["rule_ids"]
+
+
+def test_pending_element_makes_the_array_partial(tmp_path: Path) -> None:
+    root = outcome_study(tmp_path / "study", ["completed"])
+    rewrite(root, "accounting/sacct-raw.psv",
+            lambda b: b + b"7000000_[1-3%2]|7000000|host-capacity|PENDING|0:0|Unknown|Unknown|"
+                          b"0||None assigned|(JobArrayTaskLimit)\n", update_manifest=False)
+    record = root / "pairs" / "host-qwen25-7b-gsm8k-c2-s161" / "period-1.json"
+    assert record.exists()
+    summary = audit(root, tmp_path / "out")
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    assert "AUD210" in set(findings["rule_id"])
+    assert summary["periods"][0]["verdict"] == "resolved"
+
+
+def test_running_element_is_never_passed(tmp_path: Path) -> None:
+    root = outcome_study(tmp_path / "study", ["completed"])
+    rewrite(root, "accounting/sacct-raw.psv",
+            lambda b: b.replace(b"|COMPLETED|0:0|", b"|RUNNING|0:0|", 1), update_manifest=False)
+    summary = audit(root, tmp_path / "out")
+    assert (summary["periods"][0]["verdict"], summary["periods"][0]["reason"]) == (
+        "unresolved", "array_partial")
+    assert summary["gate"]["passed"] is False
+
+
+# the predicate itself, both directions (kept next to the end-to-end cases above)
+
+def _trial(code: int, role: str = "controller", flag: str | None = "1",
+           received: str | None = None) -> TrialRecord:
+    env = () if flag is None else ((FLAG, flag),)
+    return TrialRecord(path="t.json", env=env, exit_code=code, received_signal=received,
+                       processes=(ProcessExit(role, 1, code, "/processes/0"),))
+
+
+def test_predicate_both_directions() -> None:
+    assert is_coordinated_controller_exit("controller", 143, "yes", None)
+    assert not is_coordinated_controller_exit("controller", 143, "0", None)
+    assert not is_coordinated_controller_exit("controller", 137, "1", None)
+    assert not is_coordinated_controller_exit("policy", 143, "1", None)
+    assert not is_coordinated_controller_exit("controller", 143, "1", "SIGTERM")
+    assert flag_is_on(" True ") and not flag_is_on("off")
+    assert classify_exit(_trial(143), FLAG).kind == "coordinated_shutdown"
+    assert classify_exit(_trial(143, flag="0"), FLAG).kind == "sigterm"
+    assert classify_exit(_trial(137), FLAG).kind == "sigkill"
+    assert classify_exit(_trial(143, received="SIGUSR1"), FLAG).kind == "signalled"
+    assert classify_exit(_trial(1), FLAG).kind == "failure"
+    assert classify_exit(_trial(0), FLAG).clean
