@@ -313,19 +313,20 @@ def _validate(args: argparse.Namespace) -> int:
     from auditor.collect.allocator_trace import read_allocator_trace
     from auditor.collect.jsondoc import load_json
     from auditor.errors import InputError
-    from auditor.schema import KINDS, kind_for_filename, validate_document
+    from auditor.schema import KINDS, canonical_kind, kind_for_filename, validate_document
 
-    if args.kind is not None and args.kind not in KINDS:
+    if args.kind is not None and canonical_kind(args.kind) not in KINDS:
         raise UsageError(f"--kind must be one of {', '.join(sorted(KINDS))}")
     problems = 0
     for path in args.files:
         kind = args.kind or kind_for_filename(path.name)
         if kind is None:
             raise UsageError(f"{path}: cannot tell its kind from the name; pass --kind")
+        kind = canonical_kind(kind)
         try:
             with open(path, "rb") as handle:
                 reader = HashingReader(handle)
-                if kind in ("allocator_record", "allocator_trace"):
+                if kind == "allocator-record":
                     found = list(read_allocator_trace(reader, str(path)).findings)
                 else:
                     doc, found = load_json(reader, str(path), 64 << 20)

@@ -26,8 +26,11 @@ bounded memory, any ``sacct --parsable``/``--parsable2`` output:
   well-formed; otherwise the row is an AUD008 finding.
 * **Newline inside a value.** A row with too few fields is joined with the following
   physical line(s) (up to :data:`MAX_JOIN_LINES`) when the joined record has exactly
-  the right field count and well-formed typed columns; otherwise its first line is an
-  AUD008 finding and the following lines are read afresh.
+  the right field count and well-formed typed columns, and no joined line is a whole
+  row by itself; otherwise its first line is an AUD008 finding and the following lines
+  are read afresh. When the last column is one that holds newlines (SubmitLine,
+  Comment, JobName ...), a following line without any delimiter, that is not a job id,
+  continues it.
 * ``#`` comment lines, blank lines and repeated header lines are skipped; a UTF-8 BOM
   is dropped. Lines are decoded as UTF-8 with replacement (AUD005); NUL bytes are
   removed (AUD006); a line longer than :data:`MAX_LINE` bytes is skipped (AUD007).
@@ -41,8 +44,11 @@ bounded memory, any ``sacct --parsable``/``--parsable2`` output:
   converted. GPUs come from ``AllocTRES``: the untyped ``gres/gpu=N`` when present,
   else the sum over distinct types of ``gres/gpu:TYPE=N`` (MIG types included);
   ``gres/gpumem``/``gres/gpuutil`` never count; None without an AllocTRES column, 0
-  when the column has no GPU. An unreadable value becomes None with an AUD008
-  finding; the row is kept.
+  when the column has no GPU.
+* **Shape checks.** A row whose id, State, ExitCode, count or TRES columns are
+  malformed is not used (AUD008): its columns are not what the format says. An
+  unreadable time or duration only becomes None (AUD008); the row is kept. So a dump
+  read with a wrong ``--format`` of the same field count is refused, not misread.
 * **Rows.** A JobID without a ``.step`` is an allocation (:class:`SacctJob`); a
   pending range ``5055845_[4-8%2]`` is one job with ``array_task_id`` None and
   ``array_task_spec`` ``"4-8%2"``. Step rows attach to their allocation by the JobID
@@ -262,7 +268,9 @@ class _Alloc:
 
 
 @dataclass(slots=True)
-class _Orphan:
+class _StepRow:
+    """A step row and the keys of the allocation it belongs to."""
+
     step: SacctStep
     job_key: str | None
     raw_key: str | None
@@ -438,7 +446,8 @@ class _Parser:
         self.pending: list[_Phys] = []
         self.jobs: dict[str, _Alloc] = {}
         self.by_raw: dict[str, str] = {}
-        self.orphans: list[_Orphan] = []
+        self.waiting: list[_StepRow] = []
+        """Step rows read before (or without) their allocation row."""
         self.ok_rows = 0
         self.bad_rows = 0
         self.bad_counts: Counter[int] = Counter()
@@ -519,7 +528,7 @@ class _Parser:
                 f"{self.path}: fixed-width sacct output (no -P) cannot be read safely, values "
                 f"may be cut to the column width; capture a parsable dump with: {CAPTURE_HINT}"
             )
-        header = None
+        header = _split_header(texts[0], self.delimiter_arg) if texts else None
         if header is not None:
             names, delimiter = header
             fields: tuple[str, ...] = tuple(names)
@@ -818,7 +827,7 @@ class _Parser:
             job_key = id_match.group("alloc") if id_match is not None else None
             raw_key = raw_match.group("alloc") if raw_match is not None else None
             self._report_values(number, text, errors)
-            self._attach(_Orphan(step, job_key, raw_key, text))
+            self._attach(_StepRow(step, job_key, raw_key, text))
             return
 
         start = _time(get("start"), "Start", errors)
@@ -889,35 +898,35 @@ class _Parser:
         if errors:
             self._find("AUD008", number, text, error="unreadable " + ", ".join(errors))
 
-    def _attach(self, orphan: _Orphan) -> None:
-        alloc = self._parent(orphan)
+    def _attach(self, step_row: _StepRow) -> None:
+        alloc = self._parent(step_row)
         if alloc is not None:
-            alloc.steps.append(orphan.step)
+            alloc.steps.append(step_row.step)
         else:
-            self.orphans.append(orphan)
+            self.waiting.append(step_row)
 
-    def _parent(self, orphan: _Orphan) -> _Alloc | None:
-        if orphan.job_key is not None and orphan.job_key in self.jobs:
-            return self.jobs[orphan.job_key]
-        if orphan.raw_key is not None:
-            key = self.by_raw.get(orphan.raw_key)
+    def _parent(self, step_row: _StepRow) -> _Alloc | None:
+        if step_row.job_key is not None and step_row.job_key in self.jobs:
+            return self.jobs[step_row.job_key]
+        if step_row.raw_key is not None:
+            key = self.by_raw.get(step_row.raw_key)
             if key is not None:
                 return self.jobs.get(key)
-            if orphan.job_key is None:
-                return self.jobs.get(orphan.raw_key)
+            if step_row.job_key is None:
+                return self.jobs.get(step_row.raw_key)
         return None
 
     def _finish_jobs(self) -> tuple[SacctJob, ...]:
-        for orphan in self.orphans:
-            alloc = self._parent(orphan)
+        for step_row in self.waiting:
+            alloc = self._parent(step_row)
             if alloc is not None:
-                alloc.steps.append(orphan.step)
+                alloc.steps.append(step_row.step)
                 continue
-            step = orphan.step
-            parent = orphan.job_key or orphan.raw_key or "?"
+            step = step_row.step
+            parent = step_row.job_key or step_row.raw_key or "?"
             exit_text = "" if step.exit_code is None else f" {step.exit_code}:{step.signal}"
             self._find(
-                "AUD008", step.line, orphan.text,
+                "AUD008", step.line, step_row.text,
                 error=(
                     f"step {parent}.{step.step} ({step.state_raw or step.state}{exit_text}) has "
                     "no allocation row in the dump; not attached"

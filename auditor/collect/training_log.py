@@ -95,9 +95,13 @@ _OTHER_PREFIX = re.compile(
     r"|[\w.-]+ +\| "  # docker compose service
 )
 
+# Patterns run on decoded lines start with a literal where they can: the regex
+# engine then finds candidates with a fast substring search, where a leading
+# lookbehind or alternation makes it try every position (100x slower on the
+# 3 kB metric lines verl prints once per step).
 _VALUE = r"(?:np\.[a-z]+\d*\(\s*)?(\d{1,18})(?:\.(\d*))?\)?(?![\w.])"
-_STEP_KEY = re.compile(r"(?<![\w/.\-])step:\s*" + _VALUE)
-_GLOBAL_STEP_KEY = re.compile(r"(?<![\w/.\-])training/global_step:\s*" + _VALUE)
+_STEP_KEY = re.compile(r"step:\s*" + _VALUE)
+_GLOBAL_STEP_KEY = re.compile(r"training/global_step:\s*" + _VALUE)
 _LEGACY_STEP_LINE = re.compile(r"\s*step:\s*" + _VALUE)
 _STEP_VALUE = re.compile(r"\s*(?:np\.[a-z]+\d*\(\s*)?([+-]?\d{1,18})(?:\.(\d*))?\s*\)?\s*")
 
@@ -107,47 +111,56 @@ _EXCEPTION_STANDALONE = re.compile(
     r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?:\([\w.]+\))?):\s"
 )
 
-_HOST_OOM = re.compile(
-    r"ray\.exceptions\.OutOfMemoryError"
-    r"|Task was killed due to the node running low on memory"
-    r"|exceeds the memory usage threshold"
-    r"|\boom[-_]kill(?:er)?\b"
-    r"|Out of memory: Kill(?:ed)? process"
-    r"|out-of-memory handler"
-    r"|Memory cgroup out of memory"
+# Failure texts, most specific first: the first one found is the event's detail.
+_HOST_OOM = (
+    "ray.exceptions.OutOfMemoryError",  # Ray's memory monitor killed the task: host RAM
+    "Task was killed due to the node running low on memory",
+    "exceeds the memory usage threshold",
+    "oom-kill",  # kernel "invoked oom-killer", slurmstepd "oom-kill event(s)"
+    "oom_kill",
+    "Out of memory: Killed process",
+    "Out of memory: Kill process",
+    "out-of-memory handler",
+    "Memory cgroup out of memory",
 )
-_GPU_OOM = re.compile(
-    r"torch\.(?:cuda\.)?OutOfMemoryError"
-    r"|RayTaskError\(OutOfMemoryError\)"  # the remote exception class: torch's
-    r"|CUDA out of memory"
-    r"|CUDA [Ee]rror: out of memory"  # torch and vLLM's cumem allocator
-    r"|cudaErrorMemoryAllocation"
-    r"|HIP out of memory"
+_GPU_OOM = (
+    "torch.cuda.OutOfMemoryError",
+    "torch.OutOfMemoryError",
+    "RayTaskError(OutOfMemoryError)",  # a remote task raised torch's OutOfMemoryError
+    "CUDA out of memory",
+    "CUDA error: out of memory",
+    "CUDA Error: out of memory",  # vLLM's cumem allocator (sleep mode wake-up)
+    "cudaErrorMemoryAllocation",
+    "HIP out of memory",
 )
-_KV_CACHE_FAILURE = re.compile(
-    r"No available memory for the cache blocks"
-    r"|(?i:kv cache).*(?:larger than the available|Try increasing|[Ii]nsufficient|not enough)"
-    r"|(?:Error|[Ii]nsufficient|[Nn]ot enough)\b.*(?i:kv cache)"
+_KV_CACHE = "No available memory for the cache blocks"  # vLLM V0
+_KV_CACHE_NAMES = ("KV cache", "kv cache", "KV Cache")
+_KV_CACHE_TROUBLE = (  # vLLM V1: "... larger than the available KV cache memory ..."
+    "Error",
+    "nsufficient",
+    "not enough",
+    "Not enough",
+    "larger than the available",
+    "Try increasing",
 )
-_NCCL_TIMEOUT = re.compile(
-    r"Watchdog caught collective operation timeout"
-    r"|Timeout at NCCL work"
-    r"|NCCL operations have failed or timed out"
-    r"|[Hh]eartbeat monitor timed out"
-    r"|watchdog got stuck"
+_NCCL_TIMEOUT = (
+    "Watchdog caught collective operation timeout",
+    "Timeout at NCCL work",
+    "NCCL operations have failed or timed out",
+    "Heartbeat monitor timed out",
+    "heartbeat monitor timed out",
+    "watchdog got stuck",
 )
 _NCCL_TIMEOUT_OTHER = re.compile(r"ProcessGroupNCCL.*\bTimeout\b(?!\s*\(ms\))")
 """A ProcessGroupNCCL line naming a timeout in other words (not the ``Timeout(ms)`` setting)."""
 _SLURM_CANCEL = re.compile(
     r"\*\*\* (?:JOB|STEP) (?P<id>[\w.+\[\]-]+)(?: ON \S+)? CANCELLED AT \S+(?P<rest>[^*]*)"
 )
-_TIME_LIMIT = re.compile(r"DUE TO TIME LIMIT", re.IGNORECASE)
-_SHUTDOWN = re.compile(
+_SHUTDOWN = re.compile(  # run on the lower-cased line
     r"coordinated[\s_-]+(?:\w+[\s_-]+)?shut(?:ting)?[\s_-]*down"
-    r"|COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS(?!\s*=|['\"]\s*[:,=])"
+    r"|cosmos_shutdown_on_no_policy_replicas(?!\s*=|['\"]\s*[:,=])"  # not an assignment
     r"|shut(?:ting)?[\s_-]*down\b.{0,120}?\bno\s+(?:\w+\s+)?policy[\s_-]+replicas?"
-    r"|\bno\s+(?:\w+\s+)?policy[\s_-]+replicas?\b.{0,120}?shut(?:ting)?[\s_-]*down",
-    re.IGNORECASE,
+    r"|\bno\s+(?:\w+\s+)?policy[\s_-]+replicas?\b.{0,120}?shut(?:ting)?[\s_-]*down"
 )
 
 
@@ -246,7 +259,8 @@ class _Scanner:
         self.max_events = max_events
         self.events: list[LogEvent] = []
         self.events_dropped = 0
-        self.step_lines: deque[LogEvent] = deque(maxlen=STEP_LINES_KEPT)
+        self.step_lines: deque[tuple[int, str, int]] = deque(maxlen=STEP_LINES_KEPT)
+        """(line, start of the segment, step) of the last step lines; events made at the end."""
         self.terminal: LogEvent | None = None
         self.last_step: int | None = None
         self.open_tracebacks: dict[str, int] = {}
@@ -254,7 +268,11 @@ class _Scanner:
 
     def result(self, lines: int, findings: tuple[Finding, ...]) -> TrainingLogScan:
         """The scan's outcome (events merged in line order, step lines last on a line)."""
-        events = sorted([*self.events, *self.step_lines], key=lambda event: event.line)
+        step_lines = [
+            LogEvent("step_line", number, _text(segment), str(step))
+            for number, segment, step in self.step_lines
+        ]
+        events = sorted([*self.events, *step_lines], key=lambda event: event.line)
         return TrainingLogScan(
             path=self.path,
             lines=lines,
@@ -320,56 +338,63 @@ class _Scanner:
 
     def _failures(self, number: int, segment: str, content: str) -> None:
         if "emory" in content or "oom" in content:
-            host = _HOST_OOM.search(content)
+            host = _first(content, _HOST_OOM)
             if host:
-                self._add("host_oom", number, segment, host.group(0))
+                self._add("host_oom", number, segment, host)
             else:
-                gpu = _GPU_OOM.search(content)
+                gpu = _first(content, _GPU_OOM)
                 if gpu:
-                    self._add("gpu_oom", number, segment, gpu.group(0))
-        if ("cache" in content or "CACHE" in content) and _KV_CACHE_FAILURE.search(content):
+                    self._add("gpu_oom", number, segment, gpu)
+        if ("cache" in content or "Cache" in content) and (
+            _KV_CACHE in content
+            or (_first(content, _KV_CACHE_NAMES) and _first(content, _KV_CACHE_TROUBLE))
+        ):
             exception = _EXCEPTION_STANDALONE.match(content)
-            self._add(
-                "kv_cache_init_failure", number, segment, exception.group(1) if exception else ""
-            )
+            detail = exception.group(1) if exception else ""
+            self._add("kv_cache_init_failure", number, segment, detail)
         if "NCCL" in content or "atchdog" in content or "eartbeat" in content:
-            nccl = _NCCL_TIMEOUT.search(content)
+            nccl = _first(content, _NCCL_TIMEOUT)
             if nccl:
-                self._add("nccl_timeout", number, segment, nccl.group(0))
-            elif _NCCL_TIMEOUT_OTHER.search(content):
+                self._add("nccl_timeout", number, segment, nccl)
+            elif "Timeout" in content and _NCCL_TIMEOUT_OTHER.search(content):
                 self._add("nccl_timeout", number, segment, "ProcessGroupNCCL Timeout")
         if "CANCELLED" in content:
             slurm = _SLURM_CANCEL.search(content)
             if slurm:
-                limit = _TIME_LIMIT.search(slurm["rest"])
+                limit = "DUE TO TIME LIMIT" in slurm["rest"].upper()
                 kind = "slurm_time_limit" if limit else "slurm_cancelled"
                 self._add(kind, number, segment, slurm["id"])
-        maybe_shutdown = "hut" in content or "HUT" in content or "OLICY" in content
-        if (maybe_shutdown or "olicy" in content) and _SHUTDOWN.search(content):
-            self._add("coordinated_shutdown", number, segment)
+        if "hut" in content or "HUT" in content or "olicy" in content or "OLICY" in content:
+            lowered = content.lower()
+            if "shut" in lowered and _SHUTDOWN.search(lowered):
+                self._add("coordinated_shutdown", number, segment)
 
     def _builtin_steps(self, number: int, segment: str, content: str) -> None:
         """``step:S ... training/global_step:G`` pairs; S == G is a training step line."""
-        keys = list(_STEP_KEY.finditer(content))
+        keys = [key for key in _STEP_KEY.finditer(content) if _starts_key(content, key.start())]
         seen_step = False
         for index, key in enumerate(keys):
             step = _integral(key.group(1), key.group(2))
             if step is None:
                 continue
             end = keys[index + 1].start() if index + 1 < len(keys) else len(content)
-            global_key = _GLOBAL_STEP_KEY.search(content, key.end(), end)
-            if global_key is None or _integral(global_key.group(1), global_key.group(2)) != step:
-                continue
-            seen_step = True
-            self._step(number, segment, step)
+            global_step = next(
+                (
+                    _integral(found.group(1), found.group(2))
+                    for found in _GLOBAL_STEP_KEY.finditer(content, key.end(), end)
+                    if _starts_key(content, found.start())
+                ),
+                None,
+            )
+            if global_step == step:
+                seen_step = True
+                self._step(number, segment, step)
         if not seen_step:
             legacy = _LEGACY_STEP_LINE.match(content)
             if legacy:
                 legacy_step = _integral(legacy.group(1), legacy.group(2))
                 if legacy_step is not None:
-                    self.step_lines.append(
-                        LogEvent("step_line", number, _text(segment), str(legacy_step))
-                    )
+                    self.step_lines.append((number, segment[: TEXT_LIMIT + 1], legacy_step))
 
     def _custom_steps(self, number: int, segment: str, content: str) -> None:
         assert self.custom is not None
@@ -383,13 +408,12 @@ class _Scanner:
                 self._step(number, segment, step)
 
     def _step(self, number: int, segment: str, step: int) -> None:
-        event = LogEvent("step_line", number, _text(segment), str(step))
-        if not self.step_lines or self.step_lines[-1].line != number:
-            self.step_lines.append(event)
+        if not self.step_lines or self.step_lines[-1][0] != number:
+            self.step_lines.append((number, segment[: TEXT_LIMIT + 1], step))
         if self.last_step is None or step > self.last_step:
             self.last_step = step
         if self.terminal is None and step == self.expected_steps:
-            self.terminal = LogEvent("terminal_event", number, event.text, str(step))
+            self.terminal = LogEvent("terminal_event", number, _text(segment), str(step))
 
     # ---------------------------------------------------------------- helpers
 
@@ -454,7 +478,24 @@ def _integral(whole: str, fraction: str | None) -> int | None:
 
 def _text(segment: str) -> str:
     """An event's text: control bytes made visible, clipped."""
-    return clip(_visible(segment), TEXT_LIMIT)
+    return clip(_visible(segment[: TEXT_LIMIT + 1]), TEXT_LIMIT)
+
+
+def _first(text: str, needles: tuple[str, ...]) -> str | None:
+    """The first of ``needles`` (in their order) that occurs in ``text``."""
+    for needle in needles:
+        if needle in text:
+            return needle
+    return None
+
+
+def _starts_key(content: str, index: int) -> bool:
+    """True when a ``key:`` found at ``index`` is not the tail of a longer key
+    (``global_step:``, ``timing_s/step:``, ``val-step:``)."""
+    if index == 0:
+        return True
+    before = content[index - 1]
+    return not (before.isalnum() or before in "_/.-")
 
 
 def _visible(text: str) -> str:

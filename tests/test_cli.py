@@ -1,0 +1,182 @@
+"""The command line end to end through ``main([...])``: exit codes, one-line errors, outputs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+from auditor._cli import main
+from tests.helpers import EXAMPLE, SHARED, audit, copy_example
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], needle: str) -> None:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err
+    assert needle in err
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["audit"], "the following arguments are required"),
+    (["audit", "/nonexistent/study", "--out", "x"], "does not exist"),
+    (["frobnicate"], "invalid choice"),
+    (["audit", str(EXAMPLE), "--jobs", "-1"], "--jobs"),
+    (["audit", str(EXAMPLE), "--waive", "AUD201:x"], "--reason"),
+    (["audit", str(EXAMPLE), "--waive", "AUD999:x", "--reason", "r"], "unknown rule"),
+    (["audit", str(EXAMPLE), "--anchor", "freeze"], "NAME=VALUE"),
+    (["audit", str(EXAMPLE), "--anchor", "freeze=abc"], "64 hex"),
+    (["audit", str(EXAMPLE), "--source", "x.py"], "--source-root"),
+    (["gate", "/nonexistent"], "not found"),
+    (["sacct", "/nonexistent.psv"], "cannot read"),
+    (["validate", "mystery.bin"], "pass --kind"),
+])
+def test_usage_errors_exit_2_with_one_line(argv: list[str], needle: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    _one_line_error(capsys, needle)
+
+
+def test_not_a_study_root(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty").mkdir()
+    assert main(["audit", str(tmp_path / "empty")]) == 2
+    _one_line_error(capsys, "no period records")
+    (tmp_path / "file").write_text("x")
+    assert main(["audit", str(tmp_path / "file")]) == 2
+    _one_line_error(capsys, "not a directory")
+
+
+def test_output_directory_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_example(tmp_path)
+    other = tmp_path / "busy"
+    other.mkdir()
+    (other / "thesis.tex").write_text("precious")
+    assert main(["audit", str(root), "--out", str(other), "--quiet"]) == 2
+    _one_line_error(capsys, "not empty and not an earlier audit")
+    assert (other / "thesis.tex").read_text() == "precious"
+    assert main(["audit", str(root), "--out", str(root / "report"), "--quiet"]) == 2
+    _one_line_error(capsys, "inside the evidence root")
+    assert not (root / "report").exists()
+
+    out = tmp_path / "out"
+    out.mkdir()  # an empty directory is fine
+    audit(root, out)
+    first = (out / "output_manifest.json").read_bytes()
+    assert main(["audit", str(root), "--out", str(out), "--quiet"]) == 2
+    _one_line_error(capsys, "--force")
+    (out / "stale.txt").write_text("from an older run")
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--force", "--no-plots"]) == 0
+    assert not (out / "stale.txt").exists()  # replaced whole
+    assert (out / "output_manifest.json").read_bytes() != first
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+    assert leftovers == []
+
+
+def test_gate_exit_codes_and_reasons(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    audit(copy_example(tmp_path), out)
+    capsys.readouterr()
+    assert main(["gate", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert "gate: FAIL" in printed
+    assert printed.count("reason: configuration") == 9
+    assert main(["gate", str(out), "--allow-partial"]) == 0
+    printed = capsys.readouterr().out
+    assert "PASS" in printed and "gsm8k@2" in printed and "math@4" not in printed
+
+
+def test_waivers_are_recorded_never_silent(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_example(tmp_path)
+    subjects = [f"host-qwen25-7b-{w}-c2-s{s}/period-{p}" for w, s, p in (
+        ("gsm8k", 161, 2), ("gsm8k", 162, 1), ("gsm8k", 163, 2))]
+    waive: list[str] = []
+    for subject in subjects:
+        waive += ["--waive", f"AUD201:{subject}", "--reason", "log loss confirmed by hand"]
+    summary = audit(root, tmp_path / "out", *waive)
+    assert "gsm8k@4" in summary["gate"]["included_configurations"]
+    assert len(summary["gate"]["waived"]) == 3
+    assert [w["matched"] for w in summary["waivers"]] == [1, 1, 1]
+    assert summary["gate"]["passed"] is False  # math@4 and code_heavy_tail@4 remain
+    text = (tmp_path / "out" / "diagnostic.md").read_text()
+    assert "## Waivers" in text and "log loss confirmed by hand" in text
+
+
+def test_rules_lists_the_catalogue(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rules"]) == 0
+    out = capsys.readouterr().out
+    for rule_id in ("AUD001", "AUD102", "AUD201", "AUD205", "AUD212"):
+        assert rule_id in out
+
+
+def test_validate_single_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trial = next(EXAMPLE.glob("*/attempt-*/trial-*.json"))
+    assert main(["validate", str(trial)]) == 0
+    assert "ok (trial)" in capsys.readouterr().out
+    bad = tmp_path / "trial-1.json"
+    doc = orjson.loads(trial.read_bytes())
+    doc["invocation"]["exit_code"] = "zero"
+    bad.write_bytes(orjson.dumps(doc))
+    assert main(["validate", str(bad)]) == 1
+    assert "/invocation/exit_code" in capsys.readouterr().out
+    trace = next(EXAMPLE.glob("*/attempt-*/allocator-traces/*.jsonl"))
+    broken = tmp_path / "allocator-1.jsonl"
+    broken.write_bytes(trace.read_bytes() + b'{"pid": 1, "seq"')
+    assert main(["validate", str(broken)]) == 1
+    assert "AUD004" in capsys.readouterr().out
+
+
+def test_sacct_command_on_the_example_dump(capsys: pytest.CaptureFixture[str]) -> None:
+    dump = EXAMPLE / "accounting" / "sacct-raw.psv"
+    assert main(["sacct", str(dump), "--json"]) == 0
+    summary = orjson.loads(capsys.readouterr().out)
+    assert summary["totals"]["gpu_seconds"] == 20828
+    assert summary["totals"]["jobs"] == 9
+    assert summary["totals"]["states"] == {"FAILED": 9}
+    assert all(job["gpus"] == 4 and job["state"] == "FAILED" for job in summary["jobs"])
+    assert main(["sacct", str(dump)]) == 0
+    assert "20,828 GPU-seconds" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not (SHARED / "real-evidence").is_dir(), reason="shared/ not beside repo")
+def test_sacct_command_on_real_dumps(capsys: pytest.CaptureFixture[str]) -> None:
+    folder = SHARED / "real-evidence" / "sacct"
+    assert main(["sacct", str(folder / "nextflow__issue5276_node_fail_fixedwidth.txt")]) == 2
+    _one_line_error(capsys, "sacct -P")
+    assert main(["sacct", str(folder / "jobstats__issue6_alloctres_exclusive_4gpu.psv"),
+                 "--format", "AllocTRES", "--json"]) in (0, 2)
+    capsys.readouterr()
+    for path in sorted(folder.iterdir()):
+        if path.suffix not in (".psv", ".txt"):
+            continue
+        code = main(["sacct", str(path), "--json"])
+        captured = capsys.readouterr()
+        assert code in (0, 2), path
+        assert "Traceback" not in captured.err
+        if code == 2:
+            assert captured.err.count("\n") == 1
+
+
+def test_internal_error_is_one_line_exit_3(monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    import auditor.reason.engine as engine
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(engine, "reason", boom)
+    assert main(["audit", str(EXAMPLE), "--quiet"]) == 3
+    _one_line_error(capsys, "internal error: RuntimeError: simulated bug")
+    assert main(["audit", str(EXAMPLE), "--quiet", "--debug"]) == 3
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_module_entry_point(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "auditor", "--version"], capture_output=True,
+                            text=True, check=False, env={**os.environ, "NO_COLOR": "1"})
+    assert result.returncode == 0 and result.stdout.startswith("auditor ")
