@@ -256,6 +256,8 @@ class _Phys:
     skip: bool
     """Blank or ``#`` comment: ignored unless it continues a split record."""
     clipped: bool
+    count: int = -1
+    """Fields when split on the delimiter (-1 until the delimiter is known)."""
 
 
 @dataclass(slots=True)
@@ -444,6 +446,9 @@ class _Parser:
         self.findings: list[Finding] = []
         self.dropped = 0
         self.pending: list[_Phys] = []
+        """Physical lines of a record cut by a newline inside a value, so far."""
+        self.pending_count = 0
+        self.pending_chars = 0
         self.jobs: dict[str, _Alloc] = {}
         self.by_raw: dict[str, str] = {}
         self.waiting: list[_StepRow] = []
@@ -652,25 +657,32 @@ class _Parser:
             if phys.clipped:
                 self._flush()
                 return
-            if not phys.skip and self._fit(phys.text, strict=False)[0] in (_OK, _VALUES):
+            n = len(fmt.fields)
+            count = self._count(phys)
+            if (
+                not phys.skip
+                and count >= n
+                and self._fit(phys.text, strict=False)[0] in (_OK, _VALUES)
+            ):
                 # A line that is a whole row on its own never continues a cut one.
                 self._flush()
                 self._process(phys)
                 return
-            pieces = [*self.pending, phys]
-            joined = "\n".join(piece.text for piece in pieces)
-            status, values = self._fit(joined, strict=True)
-            if status == _OK and values is not None:
-                self.pending = []
-                self._accept(pieces[0].number, joined, values)
-                return
-            if (
-                status == _SHORT
-                and len(pieces) < MAX_JOIN_LINES
-                and len(joined) <= MAX_RECORD_CHARS
-            ):
-                self.pending = pieces
-                return
+            total = self.pending_count + count - 1
+            chars = self.pending_chars + 1 + len(phys.text)
+            if total < n:
+                if len(self.pending) + 1 < MAX_JOIN_LINES and chars <= MAX_RECORD_CHARS:
+                    self.pending.append(phys)
+                    self.pending_count, self.pending_chars = total, chars
+                    return
+            else:
+                joined = "\n".join(piece.text for piece in (*self.pending, phys))
+                status, values = self._fit(joined, strict=True)
+                if status == _OK and values is not None:
+                    first = self.pending[0].number
+                    self.pending = []
+                    self._accept(first, joined, values)
+                    return
             self._flush_first()
             self._process(phys)
             return
@@ -683,10 +695,18 @@ class _Parser:
             self._accept(phys.number, phys.text, values)
         elif status == _SHORT:
             self.pending = [phys]
+            self.pending_count, self.pending_chars = self._count(phys), len(phys.text)
         elif status == _VALUES and values is not None:
             self._bad_values(phys.number, phys.text, values)
         else:
             self._bad_count(phys.number, phys.text, status)
+
+    def _count(self, phys: _Phys) -> int:
+        if phys.count < 0:
+            fmt = self.fmt
+            assert fmt is not None
+            phys.count = phys.text.count(fmt.delimiter) + 1
+        return phys.count
 
     def _accept(self, number: int, text: str, values: list[str]) -> None:
         """Use a fitted record, holding it back one line when its last column may go on."""
