@@ -675,14 +675,20 @@ class _Parser:
                     self.pending.append(phys)
                     self.pending_count, self.pending_chars = total, chars
                     return
-            else:
-                joined = "\n".join(piece.text for piece in (*self.pending, phys))
-                status, values = self._fit(joined, strict=True)
-                if status == _OK and values is not None:
-                    first = self.pending[0].number
-                    self.pending = []
-                    self._accept(first, joined, values)
-                    return
+                # Too long a join: every piece is short, and so is any run of them.
+                pieces, self.pending = self.pending, []
+                for piece in pieces:
+                    if not piece.skip:
+                        self._bad_count(piece.number, piece.text, _SHORT)
+                self._process(phys)
+                return
+            joined = "\n".join(piece.text for piece in (*self.pending, phys))
+            status, values = self._fit(joined, strict=True)
+            if status == _OK and values is not None:
+                first = self.pending[0].number
+                self.pending = []
+                self._accept(first, joined, values)
+                return
             self._flush_first()
             self._process(phys)
             return

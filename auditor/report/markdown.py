@@ -13,6 +13,7 @@ The output is a pure function of the result: byte-identical for the same evidenc
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -33,7 +34,7 @@ PHASE_WORDS = {"rollout_init": "rollout-initialization", "init_model": "model-in
                "rollout_generate": "rollout-generation"}
 MAX_FINDINGS_LISTED = 200
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+!|~&\"'$])")
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~\"'$])")
 
 
 # ------------------------------------------------------------------ escaping
@@ -44,6 +45,7 @@ def md_escape(text: str, limit: int = 300) -> str:
     HTML neutralised, clipped to ``limit`` characters."""
     text = _CONTROL.sub("", text.replace("\r", " ").replace("\n", " "))
     text = clip(text, limit)
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     text = _MD_SPECIAL.sub(r"\\\1", text)
     # a leading "-", "=" or digit-dot could start a list or heading line; escape it
     return re.sub(r"^([-=]|\d+\.)", r"\\\1", text)
@@ -148,8 +150,10 @@ def _headline(result: AuditResult, reasoning: Reasoning) -> str:
         )
         if len(states) == 1:
             state = next(iter(states))
-            every = "Both" if len(elements) == 2 else "All " + number(len(elements))
-            sentence = f"{every} array elements of {arrays} ended `{state}`"
+            every = ("The one array element" if len(elements) == 1 else
+                     "Both array elements" if len(elements) == 2 else
+                     f"All {number(len(elements))} array elements")
+            sentence = f"{every} of {arrays} ended `{state}`"
         else:
             listed = ", ".join(f"{number(n)} `{s}`" for s, n in sorted(states.items()))
             sentence = f"The {number(len(elements))} array elements of {arrays} ended: {listed}"
@@ -307,8 +311,11 @@ def _cite_group(cites: Sequence[Citation], limit: int = 12) -> str:
     """Citations folded per file: ``dir/``: ``a.jsonl:7,8``; ``trial.json#/x`` (quote)."""
     if not cites:
         return "no citation"
-    directories = Counter(c.path.rsplit("/", 2)[0] for c in cites if c.path.count("/") >= 2)
-    base = directories.most_common(1)[0][0] + "/" if directories else ""
+    folders = [c.path.rsplit("/", 1)[0] for c in cites if "/" in c.path]
+    base = ""
+    if len(folders) > 1 and len(folders) == len(cites):
+        common = os.path.commonpath(folders)
+        base = common + "/" if common else ""
     by_file: dict[str, list[Citation]] = defaultdict(list)
     for cite in cites:
         by_file[cite.path].append(cite)
@@ -322,10 +329,11 @@ def _cite_group(cites: Sequence[Citation], limit: int = 12) -> str:
             where += ":" + ",".join(str(n) for n in lines)
         elif pointers:
             where += "#" + ",".join(pointers)
-        quotes = [c.quote for c in group if c.quote]
+        quoted = [c for c in group if c.quote and c.line is not None] or \
+            [c for c in group if c.quote]
         text = code_span(where, limit=160)
-        if quotes and len(group) == 1:
-            text += " " + md_escape(f"({clip(quotes[0], 100)})", limit=110)
+        if quoted:
+            text += " " + md_escape(f"({clip(quoted[0].quote, 160)})", limit=170)
         parts.append(text)
     more = f"; and {len(parts) - limit} more files" if len(parts) > limit else ""
     head = f"{code_span(base, 160)}: " if base else ""

@@ -8,10 +8,12 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from auditor._io import HashingReader
 from auditor.collect.sacct import (
     DEFAULT_FORMAT,
     MAX_FINDINGS,
@@ -416,6 +418,16 @@ def test_seed_shaped_array_sums_to_20828_gpu_seconds() -> None:
     }
     found = job_for(dump, "5055846")
     assert found is not None and found.array_task_id == 0
+
+
+def test_hashing_reader_digest_and_json_summary() -> None:
+    data = (DEFECTS / "seed_array_gpu_seconds.psv").read_bytes()
+    reader = HashingReader(io.BytesIO(data))
+    dump = parse_sacct(reader, "accounting/sacct-raw.psv")
+    assert dump.path == "accounting/sacct-raw.psv"
+    assert dump.digest == reader.digest()
+    assert dump.digest is not None and dump.digest.sha256 == hashlib.sha256(data).hexdigest()
+    assert orjson.loads(orjson.dumps(summary_json(dump))) == summary_json(dump)
 
 
 def test_pipe_in_jobname_absorbed_by_jobname() -> None:

@@ -1,0 +1,69 @@
+"""The diagnostic report: golden file for the example study, untrusted text kept inert."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from auditor._cli import main
+from auditor.report.markdown import code_block, code_span, md_escape
+from tests.helpers import EXAMPLE, audit, find, outcome_study, rewrite
+
+GOLDEN = Path(__file__).parent / "golden" / "example_diagnostic.md"
+HOSTILE = ("torch.OutOfMemoryError: <img src=x> [click](http://evil.example) "
+           "![x](http://evil.example/p.png) ``` # Heading \x1b[31mred\x1b[0m | col | <!-- -->")
+
+
+def _without_output_hashes(text: str) -> str:
+    """Output hashes depend on library versions (Parquet writer, PNG encoder): mask them."""
+    return re.sub(r"^(\S+\.(?:parquet|png|json))  [0-9a-f]{64}  \d+$", r"\1  <sha256>  <size>",
+                  text, flags=re.MULTILINE)
+
+
+def test_example_report_matches_golden_file(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["audit", str(EXAMPLE), "--out", str(out), "--quiet", "--no-plots"]) == 0
+    text = _without_output_hashes((out / "diagnostic.md").read_text())
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text(), "report changed: rerun with UPDATE_GOLDEN=1 and review"
+
+
+def test_untrusted_log_text_cannot_inject_markup(tmp_path: Path) -> None:
+    root = outcome_study(tmp_path / "study", ["rollout_init_oom"])
+    log = find(root, "*/attempt-*/training-*.log")
+    rewrite(root, log, lambda b: b.replace(b"ray.exceptions.RayTaskError(OutOfMemoryError): ",
+                                           HOSTILE.encode(), 1))
+    audit(root, tmp_path / "out")
+    text = (tmp_path / "out" / "diagnostic.md").read_text()
+    assert "evil.example" in text  # the hostile line is quoted, inert
+    assert "\x1b" not in text
+    assert "<img" not in text and "<!--" not in text
+    assert "](http://evil" not in text
+    for line in text.splitlines():
+        assert not line.startswith("# Heading")
+
+
+@pytest.mark.parametrize("hostile", [HOSTILE, "`" * 5 + "x", "a\nb\r\nc", "<b>bold</b>",
+                                     "[a](javascript:alert(1))", "-" * 3, "1. list"])
+def test_escaping_helpers(hostile: str) -> None:
+    escaped = md_escape(hostile)
+    assert "\n" not in escaped and "<" not in escaped
+    assert "](" not in escaped.replace("\\]\\(", "")
+    span = code_span(hostile)
+    fence = re.match(r"`+", span)
+    assert fence is not None
+    inner = span[len(fence.group()):-len(fence.group())]
+    assert fence.group() not in inner
+    block = code_block([hostile, "```", "~~~~"])
+    opening = block.splitlines()[0].rstrip("text")
+    assert all(line.strip() != opening for line in block.splitlines()[1:-1])
+
+
+def test_long_quotes_are_clipped() -> None:
+    assert len(md_escape("x" * 10_000)) <= 300
+    assert len(code_span("y" * 10_000)) <= 210
