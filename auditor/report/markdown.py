@@ -333,7 +333,8 @@ def _cite_group(cites: Sequence[Citation], limit: int = 12) -> str:
             [c for c in group if c.quote]
         text = code_span(where, limit=160)
         if quoted:
-            text += " " + md_escape(f"({clip(quoted[0].quote, 160)})", limit=170)
+            distinct = list(dict.fromkeys(clip(c.quote, 160) for c in quoted))[:3]
+            text += " " + md_escape(f"({'; '.join(distinct)})", limit=300)
         parts.append(text)
     more = f"; and {len(parts) - limit} more files" if len(parts) > limit else ""
     head = f"{code_span(base, 160)}: " if base else ""
