@@ -9,11 +9,13 @@ reporters are pure functions of the result.
 
 from __future__ import annotations
 
+import io
 import os
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from auditor._io import HashingReader, sha256_file
 from auditor.catalogue import finding
@@ -34,6 +36,7 @@ from auditor.errors import InputError, SacctFormatError, UsageError
 from auditor.model import (
     AttemptSpec,
     Citation,
+    EvidenceEntry,
     FileDigest,
     Finding,
     PeriodRecord,
@@ -42,6 +45,9 @@ from auditor.model import (
     Verdict,
 )
 from auditor.validate.paths import PathCheck, check_path, join_relative
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 SMALL_STUDY_BYTES = 64 << 20
 """Below this many listed bytes the audit reads in-process: starting a pool costs more
@@ -211,18 +217,19 @@ class Auditor:
         inputs: list[InputFile] = []
         protocol = default_protocol()
         if layout.protocol:
-            record = _read_input(root, layout.protocol, read_protocol, inputs, findings)
-            if record is not None:
-                protocol = record
+            loaded = _read_input(root, layout.protocol, read_protocol, inputs, findings)
+            if loaded is not None:
+                protocol = loaded
+                findings.extend(loaded.findings)
         commits = _read_commits(root, layout.execution_commits, inputs, findings)
         sacct, sacct_display = self._read_sacct(root, layout, inputs, findings)
-        periods = []
+        periods: list[PeriodRecord] = []
         for rel in layout.period_records:
-            record = _read_input(root, rel, read_period, inputs, findings)
-            if record is None:  # unreadable at the OS level: keep it, from its path
-                record = read_period(HashingReader(_EmptyStream()), rel)
-            periods.append(record)
-            findings.extend(record.findings)
+            period = _read_input(root, rel, read_period, inputs, findings)
+            if period is None:  # unreadable at the OS level: keep it, from its path
+                period = read_period(HashingReader(io.BytesIO(b"")), rel)
+            periods.append(period)
+            findings.extend(period.findings)
 
         tasks, pre = _plan(root, periods, protocol)
         listed = {
@@ -302,7 +309,8 @@ class Auditor:
             findings=tuple(findings),
         )
 
-    def _map(self, function, items, total_bytes):  # type: ignore[no-untyped-def]
+    def _map(self, function: Callable[[T], R], items: Iterable[T],
+             total_bytes: int) -> Iterator[R]:
         """Run ``function`` over ``items`` inline or in a process pool, in order."""
         items = list(items)
         jobs = self.options.jobs or os.cpu_count() or 1
@@ -396,13 +404,6 @@ def run_audit(root: Path | str, options: AuditOptions | None = None) -> AuditRes
 # ---------------------------------------------------------------------- helpers
 
 
-class _EmptyStream:
-    """A stream with no bytes (for records that could not be opened)."""
-
-    def read(self, size: int = -1) -> bytes:
-        return b""
-
-
 def _resolve_root(root: Path) -> Path:
     if not root.exists():
         raise UsageError(f"{root}: evidence root does not exist")
@@ -413,7 +414,8 @@ def _resolve_root(root: Path) -> Path:
     return root.resolve()
 
 
-def _read_input(root, rel, reader_fn, inputs, findings):  # type: ignore[no-untyped-def]
+def _read_input(root: Path, rel: str, reader_fn: Callable[[HashingReader, str], R],
+                inputs: list[InputFile], findings: list[Finding]) -> R | None:
     """Open a root-relative input (not evidence-listed), parse it and record its digest."""
     check = check_path(root, rel)
     if check.status != "ok" or check.resolved is None:
@@ -484,7 +486,8 @@ def _plan(
     return tasks, pre
 
 
-def _row(record, spec, entry, display, status, detail="", digest=None):  # type: ignore[no-untyped-def]
+def _row(record: PeriodRecord, spec: AttemptSpec, entry: EvidenceEntry, display: str,
+         status: str, detail: str = "", digest: FileDigest | None = None) -> EvidenceFile:
     return EvidenceFile(
         display, entry.kind, record.pair, record.period, spec.index, spec.job_id, record.path,
         entry.sha256, entry.size,

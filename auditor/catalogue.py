@@ -30,7 +30,7 @@ class Rule:
     severity: Severity
 
 
-E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
+E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 _RULES: tuple[Rule, ...] = (
     # ---------------------------------------------------------------- collect
@@ -48,7 +48,7 @@ _RULES: tuple[Rule, ...] = (
          "killed mid-record.", "{path}:{line}: final line has no trailing newline{detail}", W),
     Rule("AUD005", "text-not-utf8", "Text is not valid UTF-8",
          "Bytes that are not UTF-8 were decoded with replacement characters.",
-         "{path}:{line}: invalid UTF-8 (decoded with replacement)", I),
+         "{path}:{line}: invalid UTF-8 (decoded with replacement)", INFO),
     Rule("AUD006", "nul-bytes", "File holds NUL bytes",
          "NUL bytes in a text file (often a crash or a sparse write).",
          "{path}:{line}: NUL bytes in line", W),
@@ -146,13 +146,13 @@ _RULES: tuple[Rule, ...] = (
          "{subject}: {detail}", E),
     Rule("AUD203", "eligible-failure", "Eligible failure recorded",
          "A rank's phase ended in an error type the protocol lists as a measurement.",
-         "{subject}: {detail}", I),
+         "{subject}: {detail}", INFO),
     Rule("AUD204", "unclean-exit", "Attempt did not exit cleanly",
          "The invocation or a process exited non-zero and not by coordinated shutdown.",
          "{subject}: {detail}", E),
     Rule("AUD205", "coordinated-shutdown", "Exit 143 accepted as coordinated shutdown",
          "The controller exited 143 with the shutdown flag on and no signal received.",
-         "{subject}: {detail}", I),
+         "{subject}: {detail}", INFO),
     Rule("AUD206", "cancelled", "Attempt was cancelled",
          "scancel (received SIGTERM), a CANCELLED scheduler state or a slurmstepd "
          "cancellation line.", "{subject}: {detail}", E),

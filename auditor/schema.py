@@ -183,7 +183,10 @@ def _explain(error: ValidationError) -> list[tuple[str, str]]:
     if error.validator == "type":
         wanted = error.validator_value
         wanted_text = " or ".join(wanted) if isinstance(wanted, list) else str(wanted)
-        message = f"expected {wanted_text}, found {json_type(instance)} {json_text(instance)}"
+        found = json_type(instance)
+        if instance is not None:
+            found = f"{found} {json_text(instance)}"
+        message = f"expected {wanted_text}, found {found}"
         return [(pointer, message)]
     if error.validator == "const":
         return [(pointer, f"expected {json_text(error.validator_value)}, found "

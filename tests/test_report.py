@@ -60,7 +60,7 @@ def test_escaping_helpers(hostile: str) -> None:
     inner = span[len(fence.group()):-len(fence.group())]
     assert fence.group() not in inner
     block = code_block([hostile, "```", "~~~~"])
-    opening = block.splitlines()[0].rstrip("text")
+    opening = block.splitlines()[0].removesuffix("text")
     assert all(line.strip() != opening for line in block.splitlines()[1:-1])
 
 

@@ -36,8 +36,8 @@ bounded memory, any ``sacct --parsable``/``--parsable2`` output:
   removed (AUD006); a line longer than :data:`MAX_LINE` bytes is skipped (AUD007).
 * **Values.** ``State`` is normalised to its first word without ``+``
   (``CANCELLED by 12`` and ``CANCELLED+`` both give ``CANCELLED``; ``state_raw``
-  keeps the text); when the dump has no State column (or it is empty) the state is
-  ``UNKNOWN`` with ``state_raw`` ``""``. ``ExitCode`` ``exit:signal`` gives two signed
+  keeps the text); when the dump has no State column the state is ``UNKNOWN`` with
+  ``state_raw`` ``""``. ``ExitCode`` ``exit:signal`` gives two signed
   ints. ``Start``/``End`` are UTC (the dump is captured with ``TZ=UTC``) epoch
   seconds; ``Unknown``/``None``/empty give None. ``ElapsedRaw`` is taken as seconds,
   else ``Elapsed`` (``[D-]HH:MM:SS`` or ``MM:SS.mmm``, fractions dropped) is

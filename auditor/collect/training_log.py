@@ -64,13 +64,15 @@ TRACEBACK_HORIZON = 1000
 TRACEBACK_KEYS = 64
 """Most processes with an unfinished traceback tracked at once."""
 
-# One literal alternation, run on the raw bytes of every line: a line none of
-# these occur in cannot produce any event, so it is never decoded. Pure
-# literals keep the regex engine on its fast path (a character class here
-# costs 3-4x); each detector below re-checks its own exact text.
+# One regex of a few short literals, run on the raw bytes of every line: a line
+# none of these occur in cannot produce any event (or finding but AUD005/AUD007),
+# so it is never decoded. The cost of an alternation grows with its branches (a
+# character class costs 3-4x more), so each branch covers several texts:
+# "rror" Error/error, "emory" every out-of-memory and KV-cache message, "NCCL"
+# the watchdog (WorkNCCL, ProcessGroupNCCL), "hut"/"HUT" shutdown, shutting,
+# COSMOS_SHUTDOWN_*. Each detector below re-checks its own exact text.
 _TRIGGER = re.compile(
-    rb"step:|Error|Exception|emory|oom[-_]kill|KV cache|kv cache|atchdog|NCCL|CANCELLED"
-    rb"|hutdown|HUTDOWN|hutting|HUTTING|olicy replica|OLICY_REPLICA|Traceback|File \""
+    rb"step:|rror|xception|emory|oom|NCCL|CANCELLED|hut|HUT|Traceback|File \"|\x00"
 )
 
 _ANSI = re.compile(
@@ -207,17 +209,17 @@ def scan_training_log(
     for line in iter_lines(stream, max_line):
         data = line.data
         lines = line.number
-        if nul_line is None and b"\x00" in data:
-            nul_line = lines
-            nul_quote = _quote(data, data.index(b"\x00"))
         if utf8_line is None and not data.isascii():
-            bad = _utf8_error_offset(data, line.clipped)
+            bad = _utf8_error_offset(data, line.length > len(data))
             if bad is not None:
                 utf8_line = lines
                 utf8_quote = _quote(data, bad)
         if clipped is None and line.length > len(data):
             clipped = (lines, line.length)
         if examine_all or scanner.open_tracebacks or trigger(data) is not None:
+            if nul_line is None and b"\x00" in data:  # NUL is one of the triggers
+                nul_line = lines
+                nul_quote = _quote(data, data.index(b"\x00"))
             examine(lines, data)
 
     findings: list[Finding] = []
@@ -304,9 +306,14 @@ class _Scanner:
             self._examine_segment(number, segment, key, content)
 
     def _examine_segment(self, number: int, segment: str, key: str, content: str) -> None:
-        if not self._tracebacks(number, segment, key, content):
-            # Not a frame or source line of a traceback: ``raise ValueError("No available
-            # memory for the cache blocks")`` quoted in a frame is code, not the failure.
+        metrics = content.startswith("step:") or (
+            content[:1].isspace() and content.lstrip().startswith("step:")
+        )
+        # A metric line (``step:N - key:value - ...``, kilobytes long and holding words
+        # like "memory") cannot be a failure message. Nor can a frame or source line of
+        # a traceback: ``raise ValueError("No available memory for the cache blocks")``
+        # quoted in a frame is code, not the failure.
+        if not metrics and not self._tracebacks(number, segment, key, content):
             self._failures(number, segment, content)
         if self.custom is not None:
             self._custom_steps(number, segment, content)

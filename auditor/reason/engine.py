@@ -36,8 +36,11 @@ from auditor.model import (
     PhaseRecord,
     Protocol,
     SacctJob,
+    TrainingLogScan,
+    TrialRecord,
     Verdict,
     VerdictKind,
+    Worker,
 )
 from auditor.reason.exits import ExitClass, classify_exit
 from auditor.validate.checks import element_for
@@ -327,7 +330,8 @@ def _unfinished_elements(collected: Collected,
     return out
 
 
-def _counted_trial(period: PeriodEvidence, counted: AttemptOutcome | None):  # type: ignore[no-untyped-def]
+def _counted_trial(period: PeriodEvidence,
+                   counted: AttemptOutcome | None) -> TrialRecord | None:
     if counted is None:
         return None
     for attempt in period.attempts:
@@ -366,7 +370,7 @@ def _judge_period(
     if not record.readable:
         decisive = [f for f in record.findings if f.rule_id in ("AUD001", "AUD011", "AUD002")]
         if not decisive:
-            decisive = [f for f in by_subject.get(record.path, [])]
+            decisive = list(by_subject.get(record.path, []))
         return (
             Verdict(subject, record.pair, record.period, VerdictKind.UNRESOLVED,
                     "period_record_unreadable",
@@ -537,9 +541,10 @@ def _judge_attempt(
         event = events.get(kind_name)
         if event is not None and log is not None:
             citations.append(Citation(log.path, line=event.line, quote=event.text))
-    for rank, record_ in eligible:
+    for _, record_ in eligible:
+        message = f": {record_.error_message}" if record_.error_message else ""
         citations.append(Citation(record_.path, line=record_.line,
-                                  quote=f"{record_.phase} {record_.error_type}"))
+                                  quote=f"{record_.phase} {record_.error_type}{message}"))
     if trial is not None and trial.status:
         error = f" ({trial.validation_error})" if trial.validation_error else ""
         shows.append(f"The launcher recorded status `{trial.status}`{error}.")
@@ -548,7 +553,7 @@ def _judge_attempt(
         shows.append("The post-period idle check passed.")
 
     is_last = last_attempt_of_job.get(job_id or "") == f"{subject}#{attempt.spec.index}"
-    infra = _infrastructure(element, is_last, log, collected, subject, trial)
+    infra = _infrastructure(element, is_last, log, collected, subject)
     if blockers and infra is not None and element is not None and infra[1].citations \
             and infra[1].citations[0].path == (collected.sacct.path if collected.sacct else "") \
             and all(word in ABSENCE_WORDS for word, _ in blockers):
@@ -638,7 +643,8 @@ def _judge_attempt(
 
 
 def _infrastructure(
-    element: SacctJob | None, is_last: bool, log, collected: Collected, subject: str, trial  # type: ignore[no-untyped-def]
+    element: SacctJob | None, is_last: bool, log: TrainingLogScan | None, collected: Collected,
+    subject: str,
 ) -> tuple[str, Finding] | None:
     """An infrastructure cause for the attempt's end, from sacct and the log."""
     sacct_path = collected.sacct.path if collected.sacct else ""
@@ -689,7 +695,7 @@ class _Completion:
     citations: list[Citation]
 
 
-def _expected_steps(trial, protocol: Protocol) -> int | None:  # type: ignore[no-untyped-def]
+def _expected_steps(trial: TrialRecord | None, protocol: Protocol) -> int | None:
     if trial is None:
         return None
     value = trial.dispatch_value(protocol.steps_from) or trial.env_value(protocol.steps_from)
@@ -720,27 +726,27 @@ def _completion(attempt: AttemptEvidence, protocol: Protocol, steps: int | None)
                            [f"the dispatch does not name {protocol.steps_from}"], [])
     complete_ranks = 0
     for worker in workers:
-        trace = traces_by_pid.get(worker.pid or -1)
-        if trace is None:
+        worker_trace = traces_by_pid.get(worker.pid or -1)
+        if worker_trace is None:
             problems.append(f"rank {worker.rank}: no allocator trace")
             continue
         cursor: int | None = None
         ok = True
         for phase in phases:
-            found = _find_phase(trace.phases, phase, steps, cursor)
+            found = _find_phase(worker_trace.phases, phase, steps, cursor)
             if found is None:
-                failed = [r for r in trace.phases if r.phase == phase and r.step == steps
+                failed = [r for r in worker_trace.phases if r.phase == phase and r.step == steps
                           and r.error_type]
                 if failed:
                     problems.append(f"rank {worker.rank}: {phase} step {steps} raised "
                                     f"{failed[0].error_type}")
-                    citations.append(Citation(trace.path, line=failed[0].line,
+                    citations.append(Citation(worker_trace.path, line=failed[0].line,
                                               quote=failed[0].error_type))
                 else:
                     problems.append(f"rank {worker.rank}: no error-free {phase} at step {steps}")
                 ok = False
                 break
-            citations.append(Citation(trace.path, line=found.line,
+            citations.append(Citation(worker_trace.path, line=found.line,
                                       quote=f"{found.phase} step {found.step}"))
             cursor = found.finished_ns
         if ok:
@@ -775,7 +781,7 @@ def _find_phase(records: tuple[PhaseRecord, ...], phase: str, step: int,
     return None
 
 
-def _phase_sequence(traces_by_pid: dict[int, AllocatorTrace], workers) -> str:  # type: ignore[no-untyped-def]
+def _phase_sequence(traces_by_pid: dict[int, AllocatorTrace], workers: list[Worker]) -> str:
     """The common tail of phases after the final update (e.g. ``actor_update, weight_sync,
     then idle``) when every rank agrees."""
     tails = set()
@@ -894,10 +900,10 @@ def _configurations(
         cells[(record.workload, record.gpus)].append((period, verdict))
     expected = {(c.workload, c.gpus): c.seeds for c in collected.protocol.configurations}
     cost: dict[str, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
-    for outcome in outcomes:
-        task, reservation = cost[outcome.subject]
-        cost[outcome.subject] = (task + outcome.task_gpu_seconds,
-                                 reservation + outcome.reservation_gpu_seconds)
+    for attempt in outcomes:
+        task, reservation = cost[attempt.subject]
+        cost[attempt.subject] = (task + attempt.task_gpu_seconds,
+                                 reservation + attempt.reservation_gpu_seconds)
     results = []
     for key in sorted(set(cells) | set(expected), key=lambda k: (k[1], k[0])):
         members = cells.get(key, [])

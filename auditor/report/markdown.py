@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from auditor._io import clip
 from auditor.audit import AuditResult
 from auditor.model import Citation, Verdict, VerdictKind
-from auditor.reason.engine import PeriodFacts, Reasoning
+from auditor.reason.engine import Reasoning
 from auditor.report.summary import reasoning_of
 from auditor.report.tables import sorted_findings
 from auditor.validate.checks import anchor_status
@@ -165,8 +165,9 @@ def _headline(result: AuditResult, reasoning: Reasoning) -> str:
         lines.append(sentence)
         if last is not None:
             index = f"index {last.array_task_id} / " if last.array_task_id is not None else ""
-            lines[-1] += (f" The last element, {index}actual job `{last.job_id_raw or last.job_id}`,"
-                          f" ended at **{utc_seconds(last.end, with_date=False)} UTC**.")
+            job = last.job_id_raw or last.job_id
+            lines[-1] += (f" The last element, {index}actual job `{job}`, ended at "
+                          f"**{utc_seconds(last.end, with_date=False)} UTC**.")
     else:
         lines.append(f"No scheduler record was available for array {arrays}; element states "
                      "and allocation-scope accounting are unknown.")
@@ -286,7 +287,7 @@ def _diagnosis(result: AuditResult, reasoning: Reasoning) -> str:
     for (kind, reason_word, diagnosis, limits), members in sorted(
         groups.items(), key=lambda item: (order[item[0][0]], item[0][1], item[1][0].subject)
     ):
-        gpus = sorted({facts[v.subject].gpus for v in members if facts[v.subject].gpus})
+        gpus = sorted({g for v in members if (g := facts[v.subject].gpus) is not None})
         gpu_text = "/".join(f"{g}-GPU" for g in gpus)
         title = f"{number(len(members)).capitalize()} {gpu_text} {kind} period" \
                 f"{'s' if len(members) != 1 else ''}"

@@ -133,15 +133,15 @@ def _identity(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[Find
                               [Citation(device.path, pointer=pointer, quote=str(in_file))],
                               detail=f"{name}: file name says {what} {in_name}, content says "
                                      f"{in_file}")
-        worker = by_pid.get(name_pid)
-        if worker is None:
+        listed = by_pid.get(name_pid)
+        if listed is None:
             yield finding("AUD110", subject, [cite],
                           detail=f"{name}: pid {name_pid} is not among the period's workers")
-        elif worker.rank is not None and worker.rank != name_rank:
+        elif listed.rank is not None and listed.rank != name_rank:
             yield finding("AUD110", subject,
-                          [cite, Citation(record.path, pointer=worker.pointer + "/rank")],
+                          [cite, Citation(record.path, pointer=listed.pointer + "/rank")],
                           detail=f"{name}: rank {name_rank} but the period lists pid "
-                                 f"{name_pid} as rank {worker.rank}")
+                                 f"{name_pid} as rank {listed.rank}")
     trace_pids: set[int] = set()
     for trace in read.traces:
         name = trace.path.rsplit("/", 1)[-1]
@@ -156,23 +156,23 @@ def _identity(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[Find
             if other_pid != pid:
                 yield finding("AUD110", subject, [Citation(trace.path, line=line)],
                               detail=f"{name}: line {line} has pid {other_pid}")
-        worker = by_pid.get(pid)
-        if worker is None:
+        owner = by_pid.get(pid)
+        if owner is None:
             yield finding("AUD110", subject, [Citation(trace.path)],
                           detail=f"{name}: pid {pid} is not among the period's workers")
             continue
         for rank, line in trace.ranks:
-            if worker.rank is not None and rank != worker.rank:
+            if owner.rank is not None and rank != owner.rank:
                 yield finding("AUD110", subject, [Citation(trace.path, line=line)],
                               detail=f"{name}: line {line} has rank {rank}, the period lists "
-                                     f"pid {pid} as rank {worker.rank}")
+                                     f"pid {pid} as rank {owner.rank}")
     for pid, worker in sorted(by_pid.items()):
-        pointer = Citation(record.path, pointer=worker.pointer)
+        worker_cite = Citation(record.path, pointer=worker.pointer)
         if not _listed_for_pid(attempt, "device_evidence", pid):
-            yield finding("AUD107", subject, [pointer], kind="device evidence",
+            yield finding("AUD107", subject, [worker_cite], kind="device evidence",
                           detail=f" for pid {pid} (rank {worker.rank})")
         if not _listed_for_pid(attempt, "allocator_trace", pid):
-            yield finding("AUD107", subject, [pointer], kind="allocator trace",
+            yield finding("AUD107", subject, [worker_cite], kind="allocator trace",
                           detail=f" for pid {pid} (rank {worker.rank})")
     gpus: dict[str, list[tuple[int | None, str]]] = defaultdict(list)
     for device in read.devices:
