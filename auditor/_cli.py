@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -64,6 +65,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="waive a gate reason (needs a matching --reason)")
     audit.add_argument("--reason", action="append", default=[], metavar="TEXT",
                        help="why the preceding --waive is acceptable (recorded in the outputs)")
+    audit.add_argument("--max-findings", type=int, default=10_000,
+                       help="findings kept in all; more make the audit partial (default 10000)")
+    audit.add_argument("--max-findings-per-file", type=int, default=200,
+                       help="findings kept per cited file (default 200)")
+    audit.add_argument("--max-quote", type=int, default=300,
+                       help="characters of evidence text kept per citation (default 300)")
     audit.add_argument("--no-plots", action="store_true", help="do not render PNG plots")
     audit.add_argument("--quiet", action="store_true", help="no progress bar or summary table")
     audit.add_argument("--json", action="store_true",
@@ -112,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"auditor: error: {error.diagnostics()}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
-        print("auditor: interrupted", file=sys.stderr)
+        print("auditor: interrupted; no output was left half-written", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
@@ -125,8 +132,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> NoReturn:
-    """Console-script entry point."""
+    """Console-script entry point: SIGTERM unwinds like Ctrl-C, so a half-written output
+    is removed rather than left behind."""
+    signal.signal(signal.SIGTERM, _terminate)
     sys.exit(main())
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 # ------------------------------------------------------------------ commands
@@ -169,6 +182,11 @@ def _audit(args: argparse.Namespace) -> int:
         raise UsageError("--source needs --source-root")
     if args.jobs < 0:
         raise UsageError("--jobs must be 0 (CPU count) or more")
+    for flag, value in (("--max-findings", args.max_findings),
+                        ("--max-findings-per-file", args.max_findings_per_file),
+                        ("--max-quote", args.max_quote)):
+        if value < 1:
+            raise UsageError(f"{flag} must be at least 1")
     if args.sacct is not None and not args.sacct.is_file():
         raise UsageError(f"--sacct {args.sacct}: no such file")
     fields = tuple(f.strip() for f in args.sacct_format.split(",")) if args.sacct_format else None
@@ -176,6 +194,8 @@ def _audit(args: argparse.Namespace) -> int:
         sacct=args.sacct, sacct_format=fields, sacct_delimiter=args.sacct_delimiter,
         jobs=args.jobs, anchors=tuple(anchors), protocol_inputs=tuple(inputs),
         source_root=args.source_root, sources=tuple(args.source), waivers=tuple(waivers),
+        max_findings=args.max_findings, max_findings_per_file=args.max_findings_per_file,
+        max_quote=args.max_quote,
     )
     if args.out is not None:
         from auditor.report.output import check_output_dir

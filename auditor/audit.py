@@ -13,7 +13,7 @@ import io
 import os
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -89,6 +89,12 @@ class AuditOptions:
     source_root: Path | None = None
     sources: tuple[str, ...] = ()
     waivers: tuple[Waiver, ...] = ()
+    max_findings: int = 10_000
+    """Findings kept in all (the rest are counted; the audit is then ``partial``)."""
+    max_findings_per_file: int = 200
+    """Findings kept per cited file (the rest are counted in one AUD013)."""
+    max_quote: int = 300
+    """Characters of evidence text kept in a citation's quote."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,14 +199,15 @@ class Auditor:
         validation = validate(collected, self.options)
         yield Progress("reason", 0, 1)
         reasoning = reason(collected, validation, self.options)
-        findings = tuple(collected.findings) + tuple(validation) + tuple(reasoning.findings)
+        findings, capped = apply_limits(
+            [*collected.findings, *validation, *reasoning.findings], self.options)
         return AuditResult(
             collected=collected,
             findings=findings,
             verdicts=reasoning.verdicts,
             reasoning=reasoning,
             options=self.options,
-            partial=any(f.rule_id == "AUD013" for f in findings),
+            partial=capped or any(f.rule_id == "AUD013" for f in findings),
         )
 
     # ------------------------------------------------------------------ collect
@@ -388,6 +395,40 @@ class Auditor:
                     continue
                 inputs.append(InputFile("source_inputs", rel, check.resolved,
                                         sha256_file(check.resolved)))
+
+
+def apply_limits(findings: list[Finding], options: AuditOptions) -> tuple[tuple[Finding, ...],
+                                                                         bool]:
+    """Cap findings per cited file and in all, clip quotes; (kept findings, capped?)."""
+    from collections import Counter
+
+    from auditor._io import clip
+
+    per_file: Counter[str] = Counter()
+    dropped_per_file: Counter[str] = Counter()
+    kept: list[Finding] = []
+    order = {"error": 0, "warning": 1, "info": 2}
+    for item in sorted(findings, key=lambda f: order[f.severity.value]):
+        path = item.citations[0].path if item.citations else item.subject
+        if item.rule_id != "AUD013" and per_file[path] >= options.max_findings_per_file:
+            dropped_per_file[path] += 1
+            continue
+        per_file[path] += 1
+        if any(len(c.quote) > options.max_quote for c in item.citations):
+            item = replace(item, citations=tuple(
+                replace(c, quote=clip(c.quote, options.max_quote)) for c in item.citations))
+        kept.append(item)
+    for path, dropped in sorted(dropped_per_file.items()):
+        kept.append(finding("AUD013", path, [Citation(path)], dropped=dropped,
+                            cap=options.max_findings_per_file))
+    capped = bool(dropped_per_file)
+    if len(kept) > options.max_findings:
+        dropped = len(kept) - options.max_findings
+        kept = kept[: options.max_findings]
+        kept.append(finding("AUD013", "study", [], path="all files", dropped=dropped,
+                            cap=options.max_findings))
+        capped = True
+    return tuple(kept), capped
 
 
 def run_audit(root: Path | str, options: AuditOptions | None = None) -> AuditResult:

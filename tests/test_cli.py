@@ -180,3 +180,25 @@ def test_module_entry_point(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "auditor", "--version"], capture_output=True,
                             text=True, check=False, env={**os.environ, "NO_COLOR": "1"})
     assert result.returncode == 0 and result.stdout.startswith("auditor ")
+
+
+def test_findings_caps_make_the_audit_partial(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    root = copy_example(tmp_path)
+    trace = next(root.glob("*/attempt-*/allocator-traces/*.jsonl"))
+    trace.write_bytes(trace.read_bytes() + b"not json\n" * 50)
+    summary = audit(root, tmp_path / "capped", "--max-findings-per-file", "5",
+                    "--max-findings", "40", "--max-quote", "20")
+    assert summary["partial"] is True
+    assert pq.read_schema(tmp_path / "capped" / "findings.parquet").metadata[
+        b"auditor.partial"] == b"true"
+    text = (tmp_path / "capped" / "diagnostic.md").read_text()
+    assert "**Partial audit:**" in text
+    findings = pq.read_table(tmp_path / "capped" / "findings.parquet").to_pandas()
+    assert len(findings) <= 41 + 1
+    capped = findings[findings["rule_id"] == "AUD013"]
+    assert not capped.empty
+    full = audit(root, tmp_path / "full")
+    assert full["partial"] is False
+    assert full["findings"]["total"] > summary["findings"]["total"]

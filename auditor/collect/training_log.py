@@ -153,16 +153,18 @@ _NCCL_TIMEOUT = (
     "heartbeat monitor timed out",
     "watchdog got stuck",
 )
-_NCCL_TIMEOUT_OTHER = re.compile(r"ProcessGroupNCCL.*\bTimeout\b(?!\s*\(ms\))")
-"""A ProcessGroupNCCL line naming a timeout in other words (not the ``Timeout(ms)`` setting)."""
+_TIMEOUT_WORD = re.compile(r"\bTimeout\b(?!\s*\(ms\))")
+"""After ``ProcessGroupNCCL``: a timeout named in other words (not the ``Timeout(ms)`` setting)."""
 _SLURM_CANCEL = re.compile(
     r"\*\*\* (?:JOB|STEP) (?P<id>[\w.+\[\]-]+)(?: ON \S+)? CANCELLED AT \S+(?P<rest>[^*]*)"
 )
-_SHUTDOWN = re.compile(  # run on the lower-cased line
-    r"coordinated[\s_-]+(?:\w+[\s_-]+)?shut(?:ting)?[\s_-]*down"
+_SHUTDOWN = re.compile(  # run on the lower-cased line; bounded repeats keep it linear
+    r"coordinated[\s_-]{1,3}(?:[a-z]{1,20}[\s_-]{1,3})?shut(?:ting)?[\s_-]{0,3}down"
     r"|cosmos_shutdown_on_no_policy_replicas(?!\s*=|['\"]\s*[:,=])"  # not an assignment
-    r"|shut(?:ting)?[\s_-]*down\b.{0,120}?\bno\s+(?:\w+\s+)?policy[\s_-]+replicas?"
-    r"|\bno\s+(?:\w+\s+)?policy[\s_-]+replicas?\b.{0,120}?shut(?:ting)?[\s_-]*down"
+    r"|shut(?:ting)?[\s_-]{0,3}down\b.{0,120}?\bno\s{1,3}(?:[a-z]{1,20}\s{1,3})?policy[\s_-]"
+    r"{1,3}replicas?"
+    r"|\bno\s{1,3}(?:[a-z]{1,20}\s{1,3})?policy[\s_-]{1,3}replicas?\b.{0,120}?shut(?:ting)?"
+    r"[\s_-]{0,3}down"
 )
 
 
@@ -182,11 +184,16 @@ def scan_training_log(
     ``last_step`` is still recorded. ``pattern`` replaces the built-in terminal
     matcher: a regex with a named group ``step``, searched in every ``\\r``
     segment after ANSI and prefix removal (every line is then decoded, which
-    is slower). At most ``max_events`` events are kept, in line order (the rest
-    are counted in ``events_dropped``), plus the last
-    :data:`STEP_LINES_KEPT` ``step_line`` events; the terminal event is kept
-    apart. The stream is read to its end (so a :class:`HashingReader` has
-    hashed every byte).
+    is slower).
+
+    Events are returned in line order. At most ``max_events`` are kept: the
+    first three quarters and the last quarter of those seen, with the first
+    event of every kind kept in place of a repeat (a time-limit line is never
+    lost among a thousand tracebacks); the rest are counted in
+    ``events_dropped``. The last :data:`STEP_LINES_KEPT` ``step_line`` events
+    come on top (``last_step`` is what matters), and the terminal event is
+    kept apart. The stream is read to its end (so a :class:`HashingReader`
+    has hashed every byte).
 
     Raises ``ValueError`` (before reading anything) when ``pattern`` is not a
     valid regular expression or lacks the ``step`` group, or a limit is not positive.
@@ -258,9 +265,14 @@ class _Scanner:
         self.path = path
         self.expected_steps = expected_steps
         self.custom = custom
-        self.max_events = max_events
-        self.events: list[LogEvent] = []
-        self.events_dropped = 0
+        self.tail_cap = max_events // 4
+        self.head_cap = max_events - self.tail_cap
+        self.head: list[LogEvent] = []
+        """The first events, up to ``head_cap``."""
+        self.tail: deque[LogEvent] = deque(maxlen=self.tail_cap or 1)
+        """The last events after the head (only used when ``tail_cap`` > 0)."""
+        self.first_of_kind: dict[str, LogEvent] = {}
+        self.events_seen = 0
         self.step_lines: deque[tuple[int, str, int]] = deque(maxlen=STEP_LINES_KEPT)
         """(line, start of the segment, step) of the last step lines; events made at the end."""
         self.terminal: LogEvent | None = None
@@ -274,7 +286,8 @@ class _Scanner:
             LogEvent("step_line", number, _text(segment), str(step))
             for number, segment, step in self.step_lines
         ]
-        events = sorted([*self.events, *step_lines], key=lambda event: event.line)
+        kept = self._kept_events()
+        events = sorted([*kept, *step_lines], key=lambda event: event.line)
         return TrainingLogScan(
             path=self.path,
             lines=lines,
@@ -282,7 +295,7 @@ class _Scanner:
             terminal_event=self.terminal,
             last_step=self.last_step,
             events=tuple(events),
-            events_dropped=self.events_dropped,
+            events_dropped=self.events_seen - len(kept),
             findings=findings,
         )
 
@@ -363,7 +376,7 @@ class _Scanner:
             nccl = _first(content, _NCCL_TIMEOUT)
             if nccl:
                 self._add("nccl_timeout", number, segment, nccl)
-            elif "Timeout" in content and _NCCL_TIMEOUT_OTHER.search(content):
+            elif "Timeout" in content and _nccl_timeout_word(content):
                 self._add("nccl_timeout", number, segment, "ProcessGroupNCCL Timeout")
         if "CANCELLED" in content:
             slurm = _SLURM_CANCEL.search(content)
@@ -425,10 +438,39 @@ class _Scanner:
     # ---------------------------------------------------------------- helpers
 
     def _add(self, kind: str, number: int, segment: str, detail: str = "") -> None:
-        if len(self.events) < self.max_events:
-            self.events.append(LogEvent(kind, number, _text(segment), detail))
-        else:
-            self.events_dropped += 1
+        self.events_seen += 1
+        event: LogEvent | None = None
+        if kind not in self.first_of_kind:
+            event = self.first_of_kind[kind] = LogEvent(kind, number, _text(segment), detail)
+        if len(self.head) < self.head_cap:
+            self.head.append(event or LogEvent(kind, number, _text(segment), detail))
+        elif self.tail_cap:
+            self.tail.append(event or LogEvent(kind, number, _text(segment), detail))
+
+    def _kept_events(self) -> list[LogEvent]:
+        """Head and tail, plus the first event of any kind neither holds, within the cap.
+
+        A log with thousands of repeated tracebacks must not hide the one OOM or
+        time-limit line among them: the first event of a missing kind takes the place
+        of the latest head event (else the oldest tail event) of a kind that is kept
+        more than once.
+        """
+        head, tail = list(self.head), list(self.tail)
+        extra: list[LogEvent] = []
+        counts: dict[str, int] = {}
+        for event in (*head, *tail):
+            counts[event.kind] = counts.get(event.kind, 0) + 1
+        for kind, first in self.first_of_kind.items():
+            if kind in counts:
+                continue
+            for events, order in ((head, range(len(head) - 1, -1, -1)), (tail, range(len(tail)))):
+                victim = next((i for i in order if counts[events[i].kind] > 1), None)
+                if victim is not None:
+                    counts[events.pop(victim).kind] -= 1
+                    extra.append(first)
+                    counts[kind] = 1
+                    break
+        return [*head, *extra, *tail]
 
     def _open(self, key: str, number: int) -> None:
         open_tracebacks = self.open_tracebacks
@@ -486,6 +528,12 @@ def _integral(whole: str, fraction: str | None) -> int | None:
 def _text(segment: str) -> str:
     """An event's text: control bytes made visible, clipped."""
     return clip(_visible(segment[: TEXT_LIMIT + 1]), TEXT_LIMIT)
+
+
+def _nccl_timeout_word(content: str) -> bool:
+    """``ProcessGroupNCCL`` followed later by the word ``Timeout`` (linear, no backtracking)."""
+    start = content.find("ProcessGroupNCCL")
+    return start >= 0 and _TIMEOUT_WORD.search(content, start) is not None
 
 
 def _first(text: str, needles: tuple[str, ...]) -> str | None:

@@ -65,7 +65,8 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
     check_output_dir(out, result.collected.root, force)
     parent = out.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
+    _remove_stale_staging(parent, out.name)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=parent))
     try:
         written: list[tuple[str, str, int]] = []
 
@@ -98,6 +99,24 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return manifest
+
+
+def _remove_stale_staging(parent: Path, name: str) -> None:
+    """Remove staging directories an earlier audit of ``name`` left when it was killed
+    (SIGKILL cannot be caught); only those whose writing process is gone."""
+    prefix = f".{name}.tmp-"
+    for entry in parent.iterdir():
+        if not entry.name.startswith(prefix) or not entry.is_dir() or entry.is_symlink():
+            continue
+        pid_text = entry.name[len(prefix):].split("-", 1)[0]
+        if not pid_text.isdigit():
+            continue
+        try:
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry, ignore_errors=True)
+        except PermissionError:
+            continue  # alive, another user's
 
 
 def _swap_into_place(staging: Path, out: Path) -> None:

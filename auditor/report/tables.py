@@ -215,7 +215,10 @@ def build_table(name: str, result: AuditResult) -> pa.Table:
     schema = SCHEMAS[name]
     rows = list(ROWS[name](result))
     columns = {f.name: [row[f.name] for row in rows] for f in schema}
-    return pa.table(columns, schema=schema)
+    table = pa.table(columns, schema=schema)
+    metadata = dict(table.schema.metadata or {})
+    metadata[b"auditor.partial"] = b"true" if result.partial else b"false"
+    return table.replace_schema_metadata(metadata)
 
 
 def table_bytes(table: pa.Table) -> bytes:

@@ -504,6 +504,27 @@ def test_events_capped_terminal_kept() -> None:
     assert scan.terminal_event.line == 51
 
 
+def test_events_capped_every_kind_kept() -> None:
+    traceback = b"Traceback (most recent call last):\n"
+    data = (
+        traceback * 100
+        + b"torch.OutOfMemoryError: CUDA out of memory.\n"  # line 101
+        + traceback * 100
+        + b"slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2026-01-01T00:00:00 ***\n"  # 202
+        + traceback * 3
+    )
+    scan = scan_bytes(data, None, max_events=8)
+    assert len(scan.events) == 8
+    assert scan.events_dropped == 207 - 8  # 205 lines, line 101 holds two events
+    lines = [line for _, line, _ in kinds(scan)]
+    assert lines == sorted(lines)
+    assert ("gpu_oom", 101, "torch.OutOfMemoryError") in kinds(scan)
+    assert ("exception", 101, "torch.OutOfMemoryError") in kinds(scan)
+    assert ("slurm_cancelled", 202, "7") in kinds(scan)
+    assert lines[:3] == [1, 2, 3]  # the head
+    assert lines[-1] == 205  # the tail
+
+
 def test_event_text_clipped() -> None:
     data = b"torch.OutOfMemoryError: CUDA out of memory. " + b"x" * 5000 + b"\n"
     scan = scan_bytes(data, None)
