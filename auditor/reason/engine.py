@@ -531,8 +531,14 @@ def _judge_attempt(
             citations.append(Citation(log.path, line=log.terminal_event.line,
                                       quote=log.terminal_event.text))
         elif steps is not None:
-            seen = (f"the last training step logged is {log.last_step}"
-                    if log.last_step is not None else "no `step:` metric line appears at all")
+            step_lines = [e for e in log.events if e.kind == "step_line"]
+            if log.last_step is not None:
+                seen = f"the last training step logged is {log.last_step}"
+            elif step_lines:
+                seen = (f"`step:` lines appear (the last at line {step_lines[-1].line}, step "
+                        f"{step_lines[-1].detail}) but none with `training/global_step`")
+            else:
+                seen = "no `step:` metric line appears at all"
             shows.append(f"The training log holds no line with `step:{steps}` followed by "
                          f"`training/global_step:{steps}`; {seen}.")
             citations.append(Citation(log.path, quote=f"{log.lines} lines scanned"))
