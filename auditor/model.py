@@ -195,6 +195,17 @@ class TrialRecord:
         """The environment value of ``key``, or None."""
         return next((v for k, v in self.env if k == key), None)
 
+    def dispatched_int(self, key: str) -> int | None:
+        """``key`` (e.g. ``TOTAL_TRAINING_STEPS``) from the dispatch, else the environment,
+        as an integer; None when absent or not an integer."""
+        value = self.dispatch_value(key) or self.env_value(key)
+        if value is None:
+            return None
+        try:
+            return int(value.strip().strip('"'))
+        except ValueError:
+            return None
+
 
 @dataclass(frozen=True, slots=True)
 class DeviceEvidence:

@@ -76,19 +76,6 @@ class AttemptRead:
         return sum(f.digest.size for f in self.files if f.digest is not None)
 
 
-def _expected_steps(trial: TrialRecord | None, steps_from: str) -> int | None:
-    """The dispatched step count, when the trial names it as an integer."""
-    if trial is None:
-        return None
-    value = trial.dispatch_value(steps_from) or trial.env_value(steps_from)
-    if value is None:
-        return None
-    try:
-        return int(value.strip().strip('"'))
-    except ValueError:
-        return None
-
-
 def read_attempt(task: AttemptTask) -> AttemptRead:
     """Read, hash and parse every file of ``task``; never raises on file content."""
     order = {"trial": 0, "device_evidence": 1, "allocator_trace": 2, "training_log": 3}
@@ -137,7 +124,7 @@ def _scan_log(
 ) -> TrainingLogScan:
     """Scan the training log; a protocol pattern that will not compile falls back to the
     built-in matcher (the protocol collector already reported it)."""
-    steps = _expected_steps(trial, task.steps_from)
+    steps = trial.dispatched_int(task.steps_from) if trial is not None else None
     try:
         return scan_training_log(reader, display, steps, task.terminal_pattern)
     except ValueError:

@@ -511,7 +511,7 @@ def _judge_attempt(
 
     # what the evidence shows, whatever the verdict
     exit_class = classify_exit(trial, protocol.coordinated_shutdown_flag) if trial else None
-    steps = _expected_steps(trial, protocol)
+    steps = trial.dispatched_int(protocol.steps_from) if trial else None
     completion = _completion(attempt, protocol, steps)
     eligible = _eligible_failures(read.traces, protocol)
     log = read.log
@@ -701,18 +701,6 @@ class _Completion:
     citations: list[Citation]
 
 
-def _expected_steps(trial: TrialRecord | None, protocol: Protocol) -> int | None:
-    if trial is None:
-        return None
-    value = trial.dispatch_value(protocol.steps_from) or trial.env_value(protocol.steps_from)
-    if value is None:
-        return None
-    try:
-        return int(value.strip().strip('"'))
-    except ValueError:
-        return None
-
-
 def _completion(attempt: AttemptEvidence, protocol: Protocol, steps: int | None) -> _Completion:
     """Does every rank hold the completion phases for the final step, in order, error-free?"""
     traces_by_pid: dict[int, AllocatorTrace] = {}
@@ -859,7 +847,7 @@ def _facts(period: PeriodEvidence, protocol: Protocol,
     log_lines = last_step = None
     if attempt is not None:
         trial = attempt.read.trial
-        steps = _expected_steps(trial, protocol)
+        steps = trial.dispatched_int(protocol.steps_from) if trial else None
         workers = sorted(attempt.spec.workers, key=lambda w: (w.rank is None, w.rank or 0))
         pids = tuple(w.pid for w in workers)
         for trace in attempt.read.traces:
