@@ -203,7 +203,7 @@ def validate_document(kind: str, doc: object, path: str) -> list[Finding]:
     ``where`` is ``#<pointer>``.
     """
     findings = []
-    for pointer, message in problems(validator(kind), doc):
+    for pointer, message in problems(_checker_for(kind, doc), doc):
         findings.append(
             catalogue.finding(
                 "AUD002",
@@ -216,19 +216,19 @@ def validate_document(kind: str, doc: object, path: str) -> list[Finding]:
     return findings
 
 
-def validate_record(kind: str, record: object, path: str, line: int) -> list[Finding]:
-    """``AUD002`` findings for one JSONL record at ``line``; ``where`` is ``:<line>``.
-
-    For ``allocator-record`` the record is checked against the form it claims
-    (phase when it has ``phase``, else sample), for precise messages.
-    """
+def _checker_for(kind: str, doc: object) -> Validator:
+    """The validator for ``doc``: for ``allocator-record``, the form the record claims
+    (phase when it has ``phase``, else sample), for precise messages."""
     if canonical_kind(kind) == "allocator-record":
-        form = "phase" if isinstance(record, dict) and "phase" in record else "sample"
-        checker = allocator_form_validator(form)
-    else:
-        checker = validator(kind)
+        form = "phase" if isinstance(doc, dict) and "phase" in doc else "sample"
+        return allocator_form_validator(form)
+    return validator(kind)
+
+
+def validate_record(kind: str, record: object, path: str, line: int) -> list[Finding]:
+    """``AUD002`` findings for one JSONL record at ``line``; ``where`` is ``:<line>``."""
     findings = []
-    for pointer, message in problems(checker, record):
+    for pointer, message in problems(_checker_for(kind, record), record):
         findings.append(
             catalogue.finding(
                 "AUD002",

@@ -298,6 +298,9 @@ def test_allocator_record_forms() -> None:
     # Explained against the form the record claims, not as "not valid under any":
     findings = schema.validate_record("allocator-record", {**PHASE, "step": -1}, "a", 3)
     assert [f.message for f in findings] == ["a:3: /step: -1 is less than the minimum of 0"]
+    assert where(schema.validate_document("allocator-record", {**PHASE, "step": -1}, "a")) == [
+        ("/step", "-1 is less than the minimum of 0")
+    ]
     missing = {k: v for k, v in SAMPLE.items() if k != "reserved_bytes"}
     findings = schema.validate_record("allocator-record", missing, "a", 4)
     assert [f.message for f in findings] == ["a:4: /reserved_bytes: required field missing"]

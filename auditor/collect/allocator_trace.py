@@ -27,12 +27,15 @@ one ``AUD013``; ``AUD004`` and ``AUD010`` are never capped. At most
 already an identity failure many times over).
 
 Speed: a trace can be hundreds of megabytes, so lines are handled in batches
-(:data:`FAST_BATCH` lines of one read chunk). A batch whose every line is a valid record with rising
-``seq`` (the normal case) is checked and folded with C-level ``map``/``set``/
-``min``/``max`` passes and no Python code per sample line; any batch that is
-not clean is re-read line by line, where each problem is found and, only
-then, explained with the JSON Schema (``allocator-record``). The two paths
-give the same result (the tests compare them).
+(:data:`FAST_BATCH` lines of one read chunk). A batch whose every line is a
+valid record with rising ``seq`` (the normal case) is checked and folded with
+C-level ``map``/``set``/``min``/``max`` passes and no Python code per sample
+line; any batch that is not clean is re-read line by line, where each problem
+is found and, only then, explained with the JSON Schema (``allocator-record``).
+The two paths give the same result (the tests compare them). Lines are split
+here rather than by :func:`auditor._io.iter_lines`, whose one object per line
+costs more than the whole fast path; the semantics (numbering, clipping at
+``max_line``, an unterminated final line) are the same.
 """
 
 from __future__ import annotations
@@ -419,12 +422,12 @@ def _slow_batch(scan: _Scan, start: int, lines: list[bytes], max_line: int) -> N
         _take(scan, record, number, raw)
 
 
-def _take(scan: _Scan, record: object, line: int, raw: bytes) -> None:
-    """Check and book one parsed line."""
+def _take(scan: _Scan, record: object, line: int, raw: bytes) -> bool:
+    """Check and book one parsed line; True when it counted (as a phase or a sample)."""
     path = scan.path
     if type(record) is not dict:
         scan.add(_not_object(scan.path, line, raw, f"found {json_type(record)}"))
-        return
+        return False
     pid, seq = record.get("pid"), record.get("seq")
     if type(pid) is int:
         scan.see_pid(pid, line)
@@ -446,15 +449,18 @@ def _take(scan: _Scan, record: object, line: int, raw: bytes) -> None:
             )
         if type(record.get("phase")) is str and type(record.get("error_type")) is str:
             scan.phases.append(_phase_record(scan, record, line))
-        elif type(rank := record.get("rank")) is int:
+            return True
+        if type(rank := record.get("rank")) is int:
             scan.see_rank(rank, line)
-    elif _sample_ok(record):
+        return False
+    if _sample_ok(record):
         sample_ns = record["sample_ns"]
         scan.fold_samples(
             record["allocated_bytes"], record["reserved_bytes"], sample_ns, sample_ns, 1
         )
-    else:
-        _explain(scan, record, line, "sample")
+        return True
+    _explain(scan, record, line, "sample")
+    return False
 
 
 def _explain(scan: _Scan, record: dict[str, Any], line: int, form: str) -> None:
@@ -488,8 +494,9 @@ def _odd_line(scan: _Scan, line: Line, max_line: int) -> list[Finding]:
     except _JSONDecodeError:
         detail = "; it is not valid JSON (writer cut off?) and is not counted"
         return [_truncated(path, line, detail)]
-    _take(scan, record, line.number, line.data)
-    return [_truncated(path, line, "; it parses and is kept")]
+    if _take(scan, record, line.number, line.data):
+        return [_truncated(path, line, "; it parses and is kept")]
+    return [_truncated(path, line, "; it parses but is not a usable record")]
 
 
 # ------------------------------------------------------------------ findings

@@ -1,0 +1,434 @@
+"""The allocator trace reader: records, defects, limits, the fast path's agreement, memory.
+
+Every read here goes through :func:`read` which runs both the fast (batched)
+path and the line-by-line path and requires the same result, so each defect
+test also proves the fast path hands that defect over intact.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import io
+import random
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from auditor._io import CHUNK_SIZE, HashingReader
+from auditor.collect import allocator_trace
+from auditor.collect.allocator_trace import (
+    FAST_BATCH,
+    FINDINGS_CAP,
+    _phase_ok,
+    _sample_ok,
+    read_allocator_trace,
+)
+from auditor.model import AllocatorTrace, PhaseRecord
+from auditor.schema import validator
+from tests.test_schemas import PHASE, SAMPLE
+
+DEFECTS = Path(__file__).resolve().parents[2] / "fixtures" / "defects" / "allocator_trace"
+T0 = 1789499900000000000
+
+
+def read(data: bytes, path: str = "a.jsonl", **options: Any) -> AllocatorTrace:
+    """Read ``data`` by both paths; they must agree. Also checks the hash."""
+    stream = HashingReader(io.BytesIO(data))
+    fast = read_allocator_trace(stream, path, **options)
+    assert stream.digest().sha256 == hashlib.sha256(data).hexdigest()
+    slow = read_allocator_trace(HashingReader(io.BytesIO(data)), path, fast=False, **options)
+    assert fast == slow
+    return fast
+
+
+def fixture(name: str) -> AllocatorTrace:
+    return read((DEFECTS / name).read_bytes(), name)
+
+
+def line(record: dict[str, Any]) -> bytes:
+    return orjson.dumps(record) + b"\n"
+
+
+def sample(seq: int, **changes: Any) -> dict[str, Any]:
+    return {**SAMPLE, "seq": seq, "sample_ns": T0 + seq, **changes}
+
+
+def phase(seq: int, **changes: Any) -> dict[str, Any]:
+    return {**PHASE, "seq": seq, "started_ns": T0 + seq, "finished_ns": T0 + seq + 1, **changes}
+
+
+def rules(trace: AllocatorTrace) -> list[str]:
+    return [f.rule_id for f in trace.findings]
+
+
+def messages(trace: AllocatorTrace) -> list[str]:
+    return [f.message for f in trace.findings]
+
+
+# ------------------------------------------------------------------- valid
+
+
+def test_valid_trace() -> None:
+    data = b"".join([
+        line(phase(0, phase="init_model", step=0)),
+        line(sample(1, allocated_bytes=10, reserved_bytes=20)),
+        line(sample(2, allocated_bytes=30, reserved_bytes=15)),
+        line(phase(3, phase="rollout_init", step=1, error_type="torch.OutOfMemoryError",
+                   error_message="CUDA out of memory", peak_allocated_bytes=None)),
+        line(sample(4, allocated_bytes=5, reserved_bytes=25, note="extra fields are fine")),
+    ])
+    trace = read(data, "allocator-traces/allocator-3657525.jsonl")
+    assert trace.findings == ()
+    assert trace.lines == 5
+    assert trace.samples == 3
+    assert (trace.sample_peak_allocated_bytes, trace.sample_peak_reserved_bytes) == (30, 25)
+    assert trace.pids == ((3657525, 1),)
+    assert trace.ranks == ((0, 1),)
+    assert (trace.first_ns, trace.last_ns) == (T0, T0 + 4)
+    assert trace.phases == (
+        PhaseRecord(
+            path="allocator-traces/allocator-3657525.jsonl", line=1, pid=3657525, rank=0,
+            role="actor_rollout", seq=0, phase="init_model", step=0, started_ns=T0,
+            finished_ns=T0 + 1, error_type="", error_message="",
+            peak_allocated_bytes=30000000000, peak_reserved_bytes=40000000000,
+        ),
+        PhaseRecord(
+            path="allocator-traces/allocator-3657525.jsonl", line=4, pid=3657525, rank=0,
+            role="actor_rollout", seq=3, phase="rollout_init", step=1, started_ns=T0 + 3,
+            finished_ns=T0 + 4, error_type="torch.OutOfMemoryError",
+            error_message="CUDA out of memory", peak_allocated_bytes=None,
+            peak_reserved_bytes=40000000000,
+        ),
+    )
+
+
+def test_phases_only_and_samples_only() -> None:
+    phases = read(line(phase(0)) + line(phase(1)))
+    assert (len(phases.phases), phases.samples, phases.sample_peak_allocated_bytes) == (2, 0, None)
+    samples = read(line(sample(0)) + line(sample(1)))
+    assert (len(samples.phases), samples.samples, samples.ranks) == (0, 2, ())
+
+
+def test_crlf_lines_read_like_lf_lines() -> None:
+    crlf = fixture("crlf_lines.jsonl")
+    lf = read((DEFECTS / "crlf_lines.jsonl").read_bytes().replace(b"\r\n", b"\n"),
+              "crlf_lines.jsonl")
+    assert crlf.findings == ()
+    assert (crlf.lines, len(crlf.phases), crlf.samples) == (4, 2, 2)
+    assert crlf == lf
+
+
+def test_escaped_phase_key_is_a_phase_even_among_samples() -> None:
+    # The fast path skips the phase test for bytes without "h" or "\": this line
+    # spells "phase" with escapes only, so the backslash must keep it a phase. It
+    # also carries a sample's fields, so only the phase test tells it apart.
+    escaped = (b'{"pid": 3657525, "rank": 0, "role": "r", "seq": 1, "sample_ns": 5, '
+               b'"allocated_bytes": 1, "reserved_bytes": 1, '
+               b'"\\u0070\\u0068\\u0061\\u0073\\u0065": "rollout_init", "step": 0, '
+               b'"started_ns": 5, "finis\\u0068ed_ns": 6, "error_type": "OutOfMemoryError"}\n')
+    assert b"h" not in escaped
+    trace = read(line(sample(0, role="x")) + escaped + line(sample(2)))
+    assert [(p.line, p.phase, p.error_type) for p in trace.phases] == [
+        (2, "rollout_init", "OutOfMemoryError")]
+    assert trace.samples == 2
+    plain = line({**phase(1), "sample_ns": 5, "allocated_bytes": 1, "reserved_bytes": 1})
+    trace = read(line(sample(0)) + plain + line(sample(2)))
+    assert ([p.line for p in trace.phases], trace.samples) == ([2], 2)
+    fixture_trace = fixture("escaped_phase_key.jsonl")
+    assert [p.phase for p in fixture_trace.phases] == ["init_model", "rollout_init"]
+
+
+def test_new_pid_is_booked_at_its_first_line() -> None:
+    trace = fixture("foreign_pid.jsonl")
+    assert trace.pids == ((3657525, 1), (4242, 3))
+    assert trace.findings == ()
+
+
+def test_many_pids_in_one_batch_are_all_booked() -> None:
+    data = b"".join(line(sample(seq, pid=1000 + seq % 20)) for seq in range(100))
+    trace = read(data)
+    assert trace.pids == tuple((1000 + n, n + 1) for n in range(20))
+
+
+def test_lines_across_read_chunks(tmp_path: Path) -> None:
+    count = 3 * CHUNK_SIZE // 100
+    data = b"".join(line(sample(seq, allocated_bytes=seq % 977, reserved_bytes=seq % 1009))
+                    for seq in range(count))
+    assert len(data) > 2 * CHUNK_SIZE
+    trace = read(data)
+    assert trace.findings == ()
+    assert (trace.lines, trace.samples) == (count, count)
+    assert (trace.sample_peak_allocated_bytes, trace.sample_peak_reserved_bytes) == (976, 1008)
+    assert (trace.first_ns, trace.last_ns) == (T0, T0 + count - 1)
+
+
+# ----------------------------------------------------------------- defects
+
+
+def test_truncated_last_line_is_aud004_and_not_counted() -> None:
+    trace = fixture("truncated_last_line.jsonl")
+    assert (trace.lines, len(trace.phases), trace.samples) == (4, 1, 2)
+    assert messages(trace) == [
+        "truncated_last_line.jsonl:4: final line has no trailing newline; it is not valid "
+        "JSON (writer cut off?) and is not counted"
+    ]
+    assert trace.findings[0].citations[0].line == 4
+    assert trace.findings[0].severity == "warning"
+
+
+def test_unterminated_last_line_that_parses_is_kept_with_aud004() -> None:
+    trace = fixture("unterminated_last_line.jsonl")
+    assert (trace.lines, len(trace.phases), trace.samples) == (4, 2, 2)
+    assert [p.phase for p in trace.phases] == ["init_model", "actor_update"]
+    assert messages(trace) == [
+        "unterminated_last_line.jsonl:4: final line has no trailing newline; it parses and "
+        "is kept"
+    ]
+
+
+def test_unterminated_last_line_that_parses_but_is_invalid() -> None:
+    trace = read(line(sample(0)) + orjson.dumps(sample(1, allocated_bytes="x")))
+    assert messages(trace) == [
+        'a.jsonl:2: /allocated_bytes: expected integer, found string "x"',
+        "a.jsonl:2: final line has no trailing newline; it parses but is not a usable record",
+    ]
+    assert trace.samples == 1
+
+
+def test_non_json_line_is_aud003_and_its_neighbours_count() -> None:
+    trace = fixture("non_json_line.jsonl")
+    assert (trace.lines, len(trace.phases), trace.samples) == (5, 2, 2)
+    (finding,) = trace.findings
+    assert finding.rule_id == "AUD003"
+    assert finding.message.startswith("non_json_line.jsonl:3: not a JSON object: unexpected "
+                                      "character")
+    assert finding.citations[0].quote == "Traceback (most recent call last):"
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("not_object_line.jsonl", "not_object_line.jsonl:2: not a JSON object: found array"),
+        ("blank_line.jsonl", "blank_line.jsonl:2: not a JSON object: empty line"),
+        ("nul_bytes.jsonl", "nul_bytes.jsonl:2: not a JSON object: unexpected character"),
+        ("invalid_utf8_line.jsonl", "invalid_utf8_line.jsonl:2: not a JSON object: str is not "
+                                    "valid UTF-8"),
+    ],
+)
+def test_lines_that_are_not_objects(name: str, message: str) -> None:
+    trace = fixture(name)
+    assert rules(trace) == ["AUD003"]
+    assert trace.findings[0].message.startswith(message)
+    assert len(trace.phases) + trace.samples == trace.lines - 1
+
+
+def test_empty_file_is_aud010() -> None:
+    trace = fixture("empty.jsonl")
+    assert messages(trace) == ["empty.jsonl: file is empty"]
+    assert (trace.lines, trace.samples, trace.phases, trace.first_ns) == (0, 0, (), None)
+
+
+@pytest.mark.parametrize(
+    ("name", "message", "phases", "samples"),
+    [
+        ("wrong_type_pid.jsonl", "wrong_type_pid.jsonl:2: /pid: expected integer, found "
+                                 "boolean true", 1, 1),
+        ("float_seq.jsonl", "float_seq.jsonl:2: /seq: expected integer, found number 1.0", 1, 1),
+        ("negative_bytes.jsonl", "negative_bytes.jsonl:2: /allocated_bytes: -1 is less than the "
+                                 "minimum of 0", 1, 1),
+        ("missing_error_type.jsonl", "missing_error_type.jsonl:2: /error_type: required field "
+                                     "missing", 1, 1),
+        ("null_error_type.jsonl", "null_error_type.jsonl:2: /error_type: expected string, "
+                                  "found null", 1, 1),
+    ],
+)
+def test_wrong_field_types_are_aud002_with_the_line(
+    name: str, message: str, phases: int, samples: int
+) -> None:
+    trace = fixture(name)
+    assert messages(trace) == [message]
+    assert trace.findings[0].citations[0].line == 2
+    assert (len(trace.phases), trace.samples) == (phases, samples)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("pid", 0), ("pid", -5), ("sample_ns", -1), ("allocated_bytes", -1),
+     ("reserved_bytes", -2), ("pid", True), ("sample_ns", 1.0), ("reserved_bytes", None)],
+)
+def test_the_same_bad_value_on_every_line(field: str, value: Any) -> None:
+    trace = read(b"".join(line(sample(seq, **{field: value})) for seq in range(3)))
+    assert rules(trace) == ["AUD002"] * 3
+    assert {f.citations[0].pointer for f in trace.findings} == {f"/{field}"}
+    assert trace.samples == 0
+
+
+def test_phase_without_a_usable_error_type_is_not_kept() -> None:
+    # A phase whose error_type is not a string must never read as "no error".
+    for name in ("missing_error_type.jsonl", "null_error_type.jsonl"):
+        assert [p.phase for p in fixture(name).phases] == ["init_model"]
+
+
+def test_phase_with_bad_other_fields_is_kept_with_none() -> None:
+    trace = read(line(phase(0, pid=True, peak_reserved_bytes="big")))
+    (kept,) = trace.phases
+    assert (kept.pid, kept.peak_reserved_bytes, kept.phase) == (None, None, "init_model")
+    assert [f.citations[0].pointer for f in trace.findings] == ["/peak_reserved_bytes", "/pid"]
+
+
+def test_sample_with_a_phase_key_is_judged_as_a_phase() -> None:
+    trace = fixture("sample_with_null_phase.jsonl")
+    assert set(rules(trace)) == {"AUD002"}
+    assert "sample_with_null_phase.jsonl:2: /phase: expected string, found null" in messages(trace)
+    assert trace.samples == 1
+
+
+def test_started_after_finished_is_aud115() -> None:
+    trace = fixture("started_after_finished.jsonl")
+    assert messages(trace) == [
+        "started_after_finished.jsonl:2: started_ns 1789499990000000000 is after finished_ns "
+        "1789499980000000000"
+    ]
+    assert len(trace.phases) == 2
+
+
+def test_seq_not_rising_is_aud115() -> None:
+    trace = fixture("seq_not_rising.jsonl")
+    assert messages(trace) == ["seq_not_rising.jsonl:3: seq 1 does not rise above 2"]
+    assert (len(trace.phases), trace.samples) == (2, 2)
+
+
+def test_seq_disorder_at_a_fast_batch_boundary() -> None:
+    seqs = list(range(3 * FAST_BATCH))
+    seqs[FAST_BATCH] = seqs[FAST_BATCH - 1]  # first line of the second batch repeats
+    trace = read(b"".join(line(sample(seq)) for seq in seqs))
+    assert messages(trace) == [
+        f"a.jsonl:{FAST_BATCH + 1}: seq {FAST_BATCH - 1} does not rise above {FAST_BATCH - 1}"
+    ]
+
+
+def test_findings_are_capped_with_one_aud013() -> None:
+    data = line(sample(0)) + b"garbage\n" * (FINDINGS_CAP + 50) + b'{"cut'
+    trace = read(data)
+    assert rules(trace) == ["AUD003"] * FINDINGS_CAP + ["AUD004", "AUD013"]
+    assert trace.findings[-1].message == (
+        f"a.jsonl: 50 further findings not kept (cap {FINDINGS_CAP})"
+    )
+    assert trace.findings[FINDINGS_CAP - 1].citations[0].line == FINDINGS_CAP + 1
+    assert trace.samples == 1
+
+
+def test_line_longer_than_the_limit_is_aud007() -> None:
+    long = line(sample(1, note="x" * 300))
+    trace = read(line(sample(0)) + long + line(sample(2)), max_line=200)
+    assert messages(trace) == [f"a.jsonl:2: line of {len(long) - 1} bytes clipped to 200"]
+    assert trace.samples == 2
+
+
+def test_line_longer_than_a_read_chunk(tmp_path: Path) -> None:
+    long = line(sample(1, note="x" * (CHUNK_SIZE + 10)))
+    trace = read(line(sample(0)) + long + line(sample(2)) + b"x" * (2 * CHUNK_SIZE))
+    assert messages(trace) == [
+        f"a.jsonl:2: line of {len(long) - 1} bytes clipped to {CHUNK_SIZE}",
+        f"a.jsonl:4: line of {2 * CHUNK_SIZE} bytes clipped to {CHUNK_SIZE}",
+        "a.jsonl:4: final line has no trailing newline; the line is too long to parse and is "
+        "not counted",
+    ]
+    assert (trace.lines, trace.samples) == (4, 2)
+
+
+def test_random_bytes_never_raise() -> None:
+    generator = random.Random(7)
+    pieces = [line(sample(1)), line(phase(2)), b"\n", b"\r\n", b"{", b"}", b'"phase"', b"-1",
+              b"true", b"\xff", b"\x00", b"[1]", b'"seq": 3', b",", b"h", b"\\"]
+    for _ in range(300):
+        data = b"".join(generator.choice(pieces) for _ in range(generator.randint(0, 30)))
+        trace = read(data)
+        assert trace.lines == data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
+
+
+# --------------------------------------------- the fast check == the schema
+
+
+def _mutations(base: dict[str, Any]) -> list[dict[str, Any]]:
+    values: list[Any] = [True, False, None, 1.0, 1.5, -1, 0, 1, "1", "", [], {}, 2**63]
+    out = []
+    for key in list(base) + ["error_message", "phase", "rank"]:
+        without = copy.deepcopy(base)
+        without.pop(key, None)
+        out.append(without)
+        for value in values:
+            out.append({**base, key: value})
+    return out
+
+
+@pytest.mark.parametrize("form", ["phase", "sample"])
+def test_fast_checks_agree_with_the_schema(form: str) -> None:
+    base = PHASE if form == "phase" else SAMPLE
+    check = validator("allocator-record")
+    for record in _mutations(base):
+        expected = check.is_valid(record)
+        actual = _phase_ok(record) if "phase" in record else _sample_ok(record)
+        assert actual == expected, record
+
+
+def test_mutated_records_through_both_paths() -> None:
+    records = _mutations(PHASE) + _mutations(SAMPLE)
+    generator = random.Random(3)
+    generator.shuffle(records)
+    data = b"".join(line(sample(seq)) + line(record) for seq, record in enumerate(records))
+    trace = read(data)  # both paths agree on every finding, phase and fold
+    assert trace.samples >= len(records)
+    assert "AUD002" in rules(trace)
+
+
+def test_mixed_generated_trace_both_paths_agree() -> None:
+    generator = random.Random(11)
+    parts = []
+    seq = 0
+    for _ in range(5000):
+        seq += generator.choice([1, 1, 1, 2, 0, -3])
+        roll = generator.random()
+        if roll < 0.9:
+            parts.append(line(sample(seq, allocated_bytes=generator.randint(0, 10**12))))
+        elif roll < 0.97:
+            parts.append(line(phase(seq, step=generator.randint(0, 3))))
+        else:
+            parts.append(generator.choice([b"oops\n", b"[]\n", line(sample(seq, pid=False))]))
+    trace = read(b"".join(parts))
+    assert trace.samples > 4000
+    assert {"AUD115", "AUD003"} <= set(rules(trace))
+
+
+# ------------------------------------------------------------------ memory
+
+
+def test_big_trace_in_bounded_memory(tmp_path: Path) -> None:
+    path = tmp_path / "allocator-1.jsonl"
+    template = line(sample(0)).replace(b'"seq":0', b'"seq":%d')
+    assert b"%d" in template
+    count = 50 * 10**6 // len(template) + 1
+    with path.open("wb") as handle:
+        for start in range(0, count, 10_000):
+            handle.write(b"".join(template % seq for seq in range(start, start + 10_000)))
+    size = path.stat().st_size
+    assert size >= 50 * 10**6
+    tracemalloc.start()
+    try:
+        with path.open("rb") as handle:
+            trace = read_allocator_trace(HashingReader(handle), "allocator-1.jsonl")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert trace.findings == ()
+    assert trace.samples == trace.lines >= count
+    assert peak < 64 * 2**20, f"peak {peak / 2**20:.1f} MiB for a {size / 2**20:.0f} MiB trace"
+
+
+def test_module_constants() -> None:
+    assert allocator_trace.MAX_LINE == CHUNK_SIZE
+    assert FINDINGS_CAP == 100
