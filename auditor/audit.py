@@ -207,7 +207,7 @@ class Auditor:
             verdicts=reasoning.verdicts,
             reasoning=reasoning,
             options=self.options,
-            partial=capped or any(f.rule_id == "AUD013" for f in findings),
+            partial=capped or any(f.rule_id in ("AUD013", "AUD016") for f in findings),
         )
 
     # ------------------------------------------------------------------ collect

@@ -73,6 +73,13 @@ _RULES: tuple[Rule, ...] = (
     Rule("AUD013", "findings-capped", "Too many findings for one file",
          "The per-file findings cap was reached; later findings of this file were counted, "
          "not kept.", "{path}: {dropped} further findings not kept (cap {cap})", W),
+    Rule("AUD015", "period-path-mismatch", "Period record disagrees with its path",
+         "The pair or period inside pairs/<pair>/period-<n>.json differs from its path.",
+         "{path}: {field} is {inside!s} inside, {outside!s} in the path", E),
+    Rule("AUD016", "phases-capped", "Too many phase records in one trace",
+         "A trace holds more phase records than the auditor keeps; the first and last were "
+         "kept, the middle counted.", "{path}: {dropped} phase records in the middle not kept "
+         "(cap {cap})", W),
     Rule("AUD014", "protocol-invalid", "Protocol file unusable",
          "protocol.json could not be used; built-in defaults apply where it failed.",
          "{path}: {error}", E),

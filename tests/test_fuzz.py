@@ -37,7 +37,7 @@ from tests.helpers import outcome_study, snapshot
 JSONISH = st.one_of(
     st.binary(max_size=2000),
     st.recursive(
-        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+        st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False)
         | st.text(max_size=20),
         lambda children: st.lists(children, max_size=4)
         | st.dictionaries(st.sampled_from(["pid", "rank", "role", "job_id", "phase", "step",

@@ -40,6 +40,7 @@ costs more than the whole fast path; the semantics (numbering, clipping at
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from itertools import compress, repeat
 from operator import itemgetter, lt, not_
@@ -59,6 +60,8 @@ FINDINGS_CAP = 100
 """Line findings kept per file; further ones are counted in one ``AUD013``."""
 
 MAX_DISTINCT = 1000
+PHASES_CAP = 50_000
+"""Phase records kept per trace (first half and last half); a real run has a few per step."""
 """Distinct pids (and ranks) recorded per file."""
 
 FAST_BATCH = 256
@@ -81,7 +84,8 @@ class _Scan:
 
     __slots__ = (
         "path", "lines", "phases", "samples", "peak_allocated", "peak_reserved", "pids",
-        "ranks", "first_ns", "last_ns", "last_seq", "kept", "dropped",
+        "ranks", "first_ns", "last_ns", "last_seq", "kept", "dropped", "phase_tail",
+        "phases_dropped",
     )
 
     def __init__(self, path: str) -> None:
@@ -98,6 +102,18 @@ class _Scan:
         self.last_seq: int | None = None
         self.kept: list[Finding] = []
         self.dropped = 0
+        self.phase_tail: deque[PhaseRecord] = deque(maxlen=PHASES_CAP // 2)
+        self.phases_dropped = 0
+
+    def keep_phase(self, record: PhaseRecord) -> None:
+        """Keep the first and the last ``PHASES_CAP // 2`` phase records (bounded memory on
+        a hostile trace; the final steps, which completion needs, are always kept)."""
+        if len(self.phases) < PHASES_CAP // 2:
+            self.phases.append(record)
+            return
+        if len(self.phase_tail) == self.phase_tail.maxlen:
+            self.phases_dropped += 1
+        self.phase_tail.append(record)
 
     def add(self, finding: Finding) -> None:
         """Keep a line finding, up to the cap."""
@@ -172,12 +188,15 @@ def read_allocator_trace(
                 "AUD013", path, [Citation(path)], dropped=scan.dropped, cap=FINDINGS_CAP
             )
         )
+    if scan.phases_dropped:
+        findings.append(catalogue.finding("AUD016", path, [Citation(path)],
+                                          dropped=scan.phases_dropped, cap=PHASES_CAP))
     if scan.lines == 0:
         findings.append(catalogue.finding("AUD010", path, [Citation(path)]))
     return AllocatorTrace(
         path=path,
         lines=scan.lines,
-        phases=tuple(scan.phases),
+        phases=(*scan.phases, *scan.phase_tail),
         samples=scan.samples,
         sample_peak_allocated_bytes=scan.peak_allocated,
         sample_peak_reserved_bytes=scan.peak_reserved,
@@ -320,7 +339,7 @@ def _fast_batch(scan: _Scan, start: int, lines: list[bytes], hints: int, max_lin
                 return False  # many identities in one batch: let the slow path book them
     # Every check passed: commit.
     for index in phase_at:
-        scan.phases.append(_phase_record(scan, records[index], start + index))
+        scan.keep_phase(_phase_record(scan, records[index], start + index))
     if samples:
         for pid in new_pids:
             position = pids.index(pid)
@@ -448,7 +467,7 @@ def _take(scan: _Scan, record: object, line: int, raw: bytes) -> bool:
                 )
             )
         if type(record.get("phase")) is str and type(record.get("error_type")) is str:
-            scan.phases.append(_phase_record(scan, record, line))
+            scan.keep_phase(_phase_record(scan, record, line))
             return True
         if type(rank := record.get("rank")) is int:
             scan.see_rank(rank, line)

@@ -92,6 +92,11 @@ def read_period(stream: BinaryIO | HashingReader, path: str) -> PeriodRecord:
         attempts = (_attempt(doc, 0, ""),)
     pair = as_str(doc.get("pair"))
     period = as_int(doc.get("period"))
+    for field, inside, outside in (("pair", pair, path_pair), ("period", period, path_period)):
+        if inside is not None and outside and inside != outside:
+            findings.append(catalogue.finding(
+                "AUD015", path, [Citation(path, pointer=f"/{field}", quote=str(inside))],
+                field=field, inside=inside, outside=outside))
     return PeriodRecord(
         path=path,
         pair=pair if pair else path_pair,

@@ -554,6 +554,7 @@ def _starts_key(content: str, index: int) -> bool:
 
 
 def _visible(text: str) -> str:
+    """Control characters (NUL, BEL, ...) written as ``\\xNN``, so texts stay printable."""
     return _CONTROL.sub(lambda found: f"\\x{ord(found.group(0)):02x}", text)
 
 

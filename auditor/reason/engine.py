@@ -474,6 +474,11 @@ def _judge_attempt(
         for item in by_path.get(row.path, []):
             if item.rule_id in BLOCKING_COLLECT_RULES:
                 blockers.append(("evidence_invalid", item))
+    for item in record.findings:
+        if item.rule_id == "AUD015":
+            blockers.append(("identity_mismatch", item))
+        elif item.rule_id in BLOCKING_COLLECT_RULES:
+            blockers.append(("evidence_invalid", item))
     for item in by_subject.get(subject, []):
         if item.rule_id in IDENTITY_RULES:
             blockers.append(("identity_mismatch", item))

@@ -432,3 +432,23 @@ def test_big_trace_in_bounded_memory(tmp_path: Path) -> None:
 def test_module_constants() -> None:
     assert allocator_trace.MAX_LINE == CHUNK_SIZE
     assert FINDINGS_CAP == 100
+
+
+def test_phase_records_are_capped_keeping_first_and_last() -> None:
+    import io
+
+    from auditor._io import HashingReader
+    from auditor.collect import allocator_trace
+
+    cap = allocator_trace.PHASES_CAP
+    lines = [
+        b'{"pid":1,"rank":0,"role":"a","seq":%d,"phase":"actor_update","step":%d,'
+        b'"started_ns":%d,"finished_ns":%d,"error_type":""}' % (i, i, i, i)
+        for i in range(cap + 1000)
+    ]
+    trace = allocator_trace.read_allocator_trace(
+        HashingReader(io.BytesIO(b"\n".join(lines) + b"\n")), "t/allocator-1.jsonl")
+    assert len(trace.phases) == cap
+    assert trace.phases[0].step == 0 and trace.phases[-1].step == cap + 999
+    capped = [f for f in trace.findings if f.rule_id == "AUD016"]
+    assert len(capped) == 1 and "1000 phase records" in capped[0].message

@@ -226,7 +226,8 @@ def test_read_period_single_attempt_form() -> None:
 
 
 def test_read_period_multi_attempt_form() -> None:
-    record = read_period(reader(fixture("period_multi_attempt.json")), PERIOD_PATH)
+    record = read_period(reader(fixture("period_multi_attempt.json")),
+                         PERIOD_PATH.replace("period-2", "period-1"))
     assert record.findings == ()
     assert [(a.index, a.job_id, a.pointer) for a in record.attempts] == [
         (0, "5055850", "/attempts/0"),
@@ -581,3 +582,22 @@ def test_every_reader_survives_every_defect(
     record = read(stream, PERIOD_PATH)
     assert isinstance(record.findings, tuple)
     assert stream.digest().sha256 == hashlib.sha256(data).hexdigest()
+
+
+def test_period_record_disagreeing_with_its_path() -> None:
+    import io
+
+    import orjson
+
+    from auditor._io import HashingReader
+    from auditor.collect.period import read_period
+
+    doc = {"schema": "run-evidence/period/v1", "pair": "other-pair", "period": 3, "gpus": 4,
+           "job_id": "1", "attempt_dir": "x/attempt-1", "workers": [], "evidence": []}
+    record = read_period(HashingReader(io.BytesIO(orjson.dumps(doc))),
+                         "pairs/real-pair/period-1.json")
+    flagged = sorted(f.message for f in record.findings if f.rule_id == "AUD015")
+    assert flagged == [
+        "pairs/real-pair/period-1.json: pair is other-pair inside, real-pair in the path",
+        "pairs/real-pair/period-1.json: period is 3 inside, 1 in the path",
+    ]
