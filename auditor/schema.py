@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from importlib import resources
 from pathlib import PurePosixPath
 from typing import Any
@@ -196,12 +196,60 @@ def _explain(error: ValidationError) -> list[tuple[str, str]]:
     return [(pointer, clip(error.message, 200))]
 
 
+@functools.cache
+def _fast_validator(kind: str) -> Callable[[object], object] | None:
+    """A compiled (fastjsonschema) yes/no validator of ``kind``, about 20x faster than
+    jsonschema; None when fastjsonschema is missing or cannot compile the schema."""
+    try:
+        import fastjsonschema
+    except ImportError:  # pragma: no cover - a declared dependency
+        return None
+    schema = dict(load_schema(kind))
+    # fastjsonschema knows draft-07; these schemas use nothing of 2020-12 it lacks
+    schema["$schema"] = "http://json-schema.org/draft-07/schema#"
+    try:
+        compiled: Callable[[object], object] = fastjsonschema.compile(schema)
+    except Exception:  # noqa: BLE001 - any compile problem means: use jsonschema only
+        return None
+    return compiled
+
+
+def _has_float(value: object) -> bool:
+    """True when a float appears anywhere in ``value`` (fastjsonschema, like the JSON Schema
+    spec, takes 1.0 as an integer; the auditor does not, so such documents take the slow
+    path)."""
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        return any(_has_float(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_has_float(item) for item in value)
+    return False
+
+
+def is_valid_fast(kind: str, doc: object) -> bool:
+    """True when ``doc`` certainly satisfies ``kind``'s schema (checked the fast way)."""
+    fast = _fast_validator(canonical_kind(kind))
+    if fast is None or _has_float(doc):
+        return False
+    import fastjsonschema
+
+    try:
+        fast(doc)
+    except fastjsonschema.JsonSchemaException:
+        return False
+    return True
+
+
 def validate_document(kind: str, doc: object, path: str) -> list[Finding]:
     """``AUD002`` findings for every way ``doc`` (a parsed JSON document) breaks its schema.
 
     Each finding cites ``path`` with the JSON pointer of the problem; its
-    ``where`` is ``#<pointer>``.
+    ``where`` is ``#<pointer>``. Valid documents (the common case) are confirmed
+    by a compiled validator; only invalid ones pay for jsonschema's full explanation.
     """
+    if canonical_kind(kind) != "allocator-record" and is_valid_fast(kind, doc):
+        return []
     findings = []
     for pointer, message in problems(_checker_for(kind, doc), doc):
         findings.append(

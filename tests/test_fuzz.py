@@ -171,3 +171,21 @@ def test_mutations_of_period_records(tmp_path: Path, how: str) -> None:
     _mutate(root, rel, how, 0.5)
     code = main(["audit", str(root), "--out", str(tmp_path / "out"), "--quiet", "--no-plots"])
     assert code == 0
+
+
+_VALID_TRIAL = __import__("orjson").loads(next(
+    (Path(__file__).resolve().parents[1] / "fixtures" / "example_study").glob(
+        "*/attempt-*/trial-*.json")).read_bytes())
+
+
+@given(st.sampled_from(sorted(_VALID_TRIAL)),
+       st.one_of(st.none(), st.booleans(), st.integers(-5, 2**40), st.floats(),
+                 st.text(max_size=5), st.lists(st.integers(), max_size=2)))
+def test_fast_schema_check_agrees_with_jsonschema(key: str, value: object) -> None:
+    """The compiled fast path may only skip documents jsonschema also finds valid."""
+    from auditor.schema import _checker_for, is_valid_fast, problems
+
+    doc = dict(_VALID_TRIAL)
+    doc[key] = value
+    if is_valid_fast("trial", doc):
+        assert problems(_checker_for("trial", doc), doc) == []
