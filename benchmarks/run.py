@@ -697,6 +697,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
     workdir: Path = args.workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
+    source = _source_state()  # before the runs: other work may change the tree meanwhile
     rows: list[Row] = []
     profiles: list[str] = []
     for name in args.sizes:
@@ -737,7 +738,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "platform": platform.platform(),
             "max_rss_unit": "MB (10^6 bytes)",
         },
-        "source": _source_state(),
+        "source": source,
         "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
         "jobs": args.jobs,
         "repeat": args.repeat,
