@@ -44,11 +44,13 @@ from auditor.model import (
     SacctDump,
     Verdict,
 )
-from auditor.validate.paths import PathCheck, check_path, join_relative
+from auditor.validate.paths import PathCheck, check_path, join_text
 
 T = TypeVar("T")
 R = TypeVar("R")
 
+SMALL_STUDY_TASKS = 1000
+"""...and below this many attempts (many small files pay for a pool too)."""
 SMALL_STUDY_BYTES = 64 << 20
 """Below this many listed bytes the audit reads in-process: starting a pool costs more
 (about 0.3 s) than a second core saves."""
@@ -238,13 +240,13 @@ class Auditor:
             periods.append(period)
             findings.extend(period.findings)
 
-        tasks, pre = _plan(root, periods, protocol)
+        tasks, pre = _plan(root, periods, protocol, layout.regular_files)
         listed = {
-            joined.as_posix()
+            joined
             for record in periods
             for spec in record.attempts
             for entry in spec.evidence
-            if (joined := join_relative(spec.attempt_dir or "", entry.path)) is not None
+            if (joined := join_text(spec.attempt_dir or "", entry.path)) is not None
         }
         unlisted: list[FileTask] = []
         unlisted_blocked: list[FileOutcome] = []
@@ -252,7 +254,7 @@ class Auditor:
             for rel in files:
                 if rel in listed:
                     continue
-                check = check_path(root, rel)
+                check = check_path(root, rel, known_regular=layout.regular_files)
                 if check.status == "ok" and check.resolved is not None:
                     unlisted.append(FileTask(rel, "other", check.resolved))
                 else:  # never open a link that leads out of the root
@@ -321,7 +323,8 @@ class Auditor:
         """Run ``function`` over ``items`` inline or in a process pool, in order."""
         items = list(items)
         jobs = self.options.jobs or os.cpu_count() or 1
-        small = self.options.jobs == 0 and total_bytes < SMALL_STUDY_BYTES
+        small = self.options.jobs == 0 and total_bytes < SMALL_STUDY_BYTES \
+            and len(items) < SMALL_STUDY_TASKS
         if jobs <= 1 or small or len(items) < 2:
             yield from map(function, items)
             return
@@ -500,7 +503,8 @@ def _read_commits(
 
 
 def _plan(
-    root: Path, periods: Iterable[PeriodRecord], protocol: Protocol
+    root: Path, periods: Iterable[PeriodRecord], protocol: Protocol,
+    regular_files: frozenset[str],
 ) -> tuple[list[AttemptTask], dict[str, list[EvidenceFile]]]:
     """Path-check every listed file; build one read task per attempt.
 
@@ -515,7 +519,8 @@ def _plan(
             rows: list[EvidenceFile] = []
             files: list[FileTask] = []
             for entry in spec.evidence:
-                check: PathCheck = check_path(root, spec.attempt_dir or "", entry.path)
+                check: PathCheck = check_path(root, spec.attempt_dir or "", entry.path,
+                                              known_regular=regular_files)
                 if check.status != "ok" or check.resolved is None:
                     rows.append(_row(record, spec, entry, check.display, check.status, check.why))
                 else:
@@ -553,8 +558,7 @@ def _assemble(
             rows = list(pre[key])
             decided = {r.path for r in rows}
             for entry in spec.evidence:
-                joined = join_relative(spec.attempt_dir or "", entry.path)
-                display = joined.as_posix() if joined is not None else None
+                display = join_text(spec.attempt_dir or "", entry.path)
                 if display is None or display in decided:
                     continue
                 outcome = outcomes.get(display)

@@ -218,12 +218,19 @@ def _has_float(value: object) -> bool:
     """True when a float appears anywhere in ``value`` (fastjsonschema, like the JSON Schema
     spec, takes 1.0 as an integer; the auditor does not, so such documents take the slow
     path)."""
-    if isinstance(value, float):
+    kind = type(value)
+    if kind is float:
         return True
-    if isinstance(value, dict):
-        return any(_has_float(item) for item in value.values())
-    if isinstance(value, list):
-        return any(_has_float(item) for item in value)
+    if kind is dict:
+        items = value.values()  # type: ignore[attr-defined]
+    elif kind is list:
+        items = value
+    else:
+        return False
+    for item in items:  # type: ignore[attr-defined]
+        item_kind = type(item)
+        if item_kind is float or ((item_kind is dict or item_kind is list) and _has_float(item)):
+            return True
     return False
 
 

@@ -202,3 +202,24 @@ def test_findings_caps_make_the_audit_partial(tmp_path: Path) -> None:
     full = audit(root, tmp_path / "full")
     assert full["partial"] is False
     assert full["findings"]["total"] > summary["findings"]["total"]
+
+
+def test_element_lookup_matches_the_collectors_job_for() -> None:
+    from auditor._io import HashingReader
+    from auditor.collect.sacct import job_for, parse_sacct
+    from auditor.validate.checks import element_for
+    from tests.collect.test_sacct import REAL_ARGS
+
+    folder = SHARED / "real-evidence" / "sacct"
+    dumps = [EXAMPLE / "accounting" / "sacct-raw.psv"]
+    if folder.is_dir():
+        dumps += [folder / "reportseff__array_energy_jobidraw.psv",
+                  folder / "snakemake__pr2036_array_task_jobid_vs_jobidraw.psv"]
+    for path in dumps:
+        fields, delimiter = REAL_ARGS.get(path.name, (None, None))
+        with open(path, "rb") as handle:
+            dump = parse_sacct(HashingReader(handle), path.name,
+                               fields.split(",") if fields else None, delimiter)
+        for job in dump.jobs:
+            for key in filter(None, (job.job_id_raw, job.job_id, " " + job.job_id + " ")):
+                assert element_for(dump, key) is job_for(dump, key)

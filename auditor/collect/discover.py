@@ -31,6 +31,9 @@ class StudyLayout:
     sacct: str | None = None
     stray_pair_files: tuple[str, ...] = ()
     """Files under ``pairs/`` that are not ``period-<n>.json``."""
+    regular_files: frozenset[str] = frozenset()
+    """Files below attempt directories that are regular files reached through real
+    directories only (no link anywhere on the way): inside the root by construction."""
 
 
 def discover(root: Path) -> StudyLayout:
@@ -47,6 +50,7 @@ def discover(root: Path) -> StudyLayout:
                 stray.append(rel)
     attempt_dirs: list[str] = []
     attempt_files: dict[str, tuple[str, ...]] = {}
+    regular: set[str] = set()
     for top in _scandir_sorted(root):
         if top.name in ("pairs", "accounting") or not _is_real_dir(top):
             continue
@@ -54,7 +58,7 @@ def discover(root: Path) -> StudyLayout:
             if _is_real_dir(sub) and ATTEMPT_DIR_RE.match(sub.name):
                 rel_dir = f"{top.name}/{sub.name}"
                 attempt_dirs.append(rel_dir)
-                attempt_files[rel_dir] = tuple(_walk(root, Path(sub.path)))
+                attempt_files[rel_dir] = tuple(_walk(root, Path(sub.path), regular))
 
     def optional(rel: str) -> str | None:
         return rel if os.path.lexists(root / rel) else None
@@ -68,6 +72,7 @@ def discover(root: Path) -> StudyLayout:
         execution_commits=optional("execution_commits.json"),
         sacct=optional("accounting/sacct-raw.psv"),
         stray_pair_files=tuple(stray),
+        regular_files=frozenset(regular),
     )
 
 
@@ -86,17 +91,26 @@ def _scandir_sorted(path: Path) -> list[os.DirEntry[str]]:
         return []
 
 
-def _walk(root: Path, top: Path) -> list[str]:
-    """Every non-directory entry below ``top`` (links not followed), root-relative, sorted."""
+def _walk(root: Path, top: Path, regular: set[str] | None = None) -> list[str]:
+    """Every non-directory entry below ``top`` (links not followed), root-relative, sorted;
+    regular files are also added to ``regular``."""
     found: list[str] = []
-    stack = [top]
+    prefix = len(str(root)) + 1
+    stack = [str(top)]
     while stack:
         current = stack.pop()
-        for entry in _scandir_sorted(current):
+        for entry in _scandir_sorted(Path(current)):
             if _is_real_dir(entry):
-                stack.append(Path(entry.path))
-            else:
-                found.append(Path(entry.path).relative_to(root).as_posix())
+                stack.append(entry.path)
+                continue
+            rel = entry.path[prefix:].replace(os.sep, "/")
+            found.append(rel)
+            if regular is not None:
+                try:
+                    if entry.is_file(follow_symlinks=False):
+                        regular.add(rel)
+                except OSError:
+                    pass
     return sorted(found)
 
 

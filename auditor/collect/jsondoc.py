@@ -17,6 +17,7 @@ both treat only a Python ``int`` (never ``bool``, never ``1.0``) as an integer.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, BinaryIO
 
 import orjson
@@ -79,7 +80,7 @@ def load_json(
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as error:
         return None, [_invalid(path, str(error), data, error.lineno, error.pos)]
-    duplicates = _duplicate_keys(data)
+    duplicates = [] if _key_count(doc) == _key_tokens(data) else _duplicate_keys(data)
     if duplicates is None:
         return None, [_invalid(path, "nesting too deep to check for duplicate keys")]
     if duplicates:
@@ -116,6 +117,31 @@ def _invalid(
     return catalogue.finding(
         "AUD001", path, [Citation(path, line=line, quote=clip(quote, 80))], error=clip(error, 200)
     )
+
+
+_STRING_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"\s*(:)?')
+"""A JSON string token, and the colon that makes it a key. Outside strings JSON has no
+quote, and each match consumes a whole string, so matches stay aligned to tokens."""
+
+
+def _key_tokens(data: bytes) -> int:
+    """How many object keys the text spells out (repeats included)."""
+    return sum(1 for match in _STRING_TOKEN.finditer(data) if match.group(1) is not None)
+
+
+def _key_count(doc: object) -> int:
+    """How many keys the parsed document kept (a repeated key is kept once)."""
+    total = 0
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is dict:
+            total += len(node)  # type: ignore[arg-type]
+            stack.extend(v for v in node.values() if type(v) in (dict, list))  # type: ignore[attr-defined]
+        elif kind is list:
+            stack.extend(v for v in node if type(v) in (dict, list))  # type: ignore[attr-defined]
+    return total
 
 
 def _duplicate_keys(data: bytes) -> list[tuple[str, str]] | None:

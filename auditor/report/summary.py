@@ -6,6 +6,7 @@ time, no absolute paths), so two audits of the same evidence give the same bytes
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import orjson
@@ -44,6 +45,7 @@ def build_summary(result: AuditResult) -> dict[str, Any]:
     for verdict in reasoning.verdicts:
         counts[verdict.verdict.value] += 1
     by_subject = {a.subject: a for a in reasoning.attempts if a.counted}
+    attempts_per_subject = Counter(a.subject for a in reasoning.attempts)
     periods = []
     for verdict, facts in zip(reasoning.verdicts, reasoning.facts, strict=True):
         counted = by_subject.get(verdict.subject)
@@ -56,7 +58,7 @@ def build_summary(result: AuditResult) -> dict[str, Any]:
             "job_id": counted.job_id if counted else None,
             "verdict": verdict.verdict.value,
             "reason": verdict.reason,
-            "attempts": sum(1 for a in reasoning.attempts if a.subject == verdict.subject),
+            "attempts": attempts_per_subject[verdict.subject],
             "rule_ids": sorted({f.rule_id for f in verdict.findings}),
         })
     integrity = {"files_listed": 0, "verified": 0, "mismatched": 0, "missing": 0,

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from auditor.catalogue import finding
-from auditor.collect.sacct import job_for
 from auditor.model import Citation, Finding, SacctDump, SacctJob
 
 if TYPE_CHECKING:
@@ -44,10 +43,27 @@ def validate(collected: Collected, options: AuditOptions) -> list[Finding]:
 
 
 def element_for(sacct: SacctDump | None, job_id: str | None) -> SacctJob | None:
-    """The sacct allocation row of an attempt's actual job id."""
+    """The sacct allocation row of an attempt's actual job id (as ``job_for``, indexed once
+    per dump: audits look up every attempt, and a scan per look-up is quadratic)."""
     if sacct is None or not job_id:
         return None
-    return job_for(sacct, job_id)
+    cached = _INDEX.get(id(sacct))
+    if cached is None or cached[0] is not sacct:
+        by_raw: dict[str, SacctJob] = {}
+        by_id: dict[str, SacctJob] = {}
+        for job in sacct.jobs:
+            if job.job_id_raw is not None:
+                by_raw.setdefault(job.job_id_raw, job)
+            else:
+                by_id.setdefault(job.job_id, job)
+        _INDEX.clear()
+        cached = (sacct, by_raw, by_id)
+        _INDEX[id(sacct)] = cached
+    wanted = job_id.strip()
+    return cached[1].get(wanted) or cached[2].get(wanted)
+
+
+_INDEX: dict[int, tuple[SacctDump, dict[str, SacctJob], dict[str, SacctJob]]] = {}
 
 
 # ------------------------------------------------------------------ per period

@@ -29,18 +29,21 @@ class PathCheck:
     """Absolute path to open (``ok`` only)."""
 
 
-def join_relative(*parts: str) -> PurePosixPath | None:
-    """Join manifest path parts; None when any part is absolute or has a ``..`` part."""
-    joined = PurePosixPath()
+def join_text(*parts: str) -> str | None:
+    """Join manifest path parts into a normalised POSIX string (``a/./b//c`` -> ``a/b/c``);
+    None when any part is empty or absolute or has a ``..`` part. String operations only,
+    as it runs for every listed file."""
+    pieces: list[str] = []
     for part in parts:
         text = part.replace("\\", "/")
-        if not text or text.startswith("/") or (len(text) > 1 and text[1] == ":"):
+        if not text or text[0] == "/" or (len(text) > 1 and text[1] == ":"):
             return None
-        candidate = PurePosixPath(text)
-        if any(piece == ".." for piece in candidate.parts):
-            return None
-        joined = joined / candidate
-    return joined
+        for piece in text.split("/"):
+            if piece == "..":
+                return None
+            if piece and piece != ".":
+                pieces.append(piece)
+    return "/".join(pieces) if pieces else None
 
 
 def unsafe_reason(*parts: str) -> str:
@@ -56,16 +59,22 @@ def unsafe_reason(*parts: str) -> str:
     return "unsafe"
 
 
-def check_path(root: Path, *parts: str) -> PathCheck:
+def check_path(root: Path, *parts: str, known_regular: frozenset[str] = frozenset()
+               ) -> PathCheck:
     """Check the file at ``root / parts...`` without opening it.
 
-    ``root`` must already be resolved (absolute, links followed).
+    ``root`` must already be resolved (absolute, links followed). ``known_regular`` holds
+    root-relative paths the discovery walk saw as regular files reached through real
+    directories only (no link on the way): those are inside the root by construction
+    and need no resolving.
     """
-    relative = join_relative(*parts)
-    if relative is None:
+    display_text = join_text(*parts)
+    if display_text is None:
         return PathCheck("/".join(parts), "unsafe", unsafe_reason(*parts))
-    display = relative.as_posix()
-    target = root / relative
+    if display_text in known_regular:
+        return PathCheck(display_text, "ok", resolved=f"{root}/{display_text}")
+    display = display_text
+    target = root / display_text
     try:
         resolved = target.resolve(strict=True)
     except FileNotFoundError:

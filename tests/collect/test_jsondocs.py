@@ -127,10 +127,14 @@ def test_100k_deep_nesting_is_a_finding_not_a_crash(tmp_path: Path) -> None:
     assert doc is None and rules(findings) == ["AUD001"]
 
 
-def test_nesting_orjson_accepts_but_stdlib_cannot_check_is_aud001() -> None:
-    # Deep enough for the stdlib duplicate-key pass to hit the recursion limit.
+def test_deep_nesting_orjson_accepts_is_checked_by_counting_keys() -> None:
+    # Deep enough for a recursive (stdlib) duplicate-key pass to hit the recursion limit:
+    # the key count settles it without recursion.
     data = b'{"a":' * 1020 + b"1" + b"}" * 1020
     doc, findings = load_json(reader(data), "d.json")
+    assert doc is not None and findings == []
+    repeated = b'{"a":' * 1019 + b'{"b":1,"b":2}' + b"}" * 1019
+    doc, findings = load_json(reader(repeated), "d.json")
     assert doc is None
     assert messages(findings) == ["d.json: not valid JSON: nesting too deep to check for "
                                   "duplicate keys"]
