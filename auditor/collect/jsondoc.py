@@ -119,14 +119,14 @@ def _invalid(
     )
 
 
-_STRING_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"\s*(:)?')
+_STRING_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"\s*(:?)')
 """A JSON string token, and the colon that makes it a key. Outside strings JSON has no
 quote, and each match consumes a whole string, so matches stay aligned to tokens."""
 
 
 def _key_tokens(data: bytes) -> int:
     """How many object keys the text spells out (repeats included)."""
-    return sum(1 for match in _STRING_TOKEN.finditer(data) if match.group(1) is not None)
+    return _STRING_TOKEN.findall(data).count(b":")
 
 
 def _key_count(doc: object) -> int:

@@ -33,6 +33,9 @@ PHASE_WORDS = {"rollout_init": "rollout-initialization", "init_model": "model-in
                "actor_update": "actor-update", "weight_sync": "weight-synchronization",
                "rollout_generate": "rollout-generation"}
 MAX_FINDINGS_LISTED = 200
+MAX_NAMED_PERIODS = 500
+MAX_CITED_PERIODS = 50
+"""Periods whose citations a diagnosis group lists in full (the rest are in the tables)."""
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~\"'$])")
 
@@ -137,17 +140,17 @@ def _arrays(result: AuditResult) -> list[str]:
 
 def _headline(result: AuditResult, reasoning: Reasoning) -> str:
     elements = reasoning.accounting.elements
+    element_ids = {e.job_id for e in elements}
     ends = [(job.end, job) for job in (result.collected.sacct.jobs
                                        if result.collected.sacct else ())
-            if job.end is not None and any(e.job_id == job.job_id for e in elements)]
+            if job.end is not None and job.job_id in element_ids]
     last = max(ends, key=lambda item: item[0])[1] if ends else None
     date = f" — {utc_seconds(last.end)[:10]}" if last is not None else ""
     lines = [f"# Audit of {md_escape(_study(result))}{date}", ""]
     arrays = ", ".join(f"`{a}`" for a in _arrays(result)) or "(no array id recorded)"
     if elements:
-        states = Counter(
-            f"{e.state} {_exit_of(result, e.job_id)}".strip() for e in elements
-        )
+        exits = _exits(result)
+        states = Counter(f"{e.state} {exits.get(e.job_id, '')}".strip() for e in elements)
         if len(states) == 1:
             state = next(iter(states))
             every = ("The one array element" if len(elements) == 1 else
@@ -180,14 +183,13 @@ def _headline(result: AuditResult, reasoning: Reasoning) -> str:
     return "\n".join(lines)
 
 
-def _exit_of(result: AuditResult, job_id: str) -> str:
+def _exits(result: AuditResult) -> dict[str, str]:
+    """``exit:signal`` of every allocation row, by job id."""
     sacct = result.collected.sacct
     if sacct is None:
-        return ""
-    for job in sacct.jobs:
-        if job.job_id == job_id and job.exit_code is not None:
-            return f"{job.exit_code}:{job.signal if job.signal is not None else 0}"
-    return ""
+        return {}
+    return {job.job_id: f"{job.exit_code}:{job.signal if job.signal is not None else 0}"
+            for job in sacct.jobs if job.exit_code is not None}
 
 
 def _reconstruction(reasoning: Reasoning) -> str:
@@ -296,15 +298,22 @@ def _diagnosis(result: AuditResult, reasoning: Reasoning) -> str:
         elif kind == "failed":
             title += ": eligible failure"
         lines += ["", f"### {title}", ""]
-        lines.append("Applies to: " + ", ".join(
+        named = ", ".join(
             f"{md_escape(v.subject)} (job {md_escape(facts[v.subject].job_id or '?')})"
-            for v in members) + ".")
+            for v in members[:MAX_NAMED_PERIODS])
+        rest = len(members) - MAX_NAMED_PERIODS
+        lines.append(f"Applies to: {named}" + (f", and {rest} more (see `periods.parquet`)."
+                                               if rest > 0 else "."))
         lines += ["", _emphasise(md_escape(diagnosis, limit=4000)), ""]
         lines.append(f"**Limits.** {md_escape(limits, limit=4000)}")
         lines += ["", "Evidence cited (file: lines or JSON pointers, relative to the attempt "
                       "directory named first):", ""]
-        for verdict in members:
+        for verdict in members[:MAX_CITED_PERIODS]:
             lines.append(f"- {md_escape(verdict.subject)}: {_cite_group(verdict.citations)}")
+        if len(members) > MAX_CITED_PERIODS:
+            lines.append(f"- and {len(members) - MAX_CITED_PERIODS} more periods with the same "
+                         "diagnosis: their citations are in `periods.parquet` and "
+                         "`findings.parquet`")
     return "\n".join(lines)
 
 
