@@ -437,7 +437,8 @@ def _judge_period(
         subject, record.pair, record.period, kind,
         judgement.reason if kind is VerdictKind.UNRESOLVED else judgement.reason,
         " ".join(shows), " ".join(judgement.limits), tuple(judgement.decisive),
-        tuple(judgement.citations),
+        tuple(judgement.citations) or tuple(
+            cite for item in judgement.decisive for cite in item.citations),
     )
     return verdict, outcomes, produced
 
@@ -649,6 +650,10 @@ def _judge_attempt(
         return _Judgement("unresolved", word, [item], shows, limits, citations, exit_class)
     item = finding("AUD204", subject, list(exit_class.citations), detail=exit_class.detail)
     limits.append("An unclean exit without a protocol-listed failure is not a measurement.")
+    if completion.complete and log is not None and log.terminal_event is not None:
+        limits.append("The completion records and the terminal line suggest the training "
+                      "itself finished; only a clean exit (0, or a coordinated shutdown the "
+                      "rules excuse) resolves a period, so it stays unresolved.")
     word = "killed" if exit_class.kind in ("sigkill", "killed", "sigterm") else "unclean_exit"
     return _Judgement("unresolved", word, [item], shows, limits, citations, exit_class)
 

@@ -220,16 +220,23 @@ def _reconstruction(reasoning: Reasoning) -> str:
     text = "Final reconstruction: **" + "; ".join(pieces) + ".**"
     configs = reasoning.configurations
     resolved = [c for c in configs if c.status == "resolved"]
+    verb = "resolves" if len(resolved) == 1 else "resolve"
     text += (f" {number(len(resolved)).capitalize()} of {number(len(configs))} configurations "
-             "resolve")
+             f"{verb}")
     if resolved:
         kinds = {c.outcome for c in resolved}
         gpu_set = {c.gpus for c in resolved}
         if len(kinds) == 1 and len(gpu_set) == 1:
-            outcome_word = {"failed": "failures", "completed": "completions",
-                            "mixed": "mixed outcomes"}[next(iter(kinds)) or "mixed"]
-            every = "all" if len(resolved) > 2 else "both" if len(resolved) == 2 else "a"
-            text += f", {every} {next(iter(gpu_set))}-GPU {outcome_word}"
+            kind = next(iter(kinds)) or "mixed"
+            if len(resolved) == 1:
+                outcome_word = {"failed": "failure", "completed": "completion",
+                                "mixed": "mixed outcome"}[kind]
+                text += f", a {next(iter(gpu_set))}-GPU {outcome_word}"
+            else:
+                outcome_word = {"failed": "failures", "completed": "completions",
+                                "mixed": "mixed outcomes"}[kind]
+                every = "all" if len(resolved) > 2 else "both"
+                text += f", {every} {next(iter(gpu_set))}-GPU {outcome_word}"
         text += (". Evaluation is restricted to that resolved subset: "
                  + ", ".join(f"`{c.key}`" for c in resolved) + ".")
     else:
