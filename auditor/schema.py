@@ -227,7 +227,7 @@ def _has_float(value: object) -> bool:
         items = value
     else:
         return False
-    for item in items:  # type: ignore[attr-defined]
+    for item in items:
         item_kind = type(item)
         if item_kind is float or ((item_kind is dict or item_kind is list) and _has_float(item)):
             return True
