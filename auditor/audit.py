@@ -46,6 +46,8 @@ from auditor.model import (
 )
 from auditor.validate.paths import PathCheck, check_path, join_text
 
+CAP_SUMMARIES = frozenset({"AUD013", "AUD016"})
+"""Findings that report a cap: never themselves dropped by a cap."""
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -413,7 +415,7 @@ def apply_limits(findings: list[Finding], options: AuditOptions) -> tuple[tuple[
     order = {"error": 0, "warning": 1, "info": 2}
     for item in sorted(findings, key=lambda f: order[f.severity.value]):
         path = item.citations[0].path if item.citations else item.subject
-        if item.rule_id != "AUD013" and per_file[path] >= options.max_findings_per_file:
+        if item.rule_id not in CAP_SUMMARIES and per_file[path] >= options.max_findings_per_file:
             dropped_per_file[path] += 1
             continue
         per_file[path] += 1

@@ -251,6 +251,7 @@ def reason(collected: Collected, validation: list[Finding], options: AuditOption
         for cite in item.citations:
             by_path[cite.path].append(item)
     last_attempt_of_job = _last_attempt_per_job(collected)
+    known = {id(item) for item in all_findings}
     new_findings: list[Finding] = []
     verdicts: list[Verdict] = []
     outcomes: list[AttemptOutcome] = []
@@ -262,7 +263,10 @@ def reason(collected: Collected, validation: list[Finding], options: AuditOption
         )
         verdicts.append(verdict)
         outcomes.extend(period_outcomes)
-        new_findings.extend(produced)
+        for item in produced:  # decisive findings may be ones collection already reported
+            if id(item) not in known:
+                known.add(id(item))
+                new_findings.append(item)
         facts.append(_facts(period, protocol, period_outcomes))
         counted = next((o for o in period_outcomes if o.counted), None)
         trial = _counted_trial(period, counted)
@@ -426,7 +430,7 @@ def _judge_period(
                 gpu_seconds=f"{outcome.task_gpu_seconds:.6f}",
             ))
     attempt, judgement = judgements[counted_index]
-    produced.extend(f for f in judgement.decisive if f not in by_subject.get(subject, []))
+    produced.extend(judgement.decisive)
     kind = {"completed": VerdictKind.RESOLVED, "failed": VerdictKind.FAILED}.get(
         judgement.outcome, VerdictKind.UNRESOLVED)
     shows = list(judgement.shows)
@@ -595,7 +599,11 @@ def _judge_attempt(
         if completion.complete and log is not None and log.terminal_event is not None:
             limits.append("Completed calls and the terminal line show the run reached its "
                           "final step; they do not prove the optimizer changed parameters.")
-            return _Judgement("completed", "completed", [], shows, limits, citations,
+            decisive = []
+            if exit_class.kind == "coordinated_shutdown":
+                decisive.append(finding("AUD205", subject, list(exit_class.citations),
+                                        detail=exit_class.detail))
+            return _Judgement("completed", "completed", decisive, shows, limits, citations,
                               exit_class)
         if completion.complete:
             item = finding("AUD201", subject, [Citation(log.path if log else record.path)],

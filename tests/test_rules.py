@@ -1,0 +1,402 @@
+"""Every rule of the catalogue fires on the defect it names, and not on clean evidence.
+
+Each scenario starts from a clean generated study, plants one defect, audits it
+through ``main([...])`` and reads ``findings.parquet``. The clean study itself
+must fire none of the rules (except the informational ones its outcomes imply).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pandas as pd
+import pytest
+
+from auditor._cli import main
+from auditor.catalogue import RULES
+from tests.helpers import edit_json, edit_record, find, outcome_study, rewrite
+
+OUTCOMES = ["completed", "coordinated_shutdown", "rollout_init_oom", "terminal_missing"]
+CLEAN_FIRES = {"AUD201", "AUD203", "AUD205", "AUD211"}
+"""What the clean study's own outcomes legitimately produce."""
+
+Plant = Callable[[Path, Path], list[str]]
+SCENARIOS: dict[str, Plant] = {}
+
+
+def scenario(rule_id: str) -> Callable[[Plant], Plant]:
+    def register(plant: Plant) -> Plant:
+        SCENARIOS[rule_id] = plant
+        return plant
+    return register
+
+
+def _completed(root: Path, pattern: str) -> str:
+    return find(root, f"host-qwen25-7b-gsm8k-c2-s161-4gpu/attempt-*/{pattern}")
+
+
+def _record(root: Path, seed: int = 161) -> Path:
+    return root / f"pairs/host-qwen25-7b-gsm8k-c2-s{seed}/period-1.json"
+
+
+@scenario("AUD001")
+def _json_invalid(root: Path, tmp: Path) -> list[str]:
+    rewrite(root, _completed(root, "trial-*.json"), lambda b: b"{not json")
+    return []
+
+
+@scenario("AUD002")
+def _schema(root: Path, tmp: Path) -> list[str]:
+    edit_json(root, _completed(root, "trial-*.json"),
+              lambda d: d["invocation"].__setitem__("exit_code", "zero"))
+    return []
+
+
+@scenario("AUD003")
+def _jsonl_line(root: Path, tmp: Path) -> list[str]:
+    rewrite(root, _completed(root, "allocator-traces/*.jsonl"), lambda b: b"garbage\n" + b)
+    return []
+
+
+@scenario("AUD004")
+def _jsonl_truncated(root: Path, tmp: Path) -> list[str]:
+    rewrite(root, _completed(root, "allocator-traces/*.jsonl"), lambda b: b + b'{"pid": 1')
+    return []
+
+
+@scenario("AUD005")
+def _not_utf8(root: Path, tmp: Path) -> list[str]:
+    rewrite(root, _completed(root, "training-*.log"), lambda b: b"caf\xe9\n" + b)
+    return []
+
+
+@scenario("AUD006")
+def _nul(root: Path, tmp: Path) -> list[str]:
+    rewrite(root, _completed(root, "training-*.log"), lambda b: b"a\x00b\n" + b)
+    return []
+
+
+@scenario("AUD007")
+def _clipped(root: Path, tmp: Path) -> list[str]:
+    rewrite(root, _completed(root, "training-*.log"), lambda b: b"x" * 200_000 + b"\n" + b)
+    return []
+
+
+@scenario("AUD008")
+def _sacct_row(root: Path, tmp: Path) -> list[str]:
+    rewrite(root, "accounting/sacct-raw.psv", lambda b: b + b"7000000_9|x|y\n",
+            update_manifest=False)
+    return []
+
+
+@scenario("AUD009")
+def _sacct_refused(root: Path, tmp: Path) -> list[str]:
+    (root / "accounting/sacct-raw.psv").write_text(
+        "JobID           JobName  State\n------------ ---------- ----------\n"
+        "123              job     COMPLETED\n")
+    return []
+
+
+@scenario("AUD010")
+def _empty(root: Path, tmp: Path) -> list[str]:
+    rewrite(root, _completed(root, "allocator-traces/*.jsonl"), lambda b: b"")
+    return []
+
+
+@scenario("AUD011")
+def _record_unreadable(root: Path, tmp: Path) -> list[str]:
+    _record(root).write_bytes(b"{")
+    return []
+
+
+@scenario("AUD012")
+def _too_large(root: Path, tmp: Path) -> list[str]:
+    rewrite(root, _completed(root, "device-evidence/*.json"),
+            lambda b: b[:-1] + b', "pad": "' + b"x" * (17 << 20) + b'"}')
+    return []
+
+
+@scenario("AUD013")
+def _capped(root: Path, tmp: Path) -> list[str]:
+    rewrite(root, _completed(root, "allocator-traces/*.jsonl"), lambda b: b"bad\n" * 5 + b)
+    return ["--max-findings-per-file", "2"]
+
+
+@scenario("AUD014")
+def _protocol(root: Path, tmp: Path) -> list[str]:
+    protocol = orjson.loads((root / "protocol.json").read_bytes())
+    protocol["terminal_event"] = {"pattern": "step:(unclosed"}
+    (root / "protocol.json").write_bytes(orjson.dumps(protocol))
+    return []
+
+
+@scenario("AUD015")
+def _path_mismatch(root: Path, tmp: Path) -> list[str]:
+    edit_record(_record(root), lambda r: r.__setitem__("period", 7))
+    return []
+
+
+@scenario("AUD016")
+def _phases_capped(root: Path, tmp: Path) -> list[str]:
+    from auditor.collect.allocator_trace import PHASES_CAP
+
+    def many(data: bytes) -> bytes:
+        first = data.splitlines()[0]
+        return b"\n".join([first] * (PHASES_CAP + 10)) + b"\n" + data
+
+    rewrite(root, _completed(root, "allocator-traces/*.jsonl"), many)
+    return []
+
+
+@scenario("AUD101")
+def _missing(root: Path, tmp: Path) -> list[str]:
+    (root / _completed(root, "device-evidence/*.json")).unlink()
+    return []
+
+
+@scenario("AUD102")
+def _mismatch(root: Path, tmp: Path) -> list[str]:
+    rewrite(root, _completed(root, "training-*.log"), lambda b: b + b"\n",
+            update_manifest=False)
+    return []
+
+
+@scenario("AUD103")
+def _unsafe(root: Path, tmp: Path) -> list[str]:
+    edit_record(_record(root), lambda r: r["evidence"][0].__setitem__("path", "../../x"))
+    return []
+
+
+@scenario("AUD104")
+def _unreadable(root: Path, tmp: Path) -> list[str]:
+    rel = _completed(root, "training-*.log")
+    (root / rel).unlink()
+    (root / rel).mkdir()
+    return []
+
+
+@scenario("AUD105")
+def _unlisted(root: Path, tmp: Path) -> list[str]:
+    (root / _completed(root, "trial-*.json")).with_name("stray.txt").write_text("x")
+    return []
+
+
+@scenario("AUD106")
+def _orphan(root: Path, tmp: Path) -> list[str]:
+    orphan = root / "host-qwen25-7b-gsm8k-c2-s161-4gpu" / "attempt-1"
+    orphan.mkdir()
+    (orphan / "trial-1.json").write_text("{}")
+    return []
+
+
+@scenario("AUD107")
+def _kind_missing(root: Path, tmp: Path) -> list[str]:
+    edit_record(_record(root), lambda r: r.__setitem__(
+        "evidence", [e for e in r["evidence"] if e["kind"] != "training_log"]))
+    return []
+
+
+@scenario("AUD110")
+def _identity(root: Path, tmp: Path) -> list[str]:
+    edit_json(root, _completed(root, "device-evidence/worker-*-1-*.json"),
+              lambda d: d.__setitem__("rank", 0))
+    return []
+
+
+@scenario("AUD111")
+def _job_id(root: Path, tmp: Path) -> list[str]:
+    edit_json(root, _completed(root, "trial-*.json"), lambda d: d.__setitem__("job_id", "42"))
+    return []
+
+
+@scenario("AUD112")
+def _trial_period(root: Path, tmp: Path) -> list[str]:
+    edit_json(root, _completed(root, "trial-*.json"), lambda d: d.__setitem__("gpus", 8))
+    return []
+
+
+@scenario("AUD113")
+def _shared_gpu(root: Path, tmp: Path) -> list[str]:
+    devices = sorted((root / "host-qwen25-7b-gsm8k-c2-s161-4gpu").glob(
+        "attempt-*/device-evidence/*.json"))
+    uuid = orjson.loads(devices[0].read_bytes())["gpu"]["uuid"]
+    edit_json(root, devices[1].relative_to(root).as_posix(),
+              lambda d: d["gpu"].__setitem__("uuid", uuid))
+    return []
+
+
+@scenario("AUD114")
+def _worker_count(root: Path, tmp: Path) -> list[str]:
+    edit_record(_record(root), lambda r: r.__setitem__("gpus", 8))
+    return []
+
+
+@scenario("AUD115")
+def _disorder(root: Path, tmp: Path) -> list[str]:
+    def swap(data: bytes) -> bytes:
+        lines = data.splitlines(keepends=True)
+        return b"".join([lines[1], lines[0], *lines[2:]])
+
+    rewrite(root, _completed(root, "allocator-traces/*.jsonl"), swap)
+    return []
+
+
+@scenario("AUD116")
+def _outside_invocation(root: Path, tmp: Path) -> list[str]:
+    edit_json(root, _completed(root, "trial-*.json"), lambda d: d["invocation"].__setitem__(
+        "started_ns", d["invocation"]["finished_ns"] - 1))
+    return []
+
+
+@scenario("AUD117")
+def _outside_allocation(root: Path, tmp: Path) -> list[str]:
+    edit_json(root, _completed(root, "trial-*.json"), lambda d: d["invocation"].__setitem__(
+        "finished_ns", d["invocation"]["finished_ns"] + 10**13))
+    return []
+
+
+@scenario("AUD118")
+def _idle(root: Path, tmp: Path) -> list[str]:
+    edit_record(_record(root), lambda r: r["idle_check"].__setitem__("passed", False))
+    return []
+
+
+@scenario("AUD119")
+def _no_sacct_row(root: Path, tmp: Path) -> list[str]:
+    rewrite(root, "accounting/sacct-raw.psv",
+            lambda b: b"".join(line for line in b.splitlines(keepends=True)
+                               if b"|7000001" not in line), update_manifest=False)
+    return []
+
+
+@scenario("AUD120")
+def _anchor(root: Path, tmp: Path) -> list[str]:
+    frozen = tmp / "freeze.json"
+    frozen.write_text("{}")
+    return ["--anchor", f"freeze={'0' * 64}", "--protocol-input", f"freeze={frozen}"]
+
+
+@scenario("AUD121")
+def _commit(root: Path, tmp: Path) -> list[str]:
+    edit_record(_record(root), lambda r: r.__setitem__("commit", "f" * 40))
+    return []
+
+
+@scenario("AUD122")
+def _source(root: Path, tmp: Path) -> list[str]:
+    return ["--source-root", str(tmp), "--source", "nowhere.py"]
+
+
+@scenario("AUD202")
+def _completion_missing(root: Path, tmp: Path) -> list[str]:
+    rewrite(root, _completed(root, "allocator-traces/*.jsonl"),
+            lambda b: b"".join(line for line in b.splitlines(keepends=True)
+                               if b'"actor_update"' not in line))
+    return []
+
+
+@scenario("AUD204")
+def _unclean(root: Path, tmp: Path) -> list[str]:
+    edit_json(root, _completed(root, "trial-*.json"),
+              lambda d: d["invocation"].__setitem__("exit_code", 1))
+    return []
+
+
+@scenario("AUD206")
+def _cancelled(root: Path, tmp: Path) -> list[str]:
+    edit_json(root, _completed(root, "trial-*.json"),
+              lambda d: d["invocation"].update(exit_code=143, received_signal="SIGTERM"))
+    return []
+
+
+@scenario("AUD207")
+def _time_limit(root: Path, tmp: Path) -> list[str]:
+    edit_json(root, _completed(root, "trial-*.json"),
+              lambda d: d["invocation"].update(exit_code=143, received_signal="SIGUSR1"))
+    return []
+
+
+def _sacct_state(state: str) -> Plant:
+    def plant(root: Path, tmp: Path) -> list[str]:
+        edit_json(root, _completed(root, "trial-*.json"),
+                  lambda d: d["invocation"].__setitem__("exit_code", 1))
+        rewrite(root, "accounting/sacct-raw.psv",
+                lambda b: b.replace(b"|COMPLETED|0:0|", f"|{state}|1:0|".encode(), 1),
+                update_manifest=False)
+        return []
+    return plant
+
+
+SCENARIOS["AUD208"] = _sacct_state("NODE_FAIL")
+SCENARIOS["AUD209"] = _sacct_state("OUT_OF_MEMORY")
+
+
+@scenario("AUD210")
+def _partial(root: Path, tmp: Path) -> list[str]:
+    rewrite(root, "accounting/sacct-raw.psv",
+            lambda b: b.replace(b"|COMPLETED|0:0|", b"|RUNNING|0:0|", 1), update_manifest=False)
+    return []
+
+
+@scenario("AUD212")
+def _wasted(root: Path, tmp: Path) -> list[str]:
+    shutil.rmtree(root)
+    outcome_study(root, ["retried"])
+    return []
+
+
+@scenario("AUD213")
+def _uncovered(root: Path, tmp: Path) -> list[str]:
+    protocol = orjson.loads((root / "protocol.json").read_bytes())
+    protocol["configurations"].append({"workload": "math", "gpus": 8, "seeds": [1]})
+    (root / "protocol.json").write_bytes(orjson.dumps(protocol))
+    return []
+
+
+@scenario("AUD214")
+def _no_attempt(root: Path, tmp: Path) -> list[str]:
+    def empty(record: dict) -> None:
+        for key in ("job_id", "attempt_dir", "workers", "evidence"):
+            record.pop(key)
+        record["attempts"] = []
+
+    edit_record(_record(root), empty)
+    return []
+
+
+@scenario("AUD215")
+def _waived(root: Path, tmp: Path) -> list[str]:
+    return ["--waive", "AUD201:host-qwen25-7b-gsm8k-c2-s164/period-1", "--reason", "checked"]
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return outcome_study(tmp_path_factory.mktemp("rules") / "study", OUTCOMES)
+
+
+def _fired(root: Path, out: Path, extra: list[str]) -> set[str]:
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots", *extra]) == 0
+    findings = pd.read_parquet(out / "findings.parquet")
+    repeated = findings[findings.duplicated(["rule_id", "subject", "message", "path", "line"])]
+    assert repeated.empty, f"reported twice: {repeated['message'].tolist()[:3]}"
+    return set(findings["rule_id"])
+
+
+def test_clean_study_fires_only_what_its_outcomes_imply(clean: Path, tmp_path: Path) -> None:
+    assert _fired(clean, tmp_path / "out", []) == CLEAN_FIRES
+
+
+def test_every_rule_has_a_scenario() -> None:
+    informational = CLEAN_FIRES  # fired by the clean study itself (see the test above)
+    assert set(RULES) - informational == set(SCENARIOS)
+
+
+@pytest.mark.parametrize("rule_id", sorted(SCENARIOS))
+def test_rule_fires_on_its_defect(clean: Path, tmp_path: Path, rule_id: str) -> None:
+    root = tmp_path / "study"
+    shutil.copytree(clean, root)
+    extra = SCENARIOS[rule_id](root, tmp_path)
+    assert rule_id in _fired(root, tmp_path / "out", extra)
