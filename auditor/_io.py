@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from auditor.model import FileDigest
 
@@ -59,9 +58,8 @@ class HashingReader:
         return FileDigest(self._hash.hexdigest(), self._size)
 
 
-@dataclass(frozen=True, slots=True)
-class Line:
-    """One physical line as the scanner saw it."""
+class Line(NamedTuple):
+    """One physical line as the scanner saw it (a tuple: cheap to make per line)."""
 
     number: int
     """1-based."""

@@ -10,10 +10,16 @@ timeouts, ``slurmstepd`` cancellation lines, or a coordinated shutdown.
 
 What real logs look like, and how this module copes:
 
-- Logs can be gigabytes. The file is read once through :func:`auditor._io.iter_lines`
-  (bounded memory: one chunk plus one clipped line). Each raw line is first tested
-  with one cheap bytes prefilter (a literal alternation); only lines that could
-  matter are decoded (UTF-8 with replacement) and examined with regular expressions.
+- Logs can be gigabytes. The file is read once, in chunks of
+  :data:`auditor._io.CHUNK_SIZE` bytes (bounded memory: one chunk plus one clipped
+  line), and never split into lines in Python: each block of complete lines is
+  searched for a few trigger words with ``bytes.rfind`` (C speed; a regular
+  expression alternation is 30x slower), and only the lines holding one are
+  decoded (UTF-8 with replacement) and examined with regular expressions. Line
+  numbers are counted with ``bytes.count``; UTF-8 is validated per 16 kB piece
+  (``isascii`` first); lines longer than ``max_line`` are found by looking for a
+  newline in every ``max_line`` bytes. While a traceback waits for its exception
+  line, lines are examined one by one.
 - Ray prefixes every worker line with ``(TaskRunner pid=1) ``, ``(WorkerDict pid=2,
   ip=10.0.0.7) ``, ``(wiQkzJWorkerDict_0:0 WorkerDict pid=3) ``, ``(raylet) ``...,
   often wrapped in ANSI colour codes; torch adds ``[rank0]:``, vLLM its logger
@@ -44,7 +50,7 @@ from collections import deque
 from typing import BinaryIO
 
 from auditor import catalogue
-from auditor._io import DEFAULT_MAX_LINE, HashingReader, clip, iter_lines
+from auditor._io import CHUNK_SIZE, DEFAULT_MAX_LINE, HashingReader, clip
 from auditor.model import Citation, Finding, LogEvent, TrainingLogScan
 
 __all__ = ["scan_training_log"]
@@ -64,16 +70,56 @@ TRACEBACK_HORIZON = 1000
 TRACEBACK_KEYS = 64
 """Most processes with an unfinished traceback tracked at once."""
 
-# One regex of a few short literals, run on the raw bytes of every line: a line
-# none of these occur in cannot produce any event (or finding but AUD005/AUD007),
-# so it is never decoded. The cost of an alternation grows with its branches (a
-# character class costs 3-4x more), so each branch covers several texts:
-# "rror" Error/error, "emory" every out-of-memory and KV-cache message, "NCCL"
-# the watchdog (WorkNCCL, ProcessGroupNCCL), "hut"/"HUT" shutdown, shutting,
-# COSMOS_SHUTDOWN_*. Each detector below re-checks its own exact text.
-_TRIGGER = re.compile(
-    rb"step:|rror|xception|emory|oom|NCCL|CANCELLED|hut|HUT|Traceback|File \"|\x00"
+# A few short literals looked for in the raw bytes: a line none of these occur in
+# is never decoded nor examined (it cannot produce any event, nor a finding but
+# AUD005/AUD007). Each word covers several texts: "rror" Error/error, "emory" every
+# out-of-memory and KV-cache message, "NCCL" the watchdog (WorkNCCL,
+# ProcessGroupNCCL), "hut"/"HUT" shutdown, shutting, COSMOS_SHUTDOWN_*. Each
+# detector below re-checks its own exact text. Every word costs about one
+# ``rfind`` pass over each chunk (a regex alternation of them is 30x slower), so
+# the list is kept short.
+_TRIGGER_WORDS = (
+    b"step:", b"rror", b"xception", b"emory", b"oom", b"NCCL", b"CANCELLED",
+    b"hut", b"HUT", b"Traceback", b'File "', b"\x00",
+)  # fmt: skip
+_TRIGGER = re.compile(b"|".join(re.escape(word) for word in _TRIGGER_WORDS))
+"""The trigger words as one regex (matches the same lines)."""
+
+# How :func:`_hit_lines` looks for each word. "step:" first: in verl logs its lines
+# are half the bytes, and the other words are only looked for between the long ones.
+# Words with a byte that is rare in logs are found from that byte (``memrchr``,
+# 20x faster than a word search) while it stays rare.
+_STEP_WORD = b"step:"
+_ANCHORED_WORDS = (  # (word, rare byte, offsets of that byte in the word)
+    (b"CANCELLED", b"E", (7, 4)),
+    (b"HUT", b"H", (0,)),
+    (b'File "', b'"', (5,)),
 )
+_SEARCHED_WORDS = (b"rror", b"xception", b"emory", b"oom", b"hut", b"Traceback", b"\x00")
+HIT_BLOCK = 1 << 18
+"""Bytes of complete lines searched at once (the line starts found take memory)."""
+ANCHOR_BUDGET = 128
+"""Occurrences of a rare byte checked per block before its word is searched instead..."""
+ANCHOR_PAUSE = 32
+"""... in this many blocks (then the byte is tried again)."""
+SPLIT_AROUND = 1024
+"""Hit lines at least this long are left out of the search for the other words."""
+
+# A line whose only trigger word is "NCCL" (NCCL_DEBUG=INFO prints thousands, and
+# "NCCL version ...") can produce an event only through a text holding one of these:
+# every other event needs a text holding another trigger word, but the NCCL timeout
+# texts, a KV-cache message naming neither "Error" nor "memory" ("cache"), and a
+# shutdown gated on "olicy". Such a line is skipped (it changes nothing when
+# examined) unless it holds one of these or ESC: removing an ANSI code may join a
+# word (``em\x1b[0mory``).
+_NCCL_ONLY_WORDS = (
+    b"ache", b"atchdog", b"eartbeat", b"NCCL work", b"NCCL operations",
+    b"ProcessGroupNCCL", b"olicy", b"OLICY",
+)  # fmt: skip
+_NCCL_ONLY_MATTERS = re.compile(b"|".join(re.escape(word) for word in _NCCL_ONLY_WORDS))
+
+UTF8_PIECE = 1 << 14
+"""Bytes validated as UTF-8 at once (pieces of ASCII lines are skipped with ``isascii``)."""
 
 _ANSI = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor movement (tqdm)
@@ -96,14 +142,22 @@ _OTHER_PREFIX = re.compile(
     r"\[?[\w./-]+:\d+\] ?"  # vLLM logger
     r"|[\w.-]+ +\| "  # docker compose service
 )
+_PREFIX = re.compile(f"(?P<process>{_PROCESS_PREFIX.pattern})|{_OTHER_PREFIX.pattern}")
+"""Either prefix, the process one first (one match per prefix instead of two)."""
 
 # Patterns run on decoded lines start with a literal where they can: the regex
 # engine then finds candidates with a fast substring search, where a leading
 # lookbehind or alternation makes it try every position (100x slower on the
 # 3 kB metric lines verl prints once per step).
+#
+# A key is ``step:`` (or ``training/global_step:``) not preceded by a character of a
+# longer key name (``global_step:``, ``timing_s/step:``, ``val-step:``): the lookbehind
+# comes after the literal so the engine still searches for the literal first.
 _VALUE = r"(?:np\.[a-z]+\d*\(\s*)?(\d{1,18})(?:\.(\d*))?\)?(?![\w.])"
-_STEP_KEY = re.compile(r"step:\s*" + _VALUE)
-_GLOBAL_STEP_KEY = re.compile(r"training/global_step:\s*" + _VALUE)
+_STEP_KEY = re.compile(r"step:(?<![\w/.\-]step:)\s*" + _VALUE)
+_GLOBAL_STEP_KEY = re.compile(
+    r"training/global_step:(?<![\w/.\-]training/global_step:)\s*" + _VALUE
+)
 _LEGACY_STEP_LINE = re.compile(r"\s*step:\s*" + _VALUE)
 _STEP_VALUE = re.compile(r"\s*(?:np\.[a-z]+\d*\(\s*)?([+-]?\d{1,18})(?:\.(\d*))?\s*\)?\s*")
 
@@ -204,52 +258,287 @@ def scan_training_log(
         raise ValueError(f"max_line must be >= 1, not {max_line}")
     custom = _compile_pattern(pattern) if pattern is not None else None
     scanner = _Scanner(path, expected_steps, custom, max_events)
-
-    trigger = _TRIGGER.search
-    examine = scanner.examine
-    examine_all = custom is not None
-    nul_line: int | None = None
-    utf8_line: int | None = None
-    utf8_quote = nul_quote = ""
-    clipped: tuple[int, int] | None = None
-    lines = 0
-    for line in iter_lines(stream, max_line):
-        data = line.data
-        lines = line.number
-        if utf8_line is None and not data.isascii():
-            bad = _utf8_error_offset(data, line.length > len(data))
-            if bad is not None:
-                utf8_line = lines
-                utf8_quote = _quote(data, bad)
-        if clipped is None and line.length > len(data):
-            clipped = (lines, line.length)
-        if examine_all or scanner.open_tracebacks or trigger(data) is not None:
-            if nul_line is None and b"\x00" in data:  # NUL is one of the triggers
-                nul_line = lines
-                nul_quote = _quote(data, data.index(b"\x00"))
-            examine(lines, data)
+    reader = _Reader(scanner, max_line, examine_all=custom is not None)
+    reader.read(stream)
 
     findings: list[Finding] = []
-    if utf8_line is not None:
+    if reader.utf8 is not None:
+        line, quote = reader.utf8
+        findings.append(catalogue.finding("AUD005", path, [Citation(path, line, quote=quote)]))
+    if reader.nul is not None:
+        line, quote = reader.nul
+        findings.append(catalogue.finding("AUD006", path, [Citation(path, line, quote=quote)]))
+    if reader.clipped is not None:
+        line, length = reader.clipped
         findings.append(
-            catalogue.finding("AUD005", path, [Citation(path, utf8_line, quote=utf8_quote)])
-        )
-    if nul_line is not None:
-        findings.append(
-            catalogue.finding("AUD006", path, [Citation(path, nul_line, quote=nul_quote)])
-        )
-    if clipped is not None:
-        findings.append(
-            catalogue.finding(
-                "AUD007",
-                path,
-                [Citation(path, clipped[0])],
-                length=clipped[1],
-                limit=max_line,
-            )
+            catalogue.finding("AUD007", path, [Citation(path, line)], length=length, limit=max_line)
         )
     findings.sort(key=lambda found: (found.citations[0].line or 0, found.rule_id))
-    return scanner.result(lines, tuple(findings))
+    return scanner.result(reader.lines, tuple(findings))
+
+
+class _Reader:
+    """Feeds a stream's lines to a :class:`_Scanner`, a chunk at a time, and notes the
+    file-level facts (first invalid UTF-8, first NUL, first clipped line).
+
+    A line is what :func:`auditor._io.iter_lines` yields: the bytes before a ``\\n``
+    (a trailing ``\\r`` removed unless the line is clipped or is a final line without
+    a newline), clipped to ``max_line`` bytes. Lines are examined when the plain
+    line-by-line loop would examine them: every line under a custom pattern or while
+    a traceback is open, else the lines holding a trigger word (but those holding
+    only "NCCL" that cannot matter, see :data:`_NCCL_ONLY_WORDS`).
+    """
+
+    def __init__(self, scanner: _Scanner, max_line: int, examine_all: bool) -> None:
+        self.scanner = scanner
+        self.max_line = max_line
+        self.examine_all = examine_all
+        self.lines = 0
+        """Lines read so far (the number of the last one)."""
+        self.utf8: tuple[int, str] | None = None
+        """(line, quote) of the first line that is not UTF-8."""
+        self.nul: tuple[int, str] | None = None
+        """(line, quote) of the first examined line holding NUL (every such line is)."""
+        self.clipped: tuple[int, int] | None = None
+        """(line, full length) of the first line longer than ``max_line``."""
+        self.paused = [0] * len(_ANCHORED_WORDS)
+        """See :func:`_hit_lines`."""
+
+    def read(self, stream: BinaryIO | HashingReader) -> None:
+        """Read ``stream`` to its end."""
+        max_line = self.max_line
+        carry = b""  # the kept start (at most max_line bytes) of an unfinished line
+        carry_length = 0  # that line's full length so far
+        while chunk := stream.read(CHUNK_SIZE):
+            first = chunk.find(b"\n")
+            if first < 0:  # the whole chunk continues one line
+                if len(carry) < max_line:
+                    carry += chunk[: max_line - len(carry)]
+                carry_length += len(chunk)
+                continue
+            start = 0
+            if carry_length:
+                if len(carry) < max_line:
+                    carry += chunk[: min(first, max_line - len(carry))]
+                self._line(carry, carry_length + first, terminated=True)
+                carry, carry_length, start = b"", 0, first + 1
+            last = chunk.rfind(b"\n")
+            if start <= last:
+                self._block(chunk, start, last + 1)
+            if last + 1 < len(chunk):
+                carry = chunk[last + 1 : last + 1 + max_line]
+                carry_length = len(chunk) - last - 1
+        if carry_length:
+            self._line(carry, carry_length, terminated=False)
+
+    def _line(self, data: bytes, length: int, terminated: bool) -> None:
+        """One line given on its own: spanning chunks, longer than ``max_line``, or last."""
+        self.lines += 1
+        number = self.lines
+        if terminated and length == len(data) and data.endswith(b"\r"):
+            data = data[:-1]
+            length -= 1
+        clipped = length > len(data)
+        if self.utf8 is None and not data.isascii():
+            bad = _utf8_error_offset(data, clipped)
+            if bad is not None:
+                self.utf8 = (number, _quote(data, bad))
+        if clipped and self.clipped is None:
+            self.clipped = (number, length)
+        if (
+            self.examine_all
+            or self.scanner.open_tracebacks
+            or any(word in data for word in _TRIGGER_WORDS)
+        ):
+            self._examine(number, data)
+
+    def _block(self, chunk: bytes, start: int, end: int) -> None:
+        """The complete lines in ``chunk[start:end]`` (which ends with a newline)."""
+        max_line = self.max_line
+        rfind = chunk.rfind
+        while start < end:
+            # Find the next line longer than max_line: one starting at ``cursor`` is
+            # iff no newline lies in the max_line + 1 bytes from it; all lines starting
+            # before the last newline in that window are shorter.
+            cursor = start
+            long_line = -1
+            while end - cursor > max_line + 1:
+                newline = rfind(b"\n", cursor, cursor + max_line + 1)
+                if newline < 0:
+                    long_line = cursor
+                    break
+                cursor = newline + 1
+            if long_line < 0:
+                self._run(chunk, start, end)
+                return
+            if start < long_line:
+                self._run(chunk, start, long_line)
+            newline = chunk.find(b"\n", long_line)
+            self._line(
+                chunk[long_line : long_line + max_line], newline - long_line, terminated=True
+            )
+            start = newline + 1
+
+    def _run(self, chunk: bytes, start: int, end: int) -> None:
+        """Complete lines in ``chunk[start:end]``, none longer than ``max_line``."""
+        if self.utf8 is None and not chunk.isascii():
+            self._check_utf8(chunk, start, end)
+        number = self.lines + 1  # the number of the line starting at ``position``
+        if self.examine_all:
+            self.lines = self._each_line(chunk, start, end, number)[1] - 1
+            return
+        scanner = self.scanner
+        examine = scanner.examine
+        find = chunk.find
+        count = chunk.count
+        position = start
+        while position < end:
+            if scanner.open_tracebacks:
+                position, number = self._each_line(chunk, position, end, number)
+                continue
+            stop = end  # searched at once: bounds the memory the hits take
+            if end - position > HIT_BLOCK:
+                stop = find(b"\n", position + HIT_BLOCK - 1, end) + 1
+            for line_start in _hit_lines(chunk, position, stop, self.paused):
+                if line_start < position:
+                    continue
+                number += count(b"\n", position, line_start)
+                position = find(b"\n", line_start)
+                data = chunk[line_start:position]
+                if data.endswith(b"\r"):
+                    data = data[:-1]
+                if self.nul is None and b"\x00" in data:  # NUL is a trigger word
+                    self.nul = (number, _quote(data, data.index(b"\x00")))
+                examine(number, data)
+                position += 1
+                number += 1
+                if scanner.open_tracebacks:  # may go on past ``stop``
+                    position, number = self._each_line(chunk, position, end, number)
+            if position < stop:
+                number += count(b"\n", position, stop)
+                position = stop
+        self.lines = number - 1
+
+    def _each_line(self, chunk: bytes, position: int, end: int, number: int) -> tuple[int, int]:
+        """Examine every line from ``position`` (line ``number``) on: to ``end``, or while
+        a traceback is open when no custom pattern is set. Returns the next position
+        and line number."""
+        scanner = self.scanner
+        find = chunk.find
+        examine_all = self.examine_all
+        while position < end and (examine_all or scanner.open_tracebacks):
+            newline = find(b"\n", position)
+            self._examine(number, _line_bytes(chunk, position, newline))
+            position = newline + 1
+            number += 1
+        return position, number
+
+    def _examine(self, number: int, data: bytes) -> None:
+        if self.nul is None and b"\x00" in data:  # NUL is one of the trigger words
+            self.nul = (number, _quote(data, data.index(b"\x00")))
+        self.scanner.examine(number, data)
+
+    def _check_utf8(self, chunk: bytes, start: int, end: int) -> None:
+        """Note the first line of ``chunk[start:end]`` (complete lines) that is not UTF-8."""
+        piece_start = start
+        while piece_start < end:
+            piece_end = end
+            if end - piece_start > UTF8_PIECE:
+                piece_end = chunk.find(b"\n", piece_start + UTF8_PIECE - 1, end) + 1
+            piece = chunk[piece_start:piece_end]
+            if not piece.isascii():
+                try:
+                    piece.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    offset = piece_start + exc.start
+                    line_start = chunk.rfind(b"\n", start, offset) + 1 or start
+                    data = _line_bytes(chunk, line_start, chunk.find(b"\n", offset))
+                    number = self.lines + 1 + chunk.count(b"\n", start, line_start)
+                    bad = _utf8_error_offset(data, clipped=False)
+                    self.utf8 = (number, _quote(data, offset - line_start if bad is None else bad))
+                    return
+            piece_start = piece_end
+
+
+def _line_bytes(chunk: bytes, start: int, newline: int) -> bytes:
+    """The line ``chunk[start:newline]`` without a trailing ``\\r``."""
+    if newline > start and chunk[newline - 1] == 13:  # b"\r"
+        return chunk[start : newline - 1]
+    return chunk[start:newline]
+
+
+def _hit_lines(chunk: bytes, start: int, end: int, paused: list[int]) -> list[int]:
+    """Starts of the lines in ``chunk[start:end]`` (complete lines) that must be examined:
+    those holding a trigger word, but a line holding only "NCCL" when it cannot matter.
+
+    Each word is searched backwards (``rfind`` is about twice as fast as ``find``),
+    jumping to the start of each line it is found in. ``paused`` counts, for each of
+    :data:`_ANCHORED_WORDS`, the blocks left in which its byte is not used (updated).
+    """
+    rfind = chunk.rfind
+    find = chunk.find
+    starts: set[int] = set()
+    add = starts.add
+    spans: list[tuple[int, int]] = []  # where the other words are looked for
+    span_end = high = end
+    floor = start - 1 if start else 0  # so rfind finds the newline before ``start``
+    while (found := rfind(_STEP_WORD, start, high)) >= 0:
+        high = rfind(b"\n", floor, found) + 1
+        add(high)
+        newline = find(b"\n", found)
+        if newline - high >= SPLIT_AROUND:
+            if newline + 1 < span_end:
+                spans.append((newline + 1, span_end))
+            span_end = high
+    if start < span_end:
+        spans.append((start, span_end))
+
+    for index, (word, anchor, offsets) in enumerate(_ANCHORED_WORDS):
+        probing = not paused[index]
+        budget = ANCHOR_BUDGET if probing else 0
+        if not probing:
+            paused[index] -= 1
+        for low, high in spans:
+            floor = low - 1 if low else 0
+            while budget and (found := rfind(anchor, low, high)) >= 0:
+                budget -= 1
+                high = found
+                for offset in offsets:
+                    at = found - offset
+                    if at >= low and chunk.startswith(word, at):
+                        high = rfind(b"\n", floor, found) + 1
+                        add(high)
+                        break
+            if not budget:  # the byte is not rare here
+                while (found := rfind(word, low, high)) >= 0:
+                    high = rfind(b"\n", floor, found) + 1
+                    add(high)
+        if probing and not budget:
+            paused[index] = ANCHOR_PAUSE
+
+    for word in _SEARCHED_WORDS:
+        for low, high in spans:
+            floor = low - 1 if low else 0
+            while (found := rfind(word, low, high)) >= 0:
+                high = rfind(b"\n", floor, found) + 1
+                add(high)
+
+    nccl: list[int] = []  # where "NCCL" is (a line may hold it more than once)
+    for low, high in spans:
+        while (found := rfind(b"NCCL", low, high)) >= 0:
+            nccl.append(found)
+            high = found
+    if nccl:
+        floor = start - 1 if start else 0
+        line_of = {rfind(b"\n", floor, found) + 1: found for found in nccl}
+        only = [(line, found) for line, found in line_of.items() if line not in starts]
+        texts = [chunk[line : find(b"\n", found)] for line, found in only]
+        joined = b"\n".join(texts)  # one search of each word, not one per line
+        if b"\x1b" in joined or any(word in joined for word in _NCCL_ONLY_WORDS):
+            for (line, _), text in zip(only, texts, strict=True):
+                if b"\x1b" in text or _NCCL_ONLY_MATTERS.search(text):
+                    add(line)
+    return sorted(starts)
 
 
 class _Scanner:
@@ -308,9 +597,13 @@ class _Scanner:
             text = _ANSI.sub("", text)
         if self.open_tracebacks:
             self._expire_tracebacks(number)
-        segments = text.split("\r") if "\r" in text else [text]
+        if "\r" not in text:
+            if text:
+                key, content = _strip_prefixes(text)
+                self._examine_segment(number, text, key, content)
+            return
         key = ""
-        for index, segment in enumerate(segments):
+        for index, segment in enumerate(text.split("\r")):
             if not segment:
                 continue
             segment_key, content = _strip_prefixes(segment)
@@ -330,7 +623,7 @@ class _Scanner:
             self._failures(number, segment, content)
         if self.custom is not None:
             self._custom_steps(number, segment, content)
-        elif "step:" in content:
+        elif metrics or "step:" in content:
             self._builtin_steps(number, segment, content)
 
     def _tracebacks(self, number: int, segment: str, key: str, content: str) -> bool:
@@ -391,22 +684,15 @@ class _Scanner:
 
     def _builtin_steps(self, number: int, segment: str, content: str) -> None:
         """``step:S ... training/global_step:G`` pairs; S == G is a training step line."""
-        keys = [key for key in _STEP_KEY.finditer(content) if _starts_key(content, key.start())]
+        keys = list(_STEP_KEY.finditer(content))
         seen_step = False
         for index, key in enumerate(keys):
             step = _integral(key.group(1), key.group(2))
             if step is None:
                 continue
             end = keys[index + 1].start() if index + 1 < len(keys) else len(content)
-            global_step = next(
-                (
-                    _integral(found.group(1), found.group(2))
-                    for found in _GLOBAL_STEP_KEY.finditer(content, key.end(), end)
-                    if _starts_key(content, found.start())
-                ),
-                None,
-            )
-            if global_step == step:
+            found = _GLOBAL_STEP_KEY.search(content, key.end(), end)
+            if found is not None and _integral(found.group(1), found.group(2)) == step:
                 seen_step = True
                 self._step(number, segment, step)
         if not seen_step:
@@ -506,15 +792,12 @@ def _strip_prefixes(segment: str) -> tuple[str, str]:
     key_parts: list[str] = []
     position = 0
     for _ in range(4):  # prefixes nest: compose | vLLM logger, (Ray) [rank0]: ...
-        process = _PROCESS_PREFIX.match(segment, position)
-        if process:
-            key_parts.append(process.group(0).rstrip())
-            position = process.end()
-            continue
-        other = _OTHER_PREFIX.match(segment, position)
-        if other is None:
+        prefix = _PREFIX.match(segment, position)
+        if prefix is None:
             break
-        position = other.end()
+        if prefix.group("process") is not None:
+            key_parts.append(prefix.group(0).rstrip())
+        position = prefix.end()
     return " ".join(key_parts), segment[position:]
 
 
@@ -542,15 +825,6 @@ def _first(text: str, needles: tuple[str, ...]) -> str | None:
         if needle in text:
             return needle
     return None
-
-
-def _starts_key(content: str, index: int) -> bool:
-    """True when a ``key:`` found at ``index`` is not the tail of a longer key
-    (``global_step:``, ``timing_s/step:``, ``val-step:``)."""
-    if index == 0:
-        return True
-    before = content[index - 1]
-    return not (before.isalnum() or before in "_/.-")
 
 
 def _visible(text: str) -> str:

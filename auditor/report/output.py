@@ -14,11 +14,13 @@ run-specific values (the time of the audit, the absolute paths).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import signal
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,11 +68,13 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
     parent = out.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_staging(parent, out.name)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=parent))
+    staging: Path | None = None
     try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=parent))
         written: list[tuple[str, str, int]] = []
 
         def put(name: str, data: bytes) -> None:
+            assert staging is not None
             target = staging / name
             target.parent.mkdir(parents=True, exist_ok=True)
             with open(target, "wb") as handle:
@@ -94,11 +98,30 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
             handle.write(manifest_bytes)
             handle.flush()
             os.fsync(handle.fileno())
-        _swap_into_place(staging, out)
+        with _signals_deferred():  # the swap is a few renames: never leave it half done
+            _swap_into_place(staging, out)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            with _signals_deferred():
+                shutil.rmtree(staging, ignore_errors=True)
         raise
     return manifest
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold SIGTERM/SIGINT while cleaning up, so a second signal cannot cut the cleanup short
+    (they are delivered when the block ends)."""
+    held = {signal.SIGTERM, signal.SIGINT}
+    try:
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    except (AttributeError, OSError, ValueError):  # not the main thread, or no such call
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _remove_stale_staging(parent: Path, name: str) -> None:

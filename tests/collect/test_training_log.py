@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import io
+import random
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from auditor._io import HashingReader
+from auditor import catalogue
+from auditor._io import HashingReader, iter_lines
+from auditor.collect import training_log
 from auditor.collect.training_log import STEP_LINES_KEPT, scan_training_log
-from auditor.model import TrainingLogScan
+from auditor.model import Citation, TrainingLogScan
 
 REPO = Path(__file__).resolve().parents[2]
 DEFECTS = REPO / "fixtures" / "defects" / "training_log"
@@ -597,3 +600,258 @@ def test_generated_carriage_return_progress(tmp_path: Path) -> None:
     assert scan.terminal_event is not None
     assert scan.terminal_event.line == 501
     assert scan.terminal_event.text == "step:3 - training/global_step:3"
+
+
+# ------------------------------------------------- chunked reading vs line by line
+#
+# The scanner reads chunks and examines only the lines its word search finds; the
+# reference below is the plain loop it replaces (every line through iter_lines, the
+# trigger regex on each). Both feed the same _Scanner, so they must agree exactly,
+# whatever the chunk size, line limit and search tuning.
+
+
+def reference_scan(
+    data: bytes,
+    expected_steps: int | None,
+    pattern: str | None = None,
+    max_events: int = 200,
+    max_line: int = 65536,
+) -> TrainingLogScan:
+    path = "training-1.log"
+    custom = training_log._compile_pattern(pattern) if pattern is not None else None
+    scanner = training_log._Scanner(path, expected_steps, custom, max_events)
+    utf8: tuple[int, str] | None = None
+    nul: tuple[int, str] | None = None
+    clipped: tuple[int, int] | None = None
+    lines = 0
+    for line in iter_lines(io.BytesIO(data), max_line):
+        lines = line.number
+        if utf8 is None and not line.data.isascii():
+            bad = training_log._utf8_error_offset(line.data, line.clipped)
+            if bad is not None:
+                utf8 = (lines, training_log._quote(line.data, bad))
+        if clipped is None and line.clipped:
+            clipped = (lines, line.length)
+        if custom or scanner.open_tracebacks or training_log._TRIGGER.search(line.data):
+            if nul is None and b"\x00" in line.data:
+                nul = (lines, training_log._quote(line.data, line.data.index(b"\x00")))
+            scanner.examine(lines, line.data)
+    findings = []
+    if utf8 is not None:
+        findings.append(catalogue.finding("AUD005", path, [Citation(path, utf8[0], quote=utf8[1])]))
+    if nul is not None:
+        findings.append(catalogue.finding("AUD006", path, [Citation(path, nul[0], quote=nul[1])]))
+    if clipped is not None:
+        findings.append(
+            catalogue.finding(
+                "AUD007", path, [Citation(path, clipped[0])], length=clipped[1], limit=max_line
+            )
+        )
+    findings.sort(key=lambda found: (found.citations[0].line or 0, found.rule_id))
+    return scanner.result(lines, tuple(findings))
+
+
+FRAGMENTS = [
+    b"step:1", b"step: 2", b" - training/global_step:1", b" - training/global_step:2.000",
+    b"step:np.int64(3) - training/global_step:np.float64(3.0)", b"timing_s/step:1.0",
+    b"global_step:1", b"rror", b"Error: boom", b"ValueError: bad value", b"xception",
+    b"RuntimeError: CUDA error: out of memory", b"Exception: why", b"emory", b"oom",
+    b"oom-kill", b"NCCL", b"NCCL version 2.21.5", b"ProcessGroupNCCL Timeout(ms)=600",
+    b"ProcessGroupNCCL Timeout", b"Watchdog caught collective operation timeout",
+    b"watchdog got stuck", b"heartbeat monitor timed out", b"KV cache", b"not enough",
+    b"cache", b"CANCELLED", b"E", b"H", b'"', b"x", b"EE", b"HU",
+    b"slurmstepd: error: *** JOB 12 ON n1 CANCELLED AT 2024-01-01T00:00:00 DUE TO TIME LIMIT ***",
+    b"*** STEP 5.0 CANCELLED AT 2024 ***", b"hut", b"HUT", b"sHuT down", b"shut down",
+    b"coordinated shutdown", b"no policy replicas", b"olicy",
+    b"COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS",
+    b"Traceback (most recent call last):", b"Traceback", b'  File "x.py", line 1, in <module>',
+    b'File "', b"    raise X(y)", b"    ^^^^", b"\x00", b"\x1b[36m", b"\x1b[0m", b"\x1b]0;t\x07",
+    b"(TaskRunner pid=1) ", b"(WorkerDict pid=2, ip=10.0.0.1) ", b"[rank0]: ", b"svc  | ",
+    b"INFO 01-02 03:04:05 [x.py:1] ", b"\r", b"\r\n", b"\xff", b"\xe2\x96\x88", b"\xe2\x96",
+    b"torch.OutOfMemoryError: CUDA out of memory.", b"No available memory for the cache blocks",
+    b"chatter ", b"y" * 40, b"  ", b"\t", b"ste\x1b[0mp:1", b"em\x1b[1mory", b"Trace\x1b[0mback",
+    b"NCCL\x1b[0m", b"\x1b[32mNCCL",
+]  # fmt: skip
+
+
+def random_log(rng: random.Random) -> bytes:
+    lines = []
+    for _ in range(rng.choice([1, 3, 30, 200])):
+        count = rng.choice([0, 1, 1, 2, 3, 6])
+        lines.append(b"".join(rng.choice(FRAGMENTS) for _ in range(count)))
+    data = rng.choice([b"\n", b"\n", b"\r\n"]).join(lines)
+    return data + b"\n" if rng.random() < 0.5 else data
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_chunked_agrees_with_line_by_line(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(seed)
+    for _ in range(40):
+        data = random_log(rng)
+        monkeypatch.setattr(training_log, "CHUNK_SIZE", rng.choice([1 << 20, 1, 2, 5, 64, 777]))
+        monkeypatch.setattr(training_log, "ANCHOR_BUDGET", rng.choice([128, 0, 1, 3]))
+        monkeypatch.setattr(training_log, "HIT_BLOCK", rng.choice([1 << 18, 1, 10, 100]))
+        monkeypatch.setattr(training_log, "SPLIT_AROUND", rng.choice([1024, 0, 5, 60]))
+        monkeypatch.setattr(training_log, "UTF8_PIECE", rng.choice([1 << 14, 1, 30]))
+        args = (
+            rng.choice([None, 1, 2, 3]),
+            rng.choice([None, None, None, r"step:(?P<step>\S+)"]),
+            rng.choice([200, 200, 0, 1, 5]),
+            rng.choice([65536, 65536, 1, 4, 20, 100]),
+        )
+        assert scan_bytes(data, *args) == reference_scan(data, *args), (data, args)
+
+
+@needs_real_logs
+@pytest.mark.parametrize("chunk_size", [1, 7, 4096])
+def test_real_logs_any_chunk_size(chunk_size: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(training_log, "CHUNK_SIZE", chunk_size)
+    for name in _real_logs():
+        data = (REAL_LOGS / name).read_bytes()
+        for expected, pattern, max_line in ((105, None, 65536), (1, LEGACY_PATTERN, 80)):
+            assert scan_bytes(data, expected, pattern, max_line=max_line) == reference_scan(
+                data, expected, pattern, max_line=max_line
+            ), name
+
+
+def test_search_tables_cover_the_trigger_words() -> None:
+    words = [
+        training_log._STEP_WORD,
+        b"NCCL",
+        *training_log._SEARCHED_WORDS,
+        *(word for word, _, _ in training_log._ANCHORED_WORDS),
+    ]
+    assert sorted(words) == sorted(training_log._TRIGGER_WORDS)
+    for word, anchor, offsets in training_log._ANCHORED_WORDS:
+        assert sorted(offsets) == [i for i in range(len(word)) if word[i : i + 1] == anchor]
+
+
+def _hits(data: bytes) -> list[int]:
+    """Numbers (1-based) of the lines of ``data`` the word search picks."""
+    starts = training_log._hit_lines(data, 0, len(data), [0] * 3)
+    return [data.count(b"\n", 0, start) + 1 for start in starts]
+
+
+def test_nccl_only_lines_skipped_when_they_cannot_matter() -> None:
+    data = (
+        b"(WorkerDict pid=2) NCCL version 2.21.5+cuda12.4\n"  # 1: nothing to find
+        b"NCCL INFO Channel 00/02 : 0 1\n"  # 2
+        b"[rank0]:[E ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout\n"
+        b"\x1b[36m(WorkerDict pid=2)\x1b[0m NCCL INFO ring\n"  # 4: ESC may hide a word
+        b"NCCL version 2.21.5 - Error\n"  # 5: another trigger word
+        b"NCCL: KV cache not enough\n"  # 6: KV text without Error/memory
+        b"NCCL: coordinated sHuTdown, no policy replicas\n"  # 7: shutdown gated on "olicy"
+        b"chatter\n"
+    )
+    assert _hits(data) == [3, 4, 5, 6, 7]
+    assert _hits(b"NCCL version 2.21.5\n\x1b[36m(WorkerDict pid=2)\x1b[0m NCCL INFO\n") == [2]
+    scan = scan_bytes(data, None)
+    assert scan == reference_scan(data, None)
+    assert kinds(scan, "nccl_timeout", "kv_cache_init_failure", "coordinated_shutdown") == [
+        ("nccl_timeout", 3, "Watchdog caught collective operation timeout"),
+        ("kv_cache_init_failure", 6, ""),
+        ("coordinated_shutdown", 7, ""),
+    ]
+
+
+def test_long_hit_lines_left_out_of_the_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    metrics = b"step:1 - " + b"actor/entropy:0.1 - " * 100 + b"training/global_step:1\n"
+    data = metrics + b"boom Error: x\n" + metrics + b"Traceback (most recent call last):\n"
+    assert _hits(data) == [1, 2, 3, 4]
+    monkeypatch.setattr(training_log, "SPLIT_AROUND", 1)
+    assert _hits(data) == [1, 2, 3, 4]
+
+
+def test_dense_anchor_bytes_fall_back_to_word_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(training_log, "ANCHOR_BUDGET", 4)
+    data = b'{"a": "b", "c": "d"}\n' * 50 + b'  File "x.py", line 1\n' + b"HHHH EEEE\n" * 10
+    paused = [0, 0, 0]
+    starts = training_log._hit_lines(data, 0, len(data), paused)
+    assert [data.count(b"\n", 0, start) + 1 for start in starts] == [51]
+    assert paused == [training_log.ANCHOR_PAUSE] * 3  # E, H and " are all common here
+    assert training_log._hit_lines(data, 0, len(data), paused) == starts
+    assert paused == [training_log.ANCHOR_PAUSE - 1] * 3
+
+
+def test_filler_lines_are_not_examined(monkeypatch: pytest.MonkeyPatch) -> None:
+    examined: list[int] = []
+    original = training_log._Scanner.examine
+
+    def counting(self: training_log._Scanner, number: int, data: bytes) -> None:
+        examined.append(number)
+        original(self, number, data)
+
+    monkeypatch.setattr(training_log._Scanner, "examine", counting)
+    filler = [
+        b"(WorkerDict pid=3, ip=10.0.0.3) INFO 09-15 18:10:40 [kv_cache_utils.py:716] GPU KV "
+        b"cache size: 1109404 tokens\n",
+        b"(WorkerDict pid=3, ip=10.0.0.3) NCCL version 2.21.5+cuda12.4\n",
+        b"(TaskRunner pid=1) dataloader worker 30: prefetched batch 097 of 234\n",
+    ]
+    data = b"".join(filler) * 20_000 + b"(TaskRunner pid=1) step:1 - training/global_step:1\n"
+    scan = scan_bytes(data, 1)
+    assert examined == [60_001]
+    assert scan.terminal_event is not None
+    assert scan.lines == 60_001
+
+
+def test_chunk_boundaries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(training_log, "CHUNK_SIZE", 16)
+    data = (
+        b"chatter chatter\r\n"  # 17 bytes: the \n starts the second chunk
+        b"Traceback (most recent call last):\r\n"  # a traceback open across chunks
+        b'  File "x.py", line 1, in <module>\r\n'
+        b"(TaskRunner pid=1) unrelated\r\n"
+        b"ValueError: bad\r\n"
+        + b"z" * 40
+        + b" step:1 - training/global_step:1\r\n"  # long line, clipped at 40 bytes
+        + b"bad \xff byte, NUL \x00 byte\r\n"
+        + b"step:2 - training/global_step:2\r"  # final line without \n keeps its \r
+    )
+    scan = scan_bytes(data, 2, max_line=40)
+    assert scan == reference_scan(data, 2, max_line=40)
+    assert kinds(scan, "traceback", "exception") == [
+        ("traceback", 2, ""),
+        ("exception", 5, "ValueError"),
+    ]
+    assert rules(scan) == [("AUD007", 6), ("AUD005", 7), ("AUD006", 7)]
+    assert scan.terminal_event is not None
+    assert scan.terminal_event.line == 8
+    assert scan.lines == 8
+
+
+def test_invalid_utf8_found_in_a_late_piece(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = "é chatter\n".encode() * 5000 + b"bad \xc3( byte\n" + b"chatter\n" * 10
+    scan = scan_bytes(data, None)
+    assert rules(scan) == [("AUD005", 5001)]
+    assert scan == reference_scan(data, None)
+    monkeypatch.setattr(training_log, "UTF8_PIECE", 7)
+    assert scan_bytes(data, None) == scan
+
+
+def test_step_key_boundary_characters() -> None:
+    for before, is_key in (("é", False), ("٣", False), ("_", False), ("(", True), ("=", True)):
+        line = f"{before}step:1 - training/global_step:1\n".encode()
+        assert (scan_bytes(line, 1).terminal_event is not None) is is_key, before
+        assert scan_bytes(line, 1) == reference_scan(line, 1)
+
+
+def test_final_line_keeps_its_carriage_return() -> None:
+    data = b"chatter\r\nNUL \x00 in a final line\r"  # iter_lines strips \r only before \n
+    scan = scan_bytes(data, None)
+    assert scan == reference_scan(data, None)
+    assert scan.findings[0].citations[0].quote == "NUL \\x00 in a final line\\x0d"
+
+
+def test_dense_hits_bounded(tmp_path: Path) -> None:
+    # Every line a hit: the line starts found are kept per block of HIT_BLOCK bytes.
+    # In one block, this chunk's 140k line starts, texts and positions take 40 MB.
+    path = _write(tmp_path / "training-1.log", [b"NCCL x\n" * 140_000])  # 1 MB
+    tracemalloc.start()
+    try:
+        scan = scan_file(path, 1)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert scan.lines == 140_000
+    assert peak < 20 * 2**20
