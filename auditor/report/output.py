@@ -17,8 +17,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import signal
 import shutil
+import signal
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
