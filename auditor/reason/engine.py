@@ -250,7 +250,7 @@ def reason(collected: Collected, validation: list[Finding], options: AuditOption
         by_subject[item.subject].append(item)
         for cite in item.citations:
             by_path[cite.path].append(item)
-    last_attempt_of_job = _last_attempt_per_job(collected)
+    context = _Context(collected, protocol, by_subject, by_path, _last_attempt_per_job(collected))
     known = {id(item) for item in all_findings}
     new_findings: list[Finding] = []
     verdicts: list[Verdict] = []
@@ -258,9 +258,7 @@ def reason(collected: Collected, validation: list[Finding], options: AuditOption
     facts: list[PeriodFacts] = []
     disagreements: list[tuple[str, str, str, str]] = []
     for period in collected.periods:
-        verdict, period_outcomes, produced = _judge_period(
-            period, collected, protocol, by_subject, by_path, last_attempt_of_job
-        )
+        verdict, period_outcomes, produced = _judge_period(period, context)
         verdicts.append(verdict)
         outcomes.extend(period_outcomes)
         for item in produced:  # decisive findings may be ones collection already reported
@@ -360,21 +358,29 @@ def _last_attempt_per_job(collected: Collected) -> dict[str, str]:
     return {job: key for job, (_, key) in latest.items()}
 
 
+@dataclass(frozen=True)
+class _Context:
+    """What judging any period needs: the study, its rules and the findings, indexed."""
+
+    collected: Collected
+    protocol: Protocol
+    by_subject: dict[str, list[Finding]]
+    by_path: dict[str, list[Finding]]
+    last_attempt_of_job: dict[str, str]
+    """Job id -> ``subject#index`` of the attempt launched last in that job."""
+
+
 def _judge_period(
-    period: PeriodEvidence,
-    collected: Collected,
-    protocol: Protocol,
-    by_subject: dict[str, list[Finding]],
-    by_path: dict[str, list[Finding]],
-    last_attempt_of_job: dict[str, str],
+    period: PeriodEvidence, context: _Context
 ) -> tuple[Verdict, list[AttemptOutcome], list[Finding]]:
+    collected = context.collected
     record = period.record
     subject = period.subject
     produced: list[Finding] = []
     if not record.readable:
         decisive = [f for f in record.findings if f.rule_id in ("AUD001", "AUD011", "AUD002")]
         if not decisive:
-            decisive = list(by_subject.get(record.path, []))
+            decisive = list(context.by_subject.get(record.path, []))
         return (
             Verdict(subject, record.pair, record.period, VerdictKind.UNRESOLVED,
                     "period_record_unreadable",
@@ -397,8 +403,7 @@ def _judge_period(
         )
     judgements: list[tuple[AttemptEvidence, _Judgement]] = []
     for attempt in period.attempts:
-        judgement = _judge_attempt(period, attempt, collected, protocol, by_subject, by_path,
-                                   last_attempt_of_job)
+        judgement = _judge_attempt(period, attempt, context)
         judgements.append((attempt, judgement))
     counted_index = next(
         (i for i, (_, j) in enumerate(judgements) if j.outcome == "completed"),
@@ -448,14 +453,10 @@ def _judge_period(
 
 
 def _judge_attempt(
-    period: PeriodEvidence,
-    attempt: AttemptEvidence,
-    collected: Collected,
-    protocol: Protocol,
-    by_subject: dict[str, list[Finding]],
-    by_path: dict[str, list[Finding]],
-    last_attempt_of_job: dict[str, str],
+    period: PeriodEvidence, attempt: AttemptEvidence, context: _Context
 ) -> _Judgement:
+    collected, protocol = context.collected, context.protocol
+    by_subject, by_path = context.by_subject, context.by_path
     record = period.record
     subject = period.subject
     read = attempt.read
@@ -568,7 +569,7 @@ def _judge_attempt(
     if idle is not None and idle.passed is True:
         shows.append("The post-period idle check passed.")
 
-    is_last = last_attempt_of_job.get(job_id or "") == f"{subject}#{attempt.spec.index}"
+    is_last = context.last_attempt_of_job.get(job_id or "") == f"{subject}#{attempt.spec.index}"
     infra = _infrastructure(element, is_last, log, collected, subject)
     if blockers and infra is not None and element is not None and infra[1].citations \
             and infra[1].citations[0].path == (collected.sacct.path if collected.sacct else "") \
