@@ -189,3 +189,73 @@ def test_fast_schema_check_agrees_with_jsonschema(key: str, value: object) -> No
     doc[key] = value
     if is_valid_fast("trial", doc):
         assert problems(_checker_for("trial", doc), doc) == []
+
+
+def _fields(doc: dict, prefix: str = "") -> list[str]:
+    """JSON pointers of every field, one level into objects (and the first list item)."""
+    out = []
+    for key, value in doc.items():
+        pointer = f"{prefix}/{key}"
+        out.append(pointer)
+        if isinstance(value, dict) and not prefix:
+            out.extend(_fields(value, pointer))
+        elif isinstance(value, list) and value and isinstance(value[0], dict) and not prefix:
+            out.extend(_fields(value[0], f"{pointer}/0"))
+    return out
+
+
+def _set(doc: dict, pointer: str, value: object) -> None:
+    parts = pointer.strip("/").split("/")
+    node: object = doc
+    for part in parts[:-1]:
+        node = node[int(part)] if isinstance(node, list) else node[part]  # type: ignore[index]
+    node[parts[-1]] = value  # type: ignore[index]
+
+
+def _wrong(value: object) -> object:
+    return {"not": "this"} if isinstance(value, list) else ["not", "this"]
+
+
+def _cases() -> list[tuple[str, str]]:
+    root = _base()
+    cases = []
+    for pattern in ("*-4gpu/attempt-*/trial-*.json",
+                    "*-4gpu/attempt-*/device-evidence/*-0-*.json",
+                    "pairs/*-s161/period-1.json"):
+        path = sorted(root.glob(pattern))[0]
+        doc = __import__("orjson").loads(path.read_bytes())
+        cases += [(path.relative_to(root).as_posix(), p) for p in _fields(doc)]
+    return cases
+
+
+@pytest.mark.parametrize(("rel", "pointer"), _cases())
+def test_wrong_type_at_every_field(tmp_path: Path, rel: str, pointer: str) -> None:
+    """Every field of the trial, device and period records, given a value of the wrong type
+    (the manifest kept consistent): a finding at that pointer, and the period cannot resolve."""
+    import orjson
+
+    from tests.helpers import edit_json
+
+    root = tmp_path / "study"
+    shutil.copytree(_base(), root)
+    original = orjson.loads((root / rel).read_bytes())
+    node: object = original
+    for part in pointer.strip("/").split("/"):
+        node = node[int(part)] if isinstance(node, list) else node[part]  # type: ignore[index]
+    if rel.startswith("pairs/"):
+        from tests.helpers import edit_record
+
+        edit_record(root / rel, lambda doc: _set(doc, pointer, _wrong(node)))
+    else:
+        edit_json(root, rel, lambda doc: _set(doc, pointer, _wrong(node)))
+    assert main(["audit", str(root), "--out", str(tmp_path / "out"), "--quiet",
+                 "--no-plots"]) == 0
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    mine = findings[(findings["path"] == rel)]
+    listed = {f"{p}" for p in mine["pointer"].dropna()}
+    known_schema_field = not pointer.startswith(("/dispatch/", "/env/"))
+    if known_schema_field:
+        assert any(pointer.startswith(p) or p.startswith(pointer) for p in listed), listed
+        periods = pd.read_parquet(tmp_path / "out" / "periods.parquet")
+        pair = rel.split("/")[1] if rel.startswith("pairs/") else rel.split("-4gpu/")[0]
+        assert (periods[periods["pair"] == pair]["verdict"] != "resolved").all()
