@@ -192,13 +192,19 @@ class Auditor:
     def __init__(self, root: Path | str, options: AuditOptions | None = None) -> None:
         self.root_arg = Path(root)
         self.options = options or AuditOptions()
+        self._pool: ProcessPoolExecutor | None = None
 
     def run(self) -> Generator[Progress, None, AuditResult]:
         """Collect, validate and reason; yields progress, returns the result."""
         from auditor.reason.engine import reason
         from auditor.validate.checks import validate
 
-        collected = yield from self._collect()
+        try:
+            collected = yield from self._collect()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(cancel_futures=True)
+                self._pool = None
         yield Progress("validate", 0, 1)
         validation = validate(collected, self.options)
         yield Progress("reason", 0, 1)
@@ -235,12 +241,13 @@ class Auditor:
         commits = _read_commits(root, layout.execution_commits, inputs, findings)
         sacct, sacct_display = self._read_sacct(root, layout, inputs, findings)
         periods: list[PeriodRecord] = []
-        for rel in layout.period_records:
-            period = _read_input(root, rel, read_period, inputs, findings)
-            if period is None:  # unreadable at the OS level: keep it, from its path
-                period = read_period(HashingReader(io.BytesIO(b"")), rel)
+        loads = [(str(root), rel) for rel in layout.period_records]
+        for period, loaded_input, problems in self._map(_load_period, loads, 0):
             periods.append(period)
+            findings.extend(problems)
             findings.extend(period.findings)
+            if loaded_input is not None:
+                inputs.append(loaded_input)
 
         tasks, pre = _plan(root, periods, protocol, layout.regular_files)
         listed = {
@@ -330,9 +337,10 @@ class Auditor:
         if jobs <= 1 or small or len(items) < 2:
             yield from map(function, items)
             return
+        if self._pool is None:  # one pool serves every stage of the collection
+            self._pool = ProcessPoolExecutor(max_workers=jobs)
         chunksize = max(1, min(64, len(items) // (jobs * 8)))
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            yield from pool.map(function, items, chunksize=chunksize)
+        yield from self._pool.map(function, items, chunksize=chunksize)
 
     def _read_sacct(
         self, root: Path, layout: StudyLayout, inputs: list[InputFile], findings: list[Finding]
@@ -480,6 +488,18 @@ def _read_input(root: Path, rel: str, reader_fn: Callable[[HashingReader, str], 
         return None
     inputs.append(InputFile("raw_evidence", rel, check.resolved, reader.digest()))
     return record
+
+
+def _load_period(task: tuple[str, str]) -> tuple[PeriodRecord, InputFile | None, list[Finding]]:
+    """Read one period record (a pool task): the record (kept from its path when it cannot
+    be read at all), its input-manifest entry, and findings about opening it."""
+    root, rel = task
+    inputs: list[InputFile] = []
+    problems: list[Finding] = []
+    period = _read_input(Path(root), rel, read_period, inputs, problems)
+    if period is None:  # unreadable at the OS level: keep it, from its path
+        period = read_period(HashingReader(io.BytesIO(b"")), rel)
+    return period, (inputs[0] if inputs else None), problems
 
 
 def _read_commits(
