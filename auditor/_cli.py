@@ -206,9 +206,14 @@ def _audit(args: argparse.Namespace) -> int:
     result = _run_with_progress(Auditor(args.root, options), quiet=args.quiet or args.json)
     summary = build_summary(result)
     if args.out is not None:
+        from auditor.errors import OutputError
         from auditor.report.output import write_outputs
 
-        write_outputs(result, args.out, force=args.force, plots=not args.no_plots)
+        try:
+            write_outputs(result, args.out, force=args.force, plots=not args.no_plots)
+        except OSError as error:
+            raise OutputError(f"{args.out}: cannot write the outputs "
+                              f"({error.strerror or error})") from None
     if args.json:
         from auditor.report.summary import dumps
 

@@ -223,3 +223,11 @@ def test_element_lookup_matches_the_collectors_job_for() -> None:
         for job in dump.jobs:
             for key in filter(None, (job.job_id_raw, job.job_id, " " + job.job_id + " ")):
                 assert element_for(dump, key) is job_for(dump, key)
+
+
+def test_unwritable_output_location_is_one_line(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["audit", str(EXAMPLE), "--out", str(blocker / "out"), "--quiet"]) == 2
+    _one_line_error(capsys, "is not a directory")

@@ -48,6 +48,13 @@ def check_output_dir(out: Path, root: Path, force: bool) -> None:
         raise OutputError(f"{out}: the output directory must not contain the evidence root")
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise OutputError(f"{out}: exists and is not a directory")
+    ancestor = out_resolved.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise OutputError(f"{out}: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise OutputError(f"{out}: cannot write in {ancestor}")
     if out.is_dir():
         entries = list(out.iterdir())
         if entries and not (out / MANIFEST).is_file():
