@@ -123,6 +123,9 @@ def test_diagnostic_carries_every_seed_fact(example_out: Path) -> None:
     assert "`infrastructure_invalid`" in text
     assert "The post-period idle check passed." in text
     assert "120e29a146294722a6668f55a1e7fed2878eb62a" in text
+    assert ("54 allocator traces against the period's workers, the device file name and "
+            "content: all agree") in text
+    assert "post-period idle checks: 18 of 18 passed" in text
 
 
 def test_tables_have_documented_dtypes(example_out: Path) -> None:

@@ -277,3 +277,13 @@ def test_verify_refuses_a_directory_without_manifest(tmp_path: Path, capsys) -> 
     assert main(["verify", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "output_manifest.json" in err
+
+
+def test_report_states_cross_check_outcomes(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    device = find(root, "host-qwen25-7b-gsm8k-c2-s161-2gpu/attempt-*/device-evidence/"
+                        "worker-actor_rollout-1-*.json")
+    edit_json(root, device, lambda doc: doc.__setitem__("rank", 0))
+    audit(root, tmp_path / "out")
+    text = (tmp_path / "out" / "diagnostic.md").read_text()
+    assert "device file name and content: 1 finding(s) (AUD110, AUD113, AUD114)" in text

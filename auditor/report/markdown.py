@@ -435,7 +435,32 @@ def _locator(result: AuditResult) -> str:
         f"{integrity.get('unlisted', 0)} unlisted files. {len(collected.periods)} period "
         f"records read, {sum(1 for p in collected.periods if not p.record.readable)} unreadable."
     )
+    lines += ["", _cross_checks(result)]
     return "\n".join(lines)
+
+
+def _cross_checks(result: AuditResult) -> str:
+    """One sentence per cross-check family: what was checked and how it came out."""
+    fired = Counter(f.rule_id for f in result.findings)
+    periods = [p for p in result.collected.periods if p.record.readable]
+    traces = sum(len(a.read.traces) for p in periods for a in p.attempts)
+    idle_ok = sum(1 for p in periods
+                  if p.record.idle_check is not None and p.record.idle_check.passed is True)
+
+    def outcome(rules: tuple[str, ...], clean: str) -> str:
+        count = sum(fired[rule] for rule in rules)
+        return clean if not count else f"{count} finding(s) ({', '.join(rules)})"
+
+    return (
+        f"Cross-checks: the pid and rank of each of the {traces} allocator traces against the "
+        "period's workers, the device file name and content: "
+        f"{outcome(('AUD110', 'AUD113', 'AUD114'), 'all agree')}; job ids across period "
+        "record, attempt directory, trial, device files and sacct: "
+        f"{outcome(('AUD111', 'AUD119'), 'all agree')}; record order and timestamps inside "
+        "the invocation and the allocation: "
+        f"{outcome(('AUD115', 'AUD116', 'AUD117'), 'all consistent')}; post-period idle "
+        f"checks: {idle_ok} of {len(periods)} passed."
+    )
 
 
 def _accounting(result: AuditResult, reasoning: Reasoning) -> str:
