@@ -13,29 +13,11 @@ import pytest
 from auditor._cli import main
 from auditor.schema import load_schema
 from tests.helpers import EXAMPLE, audit, copy_example, snapshot, verdicts
+from tests.test_fixtures_generate import SEED_TABLE as GENERATOR_SEED_TABLE
 
-SEED_TABLE = [  # index, workload, seed, job, period, update finished, sync finished, peak
-    (0, "code_heavy_tail", 161, "5055846", 1, "19:01:31.699704267", "19:02:18.386028932", 39842),
-    (1, "gsm8k", 163, "5055847", 2, "19:05:57.381348829", "19:08:02.327763208", 38560),
-    (2, "code_heavy_tail", 162, "5055848", 2, "19:04:48.459750884", "19:05:59.536233566", 39392),
-    (3, "gsm8k", 162, "5055858", 1, "19:09:58.895325061", "19:10:32.865654877", 38560),
-    (4, "math", 162, "5055859", 2, "19:14:44.017014711", "19:15:55.046759828", 39086),
-    (5, "code_heavy_tail", 163, "5055860", 2, "19:16:12.444318056", "19:17:22.263802288", 39648),
-    (6, "math", 163, "5055863", 1, "19:19:05.722544967", "19:20:47.573877478", 39086),
-    (7, "math", 161, "5055864", 1, "19:21:44.142735712", "19:22:20.560774115", 39086),
-    (8, "gsm8k", 161, "5055845", 2, "19:25:33.619484057", "19:27:04.665561977", 38560),
-]
-SEED_PIDS = {
-    "5055846": "758712,758713,758714,758715",
-    "5055847": "3563810,3563811,3563812,3563813",
-    "5055848": "3495668,3495669,3495670,3495671",
-    "5055858": "802123,802124,802125,802126",
-    "5055859": "3539673,3539674,3539675,3539676",
-    "5055860": "3613579,3613580,3613582,3613583",
-    "5055863": "843954,843955,843956,843957",
-    "5055864": "3571156,3571157,3571158,3571159",
-    "5055845": "3657525,3657526,3657527,3657528",
-}
+# seed 002's table, written once (in the generator's tests) and read here too
+SEED_TABLE = [(index, *row[:7]) for index, row in sorted(GENERATOR_SEED_TABLE.items())]
+SEED_PIDS = {row[2]: ",".join(map(str, row[7])) for row in GENERATOR_SEED_TABLE.values()}
 
 
 @pytest.fixture(scope="module")

@@ -129,7 +129,8 @@ def _mutate(root: Path, rel: str, how: str, position: float) -> str | None:
         return copy.relative_to(root).as_posix()
     else:
         return None
-    return rel if path.exists() and path.read_bytes() != data or not path.exists() else None
+    changed = not path.exists() or path.read_bytes() != data
+    return rel if changed else None
 
 
 @given(st.integers(0, 10_000), st.sampled_from(MUTATIONS), st.floats(0, 1))

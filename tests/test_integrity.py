@@ -287,3 +287,43 @@ def test_report_states_cross_check_outcomes(tmp_path: Path) -> None:
     audit(root, tmp_path / "out")
     text = (tmp_path / "out" / "diagnostic.md").read_text()
     assert "device file name and content: 1 finding(s) (AUD110, AUD113, AUD114)" in text
+
+
+def test_verify_never_reads_outside_the_output_directory(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "out"
+    audit(copy_example(tmp_path), out)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not an output")
+    manifest = orjson.loads((out / "output_manifest.json").read_bytes())
+    manifest["outputs"].append({"path": "../secret.txt", "sha256": "0" * 64, "size": 13})
+    (out / "output_manifest.json").write_bytes(orjson.dumps(manifest))
+    opened: list[str] = []
+    real_open = builtins.open
+
+    def spy(file, *args, **kwargs):  # type: ignore[no-untyped-def]
+        opened.append(os.fspath(file) if isinstance(file, (str, os.PathLike)) else "")
+        return real_open(file, *args, **kwargs)
+
+    builtins.open = spy
+    try:
+        assert main(["verify", str(out)]) == 1
+    finally:
+        builtins.open = real_open
+    assert "unsafe: outputs/../secret.txt" in capsys.readouterr().out
+    assert not [p for p in opened if p.endswith("secret.txt")]
+
+
+def test_stale_staging_of_a_killed_audit_is_removed(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    stale = tmp_path / f".out.tmp-{dead}-abc"
+    stale.mkdir()
+    (stale / "summary.json").write_text("{half")
+    live = tmp_path / f".out.tmp-{os.getpid()}-xyz"  # a running audit's: left alone
+    live.mkdir()
+    audit(copy_example(tmp_path), tmp_path / "out")
+    assert not stale.exists()
+    assert live.exists()

@@ -57,7 +57,7 @@ def test_every_real_log_audits(completed_study: Path, tmp_path: Path, log: Path)
 
 
 def test_one_step_ci_log_resolves(completed_study: Path, tmp_path: Path) -> None:
-    """verl PR 1037's CI run printed step:1 with training/global_step:1 and ANSI colours."""
+    """verl issue 2060's log prints ``step:1 - ... training/global_step:1.000``: it resolves."""
     logs = [p for p in LOGS.glob("*.log") if "issue2060" in p.name]
     root = _with_log(completed_study, tmp_path, logs[0])
     summary = audit(root, tmp_path / "out")

@@ -444,7 +444,7 @@ def _judge_period(
                         f"{counted_index + 1} counts.")
     verdict = Verdict(
         subject, record.pair, record.period, kind,
-        judgement.reason if kind is VerdictKind.UNRESOLVED else judgement.reason,
+        judgement.reason,
         " ".join(shows), " ".join(judgement.limits), tuple(judgement.decisive),
         tuple(judgement.citations) or tuple(
             cite for item in judgement.decisive for cite in item.citations),

@@ -20,7 +20,7 @@ import os
 import shutil
 import signal
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +32,7 @@ from auditor import __version__
 from auditor._io import sha256_file
 from auditor.audit import AuditResult
 from auditor.errors import OutputError, VerifyError
+from auditor.validate.paths import join_text
 
 MANIFEST = "output_manifest.json"
 MANIFEST_SCHEMA = "run-evidence/output-manifest/v1"
@@ -187,12 +188,12 @@ class Difference:
     group: str
     path: str
     what: str
-    """``changed``, ``missing``, ``added`` or ``unreadable``."""
+    """``changed``, ``missing``, ``added``, ``unreadable`` or ``unsafe`` (an output path
+    leaving the directory)."""
     detail: str = ""
 
 
-def verify_outputs(out: Path, progress: Callable[[int, int], None] | None = None
-                   ) -> tuple[list[Difference], int]:
+def verify_outputs(out: Path) -> tuple[list[Difference], int]:
     """Re-hash every output and input the manifest lists; (differences, files checked)."""
     manifest_path = out / MANIFEST
     if not out.is_dir():
@@ -211,19 +212,20 @@ def verify_outputs(out: Path, progress: Callable[[int, int], None] | None = None
     if problems:
         raise VerifyError(f"{manifest_path}: malformed manifest: {problems[0].message}")
     differences: list[Difference] = []
-    entries: list[tuple[str, str, str, int]] = []
+    entries: list[tuple[str, str, str, str, int]] = []  # group, path, location, sha256, size
     for item in manifest["outputs"]:
-        entries.append(("outputs", item["path"], str(out / item["path"]), item["size"]))
+        inside = join_text(item["path"])
+        if inside is None:  # a tampered manifest must not send verify out of the directory
+            differences.append(Difference("outputs", item["path"], "unsafe",
+                                          "path leaves the output directory; not read"))
+            continue
+        entries.append(("outputs", item["path"], str(out / inside), item["sha256"],
+                        item["size"]))
     for group in ("raw_evidence", "source_inputs", "protocol_inputs"):
         for item in manifest.get(group, []):
-            entries.append((group, item["path"], item.get("absolute") or
-                            str(Path(manifest.get("root", "")) / item["path"]), item["size"]))
-    expected = {(g, p): (s) for g, p, s in (
-        (g, item["path"], item["sha256"]) for g in ("outputs", "raw_evidence", "source_inputs",
-                                                    "protocol_inputs")
-        for item in manifest.get(g, []))}
-    total = len(entries)
-    for done, (group, path, location, size) in enumerate(entries, 1):
+            location = item.get("absolute") or str(Path(manifest.get("root", "")) / item["path"])
+            entries.append((group, item["path"], location, item["sha256"], item["size"]))
+    for group, path, location, sha256, size in entries:
         try:
             digest = sha256_file(location)
         except FileNotFoundError:
@@ -231,17 +233,14 @@ def verify_outputs(out: Path, progress: Callable[[int, int], None] | None = None
         except OSError as error:
             differences.append(Difference(group, path, "unreadable", error.strerror or ""))
         else:
-            if digest.sha256 != expected[(group, path)] or digest.size != size:
+            if digest.sha256 != sha256 or digest.size != size:
                 differences.append(Difference(
                     group, path, "changed",
-                    f"expected {expected[(group, path)][:16]}…/{size}, found "
-                    f"{digest.sha256[:16]}…/{digest.size}"))
-        if progress is not None:
-            progress(done, total)
+                    f"expected {sha256[:16]}…/{size}, found {digest.sha256[:16]}…/{digest.size}"))
     listed = {item["path"] for item in manifest["outputs"]} | {MANIFEST}
     for dirpath, _, filenames in os.walk(out):
         for filename in filenames:
             rel = (Path(dirpath) / filename).relative_to(out).as_posix()
             if rel not in listed:
                 differences.append(Difference("outputs", rel, "added"))
-    return sorted(differences, key=lambda d: (d.group, d.path)), total
+    return sorted(differences, key=lambda d: (d.group, d.path)), len(entries)
