@@ -44,6 +44,7 @@ from auditor.model import (
     Protocol,
     SacctDump,
     Verdict,
+    fast_pickle,
 )
 from auditor.validate.paths import PathCheck, check_path, join_text
 
@@ -146,6 +147,7 @@ class PeriodEvidence:
         return f"{self.record.pair}/period-{self.record.period}"
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class InputFile:
     """An input read by the audit, for the output manifest."""

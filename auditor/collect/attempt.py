@@ -22,11 +22,13 @@ from auditor.model import (
     Finding,
     TrainingLogScan,
     TrialRecord,
+    fast_pickle,
 )
 
 PARSED_KINDS = ("trial", "training_log", "allocator_trace", "device_evidence")
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class FileTask:
     """One file to read: where it is shown, what it is, where to open it."""
@@ -37,6 +39,7 @@ class FileTask:
     resolved: str
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class AttemptTask:
     """All files of one attempt that passed the path checks."""
@@ -48,6 +51,7 @@ class AttemptTask:
     terminal_pattern: str | None
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class FileOutcome:
     """The bytes of one file: digest when read, else why not."""
@@ -58,6 +62,7 @@ class FileOutcome:
     error: str = ""
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class AttemptRead:
     """What reading one attempt produced."""
