@@ -231,3 +231,26 @@ def test_unwritable_output_location_is_one_line(tmp_path: Path,
     blocker.write_text("x")
     assert main(["audit", str(EXAMPLE), "--out", str(blocker / "out"), "--quiet"]) == 2
     _one_line_error(capsys, "is not a directory")
+
+
+def test_the_command_never_imports_pandas_yet_writes_every_table(tmp_path: Path) -> None:
+    """pyarrow would import pandas (0.3-0.5 s) on its first array; the console entry
+    point refuses it, and the tables are still written and verify."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    script = ("import atexit, runpy, sys\n"
+              "atexit.register(lambda: print('loaded:', *sorted(sys.modules), file=sys.stderr))\n"
+              "runpy.run_module('auditor', run_name='__main__')\n")
+    done = subprocess.run(
+        [sys.executable, "-c", script, "audit", str(EXAMPLE), "--out", str(out), "--quiet",
+         "--no-plots"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = done.stderr.rsplit("loaded:", 1)[-1].split()
+    assert "pyarrow.parquet" in loaded
+    assert not [name for name in loaded if name.split(".")[0] == "pandas"]
+    assert main(["verify", str(out)]) == 0
+    import pandas as pd
+
+    assert len(pd.read_parquet(out / "phases.parquet")) > 0
