@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from auditor._cli import main
 from auditor.report.markdown import code_block, code_span, md_escape
@@ -62,6 +64,12 @@ def test_escaping_helpers(hostile: str) -> None:
     block = code_block([hostile, "```", "~~~~"])
     opening = block.splitlines()[0].removesuffix("text")
     assert all(line.strip() != opening for line in block.splitlines()[1:-1])
+
+
+@given(st.text(alphabet="az09 ,.:;/@%=-_*`#|<&\n\x00\u202e", max_size=60))
+def test_plain_text_shortcut_escapes_as_the_full_path_does(text: str) -> None:
+    # a leading NUL is removed by the full path, so it forces that path on the same text
+    assert md_escape(text) == md_escape("\x00" + text)
 
 
 def test_long_quotes_are_clipped() -> None:

@@ -38,6 +38,9 @@ MAX_CITED_PERIODS = 50
 """Periods whose citations a diagnosis group lists in full (the rest are in the tables)."""
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~\"'$])")
+_PLAIN = re.compile(r"[A-Za-z0-9 ,.:;/@%=-]*")
+"""Text that :func:`md_escape` leaves as it is (unless it starts like :data:`_LEADING`)."""
+_LEADING = re.compile(r"^([-=]|\d+\.)")
 
 
 # ------------------------------------------------------------------ escaping
@@ -46,12 +49,14 @@ _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~\"'$])")
 def md_escape(text: str, limit: int = 300) -> str:
     """Untrusted text as inert markdown: control characters removed, specials escaped,
     HTML neutralised, clipped to ``limit`` characters."""
+    if len(text) <= limit and _PLAIN.fullmatch(text) and not _LEADING.match(text):
+        return text  # the common case (names, numbers, times): nothing to do
     text = _CONTROL.sub("", text.replace("\r", " ").replace("\n", " "))
     text = clip(text, limit)
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     text = _MD_SPECIAL.sub(r"\\\1", text)
     # a leading "-", "=" or digit-dot could start a list or heading line; escape it
-    return re.sub(r"^([-=]|\d+\.)", r"\\\1", text)
+    return _LEADING.sub(r"\\\1", text)
 
 
 def code_span(text: str, limit: int = 200) -> str:

@@ -213,9 +213,7 @@ ROWS: dict[str, Callable[[AuditResult], Iterable[dict[str, Any]]]] = {
 def build_table(name: str, result: AuditResult) -> pa.Table:
     """One table, typed by its schema."""
     schema = SCHEMAS[name]
-    rows = list(ROWS[name](result))
-    columns = {f.name: [row[f.name] for row in rows] for f in schema}
-    table = pa.table(columns, schema=schema)
+    table = pa.Table.from_pylist(list(ROWS[name](result)), schema=schema)
     metadata = dict(table.schema.metadata or {})
     metadata[b"auditor.partial"] = b"true" if result.partial else b"false"
     return table.replace_schema_metadata(metadata)
