@@ -80,7 +80,7 @@ def load_json(
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as error:
         return None, [_invalid(path, str(error), data, error.lineno, error.pos)]
-    duplicates = [] if _key_count(doc) == _key_tokens(data) else _duplicate_keys(data)
+    duplicates = _duplicate_keys(data) if _has_duplicate_keys(data, doc) else []
     if duplicates is None:
         return None, [_invalid(path, "nesting too deep to check for duplicate keys")]
     if duplicates:
@@ -117,6 +117,23 @@ def _invalid(
     return catalogue.finding(
         "AUD001", path, [Citation(path, line=line, quote=clip(quote, 80))], error=clip(error, 200)
     )
+
+
+def _has_duplicate_keys(data: bytes, doc: object) -> bool:
+    """Whether the text ``data`` (parsed into ``doc``) repeats a key in some object.
+
+    Fast way, for text without a backslash: outside strings JSON has one colon per
+    key, and inside them (with no escapes) the same colons as the parsed strings, so
+    the text holds exactly as many colons as ``doc`` written back, unless a repeated
+    key (at least its colon) was dropped by the parser. Otherwise (escapes, or
+    nesting orjson will not write back) the keys are counted token by token.
+    """
+    if b"\\" not in data:
+        try:
+            return data.count(b":") != orjson.dumps(doc).count(b":")
+        except orjson.JSONEncodeError:
+            pass
+    return _key_count(doc) != _key_tokens(data)
 
 
 _STRING_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"\s*(:?)')

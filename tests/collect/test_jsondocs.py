@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import io
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from auditor._io import HashingReader
 from auditor.collect import jsondoc
@@ -605,3 +608,42 @@ def test_period_record_disagreeing_with_its_path() -> None:
         "pairs/real-pair/period-1.json: pair is other-pair inside, real-pair in the path",
         "pairs/real-pair/period-1.json: period is 3 inside, 1 in the path",
     ]
+
+
+class _Obj(tuple):  # type: ignore[type-arg]
+    """A JSON object as its (key, value) pairs, repeats kept."""
+
+
+_KEYS = st.text(alphabet='ab:"\\é', max_size=3)
+_OBJECTS = st.deferred(lambda: st.lists(st.tuples(_KEYS, _VALUES), max_size=4).map(_Obj))
+_VALUES = st.one_of(st.integers(), st.booleans(), st.none(), _KEYS,
+                    st.lists(st.deferred(lambda: _VALUES), max_size=3), _OBJECTS)
+
+
+def _text(node: Any, escape: bool) -> str:
+    """JSON text of a tree of :class:`_Obj`; ``escape`` writes each colon in strings as
+    ``\\u003a``."""
+    if isinstance(node, _Obj):
+        return "{" + ",".join(f"{_text(k, escape)}: {_text(v, escape)}" for k, v in node) + "}"
+    if isinstance(node, list):
+        return "[" + ",".join(_text(item, escape) for item in node) + "]"
+    if isinstance(node, str):
+        text = json.dumps(node, ensure_ascii=False)
+        return text.replace(":", "\\u003a") if escape else text
+    return json.dumps(node)
+
+
+@given(_OBJECTS, st.booleans())
+def test_duplicate_keys_are_found_exactly(tree: _Obj, escape: bool) -> None:
+    data = _text(tree, escape).encode()
+    repeated = False
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal repeated
+        repeated |= len({k for k, _ in pairs}) < len(pairs)
+        return dict(pairs)
+
+    json.loads(data, object_pairs_hook=hook)
+    doc, findings = load_json(reader(data), "t.json")
+    assert (doc is None) == repeated
+    assert all("duplicate key" in m for m in messages(findings))
