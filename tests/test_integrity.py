@@ -9,9 +9,12 @@ from pathlib import Path
 import orjson
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from auditor._cli import main
 from auditor.audit import AuditOptions, run_audit
+from auditor.validate.paths import join_text
 from tests.helpers import (
     audit,
     copy_example,
@@ -327,3 +330,21 @@ def test_stale_staging_of_a_killed_audit_is_removed(tmp_path: Path) -> None:
     audit(copy_example(tmp_path), tmp_path / "out")
     assert not stale.exists()
     assert live.exists()
+
+
+def _reference_join(parts: tuple[str, ...]) -> str | None:
+    pieces: list[str] = []
+    for part in parts:
+        text = part.replace("\\", "/")
+        if not text or text.startswith("/") or text[1:2] == ":":
+            return None
+        kept = [piece for piece in text.split("/") if piece not in ("", ".")]
+        if ".." in kept:
+            return None
+        pieces.extend(kept)
+    return "/".join(pieces) or None
+
+
+@given(st.lists(st.text(alphabet="a./\\:", max_size=6), min_size=1, max_size=3))
+def test_manifest_paths_join_as_normalised_posix(parts: list[str]) -> None:
+    assert join_text(*parts) == _reference_join(tuple(parts))

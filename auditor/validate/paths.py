@@ -32,7 +32,16 @@ class PathCheck:
 def join_text(*parts: str) -> str | None:
     """Join manifest path parts into a normalised POSIX string (``a/./b//c`` -> ``a/b/c``);
     None when any part is empty or absolute or has a ``..`` part. String operations only,
-    as it runs for every listed file."""
+    as it runs for every listed file (several times)."""
+    for part in parts:
+        wrapped = f"/{part}/"
+        if (not part or "\\" in part or part[1:2] == ":" or "//" in wrapped
+                or "/./" in wrapped or "/../" in wrapped):
+            return _join_pieces(parts)
+    return "/".join(parts)  # the usual case: already normal
+
+
+def _join_pieces(parts: tuple[str, ...]) -> str | None:
     pieces: list[str] = []
     for part in parts:
         text = part.replace("\\", "/")
