@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Iterable
+from itertools import islice
 from typing import Any
 
 import pyarrow as pa
@@ -210,10 +211,17 @@ ROWS: dict[str, Callable[[AuditResult], Iterable[dict[str, Any]]]] = {
 }
 
 
+BATCH_ROWS = 8192
+"""Rows converted to Arrow at a time: only this many row dicts exist at once."""
+
+
 def build_table(name: str, result: AuditResult) -> pa.Table:
-    """One table, typed by its schema."""
+    """One table, typed by its schema (built a batch of rows at a time: bounded memory)."""
     schema = SCHEMAS[name]
-    table = pa.Table.from_pylist(list(ROWS[name](result)), schema=schema)
+    rows = iter(ROWS[name](result))
+    batches = [pa.RecordBatch.from_pylist(chunk, schema=schema)
+               for chunk in iter(lambda: list(islice(rows, BATCH_ROWS)), [])]
+    table = pa.Table.from_batches(batches, schema=schema)
     metadata = dict(table.schema.metadata or {})
     metadata[b"auditor.partial"] = b"true" if result.partial else b"false"
     return table.replace_schema_metadata(metadata)
