@@ -22,16 +22,17 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from importlib import resources
 from pathlib import PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from jsonschema import Draft202012Validator, validators
-from jsonschema.exceptions import ValidationError
-from jsonschema.protocols import Validator
 
 from auditor import catalogue
 from auditor._io import clip
 from auditor.model import Citation, Finding
+
+if TYPE_CHECKING:  # jsonschema is imported only to explain a document that fails (80 ms)
+    from jsonschema.exceptions import ValidationError
+    from jsonschema.protocols import Validator
 
 KINDS: tuple[str, ...] = (
     "period",
@@ -62,10 +63,15 @@ def _is_strict_integer(_checker: object, instance: object) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
-_StrictValidator = validators.extend(
-    Draft202012Validator,
-    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_integer),
-)
+@functools.cache
+def _strict_validator_class() -> Any:
+    """Draft 2020-12 where only a Python ``int`` (never ``bool``) is an integer."""
+    from jsonschema import Draft202012Validator, validators
+
+    return validators.extend(
+        Draft202012Validator,
+        type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_integer),
+    )
 
 
 def kind_for_filename(name: str) -> str | None:
@@ -104,8 +110,10 @@ def validator(kind: str) -> Validator:
 @functools.cache
 def _validator(kind: str) -> Validator:
     schema = load_schema(kind)
-    Draft202012Validator.check_schema(schema)
-    return _StrictValidator(schema)
+    strict = _strict_validator_class()
+    strict.check_schema(schema)
+    validator_: Validator = strict(schema)
+    return validator_
 
 
 @functools.cache
@@ -121,7 +129,8 @@ def allocator_form_validator(form: str) -> Validator:
     schema = dict(load_schema("allocator-record"))
     del schema["oneOf"]
     schema["$ref"] = f"#/$defs/{form}"
-    return _StrictValidator(schema)
+    validator_: Validator = _strict_validator_class()(schema)
+    return validator_
 
 
 def pointer_of(parts: Iterator[object] | tuple[object, ...] | list[object]) -> str:
