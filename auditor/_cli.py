@@ -175,7 +175,7 @@ def _split_pairs(values: Sequence[str], flag: str) -> list[tuple[str, str]]:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from auditor.audit import AuditOptions, Auditor, Waiver
+    from auditor.audit import AuditOptions, Auditor, Waiver, paused_gc
     from auditor.report.summary import build_summary
 
     if len(args.waive) != len(args.reason):
@@ -229,7 +229,8 @@ def _audit(args: argparse.Namespace) -> int:
         from auditor.report.output import write_outputs
 
         try:
-            write_outputs(result, args.out, force=args.force, plots=not args.no_plots)
+            with paused_gc():
+                write_outputs(result, args.out, force=args.force, plots=not args.no_plots)
         except OSError as error:
             raise OutputError(f"{args.out}: cannot write the outputs "
                               f"({error.strerror or error})") from None

@@ -9,6 +9,7 @@ reporters are pure functions of the result.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import io
 import os
@@ -202,22 +203,17 @@ class Auditor:
         from auditor.reason.engine import reason
         from auditor.validate.checks import validate
 
-        # The audit builds many small acyclic records; the cyclic collector would re-scan them
-        # again and again (about 15% of the time on many-file studies). Pause it meanwhile.
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            collected = yield from self._collect()
-        finally:
-            if self._pool is not None:
-                self._pool.shutdown(cancel_futures=True)
-                self._pool = None
-            if was_enabled:
-                gc.enable()
-        yield Progress("validate", 0, 1)
-        validation = validate(collected, self.options)
-        yield Progress("reason", 0, 1)
-        reasoning = reason(collected, validation, self.options)
+        with paused_gc():
+            try:
+                collected = yield from self._collect()
+            finally:
+                if self._pool is not None:
+                    self._pool.shutdown(cancel_futures=True)
+                    self._pool = None
+            yield Progress("validate", 0, 1)
+            validation = validate(collected, self.options)
+            yield Progress("reason", 0, 1)
+            reasoning = reason(collected, validation, self.options)
         findings, capped = apply_limits(
             [*collected.findings, *validation, *reasoning.findings], self.options)
         return AuditResult(
@@ -451,6 +447,24 @@ def apply_limits(findings: list[Finding], options: AuditOptions) -> tuple[tuple[
                             cap=options.max_findings))
         capped = True
     return tuple(kept), capped
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for the block.
+
+    An audit builds millions of small records that hold no reference cycles and
+    live until the report is written; each collection re-scans them (about 10% of
+    the time of a many-file study, measured with ``gc.callbacks``) yet can free
+    nothing. Reference counting still frees everything as usual.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def run_audit(root: Path | str, options: AuditOptions | None = None) -> AuditResult:

@@ -161,3 +161,27 @@ def test_terminal_summary_table(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert re.search(r"gate: FAIL\s+--allow-partial: PASS", out)
     assert "gsm8k@2" in out
+
+
+def test_the_cyclic_collector_rests_during_an_audit_and_resumes_after(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Collections would re-scan every record yet free none (they hold no cycles)."""
+    import gc
+
+    import auditor.reason.engine
+    import auditor.validate.checks
+    from auditor.audit import run_audit
+
+    seen: list[tuple[str, bool]] = []
+    for module, name in ((auditor.validate.checks, "validate"), (auditor.reason.engine, "reason")):
+        original = getattr(module, name)
+
+        def spy(*args: object, _original: object = original, _name: str = name) -> object:
+            seen.append((_name, gc.isenabled()))
+            return _original(*args)  # type: ignore[operator]
+
+        monkeypatch.setattr(module, name, spy)
+    assert gc.isenabled()
+    result = run_audit(copy_example(tmp_path))
+    assert result.verdicts and seen == [("validate", False), ("reason", False)]
+    assert gc.isenabled()
