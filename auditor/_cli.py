@@ -222,18 +222,19 @@ def _audit(args: argparse.Namespace) -> int:
         if not args.root.is_dir():
             raise UsageError(f"{args.root}: evidence root does not exist or is not a directory")
         check_output_dir(args.out, args.root, args.force)
-    result = _run_with_progress(Auditor(args.root, options), quiet=args.quiet or args.json)
-    summary = build_summary(result)
-    if args.out is not None:
-        from auditor.errors import OutputError
-        from auditor.report.output import write_outputs
+    with paused_gc():  # held to the writing's end: re-enabled, it would re-scan every record
+        result = _run_with_progress(Auditor(args.root, options), quiet=args.quiet or args.json)
+        summary = build_summary(result)
+        if args.out is not None:
+            from auditor.errors import OutputError
+            from auditor.report.output import write_outputs
 
-        try:
-            with paused_gc():
-                write_outputs(result, args.out, force=args.force, plots=not args.no_plots)
-        except OSError as error:
-            raise OutputError(f"{args.out}: cannot write the outputs "
-                              f"({error.strerror or error})") from None
+            try:
+                write_outputs(result, args.out, force=args.force, plots=not args.no_plots,
+                              summary=summary)
+            except OSError as error:
+                raise OutputError(f"{args.out}: cannot write the outputs "
+                                  f"({error.strerror or error})") from None
     if args.json:
         from auditor.report.summary import dumps
 

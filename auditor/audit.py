@@ -305,7 +305,7 @@ class Auditor:
         for ef in evidence:
             if ef.actual_sha256 is not None and ef.status in ("verified", "mismatched"):
                 inputs.append(InputFile(
-                    "raw_evidence", ef.path, str(root / ef.path),
+                    "raw_evidence", ef.path, f"{root}/{ef.path}",
                     FileDigest(ef.actual_sha256, ef.actual_size or 0),
                 ))
         for pe in period_evidence:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 
+_name_of = attrgetter("name")
 PERIOD_RE = re.compile(r"^period-(\d+)\.json$")
 ATTEMPT_DIR_RE = re.compile(r"^attempt-[^/]+$")
 
@@ -54,11 +56,11 @@ def discover(root: Path) -> StudyLayout:
     for top in _scandir_sorted(root):
         if top.name in ("pairs", "accounting") or not _is_real_dir(top):
             continue
-        for sub in _scandir_sorted(Path(top.path)):
+        for sub in _scandir_sorted(top.path):
             if _is_real_dir(sub) and ATTEMPT_DIR_RE.match(sub.name):
                 rel_dir = f"{top.name}/{sub.name}"
                 attempt_dirs.append(rel_dir)
-                attempt_files[rel_dir] = tuple(_walk(root, Path(sub.path), regular))
+                attempt_files[rel_dir] = tuple(_walk(root, sub.path, regular))
 
     def optional(rel: str) -> str | None:
         return rel if os.path.lexists(root / rel) else None
@@ -83,15 +85,15 @@ def _is_real_dir(entry: os.DirEntry[str]) -> bool:
         return False
 
 
-def _scandir_sorted(path: Path) -> list[os.DirEntry[str]]:
+def _scandir_sorted(path: Path | str) -> list[os.DirEntry[str]]:
     try:
         with os.scandir(path) as entries:
-            return sorted(entries, key=lambda e: e.name)
+            return sorted(entries, key=_name_of)
     except OSError:
         return []
 
 
-def _walk(root: Path, top: Path, regular: set[str] | None = None) -> list[str]:
+def _walk(root: Path, top: Path | str, regular: set[str] | None = None) -> list[str]:
     """Every non-directory entry below ``top`` (links not followed), root-relative, sorted;
     regular files are also added to ``regular``."""
     found: list[str] = []
@@ -99,7 +101,7 @@ def _walk(root: Path, top: Path, regular: set[str] | None = None) -> list[str]:
     stack = [str(top)]
     while stack:
         current = stack.pop()
-        for entry in _scandir_sorted(Path(current)):
+        for entry in _scandir_sorted(current):
             if _is_real_dir(entry):
                 stack.append(entry.path)
                 continue

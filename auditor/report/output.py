@@ -66,8 +66,11 @@ def check_output_dir(out: Path, root: Path, force: bool) -> None:
 
 
 def write_outputs(result: AuditResult, out: Path, force: bool = False,
-                  plots: bool = True) -> dict[str, Any]:
-    """Write every output of ``result`` to ``out`` atomically; returns the manifest."""
+                  plots: bool = True, summary: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write every output of ``result`` to ``out`` atomically; returns the manifest.
+
+    ``summary`` is :func:`auditor.report.summary.build_summary` of ``result`` when the
+    caller has it already (else it is built here)."""
     from auditor.report.markdown import render_markdown
     from auditor.report.summary import build_summary, dumps
     from auditor.report.tables import build_table, table_bytes
@@ -93,7 +96,7 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
 
         for name in TABLES:
             put(f"{name}.parquet", table_bytes(build_table(name, result)))
-        put("summary.json", dumps(build_summary(result)))
+        put("summary.json", dumps(build_summary(result) if summary is None else summary))
         if plots:
             from auditor.report.plots import render_plots
 
