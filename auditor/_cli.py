@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.abc
 import os
 import signal
@@ -134,9 +135,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def entry() -> NoReturn:
     """Console-script entry point: SIGTERM unwinds like Ctrl-C, so a half-written output
-    is removed rather than left behind; pandas is kept out (see :class:`_NoPandas`)."""
+    is removed rather than left behind; pandas is kept out (see :class:`_NoPandas`).
+
+    The cyclic garbage collector stays off for the process's short life: an audit's
+    records hold no cycles, and turning it back on after the audit would only make it
+    scan them all once more (0.2 s on 36k files) before the process exits.
+    """
     signal.signal(signal.SIGTERM, _terminate)
     sys.meta_path.insert(0, _NoPandas)
+    gc.disable()
     sys.exit(main())
 
 
