@@ -237,7 +237,8 @@ def test_the_command_imports_neither_pandas_nor_jsonschema_yet_writes_every_tabl
         tmp_path: Path) -> None:
     """pyarrow would import pandas (0.3-0.5 s) on its first array; the console entry
     point refuses it, and the tables are still written and verify. jsonschema (80 ms)
-    is imported only to explain a document that fails validation: none does here."""
+    is imported only to explain a document that fails validation: none does here. The
+    cyclic collector is off in the command's process (nothing it could free)."""
     import subprocess
     import sys
 
