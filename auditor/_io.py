@@ -34,6 +34,7 @@ class HashingReader:
         self._raw = raw
         self._hash = hashlib.sha256()
         self._size = 0
+        self._ended = False
 
     def read(self, size: int = CHUNK_SIZE) -> bytes:
         """Read up to ``size`` bytes (``-1`` reads the rest in chunks)."""
@@ -46,11 +47,13 @@ class HashingReader:
         if data:
             self._hash.update(data)
             self._size += len(data)
+        elif size:
+            self._ended = True
         return data
 
     def drain(self) -> None:
-        """Hash whatever has not been read yet."""
-        while self.read(CHUNK_SIZE):
+        """Hash whatever has not been read yet (nothing to do once a read hit the end)."""
+        while not self._ended and self.read(CHUNK_SIZE):
             pass
 
     def digest(self) -> FileDigest:

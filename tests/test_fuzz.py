@@ -260,3 +260,63 @@ def test_wrong_type_at_every_field(tmp_path: Path, rel: str, pointer: str) -> No
         periods = pd.read_parquet(tmp_path / "out" / "periods.parquet")
         pair = rel.split("/")[1] if rel.startswith("pairs/") else rel.split("-4gpu/")[0]
         assert (periods[periods["pair"] == pair]["verdict"] != "resolved").all()
+
+
+# ------------------------------------------------------------ short reads
+
+class _Trickle(io.RawIOBase):
+    """A raw file that returns fewer bytes than asked, as an unbuffered file may."""
+
+    def __init__(self, data: bytes, sizes: list[int]) -> None:
+        self._data = memoryview(data)
+        self._sizes = sizes or [1]
+        self._at = 0
+        self._calls = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        step = self._sizes[self._calls % len(self._sizes)]
+        self._calls += 1
+        stop = len(self._data) if size < 0 else self._at + min(size, step)
+        chunk = bytes(self._data[self._at:stop])
+        self._at += len(chunk)
+        return chunk
+
+
+_SAMPLES = {
+    "trace": "host-qwen25-7b-gsm8k-c2-s161-4gpu/attempt-*/allocator-traces/allocator-*.jsonl",
+    "log": "host-qwen25-7b-gsm8k-c2-s161-4gpu/attempt-*/training-*.log",
+    "trial": "host-qwen25-7b-gsm8k-c2-s161-4gpu/attempt-*/trial-*.json",
+    "device": "host-qwen25-7b-gsm8k-c2-s161-4gpu/attempt-*/device-evidence/worker-*.json",
+    "sacct": "accounting/sacct-raw.psv",
+}
+
+
+@given(st.sampled_from(sorted(_SAMPLES)), st.lists(st.integers(1, 300), min_size=1, max_size=8),
+       st.binary(max_size=40), st.floats(0, 1))
+def test_short_reads_change_nothing(kind: str, sizes: list[int], insert: bytes,
+                                    where: float) -> None:
+    from tests.helpers import EXAMPLE
+
+    data = next(EXAMPLE.glob(_SAMPLES[kind])).read_bytes()
+    at = int(len(data) * where)
+    data = data[:at] + insert + data[at:]
+    read = {
+        "trace": lambda r: read_allocator_trace(r, "t/allocator-1.jsonl", max_line=120),
+        "log": lambda r: scan_training_log(r, "t/training-1.log", 1, max_line=90),
+        "trial": lambda r: read_trial(r, "t/trial-1.json"),
+        "device": lambda r: read_device(r, "t/device-evidence/worker-actor_rollout-0-1.json"),
+        "sacct": lambda r: parse_sacct(r, "sacct.psv", None, None),
+    }[kind]
+
+    def run(reader: HashingReader) -> tuple[object, object]:
+        try:
+            result: object = read(reader)
+        except SacctFormatError as error:
+            result = str(error)
+        reader.drain()
+        return result, reader.digest()
+
+    assert run(HashingReader(_Trickle(data, sizes))) == run(_reader(data))

@@ -93,7 +93,7 @@ def read_attempt(task: AttemptTask) -> AttemptRead:
     devices: list[DeviceEvidence] = []
     for file in files:
         try:
-            handle = open(file.resolved, "rb")  # noqa: SIM115 - closed below
+            handle = open(file.resolved, "rb", buffering=0)  # noqa: SIM115 - closed below
         except OSError as error:
             outcomes.append(FileOutcome(file.display, file.kind, None, _os_reason(error)))
             continue
@@ -144,7 +144,7 @@ def _os_reason(error: OSError) -> str:
 def hash_only(task: FileTask) -> FileOutcome:
     """Hash a file that is not parsed (unlisted files, unknown kinds)."""
     try:
-        with open(task.resolved, "rb") as handle:
+        with open(task.resolved, "rb", buffering=0) as handle:
             reader = HashingReader(handle)
             reader.drain()
             return FileOutcome(task.display, task.kind, reader.digest())
