@@ -142,7 +142,7 @@ def entry() -> NoReturn:
     scan them all once more (0.2 s on 36k files) before the process exits.
     """
     signal.signal(signal.SIGTERM, _terminate)
-    sys.meta_path.insert(0, _NoPandas)
+    sys.meta_path.insert(0, _NoPandas())
     gc.disable()
     sys.exit(main())
 
@@ -157,8 +157,7 @@ class _NoPandas(importlib.abc.MetaPathFinder):
     console entry point installs this: a library caller keeps pandas.
     """
 
-    @classmethod
-    def find_spec(cls, name: str, path: object = None, target: object = None) -> None:
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
         if name == "pandas" or name.startswith("pandas."):
             raise ModuleNotFoundError("pandas is not used by the auditor CLI", name=name)
         return None

@@ -199,21 +199,24 @@ class Auditor:
         self._pool: ProcessPoolExecutor | None = None
 
     def run(self) -> Generator[Progress, None, AuditResult]:
-        """Collect, validate and reason; yields progress, returns the result."""
+        """Collect, validate and reason; yields progress, returns the result.
+
+        Drive it inside :func:`paused_gc` (:func:`run_audit` and the command line do):
+        the generator itself leaves the collector alone, so one that is abandoned
+        half-way can never leave it switched off."""
         from auditor.reason.engine import reason
         from auditor.validate.checks import validate
 
-        with paused_gc():
-            try:
-                collected = yield from self._collect()
-            finally:
-                if self._pool is not None:
-                    self._pool.shutdown(cancel_futures=True)
-                    self._pool = None
-            yield Progress("validate", 0, 1)
-            validation = validate(collected, self.options)
-            yield Progress("reason", 0, 1)
-            reasoning = reason(collected, validation, self.options)
+        try:
+            collected = yield from self._collect()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(cancel_futures=True)
+                self._pool = None
+        yield Progress("validate", 0, 1)
+        validation = validate(collected, self.options)
+        yield Progress("reason", 0, 1)
+        reasoning = reason(collected, validation, self.options)
         findings, capped = apply_limits(
             [*collected.findings, *validation, *reasoning.findings], self.options)
         return AuditResult(
@@ -469,13 +472,14 @@ def paused_gc() -> Iterator[None]:
 
 def run_audit(root: Path | str, options: AuditOptions | None = None) -> AuditResult:
     """Run an audit to completion, ignoring progress."""
-    generator = Auditor(root, options).run()
-    while True:
-        try:
-            next(generator)
-        except StopIteration as stop:
-            result: AuditResult = stop.value
-            return result
+    with paused_gc():
+        generator = Auditor(root, options).run()
+        while True:
+            try:
+                next(generator)
+            except StopIteration as stop:
+                result: AuditResult = stop.value
+                return result
 
 
 # ---------------------------------------------------------------------- helpers

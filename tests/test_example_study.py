@@ -181,7 +181,7 @@ def test_the_cyclic_collector_rests_during_an_audit_and_resumes_after(
             return _original(*args)  # type: ignore[operator]
 
         monkeypatch.setattr(module, name, spy)
-    assert gc.isenabled()
+    before = gc.isenabled()
     result = run_audit(copy_example(tmp_path))
     assert result.verdicts and seen == [("validate", False), ("reason", False)]
-    assert gc.isenabled()
+    assert gc.isenabled() == before

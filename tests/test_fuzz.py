@@ -320,3 +320,19 @@ def test_short_reads_change_nothing(kind: str, sizes: list[int], insert: bytes,
         return result, reader.digest()
 
     assert run(HashingReader(_Trickle(data, sizes))) == run(_reader(data))
+
+
+@given(st.binary(max_size=5000), st.lists(st.integers(1, 300), min_size=1, max_size=8),
+       st.integers(0, 5000))
+def test_draining_after_short_reads_hashes_every_byte(data: bytes, sizes: list[int],
+                                                      parsed: int) -> None:
+    """A parser may stop anywhere; drain() must hash the rest, however short the reads."""
+    import hashlib
+
+    reader = HashingReader(_Trickle(data, sizes))
+    taken = 0
+    while taken < parsed and (chunk := reader.read(min(64, parsed - taken) or 1)):
+        taken += len(chunk)
+    reader.drain()
+    assert reader.digest().sha256 == hashlib.sha256(data).hexdigest()
+    assert reader.digest().size == len(data)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from pathlib import Path
@@ -66,12 +67,36 @@ def test_escaping_helpers(hostile: str) -> None:
     assert all(line.strip() != opening for line in block.splitlines()[1:-1])
 
 
+_ESCAPE_ALPHABET = "a1. -=_*:<&\n\x00\u0661"
+
+
+def test_plain_text_shortcut_escapes_as_the_full_path_does() -> None:
+    # A leading NUL is removed by the full path, so it forces that path on the same text.
+    # Exhaustive over short texts (a sample misses "1." or "-x"), at the clipping edges too.
+    for size in range(5):
+        for chars in itertools.product(_ESCAPE_ALPHABET, repeat=size):
+            text = "".join(chars)
+            for limit in (1, 2, 3, 300):
+                assert md_escape(text, limit) == md_escape("\x00" + text, limit), (text, limit)
+
+
 @given(st.text(alphabet="az09 ,.:;/@%=-_*`#|<&\n\x00\u202e", max_size=60))
-def test_plain_text_shortcut_escapes_as_the_full_path_does(text: str) -> None:
-    # a leading NUL is removed by the full path, so it forces that path on the same text
+def test_plain_text_shortcut_on_longer_texts(text: str) -> None:
     assert md_escape(text) == md_escape("\x00" + text)
 
 
 def test_long_quotes_are_clipped() -> None:
     assert len(md_escape("x" * 10_000)) <= 300
     assert len(code_span("y" * 10_000)) <= 210
+
+
+def test_every_table_row_fills_exactly_its_schema(tmp_path: Path) -> None:
+    """Rows become Arrow batches by name: a misspelt key would quietly give a null column."""
+    from auditor.audit import run_audit
+    from auditor.report.tables import ROWS, SCHEMAS
+    from tests.helpers import copy_example
+
+    result = run_audit(copy_example(tmp_path))
+    for name, rows in ROWS.items():
+        keys = {tuple(row) for row in rows(result)}
+        assert keys == {tuple(SCHEMAS[name].names)}, name

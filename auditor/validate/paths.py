@@ -38,7 +38,7 @@ def join_text(*parts: str) -> str | None:
         if (not part or "\\" in part or part[1:2] == ":" or "//" in wrapped
                 or "/./" in wrapped or "/../" in wrapped):
             return _join_pieces(parts)
-    return "/".join(parts)  # the usual case: already normal
+    return "/".join(parts) if parts else None  # the usual case: already normal
 
 
 def _join_pieces(parts: tuple[str, ...]) -> str | None:

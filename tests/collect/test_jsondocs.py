@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from auditor._io import HashingReader
@@ -620,22 +620,26 @@ _VALUES = st.one_of(st.integers(), st.booleans(), st.none(), _KEYS,
                     st.lists(st.deferred(lambda: _VALUES), max_size=3), _OBJECTS)
 
 
-def _text(node: Any, escape: bool) -> str:
+def _text(node: Any, escape: bool, colon: str = ": ") -> str:
     """JSON text of a tree of :class:`_Obj`; ``escape`` writes each colon in strings as
-    ``\\u003a``."""
+    ``\\u003a``; ``colon`` is what separates a key from its value (spaces included)."""
     if isinstance(node, _Obj):
-        return "{" + ",".join(f"{_text(k, escape)}: {_text(v, escape)}" for k, v in node) + "}"
+        return "{" + ",".join(f"{_text(k, escape, colon)}{colon}{_text(v, escape, colon)}"
+                              for k, v in node) + "}"
     if isinstance(node, list):
-        return "[" + ",".join(_text(item, escape) for item in node) + "]"
+        return "[" + ",".join(_text(item, escape, colon) for item in node) + "]"
     if isinstance(node, str):
         text = json.dumps(node, ensure_ascii=False)
         return text.replace(":", "\\u003a") if escape else text
     return json.dumps(node)
 
 
-@given(_OBJECTS, st.booleans())
-def test_duplicate_keys_are_found_exactly(tree: _Obj, escape: bool) -> None:
-    data = _text(tree, escape).encode()
+@given(_OBJECTS, st.booleans(), st.sampled_from([":", ": ", " :", " \t:\n "]))
+@example(_Obj([("a", 1), ("a", 2)]), False, " :")
+@example(_Obj([("a:", 1), ("a:", 2)]), False, ":")
+@example(_Obj([("x", _Obj([("k", "v:w"), ("k", "")]))]), True, ":")
+def test_duplicate_keys_are_found_exactly(tree: _Obj, escape: bool, colon: str) -> None:
+    data = _text(tree, escape, colon).encode()
     repeated = False
 
     def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -645,5 +649,16 @@ def test_duplicate_keys_are_found_exactly(tree: _Obj, escape: bool) -> None:
 
     json.loads(data, object_pairs_hook=hook)
     doc, findings = load_json(reader(data), "t.json")
+    assert (doc is None) == repeated
+    assert all("duplicate key" in m for m in messages(findings))
+
+
+@pytest.mark.parametrize(("text", "repeated"), [
+    (b'{"a" :1,"a":2}', True), (b'{"a":1,\n "a"\t: 2}', True), (b'{"a":{"b" :1,"b":2}}', True),
+    (b'{"k":"x:y","k" :"z"}', True), (b'{"a:":1,"a:" :2}', True), (b'{"a" :1,"b":2}', False),
+    (b'{"a:b" : "c:d", "e":[{"f" :"g"}]}', False), (b'{"\\u0061":1,"a":2}', True),
+])
+def test_duplicate_keys_whatever_the_spacing(text: bytes, repeated: bool) -> None:
+    doc, findings = load_json(reader(text), "t.json")
     assert (doc is None) == repeated
     assert all("duplicate key" in m for m in messages(findings))
