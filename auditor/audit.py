@@ -614,10 +614,13 @@ def _assemble(
                 if outcome is None:
                     continue
                 if outcome.digest is None:
-                    rows.append(_row(record, spec, entry, display, "unreadable", outcome.error))
+                    rows.append(_row(record, spec, entry, outcome.display, "unreadable",
+                                     outcome.error))
                     continue
                 status, detail = _compare(entry.sha256, entry.size, outcome.digest)
-                rows.append(_row(record, spec, entry, display, status, detail, outcome.digest))
+                # the outcome's own string: one copy of each path kept, not two
+                rows.append(_row(record, spec, entry, outcome.display, status, detail,
+                                 outcome.digest))
             evidence.extend(rows)
             attempts.append(AttemptEvidence(
                 f"{record.pair}/period-{record.period}", spec, read, tuple(rows)

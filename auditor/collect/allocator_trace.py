@@ -40,6 +40,7 @@ costs more than the whole fast path; the semantics (numbering, clipping at
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Iterator
 from itertools import compress, repeat
@@ -393,6 +394,12 @@ def _count(value: object) -> int | None:
     return value if type(value) is int and value >= 0 else None
 
 
+def _shared(text: str) -> str:
+    """One copy of a short repeated name (role, phase, error type) for every record that
+    holds it: a long run keeps thousands of phase records per trace."""
+    return sys.intern(text) if len(text) <= 64 else text
+
+
 def _phase_record(scan: _Scan, record: dict[str, Any], line: int) -> PhaseRecord:
     """Book a phase record (its values valid or None) and return it."""
     get = record.get
@@ -410,13 +417,13 @@ def _phase_record(scan: _Scan, record: dict[str, Any], line: int) -> PhaseRecord
         line=line,
         pid=pid if type(pid) is int and pid >= 1 else None,
         rank=_count(rank),
-        role=role if type(role) is str else None,
+        role=_shared(role) if type(role) is str else None,
         seq=_count(get("seq")),
-        phase=record["phase"],
+        phase=_shared(record["phase"]),
         step=_count(get("step")),
         started_ns=started,
         finished_ns=finished,
-        error_type=record["error_type"],
+        error_type=_shared(record["error_type"]),
         error_message=message if type(message) is str else "",
         peak_allocated_bytes=_count(peak_allocated),
         peak_reserved_bytes=_count(peak_reserved),

@@ -452,3 +452,27 @@ def test_phase_records_are_capped_keeping_first_and_last() -> None:
     assert trace.phases[0].step == 0 and trace.phases[-1].step == cap + 999
     capped = [f for f in trace.findings if f.rule_id == "AUD016"]
     assert len(capped) == 1 and "1000 phase records" in capped[0].message
+
+
+def test_phase_records_share_their_repeated_names() -> None:
+    """A long run keeps thousands of phase records per trace: each role, phase and error
+    type is stored once, not once per record."""
+    lines = [
+        b'{"pid":4242,"rank":0,"role":"actor_rollout","seq":%d,"phase":"rollout_generate",'
+        b'"step":%d,"started_ns":%d,"finished_ns":%d,"error_type":"torch.OutOfMemoryError"}'
+        % (i, i, 1_789_498_843_354_362_359 + i, 1_789_498_843_954_362_359 + i)
+        for i in range(5000)
+    ]
+    data = b"\n".join(lines) + b"\n"
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        trace = allocator_trace.read_allocator_trace(HashingReader(io.BytesIO(data)), "t.jsonl")
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(trace.phases) == 5000
+    first, last = trace.phases[0], trace.phases[-1]
+    assert first.role is last.role and first.phase is last.phase
+    assert first.error_type is last.error_type
+    assert kept < 420 * len(lines)  # about 340 bytes a record; 530 with a copy of each name
