@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Any, BinaryIO
 
 import orjson
@@ -219,9 +220,16 @@ def as_int(value: object) -> int | None:
     return value if type(value) is int else None
 
 
+SHARED_STR_LIMIT = 40
+"""Strings up to this long (names, kinds, hosts, GPU models) are kept once per process."""
+
+
 def as_str(value: object) -> str | None:
-    """``value`` when it is a string, else None."""
-    return value if type(value) is str else None
+    """``value`` when it is a string, else None. A short one is interned: a study repeats
+    the same role, kind, host and GPU names in thousands of records."""
+    if type(value) is not str:
+        return None
+    return sys.intern(value) if len(value) <= SHARED_STR_LIMIT else value
 
 
 def as_bool(value: object) -> bool | None:

@@ -662,3 +662,11 @@ def test_duplicate_keys_whatever_the_spacing(text: bytes, repeated: bool) -> Non
     doc, findings = load_json(reader(text), "t.json")
     assert (doc is None) == repeated
     assert all("duplicate key" in m for m in messages(findings))
+
+
+def test_repeated_short_names_are_kept_once() -> None:
+    """A study repeats role, host and GPU names in thousands of records: one copy each."""
+    first = read_device(reader(as_bytes(DEVICE)), "a/device-evidence/worker-x-0-1.json")
+    second = read_device(reader(as_bytes(DEVICE)), "b/device-evidence/worker-x-0-2.json")
+    assert first.role == "actor_rollout" and first.role is second.role
+    assert first.hostname is second.hostname and first.gpu_name is second.gpu_name
