@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import builtins
+import contextlib
 import itertools
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -31,6 +33,23 @@ def _evidence(out: Path) -> dict[str, str]:
     return dict(zip(table["path"], table["status"], strict=True))
 
 
+@contextlib.contextmanager
+def _opened_files() -> Iterator[list[str]]:
+    """Every path passed to ``open`` inside the block (the audit runs in this process)."""
+    opened: list[str] = []
+    real_open = builtins.open
+
+    def spy(file, *args, **kwargs):  # type: ignore[no-untyped-def]
+        opened.append(os.fspath(file) if isinstance(file, (str, os.PathLike)) else "")
+        return real_open(file, *args, **kwargs)
+
+    builtins.open = spy
+    try:
+        yield opened
+    finally:
+        builtins.open = real_open
+
+
 def test_damaged_study_reports_each_file_with_its_status(tmp_path: Path) -> None:
     root = copy_example(tmp_path)
     altered = find(root, "host-qwen25-7b-gsm8k-c2-s161-4gpu/attempt-*/allocator-traces/*.jsonl")
@@ -50,18 +69,8 @@ def test_damaged_study_reports_each_file_with_its_status(tmp_path: Path) -> None
 
     edit_record(escape_record, escape)
     before = snapshot(root)
-    opened: list[str] = []
-    real_open = builtins.open
-
-    def spy(file, *args, **kwargs):  # type: ignore[no-untyped-def]
-        opened.append(os.fspath(file) if isinstance(file, (str, os.PathLike)) else "")
-        return real_open(file, *args, **kwargs)
-
-    builtins.open = spy
-    try:
+    with _opened_files() as opened:
         summary = audit(root, tmp_path / "out", "--jobs", "1")
-    finally:
-        builtins.open = real_open
     assert snapshot(root) == before
     assert not [p for p in opened if "secret" in p]
 
@@ -299,18 +308,8 @@ def test_verify_never_reads_outside_the_output_directory(tmp_path: Path, capsys)
     manifest = orjson.loads((out / "output_manifest.json").read_bytes())
     manifest["outputs"].append({"path": "../secret.txt", "sha256": "0" * 64, "size": 13})
     (out / "output_manifest.json").write_bytes(orjson.dumps(manifest))
-    opened: list[str] = []
-    real_open = builtins.open
-
-    def spy(file, *args, **kwargs):  # type: ignore[no-untyped-def]
-        opened.append(os.fspath(file) if isinstance(file, (str, os.PathLike)) else "")
-        return real_open(file, *args, **kwargs)
-
-    builtins.open = spy
-    try:
+    with _opened_files() as opened:
         assert main(["verify", str(out)]) == 1
-    finally:
-        builtins.open = real_open
     assert "unsafe: outputs/../secret.txt" in capsys.readouterr().out
     assert not [p for p in opened if p.endswith("secret.txt")]
 
