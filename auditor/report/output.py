@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import shutil
 import signal
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -73,7 +75,7 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
     caller has it already (else it is built here)."""
     from auditor.report.markdown import render_markdown
     from auditor.report.summary import build_summary, dumps
-    from auditor.report.tables import build_table, table_bytes
+    from auditor.report.tables import write_table
 
     check_output_dir(out, result.collected.root, force)
     parent = out.resolve().parent
@@ -82,20 +84,26 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
     staging: Path | None = None
     try:
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=parent))
+        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp's 0700 would hide the report
         written: list[tuple[str, str, int]] = []
 
-        def put(name: str, data: bytes) -> None:
+        def put(name: str, data: bytes | Callable[[io.RawIOBase], object]) -> None:
+            """Write ``data`` (bytes, or a function writing to a stream) as ``name``."""
             assert staging is not None
             target = staging / name
             target.parent.mkdir(parents=True, exist_ok=True)
             with open(target, "wb") as handle:
-                handle.write(data)
+                sink = _HashingWriter(handle)
+                if isinstance(data, bytes):
+                    sink.write(data)
+                else:
+                    data(sink)
                 handle.flush()
                 os.fsync(handle.fileno())
-            written.append((name, hashlib.sha256(data).hexdigest(), len(data)))
+            written.append((name, sink.hash.hexdigest(), sink.size))
 
         for name in TABLES:
-            put(f"{name}.parquet", table_bytes(build_table(name, result)))
+            put(f"{name}.parquet", partial(write_table, name, result))
         put("summary.json", dumps(build_summary(result) if summary is None else summary))
         if plots:
             from auditor.report.plots import render_plots
@@ -117,6 +125,37 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
                 shutil.rmtree(staging, ignore_errors=True)
         raise
     return manifest
+
+
+def _umask() -> int:
+    """The process's file-creation mask (read by setting it, and setting it straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+class _HashingWriter(io.RawIOBase):
+    """A write-only stream into ``handle`` that hashes and counts every byte it passes
+    on: an output streamed to disk (a Parquet table) is hashed without being held whole."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        super().__init__()
+        self._handle = handle
+        self.hash = hashlib.sha256()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self._handle.write(view)
+        self.hash.update(view)
+        self.size += len(view)
+        return len(view)
+
+    def tell(self) -> int:
+        return self.size
 
 
 @contextlib.contextmanager

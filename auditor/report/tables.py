@@ -214,22 +214,41 @@ ROWS: dict[str, Callable[[AuditResult], Iterable[dict[str, Any]]]] = {
 BATCH_ROWS = 8192
 """Rows converted to Arrow at a time: only this many row dicts exist at once."""
 
+ROW_GROUP_ROWS = 65_536
+"""Rows per Parquet row group: only this many rows exist as Arrow at once, whatever the
+table's size (and the same rows always give the same row groups: deterministic bytes)."""
 
-def build_table(name: str, result: AuditResult) -> pa.Table:
-    """One table, typed by its schema (built a batch of rows at a time: bounded memory)."""
-    schema = SCHEMAS[name]
+
+def write_table(name: str, result: AuditResult, sink: io.RawIOBase) -> int:
+    """Write one table to ``sink`` as Parquet, typed by its schema; returns its row count.
+
+    Streams: rows become Arrow a batch of :data:`BATCH_ROWS` at a time, and each
+    :data:`ROW_GROUP_ROWS` rows are written as one row group before the next are built,
+    so memory stays bounded on a table of millions of rows. Writer options are fixed,
+    so the same result gives the same bytes."""
+    schema = SCHEMAS[name].with_metadata({
+        **(SCHEMAS[name].metadata or {}),
+        b"auditor.partial": b"true" if result.partial else b"false",
+    })
     rows = iter(ROWS[name](result))
-    batches = [pa.RecordBatch.from_pylist(chunk, schema=schema)
-               for chunk in iter(lambda: list(islice(rows, BATCH_ROWS)), [])]
-    table = pa.Table.from_batches(batches, schema=schema)
-    metadata = dict(table.schema.metadata or {})
-    metadata[b"auditor.partial"] = b"true" if result.partial else b"false"
-    return table.replace_schema_metadata(metadata)
+    pending: list[pa.RecordBatch] = []
+    pending_rows = total = 0
+    with pq.ParquetWriter(sink, schema, compression="zstd", use_dictionary=True,
+                          write_statistics=True, store_schema=True) as writer:
+        for chunk in iter(lambda: list(islice(rows, BATCH_ROWS)), []):
+            pending.append(pa.RecordBatch.from_pylist(chunk, schema=schema))
+            pending_rows += len(chunk)
+            if pending_rows >= ROW_GROUP_ROWS:
+                _write_group(writer, pending, schema)
+                total += pending_rows
+                pending, pending_rows = [], 0
+        if pending:
+            _write_group(writer, pending, schema)
+            total += pending_rows
+    return total
 
 
-def table_bytes(table: pa.Table) -> bytes:
-    """Parquet bytes with fixed options (deterministic for the same table)."""
-    sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd", use_dictionary=True,
-                   write_statistics=True, store_schema=True)
-    return sink.getvalue()
+def _write_group(writer: pq.ParquetWriter, batches: list[pa.RecordBatch],
+                 schema: pa.Schema) -> None:
+    writer.write_table(pa.Table.from_batches(batches, schema=schema),
+                       row_group_size=ROW_GROUP_ROWS)
