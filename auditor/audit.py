@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import heapq
 import io
 import os
 from collections.abc import Callable, Generator, Iterable, Iterator
@@ -132,6 +133,8 @@ class AttemptEvidence:
     subject: str
     spec: AttemptSpec
     read: AttemptRead
+    """What parsing its files gave (``read.files`` is emptied: each file's outcome is
+    one of ``files``)."""
     files: tuple[EvidenceFile, ...]
 
 
@@ -167,6 +170,8 @@ class Collected:
 
     root: Path
     layout: StudyLayout
+    """The study's inventory, without its per-file listings (``attempt_files`` and
+    ``regular_files`` are emptied once planned: every file is a row of ``evidence``)."""
     protocol: Protocol
     sacct: SacctDump | None
     sacct_display: str | None
@@ -174,7 +179,22 @@ class Collected:
     periods: tuple[PeriodEvidence, ...]
     evidence: tuple[EvidenceFile, ...]
     inputs: tuple[InputFile, ...]
+    """Inputs read besides the evidence files the period records list (those are in
+    ``evidence``); :meth:`all_inputs` gives both."""
     findings: tuple[Finding, ...]
+
+    def all_inputs(self) -> Iterator[InputFile]:
+        """Every input the audit read and hashed, sorted by group and path: ``inputs``,
+        and a raw-evidence input per evidence file read (made on demand, so a study of
+        many files keeps no second copy of their paths and digests)."""
+        root = str(self.root)
+        hashed = (
+            InputFile("raw_evidence", ef.path, f"{root}/{ef.path}",
+                      FileDigest(ef.actual_sha256, ef.actual_size or 0))
+            for ef in self.evidence
+            if ef.actual_sha256 is not None and ef.status in ("verified", "mismatched")
+        )
+        return heapq.merge(self.inputs, hashed, key=_input_order)
 
 
 @dataclass(frozen=True)
@@ -305,12 +325,6 @@ class Auditor:
                 outcome.digest.sha256 if outcome.digest else None,
                 outcome.digest.size if outcome.digest else None, "unlisted", outcome.error,
             ))
-        for ef in evidence:
-            if ef.actual_sha256 is not None and ef.status in ("verified", "mismatched"):
-                inputs.append(InputFile(
-                    "raw_evidence", ef.path, f"{root}/{ef.path}",
-                    FileDigest(ef.actual_sha256, ef.actual_size or 0),
-                ))
         for pe in period_evidence:
             for attempt in pe.attempts:
                 findings.extend(attempt.read.findings)
@@ -324,14 +338,15 @@ class Auditor:
         self._read_protocol_inputs(inputs, findings)
         return Collected(
             root=root,
-            layout=layout,
+            # the per-file inventory served planning; its paths live on in ``evidence``
+            layout=replace(layout, attempt_files={}, regular_files=frozenset()),
             protocol=protocol,
             sacct=sacct,
             sacct_display=sacct_display,
             execution_commits=commits,
             periods=tuple(period_evidence),
             evidence=tuple(sorted(evidence, key=lambda e: e.path)),
-            inputs=tuple(sorted(inputs, key=lambda i: (i.group, i.path))),
+            inputs=tuple(sorted(inputs, key=_input_order)),
             findings=tuple(findings),
         )
 
@@ -485,6 +500,10 @@ def run_audit(root: Path | str, options: AuditOptions | None = None) -> AuditRes
 # ---------------------------------------------------------------------- helpers
 
 
+def _input_order(item: InputFile) -> tuple[str, str]:
+    return item.group, item.path
+
+
 def _resolve_root(root: Path) -> Path:
     if not root.exists():
         raise UsageError(f"{root}: evidence root does not exist")
@@ -583,10 +602,12 @@ def _plan(
 
 def _row(record: PeriodRecord, spec: AttemptSpec, entry: EvidenceEntry, display: str,
          status: str, detail: str = "", digest: FileDigest | None = None) -> EvidenceFile:
+    actual = None if digest is None else digest.sha256
+    if actual is not None and actual == entry.sha256:
+        actual = entry.sha256  # one copy of the digest text kept, not two
     return EvidenceFile(
         display, entry.kind, record.pair, record.period, spec.index, spec.job_id, record.path,
-        entry.sha256, entry.size,
-        digest.sha256 if digest else None, digest.size if digest else None, status, detail,
+        entry.sha256, entry.size, actual, digest.size if digest else None, status, detail,
     )
 
 
@@ -622,8 +643,10 @@ def _assemble(
                 rows.append(_row(record, spec, entry, outcome.display, status, detail,
                                  outcome.digest))
             evidence.extend(rows)
+            # the file outcomes now live in the rows: keep them once
             attempts.append(AttemptEvidence(
-                f"{record.pair}/period-{record.period}", spec, read, tuple(rows)
+                f"{record.pair}/period-{record.period}", spec, replace(read, files=()),
+                tuple(rows),
             ))
         period_evidence.append(PeriodEvidence(record, tuple(attempts)))
     return period_evidence, evidence

@@ -8,6 +8,7 @@ import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pandas as pd
@@ -22,6 +23,7 @@ from tests.helpers import (
     edit_json,
     edit_record,
     find,
+    period_records,
     rewrite,
     snapshot,
     verdicts,
@@ -357,3 +359,61 @@ def test_manifest_paths_join_as_normalised_posix() -> None:
     pairs = list(itertools.product(_texts("a./\\:", 3), repeat=2))
     for parts in [(text,) for text in singles] + pairs + [(), ("a", "b", "c/./d")]:
         assert join_text(*parts) == _reference_join(tuple(parts)), parts
+
+
+def test_manifest_is_streamed_in_orjson_layout_and_lists_every_input(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The manifest's input lists are written a few entries at a time; the document is
+    still exactly orjson's indented form, every hashed evidence file is listed once with
+    its digest, and ``verify`` accepts it."""
+    from auditor.report import output
+
+    monkeypatch.setattr(output, "MANIFEST_CHUNK", 3)
+    root = copy_example(tmp_path)
+    weird = find(root, "host-qwen25-7b-math-c2-s161-4gpu/attempt-*/trial-*.json")
+    renamed = weird.replace("trial-", 'trial-"q" é\t-')  # a listed name JSON must escape
+    (root / weird).rename(root / renamed)
+    for record_path in period_records(root):
+        def rename(record: Any) -> None:
+            for attempt in record.get("attempts") or [record]:
+                for entry in attempt.get("evidence", []):
+                    if f"{attempt['attempt_dir']}/{entry['path']}" == weird:
+                        entry["path"] = renamed.rsplit("/", 1)[1]
+        edit_record(record_path, rename)
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "a.py").write_text("x = 1\n")
+    out = tmp_path / "out"
+    audit(root, out, "--source-root", str(source), "--source", "a.py")
+    data = (out / "output_manifest.json").read_bytes()
+    manifest = orjson.loads(data)
+    assert data == orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n"
+    result = run_audit(root, AuditOptions(jobs=1))
+    hashed = {e.path: e.actual_sha256 for e in result.collected.evidence
+              if e.status in ("verified", "mismatched")}
+    listed = {i["path"]: i["sha256"] for i in manifest["raw_evidence"]}
+    assert len(listed) == len(manifest["raw_evidence"])
+    assert renamed in listed and hashed.items() <= listed.items()
+    assert set(listed) - set(hashed) == {i.path for i in result.collected.inputs
+                                          if i.group == "raw_evidence"}
+    assert [i["path"] for i in manifest["source_inputs"]] == ["a.py"]
+    assert manifest["protocol_inputs"] == []
+    assert main(["verify", str(out)]) == 0
+
+
+def test_a_study_result_keeps_each_file_once(tmp_path: Path) -> None:
+    """Per-file data is kept once in the result (memory on 10^5-file studies): a verified
+    row's actual digest is its listed one, the per-attempt file outcomes and the discovery
+    listings are folded into ``evidence``, and manifest inputs are made on demand."""
+    result = run_audit(copy_example(tmp_path), AuditOptions(jobs=1))
+    collected = result.collected
+    listed = {f"{a.spec.attempt_dir}/{e.path}": e for p in collected.periods
+              for a in p.attempts for e in a.spec.evidence}
+    verified = [e for e in collected.evidence if e.status == "verified"]
+    assert len(verified) > 100
+    for row in verified:
+        assert row.actual_sha256 is listed[row.path].sha256
+    assert all(a.read.files == () for p in collected.periods for a in p.attempts)
+    assert collected.layout.attempt_files == {} and collected.layout.regular_files == set()
+    assert not any(i.path in {row.path for row in verified} for i in collected.inputs)
+    assert {i.path for i in collected.all_inputs()} >= {row.path for row in verified}

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
+from itertools import islice
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -68,8 +69,8 @@ def check_output_dir(out: Path, root: Path, force: bool) -> None:
 
 
 def write_outputs(result: AuditResult, out: Path, force: bool = False,
-                  plots: bool = True, summary: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Write every output of ``result`` to ``out`` atomically; returns the manifest.
+                  plots: bool = True, summary: dict[str, Any] | None = None) -> None:
+    """Write every output of ``result`` to ``out`` atomically.
 
     ``summary`` is :func:`auditor.report.summary.build_summary` of ``result`` when the
     caller has it already (else it is built here)."""
@@ -111,10 +112,8 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
             for name, data in render_plots(result):
                 put(name, data)
         put("diagnostic.md", render_markdown(result, written).encode("utf-8"))
-        manifest = build_manifest(result, written)
-        manifest_bytes = orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n"
         with open(staging / MANIFEST, "wb") as handle:
-            handle.write(manifest_bytes)
+            write_manifest(result, written, handle)
             handle.flush()
             os.fsync(handle.fileno())
         with _signals_deferred():  # the swap is a few renames: never leave it half done
@@ -124,7 +123,6 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
             with _signals_deferred():
                 shutil.rmtree(staging, ignore_errors=True)
         raise
-    return manifest
 
 
 def _umask() -> int:
@@ -205,22 +203,40 @@ def _swap_into_place(staging: Path, out: Path) -> None:
     os.rename(staging, out)
 
 
-def build_manifest(result: AuditResult, written: list[tuple[str, str, int]]) -> dict[str, Any]:
-    """The output manifest document."""
+MANIFEST_GROUPS = ("raw_evidence", "source_inputs", "protocol_inputs")
+MANIFEST_CHUNK = 4096
+"""Input entries serialised at a time."""
+
+
+def write_manifest(result: AuditResult, written: list[tuple[str, str, int]],
+                   handle: BinaryIO) -> None:
+    """Write the output manifest document to ``handle``.
+
+    The input lists (one entry per evidence file: 10^5 or more) are streamed a chunk at
+    a time, so the document is never whole in memory; the bytes are those of
+    ``orjson.dumps(document, option=OPT_INDENT_2)`` plus a newline."""
     collected = result.collected
-    groups: dict[str, list[dict[str, Any]]] = {"raw_evidence": [], "source_inputs": [],
-                                               "protocol_inputs": []}
-    for item in collected.inputs:
-        groups[item.group].append({"path": item.path, "absolute": item.absolute,
-                                   "sha256": item.digest.sha256, "size": item.digest.size})
-    return {
+    head = orjson.dumps({
         "schema": MANIFEST_SCHEMA,
         "created_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         "auditor_version": __version__,
         "root": str(collected.root),
         "outputs": [{"path": n, "sha256": s, "size": z} for n, s, z in sorted(written)],
-        **groups,
-    }
+    }, option=orjson.OPT_INDENT_2)
+    handle.write(head[:-2])  # without the closing "\n}"
+    for group in MANIFEST_GROUPS:
+        entries = ({"path": item.path, "absolute": item.absolute,
+                    "sha256": item.digest.sha256, "size": item.digest.size}
+                   for item in collected.all_inputs() if item.group == group)
+        handle.write(f',\n  "{group}": ['.encode())
+        empty = True
+        while chunk := list(islice(entries, MANIFEST_CHUNK)):
+            # each entry indented to its depth (orjson escapes newlines inside strings)
+            text = b",\n".join(orjson.dumps(entry, option=orjson.OPT_INDENT_2) for entry in chunk)
+            handle.write((b"" if empty else b",") + b"\n    " + text.replace(b"\n", b"\n    "))
+            empty = False
+        handle.write(b"]" if empty else b"\n  ]")
+    handle.write(b"\n}\n")
 
 
 @dataclass(frozen=True, slots=True)

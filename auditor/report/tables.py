@@ -235,7 +235,7 @@ def write_table(name: str, result: AuditResult, sink: io.RawIOBase) -> int:
     pending_rows = total = 0
     with pq.ParquetWriter(sink, schema, compression="zstd", use_dictionary=True,
                           write_statistics=True, store_schema=True) as writer:
-        for chunk in iter(lambda: list(islice(rows, BATCH_ROWS)), []):
+        while chunk := list(islice(rows, BATCH_ROWS)):
             pending.append(pa.RecordBatch.from_pylist(chunk, schema=schema))
             pending_rows += len(chunk)
             if pending_rows >= ROW_GROUP_ROWS:
