@@ -17,6 +17,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from auditor._io import CHUNK_SIZE, HashingReader
 from auditor.collect import allocator_trace
@@ -402,6 +404,116 @@ def test_mixed_generated_trace_both_paths_agree() -> None:
     trace = read(b"".join(parts))
     assert trace.samples > 4000
     assert {"AUD115", "AUD003"} <= set(rules(trace))
+
+
+# ------------------------------------------------- the sample path (text form)
+
+_FORMS = (
+    '{{"pid":{},"seq":{},"sample_ns":{},"allocated_bytes":{},"reserved_bytes":{}}}',
+    '{{"pid": {}, "seq": {}, "sample_ns": {}, "allocated_bytes": {}, "reserved_bytes": {}}}',
+)
+_ODD_VALUES = (
+    "", "0", "00", "01", "007", "-0", "-1", "1.0", "1.", ".5", "1e3", "1E3", "0e0", '"1"', "true",
+    "false", "null", "[]", "{}", "[1]", " 1", "1 ", "\t1", "9" * 19, "1" + "0" * 19,
+    str(2**63 - 1), str(2**63), str(2**64 - 1), str(2**64), "9" * 21, "１", "0x1f", "+1",
+    "NaN", "Infinity", "1\r",
+)
+
+
+def _sample_text(form: str, values: list[str]) -> bytes:
+    return form.format(*values).encode()
+
+
+@given(st.data())
+@settings(max_examples=150, deadline=None)
+def test_sample_path_agrees_with_the_record_path_on_near_samples(data: st.DataObject) -> None:
+    """Lines one edit away from a well-formed sample, in batches of well-formed ones:
+    the text-form path must take exactly what the line-by-line path accepts, and fold it
+    the same (``read`` compares the two)."""
+    form_index = data.draw(st.integers(0, 1))
+    count = data.draw(st.integers(1, 2 * FAST_BATCH + 3))
+    odd = data.draw(st.lists(st.integers(0, count - 1), max_size=3))
+    lines = []
+    for number in range(count):
+        values = [str(7 + number % 2 * data.draw(st.integers(0, 1))), str(number * 3),
+                  str(T0 + number), str(number * 1000), "0"]
+        form = _FORMS[form_index]
+        if number in odd:
+            kind = data.draw(st.sampled_from(["value", "form", "phase", "line", "seq"]))
+            if kind == "value":
+                values[data.draw(st.integers(0, 4))] = data.draw(st.sampled_from(_ODD_VALUES))
+            elif kind == "form":
+                form = _FORMS[1 - form_index]
+            elif kind == "seq":
+                values[1] = str(data.draw(st.integers(0, count * 3)))
+        text = _sample_text(form, values)
+        if number in odd and kind == "phase":
+            text = orjson.dumps(phase(number * 3))
+        elif number in odd and kind == "line":
+            text = data.draw(st.sampled_from(
+                [b"", b" " + text, text + b" ", text + b"\r", text[:-1],
+                 text.replace(b":", b": ", 1), text.replace(b'"pid"', b'"p\\u0069d"'),
+                 text + text, b"[" + text + b"]"]))
+        lines.append(text + b"\n")
+    read(b"".join(lines))
+
+
+_SWAPS = ((b'"pid"', b'"pie"'), (b'"seq"', b'"Seq"'), (b'"pid":', b'"seq":'),
+          (b'"reserved_bytes"', b'"reserved_bytez"'), (b",", b" ,"), (b"{", b"[{"))
+
+
+@pytest.mark.parametrize("form", _FORMS)
+def test_sample_path_refuses_every_odd_value_and_key(form: str) -> None:
+    """Each odd value in each of the five places, and each misspelt, swapped or respaced
+    key, amid well-formed samples: both paths agree (a line the sample path wrongly took
+    would fold a value the line-by-line path reports as AUD002)."""
+    def batch(values: list[str], swap: tuple[bytes, bytes] | None = None) -> bytes:
+        lines = [_sample_text(form, ["7", str(seq * 3), str(T0 + seq), str(seq), "5"])
+                 for seq in range(12)]
+        odd = _sample_text(form, values)
+        lines[6] = odd if swap is None else odd.replace(*swap)
+        return b"\n".join(lines) + b"\n"
+
+    for place in range(5):
+        for value in _ODD_VALUES:
+            values = ["7", "18", str(T0 + 6), "6", "5"]
+            values[place] = value
+            read(batch(values))
+    for swap in _SWAPS:
+        trace = read(batch(["7", "18", str(T0 + 6), "6", "5"], swap))
+        assert bool(trace.findings) == (swap[1] != b" ,"), swap  # respaced is still valid
+
+
+def test_sample_path_takes_whole_batches_of_samples_around_phase_records(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cheap path serves every well-formed sample, in either written form; only the
+    phase records go record by record (one call each), and nothing goes line by line."""
+    record_calls: list[int] = []
+    fast_batch = allocator_trace._fast_batch
+
+    def counted(scan: Any, start: int, lines: list[bytes], *rest: Any) -> bool:
+        record_calls.append(len(lines))
+        return fast_batch(scan, start, lines, *rest)
+
+    def never(*_: Any) -> None:
+        raise AssertionError("a valid trace went line by line")
+
+    monkeypatch.setattr(allocator_trace, "_fast_batch", counted)
+    monkeypatch.setattr(allocator_trace, "_slow_batch", never)
+    for form in _FORMS:
+        record_calls.clear()
+        lines = []
+        for seq in range(3000):
+            if seq % 700 == 5:
+                lines.append(line(phase(seq)))
+            else:
+                lines.append(_sample_text(form, [str(SAMPLE["pid"]), str(seq), str(T0 + seq),
+                                                 str(seq * 10), str(seq * 20)]) + b"\n")
+        trace = read_allocator_trace(HashingReader(io.BytesIO(b"".join(lines))), "a.jsonl")
+        assert (trace.samples, len(trace.phases), trace.findings) == (2995, 5, ())
+        assert trace.sample_peak_reserved_bytes == 2999 * 20
+        assert (trace.first_ns, trace.last_ns) == (T0, T0 + 2999)
+        assert record_calls == [1] * 5
 
 
 # ------------------------------------------------------------------ memory
