@@ -178,12 +178,11 @@ def read_allocator_trace(
             continue
         start, lines, hints = item
         scan.lines += len(lines)
+        if fast:
+            _fold(scan, start, lines, hints, max_line)
+            continue
         for offset in range(0, len(lines), FAST_BATCH):
-            part = lines[offset : offset + FAST_BATCH]
-            if fast:
-                _fold(scan, start + offset, part, hints, max_line)
-            else:
-                _slow_batch(scan, start + offset, part, max_line)
+            _slow_batch(scan, start + offset, lines[offset : offset + FAST_BATCH], max_line)
     findings = list(scan.kept)
     findings.extend(file_findings)
     if scan.dropped:
@@ -282,26 +281,60 @@ def _hints(data: bytes) -> int:
 
 
 def _fold(scan: _Scan, start: int, lines: list[bytes], hints: int, max_line: int) -> None:
-    """Fold a batch by the cheapest path that can take it.
+    """Fold the lines of a read chunk by the cheapest paths that can take them.
 
-    Splitting a batch never changes the result (each path handles lines in order and
-    commits all or nothing), so a batch of samples with a few phase records between
-    them (the usual shape) is cut at the phase records: the samples around them still
-    take :func:`_sample_batch`, each phase record :func:`_fast_batch`."""
-    if _sample_batch(scan, start, lines, max_line):
+    Splitting lines into batches never changes the result (each path handles lines in
+    order and commits all or nothing). A chunk of memory samples is one batch for
+    :func:`_sample_batch`; a chunk with a few phase records among them (the usual shape)
+    is cut at those records, each of which goes to :func:`_fast_batch`, while the
+    samples between them still go whole to :func:`_sample_batch`; anything else goes
+    in pieces of :data:`FAST_BATCH` lines (see :func:`_fold_pieces`)."""
+    if max_line < CHUNK_SIZE and max(map(len, lines)) > max_line:
+        _fold_pieces(scan, start, lines, hints, max_line)
         return
-    marked = [index for index, line in enumerate(lines) if b"h" in line] \
-        if hints & _MAYBE_PHASE and len(lines) > 1 else []
-    if not marked or len(marked) > len(lines) // 8:
-        _fold_records(scan, start, lines, hints, max_line)
+    text = b"\n".join(lines) + b"\n"
+    if _sample_text(scan, start, text, len(lines)):
         return
-    begin = 0
-    for index in (*marked, len(lines)):
-        if index > begin and not _sample_batch(scan, start + begin, lines[begin:index], max_line):
-            _fold_records(scan, start + begin, lines[begin:index], hints, max_line)
+    marked = _marked_lines(text, len(lines) // 8) if hints & _MAYBE_PHASE else None
+    if not marked:
+        _fold_pieces(scan, start, lines, hints, max_line)
+        return
+    begin = offset = 0  # the first line after the last marked one, and where it starts
+    for index, line_start, line_end in (*marked, (len(lines), len(text), len(text))):
+        if index > begin and not _sample_text(
+                scan, start + begin, text[offset:line_start], index - begin):
+            _fold_pieces(scan, start + begin, lines[begin:index], hints, max_line)
         if index < len(lines):
             _fold_records(scan, start + index, lines[index : index + 1], hints, max_line)
-        begin = index + 1
+        begin, offset = index + 1, line_end + 1
+
+
+def _marked_lines(text: bytes, most: int) -> list[tuple[int, int, int]] | None:
+    """``(index, start, end)`` of each line of ``text`` holding an ``h`` (a phase key
+    has one, or an escape; a sample has none), found with ``memchr``-speed searches;
+    None when there are more than ``most`` (the chunk is then read in pieces)."""
+    marked: list[tuple[int, int, int]] = []
+    index = counted = position = 0
+    while (found := text.find(b"h", position)) >= 0:
+        if len(marked) == most:
+            return None
+        line_start = text.rfind(b"\n", 0, found) + 1
+        index += text.count(b"\n", counted, line_start)
+        counted = line_start
+        position = text.find(b"\n", found)
+        marked.append((index, line_start, position))
+        position += 1
+    return marked
+
+
+def _fold_pieces(scan: _Scan, start: int, lines: list[bytes], hints: int,
+                 max_line: int) -> None:
+    """Lines :func:`_sample_batch` refused as a whole: in pieces of :data:`FAST_BATCH`
+    lines, so one odd line costs only its piece the cheap path."""
+    for offset in range(0, len(lines), FAST_BATCH):
+        part = lines[offset : offset + FAST_BATCH]
+        if len(part) == len(lines) or not _sample_batch(scan, start + offset, part, max_line):
+            _fold_records(scan, start + offset, part, hints, max_line)
 
 
 def _fold_records(scan: _Scan, start: int, lines: list[bytes], hints: int, max_line: int) -> None:
@@ -327,7 +360,15 @@ samples in one of :data:`_SAMPLE_FORMS` becomes the JSON array of their values."
 
 
 def _sample_batch(scan: _Scan, start: int, lines: list[bytes], max_line: int) -> bool:
-    """Fold a batch of memory samples written in one of :data:`_SAMPLE_FORMS`.
+    """:func:`_sample_text` of a list of lines (False when one is longer than ``max_line``)."""
+    if max_line < CHUNK_SIZE and max(map(len, lines)) > max_line:
+        return False
+    return _sample_text(scan, start, b"\n".join(lines) + b"\n", len(lines))
+
+
+def _sample_text(scan: _Scan, start: int, text: bytes, count: int) -> bool:
+    """Fold ``count`` lines (``text``, each ending in a newline) of memory samples written
+    in one of :data:`_SAMPLE_FORMS`.
 
     The commonest batch of a trace costs here about a third of the record-by-record
     fast path: the batch with its digits removed must be exactly one form repeated,
@@ -338,11 +379,7 @@ def _sample_batch(scan: _Scan, start: int, lines: list[bytes], max_line: int) ->
     number too big to be an int (``orjson`` reads those as floats). Any other batch
     returns False, having changed nothing (the other paths take it).
     """
-    if max_line < CHUNK_SIZE and max(map(len, lines)) > max_line:
-        return False
-    text = b"\n".join(lines) + b"\n"
     skeleton = text.translate(None, _DIGITS)
-    count = len(lines)
     if not any(len(form) * count == len(skeleton) and form * count == skeleton
                for form in _SAMPLE_FORMS):
         return False
