@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import random
+import re
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -689,9 +690,7 @@ def test_chunked_agrees_with_line_by_line(seed: int, monkeypatch: pytest.MonkeyP
     for _ in range(40):
         data = random_log(rng)
         monkeypatch.setattr(training_log, "CHUNK_SIZE", rng.choice([1 << 20, 1, 2, 5, 64, 777]))
-        monkeypatch.setattr(training_log, "ANCHOR_BUDGET", rng.choice([128, 0, 1, 3]))
         monkeypatch.setattr(training_log, "HIT_BLOCK", rng.choice([1 << 18, 1, 10, 100]))
-        monkeypatch.setattr(training_log, "SPLIT_AROUND", rng.choice([1024, 0, 5, 60]))
         monkeypatch.setattr(training_log, "UTF8_PIECE", rng.choice([1 << 14, 1, 30]))
         args = (
             rng.choice([None, 1, 2, 3]),
@@ -714,21 +713,21 @@ def test_real_logs_any_chunk_size(chunk_size: int, monkeypatch: pytest.MonkeyPat
             ), name
 
 
-def test_search_tables_cover_the_trigger_words() -> None:
-    words = [
-        training_log._STEP_WORD,
-        b"NCCL",
-        *training_log._SEARCHED_WORDS,
-        *(word for word, _, _ in training_log._ANCHORED_WORDS),
-    ]
-    assert sorted(words) == sorted(training_log._TRIGGER_WORDS)
-    for word, anchor, offsets in training_log._ANCHORED_WORDS:
-        assert sorted(offsets) == [i for i in range(len(word)) if word[i : i + 1] == anchor]
+def test_one_search_covers_the_trigger_words() -> None:
+    """Every trigger word the reference regex knows is found by the one-pass search
+    (NUL by memchr), wherever it stands on its line, and each hit gives its own line."""
+    for word in training_log._TRIGGER_WORDS:
+        for data in (word + b"\n", b"x" + word + b"y\n", b"a\n" + word + word + b"\nb\n"):
+            expected = [data.count(b"\n", 0, m.start()) + 1
+                        for m in re.finditer(re.escape(word), data)]
+            if word == b"NCCL":  # skipped when nothing else on the line can matter
+                expected = []
+            assert _hits(data) == sorted(set(expected)), (word, data)
 
 
 def _hits(data: bytes) -> list[int]:
     """Numbers (1-based) of the lines of ``data`` the word search picks."""
-    starts = training_log._hit_lines(data, 0, len(data), [0] * 3)
+    starts = training_log._hit_lines(data, 0, len(data))
     return [data.count(b"\n", 0, start) + 1 for start in starts]
 
 
@@ -754,23 +753,13 @@ def test_nccl_only_lines_skipped_when_they_cannot_matter() -> None:
     ]
 
 
-def test_long_hit_lines_left_out_of_the_search(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_words_on_long_lines_and_overlapping_words_are_found() -> None:
     metrics = b"step:1 - " + b"actor/entropy:0.1 - " * 100 + b"training/global_step:1\n"
     data = metrics + b"boom Error: x\n" + metrics + b"Traceback (most recent call last):\n"
     assert _hits(data) == [1, 2, 3, 4]
-    monkeypatch.setattr(training_log, "SPLIT_AROUND", 1)
-    assert _hits(data) == [1, 2, 3, 4]
-
-
-def test_dense_anchor_bytes_fall_back_to_word_search(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(training_log, "ANCHOR_BUDGET", 4)
-    data = b'{"a": "b", "c": "d"}\n' * 50 + b'  File "x.py", line 1\n' + b"HHHH EEEE\n" * 10
-    paused = [0, 0, 0]
-    starts = training_log._hit_lines(data, 0, len(data), paused)
-    assert [data.count(b"\n", 0, start) + 1 for start in starts] == [51]
-    assert paused == [training_log.ANCHOR_PAUSE] * 3  # E, H and " are all common here
-    assert training_log._hit_lines(data, 0, len(data), paused) == starts
-    assert paused == [training_log.ANCHOR_PAUSE - 1] * 3
+    # "NCCL" beside another word must not hide it (nor the line be skipped)
+    assert _hits(b"xNCCLoom\nNCCLANCELLED\nNCCANCELLED\nchatter\n") == [1, 3]
+    assert _hits(b"a\x00b\nc\nd\x00\x00\n\x00") == [1, 3, 4]
 
 
 def test_filler_lines_are_not_examined(monkeypatch: pytest.MonkeyPatch) -> None:
