@@ -61,7 +61,7 @@ SMALL_STUDY_BYTES = 64 << 20
 """Below this many listed bytes the audit reads in-process: starting a pool costs more
 (about 0.3 s) than a second core saves."""
 CHUNK_BYTES = 16 << 20
-"""Most listed bytes of the tasks sent to a worker at once (see :meth:`Auditor._map`)."""
+"""About the most listed bytes of tasks sent to a worker at once (see :meth:`Auditor._map`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,9 +364,9 @@ class Auditor:
             return
         if self._pool is None:  # one pool serves every stage of the collection
             self._pool = ProcessPoolExecutor(max_workers=jobs)
-        # Tasks go to the workers in chunks (fewer messages), but a chunk holds at most
-        # CHUNK_BYTES of files: the last chunk a worker takes is then short work, not
-        # seconds of it while the other core idles.
+        # Tasks go to the workers in chunks (fewer messages), but a chunk holds about
+        # CHUNK_BYTES of files (by the average task): the last chunk a worker takes is
+        # then short work, not seconds of it while the other core idles.
         per_item = total_bytes // len(items)
         chunksize = max(1, min(64, len(items) // (jobs * 8), CHUNK_BYTES // max(per_item, 1)))
         yield from self._pool.map(function, items, chunksize=chunksize)

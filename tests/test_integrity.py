@@ -332,6 +332,38 @@ def test_stale_staging_of_a_killed_audit_is_removed(tmp_path: Path) -> None:
     assert live.exists()
 
 
+def test_failure_while_streaming_a_table_leaves_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error in the middle of a streamed Parquet table (a row group written, the next
+    failing) removes the staging directory, and an earlier audit's output stays whole."""
+    from auditor.audit import run_audit as run
+    from auditor.report import output, tables
+
+    root = copy_example(tmp_path)
+    out = tmp_path / "out"
+    audit(root, out)
+    before = snapshot(out)
+    result = run(root, AuditOptions(jobs=1))
+    monkeypatch.setattr(tables, "BATCH_ROWS", 10)
+    monkeypatch.setattr(tables, "ROW_GROUP_ROWS", 10)
+    calls = 0
+    write_group = tables._write_group
+
+    def failing(*args: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise OSError(28, "No space left on device")
+        write_group(*args)
+
+    monkeypatch.setattr(tables, "_write_group", failing)
+    with pytest.raises(OSError):
+        output.write_outputs(result, out, force=True, plots=False)
+    assert calls == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "study"]
+    assert snapshot(out) == before
+
+
 def _reference_join(parts: tuple[str, ...]) -> str | None:
     if not parts:
         return None

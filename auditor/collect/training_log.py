@@ -105,10 +105,11 @@ _NCCL_ONLY_WORDS = (
 )  # fmt: skip
 _SEARCHED = tuple(word for word in _TRIGGER_WORDS if word != b"\x00")
 _SEARCH = ahocorasick_rs.BytesAhoCorasick(
-    [*_SEARCHED, *_NCCL_ONLY_WORDS, b"\x1b"], implementation=ahocorasick_rs.Implementation.DFA
+    [*_SEARCHED, *_NCCL_ONLY_WORDS], implementation=ahocorasick_rs.Implementation.DFA
 )
 """Every trigger word but NUL (found with ``memchr``), then the words that make a line
-holding only "NCCL" matter, and ESC: all found in one pass."""
+holding only "NCCL" matter: all found in one pass. (ESC, which also does, is looked for
+only in such lines: coloured logs hold it on every line.)"""
 _NCCL = _SEARCHED.index(b"NCCL")
 _MATTERS = len(_SEARCHED)
 """Index of the first word of :data:`_SEARCH` that is not a trigger word."""
@@ -474,7 +475,7 @@ def _hit_lines(chunk: bytes, start: int, end: int) -> list[int]:
     floor = start - 1 if start else 0  # so rfind finds the newline before ``start``
     starts: set[int] = set()
     add = starts.add
-    nccl: list[int] = []  # where "NCCL" is, and where what makes it matter is
+    nccl: list[int] = []  # where "NCCL" is, and where a word that makes it matter is
     matters: list[int] = []
     line_end = -1  # end of the line last added: its other words need no search
     for word, at, _ in _SEARCH.find_matches_as_indexes(memoryview(chunk)[start:end],
@@ -494,13 +495,18 @@ def _hit_lines(chunk: bytes, start: int, end: int) -> list[int]:
         if position < 0:
             break
     line_end = -1
-    for position in matters if nccl else ():
+    for position in nccl:
         if position <= line_end:
             continue  # this line was decided
         line = rfind(b"\n", floor, position) + 1
-        line_end = find(b"\n", position)
-        first = bisect_left(nccl, line)
-        if first < len(nccl) and nccl[first] < line_end and line not in starts:
+        line_end = find(b"\n", position, end)
+        if line_end < 0:
+            line_end = end
+        if line in starts:
+            continue  # another trigger word holds it
+        first = bisect_left(matters, line)
+        if (first < len(matters) and matters[first] < line_end) \
+                or find(b"\x1b", line, line_end) >= 0:
             add(line)
     return sorted(starts)
 

@@ -126,7 +126,14 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
 
 
 def _umask() -> int:
-    """The process's file-creation mask (read by setting it, and setting it straight back)."""
+    """The process's file-creation mask: from ``/proc/self/status`` where Linux gives it,
+    else by setting it and setting it straight back (a moment in which another thread
+    creating a file would get the wrong mode)."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
     mask = os.umask(0o022)
     os.umask(mask)
     return mask

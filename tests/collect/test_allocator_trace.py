@@ -156,6 +156,15 @@ def test_many_pids_in_one_batch_are_all_booked() -> None:
     assert trace.pids == tuple((1000 + n, n + 1) for n in range(20))
 
 
+def test_pids_past_the_cap_are_booked_in_line_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When a batch brings more new pids than the cap leaves room for, the first ones
+    by line are kept, as line by line."""
+    monkeypatch.setattr(allocator_trace, "MAX_DISTINCT", 3)
+    for pids in ([9, 2, 7, 1, 5], [1, 2, 3, 4, 5], [50, 40, 30, 20, 10]):
+        trace = read(b"".join(line(sample(seq, pid=pid)) for seq, pid in enumerate(pids)))
+        assert [pid for pid, _ in trace.pids] == pids[:3]
+
+
 def test_lines_across_read_chunks(tmp_path: Path) -> None:
     count = 3 * CHUNK_SIZE // 100
     data = b"".join(line(sample(seq, allocated_bytes=seq % 977, reserved_bytes=seq % 1009))
@@ -484,6 +493,26 @@ def test_sample_path_refuses_every_odd_value_and_key(form: str) -> None:
         assert bool(trace.findings) == (swap[1] != b" ,"), swap  # respaced is still valid
 
 
+@pytest.mark.parametrize("form", _FORMS)
+def test_sample_path_refuses_digits_out_of_their_places(form: str) -> None:
+    """A digit inserted anywhere in a line, or a value's digits moved anywhere (leaving
+    its place empty), keeps the line's shape without digits: only the line-by-line
+    path can tell where the digits stand, and both paths must agree."""
+    values = ["7", "18", str(T0 + 6), "6", "5"]
+    good = [_sample_text(form, ["7", str(seq * 3), str(T0 + seq), str(seq), "5"])
+            for seq in range(12)]
+    line_text = _sample_text(form, values)
+    variants = {line_text[:at] + b"9" + line_text[at:] for at in range(len(line_text) + 1)}
+    for place in range(5):
+        emptied = _sample_text(form, [v if i != place else "" for i, v in enumerate(values)])
+        moved = values[place].encode()
+        variants.update(emptied[:at] + moved + emptied[at:] for at in range(len(emptied) + 1))
+    assert len(variants) > 300
+    for variant in sorted(variants):
+        lines = [*good[:6], variant, *good[7:]]
+        read(b"\n".join(lines) + b"\n")
+
+
 def test_sample_path_takes_whole_batches_of_samples_around_phase_records(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The cheap path serves every well-formed sample, in either written form; only the
@@ -507,10 +536,12 @@ def test_sample_path_takes_whole_batches_of_samples_around_phase_records(
             if seq % 700 == 5:
                 lines.append(line(phase(seq)))
             else:
-                lines.append(_sample_text(form, [str(SAMPLE["pid"]), str(seq), str(T0 + seq),
+                pid = SAMPLE["pid"] + (seq > 1500)  # a second process half way
+                lines.append(_sample_text(form, [str(pid), str(seq), str(T0 + seq),
                                                  str(seq * 10), str(seq * 20)]) + b"\n")
         trace = read_allocator_trace(HashingReader(io.BytesIO(b"".join(lines))), "a.jsonl")
         assert (trace.samples, len(trace.phases), trace.findings) == (2995, 5, ())
+        assert trace.pids == ((SAMPLE["pid"], 1), (SAMPLE["pid"] + 1, 1502))
         assert trace.sample_peak_reserved_bytes == 2999 * 20
         assert (trace.first_ns, trace.last_ns) == (T0, T0 + 2999)
         assert record_calls == [1] * 5

@@ -760,6 +760,9 @@ def test_words_on_long_lines_and_overlapping_words_are_found() -> None:
     # "NCCL" beside another word must not hide it (nor the line be skipped)
     assert _hits(b"xNCCLoom\nNCCLANCELLED\nNCCANCELLED\nchatter\n") == [1, 3]
     assert _hits(b"a\x00b\nc\nd\x00\x00\n\x00") == [1, 3, 4]
+    # what makes an NCCL line matter must be on that line, not the next or the last
+    assert _hits(b"KV cache\nNCCL version\n\x1b[0m\nNCCL INFO\nolicy\n") == []
+    assert _hits(b"NCCL \x1b[0m\n\x1b[0m\n" * 3) == [1, 3, 5]
 
 
 def test_filler_lines_are_not_examined(monkeypatch: pytest.MonkeyPatch) -> None:
