@@ -468,13 +468,18 @@ def _commit(
         booked = _new_pids(scan, pids, 1)
     if booked is None:
         return False
-    # Every check passed: commit.
-    for index, record in phases:
-        scan.keep_phase(_phase_record(scan, record, start + index))
+    # Every check passed: commit, booking identities in line order (as line by line:
+    # it decides which are kept once MAX_DISTINCT is reached).
+    steps: list[tuple[int, dict[str, Any] | int]] = [*phases]
+    steps.extend((position if sample_at is None else sample_at[position], pids[position])
+                 for position in booked)
+    steps.sort(key=itemgetter(0))  # (a line is a phase record or a sample: no ties)
+    for offset, step in steps:
+        if isinstance(step, dict):
+            scan.keep_phase(_phase_record(scan, step, start + offset))
+        else:
+            scan.see_pid(step, start + offset)
     if sample_ns:
-        for position in booked:
-            scan.see_pid(pids[position],
-                         start + (position if sample_at is None else sample_at[position]))
         scan.fold_samples(max(allocated), max(reserved), first_ns, last_ns, len(sample_ns))
     scan.last_seq = seqs[-1]
     return True

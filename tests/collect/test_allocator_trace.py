@@ -163,6 +163,11 @@ def test_pids_past_the_cap_are_booked_in_line_order(monkeypatch: pytest.MonkeyPa
     for pids in ([9, 2, 7, 1, 5], [1, 2, 3, 4, 5], [50, 40, 30, 20, 10]):
         trace = read(b"".join(line(sample(seq, pid=pid)) for seq, pid in enumerate(pids)))
         assert [pid for pid, _ in trace.pids] == pids[:3]
+    # a phase record's pid too: a batch of samples and phase records, booked by line
+    mixed = [line(sample(0, pid=1)), line(sample(1, pid=2)), line(phase(2, pid=3)),
+             line(sample(3, pid=4)), line(phase(4, pid=5))]
+    trace = read(b"".join(mixed))
+    assert [pid for pid, _ in trace.pids] == [1, 2, 3]
 
 
 def test_lines_across_read_chunks(tmp_path: Path) -> None:
