@@ -26,13 +26,16 @@ one ``AUD013``; ``AUD004`` and ``AUD010`` are never capped. At most
 :data:`MAX_DISTINCT` distinct pids and ranks are recorded (a trace with more is
 already an identity failure many times over).
 
-Speed: a trace can be hundreds of megabytes, so lines are handled in batches
-(:data:`FAST_BATCH` lines of one read chunk). A batch whose every line is a
-valid record with rising ``seq`` (the normal case) is checked and folded with
-C-level ``map``/``set``/``min``/``max`` passes and no Python code per sample
-line; any batch that is not clean is re-read line by line, where each problem
-is found and, only then, explained with the JSON Schema (``allocator-record``).
-The two paths give the same result (the tests compare them). Lines are split
+Speed: a trace can be hundreds of megabytes, so lines are handled in batches,
+by the cheapest of three paths that takes them (see :func:`_fold`). The memory
+samples of a read chunk, in their written form, are checked and read as text
+(:func:`_sample_text`: no Python object per line but their values); phase records
+and samples written otherwise go in batches of :data:`FAST_BATCH` lines, each
+valid record with rising ``seq`` checked and folded with C-level
+``map``/``set``/``min``/``max`` passes (:func:`_fast_batch`); any batch that is not
+clean is re-read line by line, where each problem is found and, only then,
+explained with the JSON Schema (``allocator-record``). The paths give the same
+result (the tests compare them, on every digit moved anywhere in a line). Lines are split
 here rather than by :func:`auditor._io.iter_lines`, whose one object per line
 costs more than the whole fast path; the semantics (numbering, clipping at
 ``max_line``, an unterminated final line) are the same.

@@ -232,9 +232,11 @@ def write_manifest(result: AuditResult, written: list[tuple[str, str, int]],
     }, option=orjson.OPT_INDENT_2)
     handle.write(head[:-2])  # without the closing "\n}"
     for group in MANIFEST_GROUPS:
+        # (evidence files are raw evidence: the other groups need not make their inputs)
+        items = collected.all_inputs() if group == "raw_evidence" else collected.inputs
         entries = ({"path": item.path, "absolute": item.absolute,
                     "sha256": item.digest.sha256, "size": item.digest.size}
-                   for item in collected.all_inputs() if item.group == group)
+                   for item in items if item.group == group)
         handle.write(f',\n  "{group}": ['.encode())
         empty = True
         while chunk := list(islice(entries, MANIFEST_CHUNK)):
