@@ -44,7 +44,6 @@ costs more than the whole fast path; the semantics (numbering, clipping at
 from __future__ import annotations
 
 import sys
-from array import array
 from collections import deque
 from collections.abc import Iterator
 from itertools import compress, repeat
@@ -174,18 +173,18 @@ def read_allocator_trace(
     """
     scan = _Scan(path)
     file_findings: list[Finding] = []
-    for item in _batches(stream, max_line):
+    for item in _texts(stream, max_line):
         if isinstance(item, Line):
             scan.lines += 1
-            file_findings.extend(_odd_line(scan, item, max_line))
-            continue
-        start, lines, hints = item
-        scan.lines += len(lines)
-        if fast:
-            _fold(scan, start, lines, hints, max_line)
-            continue
-        for offset in range(0, len(lines), FAST_BATCH):
-            _slow_batch(scan, start + offset, lines[offset : offset + FAST_BATCH], max_line)
+            file_findings.extend(_odd_line(scan, item._replace(number=scan.lines), max_line))
+        elif fast:
+            scan.lines += _fold(scan, scan.lines + 1, item, _hints(item), max_line)
+        else:
+            lines = _split(item)
+            for offset in range(0, len(lines), FAST_BATCH):
+                _slow_batch(scan, scan.lines + 1 + offset, lines[offset : offset + FAST_BATCH],
+                            max_line)
+            scan.lines += len(lines)
     findings = list(scan.kept)
     findings.extend(file_findings)
     if scan.dropped:
@@ -217,46 +216,49 @@ def read_allocator_trace(
 # ------------------------------------------------------------------- reading
 
 
-def _batches(
-    stream: BinaryIO | HashingReader, max_line: int
-) -> Iterator[tuple[int, list[bytes], int] | Line]:
+def _texts(stream: BinaryIO | HashingReader, max_line: int) -> Iterator[bytes | Line]:
     """The stream's lines, a read chunk at a time.
 
-    Yields ``(number of the first line, complete lines, hints)`` batches
-    (lines keep a trailing ``\\r``; JSON treats it as whitespace; ``hints`` are
-    :func:`_hints` of the bytes), and a :class:`Line` for a
-    line longer than ``max_line`` that spans chunks (clipped) and for a final
-    line without a newline. Memory: one chunk, plus at most ``max_line`` bytes
-    of a line that spans chunks.
+    Yields the complete lines of a chunk as one ``bytes`` text, each line ending in
+    ``\\n`` (lines keep a trailing ``\\r``; JSON treats it as whitespace), and a
+    :class:`Line` (its ``number`` left 0 for the caller to set) for a line longer than
+    ``max_line`` that spans chunks (clipped) and for a final line without a newline. A
+    line that spans chunks and fits is a text of its own. Memory: one chunk, plus at
+    most ``max_line`` bytes of a line that spans chunks.
     """
-    number = 0
     carry = b""  # the kept start of a line not yet terminated
     carry_length = 0  # that line's true length so far
     while chunk := stream.read(CHUNK_SIZE):
-        lines = chunk.split(b"\n")
-        tail = lines.pop()
+        end = chunk.rfind(b"\n") + 1  # after the chunk's last complete line
         if carry_length:
-            if not lines:  # still inside the carried line
+            if not end:  # still inside the carried line
                 if len(carry) < max_line:
-                    carry += tail[: max_line - len(carry)]
-                carry_length += len(tail)
+                    carry += chunk[: max_line - len(carry)]
+                carry_length += len(chunk)
                 continue
-            head = lines[0]
-            length = carry_length + len(head)
+            head = chunk.find(b"\n") + 1
+            length = carry_length + head - 1
             if length <= max_line:
-                lines[0] = carry + head
+                yield carry + chunk[:head]
             else:
-                number += 1
-                yield Line(number, carry + head[: max(0, max_line - len(carry))], length, True)
-                del lines[0]
+                yield Line(0, carry + chunk[: max(0, min(head - 1, max_line - len(carry)))],
+                           length, True)
             carry, carry_length = b"", 0
-        if lines:
-            yield number + 1, lines, _hints(chunk) | _hints(lines[0])
-            number += len(lines)
-        if tail:
-            carry, carry_length = tail[:max_line], len(tail)
+            if head < end:
+                yield chunk[head:end]
+        elif end:
+            yield chunk if end == len(chunk) else chunk[:end]
+        if end < len(chunk):
+            carry, carry_length = chunk[end : end + max_line], len(chunk) - end
     if carry_length:
-        yield Line(number + 1, carry, carry_length, False)
+        yield Line(0, carry, carry_length, False)
+
+
+def _split(text: bytes) -> list[bytes]:
+    """The lines of a text of complete lines, without their newlines."""
+    lines = text.split(b"\n")
+    lines.pop()
+    return lines
 
 
 # ----------------------------------------------------------------- fast path
@@ -283,49 +285,60 @@ def _hints(data: bytes) -> int:
     return hints
 
 
-def _fold(scan: _Scan, start: int, lines: list[bytes], hints: int, max_line: int) -> None:
-    """Fold the lines of a read chunk by the cheapest paths that can take them.
+def _fold(scan: _Scan, start: int, text: bytes, hints: int, max_line: int) -> int:
+    """Fold ``text`` (complete lines from line ``start`` on) by the cheapest paths that
+    can take them; returns its number of lines.
 
     Splitting lines into batches never changes the result (each path handles lines in
     order and commits all or nothing). A chunk of memory samples is one batch for
-    :func:`_sample_batch`; a chunk with a few phase records among them (the usual shape)
-    is cut at those records, each of which goes to :func:`_fast_batch`, while the
-    samples between them still go whole to :func:`_sample_batch`; anything else goes
-    in pieces of :data:`FAST_BATCH` lines (see :func:`_fold_pieces`)."""
-    if max_line < CHUNK_SIZE and max(map(len, lines)) > max_line:
-        _fold_pieces(scan, start, lines, hints, max_line)
-        return
-    text = b"\n".join(lines) + b"\n"
-    if _sample_text(scan, start, text, len(lines)):
-        return
-    marked = _marked_lines(text, len(lines) // 8) if hints & _MAYBE_PHASE else None
+    :func:`_sample_text`, and is never split into lines; a chunk with a few phase
+    records among them (the usual shape) is cut at those records, each of which goes
+    to :func:`_fast_batch`, while the samples between them still go whole to
+    :func:`_sample_text`; anything else goes in pieces of :data:`FAST_BATCH` lines
+    (see :func:`_fold_pieces`)."""
+    if max_line < CHUNK_SIZE:
+        lines = _split(text)
+        if max(map(len, lines)) > max_line:
+            _fold_pieces(scan, start, lines, hints, max_line)
+            return len(lines)
+    count = _sample_text(scan, start, text)
+    if count:
+        return count
+    marked = _marked_lines(text, len(text) // 800) if hints & _MAYBE_PHASE else None
     if not marked:
+        lines = _split(text)
         _fold_pieces(scan, start, lines, hints, max_line)
-        return
-    begin = offset = 0  # the first line after the last marked one, and where it starts
-    for index, line_start, line_end in (*marked, (len(lines), len(text), len(text))):
-        if index > begin and not _sample_text(
-                scan, start + begin, text[offset:line_start], index - begin):
-            _fold_pieces(scan, start + begin, lines[begin:index], hints, max_line)
-        if index < len(lines):
-            _fold_records(scan, start + index, lines[index : index + 1], hints, max_line)
-        begin, offset = index + 1, line_end + 1
+        return len(lines)
+    number = start
+    offset = 0  # where the first line after the last marked one starts
+    for line_start, line_end in (*marked, (len(text), len(text))):
+        if line_start > offset:
+            piece = text[offset:line_start]
+            count = _sample_text(scan, number, piece)
+            if not count:
+                lines = _split(piece)
+                _fold_pieces(scan, number, lines, hints, max_line)
+                count = len(lines)
+            number += count
+        if line_start < len(text):
+            _fold_records(scan, number, [text[line_start:line_end]], hints, max_line)
+            number += 1
+        offset = line_end + 1
+    return number - start
 
 
-def _marked_lines(text: bytes, most: int) -> list[tuple[int, int, int]] | None:
-    """``(index, start, end)`` of each line of ``text`` holding an ``h`` (a phase key
-    has one, or an escape; a sample has none), found with ``memchr``-speed searches;
-    None when there are more than ``most`` (the chunk is then read in pieces)."""
-    marked: list[tuple[int, int, int]] = []
-    index = counted = position = 0
+def _marked_lines(text: bytes, most: int) -> list[tuple[int, int]] | None:
+    """``(start, end)`` of each line of ``text`` holding an ``h`` (a phase key has one,
+    or an escape; a sample has none; ``end`` is its newline's offset), found with
+    ``memchr``-speed searches; None when there are more than ``most`` (about one line
+    in eight: the text is then read in pieces)."""
+    marked: list[tuple[int, int]] = []
+    position = 0
     while (found := text.find(b"h", position)) >= 0:
         if len(marked) == most:
             return None
-        line_start = text.rfind(b"\n", 0, found) + 1
-        index += text.count(b"\n", counted, line_start)
-        counted = line_start
         position = text.find(b"\n", found)
-        marked.append((index, line_start, position))
+        marked.append((text.rfind(b"\n", 0, found) + 1, position))
         position += 1
     return marked
 
@@ -356,6 +369,7 @@ and ``json.dumps``'s default, keys in the contract's order."""
 _DIGITS = b"0123456789"
 _KEPT = _DIGITS + b", :\n}"
 _TO_NEGATIVES = bytes.maketrans(b":\n}", b"-, ")
+_INT64_MIN = -(2**63)
 _DROPPED = bytes(byte for byte in range(256) if byte not in _KEPT)
 """With these, a batch of samples in a compact form becomes the JSON array of their
 values, each negated: every colon becomes a minus sign, the number's only possible
@@ -366,38 +380,38 @@ def _sample_batch(scan: _Scan, start: int, lines: list[bytes], max_line: int) ->
     """:func:`_sample_text` of a list of lines (False when one is longer than ``max_line``)."""
     if max_line < CHUNK_SIZE and max(map(len, lines)) > max_line:
         return False
-    return _sample_text(scan, start, b"\n".join(lines) + b"\n", len(lines))
+    return _sample_text(scan, start, b"\n".join(lines) + b"\n") > 0
 
 
-def _sample_text(scan: _Scan, start: int, text: bytes, count: int) -> bool:
-    """Fold ``count`` lines (``text``, each ending in a newline) of memory samples written
-    in one of :data:`_SAMPLE_FORMS`.
+def _sample_text(scan: _Scan, start: int, text: bytes) -> int:
+    """Fold ``text``, lines each ending in a newline, when they are memory samples
+    written in one of :data:`_SAMPLE_FORMS`; returns their number (0: not taken).
 
-    The commonest batch of a trace costs here about half the record-by-record fast
-    path. The batch with its digits removed must be exactly one form repeated: every
-    line then holds the five keys in order and nothing else but digits. The spaced form
-    loses the space after each colon. Each colon then becomes a minus sign, each newline
-    a comma, a closing brace a space, and every other character goes (see
-    :data:`_DROPPED`), giving the JSON array of the values negated; one ``orjson`` parse
-    reads it. A digit anywhere but right after its colon (inside a key, before the
-    brace, after it), an empty value, or a zero-led one makes that parse fail; a number
-    too big to be an int comes back a float, which ``array('q')`` refuses. Any other
-    batch returns False, having changed nothing (the other paths take it).
+    The commonest batch of a trace costs here about a third of the record-by-record
+    fast path. The batch with its digits removed must be exactly one form repeated:
+    every line then holds the five keys in order and nothing else but digits. The
+    spaced form loses the space after each colon. Each colon then becomes a minus sign,
+    each newline a comma, a closing brace a space, and every other character goes (see
+    :data:`_DROPPED`), giving the JSON array of the values negated; one ``orjson``
+    parse reads it. A digit anywhere but right after its colon (inside a key, before
+    the brace, after it), an empty value, or a zero-led one makes that parse fail; a
+    number too big for 64 bits comes back a float, which :func:`_commit_negated`
+    refuses. Any other batch returns 0, having changed nothing (the other paths take it).
     """
     skeleton = text.translate(None, _DIGITS)
-    compact, spaced = _SAMPLE_FORMS
-    if len(compact) * count == len(skeleton) and compact * count == skeleton:
-        pass
-    elif len(spaced) * count == len(skeleton) and spaced * count == skeleton:
-        text = text.replace(b": ", b":")
+    for form in _SAMPLE_FORMS:
+        count, rest = divmod(len(skeleton), len(form))
+        if not rest and form * count == skeleton:
+            break
     else:
-        return False
+        return 0
+    if form is _SAMPLE_FORMS[1]:
+        text = text.replace(b": ", b":")
     try:
         values = _loads(b"[" + text.translate(_TO_NEGATIVES, _DROPPED)[:-1] + b"]")
-        array("q", values)
-    except (_JSONDecodeError, TypeError, OverflowError):
-        return False
-    return _commit_negated(scan, start, values)
+    except _JSONDecodeError:
+        return 0
+    return count if _commit_negated(scan, start, values) else 0
 
 
 def _fast_batch(scan: _Scan, start: int, lines: list[bytes], hints: int, max_line: int) -> bool:
@@ -491,20 +505,26 @@ def _commit(
 def _commit_negated(scan: _Scan, start: int, values: list[int]) -> bool:
     """:func:`_commit` for a batch of samples only, given as the flat list of their five
     values each, negated (as :func:`_sample_text` reads them; negating them back one by
-    one would cost more than the rest of the fold)."""
+    one would cost more than the rest of the fold).
+
+    orjson reads a negative number below ``-2**63`` as a float, whose value is then at
+    most ``-2**63``: a batch whose least value is above that holds only ints."""
     seqs = values[1::5]
     previous = -1 if scan.last_seq is None else scan.last_seq
     if -seqs[0] <= previous or not all(map(gt, seqs, seqs[1:])):
         return False
     pids = values[0::5]
+    sample_ns = values[2::5]
+    allocated, reserved = min(values[3::5]), min(values[4::5])
+    first, last = max(sample_ns), min(sample_ns)
+    if min(seqs[-1], allocated, reserved, last, min(pids)) <= _INT64_MIN:
+        return False  # a float may hide here (or -2**63 itself: the other paths take it)
     booked = _new_pids(scan, pids, -1)
     if booked is None:
         return False
     for position in booked:
         scan.see_pid(-pids[position], start + position)
-    sample_ns = values[2::5]
-    scan.fold_samples(-min(values[3::5]), -min(values[4::5]), -max(sample_ns),
-                      -min(sample_ns), len(seqs))
+    scan.fold_samples(-allocated, -reserved, -first, -last, len(seqs))
     scan.last_seq = -seqs[-1]
     return True
 

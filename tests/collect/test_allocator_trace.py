@@ -499,6 +499,30 @@ def test_sample_path_refuses_every_odd_value_and_key(form: str) -> None:
 
 
 @pytest.mark.parametrize("form", _FORMS)
+def test_sample_path_values_past_63_bits_beside_two_to_the_63(form: str) -> None:
+    """orjson reads the negated text of a value past ``2**63`` as a float that can equal
+    ``-2**63`` itself: with both in one column, the least value need not be the float.
+    The sample path must still leave such a batch to the record path, whatever the order
+    (both paths agree, and the peaks are the exact ints)."""
+    big = [str(2**63), str(2**63 + 1), str(2**63 + 1000), str(2**64 - 1)]
+    for place in range(5):
+        for pair in ((big[0], big[1]), (big[1], big[0]), (big[0], big[2]), (big[3], big[0])):
+            lines = []
+            for seq in range(12):
+                values = ["7", str(seq * 3), str(T0 + seq), str(seq), "5"]
+                if seq in (5, 6):
+                    values[place] = pair[seq - 5]
+                if place == 1 and seq > 6:  # seq must keep rising past the big ones
+                    values[1] = str(2**64 + seq)
+                lines.append(_sample_text(form, values))
+            trace = read(b"\n".join(lines) + b"\n")
+            if place == 3:
+                assert trace.sample_peak_allocated_bytes == max(map(int, pair))
+            if place == 4:
+                assert trace.sample_peak_reserved_bytes == max(map(int, pair))
+
+
+@pytest.mark.parametrize("form", _FORMS)
 def test_sample_path_refuses_digits_out_of_their_places(form: str) -> None:
     """A digit inserted anywhere in a line, or a value's digits moved anywhere (leaving
     its place empty), keeps the line's shape without digits: only the line-by-line
