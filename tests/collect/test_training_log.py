@@ -753,6 +753,23 @@ def test_nccl_only_lines_skipped_when_they_cannot_matter() -> None:
     ]
 
 
+def test_every_text_that_makes_an_nccl_line_matter_is_searched() -> None:
+    """A line whose only trigger word is "NCCL" is examined when it holds any text that
+    can give it an event: each KV-cache trouble word (but "Error", itself a trigger), each
+    NCCL timeout text, the shutdown one; the scan then agrees with the reference, which
+    examines every line holding a trigger word."""
+    texts = [b"KV cache " + word.encode() for word in training_log._KV_CACHE_TROUBLE
+             if word != "Error"]
+    texts += [b"NCCL " + text.encode() for text in training_log._NCCL_TIMEOUT]
+    texts += [b"ProcessGroupNCCL Timeout", b"sHuTdown: no policy replicas"]
+    for text in texts:
+        data = b"chatter\n(WorkerDict pid=2) NCCL: " + text + b"\nchatter\n"
+        assert _hits(data) == [2], text
+        scan = scan_bytes(data, None)
+        assert scan == reference_scan(data, None)
+        assert scan.events, text
+
+
 def test_words_on_long_lines_and_overlapping_words_are_found() -> None:
     metrics = b"step:1 - " + b"actor/entropy:0.1 - " * 100 + b"training/global_step:1\n"
     data = metrics + b"boom Error: x\n" + metrics + b"Traceback (most recent call last):\n"
