@@ -140,7 +140,12 @@ def entry() -> NoReturn:
     The cyclic garbage collector stays off for the process's short life: an audit's
     records hold no cycles, and turning it back on after the audit would only make it
     scan them all once more (0.2 s on 36k files) before the process exits.
+
+    pyarrow allocates from the C library's heap, unless the user chose otherwise: its
+    default pool (mimalloc) keeps what the tables took, 50 MB of the peak on a study of
+    36k files, for nothing faster on tables this size.
     """
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     signal.signal(signal.SIGTERM, _terminate)
     sys.meta_path.insert(0, _NoPandas())
     gc.disable()
