@@ -64,9 +64,10 @@ FINDINGS_CAP = 100
 """Line findings kept per file; further ones are counted in one ``AUD013``."""
 
 MAX_DISTINCT = 1000
+"""Distinct pids (and ranks) recorded per file."""
+
 PHASES_CAP = 50_000
 """Phase records kept per trace (first half and last half); a real run has a few per step."""
-"""Distinct pids (and ranks) recorded per file."""
 
 FAST_BATCH = 256
 """Lines checked together by the fast path: few enough that the batch's parsed
