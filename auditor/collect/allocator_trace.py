@@ -302,10 +302,13 @@ def _fold(scan: _Scan, start: int, text: bytes, hints: int, max_line: int) -> in
         if max(map(len, lines)) > max_line:
             _fold_pieces(scan, start, lines, hints, max_line)
             return len(lines)
-    count = _sample_text(scan, start, text)
-    if count:
-        return count
-    marked = _marked_lines(text, len(text) // 800) if hints & _MAYBE_PHASE else None
+    if hints & _MAYBE_PHASE:  # (looking for samples only would read the text in vain)
+        marked = _marked_lines(text, len(text) // 800)
+    else:
+        count = _sample_text(scan, start, text)
+        if count:
+            return count
+        marked = None
     if not marked:
         lines = _split(text)
         _fold_pieces(scan, start, lines, hints, max_line)
