@@ -292,7 +292,8 @@ def _fold(scan: _Scan, start: int, text: bytes, hints: int, max_line: int) -> in
 
     Splitting lines into batches never changes the result (each path handles lines in
     order and commits all or nothing). A chunk of memory samples is one batch for
-    :func:`_sample_text`, and is never split into lines; a chunk with a few phase
+    :func:`_sample_text`, and is not split into lines (unless ``max_line`` is below the
+    read size, for its check); a chunk with a few phase
     records among them (the usual shape) is cut at those records, each of which goes
     to :func:`_fast_batch`, while the samples between them still go whole to
     :func:`_sample_text`; anything else goes in pieces of :data:`FAST_BATCH` lines
@@ -481,9 +482,11 @@ def _commit(
     ``signed`` says whether any may be negative. Returns False, having changed
     nothing, when ``seq`` does not rise, a sample's value is out of range, or the batch
     brings many pids: the slow path then finds and explains it."""
-    previous = -1 if scan.last_seq is None else scan.last_seq
+    # Rising from at least -1, every seq is >= 0 (an invalid line may have left a
+    # negative one: the next must still not be).
+    previous = -1 if scan.last_seq is None else max(scan.last_seq, -1)
     if seqs[0] <= previous or not all(map(lt, seqs, seqs[1:])):
-        return False  # (rising from at least -1, every seq is >= 0)
+        return False
     booked: list[int] | None = []
     if sample_ns:
         first_ns, last_ns = min(sample_ns), max(sample_ns)

@@ -498,6 +498,20 @@ def test_sample_path_refuses_every_odd_value_and_key(form: str) -> None:
         assert bool(trace.findings) == (swap[1] != b" ,"), swap  # respaced is still valid
 
 
+def test_a_negative_seq_after_an_invalid_line_is_refused_by_every_path() -> None:
+    """An invalid line can leave a negative ``seq`` behind; a sample whose ``seq`` is
+    negative yet rises above it is still invalid (AUD002), whether it shares a batch with
+    other samples, follows a phase record cut from the chunk, or comes in its own read."""
+    samples = b"".join(line(sample(seq)) for seq in range(10))
+    odd = line({**sample(0), "seq": -1})
+    for before in (b'{"seq":-2,"phase":"x"}\n', b'{"seq":-2}\n'):
+        for data in (before + odd + samples, before + odd):
+            trace = read(data)
+            assert trace.samples == data.count(b"sample_ns") - 1
+            assert any(f.rule_id == "AUD002" and f.citations[0].line == 2
+                       for f in trace.findings), trace.findings
+
+
 @pytest.mark.parametrize("form", _FORMS)
 def test_sample_path_values_past_63_bits_beside_two_to_the_63(form: str) -> None:
     """orjson reads the negated text of a value past ``2**63`` as a float that can equal
