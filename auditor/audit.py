@@ -31,7 +31,7 @@ from auditor.collect.attempt import (
     hash_only,
     read_attempt,
 )
-from auditor.collect.discover import StudyLayout, discover
+from auditor.collect.discover import StudyLayout, discover, find_period_records
 from auditor.collect.period import read_period
 from auditor.collect.protocol import default_protocol, read_protocol
 from auditor.collect.sacct import parse_sacct
@@ -254,25 +254,28 @@ class Auditor:
 
     def _collect(self) -> Generator[Progress, None, Collected]:
         root = _resolve_root(self.root_arg)
-        layout = discover(root)
-        if not layout.period_records:
+        period_paths = find_period_records(root)
+        if not period_paths[0]:
             raise UsageError(
                 f"{self.root_arg}: no period records (pairs/<pair>/period-<n>.json) found; "
                 "is this a study root?"
             )
+        # The period records are sent to the pool first: it reads them while this
+        # process walks the attempt directories and parses the scheduler's dump.
+        loaded = self._map(_load_period, [(str(root), rel) for rel in period_paths[0]], 0)
+        layout = discover(root, period_paths)
         findings: list[Finding] = []
         inputs: list[InputFile] = []
         protocol = default_protocol()
         if layout.protocol:
-            loaded = _read_input(root, layout.protocol, read_protocol, inputs, findings)
-            if loaded is not None:
-                protocol = loaded
-                findings.extend(loaded.findings)
+            given = _read_input(root, layout.protocol, read_protocol, inputs, findings)
+            if given is not None:
+                protocol = given
+                findings.extend(given.findings)
         commits = _read_commits(root, layout.execution_commits, inputs, findings)
         sacct, sacct_display = self._read_sacct(root, layout, inputs, findings)
         periods: list[PeriodRecord] = []
-        loads = [(str(root), rel) for rel in layout.period_records]
-        for period, loaded_input, problems in self._map(_load_period, loads, 0):
+        for period, loaded_input, problems in loaded:
             periods.append(period)
             findings.extend(problems)
             findings.extend(period.findings)
@@ -354,14 +357,15 @@ class Auditor:
 
     def _map(self, function: Callable[[T], R], items: Iterable[T],
              total_bytes: int) -> Iterator[R]:
-        """Run ``function`` over ``items`` inline or in a process pool, in order."""
+        """Run ``function`` over ``items`` inline or in a process pool, in order. In a
+        pool, every task is sent at once (the results wait for the caller); inline, each
+        runs as its result is taken."""
         items = list(items)
         jobs = self.options.jobs or os.cpu_count() or 1
         small = self.options.jobs == 0 and total_bytes < SMALL_STUDY_BYTES \
             and len(items) < SMALL_STUDY_TASKS
         if jobs <= 1 or small or len(items) < 2:
-            yield from map(function, items)
-            return
+            return map(function, items)
         if self._pool is None:  # one pool serves every stage of the collection
             self._pool = ProcessPoolExecutor(max_workers=jobs)
         # Tasks go to the workers in chunks (fewer messages), but a chunk holds about
@@ -369,7 +373,7 @@ class Auditor:
         # then short work, not seconds of it while the other core idles.
         per_item = total_bytes // len(items)
         chunksize = max(1, min(64, len(items) // (jobs * 8), CHUNK_BYTES // max(per_item, 1)))
-        yield from self._pool.map(function, items, chunksize=chunksize)
+        return self._pool.map(function, items, chunksize=chunksize)
 
     def _read_sacct(
         self, root: Path, layout: StudyLayout, inputs: list[InputFile], findings: list[Finding]

@@ -38,8 +38,9 @@ class StudyLayout:
     directories only (no link anywhere on the way): inside the root by construction."""
 
 
-def discover(root: Path) -> StudyLayout:
-    """Inventory ``root`` (already resolved)."""
+def find_period_records(root: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The period records under ``root/pairs`` (sorted by pair, then period number) and
+    the other files there (``root`` already resolved)."""
     period_records: list[str] = []
     stray: list[str] = []
     pairs = root / "pairs"
@@ -50,6 +51,14 @@ def discover(root: Path) -> StudyLayout:
                 period_records.append(rel)
             else:
                 stray.append(rel)
+    return tuple(sorted(period_records, key=_natural_key)), tuple(stray)
+
+
+def discover(root: Path,
+             periods: tuple[tuple[str, ...], tuple[str, ...]] | None = None) -> StudyLayout:
+    """Inventory ``root`` (already resolved); ``periods`` is
+    :func:`find_period_records` of it when the caller has it already."""
+    period_records, stray = find_period_records(root) if periods is None else periods
     attempt_dirs: list[str] = []
     attempt_files: dict[str, tuple[str, ...]] = {}
     regular: set[str] = set()
@@ -67,13 +76,13 @@ def discover(root: Path) -> StudyLayout:
 
     return StudyLayout(
         root=root,
-        period_records=tuple(sorted(period_records, key=_natural_key)),
+        period_records=period_records,
         attempt_dirs=tuple(attempt_dirs),
         attempt_files=attempt_files,
         protocol=optional("protocol.json"),
         execution_commits=optional("execution_commits.json"),
         sacct=optional("accounting/sacct-raw.psv"),
-        stray_pair_files=tuple(stray),
+        stray_pair_files=stray,
         regular_files=frozenset(regular),
     )
 
