@@ -17,10 +17,10 @@ What real logs look like, and how this module copes:
   compiled, at several GB/s when the words are rare; a Python regular expression
   alternation of them runs at under 100 MB/s), and only the lines holding one are
   decoded (UTF-8 with replacement) and examined with regular expressions. Line
-  numbers are counted with numpy (``bytes.count`` for short ranges); UTF-8 is validated per 16 kB piece
-  (``isascii`` first); lines longer than ``max_line`` are found by looking for a
-  newline in every ``max_line`` bytes. While a traceback waits for its exception
-  line, lines are examined one by one.
+  numbers are counted with numpy (``bytes.count`` for short ranges); UTF-8 is
+  validated per 16 kB piece (``isascii`` first); lines longer than ``max_line`` are
+  found by looking for a newline in every ``max_line`` bytes. While a traceback waits
+  for its exception line, lines are examined one by one.
 - Ray prefixes every worker line with ``(TaskRunner pid=1) ``, ``(WorkerDict pid=2,
   ip=10.0.0.7) ``, ``(wiQkzJWorkerDict_0:0 WorkerDict pid=3) ``, ``(raylet) ``...,
   often wrapped in ANSI colour codes; torch adds ``[rank0]:``, vLLM its logger
