@@ -36,8 +36,8 @@ def copy_example(tmp_path: Path) -> Path:
 
 def outcome_study(root: Path, outcomes: list[str], **knobs: Any) -> Path:
     """A study with one 4-GPU period per outcome (pair ``...-s<161+i>``), one element each."""
-    elements = []
-    periods = []
+    elements: list[ElementSpec] = []
+    periods: list[PeriodSpec] = []
     for index, outcome in enumerate(outcomes):
         period = PeriodSpec(pair=f"host-{MODEL}-gsm8k-c2-s{161 + index}", workload="gsm8k",
                             seed=161 + index, model=MODEL, period=1,

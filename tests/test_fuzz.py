@@ -16,6 +16,7 @@ import io
 import shutil
 import tempfile
 from pathlib import Path
+from typing import BinaryIO, cast
 
 import pandas as pd
 import pytest
@@ -319,7 +320,7 @@ def test_short_reads_change_nothing(kind: str, sizes: list[int], insert: bytes,
         reader.drain()
         return result, reader.digest()
 
-    assert run(HashingReader(_Trickle(data, sizes))) == run(_reader(data))
+    assert run(HashingReader(cast(BinaryIO, _Trickle(data, sizes)))) == run(_reader(data))
 
 
 @given(st.binary(max_size=5000), st.lists(st.integers(1, 300), min_size=1, max_size=8),
@@ -329,7 +330,7 @@ def test_draining_after_short_reads_hashes_every_byte(data: bytes, sizes: list[i
     """A parser may stop anywhere; drain() must hash the rest, however short the reads."""
     import hashlib
 
-    reader = HashingReader(_Trickle(data, sizes))
+    reader = HashingReader(cast(BinaryIO, _Trickle(data, sizes)))
     taken = 0
     while taken < parsed and (chunk := reader.read(min(64, parsed - taken) or 1)):
         taken += len(chunk)

@@ -41,7 +41,7 @@ def _opened_files() -> Iterator[list[str]]:
     opened: list[str] = []
     real_open = builtins.open
 
-    def spy(file, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def spy(file: Any, *args: Any, **kwargs: Any) -> Any:
         opened.append(os.fspath(file) if isinstance(file, (str, os.PathLike)) else "")
         return real_open(file, *args, **kwargs)
 
@@ -262,7 +262,8 @@ def test_library_api_matches_cli(tmp_path: Path) -> None:
                if f.severity.value == "error")
 
 
-def test_verify_passes_then_catches_changes(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_verify_passes_then_catches_changes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = copy_example(tmp_path)
     out = tmp_path / "out"
     audit(root, out)
@@ -286,7 +287,8 @@ def test_verify_passes_then_catches_changes(tmp_path: Path, capsys) -> None:  # 
     assert "missing: outputs/diagnostic.md" in printed
 
 
-def test_verify_refuses_a_directory_without_manifest(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_verify_refuses_a_directory_without_manifest(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["verify", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "output_manifest.json" in err
@@ -302,7 +304,8 @@ def test_report_states_cross_check_outcomes(tmp_path: Path) -> None:
     assert "device file name and content: 1 finding(s) (AUD110, AUD113, AUD114)" in text
 
 
-def test_verify_never_reads_outside_the_output_directory(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_verify_never_reads_outside_the_output_directory(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     audit(copy_example(tmp_path), out)
     secret = tmp_path / "secret.txt"

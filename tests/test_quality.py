@@ -1,4 +1,5 @@
-"""The package stays ruff and mypy clean (run as part of the suite, so CI enforces it)."""
+"""The package and its tests stay ruff and mypy clean (run as part of the suite, so CI
+enforces it)."""
 
 from __future__ import annotations
 

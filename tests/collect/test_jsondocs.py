@@ -610,13 +610,13 @@ def test_period_record_disagreeing_with_its_path() -> None:
     ]
 
 
-class _Obj(tuple):  # type: ignore[type-arg]
+class _Obj(tuple[Any, ...]):
     """A JSON object as its (key, value) pairs, repeats kept."""
 
 
 _KEYS = st.text(alphabet='ab:"\\é', max_size=3)
 _OBJECTS = st.deferred(lambda: st.lists(st.tuples(_KEYS, _VALUES), max_size=4).map(_Obj))
-_VALUES = st.one_of(st.integers(), st.booleans(), st.none(), _KEYS,
+_VALUES: st.SearchStrategy[Any] = st.one_of(st.integers(), st.booleans(), st.none(), _KEYS,
                     st.lists(st.deferred(lambda: _VALUES), max_size=3), _OBJECTS)
 
 
