@@ -254,7 +254,8 @@ class Auditor:
 
     def _collect(self) -> Generator[Progress, None, Collected]:
         root = _resolve_root(self.root_arg)
-        period_paths = find_period_records(root)
+        regular: set[str] = set()
+        period_paths = find_period_records(root, regular)
         if not period_paths[0]:
             raise UsageError(
                 f"{self.root_arg}: no period records (pairs/<pair>/period-<n>.json) found; "
@@ -262,7 +263,8 @@ class Auditor:
             )
         # The period records are sent to the pool first: it reads them while this
         # process walks the attempt directories and parses the scheduler's dump.
-        loaded = self._map(_load_period, [(str(root), rel) for rel in period_paths[0]], 0)
+        loaded = self._map(_load_period,
+                           [(str(root), rel, rel in regular) for rel in period_paths[0]], 0)
         layout = discover(root, period_paths)
         findings: list[Finding] = []
         inputs: list[InputFile] = []
@@ -525,9 +527,12 @@ def _resolve_root(root: Path) -> Path:
 
 
 def _read_input(root: Path, rel: str, reader_fn: Callable[[HashingReader, str], R],
-                inputs: list[InputFile], findings: list[Finding]) -> R | None:
-    """Open a root-relative input (not evidence-listed), parse it and record its digest."""
-    check = check_path(root, rel)
+                inputs: list[InputFile], findings: list[Finding], regular: bool = False
+                ) -> R | None:
+    """Open a root-relative input (not evidence-listed), parse it and record its digest;
+    ``regular``: the discovery walk saw it as a regular file reached through real
+    directories only (it is then inside the root without resolving)."""
+    check = check_path(root, rel, known_regular=frozenset((rel,)) if regular else frozenset())
     if check.status != "ok" or check.resolved is None:
         findings.append(finding("AUD011" if rel.startswith("pairs/") else "AUD014",
                                 rel, [Citation(rel)],
@@ -546,15 +551,20 @@ def _read_input(root: Path, rel: str, reader_fn: Callable[[HashingReader, str], 
     return record
 
 
-def _load_period(task: tuple[str, str]) -> tuple[PeriodRecord, InputFile | None, list[Finding]]:
-    """Read one period record (a pool task): the record (kept from its path when it cannot
-    be read at all), its input-manifest entry, and findings about opening it."""
-    root, rel = task
+def _load_period(task: tuple[str, str, bool]
+                 ) -> tuple[PeriodRecord, InputFile | None, list[Finding]]:
+    """Read one period record (a pool task: root, path, whether the walk saw a regular
+    file): the record (kept from its path when it cannot be read at all), its
+    input-manifest entry, and findings about opening it."""
+    root, rel, regular = task
     inputs: list[InputFile] = []
     problems: list[Finding] = []
-    period = _read_input(Path(root), rel, read_period, inputs, problems)
-    if period is None:  # unreadable at the OS level: keep it, from its path
-        period = read_period(HashingReader(io.BytesIO(b"")), rel)
+    period = _read_input(Path(root), rel, read_period, inputs, problems, regular)
+    if period is None:  # unsafe or unreadable: kept from its path, with that reason only
+        # (not the "file is empty" of the placeholder it is read from)
+        period = replace(read_period(HashingReader(io.BytesIO(b"")), rel),
+                         findings=tuple(problems))
+        problems = []
     return period, (inputs[0] if inputs else None), problems
 
 

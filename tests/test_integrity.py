@@ -117,6 +117,31 @@ def test_link_out_of_the_root_is_unsafe_and_never_read(tmp_path: Path) -> None:
         "unresolved", "evidence_unsafe")
 
 
+def test_period_record_linked_out_of_the_root_is_never_read(tmp_path: Path) -> None:
+    """A period record that is a link leading outside the root is refused unread (AUD011);
+    one linked to a file inside the root is read as before."""
+    root = copy_example(tmp_path)
+    records = sorted((root / "pairs").glob("*/period-*.json"))
+    outside, inside = records[0], records[1]
+    secret = tmp_path / "secret-period.json"
+    secret.write_bytes(outside.read_bytes())
+    outside.unlink()
+    outside.symlink_to(secret)
+    kept = root / "accounting" / "kept-period.json"
+    kept.write_bytes(inside.read_bytes())
+    inside.unlink()
+    inside.symlink_to(kept)
+    with _opened_files() as opened:
+        audit(root, tmp_path / "out", "--jobs", "1")
+    assert not [p for p in opened if "secret" in p]
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    refused = findings[findings["rule_id"] == "AUD011"]
+    subject = str(outside.relative_to(root))
+    assert list(refused["subject"]) == [subject], refused
+    assert "unsafe" in refused["message"].iloc[0]
+    assert str(kept) in opened
+
+
 def test_link_loop_and_directory_are_unreadable(tmp_path: Path) -> None:
     root = copy_example(tmp_path)
     loop = find(root, "host-qwen25-7b-math-c2-s161-4gpu/attempt-*/training-*.log")

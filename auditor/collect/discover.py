@@ -38,14 +38,16 @@ class StudyLayout:
     directories only (no link anywhere on the way): inside the root by construction."""
 
 
-def find_period_records(root: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def find_period_records(root: Path, regular: set[str] | None = None
+                        ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The period records under ``root/pairs`` (sorted by pair, then period number) and
-    the other files there (``root`` already resolved)."""
+    the other files there (``root`` already resolved); the regular files among them,
+    reached through real directories only, are added to ``regular``."""
     period_records: list[str] = []
     stray: list[str] = []
     pairs = root / "pairs"
     if pairs.is_dir() and not pairs.is_symlink():
-        for rel in _walk(root, pairs):
+        for rel in _walk(root, pairs, regular):
             parts = rel.split("/")
             if len(parts) == 3 and PERIOD_RE.match(parts[2]):
                 period_records.append(rel)
