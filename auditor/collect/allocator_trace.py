@@ -293,11 +293,10 @@ def _fold(scan: _Scan, start: int, text: bytes, hints: int, max_line: int) -> in
     Splitting lines into batches never changes the result (each path handles lines in
     order and commits all or nothing). A chunk of memory samples is one batch for
     :func:`_sample_text`, and is not split into lines (unless ``max_line`` is below the
-    read size, for its check); a chunk with a few phase
-    records among them (the usual shape) is cut at those records, each of which goes
-    to :func:`_fast_batch`, while the samples between them still go whole to
-    :func:`_sample_text`; anything else goes in pieces of :data:`FAST_BATCH` lines
-    (see :func:`_fold_pieces`)."""
+    read size, for its check); a chunk with a few phase records among them (the usual
+    shape) is cut at those records, each of which goes to :func:`_fast_batch`, while
+    the samples between them still go whole to :func:`_sample_text`; anything else goes
+    in pieces of :data:`FAST_BATCH` lines (see :func:`_fold_pieces`)."""
     if max_line < CHUNK_SIZE:
         lines = _split(text)
         if max(map(len, lines)) > max_line:
@@ -333,10 +332,10 @@ def _fold(scan: _Scan, start: int, text: bytes, hints: int, max_line: int) -> in
 
 
 def _marked_lines(text: bytes, most: int) -> list[tuple[int, int]] | None:
-    """``(start, end)`` of each line of ``text`` holding an ``h`` (a phase key has one,
-    or an escape; a sample has none; ``end`` is its newline's offset), found with
-    ``memchr``-speed searches; None when there are more than ``most`` (about one line
-    in eight: the text is then read in pieces)."""
+    """``(start, end)`` of each line of ``text`` holding an ``h`` (a phase record has
+    one, in ``phase`` or ``finished_ns``; a sample has none; ``end`` is its newline's
+    offset), found with ``memchr``-speed searches; None when there are more than
+    ``most`` (about one line in eight: the text is then read in pieces)."""
     marked: list[tuple[int, int]] = []
     position = 0
     while (found := text.find(b"h", position)) >= 0:
@@ -350,7 +349,7 @@ def _marked_lines(text: bytes, most: int) -> list[tuple[int, int]] | None:
 
 def _fold_pieces(scan: _Scan, start: int, lines: list[bytes], hints: int,
                  max_line: int) -> None:
-    """Lines :func:`_sample_batch` refused as a whole: in pieces of :data:`FAST_BATCH`
+    """Lines the sample path did not take as a whole: in pieces of :data:`FAST_BATCH`
     lines, so one odd line costs only its piece the cheap path."""
     for offset in range(0, len(lines), FAST_BATCH):
         part = lines[offset : offset + FAST_BATCH]
