@@ -14,6 +14,7 @@ import gc
 import heapq
 import io
 import os
+from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -192,11 +193,21 @@ class Collected:
         root = str(self.root)
         hashed = (
             InputFile("raw_evidence", ef.path, f"{root}/{ef.path}",
-                      FileDigest(ef.actual_sha256, ef.actual_size or 0))
-            for ef in self.evidence
-            if ef.actual_sha256 is not None and ef.status in ("verified", "mismatched")
+                      FileDigest(ef.actual_sha256 or "", ef.actual_size or 0))
+            for ef in self._hashed_evidence()
         )
         return heapq.merge(self.inputs, hashed, key=_input_order)
+
+    def input_counts(self) -> Counter[str]:
+        """How many inputs :meth:`all_inputs` gives per group (without making them)."""
+        counts = Counter(item.group for item in self.inputs)
+        counts["raw_evidence"] += sum(1 for _ in self._hashed_evidence())
+        return counts
+
+    def _hashed_evidence(self) -> Iterator[EvidenceFile]:
+        """The evidence rows of listed files that were read and hashed."""
+        return (ef for ef in self.evidence
+                if ef.actual_sha256 is not None and ef.status in ("verified", "mismatched"))
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,10 @@ valid record with rising ``seq`` checked and folded with C-level
 ``map``/``set``/``min``/``max`` passes (:func:`_fast_batch`); any batch that is not
 clean is re-read line by line, where each problem is found and, only then,
 explained with the JSON Schema (``allocator-record``). The paths give the same
-result (the tests compare them, on every digit moved anywhere in a line). Lines are split
-here rather than by :func:`auditor._io.iter_lines`, whose one object per line
-costs more than the whole fast path; the semantics (numbering, clipping at
-``max_line``, an unterminated final line) are the same.
+result (the tests compare them, on every digit moved anywhere in a line). Chunks are
+cut into lines here (:func:`_texts`) rather than by :func:`auditor._io.iter_lines`,
+whose one object per line costs more than the whole fast path; the semantics
+(numbering, clipping at ``max_line``, an unterminated final line) are the same.
 """
 
 from __future__ import annotations
@@ -373,11 +373,12 @@ and ``json.dumps``'s default, keys in the contract's order."""
 _DIGITS = b"0123456789"
 _KEPT = _DIGITS + b", :\n}"
 _TO_NEGATIVES = bytes.maketrans(b":\n}", b"-, ")
-_INT64_MIN = -(2**63)
 _DROPPED = bytes(byte for byte in range(256) if byte not in _KEPT)
 """With these, a batch of samples in a compact form becomes the JSON array of their
 values, each negated: every colon becomes a minus sign, the number's only possible
 start, so a digit anywhere but right after a colon makes the array invalid JSON."""
+_INT64_MIN = -(2**63)
+"""orjson reads a negative number below this as a float (see :func:`_commit_negated`)."""
 
 
 def _sample_batch(scan: _Scan, start: int, lines: list[bytes], max_line: int) -> bool:

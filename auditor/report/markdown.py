@@ -610,7 +610,7 @@ def _provenance(result: AuditResult, outputs: Sequence[tuple[str, str, int]]) ->
     if anchors:
         lines += ["", "Anchors:", ""]
         lines.append(code_block(f"{name}: {sha}  {status}" for name, sha, status in anchors))
-    groups = Counter(i.group for i in collected.all_inputs())
+    groups = collected.input_counts()
     lines += ["", f"Inputs read and hashed: {groups.get('raw_evidence', 0)} raw-evidence, "
                   f"{groups.get('source_inputs', 0)} source-input and "
                   f"{groups.get('protocol_inputs', 0)} protocol-input files, each listed with "
