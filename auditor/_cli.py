@@ -186,6 +186,16 @@ def _split_pairs(values: Sequence[str], flag: str) -> list[tuple[str, str]]:
 
 
 def _audit(args: argparse.Namespace) -> int:
+    # the plot helper starts first, to import matplotlib while this process audits
+    plotter = _plotter() if args.out is not None and not args.no_plots else None
+    try:
+        return _audit_with(args, plotter)
+    finally:
+        if plotter is not None:
+            plotter.close()
+
+
+def _audit_with(args: argparse.Namespace, plotter: Any) -> int:
     from auditor.audit import AuditOptions, Auditor, Waiver, paused_gc
     from auditor.report.summary import build_summary
 
@@ -242,7 +252,7 @@ def _audit(args: argparse.Namespace) -> int:
 
             try:
                 write_outputs(result, args.out, force=args.force, plots=not args.no_plots,
-                              summary=summary)
+                              summary=summary, plotter=plotter)
             except OSError as error:
                 raise OutputError(f"{args.out}: cannot write the outputs "
                                   f"({error.strerror or error})") from None
@@ -261,6 +271,18 @@ def _audit(args: argparse.Namespace) -> int:
             console.print(f"report: {args.out / 'diagnostic.md'}", highlight=False,
                           markup=False)
     return 0
+
+
+def _plotter() -> Any:
+    """A :class:`~auditor.report.plots.Plotter`, started now so that matplotlib is imported
+    while the audit runs; None when matplotlib is not installed (no plots are drawn)."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        return None
+    from auditor.report.plots import Plotter
+
+    return Plotter()
 
 
 def _run_with_progress(auditor: Any, quiet: bool) -> Any:

@@ -18,10 +18,12 @@ from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
 from auditor._io import HashingReader, sha256_file
+from auditor._process import helper_signals, signals_deferred
 from auditor.catalogue import finding
 from auditor.collect.attempt import (
     PARSED_KINDS,
@@ -32,7 +34,7 @@ from auditor.collect.attempt import (
     hash_only,
     read_attempt,
 )
-from auditor.collect.discover import StudyLayout, discover, find_period_records
+from auditor.collect.discover import SACCT_PATH, StudyLayout, discover, find_period_records
 from auditor.collect.period import read_period
 from auditor.collect.protocol import default_protocol, read_protocol
 from auditor.collect.sacct import parse_sacct
@@ -272,10 +274,12 @@ class Auditor:
                 f"{self.root_arg}: no period records (pairs/<pair>/period-<n>.json) found; "
                 "is this a study root?"
             )
-        # The period records are sent to the pool first: it reads them while this
-        # process walks the attempt directories and parses the scheduler's dump.
-        loaded = self._map(_load_period,
-                           [(str(root), rel, rel in regular) for rel in period_paths[0]], 0)
+        # The scheduler's dump and the period records are sent to the pool first: it
+        # parses and reads them while this process walks the attempt directories.
+        period_tasks = [(str(root), rel, rel in regular) for rel in period_paths[0]]
+        sacct_rel = SACCT_PATH if os.path.lexists(root / SACCT_PATH) else None
+        sacct_read = self._soon(_read_sacct, (root, sacct_rel, self.options), len(period_tasks))
+        loaded = self._map(_load_period, period_tasks, 0)
         layout = discover(root, period_paths)
         findings: list[Finding] = []
         inputs: list[InputFile] = []
@@ -286,7 +290,9 @@ class Auditor:
                 protocol = given
                 findings.extend(given.findings)
         commits = _read_commits(root, layout.execution_commits, inputs, findings)
-        sacct, sacct_display = self._read_sacct(root, layout, inputs, findings)
+        sacct, sacct_display, sacct_inputs, sacct_findings = sacct_read()
+        inputs.extend(sacct_inputs)
+        findings.extend(sacct_findings)
         periods: list[PeriodRecord] = []
         for period, loaded_input, problems in loaded:
             periods.append(period)
@@ -368,72 +374,46 @@ class Auditor:
             findings=tuple(findings),
         )
 
+    def _soon(self, function: Callable[[T], R], item: T, tasks: int) -> Callable[[], R]:
+        """Start ``function(item)`` in the pool when the ``tasks`` that follow it go to one
+        (it runs beside them and beside this process); the returned call gives its result
+        (or raises its error). Without a pool, ``function`` runs at that call."""
+        if not self._pooled(tasks, 0):
+            return partial(function, item)
+        return self._open_pool().submit(function, item).result
+
+    def _pooled(self, tasks: int, total_bytes: int) -> bool:
+        """Whether ``tasks`` tasks over ``total_bytes`` listed bytes go to a pool."""
+        jobs = self.options.jobs or os.cpu_count() or 1
+        small = self.options.jobs == 0 and total_bytes < SMALL_STUDY_BYTES \
+            and tasks < SMALL_STUDY_TASKS
+        return jobs > 1 and not small and tasks >= 2
+
+    def _open_pool(self) -> ProcessPoolExecutor:
+        """The pool (one serves every stage of the collection), started on first use."""
+        if self._pool is None:
+            pool = ProcessPoolExecutor(max_workers=self.options.jobs or os.cpu_count(),
+                                       initializer=helper_signals)
+            with signals_deferred():  # (forked at the first task: born with signals held)
+                pool.submit(int)
+            self._pool = pool
+        return self._pool
+
     def _map(self, function: Callable[[T], R], items: Iterable[T],
              total_bytes: int) -> Iterator[R]:
         """Run ``function`` over ``items`` inline or in a process pool, in order. In a
         pool, every task is sent at once (the results wait for the caller); inline, each
         runs as its result is taken."""
         items = list(items)
-        jobs = self.options.jobs or os.cpu_count() or 1
-        small = self.options.jobs == 0 and total_bytes < SMALL_STUDY_BYTES \
-            and len(items) < SMALL_STUDY_TASKS
-        if jobs <= 1 or small or len(items) < 2:
+        if not self._pooled(len(items), total_bytes):
             return map(function, items)
-        if self._pool is None:  # one pool serves every stage of the collection
-            self._pool = ProcessPoolExecutor(max_workers=jobs)
+        jobs = self.options.jobs or os.cpu_count() or 1
         # Tasks go to the workers in chunks (fewer messages), but a chunk holds about
         # CHUNK_BYTES of files (by the average task): the last chunk a worker takes is
         # then short work, not seconds of it while the other core idles.
         per_item = total_bytes // len(items)
         chunksize = max(1, min(64, len(items) // (jobs * 8), CHUNK_BYTES // max(per_item, 1)))
-        return self._pool.map(function, items, chunksize=chunksize)
-
-    def _read_sacct(
-        self, root: Path, layout: StudyLayout, inputs: list[InputFile], findings: list[Finding]
-    ) -> tuple[SacctDump | None, str | None]:
-        options = self.options
-        if options.sacct is not None:
-            path = options.sacct
-            display = str(path)
-            group = "source_inputs"
-        elif layout.sacct is not None:
-            check = check_path(root, layout.sacct)
-            if check.status != "ok":
-                findings.append(finding(
-                    "AUD009", layout.sacct, [Citation(layout.sacct)],
-                    error=f"scheduler dump {check.status}: {check.why}",
-                ))
-                return None, layout.sacct
-            path = Path(check.resolved or "")
-            display = layout.sacct
-            group = "raw_evidence"
-        else:
-            return None, None
-        try:
-            with open(path, "rb") as handle:
-                reader = HashingReader(handle)
-                try:
-                    dump = parse_sacct(
-                        reader, display, options.sacct_format, options.sacct_delimiter
-                    )
-                except SacctFormatError as error:
-                    if options.sacct is not None:
-                        raise
-                    reader.drain()
-                    findings.append(finding("AUD009", display, [Citation(display)],
-                                            error=str(error)))
-                    inputs.append(InputFile(group, display, str(path), reader.digest()))
-                    return None, display
-                reader.drain()
-        except OSError as error:
-            if options.sacct is not None:
-                raise InputError(f"{path}: cannot read sacct dump: {error.strerror}") from None
-            findings.append(finding("AUD009", display, [Citation(display)],
-                                    error=f"cannot read: {error.strerror}"))
-            return None, display
-        inputs.append(InputFile(group, display, str(path), reader.digest()))
-        findings.extend(dump.findings)
-        return dump, display
+        return self._open_pool().map(function, items, chunksize=chunksize)
 
     def _read_protocol_inputs(self, inputs: list[InputFile], findings: list[Finding]) -> None:
         for name, path in self.options.protocol_inputs:
@@ -577,6 +557,58 @@ def _load_period(task: tuple[str, str, bool]
                          findings=tuple(problems))
         problems = []
     return period, (inputs[0] if inputs else None), problems
+
+
+def _read_sacct(task: tuple[Path, str | None, AuditOptions]
+                ) -> tuple[SacctDump | None, str | None, list[InputFile], list[Finding]]:
+    """Parse the scheduler's dump (a pool task: the resolved root, the root's own dump if it
+    has one, the options): the dump, how it is shown, its input-manifest entry and the
+    findings about it. A dump named by ``--sacct`` that cannot be read raises."""
+    root, rel, options = task
+    inputs: list[InputFile] = []
+    findings: list[Finding] = []
+    if options.sacct is not None:
+        path = options.sacct
+        display = str(path)
+        group = "source_inputs"
+    elif rel is not None:
+        check = check_path(root, rel)
+        if check.status != "ok":
+            findings.append(finding(
+                "AUD009", rel, [Citation(rel)],
+                error=f"scheduler dump {check.status}: {check.why}",
+            ))
+            return None, rel, inputs, findings
+        path = Path(check.resolved or "")
+        display = rel
+        group = "raw_evidence"
+    else:
+        return None, None, inputs, findings
+    try:
+        with open(path, "rb") as handle:
+            reader = HashingReader(handle)
+            try:
+                dump = parse_sacct(
+                    reader, display, options.sacct_format, options.sacct_delimiter
+                )
+            except SacctFormatError as error:
+                if options.sacct is not None:
+                    raise
+                reader.drain()
+                findings.append(finding("AUD009", display, [Citation(display)],
+                                        error=str(error)))
+                inputs.append(InputFile(group, display, str(path), reader.digest()))
+                return None, display, inputs, findings
+            reader.drain()
+    except OSError as error:
+        if options.sacct is not None:
+            raise InputError(f"{path}: cannot read sacct dump: {error.strerror}") from None
+        findings.append(finding("AUD009", display, [Citation(display)],
+                                error=f"cannot read: {error.strerror}"))
+        return None, display, inputs, findings
+    inputs.append(InputFile(group, display, str(path), reader.digest()))
+    findings.extend(dump.findings)
+    return dump, display, inputs, findings
 
 
 def _read_commits(

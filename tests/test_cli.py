@@ -39,6 +39,21 @@ def test_usage_errors_exit_2_with_one_line(argv: list[str], needle: str,
     _one_line_error(capsys, needle)
 
 
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_refused_sacct_dump_is_one_line_whoever_parses_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], jobs: str) -> None:
+    """A dump named by --sacct that cannot be read safely stops the audit with one line,
+    parsed in this process or (with a pool) in a reader beside the walk."""
+    dump = tmp_path / "fixed.txt"
+    dump.write_text(
+        "       JobID    JobName      State ExitCode \n"
+        "------------ ---------- ---------- -------- \n"
+        "6001650           train  COMPLETED      0:0 \n")
+    assert main(["audit", str(EXAMPLE), "--sacct", str(dump), "--jobs", jobs,
+                 "--quiet", "--no-plots"]) == 2
+    _one_line_error(capsys, "sacct")
+
+
 def test_not_a_study_root(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "empty").mkdir()
     assert main(["audit", str(tmp_path / "empty")]) == 2

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -148,6 +150,68 @@ def test_plots_are_written_and_linked(example_out: Path) -> None:
     for name in ("plots/phase_timeline.png", "plots/peak_memory.png"):
         assert (example_out / name).read_bytes().startswith(b"\x89PNG")
         assert f"]({name})" in text
+
+
+def test_plots_are_drawn_in_a_helper_beside_the_audit(example_out: Path) -> None:
+    """The command draws its plots in a helper process started before the audit (it
+    imports matplotlib meanwhile), never in its own; the plots are those drawn here."""
+    pytest.importorskip("matplotlib")
+    from auditor.audit import run_audit
+    from auditor.report.plots import render_plots
+
+    out = example_out.parent / "helper-drawn"
+    code = ("import sys; from auditor._cli import main; "
+            f"code = main(['audit', {str(EXAMPLE)!r}, '--out', {str(out)!r}, '--quiet']); "
+            "print(code, 'matplotlib' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert done.stdout.split() == ["0", "False"], done.stderr
+    drawn_here = render_plots(run_audit(EXAMPLE))
+    assert [name for name, _ in drawn_here] == ["plots/phase_timeline.png",
+                                                "plots/peak_memory.png"]
+    for name, png in drawn_here:
+        assert (out / name).read_bytes() == png == (example_out / name).read_bytes()
+
+
+@pytest.mark.parametrize("lost", ["no helper", "helper died", "helper killed"])
+def test_plots_are_drawn_here_when_the_helper_is_lost(tmp_path: Path, lost: str) -> None:
+    """A plot helper that could not start, or died, changes nothing in the outputs."""
+    pytest.importorskip("matplotlib")
+    import multiprocessing
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    from auditor.audit import run_audit
+    from auditor.report.output import write_outputs
+    from auditor.report.plots import PlotData, Plotter, render_plots
+
+    class Lost(Plotter):
+        def __init__(self) -> None:  # no helper started
+            self._pool = None
+
+        def draw(self, data: PlotData) -> Future[list[tuple[str, bytes]]] | None:
+            if lost == "no helper":
+                return None
+            future: Future[list[tuple[str, bytes]]] = Future()
+            future.set_exception(BrokenProcessPool("the helper died"))
+            return future
+
+    result = run_audit(EXAMPLE)
+    if lost == "helper killed":
+        before = set(multiprocessing.active_children())
+        plotter: Plotter = Plotter()
+        for child in set(multiprocessing.active_children()) - before:
+            child.kill()
+            child.join(30)
+    else:
+        plotter = Lost()
+    try:
+        write_outputs(result, tmp_path / "out", plotter=plotter)
+    finally:
+        plotter.close()
+    for name, png in render_plots(result):
+        assert (tmp_path / "out" / name).read_bytes() == png
+    assert main(["verify", str(tmp_path / "out"), "--quiet"]) == 0
 
 
 def test_json_flag_prints_summary(capsys: pytest.CaptureFixture[str]) -> None:

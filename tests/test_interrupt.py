@@ -71,3 +71,71 @@ def test_sigterm_exit_status(slow_study: Path, tmp_path: Path) -> None:
     # killed as its audit starts (it takes seconds): interrupted, in one line
     assert process.returncode == 130, err.decode()
     assert err.decode().count("\n") == 1 and "interrupted" in err.decode()
+
+
+def _group_members(leader: int) -> list[int]:
+    """The processes of process group ``leader`` (Linux ``/proc``), the leader included."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[2]) == leader and fields[0] != "Z":  # pgrp; zombies are ended
+            members.append(int(entry.name))
+    return members
+
+
+def _start_pooled(root: Path, out: Path) -> subprocess.Popen[bytes]:
+    """An audit reading with two workers and drawing plots in a helper, as a terminal
+    runs it: in a process group of its own, SIGINT not ignored."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "auditor", "audit", str(root), "--out", str(out), "--quiet",
+         "--jobs", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _wait_for_helpers(process: subprocess.Popen[bytes], count: int) -> None:
+    deadline = time.monotonic() + 60
+    while len(_group_members(process.pid)) < count + 1:
+        assert process.poll() is None, "the audit ended before its helpers were seen"
+        assert time.monotonic() < deadline, "the helpers never started"
+        time.sleep(0.005)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_group_signal_ends_every_process_quietly(slow_study: Path, tmp_path: Path,
+                                                 sig: signal.Signals) -> None:
+    """Ctrl-C at a terminal, or a cancelled job, signals every process of the audit, its
+    reading workers and plot helper too: the audit ends in order (exit 130, one line),
+    and no helper prints a traceback, dies half-way through sending a result (which left
+    the audit waiting for ever), or outlives it."""
+    process = _start_pooled(slow_study, tmp_path / "out")
+    _wait_for_helpers(process, 3)  # two readers and the plot helper
+    os.killpg(process.pid, sig)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err.decode()
+    assert "Traceback" not in err.decode() and err.decode().count("\n") == 1, err.decode()
+    assert not (tmp_path / "out").exists()
+    deadline = time.monotonic() + 30
+    while _group_members(process.pid):
+        assert time.monotonic() < deadline, "helpers outlived the audit"
+        time.sleep(0.05)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_helpers_end_with_a_killed_audit(slow_study: Path, tmp_path: Path) -> None:
+    """An audit killed outright (SIGKILL: the out-of-memory killer, a job's time limit)
+    takes its helpers with it; they ignore the gentler signals, so nothing else would."""
+    process = _start_pooled(slow_study, tmp_path / "out")
+    _wait_for_helpers(process, 3)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while _group_members(process.pid):
+        assert time.monotonic() < deadline, "helpers outlived the killed audit"
+        time.sleep(0.05)

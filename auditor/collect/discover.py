@@ -17,6 +17,8 @@ from pathlib import Path
 _name_of = attrgetter("name")
 PERIOD_RE = re.compile(r"^period-(\d+)\.json$")
 ATTEMPT_DIR_RE = re.compile(r"^attempt-[^/]+$")
+SACCT_PATH = "accounting/sacct-raw.psv"
+"""Where a study root keeps its scheduler dump."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +85,7 @@ def discover(root: Path,
         attempt_files=attempt_files,
         protocol=optional("protocol.json"),
         execution_commits=optional("execution_commits.json"),
-        sacct=optional("accounting/sacct-raw.psv"),
+        sacct=optional(SACCT_PATH),
         stray_pair_files=stray,
         regular_files=frozenset(regular),
     )

@@ -19,23 +19,27 @@ import hashlib
 import io
 import os
 import shutil
-import signal
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from concurrent.futures import BrokenExecutor, Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from itertools import islice
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import orjson
 
 from auditor import __version__
 from auditor._io import sha256_file
+from auditor._process import signals_deferred
 from auditor.audit import AuditResult
 from auditor.errors import OutputError, VerifyError
 from auditor.validate.paths import join_text
+
+if TYPE_CHECKING:
+    from auditor.report.plots import Plotter
 
 MANIFEST = "output_manifest.json"
 MANIFEST_SCHEMA = "run-evidence/output-manifest/v1"
@@ -69,11 +73,14 @@ def check_output_dir(out: Path, root: Path, force: bool) -> None:
 
 
 def write_outputs(result: AuditResult, out: Path, force: bool = False,
-                  plots: bool = True, summary: dict[str, Any] | None = None) -> None:
+                  plots: bool = True, summary: dict[str, Any] | None = None,
+                  plotter: Plotter | None = None) -> None:
     """Write every output of ``result`` to ``out`` atomically.
 
     ``summary`` is :func:`auditor.report.summary.build_summary` of ``result`` when the
-    caller has it already (else it is built here)."""
+    caller has it already (else it is built here). ``plotter``, when given, draws the
+    plots in its helper process while the tables are written (else they are drawn here,
+    after them)."""
     from auditor.report.markdown import render_markdown
     from auditor.report.summary import build_summary, dumps
     from auditor.report.tables import write_table
@@ -103,26 +110,41 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
                 os.fsync(handle.fileno())
             written.append((name, sink.hash.hexdigest(), sink.size))
 
+        drawing = None
+        if plots:
+            from auditor.report.plots import draw_plots, plot_data
+
+            data = plot_data(result)
+            drawing = plotter.draw(data) if plotter is not None else None
         for name in TABLES:
             put(f"{name}.parquet", partial(write_table, name, result))
         put("summary.json", dumps(build_summary(result) if summary is None else summary))
         if plots:
-            from auditor.report.plots import render_plots
-
-            for name, data in render_plots(result):
-                put(name, data)
+            for name, png in _drawn(drawing) or draw_plots(data):
+                put(name, png)
         put("diagnostic.md", render_markdown(result, written).encode("utf-8"))
         with open(staging / MANIFEST, "wb") as handle:
             write_manifest(result, written, handle)
             handle.flush()
             os.fsync(handle.fileno())
-        with _signals_deferred():  # the swap is a few renames: never leave it half done
+        with signals_deferred():  # the swap is a few renames: never leave it half done
             _swap_into_place(staging, out)
     except BaseException:
         if staging is not None:
-            with _signals_deferred():
+            with signals_deferred():
                 shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def _drawn(drawing: Future[list[tuple[str, bytes]]] | None) -> list[tuple[str, bytes]] | None:
+    """The plots a :class:`Plotter` drew; None when it drew none (no helper, or the
+    helper died: the caller then draws them itself)."""
+    if drawing is None:
+        return None
+    try:
+        return drawing.result()
+    except BrokenExecutor:
+        return None
 
 
 def _umask() -> int:
@@ -161,22 +183,6 @@ class _HashingWriter(io.RawIOBase):
 
     def tell(self) -> int:
         return self.size
-
-
-@contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """Hold SIGTERM/SIGINT while cleaning up, so a second signal cannot cut the cleanup short
-    (they are delivered when the block ends)."""
-    held = {signal.SIGTERM, signal.SIGINT}
-    try:
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    except (AttributeError, OSError, ValueError):  # not the main thread, or no such call
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _remove_stale_staging(parent: Path, name: str) -> None:

@@ -9,16 +9,27 @@ Without matplotlib the report is written without plots. Figures are drawn with
 the object API on the Agg canvas (no pyplot, no global state, no GUI), one
 ``broken_barh`` artist per row, and saved without a software stamp, so the PNG
 bytes depend only on the data.
+
+Drawing is split from the audit: :func:`plot_data` takes the little a figure
+shows out of a result, and :func:`draw_plots` draws it. A :class:`Plotter` draws
+in a helper process started before the audit, so importing matplotlib (0.35 s)
+and drawing overlap the audit and the tables instead of adding to them.
 """
 
 from __future__ import annotations
 
 import io
+import multiprocessing
+import sys
 from collections import defaultdict
-from typing import Any
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from auditor.audit import AuditResult
-from auditor.report.summary import reasoning_of
+from auditor._process import helper_signals, signals_deferred
+
+if TYPE_CHECKING:  # (not imported at run time: a Plotter starts before the audit's modules)
+    from auditor.audit import AuditResult
 
 MAX_TIMELINE_PERIODS = 24
 ERROR_COLOUR = "#c44e52"
@@ -29,8 +40,39 @@ PHASE_COLOURS = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class TimelineRow:
+    """One rank's row of the phase timeline: its label and its bars."""
+
+    label: str
+    spans: tuple[tuple[float, float], ...]
+    """(start, width) in seconds since the invocation started."""
+    colours: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PlotData:
+    """What the plots show, taken out of a result: small, and picklable to a helper."""
+
+    timeline: tuple[TimelineRow, ...]
+    peaks: tuple[tuple[str, tuple[tuple[int, str], ...]], ...]
+    """(configuration, its periods' (raw peak MiB, verdict)), in the plot's order."""
+    capacities: tuple[int, ...]
+    """The GPU memory capacities (MiB) the device evidence reports."""
+
+
 def render_plots(result: AuditResult) -> list[tuple[str, bytes]]:
     """(name, PNG bytes) for each plot; empty when matplotlib is not installed."""
+    return draw_plots(plot_data(result))
+
+
+def plot_data(result: AuditResult) -> PlotData:
+    """The data of every plot of ``result``."""
+    return PlotData(_timeline_rows(result), *_peak_points(result))
+
+
+def draw_plots(data: PlotData) -> list[tuple[str, bytes]]:
+    """(name, PNG bytes) for each plot of ``data``; empty without matplotlib."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -38,13 +80,60 @@ def render_plots(result: AuditResult) -> list[tuple[str, bytes]]:
     except ImportError:
         return []
     out = []
-    timeline = _timeline(result, Figure, FigureCanvasAgg, Patch)
-    if timeline is not None:
-        out.append(("plots/phase_timeline.png", timeline))
-    peaks = _peaks(result, Figure, FigureCanvasAgg)
-    if peaks is not None:
-        out.append(("plots/peak_memory.png", peaks))
+    if data.timeline:
+        out.append(("plots/phase_timeline.png",
+                    _draw_timeline(data.timeline, Figure, FigureCanvasAgg, Patch)))
+    if data.peaks:
+        out.append(("plots/peak_memory.png",
+                    _draw_peaks(data.peaks, data.capacities, Figure, FigureCanvasAgg)))
     return out
+
+
+class Plotter:
+    """Draws plots in a helper process, started at once so that it imports matplotlib
+    while the caller audits. :meth:`draw` hands it the data; :meth:`close` ends it.
+
+    If the helper cannot start or dies, the plots are drawn in the calling process
+    instead: a plotter changes when the plots are drawn, never what they are."""
+
+    def __init__(self) -> None:
+        self._pool: ProcessPoolExecutor | None = None
+        # Linux forks the helper (a copy of this process, at once); elsewhere it is
+        # started as the platform does by default.
+        context = multiprocessing.get_context("fork" if sys.platform == "linux" else None)
+        try:
+            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context,
+                                             initializer=helper_signals)
+            with signals_deferred():  # (started at the first task: born with signals held)
+                self._pool.submit(_import_matplotlib)
+        except (OSError, RuntimeError):  # no process to spare: draw in the caller
+            self.close()
+
+    def draw(self, data: PlotData) -> Future[list[tuple[str, bytes]]] | None:
+        """Start drawing ``data`` in the helper; None when there is no helper."""
+        if self._pool is None:
+            return None
+        try:
+            return self._pool.submit(draw_plots, data)
+        except RuntimeError:  # the helper died (BrokenProcessPool is a RuntimeError)
+            return None
+
+    def close(self) -> None:
+        """End the helper (an unfinished drawing is abandoned)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
+def _import_matplotlib() -> bool:
+    """In the helper: import what drawing needs, ahead of the data."""
+    try:
+        import matplotlib.backends.backend_agg  # noqa: F401
+        import matplotlib.figure  # noqa: F401
+        import matplotlib.patches  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _png(figure: Any, canvas_type: Any) -> bytes:
@@ -54,8 +143,7 @@ def _png(figure: Any, canvas_type: Any) -> bytes:
     return buffer.getvalue()
 
 
-def _timeline(result: AuditResult, figure_type: Any, canvas_type: Any,
-              patch_type: Any) -> bytes | None:
+def _timeline_rows(result: AuditResult) -> tuple[TimelineRow, ...]:
     rows = []
     for period in result.collected.periods[:MAX_TIMELINE_PERIODS]:
         for attempt in period.attempts[-1:]:
@@ -70,22 +158,25 @@ def _timeline(result: AuditResult, figure_type: Any, canvas_type: Any,
                 # one short label per period (glyph rendering dominates the cost)
                 label = (f"{attempt.spec.job_id or period.record.pair} p{period.record.period}"
                          f" {period.record.gpus}g" if first else "")
-                rows.append((label, base, records))
+                spans = tuple((((r.started_ns or 0) - base) / 1e9,
+                               max(((r.finished_ns or 0) - (r.started_ns or 0)) / 1e9, 0.05))
+                              for r in records)
+                colours = tuple(ERROR_COLOUR if r.error_type
+                                else PHASE_COLOURS.get(r.phase, "#777777") for r in records)
+                rows.append(TimelineRow(label, spans, colours))
                 first = False
-    if not rows:
-        return None
+    return tuple(rows)
+
+
+def _draw_timeline(rows: tuple[TimelineRow, ...], figure_type: Any, canvas_type: Any,
+                   patch_type: Any) -> bytes:
     height = min(max(2.0, 0.2 * len(rows) + 1.0), 40)
     figure = figure_type(figsize=(10, height))
     axis = figure.add_subplot()
-    for y, (_, base, records) in enumerate(rows):
-        spans = [(((r.started_ns or 0) - base) / 1e9,
-                  max(((r.finished_ns or 0) - (r.started_ns or 0)) / 1e9, 0.05))
-                 for r in records]
-        colours = [ERROR_COLOUR if r.error_type else PHASE_COLOURS.get(r.phase, "#777777")
-                   for r in records]
-        axis.broken_barh(spans, (y - 0.4, 0.8), facecolors=colours)
+    for y, row in enumerate(rows):
+        axis.broken_barh(list(row.spans), (y - 0.4, 0.8), facecolors=list(row.colours))
     axis.set_yticks(range(len(rows)))
-    axis.set_yticklabels([label for label, _, _ in rows], fontsize=5)
+    axis.set_yticklabels([row.label for row in rows], fontsize=5)
     axis.set_ylim(len(rows) - 0.5, -0.5)
     axis.set_xlabel("seconds since invocation start")
     axis.set_title("Allocator phases per rank, by job / period / GPUs (red: raised)")
@@ -97,25 +188,33 @@ def _timeline(result: AuditResult, figure_type: Any, canvas_type: Any,
     return _png(figure, canvas_type)
 
 
-def _peaks(result: AuditResult, figure_type: Any, canvas_type: Any) -> bytes | None:
+def _peak_points(result: AuditResult) -> tuple[
+        tuple[tuple[str, tuple[tuple[int, str], ...]], ...], tuple[int, ...]]:
+    from auditor.report.summary import reasoning_of
+
     reasoning = reasoning_of(result)
     verdict_of = {v.subject: v.verdict.value for v in reasoning.verdicts}
-    by_config: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    by_config: dict[str, list[tuple[int, str]]] = defaultdict(list)
     for facts in reasoning.facts:
         if facts.raw_peak_mib is not None and facts.workload is not None:
             by_config[f"{facts.workload}@{facts.gpus}"].append(
                 (facts.raw_peak_mib, verdict_of.get(facts.subject, "unresolved")))
     if not by_config:
-        return None
+        return (), ()
     capacities = sorted({d.memory_total_mib for p in result.collected.periods
                          for a in p.attempts for d in a.read.devices if d.memory_total_mib})
     keys = sorted(by_config, key=lambda k: (k.rsplit("@", 1)[1].zfill(6), k))
+    return tuple((key, tuple(by_config[key])) for key in keys), tuple(capacities)
+
+
+def _draw_peaks(peaks: tuple[tuple[str, tuple[tuple[int, str], ...]], ...],
+                capacities: tuple[int, ...], figure_type: Any, canvas_type: Any) -> bytes:
     figure = figure_type(figsize=(8, 4))
     axis = figure.add_subplot()
     seen: set[str] = set()
-    for x, key in enumerate(keys):
+    for x, (_, points) in enumerate(peaks):
         for verdict, colour in VERDICT_COLOURS.items():
-            values = [peak for peak, kind in by_config[key] if kind == verdict]
+            values = [peak for peak, kind in points if kind == verdict]
             if values:
                 axis.scatter([x] * len(values), values, color=colour, zorder=3,
                              label=verdict if x == 0 or verdict not in seen else None)
@@ -127,10 +226,10 @@ def _peaks(result: AuditResult, figure_type: Any, canvas_type: Any) -> bytes | N
     if capacities:
         low, _ = axis.get_ylim()
         axis.set_ylim(low, max(capacities) * 1.01)
-    axis.set_xlim(-0.5, len(keys) - 0.5)
+    axis.set_xlim(-0.5, len(peaks) - 0.5)
     axis.legend(fontsize=7, loc="lower left")
-    axis.set_xticks(range(len(keys)))
-    axis.set_xticklabels(keys, rotation=30, ha="right", fontsize=7)
+    axis.set_xticks(range(len(peaks)))
+    axis.set_xticklabels([key for key, _ in peaks], rotation=30, ha="right", fontsize=7)
     axis.set_ylabel("raw peak MiB")
     axis.set_title("Peak GPU memory per configuration")
     figure.subplots_adjust(left=0.12, right=0.97, top=0.9, bottom=0.28)
