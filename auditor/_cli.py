@@ -186,16 +186,6 @@ def _split_pairs(values: Sequence[str], flag: str) -> list[tuple[str, str]]:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    # the plot helper starts first, to import matplotlib while this process audits
-    plotter = _plotter() if args.out is not None and not args.no_plots else None
-    try:
-        return _audit_with(args, plotter)
-    finally:
-        if plotter is not None:
-            plotter.close()
-
-
-def _audit_with(args: argparse.Namespace, plotter: Any) -> int:
     from auditor.audit import AuditOptions, Auditor, Waiver, paused_gc
     from auditor.report.summary import build_summary
 
@@ -243,19 +233,26 @@ def _audit_with(args: argparse.Namespace, plotter: Any) -> int:
         if not args.root.is_dir():
             raise UsageError(f"{args.root}: evidence root does not exist or is not a directory")
         check_output_dir(args.out, args.root, args.force)
-    with paused_gc():  # held to the writing's end: re-enabled, it would re-scan every record
-        result = _run_with_progress(Auditor(args.root, options), quiet=args.quiet or args.json)
-        summary = build_summary(result)
-        if args.out is not None:
-            from auditor.errors import OutputError
-            from auditor.report.output import write_outputs
+    # the plot helper starts now, to import matplotlib while this process audits
+    plotter = _plotter() if args.out is not None and not args.no_plots else None
+    try:
+        with paused_gc():  # held to the writing's end: re-enabled, it would re-scan every record
+            result = _run_with_progress(Auditor(args.root, options),
+                                        quiet=args.quiet or args.json)
+            summary = build_summary(result)
+            if args.out is not None:
+                from auditor.errors import OutputError
+                from auditor.report.output import write_outputs
 
-            try:
-                write_outputs(result, args.out, force=args.force, plots=not args.no_plots,
-                              summary=summary, plotter=plotter)
-            except OSError as error:
-                raise OutputError(f"{args.out}: cannot write the outputs "
-                                  f"({error.strerror or error})") from None
+                try:
+                    write_outputs(result, args.out, force=args.force, plots=not args.no_plots,
+                                  summary=summary, plotter=plotter)
+                except OSError as error:
+                    raise OutputError(f"{args.out}: cannot write the outputs "
+                                      f"({error.strerror or error})") from None
+    finally:
+        if plotter is not None:
+            plotter.close()
     if args.json:
         from auditor.report.summary import dumps
 
