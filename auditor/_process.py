@@ -12,15 +12,21 @@ and begin with :func:`helper_signals` (they ignore both).
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import signal
 import sys
 from collections.abc import Iterator
+from multiprocessing.context import BaseContext
 
 HELD = frozenset({signal.SIGINT, signal.SIGTERM})
-_COMMAND = os.getpid()
-"""The process that imported this module: a forked helper's command."""
 _PR_SET_PDEATHSIG = 1
+
+
+def helper_context() -> BaseContext:
+    """How helpers are started: forked on Linux (at once, a copy of the command, whose
+    death the helper can then follow), as the platform does by default elsewhere."""
+    return multiprocessing.get_context("fork" if sys.platform == "linux" else None)
 
 
 @contextlib.contextmanager
@@ -39,9 +45,10 @@ def signals_deferred() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def helper_signals() -> None:
-    """First thing in a helper process: ignore SIGINT and SIGTERM, then take the signals
-    held since it was started.
+def helper_signals(command: int) -> None:
+    """First thing in a helper process started by process ``command`` (a pool's
+    ``initializer``, with ``initargs=(os.getpid(),)``): ignore SIGINT and SIGTERM, then
+    take the signals held since it was started.
 
     The command, which gets them too, ends its helpers in order: each finishes the task
     in hand and exits. A helper must not die on its own: one killed while it sends a
@@ -52,14 +59,14 @@ def helper_signals() -> None:
     end it (its task queue stays open in its siblings)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _die_with_command()
+    _die_with(command)
     with contextlib.suppress(AttributeError, OSError, ValueError):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
 
 
-def _die_with_command() -> None:
-    """Ask Linux to SIGKILL this (forked) helper when its command's process ends."""
-    if sys.platform != "linux" or os.getpid() == _COMMAND:
+def _die_with(command: int) -> None:
+    """Ask Linux to SIGKILL this helper, forked by ``command``, when that process ends."""
+    if sys.platform != "linux" or os.getpid() == command:
         return
     import ctypes
 
@@ -67,5 +74,5 @@ def _die_with_command() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
     except (AttributeError, OSError):
         return
-    if os.getppid() != _COMMAND:  # the command ended before the request took effect
+    if os.getppid() != command:  # the command ended before the request took effect
         os._exit(0)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from auditor._io import HashingReader, sha256_file
-from auditor._process import helper_signals, signals_deferred
+from auditor._process import helper_context, helper_signals, signals_deferred
 from auditor.catalogue import finding
 from auditor.collect.attempt import (
     PARSED_KINDS,
@@ -246,7 +246,10 @@ class Auditor:
             collected = yield from self._collect()
         finally:
             if self._pool is not None:
-                self._pool.shutdown(cancel_futures=True)
+                # never cut short by a signal: a pool half shut down at exit makes
+                # Python's own exit hook fail on a closed pipe (and print a traceback)
+                with signals_deferred():
+                    self._pool.shutdown(cancel_futures=True)
                 self._pool = None
         yield Progress("validate", 0, 1)
         validation = validate(collected, self.options)
@@ -392,11 +395,14 @@ class Auditor:
     def _open_pool(self) -> ProcessPoolExecutor:
         """The pool (one serves every stage of the collection), started on first use."""
         if self._pool is None:
-            pool = ProcessPoolExecutor(max_workers=self.options.jobs or os.cpu_count(),
-                                       initializer=helper_signals)
+            # kept before its workers start: a signal held meanwhile is raised as the
+            # block ends, and the pool must then be there for run() to shut down
+            self._pool = ProcessPoolExecutor(max_workers=self.options.jobs or os.cpu_count(),
+                                             mp_context=helper_context(),
+                                             initializer=helper_signals,
+                                             initargs=(os.getpid(),))
             with signals_deferred():  # (forked at the first task: born with signals held)
-                pool.submit(int)
-            self._pool = pool
+                self._pool.submit(int)
         return self._pool
 
     def _map(self, function: Callable[[T], R], items: Iterable[T],

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -139,3 +140,30 @@ def test_helpers_end_with_a_killed_audit(slow_study: Path, tmp_path: Path) -> No
     while _group_members(process.pid):
         assert time.monotonic() < deadline, "helpers outlived the killed audit"
         time.sleep(0.05)
+
+
+def _audit_in_child(queue: Any) -> None:
+    from auditor.audit import AuditOptions, run_audit
+    from tests.helpers import EXAMPLE
+
+    result = run_audit(EXAMPLE, AuditOptions(jobs=2))
+    queue.put(sorted(v.verdict.value for v in result.verdicts))
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fork start method")
+def test_a_pool_started_in_a_forked_process_of_the_caller_reads(tmp_path: Path) -> None:
+    """Helpers follow the process that started them, not the one that imported the
+    auditor: a library caller's forked worker (multiprocessing) may run pooled audits."""
+    import multiprocessing
+
+    from auditor.audit import run_audit
+    from tests.helpers import EXAMPLE
+
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_audit_in_child, args=(queue,))
+    child.start()
+    child.join(120)
+    assert child.exitcode == 0
+    verdicts = queue.get(timeout=10)
+    assert verdicts == sorted(v.verdict.value for v in run_audit(EXAMPLE).verdicts)

@@ -19,14 +19,13 @@ and drawing overlap the audit and the tables instead of adding to them.
 from __future__ import annotations
 
 import io
-import multiprocessing
-import sys
+import os
 from collections import defaultdict
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from auditor._process import helper_signals, signals_deferred
+from auditor._process import helper_context, helper_signals, signals_deferred
 
 if TYPE_CHECKING:  # (not imported at run time: a Plotter starts before the audit's modules)
     from auditor.audit import AuditResult
@@ -98,16 +97,17 @@ class Plotter:
 
     def __init__(self) -> None:
         self._pool: ProcessPoolExecutor | None = None
-        # Linux forks the helper (a copy of this process, at once); elsewhere it is
-        # started as the platform does by default.
-        context = multiprocessing.get_context("fork" if sys.platform == "linux" else None)
         try:
-            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context,
-                                             initializer=helper_signals)
+            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=helper_context(),
+                                             initializer=helper_signals,
+                                             initargs=(os.getpid(),))
             with signals_deferred():  # (started at the first task: born with signals held)
                 self._pool.submit(_import_matplotlib)
         except (OSError, RuntimeError):  # no process to spare: draw in the caller
             self.close()
+        except BaseException:  # a signal held while the helper started: end it first
+            self.close()
+            raise
 
     def draw(self, data: PlotData) -> Future[list[tuple[str, bytes]]] | None:
         """Start drawing ``data`` in the helper; None when there is no helper."""
@@ -119,9 +119,11 @@ class Plotter:
             return None
 
     def close(self) -> None:
-        """End the helper (an unfinished drawing is abandoned)."""
+        """End the helper: it finishes the task in hand (an import, or a drawing no longer
+        wanted) and exits."""
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            with signals_deferred():  # (never cut short: see Auditor.run)
+                self._pool.shutdown(cancel_futures=True)
             self._pool = None
 
 
