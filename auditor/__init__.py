@@ -7,6 +7,8 @@ API map (the command line, ``auditor ...``, is :mod:`auditor._cli`):
   (``Auditor.run()`` is a generator yielding progress);
 - :func:`auditor.report.output.write_outputs` -- write the report, tables, plots and output
   manifest atomically; :func:`auditor.report.output.verify_outputs` re-checks them;
+  a :class:`auditor.report.plots.Plotter` started before an audit draws its plots in a
+  helper process meanwhile;
 - :mod:`auditor.collect` -- one streaming reader per evidence kind (``sacct``,
   ``allocator_trace``, ``training_log``, ``trial``, ``device``, ``period``, ``protocol``);
 - :mod:`auditor.validate` -- path safety and cross-checks; :mod:`auditor.reason` -- exit
