@@ -116,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "audit": _audit, "verify": _verify, "gate": _gate, "sacct": _sacct,
             "validate": _validate, "rules": _rules,
         }[args.command]
+        _preload(args.command)
         return handler(args)
     except AuditorError as error:
         print(f"auditor: error: {error.diagnostics()}", file=sys.stderr)
@@ -126,11 +127,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as error:  # noqa: BLE001 - the one place internal errors are reported
+        if _interrupted(error):  # e.g. Python wraps one that hits a class being made
+            print("auditor: interrupted; no output was left half-written", file=sys.stderr)
+            return 130
         if debug:
             traceback.print_exc()
         print(f"auditor: internal error: {type(error).__name__}: {error} (a bug; rerun with "
               "--debug for the traceback)", file=sys.stderr)
         return 3
+
+
+PRELOAD = {
+    "audit": ("orjson", "auditor.audit", "auditor.validate.checks", "auditor.reason.engine",
+              "auditor.report.summary"),
+    "verify": ("orjson", "auditor.report.output"),
+    "gate": ("orjson",),
+    "sacct": ("orjson", "auditor.collect.sacct"),
+    "validate": ("orjson", "auditor.schema", "auditor.collect.allocator_trace"),
+}
+"""The modules each command needs, imported before it starts with Ctrl-C and SIGTERM held:
+a compiled extension interrupted while it initialises can crash the process (orjson
+does, by a segmentation fault), and Python reports an interrupt that hits a class being
+made as a RuntimeError."""
+
+
+def _preload(command: str) -> None:
+    """Import ``command``'s modules (:data:`PRELOAD`); a signal that arrives meanwhile
+    takes effect once they are in."""
+    import importlib
+
+    from auditor._process import signals_deferred
+
+    with signals_deferred():
+        for name in PRELOAD.get(command, ()):
+            importlib.import_module(name)
+
+
+def _interrupted(error: BaseException) -> bool:
+    """Whether a KeyboardInterrupt (Ctrl-C, or SIGTERM) caused ``error``."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def entry() -> NoReturn:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -186,6 +189,44 @@ def test_internal_error_is_one_line_exit_3(monkeypatch: pytest.MonkeyPatch,
     _one_line_error(capsys, "internal error: RuntimeError: simulated bug")
     assert main(["audit", str(EXAMPLE), "--quiet", "--debug"]) == 3
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_an_interrupt_wrapped_in_another_error_is_an_interrupt(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C while Python makes a class comes out as a RuntimeError caused by the
+    KeyboardInterrupt: still exit 130, not an internal error."""
+    import auditor.reason.engine as engine
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as error:
+            raise RuntimeError("Error calling __set_name__ on 'Field' instance") from error
+
+    monkeypatch.setattr(engine, "reason", interrupted)
+    assert main(["audit", str(EXAMPLE), "--quiet"]) == 130
+    _one_line_error(capsys, "interrupted")
+
+
+def test_a_signal_never_cuts_a_commands_imports_short() -> None:
+    """A compiled extension interrupted while it initialises can crash the process (orjson
+    does): a Ctrl-C during a command's imports takes effect once they are all in."""
+    code = """
+import os, signal, sys
+class Interrupt:  # Ctrl-C as the second module the audit needs starts to load
+    def find_spec(self, name, path=None, target=None):
+        if name == "auditor.validate.checks":
+            os.kill(os.getpid(), signal.SIGINT)
+sys.meta_path.insert(0, Interrupt())
+from auditor._cli import PRELOAD, main
+code = main(["audit", sys.argv[1], "--quiet", "--no-plots"])
+print(code, all(name in sys.modules for name in PRELOAD["audit"]))
+"""
+    done = subprocess.run([sys.executable, "-c", code, str(EXAMPLE)], capture_output=True,
+                          text=True, check=False, timeout=120,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert done.stdout.split() == ["130", "True"], done.stderr
+    assert done.stderr.count("\n") == 1 and "interrupted" in done.stderr
 
 
 def test_module_entry_point(tmp_path: Path) -> None:

@@ -81,9 +81,10 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
     caller has it already (else it is built here). ``plotter``, when given, draws the
     plots in its helper process while the tables are written (else they are drawn here,
     after them)."""
-    from auditor.report.markdown import render_markdown
-    from auditor.report.summary import build_summary, dumps
-    from auditor.report.tables import write_table
+    with signals_deferred():  # (pyarrow, a compiled extension, is not to be cut short)
+        from auditor.report.markdown import render_markdown
+        from auditor.report.summary import build_summary, dumps
+        from auditor.report.tables import write_table
 
     check_output_dir(out, result.collected.root, force)
     parent = out.resolve().parent
