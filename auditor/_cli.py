@@ -122,14 +122,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"auditor: error: {error.diagnostics()}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
-        print("auditor: interrupted; no output was left half-written", file=sys.stderr)
-        return 130
+        return _interrupted_exit()
     except BrokenPipeError:
         return 0
     except Exception as error:  # noqa: BLE001 - the one place internal errors are reported
         if _interrupted(error):  # e.g. Python wraps one that hits a class being made
-            print("auditor: interrupted; no output was left half-written", file=sys.stderr)
-            return 130
+            return _interrupted_exit()
         if debug:
             traceback.print_exc()
         print(f"auditor: internal error: {type(error).__name__}: {error} (a bug; rerun with "
@@ -161,6 +159,16 @@ def _preload(command: str) -> None:
     with signals_deferred():
         for name in PRELOAD.get(command, ()):
             importlib.import_module(name)
+
+
+def _interrupted_exit() -> int:
+    """Say the command was interrupted; its exit code, 130."""
+    print("auditor: interrupted; no output was left half-written", file=sys.stderr)
+    # CPython remembers a KeyboardInterrupt that left an exec() of a string (a schema
+    # compiler's, a dataclass's) and, under ``python -m``, kills itself with SIGINT as it
+    # exits, whatever the exit code; running an empty string clears that memory
+    exec("")  # noqa: S102 - an empty string, run for that side effect only
+    return 130
 
 
 def _interrupted(error: BaseException) -> bool:

@@ -6,7 +6,8 @@ does a cancelled job's SIGTERM. The command itself answers both (it removes a
 half-written output and exits 130); a helper must neither print a traceback nor
 die in a way that leaves the command waiting for it. Helpers are therefore
 started inside :func:`signals_deferred` (they are born with both signals held)
-and begin with :func:`helper_signals` (they ignore both).
+and begin with :func:`helper_signals` (they ignore both, and end when the
+command's process is gone).
 """
 
 from __future__ import annotations
@@ -16,63 +17,99 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from multiprocessing.context import BaseContext
+from types import FrameType
+from typing import Any
 
-HELD = frozenset({signal.SIGINT, signal.SIGTERM})
-_PR_SET_PDEATHSIG = 1
-
-
-def helper_context() -> BaseContext:
-    """How helpers are started: forked on Linux (at once, a copy of the command, whose
-    death the helper can then follow), as the platform does by default elsewhere."""
-    return multiprocessing.get_context("fork" if sys.platform == "linux" else None)
+HELD = (signal.SIGINT, signal.SIGTERM)
+_lifeline: tuple[int, int, int] | None = None
+"""(process id, read end, write end) of the pipe whose end tells helpers their command
+is gone; made by the first helper a process starts."""
 
 
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
-    """Hold SIGTERM and SIGINT for the block: they are delivered when it ends. A cleanup
-    in the block cannot be cut short by a second signal, and a process started in it is
-    born with both held."""
+    """Hold SIGTERM and SIGINT for the block: what arrives meanwhile takes effect when it
+    ends. A cleanup in the block cannot be cut short by a signal, and a process started
+    in it is born with both blocked.
+
+    Blocking is per thread, and another thread (a progress bar's, pyarrow's) may take
+    the signal; Python would then still run the handler in this thread, mid-block. In
+    the main thread the handlers are therefore also swapped for a recorder, and a
+    recorded signal is raised again once the block is over."""
+    caught: list[int] = []
+    swapped: dict[signal.Signals, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for held in HELD:
+            handler = signal.getsignal(held)
+            if callable(handler):  # (SIG_IGN and SIG_DFL need no recorder)
+                swapped[held] = handler
+
+        def record(number: int, frame: FrameType | None) -> None:
+            caught.append(number)
+
+        for held in swapped:
+            signal.signal(held, record)
     try:
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
-    except (AttributeError, OSError, ValueError):  # not the main thread, or no such call
-        yield
-        return
+    except (AttributeError, OSError, ValueError):  # no such call here
+        previous = None
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        if previous is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # (held ones: recorded)
+        for held, handler in swapped.items():
+            signal.signal(held, handler)
+        if caught:
+            signal.raise_signal(caught[0])
 
 
-def helper_signals(command: int) -> None:
-    """First thing in a helper process started by process ``command`` (a pool's
-    ``initializer``, with ``initargs=(os.getpid(),)``): ignore SIGINT and SIGTERM, then
-    take the signals held since it was started.
+def helper_context() -> BaseContext:
+    """How helpers are started: forked on Linux (at once, a copy of the command that can
+    follow the command's end), as the platform does by default elsewhere."""
+    return multiprocessing.get_context("fork" if sys.platform == "linux" else None)
 
-    The command, which gets them too, ends its helpers in order: each finishes the task
-    in hand and exits. A helper must not die on its own: one killed while it sends a
-    result leaves half a message in the pipe, and the pool waits for the rest for ever;
+
+def helper_args(context: BaseContext) -> tuple[int, int]:
+    """The ``initargs`` of :func:`helper_signals` for a pool started with ``context``:
+    the command's lifeline (a pipe only the command keeps open for writing), or
+    ``(-1, -1)`` where helpers are not forked (they then cannot follow it)."""
+    global _lifeline
+    if context.get_start_method() != "fork":
+        return -1, -1
+    if _lifeline is None or _lifeline[0] != os.getpid():  # (a forked caller makes its own)
+        read_end, write_end = os.pipe()
+        _lifeline = (os.getpid(), read_end, write_end)
+    return _lifeline[1], _lifeline[2]
+
+
+def helper_signals(read_end: int, write_end: int) -> None:
+    """First thing in a helper process (a pool's ``initializer``, with
+    ``initargs=helper_args(context)``): ignore SIGINT and SIGTERM, follow the command's
+    lifeline, then take the signals held since the helper was started.
+
+    The command, which gets the signals too, ends its helpers in order: each finishes the
+    task in hand and exits. A helper must not die on its own: one killed while it sends
+    a result leaves half a message in the pipe, and the pool waits for the rest for ever;
     nor may it run the command's handler (inherited by a forked helper), which raises
     KeyboardInterrupt inside the pool's machinery and prints a traceback. A helper whose
-    command is killed outright (SIGKILL) is killed with it, on Linux: nothing else would
+    command is killed outright (SIGKILL) ends as the lifeline closes: nothing else would
     end it (its task queue stays open in its siblings)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _die_with(command)
+    if write_end >= 0:
+        os.close(write_end)  # only the command writes: the pipe ends with it
+        threading.Thread(target=_follow, args=(read_end,), daemon=True).start()
     with contextlib.suppress(AttributeError, OSError, ValueError):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
 
 
-def _die_with(command: int) -> None:
-    """Ask Linux to SIGKILL this helper, forked by ``command``, when that process ends."""
-    if sys.platform != "linux" or os.getpid() == command:
-        return
-    import ctypes
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
-    except (AttributeError, OSError):
-        return
-    if os.getppid() != command:  # the command ended before the request took effect
-        os._exit(0)
+def _follow(read_end: int) -> None:
+    """In a helper: wait for the command's lifeline to close, then end at once."""
+    with contextlib.suppress(OSError):
+        while os.read(read_end, 1):
+            pass
+    os._exit(0)

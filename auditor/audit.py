@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from auditor._io import HashingReader, sha256_file
-from auditor._process import helper_context, helper_signals, signals_deferred
+from auditor._process import helper_args, helper_context, helper_signals, signals_deferred
 from auditor.catalogue import finding
 from auditor.collect.attempt import (
     PARSED_KINDS,
@@ -246,11 +246,11 @@ class Auditor:
             collected = yield from self._collect()
         finally:
             if self._pool is not None:
+                pool, self._pool = self._pool, None
                 # never cut short by a signal: a pool half shut down at exit makes
                 # Python's own exit hook fail on a closed pipe (and print a traceback)
                 with signals_deferred():
-                    self._pool.shutdown(cancel_futures=True)
-                self._pool = None
+                    pool.shutdown(cancel_futures=True)
         yield Progress("validate", 0, 1)
         validation = validate(collected, self.options)
         yield Progress("reason", 0, 1)
@@ -397,10 +397,10 @@ class Auditor:
         if self._pool is None:
             # kept before its workers start: a signal held meanwhile is raised as the
             # block ends, and the pool must then be there for run() to shut down
+            context = helper_context()
             self._pool = ProcessPoolExecutor(max_workers=self.options.jobs or os.cpu_count(),
-                                             mp_context=helper_context(),
-                                             initializer=helper_signals,
-                                             initargs=(os.getpid(),))
+                                             mp_context=context, initializer=helper_signals,
+                                             initargs=helper_args(context))
             with signals_deferred():  # (forked at the first task: born with signals held)
                 self._pool.submit(int)
         return self._pool

@@ -208,6 +208,21 @@ def test_an_interrupt_wrapped_in_another_error_is_an_interrupt(
     _one_line_error(capsys, "interrupted")
 
 
+def test_interrupted_under_python_m_exits_130(tmp_path: Path) -> None:
+    """An interrupt that left an exec() of a string (a schema compiler's, a dataclass's)
+    made ``python -m auditor`` kill itself with SIGINT after printing its one line."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import auditor.reason.engine as engine\n"
+        "def reason(*args, **kwargs):\n"
+        "    exec('raise KeyboardInterrupt')\n"
+        "engine.reason = reason\n")
+    done = subprocess.run([sys.executable, "-m", "auditor", "audit", str(EXAMPLE), "--quiet",
+                           "--no-plots"], capture_output=True, text=True, check=False,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.count("\n") == 1 and "interrupted" in done.stderr
+
+
 def test_a_signal_never_cuts_a_commands_imports_short() -> None:
     """A compiled extension interrupted while it initialises can crash the process (orjson
     does): a Ctrl-C during a command's imports takes effect once they are all in."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -99,12 +100,13 @@ def _start_pooled(root: Path, out: Path) -> subprocess.Popen[bytes]:
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
-def _wait_for_helpers(process: subprocess.Popen[bytes], count: int) -> None:
+def _wait_for_helpers(process: subprocess.Popen[bytes], count: int,
+                      pause: float = 0.005) -> None:
     deadline = time.monotonic() + 60
     while len(_group_members(process.pid)) < count + 1:
         assert process.poll() is None, "the audit ended before its helpers were seen"
         assert time.monotonic() < deadline, "the helpers never started"
-        time.sleep(0.005)
+        time.sleep(pause)
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
@@ -126,6 +128,45 @@ def test_group_signal_ends_every_process_quietly(slow_study: Path, tmp_path: Pat
     while _group_members(process.pid):
         assert time.monotonic() < deadline, "helpers outlived the audit"
         time.sleep(0.05)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+@pytest.mark.parametrize("round_", range(4))
+def test_ctrl_c_at_a_terminal_as_the_readers_start(slow_study: Path, tmp_path: Path,
+                                                   round_: int) -> None:
+    """At a terminal the progress bar's thread may take the signal, while the command
+    holds it to start its readers: it still ends in order, never waiting for ever on
+    readers it could no longer stop (8 of 12 such runs hung before)."""
+    import pty
+    import threading
+
+    primary, secondary = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "auditor", "audit", str(slow_study), "--out",
+         str(tmp_path / "out"), "--jobs", "2"],
+        stdout=subprocess.DEVNULL, stderr=secondary, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    os.close(secondary)
+    shown = bytearray()
+
+    def drain() -> None:  # a terminal reads what the command writes
+        with contextlib.suppress(OSError):
+            while chunk := os.read(primary, 65536):
+                shown.extend(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        _wait_for_helpers(process, 2, 0.0003)  # the plot helper, the first reader
+        os.killpg(process.pid, signal.SIGINT)
+        assert process.wait(timeout=60) == 130
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        reader.join(5)
+        os.close(primary)
+    text = shown.decode(errors="replace")
+    assert "interrupted" in text and "Traceback" not in text, text
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
@@ -167,3 +208,23 @@ def test_a_pool_started_in_a_forked_process_of_the_caller_reads(tmp_path: Path) 
     assert child.exitcode == 0
     verdicts = queue.get(timeout=10)
     assert verdicts == sorted(v.verdict.value for v in run_audit(EXAMPLE).verdicts)
+
+
+def test_a_pool_outlives_the_thread_that_started_it() -> None:
+    """Helpers follow the command's process, not the thread that started them: an audit
+    begun in a thread that has ended (a library caller's) still reads."""
+    import threading
+
+    from auditor.audit import AuditOptions, Auditor, run_audit
+    from tests.helpers import EXAMPLE
+
+    run = Auditor(EXAMPLE, AuditOptions(jobs=2)).run()
+    started = threading.Thread(target=next, args=(run,))  # opens the pool in that thread
+    started.start()
+    started.join(60)
+    time.sleep(0.3)  # (the thread is gone)
+    with pytest.raises(StopIteration) as done:
+        while True:
+            next(run)
+    result = done.value.value
+    assert [v.verdict for v in result.verdicts] == [v.verdict for v in run_audit(EXAMPLE).verdicts]

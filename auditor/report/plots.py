@@ -19,13 +19,12 @@ and drawing overlap the audit and the tables instead of adding to them.
 from __future__ import annotations
 
 import io
-import os
 from collections import defaultdict
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from auditor._process import helper_context, helper_signals, signals_deferred
+from auditor._process import helper_args, helper_context, helper_signals, signals_deferred
 
 if TYPE_CHECKING:  # (not imported at run time: a Plotter starts before the audit's modules)
     from auditor.audit import AuditResult
@@ -98,9 +97,10 @@ class Plotter:
     def __init__(self) -> None:
         self._pool: ProcessPoolExecutor | None = None
         try:
-            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=helper_context(),
+            context = helper_context()
+            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context,
                                              initializer=helper_signals,
-                                             initargs=(os.getpid(),))
+                                             initargs=helper_args(context))
             with signals_deferred():  # (started at the first task: born with signals held)
                 self._pool.submit(_import_matplotlib)
         except (OSError, RuntimeError):  # no process to spare: draw in the caller
@@ -122,9 +122,9 @@ class Plotter:
         """End the helper: it finishes the task in hand (an import, or a drawing no longer
         wanted) and exits."""
         if self._pool is not None:
+            pool, self._pool = self._pool, None
             with signals_deferred():  # (never cut short: see Auditor.run)
-                self._pool.shutdown(cancel_futures=True)
-            self._pool = None
+                pool.shutdown(cancel_futures=True)
 
 
 def _import_matplotlib() -> bool:
