@@ -37,34 +37,47 @@ def signals_deferred() -> Iterator[None]:
 
     Blocking is per thread, and another thread (a progress bar's, pyarrow's) may take
     the signal; Python would then still run the handler in this thread, mid-block. In
-    the main thread the handlers are therefore also swapped for a recorder, and a
-    recorded signal is raised again once the block is over."""
+    the main thread the handlers are therefore also swapped for recorders, and a
+    recorded signal is raised again once the block is over. Putting the handlers back
+    can itself be cut short by one of them (two signals at once): a recorder left in
+    place then passes every signal on to its handler, and the next block puts that
+    handler back."""
     caught: list[int] = []
+    recording = [True]
     swapped: dict[signal.Signals, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for held in HELD:
-            handler = signal.getsignal(held)
-            if callable(handler):  # (SIG_IGN and SIG_DFL need no recorder)
-                swapped[held] = handler
-
-        def record(number: int, frame: FrameType | None) -> None:
-            caught.append(number)
-
-        for held in swapped:
-            signal.signal(held, record)
+    previous = None
     try:
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
-    except (AttributeError, OSError, ValueError):  # no such call here
-        previous = None
-    try:
+        if threading.current_thread() is threading.main_thread():
+            for held in HELD:
+                handler = signal.getsignal(held)
+                handler = getattr(handler, "auditor_passes_to", handler)  # a left recorder
+                if callable(handler):  # (SIG_IGN and SIG_DFL need no recorder)
+                    swapped[held] = handler
+                    signal.signal(held, _recorder(handler, caught, recording))
+        with contextlib.suppress(AttributeError, OSError, ValueError):  # no such call
+            previous = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
         yield
     finally:
         if previous is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # (held ones: recorded)
+        recording[0] = False
         for held, handler in swapped.items():
             signal.signal(held, handler)
         if caught:
             signal.raise_signal(caught[0])
+
+
+def _recorder(handler: Any, caught: list[int], recording: list[bool]) -> Any:
+    """A signal handler that records the signal while ``recording[0]``, and afterwards
+    passes it on to ``handler``."""
+    def record(number: int, frame: FrameType | None) -> None:
+        if recording[0]:
+            caught.append(number)
+        else:
+            handler(number, frame)
+
+    record.auditor_passes_to = handler  # type: ignore[attr-defined]
+    return record
 
 
 def helper_context() -> BaseContext:
@@ -73,20 +86,35 @@ def helper_context() -> BaseContext:
     return multiprocessing.get_context("fork" if sys.platform == "linux" else None)
 
 
-def helper_args(context: BaseContext) -> tuple[int, int]:
+def helper_args(context: BaseContext) -> tuple[int]:
     """The ``initargs`` of :func:`helper_signals` for a pool started with ``context``:
-    the command's lifeline (a pipe only the command keeps open for writing), or
-    ``(-1, -1)`` where helpers are not forked (they then cannot follow it)."""
+    the read end of the command's lifeline (a pipe only the command keeps open for
+    writing: every process forked from it closes the write end at once), or ``-1``
+    where helpers are not forked (they then cannot follow it)."""
     global _lifeline
     if context.get_start_method() != "fork":
-        return -1, -1
+        return (-1,)
     if _lifeline is None or _lifeline[0] != os.getpid():  # (a forked caller makes its own)
         read_end, write_end = os.pipe()
         _lifeline = (os.getpid(), read_end, write_end)
-    return _lifeline[1], _lifeline[2]
+    return (_lifeline[1],)
 
 
-def helper_signals(read_end: int, write_end: int) -> None:
+def _leave_lifeline() -> None:
+    """In every process forked from one with a lifeline: close its write end (the pipe
+    must end with the process that made it, not with the last of its children)."""
+    global _lifeline
+    if _lifeline is not None and _lifeline[0] != os.getpid() and _lifeline[2] >= 0:
+        with contextlib.suppress(OSError):
+            os.close(_lifeline[2])
+        _lifeline = (_lifeline[0], _lifeline[1], -1)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_leave_lifeline)
+
+
+def helper_signals(read_end: int) -> None:
     """First thing in a helper process (a pool's ``initializer``, with
     ``initargs=helper_args(context)``): ignore SIGINT and SIGTERM, follow the command's
     lifeline, then take the signals held since the helper was started.
@@ -100,8 +128,7 @@ def helper_signals(read_end: int, write_end: int) -> None:
     end it (its task queue stays open in its siblings)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if write_end >= 0:
-        os.close(write_end)  # only the command writes: the pipe ends with it
+    if read_end >= 0:
         threading.Thread(target=_follow, args=(read_end,), daemon=True).start()
     with contextlib.suppress(AttributeError, OSError, ValueError):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)

@@ -383,7 +383,9 @@ class Auditor:
         (or raises its error). Without a pool, ``function`` runs at that call."""
         if not self._pooled(tasks, 0):
             return partial(function, item)
-        return self._open_pool().submit(function, item).result
+        pool = self._open_pool()
+        with signals_deferred():  # (see _map)
+            return pool.submit(function, item).result
 
     def _pooled(self, tasks: int, total_bytes: int) -> bool:
         """Whether ``tasks`` tasks over ``total_bytes`` listed bytes go to a pool."""
@@ -419,7 +421,11 @@ class Auditor:
         # then short work, not seconds of it while the other core idles.
         per_item = total_bytes // len(items)
         chunksize = max(1, min(64, len(items) // (jobs * 8), CHUNK_BYTES // max(per_item, 1)))
-        return self._open_pool().map(function, items, chunksize=chunksize)
+        pool = self._open_pool()
+        # an interrupt inside submit() leaves the pool's books wrong (a task listed that
+        # never reaches a worker), and shutting it down then waits for ever
+        with signals_deferred():
+            return pool.map(function, items, chunksize=chunksize)
 
     def _read_protocol_inputs(self, inputs: list[InputFile], findings: list[Finding]) -> None:
         for name, path in self.options.protocol_inputs:

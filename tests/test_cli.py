@@ -216,9 +216,13 @@ def test_interrupted_under_python_m_exits_130(tmp_path: Path) -> None:
         "def reason(*args, **kwargs):\n"
         "    exec('raise KeyboardInterrupt')\n"
         "engine.reason = reason\n")
+    import auditor
+
+    # (the checkout under test first: site-customisation runs before ``-m`` adds the cwd)
+    path = os.pathsep.join([str(tmp_path), str(Path(auditor.__file__).parents[1])])
     done = subprocess.run([sys.executable, "-m", "auditor", "audit", str(EXAMPLE), "--quiet",
                            "--no-plots"], capture_output=True, text=True, check=False,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+                          timeout=120, env={**os.environ, "PYTHONPATH": path})
     assert done.returncode == 130, done.stderr
     assert done.stderr.count("\n") == 1 and "interrupted" in done.stderr
 

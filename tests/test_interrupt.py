@@ -228,3 +228,57 @@ def test_a_pool_outlives_the_thread_that_started_it() -> None:
             next(run)
     result = done.value.value
     assert [v.verdict for v in result.verdicts] == [v.verdict for v in run_audit(EXAMPLE).verdicts]
+
+
+STORM = """
+import os, random, signal, sys, threading, time
+from auditor._process import signals_deferred
+armed = False
+def on_int(number, frame):
+    if armed: raise KeyboardInterrupt("int")
+def on_term(number, frame):
+    if armed: raise KeyboardInterrupt("term")
+signal.signal(signal.SIGINT, on_int)
+signal.signal(signal.SIGTERM, on_term)
+stop = False
+def storm():
+    while not stop:
+        time.sleep(random.random() * 0.0005)
+        os.kill(os.getpid(), random.choice([signal.SIGINT, signal.SIGTERM]))
+thread = threading.Thread(target=storm, daemon=True)
+thread.start()
+deadline = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < deadline:
+    try:
+        armed = True
+        with signals_deferred():
+            sum(range(200))
+    except KeyboardInterrupt:
+        pass
+    armed = False
+stop = True
+thread.join()
+with signals_deferred():  # a calm block puts back what a storm may have left
+    pass
+seen = []
+for number in (signal.SIGINT, signal.SIGTERM):
+    try:
+        armed = True
+        os.kill(os.getpid(), number)
+        time.sleep(0.05)
+        armed = False
+        seen.append("swallowed")
+    except KeyboardInterrupt as error:
+        armed = False
+        seen.append(str(error))
+print(*seen, signal.getsignal(signal.SIGINT) is on_int, signal.getsignal(signal.SIGTERM) is on_term)
+"""
+
+
+def test_signals_are_never_swallowed_by_a_deferral_cut_short() -> None:
+    """Two signals at once can cut short the putting back of the handlers a deferral
+    swapped for recorders; a recorder left behind must pass signals on, never keep them
+    (before, Ctrl-C or SIGTERM then stayed dead for the rest of the process)."""
+    done = subprocess.run([sys.executable, "-c", STORM, "2"], capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert done.stdout.split() == ["int", "term", "True", "True"], done.stdout + done.stderr

@@ -114,7 +114,8 @@ class Plotter:
         if self._pool is None:
             return None
         try:
-            return self._pool.submit(draw_plots, data)
+            with signals_deferred():  # (see Auditor._map)
+                return self._pool.submit(draw_plots, data)
         except RuntimeError:  # the helper died (BrokenProcessPool is a RuntimeError)
             return None
 
