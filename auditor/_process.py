@@ -26,7 +26,8 @@ from typing import Any
 HELD = (signal.SIGINT, signal.SIGTERM)
 _lifeline: tuple[int, int, int] | None = None
 """(process id, read end, write end) of the pipe whose end tells helpers their command
-is gone; made by the first helper a process starts."""
+is gone; made when a process first starts helpers (the write end is -1 in a process
+forked from it)."""
 
 
 @contextlib.contextmanager

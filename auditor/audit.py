@@ -422,8 +422,8 @@ class Auditor:
         per_item = total_bytes // len(items)
         chunksize = max(1, min(64, len(items) // (jobs * 8), CHUNK_BYTES // max(per_item, 1)))
         pool = self._open_pool()
-        # an interrupt inside submit() leaves the pool's books wrong (a task listed that
-        # never reaches a worker), and shutting it down then waits for ever
+        # submitting is not cut short by a signal either (like starting and shutting the
+        # pool down): the pool's bookkeeping is not built to be interrupted half-way
         with signals_deferred():
             return pool.map(function, items, chunksize=chunksize)
 
