@@ -315,8 +315,9 @@ def _audit(args: argparse.Namespace) -> int:
         console = Console()
         console.print(summary_view(summary))
         if args.out is not None:
+            # one line whatever the width: a path is copied, not read
             console.print(f"report: {args.out / 'diagnostic.md'}", highlight=False,
-                          markup=False)
+                          markup=False, soft_wrap=True)
     return 0
 
 

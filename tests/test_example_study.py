@@ -249,3 +249,53 @@ def test_the_cyclic_collector_rests_during_an_audit_and_resumes_after(
     result = run_audit(copy_example(tmp_path))
     assert result.verdicts and seen == [("validate", False), ("reason", False)]
     assert gc.isenabled() == before
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_progress_counts_every_file_read_and_its_bytes(tmp_path: Path, jobs: int) -> None:
+    """The audit reports its reading as files of a known total, with the bytes hashed so
+    far, the files no period lists included; the same whether it reads here or in
+    workers."""
+    from auditor.audit import AuditOptions, Auditor, Progress, paused_gc
+
+    root = copy_example(tmp_path)
+    attempt = next(p for p in sorted(root.glob("host-*/attempt-*")) if p.is_dir())
+    for n in range(3):
+        (attempt / f"notes-{n}.txt").write_text("x" * (n + 1) * 1000)
+    events: list[Progress] = []
+    with paused_gc():
+        generator = Auditor(root, AuditOptions(jobs=jobs)).run()
+        while True:
+            try:
+                events.append(next(generator))
+            except StopIteration as stop:
+                result = stop.value
+                break
+    reads = [e for e in events if e.stage == "read"]
+    read_rows = [row for row in result.collected.evidence if row.actual_size is not None]
+    assert {e.total for e in reads} == {len(read_rows)}
+    done = [e.done for e in reads]
+    assert done[0] == 0 and done[-1] == len(read_rows) and done == sorted(done)
+    hashed = [e.bytes for e in reads]
+    assert hashed[0] == 0 and hashed == sorted(hashed)
+    assert hashed[-1] == sum(row.actual_size or 0 for row in read_rows)
+    assert sum(row.actual_size or 0 for row in read_rows if row.status == "unlisted") == 6000
+    assert [e.stage for e in events if e.stage != "read"] == ["validate", "reason"]
+
+
+def test_progress_bar_at_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At a terminal the command shows its progress on stderr (a bar naming what it
+    counts), then takes it away; the report line follows on stdout."""
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    shown, printed = Terminal(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", shown)
+    monkeypatch.setattr(sys, "stdout", printed)
+    out = tmp_path / "out"
+    assert main(["audit", str(EXAMPLE), "--out", str(out), "--no-plots"]) == 0
+    assert "files" in shown.getvalue() and "Traceback" not in shown.getvalue()
+    assert f"report: {out / 'diagnostic.md'}" in printed.getvalue()

@@ -117,6 +117,63 @@ def test_link_out_of_the_root_is_unsafe_and_never_read(tmp_path: Path) -> None:
         "unresolved", "evidence_unsafe")
 
 
+@pytest.mark.parametrize("jobs", ["1", "2"])
+@pytest.mark.parametrize("linked", ["attempt directory", "its parent"])
+def test_attempt_directory_linked_out_of_the_root_is_never_read(
+        tmp_path: Path, linked: str, jobs: str) -> None:
+    """Every file a period lists under a directory that is a link leading out of the root
+    is unsafe and never opened, whichever directory on the way is the link, whether the
+    period is read in this process or in a worker."""
+    root = copy_example(tmp_path)
+    trial = find(root, "host-qwen25-7b-gsm8k-c2-s162-4gpu/attempt-*/trial-*.json")
+    top, attempt = trial.split("/")[:2]
+    moved = root / top / attempt if linked == "attempt directory" else root / top
+    secret = tmp_path / "secret-evidence"
+    secret.mkdir()
+    moved.rename(secret / moved.name)
+    moved.symlink_to(secret / moved.name)
+    with _opened_files() as opened:
+        summary = audit(root, tmp_path / "out", "--jobs", jobs)
+    assert not [p for p in opened if "secret" in p]
+    status = _evidence(tmp_path / "out")
+    under = {path: value for path, value in status.items()
+             if path.startswith(f"{top}/{attempt}/")}
+    assert trial in under
+    assert set(under.values()) == {"unsafe"}, under
+    assert verdicts(summary)["host-qwen25-7b-gsm8k-c2-s162/period-1"] == (
+        "unresolved", "evidence_unsafe")
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_files_in_attempt_directories_no_period_reads_are_unlisted(
+        tmp_path: Path, jobs: str) -> None:
+    """Files below an attempt directory that no period names, or names only through a link
+    (its files are then read through the link, and found again under their real path),
+    are each hashed and reported unlisted, with the directory itself."""
+    root = copy_example(tmp_path)
+    trial = find(root, "host-qwen25-7b-math-c2-s162-2gpu/attempt-*/trial-*.json")
+    top, attempt = trial.split("/")[:2]
+    (root / top / attempt).rename(root / top / "attempt-real")
+    (root / top / attempt).symlink_to("attempt-real")
+    orphan = root / "host-qwen25-7b-gsm8k-c2-s161-2gpu" / "attempt-999"
+    orphan.mkdir()
+    (orphan / "left.log").write_text("left behind\n")
+    audit(root, tmp_path / "out", "--jobs", jobs)
+    status = _evidence(tmp_path / "out")
+    through_link = {p: s for p, s in status.items() if p.startswith(f"{top}/{attempt}/")}
+    real = {p: s for p, s in status.items() if p.startswith(f"{top}/attempt-real/")}
+    assert through_link and set(through_link.values()) == {"verified"}
+    assert real == {p.replace(f"/{attempt}/", "/attempt-real/"): "unlisted"
+                    for p in through_link}
+    orphan_rel = "host-qwen25-7b-gsm8k-c2-s161-2gpu/attempt-999"
+    assert status[f"{orphan_rel}/left.log"] == "unlisted"
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    unreferenced = set(findings[findings["rule_id"] == "AUD106"]["subject"])
+    assert unreferenced == {orphan_rel, f"{top}/attempt-real"}
+    table = pd.read_parquet(tmp_path / "out" / "evidence.parquet").set_index("path")
+    assert table.loc[f"{orphan_rel}/left.log", "size"] == len("left behind\n")
+
+
 def test_period_record_linked_out_of_the_root_is_never_read(tmp_path: Path) -> None:
     """A period record that is a link leading outside the root is refused unread (AUD011);
     one linked to a file inside the root is read as before."""
