@@ -328,11 +328,17 @@ class Auditor:
         total_files = sum(len(t.files) for t in tasks) + len(unlisted)
         total_bytes = sum(entry.size or 0 for record in periods for spec in record.attempts
                           for entry in spec.evidence)
+        # The inventory served planning: it goes before the reads bring their results in
+        # (on 144k files it held 50 MB, kept until the end).
+        del listed
+        layout = replace(layout, attempt_files={}, regular_files=frozenset())
+        reading = self._map(read_attempt, tasks, total_bytes)
+        del tasks  # (a pool holds each chunk's tasks until it is read)
         yield Progress("read", 0, total_files)
         reads: dict[str, AttemptRead] = {}
         done = 0
         read_bytes = 0
-        for read in self._map(read_attempt, tasks, total_bytes):
+        for read in reading:
             reads[read.key] = read
             done += len(read.files)
             read_bytes += read.bytes_read
@@ -344,7 +350,7 @@ class Auditor:
             read_bytes += outcome.digest.size if outcome.digest else 0
             yield Progress("read", done, total_files, read_bytes)
 
-        period_evidence, evidence = _assemble(periods, tasks, pre, reads)
+        period_evidence, evidence = _assemble(periods, pre, reads)
         for outcome in unlisted_outcomes:
             pair = outcome.display.split("/", 1)[0]
             evidence.append(EvidenceFile(
@@ -366,7 +372,7 @@ class Auditor:
         return Collected(
             root=root,
             # the per-file inventory served planning; its paths live on in ``evidence``
-            layout=replace(layout, attempt_files={}, regular_files=frozenset()),
+            layout=layout,
             protocol=protocol,
             sacct=sacct,
             sacct_display=sacct_display,
@@ -668,9 +674,12 @@ def _plan(
                     rows.append(_row(record, spec, entry, check.display, check.status, check.why))
                 else:
                     kind = entry.kind if entry.kind in PARSED_KINDS else "other"
-                    files.append(FileTask(check.display, kind, check.resolved))
+                    # (the usual path, the root's and the display's, is made by the reader)
+                    resolved = None if check.resolved == f"{root}/{check.display}" \
+                        else check.resolved
+                    files.append(FileTask(check.display, kind, resolved))
             pre[key] = rows
-            tasks.append(AttemptTask(key, tuple(files), protocol.steps_from,
+            tasks.append(AttemptTask(key, str(root), tuple(files), protocol.steps_from,
                                      protocol.terminal_pattern))
     return tasks, pre
 
@@ -688,7 +697,6 @@ def _row(record: PeriodRecord, spec: AttemptSpec, entry: EvidenceEntry, display:
 
 def _assemble(
     periods: list[PeriodRecord],
-    tasks: list[AttemptTask],
     pre: dict[str, list[EvidenceFile]],
     reads: dict[str, AttemptRead],
 ) -> tuple[list[PeriodEvidence], list[EvidenceFile]]:

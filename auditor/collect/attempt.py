@@ -36,7 +36,9 @@ class FileTask:
     display: str
     kind: str
     """An evidence kind, or ``other`` (hashed only: unknown kinds, unlisted files)."""
-    resolved: str
+    resolved: str | None
+    """The path to open; None for the root's path joined with ``display`` (the usual
+    case, not sent to a worker twice)."""
 
 
 @fast_pickle
@@ -46,6 +48,8 @@ class AttemptTask:
 
     key: str
     """``pair/period-N#attempt`` (opaque to the worker)."""
+    root: str
+    """The evidence root, resolved."""
     files: tuple[FileTask, ...]
     steps_from: str
     terminal_pattern: str | None
@@ -92,8 +96,9 @@ def read_attempt(task: AttemptTask) -> AttemptRead:
     traces: list[AllocatorTrace] = []
     devices: list[DeviceEvidence] = []
     for file in files:
+        path = file.resolved or f"{task.root}/{file.display}"
         try:
-            handle = open(file.resolved, "rb", buffering=0)  # noqa: SIM115 - closed below
+            handle = open(path, "rb", buffering=0)  # noqa: SIM115 - closed below
         except OSError as error:
             outcomes.append(FileOutcome(file.display, file.kind, None, _os_reason(error)))
             continue
@@ -142,7 +147,9 @@ def _os_reason(error: OSError) -> str:
 
 
 def hash_only(task: FileTask) -> FileOutcome:
-    """Hash a file that is not parsed (unlisted files, unknown kinds)."""
+    """Hash a file that is not parsed (unlisted files): ``task.resolved`` is its path."""
+    if task.resolved is None:  # (never opened relative to wherever this process runs)
+        return FileOutcome(task.display, task.kind, None, "no path to open")
     try:
         with open(task.resolved, "rb", buffering=0) as handle:
             reader = HashingReader(handle)
