@@ -90,16 +90,112 @@ def test_long_quotes_are_clipped() -> None:
     assert len(code_span("y" * 10_000)) <= 210
 
 
-def test_every_table_row_fills_exactly_its_schema(tmp_path: Path) -> None:
-    """Rows become Arrow batches by name: a misspelt key would quietly give a null column."""
-    from auditor.audit import run_audit
-    from auditor.report.tables import ROWS, SCHEMAS
-    from tests.helpers import copy_example
+def test_every_table_column_holds_what_its_name_says(tmp_path: Path) -> None:
+    """Rows are tuples in schema order: each column is checked against what it names, read
+    from the evidence itself (manifests, file bytes, trace lines, trial records) or from
+    summary.json, so two columns swapped, even of one type, fail."""
+    import hashlib
 
-    result = run_audit(copy_example(tmp_path))
-    for name, rows in ROWS.items():
-        keys = {tuple(row) for row in rows(result)}
-        assert keys == {tuple(SCHEMAS[name].names)}, name
+    import orjson
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from auditor.catalogue import RULES
+    from tests.helpers import copy_example, period_records
+
+    root = copy_example(tmp_path)
+    altered = find(root, "host-qwen25-7b-math-c2-s161-4gpu/attempt-*/allocator-traces/*.jsonl")
+    rewrite(root, altered, lambda b: b + b"\n", update_manifest=False)
+    out = tmp_path / "out"
+    summary = audit(root, out)
+
+    def table(name: str) -> list[dict]:
+        """The table's rows as Python values (timestamps as their nanoseconds)."""
+        read = pq.read_table(out / f"{name}.parquet")
+        read = pa.table([column.cast(pa.int64()) if pa.types.is_timestamp(column.type)
+                         else column for column in read.columns], names=read.column_names)
+        rows: list[dict] = read.to_pylist()
+        return rows
+
+    listed = {}
+    for record_path in period_records(root):
+        record = orjson.loads(record_path.read_bytes())
+        for index, attempt in enumerate(record.get("attempts") or [record]):
+            for entry in attempt["evidence"]:
+                listed[f"{attempt['attempt_dir']}/{entry['path']}"] = (
+                    record, index, attempt, entry, record_path.relative_to(root).as_posix())
+    evidence = table("evidence")
+    assert {row["path"] for row in evidence} == set(listed)
+    for row in evidence:
+        record, index, attempt, entry, manifest = listed[row["path"]]
+        data = (root / row["path"]).read_bytes()
+        assert (row["kind"], row["pair"], row["period"], row["attempt"], row["job_id"],
+                row["manifest"]) == (entry["kind"], record["pair"], record["period"], index,
+                                     attempt["job_id"], manifest)
+        assert (row["expected_size"], row["expected_sha256"]) == (entry["size"],
+                                                                  entry["sha256"])
+        assert (row["size"], row["actual_sha256"]) == (len(data),
+                                                       hashlib.sha256(data).hexdigest())
+        assert (row["status"], row["detail"]) == (
+            ("mismatched", f"size {entry['size']} != {len(data)}, sha256")
+            if row["path"] == altered else ("verified", ""))
+
+    phases = table("phases")
+    assert len(phases) > 200
+    for row in phases:
+        line = (root / row["path"]).read_bytes().splitlines()[row["line"] - 1]
+        raw = orjson.loads(line)
+        record, index = listed[row["path"]][:2]
+        assert (row["subject"], row["attempt"]) == (
+            f"{record['pair']}/period-{record['period']}", index)
+        for column, key in (("pid", "pid"), ("rank", "rank"), ("role", "role"), ("seq", "seq"),
+                            ("phase", "phase"), ("step", "step"), ("started", "started_ns"),
+                            ("finished", "finished_ns"),
+                            ("peak_allocated_bytes", "peak_allocated_bytes"),
+                            ("peak_reserved_bytes", "peak_reserved_bytes")):
+            assert row[column] == raw.get(key), (column, row, raw)
+        assert (row["error_type"] or None) == (raw.get("error_type") or None)
+
+    periods = {(p["pair"], p["period"]): p for p in summary["periods"]}
+    report = (out / "diagnostic.md").read_text()
+    for row in table("periods"):
+        expected = periods[(row["pair"], row["period"])]
+        assert row["subject"] == f"{row['pair']}/period-{row['period']}"
+        for column in ("workload", "seed", "gpus", "job_id", "verdict", "reason"):
+            assert row[column] == expected[column], column
+        assert list(row["rule_ids"]) == expected["rule_ids"]
+        assert f"**Limits.** {md_escape(row['limits'], limit=4000)}" in report
+        assert row["diagnosis"] != row["limits"]
+        finished = (row["actor_update_finished"], row["post_update_sync_finished"])
+        assert None in finished or finished[0] < finished[1]
+
+    for row in table("attempts"):
+        trial_path = find(root, f"{row['attempt_dir']}/trial-*.json")
+        invocation = orjson.loads((root / trial_path).read_bytes())["invocation"]
+        assert row["attempt_dir"].endswith(f"attempt-{row['job_id']}")
+        pair, period = row["subject"].rsplit("/period-", 1)
+        judged = periods[(pair, int(period))]
+        if judged["attempts"] == 1:  # (its one attempt is judged as the period)
+            assert (row["outcome"], row["reason"]) == (judged["verdict"], judged["reason"])
+        assert (row["started"], row["finished"], row["exit_code"]) == (
+            invocation["started_ns"], invocation["finished_ns"], invocation["exit_code"])
+        assert row["gpus"] <= row["allocation_gpus"]
+        assert 0 < row["task_gpu_seconds"] <= row["reservation_gpu_seconds"]
+        assert row["reservation_gpu_seconds"] == pytest.approx(
+            (row["finished"] - row["started"]) / 1e9 * row["allocation_gpus"])
+
+    findings = table("findings")
+    subjects = {f"{pair}/period-{period}" for pair, period in periods} | set(listed)
+    assert {row["rule_id"] for row in findings} >= {"AUD102", "AUD201"}
+    for row in findings:
+        rule = RULES[row["rule_id"]]
+        assert (row["symbol"], row["severity"]) == (rule.symbol, rule.severity.value)
+        first = row["citations"][0]
+        where = f"{row['path']}:{row['line']}" if row["line"] is not None \
+            else f"{row['path']}#{row['pointer']}" if row["pointer"] else row["path"]
+        assert first == where
+        assert row["subject"] in subjects
+        assert " " in row["message"] and row["message"] != row["subject"]
 
 
 def test_tables_stream_in_row_groups_and_read_back_whole(tmp_path: Path,
@@ -114,7 +210,8 @@ def test_tables_stream_in_row_groups_and_read_back_whole(tmp_path: Path,
     from tests.helpers import copy_example
 
     root = copy_example(tmp_path)
-    expected = [dict(row) for row in tables.ROWS["phases"](run_audit(root))]
+    expected = [dict(zip(tables.SCHEMAS["phases"].names, row, strict=True))
+                for row in tables.ROWS["phases"](run_audit(root))]
     monkeypatch.setattr(tables, "BATCH_ROWS", 7)
     monkeypatch.setattr(tables, "ROW_GROUP_ROWS", 49)
     out = tmp_path / "out"
