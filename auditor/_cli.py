@@ -333,16 +333,23 @@ def _plotter() -> Any:
     return Plotter()
 
 
+PROGRESS_EVERY = 30.0
+"""Seconds between progress lines when stderr is not a terminal (a batch job's log): a
+long audit says how far it has come, a short one prints nothing."""
+
+
 def _run_with_progress(auditor: Any, quiet: bool) -> Any:
-    """Drive the audit generator, showing a progress bar on a TTY stderr."""
+    """Drive the audit generator, showing a progress bar on a TTY stderr, and a line every
+    :data:`PROGRESS_EVERY` seconds on any other."""
     generator = auditor.run()
-    show = not quiet and sys.stderr.isatty()
-    if not show:
+    if quiet:
         while True:
             try:
                 next(generator)
             except StopIteration as stop:
                 return stop.value
+    if not sys.stderr.isatty():
+        return _progress_lines(generator)
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -367,6 +374,30 @@ def _run_with_progress(auditor: Any, quiet: bool) -> Any:
                 bar.update(task, total=event.total, completed=event.done)
             else:
                 bar.update(task, description=event.stage)
+
+
+def _progress_lines(generator: Any) -> Any:
+    """Drive the audit generator, writing where it is to stderr every
+    :data:`PROGRESS_EVERY` seconds."""
+    import time
+
+    start = time.monotonic()
+    due = start + PROGRESS_EVERY
+    while True:
+        try:
+            event = next(generator)
+        except StopIteration as stop:
+            return stop.value
+        now = time.monotonic()
+        if now < due:
+            continue
+        due = now + PROGRESS_EVERY
+        if event.stage == "read":
+            where = f"reading evidence: {event.done:,} of {event.total:,} files, " \
+                    f"{event.bytes / 1e9:.2f} GB"
+        else:
+            where = event.stage
+        print(f"auditor: {where} ({now - start:.0f} s)", file=sys.stderr, flush=True)
 
 
 def _verify(args: argparse.Namespace) -> int:

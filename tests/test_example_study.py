@@ -299,3 +299,26 @@ def test_progress_bar_at_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert main(["audit", str(EXAMPLE), "--out", str(out), "--no-plots"]) == 0
     assert "files" in shown.getvalue() and "Traceback" not in shown.getvalue()
     assert f"report: {out / 'diagnostic.md'}" in printed.getvalue()
+
+
+def test_progress_lines_in_a_batch_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Where stderr is not a terminal (a batch job's log), a long audit writes a line now
+    and then on how far it has come; a short one, or a quiet one, writes nothing there."""
+    import auditor._cli
+
+    assert main(["audit", str(EXAMPLE), "--out", str(tmp_path / "a"), "--no-plots"]) == 0
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(auditor._cli, "PROGRESS_EVERY", 0.0)  # every event is long enough
+    assert main(["audit", str(EXAMPLE), "--out", str(tmp_path / "b"), "--no-plots",
+                 "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+    assert main(["audit", str(EXAMPLE), "--out", str(tmp_path / "c"), "--no-plots"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    files = int(pd.read_parquet(tmp_path / "c" / "evidence.parquet")["size"].notna().sum())
+    reading = [line for line in lines if line.startswith("auditor: reading evidence: ")]
+    assert reading[0].startswith(f"auditor: reading evidence: 0 of {files:,} files, 0.00 GB")
+    assert reading[-1].startswith(f"auditor: reading evidence: {files:,} of {files:,} files")
+    assert [line.split(" (")[0] for line in lines[len(reading):]] == [
+        "auditor: validate", "auditor: reason"]
+    assert all(re.search(r" \(\d+ s\)$", line) for line in lines)
