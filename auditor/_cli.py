@@ -283,8 +283,10 @@ def _audit(args: argparse.Namespace) -> int:
         if not args.root.is_dir():
             raise UsageError(f"{args.root}: evidence root does not exist or is not a directory")
         check_output_dir(args.out, args.root, args.force)
-    # the plot helper starts now, to import matplotlib while this process audits
-    plotter = _plotter() if args.out is not None and not args.no_plots else None
+    # the plot helper starts now, to import matplotlib while this process audits (not for
+    # a root without the contract's pairs/: that audit ends at once, and would wait for it)
+    plotter = _plotter() if args.out is not None and not args.no_plots \
+        and (args.root / "pairs").is_dir() else None
     try:
         with paused_gc():  # held to the writing's end: re-enabled, it would re-scan every record
             result = _run_with_progress(Auditor(args.root, options),

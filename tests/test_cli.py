@@ -57,9 +57,18 @@ def test_refused_sacct_dump_is_one_line_whoever_parses_it(
     _one_line_error(capsys, "sacct")
 
 
-def test_not_a_study_root(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_not_a_study_root(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import auditor.report.plots
+
+    def no_helper() -> None:  # the refusal is at once: no plot helper to start and wait for
+        raise AssertionError("a plot helper was started for a root that is not a study")
+
+    monkeypatch.setattr(auditor.report.plots, "Plotter", no_helper)
     (tmp_path / "empty").mkdir()
     assert main(["audit", str(tmp_path / "empty")]) == 2
+    _one_line_error(capsys, "no period records")
+    assert main(["audit", str(tmp_path / "empty"), "--out", str(tmp_path / "out")]) == 2
     _one_line_error(capsys, "no period records")
     (tmp_path / "file").write_text("x")
     assert main(["audit", str(tmp_path / "file")]) == 2
