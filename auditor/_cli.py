@@ -284,9 +284,9 @@ def _audit(args: argparse.Namespace) -> int:
             raise UsageError(f"{args.root}: evidence root does not exist or is not a directory")
         check_output_dir(args.out, args.root, args.force)
     # the plot helper starts now, to import matplotlib while this process audits (not for
-    # a root without the contract's pairs/: that audit ends at once, and would wait for it)
+    # a root that is plainly no study: that audit ends at once, and would wait for it)
     plotter = _plotter() if args.out is not None and not args.no_plots \
-        and (args.root / "pairs").is_dir() else None
+        and _may_be_a_study(args.root) else None
     try:
         with paused_gc():  # held to the writing's end: re-enabled, it would re-scan every record
             result = _run_with_progress(Auditor(args.root, options),
@@ -317,10 +317,23 @@ def _audit(args: argparse.Namespace) -> int:
         console = Console()
         console.print(summary_view(summary))
         if args.out is not None:
-            # one line whatever the width: a path is copied, not read
+            # the path as it is, on one line whatever the width: a path is copied, not read
             console.print(f"report: {args.out / 'diagnostic.md'}", highlight=False,
-                          markup=False, soft_wrap=True)
+                          markup=False, emoji=False, soft_wrap=True)
     return 0
+
+
+def _may_be_a_study(root: Path) -> bool:
+    """Whether ``root`` has what discovery looks for first: a ``pairs`` directory (not a
+    link) holding something."""
+    pairs = root / "pairs"
+    try:
+        if pairs.is_symlink() or not pairs.is_dir():
+            return False
+        with os.scandir(pairs) as entries:
+            return next(entries, None) is not None
+    except OSError:
+        return False
 
 
 def _plotter() -> Any:

@@ -14,7 +14,7 @@ import gc
 import heapq
 import io
 import os
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -318,6 +318,10 @@ class Auditor:
             for rel in files:
                 if rel in listed:
                     continue
+                if rel in layout.regular_files:  # (its name as it is: never re-read as a
+                    # manifest path, whose backslashes would be separators)
+                    unlisted.append(FileTask(rel, "other", f"{root}/{rel}"))
+                    continue
                 check = check_path(root, rel, known_regular=layout.regular_files)
                 if check.status == "ok" and check.resolved is not None:
                     unlisted.append(FileTask(rel, "other", check.resolved))
@@ -420,7 +424,9 @@ class Auditor:
         runs as its result is taken."""
         items = list(items)
         if not self._pooled(len(items), total_bytes):
-            return map(function, items)
+            pending = deque(items)  # each task is let go once done
+            del items
+            return (function(pending.popleft()) for _ in range(len(pending)))
         jobs = self.options.jobs or os.cpu_count() or 1
         # Tasks go to the workers in chunks (fewer messages), but a chunk holds about
         # CHUNK_BYTES of files (by the average task): the last chunk a worker takes is

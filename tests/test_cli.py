@@ -68,8 +68,12 @@ def test_not_a_study_root(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     (tmp_path / "empty").mkdir()
     assert main(["audit", str(tmp_path / "empty")]) == 2
     _one_line_error(capsys, "no period records")
-    assert main(["audit", str(tmp_path / "empty"), "--out", str(tmp_path / "out")]) == 2
-    _one_line_error(capsys, "no period records")
+    (tmp_path / "empty-pairs" / "pairs").mkdir(parents=True)
+    (tmp_path / "linked-pairs").mkdir()
+    (tmp_path / "linked-pairs" / "pairs").symlink_to(EXAMPLE / "pairs")
+    for root in ("empty", "empty-pairs", "linked-pairs"):
+        assert main(["audit", str(tmp_path / root), "--out", str(tmp_path / "out")]) == 2
+        _one_line_error(capsys, "no period records")
     (tmp_path / "file").write_text("x")
     assert main(["audit", str(tmp_path / "file")]) == 2
     _one_line_error(capsys, "not a directory")

@@ -295,10 +295,10 @@ def test_progress_bar_at_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     shown, printed = Terminal(), io.StringIO()
     monkeypatch.setattr(sys, "stderr", shown)
     monkeypatch.setattr(sys, "stdout", printed)
-    out = tmp_path / "out"
+    out = tmp_path / "out:thumbs_up:[bold]x[/bold]"  # (a path is shown as it is)
     assert main(["audit", str(EXAMPLE), "--out", str(out), "--no-plots"]) == 0
     assert "files" in shown.getvalue() and "Traceback" not in shown.getvalue()
-    assert f"report: {out / 'diagnostic.md'}" in printed.getvalue()
+    assert f"report: {out / 'diagnostic.md'}\n" in printed.getvalue()
 
 
 def test_progress_lines_in_a_batch_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -6,6 +6,7 @@ import builtins
 import contextlib
 import itertools
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,12 +38,18 @@ def _evidence(out: Path) -> dict[str, str]:
 
 @contextlib.contextmanager
 def _opened_files() -> Iterator[list[str]]:
-    """Every path passed to ``open`` inside the block (the audit runs in this process)."""
+    """Every path passed to ``open`` inside the block, in this process and in the workers
+    it forks meanwhile (each writes its paths to one log, appending); the list is filled
+    as the block ends."""
     opened: list[str] = []
     real_open = builtins.open
+    log_fd, log_path = tempfile.mkstemp(prefix="opened-", suffix=".log")
+    os.close(log_fd)
+    log = os.open(log_path, os.O_WRONLY | os.O_APPEND)
 
     def spy(file: Any, *args: Any, **kwargs: Any) -> Any:
-        opened.append(os.fspath(file) if isinstance(file, (str, os.PathLike)) else "")
+        path = os.fspath(file) if isinstance(file, (str, os.PathLike)) else ""
+        os.write(log, path.encode("utf-8", "surrogateescape") + b"\0")
         return real_open(file, *args, **kwargs)
 
     builtins.open = spy
@@ -50,6 +57,11 @@ def _opened_files() -> Iterator[list[str]]:
         yield opened
     finally:
         builtins.open = real_open
+        os.close(log)
+        with real_open(log_path, "rb") as handle:
+            opened.extend(p.decode("utf-8", "surrogateescape")
+                          for p in handle.read().split(b"\0")[:-1])
+        os.unlink(log_path)
 
 
 def test_damaged_study_reports_each_file_with_its_status(tmp_path: Path) -> None:
@@ -134,6 +146,7 @@ def test_attempt_directory_linked_out_of_the_root_is_never_read(
     moved.symlink_to(secret / moved.name)
     with _opened_files() as opened:
         summary = audit(root, tmp_path / "out", "--jobs", jobs)
+    assert [p for p in opened if p.endswith(".jsonl")]  # (the spy sees every reader)
     assert not [p for p in opened if "secret" in p]
     status = _evidence(tmp_path / "out")
     under = {path: value for path, value in status.items()
@@ -158,6 +171,7 @@ def test_files_in_attempt_directories_no_period_reads_are_unlisted(
     orphan = root / "host-qwen25-7b-gsm8k-c2-s161-2gpu" / "attempt-999"
     orphan.mkdir()
     (orphan / "left.log").write_text("left behind\n")
+    (orphan / "odd\\name.txt").write_text("a backslash is part of this name\n")
     audit(root, tmp_path / "out", "--jobs", jobs)
     status = _evidence(tmp_path / "out")
     through_link = {p: s for p, s in status.items() if p.startswith(f"{top}/{attempt}/")}
@@ -172,6 +186,9 @@ def test_files_in_attempt_directories_no_period_reads_are_unlisted(
     assert unreferenced == {orphan_rel, f"{top}/attempt-real"}
     table = pd.read_parquet(tmp_path / "out" / "evidence.parquet").set_index("path")
     assert table.loc[f"{orphan_rel}/left.log", "size"] == len("left behind\n")
+    odd = table.loc[f"{orphan_rel}/odd\\name.txt"]  # its name as it is, hashed
+    assert (odd["status"], odd["size"], odd["detail"]) == (
+        "unlisted", len("a backslash is part of this name\n"), "")
 
 
 def test_period_record_linked_out_of_the_root_is_never_read(tmp_path: Path) -> None:

@@ -158,9 +158,21 @@ def test_every_table_column_holds_what_its_name_says(tmp_path: Path) -> None:
 
     periods = {(p["pair"], p["period"]): p for p in summary["periods"]}
     report = (out / "diagnostic.md").read_text()
+    records = {(r["pair"], r["period"]): r for r in
+               (orjson.loads(path.read_bytes()) for path in period_records(root))}
     for row in table("periods"):
         expected = periods[(row["pair"], row["period"])]
+        record = records[(row["pair"], row["period"])]
         assert row["subject"] == f"{row['pair']}/period-{row['period']}"
+        assert row["array_task_id"] == record["array_task_id"]
+        workers = sorted(record["workers"], key=lambda worker: worker["rank"])
+        assert row["pids_by_rank"] == [worker["pid"] for worker in workers]
+        trial = orjson.loads((root / find(root, f"{record['attempt_dir']}/trial-*.json"))
+                             .read_bytes())
+        assert row["raw_peak_mib"] == trial["peak_mib"]
+        log = (root / find(root, f"{record['attempt_dir']}/training-*.log")).read_bytes()
+        assert row["log_lines"] == len(log.splitlines())
+        assert row["last_step"] is None  # (no step lines in the example's logs)
         for column in ("workload", "seed", "gpus", "job_id", "verdict", "reason"):
             assert row[column] == expected[column], column
         assert list(row["rule_ids"]) == expected["rule_ids"]
@@ -169,9 +181,17 @@ def test_every_table_column_holds_what_its_name_says(tmp_path: Path) -> None:
         finished = (row["actor_update_finished"], row["post_update_sync_finished"])
         assert None in finished or finished[0] < finished[1]
 
-    for row in table("attempts"):
+    attempts = table("attempts")
+    assert sorted(row["subject"] for row in attempts if row["counted"]) == sorted(
+        f"{pair}/period-{period}" for pair, period in periods)  # one counted per period
+    assert sum(row["wasted"] for row in attempts) == summary["accounting"]["wasted_attempts"]
+    for row in attempts:
         trial_path = find(root, f"{row['attempt_dir']}/trial-*.json")
-        invocation = orjson.loads((root / trial_path).read_bytes())["invocation"]
+        trial = orjson.loads((root / trial_path).read_bytes())
+        invocation = trial["invocation"]
+        assert (row["received_signal"], row["launcher_status"]) == (
+            invocation["received_signal"], trial["status"])
+        assert row["exit_kind"] in ("clean", "failure")
         assert row["attempt_dir"].endswith(f"attempt-{row['job_id']}")
         pair, period = row["subject"].rsplit("/period-", 1)
         judged = periods[(pair, int(period))]

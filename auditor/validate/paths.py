@@ -4,7 +4,8 @@ A manifest path is *unsafe* when it is absolute, has a ``..`` part, or resolves
 (through any link on the way) to a place outside the evidence root; such a file
 is never opened. A path that exists but is a directory, a link loop or lacks
 read permission is *unreadable*. Only the main process decides this; workers
-open exactly the resolved path they are handed.
+open exactly the path it resolved (sent whole, or, for the usual path, as the root
+and the display path it is made of).
 """
 
 from __future__ import annotations
