@@ -333,7 +333,8 @@ class Auditor:
         total_bytes = sum(entry.size or 0 for record in periods for spec in record.attempts
                           for entry in spec.evidence)
         # The inventory served planning: it goes before the reads bring their results in
-        # (on 144k files it held 50 MB, kept until the end).
+        # (with it, and each file's path sent once, the reading's peak on 144k files fell
+        # from 541 to 447 MB).
         del listed
         layout = replace(layout, attempt_files={}, regular_files=frozenset())
         reading = self._map(read_attempt, tasks, total_bytes)
@@ -375,7 +376,6 @@ class Auditor:
         self._read_protocol_inputs(inputs, findings)
         return Collected(
             root=root,
-            # the per-file inventory served planning; its paths live on in ``evidence``
             layout=layout,
             protocol=protocol,
             sacct=sacct,
