@@ -322,7 +322,7 @@ class Auditor:
                     # manifest path, whose backslashes would be separators)
                     unlisted.append(FileTask(rel, "other", f"{root}/{rel}"))
                     continue
-                check = check_path(root, rel, known_regular=layout.regular_files)
+                check = check_path(root, rel)  # (a link, or what lies behind one)
                 if check.status == "ok" and check.resolved is not None:
                     unlisted.append(FileTask(rel, "other", check.resolved))
                 else:  # never open a link that leads out of the root

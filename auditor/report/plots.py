@@ -18,6 +18,7 @@ and drawing overlap the audit and the tables instead of adding to them.
 
 from __future__ import annotations
 
+import contextlib
 import io
 from collections import defaultdict
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -128,15 +129,13 @@ class Plotter:
                 pool.shutdown(cancel_futures=True)
 
 
-def _import_matplotlib() -> bool:
-    """In the helper: import what drawing needs, ahead of the data."""
-    try:
+def _import_matplotlib() -> None:
+    """In the helper: import what drawing needs, ahead of the data (without matplotlib,
+    :func:`draw_plots` draws nothing)."""
+    with contextlib.suppress(ImportError):
         import matplotlib.backends.backend_agg  # noqa: F401
         import matplotlib.figure  # noqa: F401
         import matplotlib.patches  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def _png(figure: Any, canvas_type: Any) -> bytes:
