@@ -55,7 +55,8 @@ def _parser() -> argparse.ArgumentParser:
                        "(comma-separated field names)")
     audit.add_argument("--sacct-delimiter", help="the --delimiter the dump was captured with")
     audit.add_argument("--jobs", type=int, default=0,
-                       help="worker processes (default: CPU count; 1 reads in-process)")
+                       help="worker processes (default: the CPUs this process may use, e.g. a "
+                       "SLURM job's, not the whole node's; 1 reads in-process)")
     audit.add_argument("--anchor", action="append", default=[], metavar="NAME=SHA256",
                        help="expected SHA-256 of a protocol input (repeatable)")
     audit.add_argument("--protocol-input", action="append", default=[], metavar="NAME=PATH",
@@ -261,7 +262,7 @@ def _audit(args: argparse.Namespace) -> int:
     if args.source and args.source_root is None:
         raise UsageError("--source needs --source-root")
     if args.jobs < 0:
-        raise UsageError("--jobs must be 0 (CPU count) or more")
+        raise UsageError("--jobs must be 0 (the CPUs this process may use) or more")
     for flag, value in (("--max-findings", args.max_findings),
                         ("--max-findings-per-file", args.max_findings_per_file),
                         ("--max-quote", args.max_quote)):

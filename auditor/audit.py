@@ -67,6 +67,19 @@ CHUNK_BYTES = 16 << 20
 """About the most listed bytes of tasks sent to a worker at once (see :meth:`Auditor._map`)."""
 
 
+def usable_cpus() -> int:
+    """How many CPUs this process may run on: the default number of workers.
+
+    Not :func:`os.cpu_count`, which counts the machine's: inside a SLURM job (its cgroup
+    cpuset), under ``taskset`` or in a container pinned to some cores, the process may use
+    only a few of a node's many, and a worker per core of the node would crowd them (and
+    hold tens of MB each)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # (no affinity on this platform)
+        return os.cpu_count() or 1
+
+
 @dataclass(frozen=True, slots=True)
 class Progress:
     """A progress event: ``done`` of ``total`` units of ``stage``, ``bytes`` read so far."""
@@ -95,7 +108,8 @@ class AuditOptions:
     sacct_format: tuple[str, ...] | None = None
     sacct_delimiter: str | None = None
     jobs: int = 0
-    """Worker processes; 0 means the CPU count."""
+    """Worker processes; 0 means as many as the CPUs this process may use
+    (:func:`usable_cpus`)."""
     anchors: tuple[tuple[str, str], ...] = ()
     """Expected SHA-256 per protocol input name (in addition to protocol.json's)."""
     protocol_inputs: tuple[tuple[str, Path], ...] = ()
@@ -399,7 +413,7 @@ class Auditor:
 
     def _pooled(self, tasks: int, total_bytes: int) -> bool:
         """Whether ``tasks`` tasks over ``total_bytes`` listed bytes go to a pool."""
-        jobs = self.options.jobs or os.cpu_count() or 1
+        jobs = self.options.jobs or usable_cpus()
         small = self.options.jobs == 0 and total_bytes < SMALL_STUDY_BYTES \
             and tasks < SMALL_STUDY_TASKS
         return jobs > 1 and not small and tasks >= 2
@@ -410,7 +424,7 @@ class Auditor:
             # kept before its workers start: a signal held meanwhile is raised as the
             # block ends, and the pool must then be there for run() to shut down
             context = helper_context()
-            self._pool = ProcessPoolExecutor(max_workers=self.options.jobs or os.cpu_count(),
+            self._pool = ProcessPoolExecutor(max_workers=self.options.jobs or usable_cpus(),
                                              mp_context=context, initializer=helper_signals,
                                              initargs=helper_args(context))
             with signals_deferred():  # (forked at the first task: born with signals held)
@@ -427,7 +441,7 @@ class Auditor:
             pending = deque(items)  # each task is let go once done
             del items
             return (function(pending.popleft()) for _ in range(len(pending)))
-        jobs = self.options.jobs or os.cpu_count() or 1
+        jobs = self.options.jobs or usable_cpus()
         # Tasks go to the workers in chunks (fewer messages), but a chunk holds about
         # CHUNK_BYTES of files (by the average task): the last chunk a worker takes is
         # then short work, not seconds of it while the other core idles.

@@ -163,6 +163,15 @@ def _import_generator() -> Any:
     return generator
 
 
+def usable_cpus() -> int:
+    """The auditor's default number of workers (the CPUs this process may use)."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from auditor.audit import usable_cpus as auditors
+
+    return auditors()
+
+
 def _tree_sizes(root: Path) -> list[tuple[str, int]]:
     """Every regular file under ``root`` with its size, in walk order."""
     found: list[tuple[str, int]] = []
@@ -595,7 +604,7 @@ def measure(
     )
     base = study.root.parent
     out = base / "audit-out"
-    pool_jobs = jobs or os.cpu_count() or 1
+    pool_jobs = jobs or usable_cpus()
     print(f"[{study.name}] warming the page cache", flush=True)
     _warm(study.files)
     row.load_before = [round(value, 2) for value in os.getloadavg()]
@@ -674,7 +683,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--jobs",
         type=int,
         default=None,
-        help="auditor --jobs and floor processes (default: the auditor's default, CPU count)",
+        help="auditor --jobs and floor processes "
+        "(default: the auditor's, the CPUs this process may use)",
     )
     parser.add_argument("--repeat", type=int, default=1, help="runs per timing, keep the best")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per audit run")
@@ -738,6 +748,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = {
         "machine": {
             "cpus": os.cpu_count(),
+            "usable_cpus": usable_cpus(),
             "python": platform.python_version(),
             "platform": platform.platform(),
             "max_rss_unit": "MB (10^6 bytes)",

@@ -351,3 +351,28 @@ def test_the_command_imports_neither_pandas_nor_jsonschema_yet_writes_every_tabl
     import pandas as pd
 
     assert len(pd.read_parquet(out / "phases.parquet")) > 0
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
+def test_default_workers_are_the_cpus_the_process_may_use(tmp_path: Path) -> None:
+    """Inside a SLURM job (a cgroup cpuset), under taskset or in a pinned container, the
+    audit may use a few of the node's CPUs: by default it starts a reader per CPU it may
+    use, not per CPU of the node. Pinned to one, it reads in-process and forks nothing."""
+    code = """
+import os, sys
+cpus, log = int(sys.argv[1]), sys.argv[3]
+os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:cpus])
+os.register_at_fork(after_in_child=lambda: open(log, "a").write("forked\\n"))
+import auditor.audit
+auditor.audit.SMALL_STUDY_TASKS = 0  # (the example is read as a large study would be)
+from auditor._cli import main
+sys.exit(main(["audit", sys.argv[2], "--quiet", "--no-plots"]))
+"""
+    usable = len(os.sched_getaffinity(0))
+    for cpus in sorted({1, min(usable, 2)}):
+        log = tmp_path / f"forks-{cpus}"
+        log.touch()
+        done = subprocess.run([sys.executable, "-c", code, str(cpus), str(EXAMPLE), str(log)],
+                              capture_output=True, text=True, check=False, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert log.read_text().count("forked") == (0 if cpus == 1 else cpus), cpus
