@@ -12,13 +12,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib.abc
 import os
 import signal
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -237,7 +238,7 @@ def _split_pairs(values: Sequence[str], flag: str) -> list[tuple[str, str]]:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from auditor.audit import AuditOptions, Auditor, Waiver, paused_gc
+    from auditor.audit import AuditOptions, Auditor, Waiver, drive, paused_gc
     from auditor.report.summary import build_summary
 
     if len(args.waive) != len(args.reason):
@@ -289,14 +290,16 @@ def _audit(args: argparse.Namespace) -> int:
     plotter = _plotter() if args.out is not None and not args.no_plots \
         and _may_be_a_study(args.root) else None
     try:
-        with paused_gc():  # held to the writing's end: re-enabled, it would re-scan every record
-            result = _run_with_progress(Auditor(args.root, options),
-                                        quiet=args.quiet or args.json)
+        # the collector is held to the writing's end: re-enabled, it would re-scan every record
+        with paused_gc(), _progress(quiet=args.quiet or args.json) as show:
+            result = drive(Auditor(args.root, options).run(), show)
             summary = build_summary(result)
             if args.out is not None:
                 from auditor.errors import OutputError
+                from auditor.model import Progress
                 from auditor.report.output import write_outputs
 
+                show(Progress("write", 0, 1))
                 try:
                     write_outputs(result, args.out, force=args.force, plots=not args.no_plots,
                                   summary=summary, plotter=plotter)
@@ -352,68 +355,79 @@ def _plotter() -> Any:
 PROGRESS_EVERY = 30.0
 """Seconds between progress lines when stderr is not a terminal (a batch job's log): a
 long audit says how far it has come, a short one prints nothing."""
+STAGES = {
+    "list": ("listing the study", "directories"),
+    "periods": ("reading period records", "records"),
+    "read": ("reading evidence", "files"),
+    "validate": ("validating", ""),
+    "reason": ("reasoning", ""),
+    "write": ("writing the outputs", ""),
+}
+"""How each stage of :class:`auditor.model.Progress` is shown: what it does, what it counts
+(the stages that count nothing say only that they started)."""
 
 
-def _run_with_progress(auditor: Any, quiet: bool) -> Any:
-    """Drive the audit generator, showing a progress bar on a TTY stderr, and a line every
-    :data:`PROGRESS_EVERY` seconds on any other."""
-    generator = auditor.run()
+@contextlib.contextmanager
+def _progress(quiet: bool) -> Iterator[Callable[[Any], None]]:
+    """Where an audit shows how far it has come, for the block: gives the function to call
+    with each :class:`auditor.model.Progress` event. A bar on a TTY stderr (taken away when
+    the block ends), a line every :data:`PROGRESS_EVERY` seconds on any other, nothing when
+    ``quiet``."""
     if quiet:
-        while True:
-            try:
-                next(generator)
-            except StopIteration as stop:
-                return stop.value
-    if not sys.stderr.isatty():
-        return _progress_lines(generator)
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
+        yield lambda event: None
+    elif not sys.stderr.isatty():
+        yield _progress_lines()
+    else:
+        from rich.console import Console
+        from rich.filesize import decimal
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
-    console = Console(stderr=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("files"), DownloadColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:
-        task = bar.add_task("reading evidence", total=None)
-        while True:
-            try:
-                event = next(generator)
-            except StopIteration as stop:
-                return stop.value
-            if event.stage == "read":
-                bar.update(task, total=event.total, completed=event.done)
-            else:
-                bar.update(task, description=event.stage)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("{task.fields[unit]}"), TextColumn("{task.fields[size]}"),
+                      TimeElapsedColumn(), console=Console(stderr=True),
+                      transient=True) as bar:
+            task = bar.add_task(STAGES["list"][0], total=None, unit="", size="")
+
+            def show(event: Any) -> None:
+                what, unit = STAGES.get(event.stage, (event.stage, ""))
+                if not unit:  # (the counts of the stage before stay in view)
+                    bar.update(task, description=what)
+                    return
+                bar.update(task, description=what, total=event.total, completed=event.done,
+                           unit=unit, size=decimal(event.bytes) if event.bytes else "")
+
+            yield show
 
 
-def _progress_lines(generator: Any) -> Any:
-    """Drive the audit generator, writing where it is to stderr every
-    :data:`PROGRESS_EVERY` seconds."""
+def _progress_lines() -> Callable[[Any], None]:
+    """A function writing where the audit is to stderr, at most every
+    :data:`PROGRESS_EVERY` seconds (from its first call)."""
     import time
 
-    start = time.monotonic()
-    due = start + PROGRESS_EVERY
-    while True:
-        try:
-            event = next(generator)
-        except StopIteration as stop:
-            return stop.value
+    start = due = 0.0
+
+    def show(event: Any) -> None:
+        nonlocal start, due
         now = time.monotonic()
+        if not start:
+            start, due = now, now + PROGRESS_EVERY
         if now < due:
-            continue
+            return
         due = now + PROGRESS_EVERY
-        if event.stage == "read":
-            where = f"reading evidence: {event.done:,} of {event.total:,} files, " \
-                    f"{event.bytes / 1e9:.2f} GB"
-        else:
-            where = event.stage
-        print(f"auditor: {where} ({now - start:.0f} s)", file=sys.stderr, flush=True)
+        what, unit = STAGES.get(event.stage, (event.stage, ""))
+        if unit:
+            what += f": {event.done:,} of {event.total:,} {unit}"
+            if event.stage == "read":
+                what += f", {event.bytes / 1e9:.2f} GB"
+        print(f"auditor: {what} ({now - start:.0f} s)", file=sys.stderr, flush=True)
+
+    return show
 
 
 def _verify(args: argparse.Namespace) -> int:

@@ -46,6 +46,7 @@ from auditor.model import (
     FileDigest,
     Finding,
     PeriodRecord,
+    Progress,
     Protocol,
     SacctDump,
     Verdict,
@@ -78,16 +79,6 @@ def usable_cpus() -> int:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):  # (no affinity on this platform)
         return os.cpu_count() or 1
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    """A progress event: ``done`` of ``total`` units of ``stage``, ``bytes`` read so far."""
-
-    stage: str
-    done: int
-    total: int
-    bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,7 +288,7 @@ class Auditor:
         sacct_rel = SACCT_PATH if os.path.lexists(root / SACCT_PATH) else None
         sacct_read = self._soon(_read_sacct, (root, sacct_rel, self.options), len(period_tasks))
         loaded = self._map(_load_period, period_tasks, 0)
-        layout = discover(root, period_paths)
+        layout = yield from discover(root, period_paths)
         findings: list[Finding] = []
         inputs: list[InputFile] = []
         protocol = default_protocol()
@@ -311,12 +302,14 @@ class Auditor:
         inputs.extend(sacct_inputs)
         findings.extend(sacct_findings)
         periods: list[PeriodRecord] = []
+        yield Progress("periods", 0, len(period_tasks))
         for period, loaded_input, problems in loaded:
             periods.append(period)
             findings.extend(problems)
             findings.extend(period.findings)
             if loaded_input is not None:
                 inputs.append(loaded_input)
+            yield Progress("periods", len(periods), len(period_tasks))
 
         tasks, pre = _plan(root, periods, protocol, layout.regular_files)
         listed = {
@@ -529,13 +522,19 @@ def paused_gc() -> Iterator[None]:
 def run_audit(root: Path | str, options: AuditOptions | None = None) -> AuditResult:
     """Run an audit to completion, ignoring progress."""
     with paused_gc():
-        generator = Auditor(root, options).run()
-        while True:
-            try:
-                next(generator)
-            except StopIteration as stop:
-                result: AuditResult = stop.value
-                return result
+        return drive(Auditor(root, options).run(), lambda event: None)
+
+
+def drive(generator: Generator[Progress, None, R], show: Callable[[Progress], None]) -> R:
+    """Run ``generator`` (:meth:`Auditor.run`) to its end, passing each event it yields to
+    ``show``; what it returns."""
+    while True:
+        try:
+            event = next(generator)
+        except StopIteration as stop:
+            result: R = stop.value
+            return result
+        show(event)
 
 
 # ---------------------------------------------------------------------- helpers

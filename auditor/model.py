@@ -104,6 +104,20 @@ class Finding:
     expected location instead, see ``Citation.path``)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A progress event: ``done`` of ``total`` units of ``stage``, ``bytes`` read so far.
+
+    The stages, in order: ``list`` (the walk of the study: top-level directories listed),
+    ``periods`` (period records read), ``read`` (evidence files read and hashed, with their
+    bytes), ``validate`` and ``reason`` (one event each, as they start)."""
+
+    stage: str
+    done: int
+    total: int
+    bytes: int = 0
+
+
 # --------------------------------------------------------------------- collect
 
 

@@ -280,7 +280,17 @@ def test_progress_counts_every_file_read_and_its_bytes(tmp_path: Path, jobs: int
     assert hashed[0] == 0 and hashed == sorted(hashed)
     assert hashed[-1] == sum(row.actual_size or 0 for row in read_rows)
     assert sum(row.actual_size or 0 for row in read_rows if row.status == "unlisted") == 6000
-    assert [e.stage for e in events if e.stage != "read"] == ["validate", "reason"]
+    # before the reading: the walk, a top-level directory at a time, then the period records
+    stages = [e.stage for e in events]
+    assert stages == sorted(stages, key=["list", "periods", "read", "validate", "reason"].index)
+    tops = sum(1 for p in root.iterdir() if p.is_dir() and p.name not in ("pairs", "accounting"))
+    listing = [(e.done, e.total) for e in events if e.stage == "list"]
+    assert listing[0] == (0, tops) and listing[-1] == (tops, tops) and listing == sorted(listing)
+    assert len(listing) > tops  # (and after each attempt directory)
+    periods = [(e.done, e.total) for e in events if e.stage == "periods"]
+    assert periods == [(n, len(result.collected.periods))
+                       for n in range(len(result.collected.periods) + 1)]
+    assert [e for e in stages if e not in ("list", "periods", "read")] == ["validate", "reason"]
 
 
 def test_progress_bar_at_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -297,8 +307,14 @@ def test_progress_bar_at_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(sys, "stdout", printed)
     out = tmp_path / "out:thumbs_up:[bold]x[/bold]"  # (a path is shown as it is)
     assert main(["audit", str(EXAMPLE), "--out", str(out), "--no-plots"]) == 0
-    assert "files" in shown.getvalue() and "Traceback" not in shown.getvalue()
+    assert "Traceback" not in shown.getvalue()
     assert f"report: {out / 'diagnostic.md'}\n" in printed.getvalue()
+    # the files read, and their bytes (not the count of files shown as bytes)
+    from rich.filesize import decimal
+
+    sizes = pd.read_parquet(out / "evidence.parquet")["size"].dropna()
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown.getvalue())
+    assert f"{len(sizes)}/{len(sizes)} files {decimal(int(sizes.sum()))}" in plain
 
 
 def test_progress_lines_in_a_batch_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -319,6 +335,11 @@ def test_progress_lines_in_a_batch_log(tmp_path: Path, monkeypatch: pytest.Monke
     reading = [line for line in lines if line.startswith("auditor: reading evidence: ")]
     assert reading[0].startswith(f"auditor: reading evidence: 0 of {files:,} files, 0.00 GB")
     assert reading[-1].startswith(f"auditor: reading evidence: {files:,} of {files:,} files")
-    assert [line.split(" (")[0] for line in lines[len(reading):]] == [
-        "auditor: validate", "auditor: reason"]
+    periods = len(list((EXAMPLE / "pairs").glob("*/period-*.json")))
+    assert [line.split(" (")[0] for line in lines if not line.startswith(
+        ("auditor: listing the study: ", "auditor: reading evidence: "))] == [
+        *(f"auditor: reading period records: {n} of {periods} records"
+          for n in range(periods + 1)),
+        "auditor: validating", "auditor: reasoning", "auditor: writing the outputs"]
+    assert lines[0].startswith("auditor: listing the study: 0 of ")
     assert all(re.search(r" \(\d+ s\)$", line) for line in lines)

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
+
+from auditor.model import Progress
 
 _name_of = attrgetter("name")
 PERIOD_RE = re.compile(r"^period-(\d+)\.json$")
@@ -58,22 +61,27 @@ def find_period_records(root: Path, regular: set[str] | None = None
     return tuple(sorted(period_records, key=_natural_key)), tuple(stray)
 
 
-def discover(root: Path,
-             periods: tuple[tuple[str, ...], tuple[str, ...]] | None = None) -> StudyLayout:
-    """Inventory ``root`` (already resolved); ``periods`` is
-    :func:`find_period_records` of it when the caller has it already."""
+def discover(root: Path, periods: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+             ) -> Generator[Progress, None, StudyLayout]:
+    """Inventory ``root`` (already resolved); ``periods`` is :func:`find_period_records` of
+    it when the caller has it already. Yields how far the walk has come (``list``: top-level
+    directories listed, of how many), again after each attempt directory (a study may keep
+    all its attempts in one); returns the layout (``layout = yield from discover(...)``)."""
     period_records, stray = find_period_records(root) if periods is None else periods
     attempt_dirs: list[str] = []
     attempt_files: dict[str, tuple[str, ...]] = {}
     regular: set[str] = set()
-    for top in _scandir_sorted(root):
-        if top.name in ("pairs", "accounting") or not _is_real_dir(top):
-            continue
+    tops = [top for top in _scandir_sorted(root)
+            if top.name not in ("pairs", "accounting") and _is_real_dir(top)]
+    for done, top in enumerate(tops):
+        yield Progress("list", done, len(tops))
         for sub in _scandir_sorted(top.path):
             if _is_real_dir(sub) and ATTEMPT_DIR_RE.match(sub.name):
                 rel_dir = f"{top.name}/{sub.name}"
                 attempt_dirs.append(rel_dir)
                 attempt_files[rel_dir] = tuple(_walk(root, sub.path, regular))
+                yield Progress("list", done, len(tops))
+    yield Progress("list", len(tops), len(tops))
 
     def optional(rel: str) -> str | None:
         return rel if os.path.lexists(root / rel) else None
