@@ -56,8 +56,9 @@ def _parser() -> argparse.ArgumentParser:
                        "(comma-separated field names)")
     audit.add_argument("--sacct-delimiter", help="the --delimiter the dump was captured with")
     audit.add_argument("--jobs", type=int, default=0,
-                       help="worker processes (default: the CPUs this process may use, e.g. a "
-                       "SLURM job's, not the whole node's; 1 reads in-process)")
+                       help="worker processes (default: the CPUs this process may use: a SLURM "
+                       "job's, taskset's or a container quota's, not the whole node's; "
+                       "1 reads in-process)")
     audit.add_argument("--anchor", action="append", default=[], metavar="NAME=SHA256",
                        help="expected SHA-256 of a protocol input (repeatable)")
     audit.add_argument("--protocol-input", action="append", default=[], metavar="NAME=PATH",

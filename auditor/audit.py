@@ -13,6 +13,7 @@ import contextlib
 import gc
 import heapq
 import io
+import math
 import os
 from collections import Counter, deque
 from collections.abc import Callable, Generator, Iterable, Iterator
@@ -68,17 +69,34 @@ CHUNK_BYTES = 16 << 20
 """About the most listed bytes of tasks sent to a worker at once (see :meth:`Auditor._map`)."""
 
 
-def usable_cpus() -> int:
-    """How many CPUs this process may run on: the default number of workers.
+def usable_cpus(cgroup: str = "/sys/fs/cgroup") -> int:
+    """How many CPUs this process may use: the default number of workers.
 
     Not :func:`os.cpu_count`, which counts the machine's: inside a SLURM job (its cgroup
-    cpuset), under ``taskset`` or in a container pinned to some cores, the process may use
-    only a few of a node's many, and a worker per core of the node would crowd them (and
-    hold tens of MB each)."""
+    cpuset), under ``taskset`` or in a container pinned to some cores, the process may run
+    on only a few of a node's many; in a container given a CPU quota (``docker --cpus``,
+    a Kubernetes limit; read from ``cgroup``, the cgroup file system), on as many as the
+    quota allows, rounded up. A worker per CPU of the node would crowd them, and hold
+    tens of MB each."""
     try:
-        return len(os.sched_getaffinity(0)) or 1
+        cpus = len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):  # (no affinity on this platform)
-        return os.cpu_count() or 1
+        cpus = os.cpu_count() or 1
+    for quota_file, period_file in ((f"{cgroup}/cpu.max", None),  # cgroup v2
+                                    (f"{cgroup}/cpu/cpu.cfs_quota_us",  # cgroup v1
+                                     f"{cgroup}/cpu/cpu.cfs_period_us")):
+        try:
+            with open(quota_file) as handle:
+                quota, _, period = handle.read().strip().partition(" ")
+            if period_file is not None:
+                with open(period_file) as handle:
+                    period = handle.read().strip()
+            allowed = math.ceil(int(quota) / int(period))
+        except (OSError, ValueError, ZeroDivisionError):  # ("max" or -1: no quota)
+            continue
+        if allowed > 0:
+            return min(cpus, allowed)
+    return cpus
 
 
 @dataclass(frozen=True, slots=True)

@@ -376,3 +376,25 @@ sys.exit(main(["audit", sys.argv[2], "--quiet", "--no-plots"]))
                               capture_output=True, text=True, check=False, timeout=120)
         assert done.returncode == 0, done.stderr
         assert log.read_text().count("forked") == (0 if cpus == 1 else cpus), cpus
+
+
+def test_default_workers_respect_a_containers_cpu_quota(tmp_path: Path) -> None:
+    """A container given half a CPU (``docker --cpus 0.5``: a cgroup quota, in either
+    cgroup version) gets one reader whatever the node has; no quota, or one that cannot
+    be read, leaves the CPUs the process may run on."""
+    from auditor.audit import usable_cpus
+
+    may_run_on = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else os.cpu_count()
+    v2, v1, garbled = tmp_path / "v2", tmp_path / "v1" / "cpu", tmp_path / "garbled"
+    for folder in (v2, v1, garbled):
+        folder.mkdir(parents=True)
+    (v2 / "cpu.max").write_text("50000 100000\n")
+    (v1 / "cpu.cfs_quota_us").write_text("50000\n")
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    (garbled / "cpu.max").write_bytes(b"\xff\x00 0\n")
+    assert usable_cpus(str(v2)) == usable_cpus(str(v1.parent)) == 1
+    (v2 / "cpu.max").write_text(f"{100000 * 64} 100000\n")  # more than it may run on
+    (v1 / "cpu.cfs_quota_us").write_text("-1\n")  # no quota
+    assert usable_cpus(str(v2)) == usable_cpus(str(v1.parent)) == may_run_on
+    assert usable_cpus(str(garbled)) == usable_cpus(str(tmp_path / "none")) == may_run_on
