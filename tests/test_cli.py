@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -84,9 +85,14 @@ def test_output_directory_rules(tmp_path: Path, capsys: pytest.CaptureFixture[st
     other = tmp_path / "busy"
     other.mkdir()
     (other / "thesis.tex").write_text("precious")
-    assert main(["audit", str(root), "--out", str(other), "--quiet"]) == 2
-    _one_line_error(capsys, "not empty and not an earlier audit")
-    assert (other / "thesis.tex").read_text() == "precious"
+    # (a file of the manifest's name that this auditor did not write proves nothing)
+    for manifest in (None, b"{}", b'{"schema": "something/else", "outputs": []}', b"\xff"):
+        if manifest is not None:
+            (other / "output_manifest.json").write_bytes(manifest)
+        for force in ([], ["--force"]):
+            assert main(["audit", str(root), "--out", str(other), "--quiet", *force]) == 2
+            _one_line_error(capsys, "not empty and not an earlier audit")
+            assert (other / "thesis.tex").read_text() == "precious"
     assert main(["audit", str(root), "--out", str(root / "report"), "--quiet"]) == 2
     _one_line_error(capsys, "inside the evidence root")
     assert not (root / "report").exists()
@@ -97,10 +103,18 @@ def test_output_directory_rules(tmp_path: Path, capsys: pytest.CaptureFixture[st
     first = (out / "output_manifest.json").read_bytes()
     assert main(["audit", str(root), "--out", str(out), "--quiet"]) == 2
     _one_line_error(capsys, "--force")
-    (out / "stale.txt").write_text("from an older run")
+    # --force replaces an earlier audit whole: never one holding what it did not write
+    for extra in ("notes.txt", "drafts/thesis.tex"):
+        (out / extra).parent.mkdir(exist_ok=True)
+        (out / extra).write_text("precious")
+        assert main(["audit", str(root), "--out", str(out), "--quiet", "--force"]) == 2
+        _one_line_error(capsys, f"holds {extra.split('/')[0]}")
+        assert (out / extra).read_text() == "precious"
+        assert (out / "output_manifest.json").read_bytes() == first
+        shutil.rmtree(out / "drafts") if "/" in extra else (out / extra).unlink()
     assert main(["audit", str(root), "--out", str(out), "--quiet", "--force", "--no-plots"]) == 0
-    assert not (out / "stale.txt").exists()  # replaced whole
     assert (out / "output_manifest.json").read_bytes() != first
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--force"]) == 0
     leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")]
     assert leftovers == []
 

@@ -63,13 +63,56 @@ def check_output_dir(out: Path, root: Path, force: bool) -> None:
         raise OutputError(f"{out}: {ancestor} is not a directory")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise OutputError(f"{out}: cannot write in {ancestor}")
-    if out.is_dir():
-        entries = list(out.iterdir())
-        if entries and not (out / MANIFEST).is_file():
+    if out.is_dir() and any(out.iterdir()):
+        written = _earlier_outputs(out)
+        if written is None:
             raise OutputError(f"{out}: not empty and not an earlier audit's output; "
                               "choose another --out")
-        if entries and not force:
+        stranger = _first_stranger(out, written)
+        if stranger is not None:  # (replacing the audit "whole" would delete it)
+            raise OutputError(f"{out}: holds {stranger}, which the earlier audit there did "
+                              "not write; move it away or choose another --out")
+        if not force:
             raise OutputError(f"{out}: holds an earlier audit; pass --force to replace it")
+
+
+MANIFEST_HEAD = 1 << 20
+"""Bytes of an earlier audit's manifest read to learn its outputs (they come first)."""
+
+
+def _earlier_outputs(out: Path) -> set[str] | None:
+    """The files the earlier audit in ``out`` wrote, as its output manifest lists them
+    (the manifest included); None when ``out`` holds no manifest this auditor wrote."""
+    try:
+        with open(out / MANIFEST, "rb") as handle:
+            head = handle.read(MANIFEST_HEAD)
+    except OSError:
+        return None
+    # the outputs precede the (long) input lists: the head, closed where they start
+    cut = head.find(b',\n  "raw_evidence": [')
+    try:
+        doc = orjson.loads(head[:cut] + b"\n}" if cut >= 0 else head)
+        if doc.get("schema") != MANIFEST_SCHEMA:
+            return None
+        return {MANIFEST, *(str(item["path"]) for item in doc["outputs"])}
+    except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError):
+        return None
+
+
+def _first_stranger(out: Path, written: set[str]) -> str | None:
+    """The first entry below ``out`` (in sorted order) that is neither one of ``written``
+    nor a directory holding some of them; links are never followed."""
+    folders = {parent.as_posix() for name in written for parent in Path(name).parents}
+    for current, dirs, files in os.walk(out):
+        dirs.sort()
+        base = Path(current).relative_to(out)
+        for name in sorted(files + [d for d in dirs if os.path.islink(Path(current, d))]):
+            if (base / name).as_posix() not in written:
+                return (base / name).as_posix()
+        for name in list(dirs):
+            if (base / name).as_posix() not in folders:
+                return f"{(base / name).as_posix()}/"
+    return None
 
 
 def write_outputs(result: AuditResult, out: Path, force: bool = False,
