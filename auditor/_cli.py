@@ -164,8 +164,15 @@ def _preload(command: str) -> None:
             importlib.import_module(name)
 
 
+_ONLY_EXITING = False
+"""Set by :func:`entry` (the process is the command's): once an interrupt is reported,
+further Ctrl-C and SIGTERM are ignored, the process only exits."""
+
+
 def _interrupted_exit() -> int:
     """Say the command was interrupted; its exit code, 130."""
+    if _ONLY_EXITING:  # (impatient users press Ctrl-C again: it must not cut this short)
+        _ignore_signals()
     print("auditor: interrupted; no output was left half-written", file=sys.stderr)
     # CPython remembers a KeyboardInterrupt that left an exec() of a string (a schema
     # compiler's, a dataclass's) and, under ``python -m``, kills itself with SIGINT as it
@@ -198,11 +205,22 @@ def entry() -> NoReturn:
     default pool (mimalloc) keeps what the tables took, 50 MB of the peak on a study of
     36k files, for nothing faster on tables this size.
     """
+    global _ONLY_EXITING
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     signal.signal(signal.SIGTERM, _terminate)
     sys.meta_path.insert(0, _NoPandas())
     gc.disable()
-    sys.exit(main())
+    _ONLY_EXITING = True
+    code = main()
+    # the command is done: a Ctrl-C now would only break the interpreter's shutdown (which
+    # joins helpers' threads) into a traceback, and end the process by the signal
+    _ignore_signals()
+    sys.exit(code)
+
+
+def _ignore_signals() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 class _NoPandas(importlib.abc.MetaPathFinder):

@@ -235,6 +235,31 @@ def test_an_interrupt_wrapped_in_another_error_is_an_interrupt(
     _one_line_error(capsys, "interrupted")
 
 
+def test_ctrl_c_pressed_again_while_the_command_exits_changes_nothing(tmp_path: Path) -> None:
+    """Impatient users press Ctrl-C again: one that lands while the interpreter shuts down
+    (joining a helper's thread) printed a traceback and killed the process by the signal.
+    Once the interrupt is reported, the command only exits: one line, exit 130."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import os, signal, threading, time\n"
+        "import auditor.reason.engine as engine\n"
+        "def again():  # (joined as the interpreter exits: the second Ctrl-C lands then)\n"
+        "    time.sleep(1.0)\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(0.5)\n"
+        "def reason(*args, **kwargs):\n"
+        "    threading.Thread(target=again).start()\n"
+        "    raise KeyboardInterrupt\n"
+        "engine.reason = reason\n")
+    import auditor
+
+    path = os.pathsep.join([str(tmp_path), str(Path(auditor.__file__).parents[1])])
+    done = subprocess.run([sys.executable, "-m", "auditor", "audit", str(EXAMPLE), "--quiet",
+                           "--no-plots"], capture_output=True, text=True, check=False,
+                          timeout=120, env={**os.environ, "PYTHONPATH": path})
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "auditor: interrupted; no output was left half-written\n"
+
+
 def test_interrupted_under_python_m_exits_130(tmp_path: Path) -> None:
     """An interrupt that left an exec() of a string (a schema compiler's, a dataclass's)
     made ``python -m auditor`` kill itself with SIGINT after printing its one line."""
