@@ -375,7 +375,7 @@ PROGRESS_EVERY = 30.0
 """Seconds between progress lines when stderr is not a terminal (a batch job's log): a
 long audit says how far it has come, a short one prints nothing."""
 STAGES = {
-    "list": ("listing the study", "directories"),
+    "list": ("listing the study", "arm directories"),
     "periods": ("reading period records", "records"),
     "read": ("reading evidence", "files"),
     "validate": ("validating", ""),
@@ -399,27 +399,28 @@ def _progress(quiet: bool) -> Iterator[Callable[[Any], None]]:
     else:
         from rich.console import Console
         from rich.filesize import decimal
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn("{task.fields[unit]}"), TextColumn("{task.fields[size]}"),
-                      TimeElapsedColumn(), console=Console(stderr=True),
-                      transient=True) as bar:
-            task = bar.add_task(STAGES["list"][0], total=None, unit="", size="")
+        with Progress(TextColumn("{task.description}"), BarColumn(),
+                      TextColumn("{task.fields[count]}"), TimeElapsedColumn(),
+                      console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task(STAGES["list"][0], total=None, count="")
+            stage = ""
 
             def show(event: Any) -> None:
+                nonlocal stage
+                if event.stage != stage:  # each stage is seen as it ends, however short
+                    bar.refresh()
+                    stage = event.stage
                 what, unit = STAGES.get(event.stage, (event.stage, ""))
-                if not unit:  # (the counts of the stage before stay in view)
-                    bar.update(task, description=what)
+                if not unit:  # (a stage that counts nothing: a bar that only moves)
+                    bar.update(task, description=what, total=None, completed=0, count="")
                     return
+                count = f"{event.done:,}/{event.total:,} {unit}"
+                if event.bytes:
+                    count += f" {decimal(event.bytes)}"
                 bar.update(task, description=what, total=event.total, completed=event.done,
-                           unit=unit, size=decimal(event.bytes) if event.bytes else "")
+                           count=count)
 
             yield show
 

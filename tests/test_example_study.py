@@ -314,7 +314,14 @@ def test_progress_bar_at_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
     sizes = pd.read_parquet(out / "evidence.parquet")["size"].dropna()
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown.getvalue())
-    assert f"{len(sizes)}/{len(sizes)} files {decimal(int(sizes.sum()))}" in plain
+    assert f"{len(sizes):,}/{len(sizes):,} files {decimal(int(sizes.sum()))}" in plain
+    # stages that count nothing show no counts (not the last stage's)
+    frames = [frame.strip() for frame in plain.replace("\n", "\r").split("\r")]
+    later = [frame for frame in frames if frame.startswith(("validating", "reasoning",
+                                                             "writing the outputs"))]
+    assert later and not [frame for frame in later if "files" in frame]
+    assert any(frame.startswith("listing the study") and "arm directories" in frame
+               for frame in frames)
 
 
 def test_progress_lines_in_a_batch_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
