@@ -151,6 +151,11 @@ def sha256_file(path: str) -> FileDigest:
         return reader.digest()
 
 
+def counted(n: int, thing: str) -> str:
+    """``n`` things, in the right number: ``1 trace``, ``1,400 findings``."""
+    return f"{n:,} {thing}{'' if n == 1 else 's'}"
+
+
 def clip(text: str, limit: int = 200) -> str:
     """Clip ``text`` to ``limit`` characters, marking the cut with an ellipsis."""
     return text if len(text) <= limit else text[: limit - 1] + "…"

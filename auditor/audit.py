@@ -246,6 +246,11 @@ class AuditResult:
     """The :class:`auditor.reason.engine.Reasoning` (typed loosely to keep layers apart)."""
     options: AuditOptions = field(default_factory=AuditOptions)
     partial: bool = False
+    """A cap was reached (``AUD013``, ``AUD016``): some findings or phase records were
+    counted, not kept."""
+    findings_not_kept: int = 0
+    """Findings counted but not kept by the audit's limits (``--max-findings``,
+    ``--max-findings-per-file``); a collector's own caps are in its ``AUD013``."""
 
 
 class Auditor:
@@ -278,7 +283,7 @@ class Auditor:
         validation = validate(collected, self.options)
         yield Progress("reason", 0, 1)
         reasoning = reason(collected, validation, self.options)
-        findings, capped = apply_limits(
+        findings, not_kept = apply_limits(
             [*collected.findings, *validation, *reasoning.findings], self.options)
         return AuditResult(
             collected=collected,
@@ -286,7 +291,8 @@ class Auditor:
             verdicts=reasoning.verdicts,
             reasoning=reasoning,
             options=self.options,
-            partial=capped or any(f.rule_id in ("AUD013", "AUD016") for f in findings),
+            partial=any(f.rule_id in CAP_SUMMARIES for f in findings),
+            findings_not_kept=not_kept,
         )
 
     # ------------------------------------------------------------------ collect
@@ -486,8 +492,10 @@ class Auditor:
 
 
 def apply_limits(findings: list[Finding], options: AuditOptions) -> tuple[tuple[Finding, ...],
-                                                                         bool]:
-    """Cap findings per cited file and in all, clip quotes; (kept findings, capped?)."""
+                                                                         int]:
+    """Cap findings per cited file and in all, clip quotes: (the findings kept, how many
+    were counted but not kept). Each cap reached is summed up in an ``AUD013``, kept
+    whatever the caps."""
     from collections import Counter
 
     from auditor._io import clip
@@ -506,17 +514,17 @@ def apply_limits(findings: list[Finding], options: AuditOptions) -> tuple[tuple[
             item = replace(item, citations=tuple(
                 replace(c, quote=clip(c.quote, options.max_quote)) for c in item.citations))
         kept.append(item)
-    for path, dropped in sorted(dropped_per_file.items()):
-        kept.append(finding("AUD013", path, [Citation(path)], dropped=dropped,
-                            cap=options.max_findings_per_file))
-    capped = bool(dropped_per_file)
-    if len(kept) > options.max_findings:
+    summaries = [finding("AUD013", path, [Citation(path)], dropped=dropped,
+                         cap=options.max_findings_per_file)
+                 for path, dropped in sorted(dropped_per_file.items())]
+    not_kept = sum(dropped_per_file.values())
+    if len(kept) > options.max_findings:  # (the summaries of caps are kept whatever)
         dropped = len(kept) - options.max_findings
         kept = kept[: options.max_findings]
-        kept.append(finding("AUD013", "study", [], path="all files", dropped=dropped,
-                            cap=options.max_findings))
-        capped = True
-    return tuple(kept), capped
+        summaries.append(finding("AUD013", "study", [], path="all files", dropped=dropped,
+                                 cap=options.max_findings))
+        not_kept += dropped
+    return (*kept, *summaries), not_kept
 
 
 @contextlib.contextmanager

@@ -316,16 +316,24 @@ def test_findings_caps_make_the_audit_partial(tmp_path: Path) -> None:
     trace = next(root.glob("*/attempt-*/allocator-traces/*.jsonl"))
     trace.write_bytes(trace.read_bytes() + b"not json\n" * 50)
     summary = audit(root, tmp_path / "capped", "--max-findings-per-file", "5",
-                    "--max-findings", "40", "--max-quote", "20")
+                    "--max-findings", "10", "--max-quote", "20")
     assert summary["partial"] is True
     assert pq.read_schema(tmp_path / "capped" / "findings.parquet").metadata[
         b"auditor.partial"] == b"true"
     text = (tmp_path / "capped" / "diagnostic.md").read_text()
-    assert "**Partial audit:**" in text
     findings = pq.read_table(tmp_path / "capped" / "findings.parquet").to_pandas()
-    assert len(findings) <= 41 + 1
+    assert len(findings) <= 10 + 2
     capped = findings[findings["rule_id"] == "AUD013"]
-    assert not capped.empty
+    # both caps are summed up, each kept: the file's and the study's
+    assert sorted(capped["subject"]) == sorted(["study", trace.relative_to(root).as_posix()])
+    dropped = [int(m.split(": ")[1].split()[0]) for m in capped["message"]]
+    not_kept = summary["findings"]["not_kept"]
+    assert not_kept == sum(dropped) and summary["findings"]["total"] == len(findings)
+    # the report says how many were not kept, and never that every finding is in the table
+    assert f"**Partial audit:** {not_kept} findings counted but not kept" in text
+    assert (f"{len(findings)} findings kept: " in text
+            and f"; {not_kept} more findings were counted but not kept" in text)
+    assert "Every finding, with all its citations" not in text
     full = audit(root, tmp_path / "full")
     assert full["partial"] is False
     assert full["findings"]["total"] > summary["findings"]["total"]
@@ -437,3 +445,23 @@ def test_default_workers_respect_a_containers_cpu_quota(tmp_path: Path) -> None:
     (v1 / "cpu.cfs_quota_us").write_text("-1\n")  # no quota
     assert usable_cpus(str(v2)) == usable_cpus(str(v1.parent)) == may_run_on
     assert usable_cpus(str(garbled)) == usable_cpus(str(tmp_path / "none")) == may_run_on
+
+
+def test_terminal_summary_says_what_the_report_would_hide(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The summary printed at the end names the findings by severity, a partial audit and
+    what it did not keep, and a waiver that matched nothing (a typo lifts no gate reason);
+    the integrity table fits 80 columns."""
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["audit", str(EXAMPLE), "--out", str(tmp_path / "out"), "--no-plots",
+                 "--max-findings", "3", "--waive", "AUD201:nonexistent/period-9",
+                 "--reason", "typo"]) == 0
+    shown = capsys.readouterr().out
+    summary = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+    counts = summary["findings"]
+    assert (f"findings: {counts['error']} errors, {counts['warning']} warning"
+            f"{'' if counts['warning'] == 1 else 's'}, {counts['info']} informational") in shown
+    assert f"partial audit: {counts['not_kept']} findings counted but not kept" in shown
+    assert "waiver matched nothing: AUD201:nonexistent/period-9" in shown
+    assert "…" not in shown.split("Integrity", 1)[1].split("gate:", 1)[0]

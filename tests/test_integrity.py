@@ -114,6 +114,11 @@ def test_damaged_study_reports_each_file_with_its_status(tmp_path: Path) -> None
     for subject in ("gsm8k-c2-s161/period-2", "math-c2-s162/period-1",
                     "code\\_heavy\\_tail-c2-s163/period-1"):
         assert subject.replace("_", "\\_") in first_screen or subject in first_screen
+    # ...and counts them as the integrity table does: the listed files that failed, then
+    # those no period record lists (not one count of both)
+    assert ("4 listed evidence files failed verification; the periods concerned cannot "
+            "resolve. 3 files beside the evidence are listed by no period record.") \
+        in first_screen
 
 
 def test_link_out_of_the_root_is_unsafe_and_never_read(tmp_path: Path) -> None:
@@ -249,6 +254,11 @@ def test_unparseable_period_record_still_counts(tmp_path: Path) -> None:
         "unresolved", "period_record_unreadable")
     assert len(summary["periods"]) == 18
     assert summary["gate_allow_partial"]["passed"] is False
+    problems = (tmp_path / "out" / "diagnostic.md").read_text().split(
+        "## Evidence problems", 1)[1].split("\n## ", 1)[0]
+    assert "1 period record could not be read; the periods concerned cannot resolve." \
+        in problems
+    assert "Affected periods: host-qwen25-7b-math-c2-s161/period-2." in problems
 
 
 def test_identity_mismatch_blocks_the_period(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
-from auditor._io import clip
+from auditor._io import clip, counted
 from auditor.audit import AuditResult
 from auditor.model import Citation, Verdict, VerdictKind
 from auditor.reason.engine import Reasoning
@@ -183,9 +183,24 @@ def _headline(result: AuditResult, reasoning: Reasoning) -> str:
               "The auditor only reads: no raw evidence was changed, and no experiment or "
               "retry was launched."]
     if result.partial:
-        lines += ["", "**Partial audit:** a findings limit was reached; some findings were "
-                      "counted but not kept (see the findings section)."]
+        lines += ["", f"**Partial audit:** {_partial_causes(result)}; see the findings "
+                      "section."]
     return "\n".join(lines)
+
+
+def _partial_causes(result: AuditResult) -> str:
+    """What made the audit partial, counted."""
+    caps = Counter(f.rule_id for f in result.findings)
+    causes = []
+    if result.findings_not_kept:
+        causes.append(f"{counted(result.findings_not_kept, 'finding')} counted but not kept "
+                      "(the audit's findings limits)")
+    if caps["AUD013"]:
+        causes.append(f"findings capped in {counted(caps['AUD013'], 'place')} (`AUD013`)")
+    if caps["AUD016"]:
+        causes.append(f"phase records capped in {counted(caps['AUD016'], 'trace')} "
+                      "(`AUD016`)")
+    return "; ".join(causes)
 
 
 def _exits(result: AuditResult) -> dict[str, str]:
@@ -274,19 +289,33 @@ def _problems(result: AuditResult, reasoning: Reasoning) -> str:
     if not (bad or unlisted or unreadable):
         return ""
     lines = ["## Evidence problems", ""]
-    affected = sorted({f"{e.pair}/period-{e.period}" for e in bad if e.period is not None})
-    if bad or unreadable:
-        lines.append(f"{number(len(bad) + len(unreadable)).capitalize()} evidence file(s) "
-                     "failed verification; the periods that list them cannot resolve.")
-        lines.append("")
+    affected = sorted({f"{e.pair}/period-{e.period}" for e in bad if e.period is not None}
+                      | {p.subject for p in unreadable})
+    said = []
+    if bad:
+        said.append(f"{counted(len(bad), 'listed evidence file')} failed verification")
+    if unreadable:
+        said.append(f"{counted(len(unreadable), 'period record')} could not be read")
+    if said:
+        said[-1] += "; the periods concerned cannot resolve"
+    if unlisted:
+        said.append(f"{counted(len(unlisted), 'file')} beside the evidence "
+                    f"{'is' if len(unlisted) == 1 else 'are'} listed by no period record")
+    lines += [". ".join(part[0].upper() + part[1:] for part in said) + ".", ""]
     rows = [[md_escape(e.path), e.status, md_escape(e.detail or "—"),
              md_escape(f"{e.pair}/period-{e.period}") if e.period is not None else "—"]
             for e in bad + unlisted]
     rows += [[md_escape(p.record.path), "unreadable period record", "—",
               md_escape(p.subject)] for p in unreadable]
-    lines.append(table(["file", "status", "detail", "period"], rows))
+    lines.append(table(["file", "status", "detail", "period"], rows[:MAX_FINDINGS_LISTED]))
+    if len(rows) > MAX_FINDINGS_LISTED:
+        lines += ["", f"{len(rows) - MAX_FINDINGS_LISTED:,} more are in `evidence.parquet` "
+                      "(its `status` column)."]
     if affected:
-        lines += ["", "Affected periods: " + ", ".join(md_escape(s) for s in affected) + "."]
+        rest = len(affected) - MAX_NAMED_PERIODS
+        lines += ["", "Affected periods: "
+                  + ", ".join(md_escape(s) for s in affected[:MAX_NAMED_PERIODS])
+                  + (f", and {rest:,} more (see `periods.parquet`)." if rest > 0 else ".")]
     return "\n".join(lines)
 
 
@@ -314,7 +343,7 @@ def _diagnosis(result: AuditResult, reasoning: Reasoning) -> str:
             f"{md_escape(v.subject)} (job {md_escape(facts[v.subject].job_id or '?')})"
             for v in members[:MAX_NAMED_PERIODS])
         rest = len(members) - MAX_NAMED_PERIODS
-        lines.append(f"Applies to: {named}" + (f", and {rest} more (see `periods.parquet`)."
+        lines.append(f"Applies to: {named}" + (f", and {rest:,} more (see `periods.parquet`)."
                                                if rest > 0 else "."))
         lines += ["", _emphasise(md_escape(diagnosis, limit=4000)), ""]
         lines.append(f"**Limits.** {md_escape(limits, limit=4000)}")
@@ -556,10 +585,18 @@ def _waivers(reasoning: Reasoning) -> str:
 def _findings(result: AuditResult) -> str:
     items = sorted_findings(result)
     counts = Counter(f.severity.value for f in items)
-    lines = ["## Findings", "",
-             f"{len(items)} findings: {counts.get('error', 0)} errors, "
-             f"{counts.get('warning', 0)} warnings, {counts.get('info', 0)} informational. "
-             "Every finding, with all its citations, is in `findings.parquet`."]
+    kinds = (f"{counted(counts.get('error', 0), 'error')}, "
+             f"{counted(counts.get('warning', 0), 'warning')}, "
+             f"{counts.get('info', 0):,} informational")
+    if result.findings_not_kept:
+        head = (f"{len(items):,} findings kept: {kinds}; "
+                f"{counted(result.findings_not_kept, 'more finding')} were counted but not "
+                "kept, as the audit's findings limits were reached (`AUD013` says where). "
+                "Every finding kept, with all its citations, is in `findings.parquet`.")
+    else:
+        head = (f"{len(items):,} findings: {kinds}. Every finding, with all its citations, "
+                "is in `findings.parquet`.")
+    lines = ["## Findings", "", head]
     by_rule = Counter((f.rule_id, f.symbol, f.severity.value) for f in items)
     if by_rule:
         lines += ["", table(["Rule", "Symbol", "Severity", "Count"],

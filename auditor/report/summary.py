@@ -109,7 +109,8 @@ def build_summary(result: AuditResult) -> dict[str, Any]:
             "scopes_overlap": True,
         },
         "integrity": integrity,
-        "findings": {"total": len(result.findings), **severities},
+        "findings": {"total": len(result.findings), **severities,
+                     "not_kept": result.findings_not_kept},
         "gate": gate_json(reasoning.gate),
         "gate_allow_partial": gate_json(reasoning.gate_partial),
         "waivers": [

@@ -14,6 +14,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from auditor._io import counted
 from auditor.model import SacctDump
 
 _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?|"
@@ -31,8 +32,8 @@ def summary_view(summary: dict[str, Any]) -> Group:
     for column in ("resolved", "failed", "unresolved", "launches"):
         verdicts.add_column(column, justify="right")
     counts = summary["verdicts"]
-    verdicts.add_row(str(counts["resolved"]), str(counts["failed"]), str(counts["unresolved"]),
-                     str(summary["launches"]))
+    verdicts.add_row(f"{counts['resolved']:,}", f"{counts['failed']:,}",
+                     f"{counts['unresolved']:,}", f"{summary['launches']:,}")
     configs = Table(title="Configurations", show_header=True)
     for column in ("configuration", "status", "outcome", "periods"):
         configs.add_column(column)
@@ -40,13 +41,26 @@ def summary_view(summary: dict[str, Any]) -> Group:
         style = "green" if config["status"] == "resolved" else "red"
         configs.add_row(safe(f"{config['workload']}@{config['gpus']}"),
                         Text(config["status"], style=style), safe(config["outcome"] or "—"),
-                        str(config["periods"]))
-    integrity = Table(title="Integrity", show_header=True)
-    keys = ("files_listed", "verified", "mismatched", "missing", "unsafe_paths", "unreadable",
-            "unlisted")
-    for key in keys:
-        integrity.add_column(key.replace("_", " "), justify="right")
-    integrity.add_row(*(str(summary["integrity"].get(key, 0)) for key in keys))
+                        f"{config['periods']:,}")
+    integrity = Table(title="Integrity (evidence files)", show_header=True)
+    columns = (("listed", "files_listed"), ("verified", "verified"),
+               ("mismatched", "mismatched"), ("missing", "missing"), ("unsafe", "unsafe_paths"),
+               ("unreadable", "unreadable"), ("unlisted", "unlisted"))
+    for header, _ in columns:  # (short headers: the table fits 80 columns)
+        integrity.add_column(header, justify="right")
+    integrity.add_row(*(f"{summary['integrity'].get(key, 0):,}" for _, key in columns))
+    findings = summary["findings"]
+    notes = [Text(f"findings: {counted(findings['error'], 'error')}, "
+                  f"{counted(findings['warning'], 'warning')}, "
+                  f"{findings['info']:,} informational (diagnostic.md lists them)")]
+    if summary["partial"]:
+        kept = findings.get("not_kept", 0)
+        notes.append(Text("partial audit: " + (f"{counted(kept, 'finding')} counted but not "
+                                                "kept (findings limits); " if kept else "")
+                          + "a cap was reached (AUD013 / AUD016)", style="yellow"))
+    notes.extend(Text.assemble(("waiver matched nothing: ", "yellow"),
+                               safe(f"{w['rule_id']}:{w['subject']}"))
+                 for w in summary["waivers"] if not w["matched"])
     gate = summary["gate"]
     partial = summary["gate_allow_partial"]
     lines = [
@@ -59,8 +73,10 @@ def summary_view(summary: dict[str, Any]) -> Group:
              f"GPU-s, task {summary['accounting']['task_gpu_seconds']:,.1f} GPU-s, "
              f"reservation {summary['accounting']['reservation_gpu_seconds']:,.1f} GPU-s "
              "(overlapping scopes; never add them)"),
+        *notes,
     ]
     return Group(verdicts, configs, integrity, *lines)
+
 
 
 def sacct_view(dump: SacctDump, summary: dict[str, Any]) -> Group:
