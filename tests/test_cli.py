@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -96,6 +97,24 @@ def test_output_directory_rules(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["audit", str(root), "--out", str(root / "report"), "--quiet"]) == 2
     _one_line_error(capsys, "inside the evidence root")
     assert not (root / "report").exists()
+    # the output directory is replaced whole: never the one the user is in, nor a link
+    here = tmp_path / "here"
+    (here / "deeper").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(here / "deeper")
+    with contextlib.chdir(here / "deeper"):
+        for given in (".", "..", str(here)):
+            assert main(["audit", str(root), "--out", given, "--quiet"]) == 2
+            _one_line_error(capsys, "is the current directory or holds it")
+    assert main(["audit", str(root), "--out", str(tmp_path / "link"), "--quiet"]) == 2
+    _one_line_error(capsys, "is a symbolic link")
+    assert sorted(p.name for p in here.rglob("*")) == ["deeper"]
+    # ".." is the directory it names, even after one that does not exist (else that one
+    # would be checked, and the other replaced)
+    for given in (here / "deeper" / "..", here / "deeper" / "new" / ".."):
+        (here / "deeper" / "notes.txt").write_text("precious")
+        assert main(["audit", str(root), "--out", str(given), "--quiet", "--force"]) == 2
+        _one_line_error(capsys, "not empty and not an earlier audit")
+        assert (here / "deeper" / "notes.txt").read_text() == "precious"
 
     out = tmp_path / "out"
     out.mkdir()  # an empty directory is fine

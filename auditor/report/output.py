@@ -48,14 +48,22 @@ TABLES = ("periods", "findings", "evidence", "attempts", "phases")
 
 def check_output_dir(out: Path, root: Path, force: bool) -> None:
     """Refuse an output directory that would touch evidence or clobber unrelated files."""
+    out = Path(os.path.abspath(out))  # (checked as written to: "a/missing/.." is "a")
     out_resolved = out.resolve()
     root_resolved = root.resolve()
     if out_resolved == root_resolved or root_resolved in out_resolved.parents:
         raise OutputError(f"{out}: the output directory must not be inside the evidence root")
     if out_resolved in root_resolved.parents:
         raise OutputError(f"{out}: the output directory must not contain the evidence root")
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
+    if out.is_symlink():
+        raise OutputError(f"{out}: is a symbolic link (the output directory is replaced "
+                          "whole); give the directory itself")
+    if out.exists() and not out.is_dir():
         raise OutputError(f"{out}: exists and is not a directory")
+    here = Path.cwd().resolve()
+    if out_resolved == here or out_resolved in here.parents:
+        raise OutputError(f"{out}: is the current directory or holds it (the output "
+                          "directory is replaced whole); give another, e.g. --out audit-out")
     ancestor = out_resolved.parent
     while not ancestor.exists():
         ancestor = ancestor.parent
@@ -130,6 +138,7 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
         from auditor.report.tables import write_table
 
     check_output_dir(out, result.collected.root, force)
+    out = Path(os.path.abspath(out))  # (named and swapped by its own name: never "..")
     parent = out.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_staging(parent, out.name)
