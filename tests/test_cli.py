@@ -110,9 +110,9 @@ def test_output_directory_rules(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert sorted(p.name for p in here.rglob("*")) == ["deeper"]
     # ".." is the directory it names, even after one that does not exist (else that one
     # would be checked, and the other replaced)
-    for given in (here / "deeper" / "..", here / "deeper" / "new" / ".."):
+    for dotted in (here / "deeper" / "..", here / "deeper" / "new" / ".."):
         (here / "deeper" / "notes.txt").write_text("precious")
-        assert main(["audit", str(root), "--out", str(given), "--quiet", "--force"]) == 2
+        assert main(["audit", str(root), "--out", str(dotted), "--quiet", "--force"]) == 2
         _one_line_error(capsys, "not empty and not an earlier audit")
         assert (here / "deeper" / "notes.txt").read_text() == "precious"
 
