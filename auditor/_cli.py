@@ -142,7 +142,7 @@ PRELOAD = {
     "audit": ("orjson", "auditor.audit", "auditor.validate.checks", "auditor.reason.engine",
               "auditor.report.summary"),
     "verify": ("orjson", "auditor.report.output"),
-    "gate": ("orjson",),
+    "gate": ("orjson", "auditor.report.output"),
     "sacct": ("orjson", "auditor.collect.sacct"),
     "validate": ("orjson", "auditor.schema", "auditor.collect.allocator_trace"),
 }
@@ -467,16 +467,29 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
+    import hashlib
+
     import orjson
+
+    from auditor.report.output import MANIFEST, manifest_outputs
 
     path = args.out / "summary.json"
     try:
-        summary = orjson.loads(path.read_bytes())
-        gate = summary["gate_allow_partial" if args.allow_partial else "gate"]
-        passed = bool(gate["passed"])
+        data = path.read_bytes()
     except FileNotFoundError:
         raise UsageError(f"{path}: not found; is {args.out} an audit output?") from None
-    except (OSError, orjson.JSONDecodeError, KeyError, TypeError) as error:
+    except OSError as error:
+        raise UsageError(f"{path}: unreadable summary ({error.strerror})") from None
+    # the verdict is the audit's only as its manifest pins it (an edited summary is not)
+    listed = (manifest_outputs(args.out) or {}).get("summary.json")
+    if listed != (hashlib.sha256(data).hexdigest(), len(data)):
+        raise UsageError(f"{path}: does not match {args.out / MANIFEST} (changed since the "
+                         f"audit, or no audit's); run 'auditor verify {args.out}'")
+    try:
+        summary = orjson.loads(data)
+        gate = summary["gate_allow_partial" if args.allow_partial else "gate"]
+        passed = bool(gate["passed"])
+    except (orjson.JSONDecodeError, KeyError, TypeError) as error:
         raise UsageError(f"{path}: unreadable summary ({error})") from None
     mode = " (--allow-partial)" if args.allow_partial else ""
     print(f"gate{mode}: {'PASS' if passed else 'FAIL'}")

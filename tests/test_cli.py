@@ -149,6 +149,17 @@ def test_gate_exit_codes_and_reasons(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["gate", str(out), "--allow-partial"]) == 0
     printed = capsys.readouterr().out
     assert "PASS" in printed and "gsm8k@2" in printed and "math@4" not in printed
+    # a summary edited after the audit (its gate flipped to a pass) is not the audit's
+    summary = out / "summary.json"
+    document = orjson.loads(summary.read_bytes())
+    document["gate"]["passed"] = True
+    summary.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+    assert main(["gate", str(out)]) == 2
+    _one_line_error(capsys, "does not match")
+    assert capsys.readouterr().out == ""
+    (out / "output_manifest.json").unlink()  # (nor is one no manifest pins)
+    assert main(["gate", str(out), "--allow-partial"]) == 2
+    _one_line_error(capsys, "run 'auditor verify")
 
 
 def test_waivers_are_recorded_never_silent(tmp_path: Path,

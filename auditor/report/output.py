@@ -34,11 +34,11 @@ import orjson
 from auditor import __version__
 from auditor._io import sha256_file
 from auditor._process import signals_deferred
-from auditor.audit import AuditResult
 from auditor.errors import OutputError, VerifyError
 from auditor.validate.paths import join_text
 
 if TYPE_CHECKING:
+    from auditor.audit import AuditResult
     from auditor.report.plots import Plotter
 
 MANIFEST = "output_manifest.json"
@@ -91,19 +91,27 @@ MANIFEST_HEAD = 1 << 20
 def _earlier_outputs(out: Path) -> set[str] | None:
     """The files the earlier audit in ``out`` wrote, as its output manifest lists them
     (the manifest included); None when ``out`` holds no manifest this auditor wrote."""
+    listed = manifest_outputs(out)
+    return None if listed is None else {MANIFEST, *listed}
+
+
+def manifest_outputs(out: Path) -> dict[str, tuple[str, int]] | None:
+    """The outputs the manifest in ``out`` lists, with their SHA-256 and size; None when
+    ``out`` holds no manifest this auditor wrote. Only the manifest's head is read: the
+    outputs come before the (long) input lists."""
     try:
         with open(out / MANIFEST, "rb") as handle:
             head = handle.read(MANIFEST_HEAD)
     except OSError:
         return None
-    # the outputs precede the (long) input lists: the head, closed where they start
-    cut = head.find(b',\n  "raw_evidence": [')
+    cut = head.find(b',\n  "raw_evidence": [')  # (the head, closed where the inputs start)
     try:
         doc = orjson.loads(head[:cut] + b"\n}" if cut >= 0 else head)
         if doc.get("schema") != MANIFEST_SCHEMA:
             return None
-        return {MANIFEST, *(str(item["path"]) for item in doc["outputs"])}
-    except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError):
+        return {str(item["path"]): (str(item["sha256"]), int(item["size"]))
+                for item in doc["outputs"]}
+    except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError):
         return None
 
 
