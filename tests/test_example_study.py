@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import orjson
@@ -350,3 +351,32 @@ def test_progress_lines_in_a_batch_log(tmp_path: Path, monkeypatch: pytest.Monke
         "auditor: validating", "auditor: reasoning", "auditor: writing the outputs"]
     assert lines[0].startswith("auditor: listing the study: 0 of ")
     assert all(re.search(r" \(\d+ s\)$", line) for line in lines)
+
+
+def test_the_timeline_says_when_it_shows_only_the_first_periods(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A study of thousands of periods gets a timeline of the first few: its title says so
+    (and where every phase is), rather than passing them off as the study."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.figure
+
+    import auditor.report.plots as plots
+    from auditor.audit import run_audit
+
+    titles: list[str] = []
+
+    class Recording(matplotlib.figure.Figure):
+        def savefig(self, *args: Any, **kwargs: Any) -> None:
+            titles.extend(axis.get_title() for axis in self.axes)
+            super().savefig(*args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure, "Figure", Recording)
+    result = run_audit(EXAMPLE)
+    periods = len(result.collected.periods)
+    plots.draw_plots(plots.plot_data(result))
+    assert titles and not any("periods" in title for title in titles)  # (every one shown)
+    titles.clear()
+    monkeypatch.setattr(plots, "MAX_TIMELINE_PERIODS", 2)
+    plots.draw_plots(plots.plot_data(result))
+    assert any(f"the first 2 of {periods} periods (every phase is in phases.parquet)" in title
+               for title in titles)

@@ -1,6 +1,7 @@
 """PNG plots (optional: needs the ``plots`` extra, matplotlib).
 
-- ``plots/phase_timeline.png``: for each period (up to :data:`MAX_TIMELINE_PERIODS`),
+- ``plots/phase_timeline.png``: for each period (the first :data:`MAX_TIMELINE_PERIODS`,
+  as its title says when there are more),
   one row per rank, one bar per allocator phase record, failures in red;
 - ``plots/peak_memory.png``: each period's raw peak MiB by configuration, coloured by
   verdict, against the GPU memory capacity the device evidence reports.
@@ -58,6 +59,9 @@ class PlotData:
     """(configuration, its periods' (raw peak MiB, verdict)), in the plot's order."""
     capacities: tuple[int, ...]
     """The GPU memory capacities (MiB) the device evidence reports."""
+    periods: int = 0
+    """How many periods the study has (the timeline shows the first
+    :data:`MAX_TIMELINE_PERIODS`)."""
 
 
 def render_plots(result: AuditResult) -> list[tuple[str, bytes]]:
@@ -67,7 +71,8 @@ def render_plots(result: AuditResult) -> list[tuple[str, bytes]]:
 
 def plot_data(result: AuditResult) -> PlotData:
     """The data of every plot of ``result``."""
-    return PlotData(_timeline_rows(result), *_peak_points(result))
+    return PlotData(_timeline_rows(result), *_peak_points(result),
+                    periods=len(result.collected.periods))
 
 
 def draw_plots(data: PlotData) -> list[tuple[str, bytes]]:
@@ -81,7 +86,8 @@ def draw_plots(data: PlotData) -> list[tuple[str, bytes]]:
     out = []
     if data.timeline:
         out.append(("plots/phase_timeline.png",
-                    _draw_timeline(data.timeline, Figure, FigureCanvasAgg, Patch)))
+                    _draw_timeline(data.timeline, data.periods, Figure, FigureCanvasAgg,
+                                   Patch)))
     if data.peaks:
         out.append(("plots/peak_memory.png",
                     _draw_peaks(data.peaks, data.capacities, Figure, FigureCanvasAgg)))
@@ -170,8 +176,8 @@ def _timeline_rows(result: AuditResult) -> tuple[TimelineRow, ...]:
     return tuple(rows)
 
 
-def _draw_timeline(rows: tuple[TimelineRow, ...], figure_type: Any, canvas_type: Any,
-                   patch_type: Any) -> bytes:
+def _draw_timeline(rows: tuple[TimelineRow, ...], periods: int, figure_type: Any,
+                   canvas_type: Any, patch_type: Any) -> bytes:
     height = min(max(2.0, 0.2 * len(rows) + 1.0), 40)
     figure = figure_type(figsize=(10, height))
     axis = figure.add_subplot()
@@ -181,12 +187,16 @@ def _draw_timeline(rows: tuple[TimelineRow, ...], figure_type: Any, canvas_type:
     axis.set_yticklabels([row.label for row in rows], fontsize=5)
     axis.set_ylim(len(rows) - 0.5, -0.5)
     axis.set_xlabel("seconds since invocation start")
-    axis.set_title("Allocator phases per rank, by job / period / GPUs (red: raised)")
+    shown = (f"; the first {MAX_TIMELINE_PERIODS} of {periods:,} periods (every phase is in "
+             "phases.parquet)" if periods > MAX_TIMELINE_PERIODS else "")
+    axis.set_title(f"Allocator phases per rank, by job / period / GPUs (red: raised){shown}",
+                   fontsize=8 if shown else None)
     handles = [patch_type(color=c, label=p) for p, c in PHASE_COLOURS.items()]
     handles.append(patch_type(color=ERROR_COLOUR, label="error"))
-    axis.legend(handles=handles, fontsize=6, loc="lower right")
+    # beside the bars, not over them
+    axis.legend(handles=handles, fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     # fixed margins: tight_layout would lay the text out twice, doubling the cost
-    figure.subplots_adjust(left=0.14, right=0.98, top=1 - 0.5 / height, bottom=0.6 / height)
+    figure.subplots_adjust(left=0.14, right=0.84, top=1 - 0.5 / height, bottom=0.6 / height)
     return _png(figure, canvas_type)
 
 
