@@ -82,11 +82,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="print summary.json to stdout instead of the summary table")
 
     verify = commands.add_parser("verify", help="re-hash an audit's outputs and inputs")
-    verify.add_argument("out", type=Path)
-    verify.add_argument("--quiet", action="store_true")
+    verify.add_argument("out", type=Path, help="an audit's output directory (--out)")
+    verify.add_argument("--quiet", action="store_true",
+                        help="print only the differences (the exit code says the rest)")
 
     gate = commands.add_parser("gate", help="exit 0 when the audit's gate passed, else 1")
-    gate.add_argument("out", type=Path)
+    gate.add_argument("out", type=Path, help="an audit's output directory (--out)")
     gate.add_argument("--allow-partial", action="store_true",
                       help="pass on intact evidence with the resolved subset")
 
@@ -261,7 +262,9 @@ def _audit(args: argparse.Namespace) -> int:
     from auditor.report.summary import build_summary
 
     if len(args.waive) != len(args.reason):
-        raise UsageError("every --waive RULE_ID:SUBJECT needs its own --reason TEXT")
+        raise UsageError("every --waive RULE_ID:SUBJECT needs its own --reason TEXT"
+                         if len(args.waive) > len(args.reason) else
+                         "--reason TEXT without its --waive RULE_ID:SUBJECT")
     waivers = []
     for spec, why in zip(args.waive, args.reason, strict=True):
         rule_id, sep, subject = spec.partition(":")

@@ -226,14 +226,14 @@ def _reconstruction(reasoning: Reasoning) -> str:
             unresolved[gpus] += 1
         else:
             completed[gpus] += 1
-    pieces = [f"{launches} launch{'es' if launches != 1 else ''}"]
+    pieces = [f"{launches:,} launch{'es' if launches != 1 else ''}"]
     for (gpus, words), n in sorted(failed.items(), key=lambda i: (i[0][0] or 0, i[0][1])):
-        pieces.append(f"{n} eligible {_gpus(gpus)}{words} failure{'s' if n != 1 else ''}")
+        pieces.append(f"{n:,} eligible {_gpus(gpus)}{words} failure{'s' if n != 1 else ''}")
     for gpus, n in sorted(unresolved.items(), key=lambda i: i[0] or 0):
-        pieces.append(f"{n} unresolved {_gpus(gpus)}period{'s' if n != 1 else ''}")
+        pieces.append(f"{n:,} unresolved {_gpus(gpus)}period{'s' if n != 1 else ''}")
     total_completed = sum(completed.values())
     if total_completed:
-        pieces.extend(f"{n} eligible {_gpus(g)}completion{'s' if n != 1 else ''}"
+        pieces.extend(f"{n:,} eligible {_gpus(g)}completion{'s' if n != 1 else ''}"
                       for g, n in sorted(completed.items(), key=lambda i: i[0] or 0))
     else:
         pieces.append("zero eligible completions")
@@ -352,7 +352,7 @@ def _diagnosis(result: AuditResult, reasoning: Reasoning) -> str:
         for verdict in members[:MAX_CITED_PERIODS]:
             lines.append(f"- {md_escape(verdict.subject)}: {_cite_group(verdict.citations)}")
         if len(members) > MAX_CITED_PERIODS:
-            lines.append(f"- and {len(members) - MAX_CITED_PERIODS} more periods with the same "
+            lines.append(f"- and {len(members) - MAX_CITED_PERIODS:,} more periods with the same "
                          "diagnosis: their citations are in `periods.parquet` and "
                          "`findings.parquet`")
     return "\n".join(lines)
@@ -449,7 +449,8 @@ def _locator(result: AuditResult) -> str:
     listed = sum(n for s, n in integrity.items() if s != "unlisted")
     lines = ["## Evidence locator", ""]
     lines.append(code_block([
-        f"BASE={collected.root.name}",
+        f"BASE={collected.root.name}   (the evidence root as audited; its full path is "
+        "\"root\" in output_manifest.json)",
         "PAIR=<pair>   (e.g. " + (collected.periods[0].record.pair if collected.periods
                                   else "?") + ")",
         "ATTEMPT=BASE/PAIR-<gpus>gpu/attempt-<actual-job>",
@@ -462,12 +463,13 @@ def _locator(result: AuditResult) -> str:
     ]))
     lines.append("")
     lines.append(
-        f"Integrity: {listed} listed evidence files; {integrity.get('verified', 0)} verified "
-        f"(SHA-256 and size against their period record), {integrity.get('mismatched', 0)} "
-        f"mismatched, {integrity.get('missing', 0)} missing, {integrity.get('unsafe', 0)} "
-        f"unsafe paths, {integrity.get('unreadable', 0)} unreadable; "
-        f"{integrity.get('unlisted', 0)} unlisted files. {len(collected.periods)} period "
-        f"records read, {sum(1 for p in collected.periods if not p.record.readable)} unreadable."
+        f"Integrity: {listed:,} listed evidence files; {integrity.get('verified', 0):,} verified "
+        f"(SHA-256 and size against their period record), {integrity.get('mismatched', 0):,} "
+        f"mismatched, {integrity.get('missing', 0):,} missing, {integrity.get('unsafe', 0):,} "
+        f"unsafe paths, {integrity.get('unreadable', 0):,} unreadable; "
+        f"{integrity.get('unlisted', 0):,} unlisted files. {len(collected.periods):,} period "
+        f"records read, {sum(1 for p in collected.periods if not p.record.readable):,} "
+        "unreadable."
     )
     lines += ["", _cross_checks(result)]
     return "\n".join(lines)
@@ -483,17 +485,17 @@ def _cross_checks(result: AuditResult) -> str:
 
     def outcome(rules: tuple[str, ...], clean: str) -> str:
         count = sum(fired[rule] for rule in rules)
-        return clean if not count else f"{count} finding(s) ({', '.join(rules)})"
+        return clean if not count else f"{counted(count, 'finding')} ({', '.join(rules)})"
 
     return (
-        f"Cross-checks: the pid and rank of each of the {traces} allocator traces against the "
+        f"Cross-checks: the pid and rank of each of the {traces:,} allocator traces against the "
         "period's workers, the device file name and content: "
         f"{outcome(('AUD110', 'AUD113', 'AUD114'), 'all agree')}; job ids across period "
         "record, attempt directory, trial, device files and sacct: "
         f"{outcome(('AUD111', 'AUD119'), 'all agree')}; record order and timestamps inside "
         "the invocation and the allocation: "
         f"{outcome(('AUD115', 'AUD116', 'AUD117'), 'all consistent')}; post-period idle "
-        f"checks: {idle_ok} of {len(periods)} passed."
+        f"checks: {idle_ok:,} of {len(periods):,} passed."
     )
 
 
@@ -648,9 +650,9 @@ def _provenance(result: AuditResult, outputs: Sequence[tuple[str, str, int]]) ->
         lines += ["", "Anchors:", ""]
         lines.append(code_block(f"{name}: {sha}  {status}" for name, sha, status in anchors))
     groups = collected.input_counts()
-    lines += ["", f"Inputs read and hashed: {groups.get('raw_evidence', 0)} raw-evidence, "
-                  f"{groups.get('source_inputs', 0)} source-input and "
-                  f"{groups.get('protocol_inputs', 0)} protocol-input files, each listed with "
+    lines += ["", f"Inputs read and hashed: {groups.get('raw_evidence', 0):,} raw-evidence, "
+                  f"{groups.get('source_inputs', 0):,} source-input and "
+                  f"{groups.get('protocol_inputs', 0):,} protocol-input files, each listed with "
                   "its SHA-256 and size in `output_manifest.json`."]
     sources = [i for i in collected.inputs if i.group == "source_inputs"]
     if sources:
