@@ -60,8 +60,11 @@ def check_output_dir(out: Path, root: Path, force: bool) -> None:
                           "whole); give the directory itself")
     if out.exists() and not out.is_dir():
         raise OutputError(f"{out}: exists and is not a directory")
-    here = Path.cwd().resolve()
-    if out_resolved == here or out_resolved in here.parents:
+    try:
+        here = Path.cwd().resolve()
+    except OSError:  # (a working directory since removed holds nothing to protect)
+        here = None
+    if here is not None and (out_resolved == here or out_resolved in here.parents):
         raise OutputError(f"{out}: is the current directory or holds it (the output "
                           "directory is replaced whole); give another, e.g. --out audit-out")
     ancestor = out_resolved.parent
