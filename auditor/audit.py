@@ -56,7 +56,7 @@ from auditor.model import (
 from auditor.validate.paths import PathCheck, check_path, join_text
 
 CAP_SUMMARIES = frozenset({"AUD013", "AUD016"})
-"""Findings that report a cap: never themselves dropped by a cap."""
+"""Findings that report a cap: never dropped by the per-file cap (the study's counts them)."""
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -69,34 +69,53 @@ CHUNK_BYTES = 16 << 20
 """About the most listed bytes of tasks sent to a worker at once (see :meth:`Auditor._map`)."""
 
 
-def usable_cpus(cgroup: str = "/sys/fs/cgroup") -> int:
+def usable_cpus(cgroup: str = "/sys/fs/cgroup", own: str = "/proc/self/cgroup") -> int:
     """How many CPUs this process may use: the default number of workers.
 
     Not :func:`os.cpu_count`, which counts the machine's: inside a SLURM job (its cgroup
     cpuset), under ``taskset`` or in a container pinned to some cores, the process may run
-    on only a few of a node's many; in a container given a CPU quota (``docker --cpus``,
-    a Kubernetes limit; read from ``cgroup``, the cgroup file system), on as many as the
-    quota allows, rounded up. A worker per CPU of the node would crowd them, and hold
+    on only a few of a node's many; under a CPU quota (``docker --cpus``, a Kubernetes
+    limit, a systemd slice's ``CPUQuota``), on as many as the tightest quota over it allows,
+    rounded up. ``cgroup`` is where the cgroup file system is mounted, ``own`` the file
+    naming the process's group. A worker per CPU of the node would crowd them, and hold
     tens of MB each."""
     try:
         cpus = len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):  # (no affinity on this platform)
         cpus = os.cpu_count() or 1
-    for quota_file, period_file in ((f"{cgroup}/cpu.max", None),  # cgroup v2
-                                    (f"{cgroup}/cpu/cpu.cfs_quota_us",  # cgroup v1
-                                     f"{cgroup}/cpu/cpu.cfs_period_us")):
+    return min([cpus, *_cpu_quotas(cgroup, own)])
+
+
+def _cpu_quotas(cgroup: str, own: str) -> list[int]:
+    """The CPUs each CPU bandwidth limit over this process allows, rounded up: cgroup v2's
+    ``cpu.max`` of its own group and of each group above it (up to the mount's root: in a
+    container's namespace, the container's), cgroup v1's CFS quota at the root."""
+    try:
+        with open(own) as handle:  # ("0::/path": the process's group in cgroup v2)
+            path = next((line[3:].strip() for line in handle if line.startswith("0::")), "/")
+    except (OSError, ValueError):
+        path = "/"
+    parts = [part for part in path.split("/") if part]
+    if ".." in parts:  # (a group outside the namespace: only the root can be seen)
+        parts = []
+    files: list[tuple[str, str | None]] = [
+        (f"{cgroup}/{'/'.join(parts[:depth])}/cpu.max".replace("//", "/"), None)
+        for depth in range(len(parts), -1, -1)]
+    files.append((f"{cgroup}/cpu/cpu.cfs_quota_us", f"{cgroup}/cpu/cpu.cfs_period_us"))
+    allowed = []
+    for quota_file, period_file in files:
         try:
             with open(quota_file) as handle:
                 quota, _, period = handle.read().strip().partition(" ")
             if period_file is not None:
                 with open(period_file) as handle:
                     period = handle.read().strip()
-            allowed = math.ceil(int(quota) / int(period))
+            cpus = math.ceil(int(quota) / int(period))
         except (OSError, ValueError, ZeroDivisionError):  # ("max" or -1: no quota)
             continue
-        if allowed > 0:
-            return min(cpus, allowed)
-    return cpus
+        if cpus > 0:
+            allowed.append(cpus)
+    return allowed
 
 
 @dataclass(frozen=True, slots=True)
@@ -494,8 +513,8 @@ class Auditor:
 def apply_limits(findings: list[Finding], options: AuditOptions) -> tuple[tuple[Finding, ...],
                                                                          int]:
     """Cap findings per cited file and in all, clip quotes: (the findings kept, how many
-    were counted but not kept). Each cap reached is summed up in an ``AUD013``, kept
-    whatever the caps."""
+    were counted but not kept). Each cap reached is summed up in an ``AUD013``: a file's
+    among the warnings, the study's (at most ``max_findings`` kept before it) last."""
     from collections import Counter
 
     from auditor._io import clip
@@ -514,17 +533,20 @@ def apply_limits(findings: list[Finding], options: AuditOptions) -> tuple[tuple[
             item = replace(item, citations=tuple(
                 replace(c, quote=clip(c.quote, options.max_quote)) for c in item.citations))
         kept.append(item)
-    summaries = [finding("AUD013", path, [Citation(path)], dropped=dropped,
-                         cap=options.max_findings_per_file)
-                 for path, dropped in sorted(dropped_per_file.items())]
+    # each file's cap summed up among the warnings (the study's cap may cut them too: one a
+    # file, they could be thousands)
+    kept = sorted([*kept, *(finding("AUD013", path, [Citation(path)], dropped=dropped,
+                                    cap=options.max_findings_per_file)
+                            for path, dropped in sorted(dropped_per_file.items()))],
+                  key=lambda f: order[f.severity.value])
     not_kept = sum(dropped_per_file.values())
-    if len(kept) > options.max_findings:  # (the summaries of caps are kept whatever)
+    if len(kept) > options.max_findings:
         dropped = len(kept) - options.max_findings
         kept = kept[: options.max_findings]
-        summaries.append(finding("AUD013", "study", [], path="all files", dropped=dropped,
-                                 cap=options.max_findings))
+        kept.append(finding("AUD013", "study", [], path="all files", dropped=dropped,
+                            cap=options.max_findings))
         not_kept += dropped
-    return (*kept, *summaries), not_kept
+    return tuple(kept), not_kept
 
 
 @contextlib.contextmanager

@@ -116,6 +116,17 @@ def test_output_directory_rules(tmp_path: Path, capsys: pytest.CaptureFixture[st
         assert main(["audit", str(root), "--out", str(dotted), "--quiet", "--force"]) == 2
         _one_line_error(capsys, "not empty and not an earlier audit")
         assert (here / "deeper" / "notes.txt").read_text() == "precious"
+    (here / "deeper" / "notes.txt").unlink()  # ...and written to, once it may be
+    assert main(["audit", str(root), "--out", str(here / "deeper" / "new" / ".."), "--quiet",
+                 "--no-plots"]) == 0
+    assert (here / "deeper" / "diagnostic.md").is_file() and not (here / "deeper" / "new").exists()
+    # a relative --out where the working directory is gone: one line, exit 2 (not a bug's 3)
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    with contextlib.chdir(gone):
+        gone.rmdir()
+        assert main(["audit", str(root), "--out", "relative", "--quiet"]) == 2
+        _one_line_error(capsys, "cannot check the output directory")
 
     out = tmp_path / "out"
     out.mkdir()  # an empty directory is fine
@@ -132,6 +143,13 @@ def test_output_directory_rules(tmp_path: Path, capsys: pytest.CaptureFixture[st
         assert (out / extra).read_text() == "precious"
         assert (out / "output_manifest.json").read_bytes() == first
         shutil.rmtree(out / "drafts") if "/" in extra else (out / extra).unlink()
+    # ...nor one whose outputs were changed since (notes added to the report)
+    report = (out / "diagnostic.md").read_bytes()
+    (out / "diagnostic.md").write_bytes(report + b"\nMy notes.\n")
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--force"]) == 2
+    _one_line_error(capsys, "holds diagnostic.md, changed since the earlier audit wrote it")
+    assert (out / "diagnostic.md").read_bytes().endswith(b"My notes.\n")
+    (out / "diagnostic.md").write_bytes(report)
     assert main(["audit", str(root), "--out", str(out), "--quiet", "--force", "--no-plots"]) == 0
     assert (out / "output_manifest.json").read_bytes() != first
     assert main(["audit", str(root), "--out", str(out), "--quiet", "--force"]) == 0
@@ -291,6 +309,31 @@ def test_ctrl_c_pressed_again_while_the_command_exits_changes_nothing(tmp_path: 
     assert done.stderr == "auditor: interrupted; no output was left half-written\n"
 
 
+def test_ctrl_c_after_a_finished_audit_changes_nothing(tmp_path: Path) -> None:
+    """A Ctrl-C that lands as a finished command shuts down (joining a helper's thread)
+    neither prints a traceback nor turns its exit code into death by the signal."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import os, signal, threading, time\n"
+        "import auditor._cli as cli\n"
+        "finished = cli.main\n"
+        "def late():  # (joined as the interpreter exits: the Ctrl-C lands then)\n"
+        "    time.sleep(0.3)\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(0.5)\n"
+        "def main(*args):\n"
+        "    code = finished(*args)\n"
+        "    threading.Thread(target=late).start()\n"
+        "    return code\n"
+        "cli.main = main\n")
+    import auditor
+
+    path = os.pathsep.join([str(tmp_path), str(Path(auditor.__file__).parents[1])])
+    done = subprocess.run([sys.executable, "-m", "auditor", "audit", str(EXAMPLE), "--quiet",
+                           "--no-plots"], capture_output=True, text=True, check=False,
+                          timeout=120, env={**os.environ, "PYTHONPATH": path})
+    assert (done.returncode, done.stderr) == (0, "")
+
+
 def test_interrupted_under_python_m_exits_130(tmp_path: Path) -> None:
     """An interrupt that left an exec() of a string (a schema compiler's, a dataclass's)
     made ``python -m auditor`` kill itself with SIGINT after printing its one line."""
@@ -347,13 +390,13 @@ def test_findings_caps_make_the_audit_partial(tmp_path: Path) -> None:
     trace = next(root.glob("*/attempt-*/allocator-traces/*.jsonl"))
     trace.write_bytes(trace.read_bytes() + b"not json\n" * 50)
     summary = audit(root, tmp_path / "capped", "--max-findings-per-file", "5",
-                    "--max-findings", "10", "--max-quote", "20")
+                    "--max-findings", "16", "--max-quote", "20")
     assert summary["partial"] is True
     assert pq.read_schema(tmp_path / "capped" / "findings.parquet").metadata[
         b"auditor.partial"] == b"true"
     text = (tmp_path / "capped" / "diagnostic.md").read_text()
     findings = pq.read_table(tmp_path / "capped" / "findings.parquet").to_pandas()
-    assert len(findings) <= 10 + 2
+    assert len(findings) == 16 + 1
     capped = findings[findings["rule_id"] == "AUD013"]
     # both caps are summed up, each kept: the file's and the study's
     assert sorted(capped["subject"]) == sorted(["study", trace.relative_to(root).as_posix()])
@@ -366,7 +409,7 @@ def test_findings_caps_make_the_audit_partial(tmp_path: Path) -> None:
             and f"; {not_kept} more findings were counted but not kept" in text)
     assert "Every finding, with all its citations" not in text
     full = audit(root, tmp_path / "full")
-    assert full["partial"] is False
+    assert full["partial"] is False and full["findings"]["not_kept"] == 0
     assert full["findings"]["total"] > summary["findings"]["total"]
 
 
@@ -476,6 +519,22 @@ def test_default_workers_respect_a_containers_cpu_quota(tmp_path: Path) -> None:
     (v1 / "cpu.cfs_quota_us").write_text("-1\n")  # no quota
     assert usable_cpus(str(v2)) == usable_cpus(str(v1.parent)) == may_run_on
     assert usable_cpus(str(garbled)) == usable_cpus(str(tmp_path / "none")) == may_run_on
+    # cgroup v2 without a namespace: the process's own group, or any group above it
+    own = tmp_path / "own"
+    own.write_text("1:name=systemd:/x\n0::/system.slice/job_7/step_0\n")
+    tree = tmp_path / "tree"
+    (tree / "system.slice" / "job_7" / "step_0").mkdir(parents=True)
+    (tree / "cpu.max").write_text("max 100000\n")
+    assert usable_cpus(str(tree), str(own)) == may_run_on
+    for group in ("system.slice/job_7/step_0", "system.slice"):
+        (tree / group / "cpu.max").write_text("50000 100000\n")
+        assert usable_cpus(str(tree), str(own)) == 1
+        (tree / group / "cpu.max").unlink()
+    # (a group named outside the namespace: its path is never followed up and out)
+    own.write_text("0::/../elsewhere\n")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "cpu.max").write_text("50000 100000\n")
+    assert usable_cpus(str(tree), str(own)) == may_run_on
 
 
 def test_terminal_summary_says_what_the_report_would_hide(
@@ -496,3 +555,18 @@ def test_terminal_summary_says_what_the_report_would_hide(
     assert f"partial audit: {counts['not_kept']} findings counted but not kept" in shown
     assert "waiver matched nothing: AUD201:nonexistent/period-9" in shown
     assert "…" not in shown.split("Integrity", 1)[1].split("gate:", 1)[0]
+
+
+def test_the_findings_limit_holds_however_many_files_reach_their_own() -> None:
+    """Each file past its cap is summed up in an AUD013: thousands of such files must not
+    carry thousands of findings past --max-findings (the study's cap counts them too)."""
+    from auditor.audit import AuditOptions, apply_limits
+    from auditor.catalogue import finding
+    from auditor.model import Citation
+
+    found = [finding("AUD101", f"f{n}.json", [Citation(f"f{n}.json")], manifest="m")
+             for n in range(3000) for _ in range(2)]
+    kept, not_kept = apply_limits(found, AuditOptions(max_findings=10, max_findings_per_file=1))
+    assert len(kept) == 10 + 1 and kept[-1].subject == "study"
+    assert [f.rule_id for f in kept[:10]] == ["AUD101"] * 10  # (errors before the summaries)
+    assert not_kept == 3000 + (3000 + 3000 - 10)

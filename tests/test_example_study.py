@@ -364,10 +364,12 @@ def test_the_timeline_says_when_it_shows_only_the_first_periods(
     from auditor.audit import run_audit
 
     titles: list[str] = []
+    sizes: list[float | str] = []
 
     class Recording(matplotlib.figure.Figure):
         def savefig(self, *args: Any, **kwargs: Any) -> None:
             titles.extend(axis.get_title() for axis in self.axes)
+            sizes.extend(axis.title.get_fontsize() for axis in self.axes)
             super().savefig(*args, **kwargs)
 
     monkeypatch.setattr(matplotlib.figure, "Figure", Recording)
@@ -375,6 +377,8 @@ def test_the_timeline_says_when_it_shows_only_the_first_periods(
     periods = len(result.collected.periods)
     plots.draw_plots(plots.plot_data(result))
     assert titles and not any("periods" in title for title in titles)  # (every one shown)
+    default = matplotlib.figure.Figure().add_subplot().title.get_fontsize()
+    assert set(sizes) == {default}  # (a title that says nothing more keeps its size)
     titles.clear()
     monkeypatch.setattr(plots, "MAX_TIMELINE_PERIODS", 2)
     plots.draw_plots(plots.plot_data(result))

@@ -48,7 +48,16 @@ TABLES = ("periods", "findings", "evidence", "attempts", "phases")
 
 def check_output_dir(out: Path, root: Path, force: bool) -> None:
     """Refuse an output directory that would touch evidence or clobber unrelated files."""
-    out = Path(os.path.abspath(out))  # (checked as written to: "a/missing/.." is "a")
+    try:
+        _check_output_dir(Path(os.path.abspath(out)), root, force)  # (checked as written
+        # to: "a/missing/.." is "a")
+    except OSError as error:  # (a directory that cannot be looked into is not replaced)
+        where = f": {error.filename}" if error.filename else ""
+        raise OutputError(f"{out}: cannot check the output directory "
+                          f"({error.strerror or error}{where})") from None
+
+
+def _check_output_dir(out: Path, root: Path, force: bool) -> None:
     out_resolved = out.resolve()
     root_resolved = root.resolve()
     if out_resolved == root_resolved or root_resolved in out_resolved.parents:
@@ -75,27 +84,20 @@ def check_output_dir(out: Path, root: Path, force: bool) -> None:
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise OutputError(f"{out}: cannot write in {ancestor}")
     if out.is_dir() and any(out.iterdir()):
-        written = _earlier_outputs(out)
+        written = manifest_outputs(out)
         if written is None:
             raise OutputError(f"{out}: not empty and not an earlier audit's output; "
                               "choose another --out")
         stranger = _first_stranger(out, written)
         if stranger is not None:  # (replacing the audit "whole" would delete it)
-            raise OutputError(f"{out}: holds {stranger}, which the earlier audit there did "
-                              "not write; move it away or choose another --out")
+            raise OutputError(f"{out}: holds {stranger}; move it away or choose another "
+                              "--out")
         if not force:
             raise OutputError(f"{out}: holds an earlier audit; pass --force to replace it")
 
 
 MANIFEST_HEAD = 1 << 20
 """Bytes of an earlier audit's manifest read to learn its outputs (they come first)."""
-
-
-def _earlier_outputs(out: Path) -> set[str] | None:
-    """The files the earlier audit in ``out`` wrote, as its output manifest lists them
-    (the manifest included); None when ``out`` holds no manifest this auditor wrote."""
-    listed = manifest_outputs(out)
-    return None if listed is None else {MANIFEST, *listed}
 
 
 def manifest_outputs(out: Path) -> dict[str, tuple[str, int]] | None:
@@ -118,19 +120,33 @@ def manifest_outputs(out: Path) -> dict[str, tuple[str, int]] | None:
         return None
 
 
-def _first_stranger(out: Path, written: set[str]) -> str | None:
-    """The first entry below ``out`` (in sorted order) that is neither one of ``written``
-    nor a directory holding some of them; links are never followed."""
+def _first_stranger(out: Path, written: dict[str, tuple[str, int]]) -> str | None:
+    """What ``out`` holds (first, in sorted order) that the earlier audit did not write as
+    it is: an entry its manifest does not list (and not a directory holding some that it
+    does), or a listed one changed since. Links are never followed; a directory that
+    cannot be read raises."""
     folders = {parent.as_posix() for name in written for parent in Path(name).parents}
-    for current, dirs, files in os.walk(out):
+
+    def unreadable(error: OSError) -> None:
+        raise error
+
+    for current, dirs, files in os.walk(out, onerror=unreadable):
         dirs.sort()
         base = Path(current).relative_to(out)
         for name in sorted(files + [d for d in dirs if os.path.islink(Path(current, d))]):
-            if (base / name).as_posix() not in written:
-                return (base / name).as_posix()
+            rel = (base / name).as_posix()
+            if rel == MANIFEST:
+                continue
+            if rel not in written:
+                return f"{rel}, which the earlier audit there did not write"
+            sha256, size = written[rel]
+            path = Path(current, name)
+            if path.is_symlink() or path.stat().st_size != size \
+                    or sha256_file(str(path)).sha256 != sha256:
+                return f"{rel}, changed since the earlier audit wrote it"
         for name in list(dirs):
             if (base / name).as_posix() not in folders:
-                return f"{(base / name).as_posix()}/"
+                return f"{(base / name).as_posix()}/, which the earlier audit there did not write"
     return None
 
 

@@ -190,7 +190,7 @@ def _draw_timeline(rows: tuple[TimelineRow, ...], periods: int, figure_type: Any
     shown = (f"; the first {MAX_TIMELINE_PERIODS} of {periods:,} periods (every phase is in "
              "phases.parquet)" if periods > MAX_TIMELINE_PERIODS else "")
     axis.set_title(f"Allocator phases per rank, by job / period / GPUs (red: raised){shown}",
-                   fontsize=8 if shown else None)
+                   **({"fontsize": 8} if shown else {}))
     handles = [patch_type(color=c, label=p) for p, c in PHASE_COLOURS.items()]
     handles.append(patch_type(color=ERROR_COLOUR, label="error"))
     # beside the bars, not over them

@@ -78,7 +78,6 @@ def summary_view(summary: dict[str, Any]) -> Group:
     return Group(verdicts, configs, integrity, *lines)
 
 
-
 def sacct_view(dump: SacctDump, summary: dict[str, Any]) -> Group:
     """``auditor sacct``: one row per allocation, steps folded in, then totals."""
     table = Table(title=f"sacct: {dump.path}", show_header=True)
