@@ -284,6 +284,18 @@ def test_an_interrupt_wrapped_in_another_error_is_an_interrupt(
     _one_line_error(capsys, "interrupted")
 
 
+def _audit_example_customised(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m auditor audit`` of the example, quiet and without plots, in a process
+    that runs ``tmp_path/sitecustomize.py`` first."""
+    import auditor
+
+    # (the checkout under test first: site-customisation runs before ``-m`` adds the cwd)
+    path = os.pathsep.join([str(tmp_path), str(Path(auditor.__file__).parents[1])])
+    return subprocess.run([sys.executable, "-m", "auditor", "audit", str(EXAMPLE), "--quiet",
+                           "--no-plots"], capture_output=True, text=True, check=False,
+                          timeout=120, env={**os.environ, "PYTHONPATH": path})
+
+
 def test_ctrl_c_pressed_again_while_the_command_exits_changes_nothing(tmp_path: Path) -> None:
     """Impatient users press Ctrl-C again: one that lands while the interpreter shuts down
     (joining a helper's thread) printed a traceback and killed the process by the signal.
@@ -299,12 +311,7 @@ def test_ctrl_c_pressed_again_while_the_command_exits_changes_nothing(tmp_path: 
         "    threading.Thread(target=again).start()\n"
         "    raise KeyboardInterrupt\n"
         "engine.reason = reason\n")
-    import auditor
-
-    path = os.pathsep.join([str(tmp_path), str(Path(auditor.__file__).parents[1])])
-    done = subprocess.run([sys.executable, "-m", "auditor", "audit", str(EXAMPLE), "--quiet",
-                           "--no-plots"], capture_output=True, text=True, check=False,
-                          timeout=120, env={**os.environ, "PYTHONPATH": path})
+    done = _audit_example_customised(tmp_path)
     assert done.returncode == 130, done.stderr
     assert done.stderr == "auditor: interrupted; no output was left half-written\n"
 
@@ -325,12 +332,7 @@ def test_ctrl_c_after_a_finished_audit_changes_nothing(tmp_path: Path) -> None:
         "    threading.Thread(target=late).start()\n"
         "    return code\n"
         "cli.main = main\n")
-    import auditor
-
-    path = os.pathsep.join([str(tmp_path), str(Path(auditor.__file__).parents[1])])
-    done = subprocess.run([sys.executable, "-m", "auditor", "audit", str(EXAMPLE), "--quiet",
-                           "--no-plots"], capture_output=True, text=True, check=False,
-                          timeout=120, env={**os.environ, "PYTHONPATH": path})
+    done = _audit_example_customised(tmp_path)
     assert (done.returncode, done.stderr) == (0, "")
 
 
@@ -342,13 +344,7 @@ def test_interrupted_under_python_m_exits_130(tmp_path: Path) -> None:
         "def reason(*args, **kwargs):\n"
         "    exec('raise KeyboardInterrupt')\n"
         "engine.reason = reason\n")
-    import auditor
-
-    # (the checkout under test first: site-customisation runs before ``-m`` adds the cwd)
-    path = os.pathsep.join([str(tmp_path), str(Path(auditor.__file__).parents[1])])
-    done = subprocess.run([sys.executable, "-m", "auditor", "audit", str(EXAMPLE), "--quiet",
-                           "--no-plots"], capture_output=True, text=True, check=False,
-                          timeout=120, env={**os.environ, "PYTHONPATH": path})
+    done = _audit_example_customised(tmp_path)
     assert done.returncode == 130, done.stderr
     assert done.stderr.count("\n") == 1 and "interrupted" in done.stderr
 
