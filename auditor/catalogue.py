@@ -187,6 +187,10 @@ _RULES: tuple[Rule, ...] = (
     Rule("AUD214", "no-attempt-evidence", "Period has no usable attempt",
          "The period record lists no attempt, or none whose trial could be read.",
          "{subject}: {detail}", E),
+    Rule("AUD216", "ended-after-exit", "Scheduler ended the job after a clean exit",
+         "sacct reports TIMEOUT, CANCELLED, PREEMPTED or DEADLINE for a job whose last "
+         "attempt had exited 0 before the job ended: the attempt's verdict stands.",
+         "{subject}: {detail}", W),
     Rule("AUD215", "waived", "Finding waived",
          "A finding was waived on the command line; it no longer blocks its subject.",
          "{subject}: {waived_rule} waived: {reason}", W),

@@ -334,6 +334,13 @@ SCENARIOS["AUD208"] = _sacct_state("NODE_FAIL")
 SCENARIOS["AUD209"] = _sacct_state("OUT_OF_MEMORY")
 
 
+@scenario("AUD216")
+def _ended_after_exit(root: Path, tmp: Path) -> list[str]:
+    rewrite(root, "accounting/sacct-raw.psv",  # (the completed period's job)
+            lambda b: b.replace(b"|COMPLETED|0:0|", b"|TIMEOUT|0:0|", 1), update_manifest=False)
+    return []
+
+
 @scenario("AUD210")
 def _partial(root: Path, tmp: Path) -> list[str]:
     rewrite(root, "accounting/sacct-raw.psv",
@@ -400,3 +407,35 @@ def test_rule_fires_on_its_defect(clean: Path, tmp_path: Path, rule_id: str) -> 
     shutil.copytree(clean, root)
     extra = SCENARIOS[rule_id](root, tmp_path)
     assert rule_id in _fired(root, tmp_path / "out", extra)
+
+
+@pytest.mark.parametrize("state", ["TIMEOUT", "CANCELLED by 0"])
+def test_a_job_ended_after_a_clean_exit_keeps_its_verdict_and_says_so(
+        clean: Path, tmp_path: Path, state: str) -> None:
+    """sacct's TIMEOUT (or scancel) for a job whose last attempt had exited 0 before the job
+    ended leaves the attempt's verdict, with AUD216 saying why; when the records cannot
+    place the end after the exit, the scheduler's word stands: unresolved."""
+    from tests.helpers import audit, verdicts
+
+    subject = "host-qwen25-7b-gsm8k-c2-s161/period-1"
+    root = tmp_path / "study"
+    shutil.copytree(clean, root)
+    rewrite(root, "accounting/sacct-raw.psv",
+            lambda b: b.replace(b"|COMPLETED|0:0|", f"|{state}|0:0|".encode(), 1),
+            update_manifest=False)
+    summary = audit(root, tmp_path / "after")
+    assert verdicts(summary)[subject] == ("resolved", "completed")
+    findings = pd.read_parquet(tmp_path / "after" / "findings.parquet")
+    said = findings[findings["rule_id"] == "AUD216"]
+    assert list(said["subject"]) == [subject]
+    assert (f"sacct reports {state} for job 7000000_0 (actual job 7000001), which ended at "
+            "2026-09-15 18:07:10 UTC") \
+        in said["message"].iloc[0]
+    assert "after the attempt's invocation exited 0 at 18:07:04 UTC" in said["message"].iloc[0]
+    # without the job's end, nothing places it after the exit: the scheduler's word stands
+    rewrite(root, "accounting/sacct-raw.psv",
+            lambda b: b.replace(b"|2026-09-15T18:07:10|430|", b"|Unknown|430|", 1),
+            update_manifest=False)
+    summary = audit(root, tmp_path / "before")
+    word = "time_limit" if state == "TIMEOUT" else "cancelled"
+    assert verdicts(summary)[subject] == ("unresolved", word)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from auditor.catalogue import finding
@@ -594,13 +595,23 @@ def _judge_attempt(
     assert trial is not None and exit_class is not None
 
     # 3. infrastructure on the element's last attempt
+    after: list[Finding] = []
     if infra is not None and exit_class.kind == "clean" and infra[0] != "infrastructure_failure":
-        infra = None  # exited 0: whatever ended the allocation came after this attempt
+        from_sacct = infra[1].citations[0].path == (collected.sacct.path
+                                                   if collected.sacct else "")
+        ended = _ended_after(infra[1], element, trial, subject) if from_sacct else None
+        if ended is not None or not from_sacct:
+            # exited 0 before the scheduler ended the job (a time limit or scancel in the
+            # teardown after it): the attempt stands, and the report says why
+            after.extend([ended] if ended is not None else [])
+            shows.extend(_sentence(f.message.split(": ", 1)[1]) for f in after)
+            infra = None
+        # (else sacct's end cannot be placed after the exit: the scheduler's word stands)
     if exit_class.clean and infra is None:
         if completion.complete and log is not None and log.terminal_event is not None:
             limits.append("Completed calls and the terminal line show the run reached its "
                           "final step; they do not prove the optimizer changed parameters.")
-            decisive = []
+            decisive = list(after)
             if exit_class.kind == "coordinated_shutdown":
                 decisive.append(finding("AUD205", subject, list(exit_class.citations),
                                         detail=exit_class.detail))
@@ -618,14 +629,14 @@ def _judge_attempt(
                 "lines (for example when the driver shuts Ray down immediately, before actor "
                 "output is delivered), and the evidence cannot tell which happened."
             )
-            return _Judgement("unresolved", "terminal_event_missing", [item], shows, limits,
-                              citations, exit_class)
+            return _Judgement("unresolved", "terminal_event_missing", [item, *after], shows,
+                              limits, citations, exit_class)
         item = finding("AUD202", subject, [Citation(record.path)],
                        detail="; ".join(completion.problems) or "no completion records")
         limits.append("Without every rank's completion records the run cannot be shown to "
                       "have reached its final step, whatever the exit code says.")
-        return _Judgement("unresolved", "completion_phase_missing", [item], shows, limits,
-                          citations, exit_class)
+        return _Judgement("unresolved", "completion_phase_missing", [item, *after], shows,
+                          limits, citations, exit_class)
 
     # 4. unclean exit
     if exit_class.kind == "signalled":
@@ -665,6 +676,29 @@ def _judge_attempt(
                       "rules excuse) resolves a period, so it stays unresolved.")
     word = "killed" if exit_class.kind in ("sigkill", "killed", "sigterm") else "unclean_exit"
     return _Judgement("unresolved", word, [item], shows, limits, citations, exit_class)
+
+
+def _ended_after(cause: Finding, element: SacctJob | None, trial: TrialRecord,
+                 subject: str) -> Finding | None:
+    """An ``AUD216`` when sacct's end of the job (``cause``: a time limit or cancellation)
+    came after the attempt's invocation had exited 0, by the two records' times; None when
+    they cannot show it (no end, no finish, or the end first)."""
+    if element is None or element.end is None or trial.finished_ns is None \
+            or trial.finished_ns > element.end * 1_000_000_000:
+        return None
+    finished = datetime.fromtimestamp(trial.finished_ns // 1_000_000_000, UTC)
+    ended = datetime.fromtimestamp(element.end, UTC)
+    return finding(
+        "AUD216", subject,
+        [*cause.citations, Citation(trial.path, pointer="/invocation/finished_ns",
+                                    quote=str(trial.finished_ns))],
+        detail=f"sacct reports {element.state_raw} for job {element.job_id}"
+               + (f" (actual job {element.job_id_raw})"
+                  if element.job_id_raw and element.job_id_raw != element.job_id else "")
+               + ", which ended at "
+               f"{ended:%Y-%m-%d %H:%M:%S} UTC, after the attempt's invocation exited 0 at "
+               f"{finished:%H:%M:%S} UTC; the attempt's evidence stands",
+    )
 
 
 def _infrastructure(
