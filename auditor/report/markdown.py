@@ -485,7 +485,9 @@ def _cross_checks(result: AuditResult) -> str:
 
     def outcome(rules: tuple[str, ...], clean: str) -> str:
         count = sum(fired[rule] for rule in rules)
-        return clean if not count else f"{counted(count, 'finding')} ({', '.join(rules)})"
+        named = ", ".join(f"{rule} x{fired[rule]}" if fired[rule] > 1 else rule
+                          for rule in rules if fired[rule])  # (the rules that fired)
+        return clean if not count else f"{counted(count, 'finding')} ({named})"
 
     return (
         f"Cross-checks: the pid and rank of each of the {traces:,} allocator traces against the "
