@@ -561,3 +561,25 @@ def test_a_study_result_keeps_each_file_once(tmp_path: Path) -> None:
     assert collected.layout.attempt_files == {} and collected.layout.regular_files == set()
     assert not any(i.path in {row.path for row in verified} for i in collected.inputs)
     assert {i.path for i in collected.all_inputs()} >= {row.path for row in verified}
+
+
+def test_an_attempt_job_missing_from_sacct_is_named_not_silently_left_out(
+        tmp_path: Path) -> None:
+    """Without the scheduler's rows for one element, the headline and the accounting say
+    which job they leave out, rather than present the rest as the whole array."""
+    root = copy_example(tmp_path)
+    rewrite(root, "accounting/sacct-raw.psv",
+            lambda b: b"".join(line for line in b.splitlines(keepends=True)
+                               if not line.startswith(b"5055845_8")), update_manifest=False)
+    whole = audit(copy_example(tmp_path / "whole"), tmp_path / "whole-out")["accounting"]
+    summary = audit(root, tmp_path / "out")
+    accounting = summary["accounting"]
+    assert accounting["jobs_without_element"] == ["5055845"]
+    assert whole["jobs_without_element"] == []
+    assert accounting["allocation_gpu_seconds"] < whole["allocation_gpu_seconds"]
+    text = (tmp_path / "out" / "diagnostic.md").read_text()
+    assert "**The scheduler's dump has no element row for job `5055845`**" in text.split(
+        "\n## ", 1)[0]  # (the headline)
+    assert (f"**{accounting['allocation_gpu_seconds']:,} GPU-seconds = "
+            in text and "over the eight elements the scheduler's dump reports: 1 attempt job "
+            "without an element row (`5055845`) is not counted" in text)

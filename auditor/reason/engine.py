@@ -175,6 +175,10 @@ class Accounting:
     unresolved_gpu_seconds: float
     elements: tuple[ElementCost, ...]
     wasted_attempts: int
+    jobs_without_element: tuple[str, ...] = ()
+    """Actual job ids of attempts that no element row of the scheduler's dump accounts for:
+    their allocation is outside the allocation scope, and their reservation scope counts
+    the period's own GPUs (the allocation's are unknown)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -994,6 +998,9 @@ def _accounting(collected: Collected, outcomes: list[AttemptOutcome],
                                             job.gpus, job.gpu_seconds))
     unresolved = {v.subject for v in verdicts if v.verdict is VerdictKind.UNRESOLVED}
     wasted = [o for o in outcomes if o.wasted]
+    accounted = {e.job_id for e in elements} | {e.job_id_raw for e in elements if e.job_id_raw}
+    missing = sorted({o.job_id for o in outcomes if o.job_id and o.job_id not in accounted}
+                     ) if collected.sacct is not None else []
     return Accounting(
         allocation_gpu_seconds=sum(e.gpu_seconds or 0 for e in elements),
         task_gpu_seconds=round(sum(o.task_gpu_seconds for o in outcomes), 6),
@@ -1003,6 +1010,7 @@ def _accounting(collected: Collected, outcomes: list[AttemptOutcome],
                                          if o.counted and o.subject in unresolved), 6),
         elements=tuple(elements),
         wasted_attempts=len(wasted),
+        jobs_without_element=tuple(missing),
     )
 
 

@@ -143,6 +143,18 @@ def _arrays(result: AuditResult) -> list[str]:
                    if p.record.array_job_id})
 
 
+def _without_element(reasoning: Reasoning) -> str:
+    """A sentence on the attempts' jobs the scheduler's dump has no element row for."""
+    jobs = reasoning.accounting.jobs_without_element
+    if not jobs:
+        return ""
+    named = ", ".join(f"`{md_escape(j)}`" for j in jobs[:MAX_NAMED_PERIODS])
+    more = f" and {len(jobs) - MAX_NAMED_PERIODS:,} more" if len(jobs) > MAX_NAMED_PERIODS else ""
+    return (f" **The scheduler's dump has no element row for "
+            f"{'job' if len(jobs) == 1 else 'jobs'} {named}{more}** (of the attempts' jobs): "
+            "their state is unknown, and the allocation scope leaves them out.")
+
+
 def _headline(result: AuditResult, reasoning: Reasoning) -> str:
     elements = reasoning.accounting.elements
     element_ids = {e.job_id for e in elements}
@@ -176,6 +188,7 @@ def _headline(result: AuditResult, reasoning: Reasoning) -> str:
             job = last.job_id_raw or last.job_id
             lines[-1] += (f" The last element, {index}actual job `{job}`, ended at "
                           f"**{utc_seconds(last.end, with_date=False)} UTC**.")
+        lines[-1] += _without_element(reasoning)
     else:
         lines.append(f"No scheduler record was available for array {arrays}; element states "
                      "and allocation-scope accounting are unknown.")
@@ -530,10 +543,18 @@ def _accounting(result: AuditResult, reasoning: Reasoning) -> str:
             ["---", "---", "---", "---:", "---:", "---:"],
         ))
         lines.append("")
+    missing = acc.jobs_without_element
     lines.append(
         f"Allocation scope (outer elapsed seconds × allocated GPUs, summed over elements): "
         f"**{acc.allocation_gpu_seconds:,} GPU-seconds = "
-        f"{acc.allocation_gpu_seconds / 3600:.9f} GPU-hours**. "
+        f"{acc.allocation_gpu_seconds / 3600:.9f} GPU-hours**"
+        + (f", over the {number(len(acc.elements))} elements the scheduler's dump reports: "
+           f"{counted(len(missing), 'attempt job')} without an element row "
+           f"({', '.join(f'`{md_escape(j)}`' for j in missing[:MAX_NAMED_PERIODS])}"
+           f"{', ...' if len(missing) > MAX_NAMED_PERIODS else ''}) "
+           f"{'is' if len(missing) == 1 else 'are'} not counted, and "
+           f"{'its' if len(missing) == 1 else 'their'} reservation scope counts the period's "
+           "GPUs, the allocation's being unknown" if missing else "") + ". "
         f"Task scope (each attempt's invocation time × the GPUs its period used): "
         f"{acc.task_gpu_seconds:,.6f} GPU-seconds ({acc.task_gpu_seconds / 3600:.9f} GPU-hours). "
         f"Reservation scope (invocation time × the GPUs the allocation held): "

@@ -103,6 +103,7 @@ def build_summary(result: AuditResult) -> dict[str, Any]:
             "wasted_gpu_seconds": accounting.wasted_gpu_seconds,
             "unresolved_gpu_seconds": accounting.unresolved_gpu_seconds,
             "wasted_attempts": accounting.wasted_attempts,
+            "jobs_without_element": list(accounting.jobs_without_element),
             "allocation_gpu_hours": round(accounting.allocation_gpu_seconds / 3600, 9),
             "task_gpu_hours": round(accounting.task_gpu_seconds / 3600, 9),
             "reservation_gpu_hours": round(accounting.reservation_gpu_seconds / 3600, 9),
