@@ -80,6 +80,10 @@ _RULES: tuple[Rule, ...] = (
          "A trace holds more phase records than the auditor keeps; the first and last were "
          "kept, the middle counted.", "{path}: {dropped} phase records in the middle not kept "
          "(cap {cap})", W),
+    Rule("AUD017", "log-ends-mid-line", "Training log ends mid-line",
+         "The training log's last line has no newline: the log was cut while it was being "
+         "written, so lines after the cut (a terminal line among them) may be lost.",
+         "{path}:{line}: the log ends mid-line (no final newline)", W),
     Rule("AUD014", "protocol-invalid", "Protocol file unusable",
          "protocol.json could not be used; built-in defaults apply where it failed.",
          "{path}: {error}", E),

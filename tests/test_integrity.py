@@ -583,3 +583,32 @@ def test_an_attempt_job_missing_from_sacct_is_named_not_silently_left_out(
     assert (f"**{accounting['allocation_gpu_seconds']:,} GPU-seconds = "
             in text and "over the eight elements the scheduler's dump reports: 1 attempt job "
             "without an element row (`5055845`) is not counted" in text)
+
+
+def test_a_log_cut_or_read_in_part_is_said_where_the_terminal_line_is_missing(
+        tmp_path: Path) -> None:
+    """Where the terminal line is missing, the diagnosis says when the log ends mid-line
+    (it was cut: AUD017), or when a line was read only in part (a terminal line past the
+    limit would not be seen), rather than that no metric line appears at all."""
+    subject = "host-qwen25-7b-gsm8k-c2-s161/period-2"
+    log = "host-qwen25-7b-gsm8k-c2-s161-4gpu/attempt-5055845/training-5055845.log"
+
+    def diagnosis(root: Path, out: Path) -> str:
+        summary = audit(root, out)
+        assert verdicts(summary)[subject] == ("unresolved", "terminal_event_missing")
+        periods = pd.read_parquet(out / "periods.parquet")
+        return str(periods.set_index(periods["pair"] + "/period-" + periods["period"]
+                                     .astype(str)).loc[subject, "diagnosis"])
+
+    cut = copy_example(tmp_path / "cut")
+    rewrite(cut, log, lambda b: b[: b.rindex(b"Terminating") + 5])  # (mid-line, no newline)
+    lines = (cut / log).read_bytes().count(b"\n") + 1
+    text = diagnosis(cut, tmp_path / "cut-out")
+    assert (f"The training log ends mid-line at line {lines} (no final newline): it was cut "
+            "while being written, and what followed is lost.") in text
+    clipped = copy_example(tmp_path / "clipped")
+    rewrite(clipped, log, lambda b: b + b"y" * (5 << 20) + b" step:1 - training/global_step:1\n")
+    text = diagnosis(clipped, tmp_path / "clipped-out")
+    assert "no `step:` metric line appears at all in what was read" in text
+    assert (f"was examined only in part (line of {(5 << 20) + 32} bytes clipped to 65536): a "
+            "terminal line past that point would not be seen.") in text

@@ -334,6 +334,12 @@ SCENARIOS["AUD208"] = _sacct_state("NODE_FAIL")
 SCENARIOS["AUD209"] = _sacct_state("OUT_OF_MEMORY")
 
 
+@scenario("AUD017")
+def _log_cut(root: Path, tmp: Path) -> list[str]:
+    rewrite(root, _completed(root, "training-*.log"), lambda b: b.rstrip(b"\n"))
+    return []
+
+
 @scenario("AUD216")
 def _ended_after_exit(root: Path, tmp: Path) -> list[str]:
     rewrite(root, "accounting/sacct-raw.psv",  # (the completed period's job)

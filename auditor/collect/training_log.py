@@ -275,6 +275,9 @@ def scan_training_log(
         findings.append(
             catalogue.finding("AUD007", path, [Citation(path, line)], length=length, limit=max_line)
         )
+    if reader.unterminated is not None:
+        findings.append(catalogue.finding("AUD017", path, [Citation(path, reader.unterminated)],
+                                          line=reader.unterminated))
     findings.sort(key=lambda found: (found.citations[0].line or 0, found.rule_id))
     return scanner.result(reader.lines, tuple(findings))
 
@@ -303,6 +306,8 @@ class _Reader:
         """(line, quote) of the first examined line holding NUL (every such line is)."""
         self.clipped: tuple[int, int] | None = None
         """(line, full length) of the first line longer than ``max_line``."""
+        self.unterminated: int | None = None
+        """The number of the last line when it has no newline (the log was cut)."""
 
     def read(self, stream: BinaryIO | HashingReader) -> None:
         """Read ``stream`` to its end."""
@@ -330,6 +335,7 @@ class _Reader:
                 carry_length = len(chunk) - last - 1
         if carry_length:
             self._line(carry, carry_length, terminated=False)
+            self.unterminated = self.lines
 
     def _line(self, data: bytes, length: int, terminated: bool) -> None:
         """One line given on its own: spanning chunks, longer than ``max_line``, or last."""

@@ -555,9 +555,25 @@ def _judge_attempt(
                         f"{step_lines[-1].detail}) but none with `training/global_step`")
             else:
                 seen = "no `step:` metric line appears at all"
+            clipped = next((f for f in log.findings if f.rule_id == "AUD007"), None)
+            if clipped is not None:  # (a line read in part: not "at all", only where read)
+                seen += " in what was read"
             shows.append(f"The training log holds no line with `step:{steps}` followed by "
                          f"`training/global_step:{steps}`; {seen}.")
             citations.append(Citation(log.path, quote=f"{log.lines} lines scanned"))
+            if clipped is not None:
+                shows.append(_sentence(
+                    f"Line {clipped.citations[0].line} was examined only in part "
+                    f"(line of {clipped.message.rsplit(': line of ', 1)[-1]}): a terminal "
+                    "line past that point "
+                    "would not be seen"))
+                citations.append(clipped.citations[0])
+        cut = next((f for f in log.findings if f.rule_id == "AUD017"), None)
+        if cut is not None:
+            shows.append(_sentence(f"The training log ends mid-line at line "
+                                   f"{cut.citations[0].line} (no final newline): it was cut "
+                                   "while being written, and what followed is lost"))
+            citations.append(cut.citations[0])
     for kind_name in ("coordinated_shutdown", "slurm_time_limit", "slurm_cancelled",
                       "nccl_timeout", "host_oom", "gpu_oom", "kv_cache_init_failure"):
         event = events.get(kind_name)

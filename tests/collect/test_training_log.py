@@ -439,7 +439,7 @@ def test_clipped_multibyte_is_not_invalid_utf8() -> None:
 
 def test_nul_bytes() -> None:
     scan = defect("nul_bytes.log")
-    assert rules(scan) == [("AUD006", 1)]  # once per file, at its first line
+    assert rules(scan) == [("AUD006", 1), ("AUD017", 3)]  # once per file, at its first line
     assert scan.terminal_event is not None
     assert scan.terminal_event.line == 2
     assert "\x00" not in scan.terminal_event.text
@@ -447,10 +447,11 @@ def test_nul_bytes() -> None:
 
 
 def test_no_trailing_newline() -> None:
+    """A log cut mid-line still yields what its last line holds, and says it was cut."""
     scan = defect("no_trailing_newline.log")
     assert scan.terminal_event is not None
     assert scan.terminal_event.line == 2
-    assert scan.findings == ()
+    assert [(f.rule_id, f.citations[0].line) for f in scan.findings] == [("AUD017", 2)]
 
 
 def test_host_oom_vs_gpu_oom() -> None:
@@ -588,7 +589,7 @@ def test_generated_invalid_utf8_nul_no_newline(tmp_path: Path) -> None:
     lines[30] = b"nul again \x00\n"
     lines.append(b"step:5 - training/global_step:5")  # no trailing newline
     scan = scan_file(_write(tmp_path / "training-1.log", lines), 5)
-    assert rules(scan) == [("AUD005", 11), ("AUD006", 21)]
+    assert rules(scan) == [("AUD005", 11), ("AUD006", 21), ("AUD017", 1001)]
     assert scan.terminal_event is not None
     assert scan.terminal_event.line == 1001
 
@@ -648,6 +649,8 @@ def reference_scan(
                 "AUD007", path, [Citation(path, clipped[0])], length=clipped[1], limit=max_line
             )
         )
+    if data and not data.endswith(b"\n"):
+        findings.append(catalogue.finding("AUD017", path, [Citation(path, lines)], line=lines))
     findings.sort(key=lambda found: (found.citations[0].line or 0, found.rule_id))
     return scanner.result(lines, tuple(findings))
 
@@ -824,7 +827,7 @@ def test_chunk_boundaries(monkeypatch: pytest.MonkeyPatch) -> None:
         ("traceback", 2, ""),
         ("exception", 5, "ValueError"),
     ]
-    assert rules(scan) == [("AUD007", 6), ("AUD005", 7), ("AUD006", 7)]
+    assert rules(scan) == [("AUD007", 6), ("AUD005", 7), ("AUD006", 7), ("AUD017", 8)]
     assert scan.terminal_event is not None
     assert scan.terminal_event.line == 8
     assert scan.lines == 8
