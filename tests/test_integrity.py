@@ -612,3 +612,34 @@ def test_a_log_cut_or_read_in_part_is_said_where_the_terminal_line_is_missing(
     assert "no `step:` metric line appears at all in what was read" in text
     assert (f"was examined only in part (line of {(5 << 20) + 32} bytes clipped to 65536): a "
             "terminal line past that point would not be seen.") in text
+
+
+def test_a_rank_whose_completion_phase_raised_is_named_with_its_error(tmp_path: Path) -> None:
+    """The diagnosis of a period one rank of which raised in its update names the rank and
+    the error, and the finding cites the trace line that raised, not the period record."""
+    root = copy_example(tmp_path)
+    trace = ("host-qwen25-7b-gsm8k-c2-s161-4gpu/attempt-5055845/allocator-traces/"
+             "allocator-3657527.jsonl")
+    error = b'"error_type":"torch.distributed.DistBackendError",' \
+            b'"error_message":"NCCL error in: ProcessGroupNCCL.cpp:1970, remote process exited"'
+
+    def raised(data: bytes) -> bytes:
+        lines = data.split(b"\n")
+        assert b'"phase":"actor_update"' in lines[6]
+        lines[6] = lines[6].replace(b'"error_type":""', error)
+        return b"\n".join(lines)
+
+    rewrite(root, trace, raised)
+    summary = audit(root, tmp_path / "out")
+    subject = "host-qwen25-7b-gsm8k-c2-s161/period-2"
+    assert verdicts(summary)[subject] == ("unresolved", "completion_phase_missing")
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    gap = findings[(findings["rule_id"] == "AUD202") & (findings["subject"] == subject)]
+    assert (gap["path"].iloc[0], gap["line"].iloc[0]) == (trace, 7)
+    periods = pd.read_parquet(tmp_path / "out" / "periods.parquet")
+    text = periods[(periods["pair"] == subject.split("/")[0])
+                   & (periods["period"] == 2)]["diagnosis"].iloc[0]
+    assert ("3 of 4 ranks recorded every completion phase (actor_update, weight_sync) at step 1 "
+            "without error; rank 2: actor_update step 1 raised "
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+            "remote process exited.") in text

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from auditor._io import clip
 from auditor.catalogue import finding
 from auditor.model import (
     AllocatorTrace,
@@ -651,7 +652,7 @@ def _judge_attempt(
             )
             return _Judgement("unresolved", "terminal_event_missing", [item, *after], shows,
                               limits, citations, exit_class)
-        item = finding("AUD202", subject, [Citation(record.path)],
+        item = finding("AUD202", subject, completion.gaps or [Citation(record.path)],
                        detail="; ".join(completion.problems) or "no completion records")
         limits.append("Without every rank's completion records the run cannot be shown to "
                       "have reached its final step, whatever the exit code says.")
@@ -772,6 +773,8 @@ class _Completion:
     sentences: list[str]
     problems: list[str]
     citations: list[Citation]
+    gaps: list[Citation] = field(default_factory=list)
+    """Where each incomplete rank falls short: the record that raised, or its trace."""
 
 
 def _completion(attempt: AttemptEvidence, protocol: Protocol, steps: int | None) -> _Completion:
@@ -787,6 +790,7 @@ def _completion(attempt: AttemptEvidence, protocol: Protocol, steps: int | None)
     workers = sorted(attempt.spec.workers, key=lambda w: (w.rank is None, w.rank or 0))
     problems: list[str] = []
     citations: list[Citation] = []
+    gaps: list[Citation] = []
     phases = protocol.completion_phases
     if steps is None:
         return _Completion(False, len(workers), [],
@@ -796,7 +800,7 @@ def _completion(attempt: AttemptEvidence, protocol: Protocol, steps: int | None)
         worker_trace = traces_by_pid.get(worker.pid or -1)
         if worker_trace is None:
             problems.append(f"rank {worker.rank}: no allocator trace")
-            continue
+            continue  # (its absence is a finding of its own, citing where it should be)
         cursor: int | None = None
         ok = True
         for phase in phases:
@@ -805,12 +809,18 @@ def _completion(attempt: AttemptEvidence, protocol: Protocol, steps: int | None)
                 failed = [r for r in worker_trace.phases if r.phase == phase and r.step == steps
                           and r.error_type]
                 if failed:
+                    message = f": {clip(failed[0].error_message, 160)}" \
+                        if failed[0].error_message else ""
                     problems.append(f"rank {worker.rank}: {phase} step {steps} raised "
-                                    f"{failed[0].error_type}")
-                    citations.append(Citation(worker_trace.path, line=failed[0].line,
-                                              quote=failed[0].error_type))
+                                    f"{failed[0].error_type}{message}")
+                    gap = Citation(worker_trace.path, line=failed[0].line,
+                                   quote=failed[0].error_type)
+                    citations.append(gap)
+                    gaps.append(gap)
                 else:
                     problems.append(f"rank {worker.rank}: no error-free {phase} at step {steps}")
+                    gaps.append(Citation(worker_trace.path,
+                                         quote=f"{len(worker_trace.phases)} phase records"))
                 ok = False
                 break
             citations.append(Citation(worker_trace.path, line=found.line,
@@ -833,8 +843,10 @@ def _completion(attempt: AttemptEvidence, protocol: Protocol, steps: int | None)
             sentences.append(f"The recorded phase sequence reaches {tail}.")
     elif n:
         sentences.append(f"{complete_ranks} of {n} ranks recorded every completion phase "
-                         f"({', '.join(phases)}) at step {steps} without error.")
-    return _Completion(bool(n) and complete_ranks == n, n, sentences, problems, citations)
+                         f"({', '.join(phases)}) at step {steps} without error"
+                         + (f"; {'; '.join(problems)}" if problems else "") + ".")
+    return _Completion(bool(n) and complete_ranks == n, n, sentences, problems, citations,
+                       gaps)
 
 
 def _find_phase(records: tuple[PhaseRecord, ...], phase: str, step: int,
