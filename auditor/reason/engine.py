@@ -538,7 +538,11 @@ def _judge_attempt(
         shows.append(_sentence(f"Exit: {exit_class.detail}"))
         citations.extend(exit_class.citations)
     if steps is not None and trial is not None:
-        shows.append(f"The dispatch specifies {protocol.steps_from}={steps}.")
+        where = "dispatch" if trial.dispatch_value(protocol.steps_from) is not None else "env"
+        shows.append(f"The {'dispatch' if where == 'dispatch' else 'environment'} specifies "
+                     f"{protocol.steps_from}={steps}.")
+        citations.append(Citation(trial.path, pointer=f"/{where}/{_pointer(protocol.steps_from)}",
+                                  quote=str(steps)))
     if not eligible or completion.complete:
         shows.extend(completion.sentences)
         citations.extend(completion.citations)
@@ -587,9 +591,11 @@ def _judge_attempt(
     if trial is not None and trial.status:
         error = f" ({trial.validation_error})" if trial.validation_error else ""
         shows.append(f"The launcher recorded status `{trial.status}`{error}.")
+        citations.append(Citation(trial.path, pointer="/status", quote=trial.status))
     idle = record.idle_check
     if idle is not None and idle.passed is True:
         shows.append("The post-period idle check passed.")
+        citations.append(Citation(record.path, pointer="/idle_check/passed", quote="true"))
 
     is_last = context.last_attempt_of_job.get(job_id or "") == f"{subject}#{attempt.spec.index}"
     infra = _infrastructure(element, is_last, log, collected, subject)
@@ -697,6 +703,11 @@ def _judge_attempt(
                       "rules excuse) resolves a period, so it stays unresolved.")
     word = "killed" if exit_class.kind in ("sigkill", "killed", "sigterm") else "unclean_exit"
     return _Judgement("unresolved", word, [item], shows, limits, citations, exit_class)
+
+
+def _pointer(key: str) -> str:
+    """``key`` as one JSON pointer token (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
 
 
 def _ended_after(cause: Finding, element: SacctJob | None, trial: TrialRecord,

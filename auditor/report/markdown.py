@@ -375,9 +375,11 @@ def _cite_group(cites: Sequence[Citation], limit: int = 12) -> str:
     """Citations folded per file: ``dir/``: ``a.jsonl:7,8``; ``trial.json#/x`` (quote)."""
     if not cites:
         return "no citation"
-    folders = [c.path.rsplit("/", 1)[0] for c in cites if "/" in c.path]
+    # the attempt directory named once (the period record, under pairs/, is named whole)
+    evidence = [c for c in cites if not c.path.startswith("pairs/")]
+    folders = [c.path.rsplit("/", 1)[0] for c in evidence if "/" in c.path]
     base = ""
-    if len(folders) > 1 and len(folders) == len(cites):
+    if len(folders) > 1 and len(folders) == len(evidence):
         common = os.path.commonpath(folders)
         base = common + "/" if common else ""
     by_file: dict[str, list[Citation]] = defaultdict(list)
@@ -387,7 +389,8 @@ def _cite_group(cites: Sequence[Citation], limit: int = 12) -> str:
     for path, group in by_file.items():
         shown = path[len(base):] if base and path.startswith(base) else path
         lines = sorted({c.line for c in group if c.line is not None})
-        pointers = sorted({c.pointer for c in group if c.pointer})
+        pointers = list(dict.fromkeys(c.pointer for c in group if c.pointer))  # (in the
+        # order of their quotes)
         where = shown
         if lines:
             where += ":" + ",".join(str(n) for n in lines)
@@ -672,6 +675,9 @@ def _provenance(result: AuditResult, outputs: Sequence[tuple[str, str, int]]) ->
     if anchors:
         lines += ["", "Anchors:", ""]
         lines.append(code_block(f"{name}: {sha}  {status}" for name, sha, status in anchors))
+    else:
+        lines += ["", "Anchors: none given (no `--anchor`, none in the protocol): no protocol "
+                      "input was checked against an expected SHA-256."]
     groups = collected.input_counts()
     lines += ["", f"Inputs read and hashed: {groups.get('raw_evidence', 0):,} raw-evidence, "
                   f"{groups.get('source_inputs', 0):,} source-input and "
