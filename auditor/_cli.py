@@ -511,6 +511,7 @@ def _sacct(args: argparse.Namespace) -> int:
     from auditor.errors import InputError
 
     fields = tuple(f.strip() for f in args.sacct_format.split(",")) if args.sacct_format else None
+    _regular_file(args.file)
     try:
         with open(args.file, "rb") as handle:
             dump = parse_sacct(HashingReader(handle), str(args.file), fields, args.delimiter)
@@ -532,6 +533,23 @@ def _sacct(args: argparse.Namespace) -> int:
     return 0
 
 
+def _regular_file(path: Path) -> None:
+    """Refuse (exit 2) a path that is not a regular file: a device such as /dev/zero would
+    be read for ever, a FIFO would wait for a writer."""
+    import stat
+
+    from auditor.errors import InputError
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as error:
+        raise InputError(f"{path}: cannot read ({error.strerror})") from None
+    if stat.S_ISDIR(mode):
+        raise InputError(f"{path}: is a directory")
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{path}: is not a regular file (a device, FIFO or socket)")
+
+
 def _validate(args: argparse.Namespace) -> int:
     from auditor._io import HashingReader
     from auditor.collect.allocator_trace import read_allocator_trace
@@ -547,6 +565,7 @@ def _validate(args: argparse.Namespace) -> int:
         if kind is None:
             raise UsageError(f"{path}: cannot tell its kind from the name; pass --kind")
         kind = canonical_kind(kind)
+        _regular_file(path)
         try:
             with open(path, "rb") as handle:
                 reader = HashingReader(handle)

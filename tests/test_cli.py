@@ -38,6 +38,9 @@ def _one_line_error(capsys: pytest.CaptureFixture[str], needle: str) -> None:
     (["gate", "/nonexistent"], "not found"),
     (["sacct", "/nonexistent.psv"], "cannot read"),
     (["validate", "mystery.bin"], "pass --kind"),
+    # (a device such as /dev/zero would be read for ever; /dev/null stands in for it)
+    (["validate", "/dev/null", "--kind", "trial"], "not a regular file"),
+    (["sacct", "/dev/null"], "not a regular file"),
 ])
 def test_usage_errors_exit_2_with_one_line(argv: list[str], needle: str,
                                            capsys: pytest.CaptureFixture[str]) -> None:
