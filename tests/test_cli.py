@@ -569,3 +569,20 @@ def test_the_findings_limit_holds_however_many_files_reach_their_own() -> None:
     assert len(kept) == 10 + 1 and kept[-1].subject == "study"
     assert [f.rule_id for f in kept[:10]] == ["AUD101"] * 10  # (errors before the summaries)
     assert not_kept == 3000 + (3000 + 3000 - 10)
+
+
+def test_sacct_table_of_a_long_dump_shows_its_first_rows(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A dump of thousands of allocations prints the first few in its table (rich took
+    seconds a thousand rows to lay them out) and says so; --json gives every one."""
+    dump = tmp_path / "long.psv"
+    dump.write_text("".join(
+        f"900_{n}|{1000 + n}|train|COMPLETED|0:0|2026-09-15T18:00:00|2026-09-15T18:01:00|60|"
+        "billing=8,cpu=8,gres/gpu=1,node=1|n1|None\n" for n in range(250)))
+    assert main(["sacct", str(dump)]) == 0
+    shown = capsys.readouterr().out
+    assert "the first 200 of 250 allocations are shown; --json gives them all" in shown
+    assert "900_199" in shown and "900_200" not in shown
+    assert "250 allocations; 15,000 GPU-seconds" in shown
+    assert main(["sacct", str(dump), "--json"]) == 0
+    assert len(orjson.loads(capsys.readouterr().out)["jobs"]) == 250

@@ -78,6 +78,10 @@ def summary_view(summary: dict[str, Any]) -> Group:
     return Group(verdicts, configs, integrity, *lines)
 
 
+MAX_SACCT_ROWS = 200
+"""Allocations ``auditor sacct`` shows in its table (``--json`` gives every one)."""
+
+
 def sacct_view(dump: SacctDump, summary: dict[str, Any]) -> Group:
     """``auditor sacct``: one row per allocation, steps folded in, then totals."""
     table = Table(title=f"sacct: {dump.path}", show_header=True)
@@ -85,7 +89,8 @@ def sacct_view(dump: SacctDump, summary: dict[str, Any]) -> Group:
                             ("exit", "right"), ("elapsed s", "right"), ("gpus", "right"),
                             ("GPU-s", "right"), ("failing steps", "left")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    for job in summary["jobs"]:
+    jobs = summary["jobs"]
+    for job in jobs[:MAX_SACCT_ROWS]:
         bad_steps = [f"{s['step']} {s['state']} {s['exit_code']}:{s['signal']}"
                      for s in job["steps"] if s["state"] not in ("COMPLETED", "RUNNING",
                                                                  "PENDING")]
@@ -101,7 +106,11 @@ def sacct_view(dump: SacctDump, summary: dict[str, Any]) -> Group:
         )
     totals = summary["totals"]
     states = ", ".join(f"{state} {n}" for state, n in sorted(totals["states"].items()))
-    footer = Text(f"{totals['jobs']} allocations; {totals['gpu_seconds']:,} GPU-seconds "
+    footer = Text(f"{totals['jobs']:,} allocations; {totals['gpu_seconds']:,} GPU-seconds "
                   f"({totals['gpu_seconds'] / 3600:.6f} GPU-hours); states: {states}")
     notes = [safe(f"{f.rule_id} {f.message}") for f in dump.findings[:20]]
+    if len(jobs) > MAX_SACCT_ROWS:  # (a table of thousands is read by no one, and takes
+        # rich seconds a thousand rows to lay out)
+        notes.insert(0, Text(f"the first {MAX_SACCT_ROWS} of {len(jobs):,} allocations are "
+                             "shown; --json gives them all"))
     return Group(table, footer, *notes)
