@@ -11,8 +11,9 @@ and it never holds more than one chunk plus one clipped line in memory.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator
-from typing import BinaryIO, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 from auditor.model import FileDigest
 
@@ -149,6 +150,44 @@ def sha256_file(path: str) -> FileDigest:
         reader = HashingReader(handle)
         reader.drain()
         return reader.digest()
+
+
+def printable(text: str) -> str:
+    """``text`` as valid UTF-8: a file name's undecodable byte (kept by the file system
+    decoding as a lone surrogate, so the file can still be opened) becomes ``\\xNN``, any
+    other lone surrogate ``\\uNNNN``. Outputs (Parquet, JSON, markdown, the terminal)
+    cannot hold lone surrogates."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join(
+            f"\\x{ord(ch) - 0xDC00:02x}" if "\udc80" <= ch <= "\udcff"
+            else f"\\u{ord(ch):04x}" if "\ud800" <= ch <= "\udfff" else ch
+            for ch in text)
+    return text
+
+
+def unprintable(text: str) -> str:
+    """The file name :func:`printable` made ``text`` from (its ``\\xNN`` of 80-FF back to
+    the bytes the file system decoding keeps as lone surrogates)."""
+    if "\\x" not in text:
+        return text
+    return re.sub(r"\\x([89a-f][0-9a-f])", lambda m: chr(0xDC00 + int(m.group(1), 16)), text)
+
+
+def printable_json(value: Any) -> Any:
+    """``value`` (JSON-like) with every string :func:`printable`."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable_json(k): printable_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [printable_json(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(printable_json(v) for v in value)
+    return value
 
 
 def counted(n: int, thing: str) -> str:

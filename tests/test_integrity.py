@@ -643,3 +643,37 @@ def test_a_rank_whose_completion_phase_raised_is_named_with_its_error(tmp_path: 
             "without error; rank 2: actor_update step 1 raised "
             "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
             "remote process exited.") in text
+
+
+def test_names_that_are_not_utf8_and_paths_with_nul_are_findings_not_crashes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file or directory name that is not UTF-8 (an unlisted file, a stray period record,
+    an arm or pair directory) is reported with its odd bytes as \\xNN in every output, and
+    verify still finds it; a manifest path holding a NUL byte is unsafe. Both exited 3."""
+    import os as os_
+
+    root = copy_example(tmp_path)
+    attempt = root / "host-qwen25-7b-gsm8k-c2-s161-4gpu" / "attempt-5055845"
+    raw = os_.fsencode(attempt)
+    for name in (b"/bad\xff.json",):
+        with open(raw + name, "wb") as handle:
+            handle.write(b"{}")
+    pairs = os_.fsencode(root / "pairs")
+    os_.mkdir(pairs + b"/p\xfd")
+    with open(pairs + b"/p\xfd/period-1.json", "wb") as handle:
+        handle.write(b"{}")
+    edit_record(root / "pairs/host-qwen25-7b-gsm8k-c2-s162/period-1.json",
+                lambda record: record["evidence"][0].__setitem__(
+                    "path", record["evidence"][0]["path"] + "\u0000x"))
+    for jobs in ("1", "2"):
+        out = tmp_path / f"out-{jobs}"
+        summary = audit(root, out, "--jobs", jobs)
+        status = _evidence(out)
+        assert status["host-qwen25-7b-gsm8k-c2-s161-4gpu/attempt-5055845/bad\\xff.json"] == \
+            "unlisted"
+        assert [s for p, s in status.items() if "\u0000" in p or "\\u0000" in p] == ["unsafe"]
+        assert summary["integrity"]["unsafe_paths"] == 1
+        text = (out / "diagnostic.md").read_text(encoding="utf-8")
+        assert "bad\\xff.json" in text and "NUL byte in the path" in text
+        assert main(["verify", str(out)]) == 0
+        capsys.readouterr()

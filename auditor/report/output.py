@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import orjson
 
 from auditor import __version__
-from auditor._io import sha256_file
+from auditor._io import printable, printable_json, sha256_file, unprintable
 from auditor._process import signals_deferred
 from auditor.errors import OutputError, VerifyError
 from auditor.validate.paths import join_text
@@ -202,7 +202,7 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
         if plots:
             for name, png in _drawn(drawing) or draw_plots(data):
                 put(name, png)
-        put("diagnostic.md", render_markdown(result, written).encode("utf-8"))
+        put("diagnostic.md", printable(render_markdown(result, written)).encode("utf-8"))
         with open(staging / MANIFEST, "wb") as handle:
             write_manifest(result, written, handle)
             handle.flush()
@@ -327,11 +327,18 @@ def write_manifest(result: AuditResult, written: list[tuple[str, str, int]],
         empty = True
         while chunk := list(islice(entries, MANIFEST_CHUNK)):
             # each entry indented to its depth (orjson escapes newlines inside strings)
-            text = b",\n".join(orjson.dumps(entry, option=orjson.OPT_INDENT_2) for entry in chunk)
+            text = b",\n".join(_entry_json(entry) for entry in chunk)
             handle.write((b"" if empty else b",") + b"\n    " + text.replace(b"\n", b"\n    "))
             empty = False
         handle.write(b"]" if empty else b"\n  ]")
     handle.write(b"\n}\n")
+
+
+def _entry_json(entry: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(entry, option=orjson.OPT_INDENT_2)
+    except orjson.JSONEncodeError:  # (a lone surrogate: a file name that is not UTF-8)
+        return orjson.dumps(printable_json(entry), option=orjson.OPT_INDENT_2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,7 +387,12 @@ def verify_outputs(out: Path) -> tuple[list[Difference], int]:
             entries.append((group, item["path"], location, item["sha256"], item["size"]))
     for group, path, location, sha256, size in entries:
         try:
-            digest = sha256_file(location)
+            try:
+                digest = sha256_file(location)
+            except FileNotFoundError:  # (a name that is not UTF-8 is listed printable)
+                if unprintable(location) == location:
+                    raise
+                digest = sha256_file(unprintable(location))
         except FileNotFoundError:
             differences.append(Difference(group, path, "missing"))
         except OSError as error:

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from auditor import __version__
+from auditor._io import printable_json
 from auditor.audit import AuditResult
 from auditor.model import Severity, VerdictKind
 from auditor.reason.engine import GateResult, Reasoning
@@ -136,4 +137,7 @@ def _study_name(result: AuditResult) -> str:
 def dumps(document: dict[str, Any]) -> bytes:
     """Stable JSON bytes (sorted keys would reorder the contract's keys; insertion order is
     already deterministic)."""
-    return orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
+    try:
+        return orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
+    except orjson.JSONEncodeError:  # (a lone surrogate: a file name that is not UTF-8)
+        return orjson.dumps(printable_json(document), option=orjson.OPT_INDENT_2) + b"\n"

@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from auditor._io import printable_json
 from auditor.audit import AuditResult
 from auditor.report.summary import reasoning_of
 
@@ -233,7 +234,7 @@ def write_table(name: str, result: AuditResult, sink: io.RawIOBase) -> int:
         while chunk := list(islice(rows, BATCH_ROWS)):
             columns = zip(*chunk, strict=True)
             pending.append(pa.RecordBatch.from_arrays(
-                [pa.array(column, type=column_field.type)
+                [_array(column, column_field.type)
                  for column, column_field in zip(columns, schema, strict=True)],
                 schema=schema))
             pending_rows += len(chunk)
@@ -245,6 +246,15 @@ def write_table(name: str, result: AuditResult, sink: io.RawIOBase) -> int:
             _write_group(writer, pending, schema)
             total += pending_rows
     return total
+
+
+def _array(column: tuple[Any, ...], kind: pa.DataType) -> pa.Array:
+    """One column as Arrow; a text with a lone surrogate (a file name that is not UTF-8)
+    is written :func:`auditor._io.printable` (in lists and records too)."""
+    try:
+        return pa.array(column, type=kind)
+    except UnicodeEncodeError:
+        return pa.array([printable_json(v) for v in column], type=kind)
 
 
 def _write_group(writer: pq.ParquetWriter, batches: list[pa.RecordBatch],

@@ -14,7 +14,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from auditor._io import counted
+from auditor._io import counted, printable
 from auditor.model import SacctDump
 
 _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?|"
@@ -23,7 +23,7 @@ _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?
 
 def safe(text: object) -> Text:
     """Evidence text as inert rich Text."""
-    return Text(_CONTROL.sub("", str(text)))
+    return Text(_CONTROL.sub("", printable(str(text))))
 
 
 def summary_view(summary: dict[str, Any]) -> Group:

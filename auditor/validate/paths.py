@@ -37,7 +37,7 @@ def join_text(*parts: str) -> str | None:
     for part in parts:
         wrapped = f"/{part}/"
         if (not part or "\\" in part or part[1:2] == ":" or "//" in wrapped
-                or "/./" in wrapped or "/../" in wrapped):
+                or "/./" in wrapped or "/../" in wrapped or "\0" in part):
             return _join_pieces(parts)
     return "/".join(parts) if parts else None  # the usual case: already normal
 
@@ -46,8 +46,8 @@ def _join_pieces(parts: tuple[str, ...]) -> str | None:
     pieces: list[str] = []
     for part in parts:
         text = part.replace("\\", "/")
-        if not text or text[0] == "/" or (len(text) > 1 and text[1] == ":"):
-            return None
+        if not text or text[0] == "/" or (len(text) > 1 and text[1] == ":") or "\0" in text:
+            return None  # (no file name holds a NUL: the system cannot even be asked)
         for piece in text.split("/"):
             if piece == "..":
                 return None
@@ -62,6 +62,8 @@ def unsafe_reason(*parts: str) -> str:
         text = part.replace("\\", "/")
         if not text:
             return "empty path"
+        if "\0" in text:
+            return "NUL byte in the path"
         if text.startswith("/") or (len(text) > 1 and text[1] == ":"):
             return "absolute path"
         if ".." in PurePosixPath(text).parts:
