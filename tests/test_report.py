@@ -7,13 +7,14 @@ import os
 import re
 from pathlib import Path
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from auditor._cli import main
 from auditor.report.markdown import code_block, code_span, md_escape
-from tests.helpers import EXAMPLE, audit, find, outcome_study, rewrite
+from tests.helpers import EXAMPLE, audit, copy_example, find, outcome_study, rewrite
 
 GOLDEN = Path(__file__).parent / "golden" / "example_diagnostic.md"
 HOSTILE = ("torch.OutOfMemoryError: <img src=x> [click](http://evil.example) "
@@ -260,3 +261,23 @@ def test_output_directory_is_as_readable_as_the_umask_allows(tmp_path: Path) -> 
             os.umask(old)
         assert out.stat().st_mode & 0o777 == mode
         assert (out / "diagnostic.md").stat().st_mode & 0o777 == mode & 0o666
+
+
+def test_hostile_names_in_records_stay_inert_when_the_report_is_rendered(
+        tmp_path: Path) -> None:
+    """A workload name carrying a backtick, raw HTML and a javascript link (copied into the
+    headline's configuration list) stays text in code, even rendered with raw HTML on."""
+    from markdown_it import MarkdownIt
+
+    root = copy_example(tmp_path)
+    hostile = "x` <img src=x onerror=alert(9)> [a](javascript:alert(9)) `y\x1b[31m"
+    for record in sorted((root / "pairs").glob("host-qwen25-7b-gsm8k-c2-s16*/period-*.json")):
+        document = orjson.loads(record.read_bytes())
+        document["workload"] = hostile
+        record.write_bytes(orjson.dumps(document))
+    audit(root, tmp_path / "out")
+    text = (tmp_path / "out" / "diagnostic.md").read_text()
+    assert "\x1b" not in text
+    rendered = MarkdownIt("commonmark", {"html": True}).render(text)
+    assert "<img" not in rendered.replace("&lt;img", "")
+    assert 'href="javascript:' not in rendered

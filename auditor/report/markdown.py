@@ -148,7 +148,7 @@ def _without_element(reasoning: Reasoning) -> str:
     jobs = reasoning.accounting.jobs_without_element
     if not jobs:
         return ""
-    named = ", ".join(f"`{md_escape(j)}`" for j in jobs[:MAX_NAMED_PERIODS])
+    named = ", ".join(code_span(j) for j in jobs[:MAX_NAMED_PERIODS])
     more = f" and {len(jobs) - MAX_NAMED_PERIODS:,} more" if len(jobs) > MAX_NAMED_PERIODS else ""
     return (f" **The scheduler's dump has no element row for "
             f"{'job' if len(jobs) == 1 else 'jobs'} {named}{more}** (of the attempts' jobs): "
@@ -164,7 +164,7 @@ def _headline(result: AuditResult, reasoning: Reasoning) -> str:
     last = max(ends, key=lambda item: item[0])[1] if ends else None
     date = f" — {utc_seconds(last.end)[:10]}" if last is not None else ""
     lines = [f"# Audit of {md_escape(_study(result))}{date}", ""]
-    arrays = ", ".join(f"`{a}`" for a in _arrays(result)) or "(no array id recorded)"
+    arrays = ", ".join(code_span(a) for a in _arrays(result)) or "(no array id recorded)"
     if elements:
         exits = _exits(result)
         states = Counter(f"{e.state} {exits.get(e.job_id, '')}".strip() for e in elements)
@@ -173,9 +173,9 @@ def _headline(result: AuditResult, reasoning: Reasoning) -> str:
             every = ("The one array element" if len(elements) == 1 else
                      "Both array elements" if len(elements) == 2 else
                      f"All {number(len(elements))} array elements")
-            sentence = f"{every} of {arrays} ended `{state}`"
+            sentence = f"{every} of {arrays} ended {code_span(state)}"
         else:
-            listed = ", ".join(f"{number(n)} `{s}`" for s, n in sorted(states.items()))
+            listed = ", ".join(f"{number(n)} {code_span(s)}" for s, n in sorted(states.items()))
             sentence = f"The {number(len(elements))} array elements of {arrays} ended: {listed}"
         oom = any(job.state == "OUT_OF_MEMORY" or any(s.state == "OUT_OF_MEMORY"
                                                      for s in job.steps)
@@ -186,7 +186,7 @@ def _headline(result: AuditResult, reasoning: Reasoning) -> str:
         if last is not None:
             index = f"index {last.array_task_id} / " if last.array_task_id is not None else ""
             job = last.job_id_raw or last.job_id
-            lines[-1] += (f" The last element, {index}actual job `{job}`, ended at "
+            lines[-1] += (f" The last element, {index}actual job {code_span(job)}, ended at "
                           f"**{utc_seconds(last.end, with_date=False)} UTC**.")
         lines[-1] += _without_element(reasoning)
     else:
@@ -271,7 +271,7 @@ def _reconstruction(reasoning: Reasoning) -> str:
                 every = "all" if len(resolved) > 2 else "both"
                 text += f", {every} {next(iter(gpu_set))}-GPU {outcome_word}"
         text += (". Evaluation is restricted to that resolved subset: "
-                 + ", ".join(f"`{c.key}`" for c in resolved) + ".")
+                 + ", ".join(code_span(c.key) for c in resolved) + ".")
     else:
         text += ". No configuration can enter the evaluation."
     gate = reasoning.gate
@@ -553,7 +553,7 @@ def _accounting(result: AuditResult, reasoning: Reasoning) -> str:
         f"{acc.allocation_gpu_seconds / 3600:.9f} GPU-hours**"
         + (f", over the {number(len(acc.elements))} elements the scheduler's dump reports: "
            f"{counted(len(missing), 'attempt job')} without an element row "
-           f"({', '.join(f'`{md_escape(j)}`' for j in missing[:MAX_NAMED_PERIODS])}"
+           f"({', '.join(code_span(j) for j in missing[:MAX_NAMED_PERIODS])}"
            f"{', ...' if len(missing) > MAX_NAMED_PERIODS else ''}) "
            f"{'is' if len(missing) == 1 else 'are'} not counted, and "
            f"{'its' if len(missing) == 1 else 'their'} reservation scope counts the period's "
@@ -656,7 +656,8 @@ def _provenance(result: AuditResult, outputs: Sequence[tuple[str, str, int]]) ->
     lines = ["## Provenance", ""]
     protocol = collected.protocol
     if protocol.path and protocol.digest:
-        lines.append(f"Protocol `{md_escape(protocol.name)}` from `{protocol.path}`, SHA-256 "
+        lines.append(f"Protocol {code_span(protocol.name)} from {code_span(protocol.path)}, "
+                     "SHA-256 "
                      f"`{protocol.digest.sha256}`.")
     else:
         lines.append("No `protocol.json`: the built-in default rules applied.")
@@ -670,7 +671,7 @@ def _provenance(result: AuditResult, outputs: Sequence[tuple[str, str, int]]) ->
                   if collected.execution_commits is None else
                   "DIFFERS from `execution_commits.json` for some pairs (see findings)")
         lines.append("Commit(s) recorded by the period records: "
-                     + ", ".join(f"`{md_escape(c)}`" for c in commits) + f"; {pinned}.")
+                     + ", ".join(code_span(c) for c in commits) + f"; {pinned}.")
     anchors = anchor_status(collected, result.options)
     if anchors:
         lines += ["", "Anchors:", ""]
