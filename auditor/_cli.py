@@ -34,7 +34,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors as :class:`UsageError` (exit 2, one line)."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message} (see --help)")
+        command = self.prog.removeprefix("auditor").strip()  # (the line says "auditor" once)
+        raise UsageError(f"{command + ': ' if command else ''}{message} (see --help)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -123,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _preload(args.command)
         return handler(args)
     except AuditorError as error:
-        print(f"auditor: error: {error.diagnostics()}", file=sys.stderr)
+        print(f"auditor: error: {_inert(error.diagnostics())}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
         return _interrupted_exit()
@@ -134,9 +135,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _interrupted_exit()
         if debug:
             traceback.print_exc()
-        print(f"auditor: internal error: {type(error).__name__}: {error} (a bug; rerun with "
-              "--debug for the traceback)", file=sys.stderr)
+        print(f"auditor: internal error: {type(error).__name__}: {_inert(str(error))} (a bug; "
+              "rerun with --debug for the traceback)", file=sys.stderr)
         return 3
+
+
+def _inert(text: str) -> str:
+    """``text`` (which may quote a path or argument the user gave) as one line a terminal
+    shows as it is: control characters (escape sequences, newlines) as ``\\xNN``, a name
+    that is not UTF-8 as :func:`auditor._io.printable` writes it."""
+    from auditor._io import printable
+
+    return "".join(f"\\x{ord(ch):02x}" if ch < " " or "\x7f" <= ch <= "\x9f" else ch
+                   for ch in printable(text))
 
 
 PRELOAD = {
@@ -284,8 +295,9 @@ def _audit(args: argparse.Namespace) -> int:
               _split_pairs(args.protocol_input, "--protocol-input")]
     if args.source and args.source_root is None:
         raise UsageError("--source needs --source-root")
-    if args.jobs < 0:
-        raise UsageError("--jobs must be 0 (the CPUs this process may use) or more")
+    if not 0 <= args.jobs <= MAX_JOBS:
+        raise UsageError(f"--jobs must be 0 (the CPUs this process may use) to {MAX_JOBS} "
+                         "(each reader holds tens of MB)")
     for flag, value in (("--max-findings", args.max_findings),
                         ("--max-findings-per-file", args.max_findings_per_file),
                         ("--max-quote", args.max_quote)):
@@ -374,6 +386,9 @@ def _plotter() -> Any:
     return Plotter()
 
 
+MAX_JOBS = 256
+"""The most readers ``--jobs`` may ask for (99999 once started thousands, and the OOM
+killer)."""
 PROGRESS_EVERY = 30.0
 """Seconds between progress lines when stderr is not a terminal (a batch job's log): a
 long audit says how far it has come, a short one prints nothing."""

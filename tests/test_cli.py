@@ -29,6 +29,9 @@ def _one_line_error(capsys: pytest.CaptureFixture[str], needle: str) -> None:
     (["audit", "/nonexistent/study", "--out", "x"], "does not exist"),
     (["frobnicate"], "invalid choice"),
     (["audit", str(EXAMPLE), "--jobs", "-1"], "--jobs"),
+    (["audit", str(EXAMPLE), "--jobs", "99999"], "to 256"),
+    (["audit", "/nonexistent/\x1b[31mred"], "/nonexistent/\\x1b[31mred: evidence root"),
+    (["--bogus"], "auditor: error: unrecognized arguments: --bogus"),
     (["audit", str(EXAMPLE), "--waive", "AUD201:x"], "needs its own --reason"),
     (["audit", str(EXAMPLE), "--reason", "r"], "--reason TEXT without its --waive"),
     (["audit", str(EXAMPLE), "--waive", "AUD999:x", "--reason", "r"], "unknown rule"),
@@ -586,3 +589,13 @@ def test_sacct_table_of_a_long_dump_shows_its_first_rows(
     assert "250 allocations; 15,000 GPU-seconds" in shown
     assert main(["sacct", str(dump), "--json"]) == 0
     assert len(orjson.loads(capsys.readouterr().out)["jobs"]) == 250
+
+
+def test_sacct_table_without_exit_codes_shows_no_none(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A dump captured without ExitCode shows a failing step by its state alone."""
+    dump = tmp_path / "states.psv"
+    dump.write_text("900_1|1001|train|FAILED\n900_1.0|1001.0|python|FAILED\n")
+    assert main(["sacct", str(dump), "--format", "JobID,JobIDRaw,JobName,State"]) == 0
+    shown = capsys.readouterr().out
+    assert "0 FAILED" in shown and "None" not in shown

@@ -91,7 +91,8 @@ def sacct_view(dump: SacctDump, summary: dict[str, Any]) -> Group:
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     jobs = summary["jobs"]
     for job in jobs[:MAX_SACCT_ROWS]:
-        bad_steps = [f"{s['step']} {s['state']} {s['exit_code']}:{s['signal']}"
+        bad_steps = [f"{s['step']} {s['state']}"
+                     + ("" if s["exit_code"] is None else f" {s['exit_code']}:{s['signal']}")
                      for s in job["steps"] if s["state"] not in ("COMPLETED", "RUNNING",
                                                                  "PENDING")]
         exit_text = "" if job["exit_code"] is None else f"{job['exit_code']}:{job['signal']}"
