@@ -195,6 +195,9 @@ _RULES: tuple[Rule, ...] = (
          "sacct reports TIMEOUT, CANCELLED, PREEMPTED or DEADLINE for a job whose last "
          "attempt had exited 0 before the job ended: the attempt's verdict stands.",
          "{subject}: {detail}", W),
+    Rule("AUD217", "configuration-unexpected", "Configuration the protocol does not list",
+         "Periods ran a (workload, gpus) that protocol.json does not list: the configuration "
+         "stays unresolved and out of the inclusion list.", "{subject}: {detail}", E),
     Rule("AUD215", "waived", "Finding waived",
          "A finding was waived on the command line; it no longer blocks its subject.",
          "{subject}: {waived_rule} waived: {reason}", W),

@@ -340,6 +340,12 @@ def _log_cut(root: Path, tmp: Path) -> list[str]:
     return []
 
 
+@scenario("AUD217")
+def _unexpected_configuration(root: Path, tmp: Path) -> list[str]:
+    edit_record(_record(root), lambda record: record.__setitem__("workload", "bogus"))
+    return []
+
+
 @scenario("AUD216")
 def _ended_after_exit(root: Path, tmp: Path) -> list[str]:
     rewrite(root, "accounting/sacct-raw.psv",  # (the completed period's job)
@@ -445,3 +451,19 @@ def test_a_job_ended_after_a_clean_exit_keeps_its_verdict_and_says_so(
     summary = audit(root, tmp_path / "before")
     word = "time_limit" if state == "TIMEOUT" else "cancelled"
     assert verdicts(summary)[subject] == ("unresolved", word)
+
+
+def test_a_configuration_the_protocol_does_not_list_is_never_included(
+        clean: Path, tmp_path: Path) -> None:
+    """A period whose workload protocol.json does not list (renamed, mistyped) leaves its
+    configuration unresolved, with AUD217, and out of the gate's inclusion list."""
+    from tests.helpers import audit
+
+    root = tmp_path / "study"
+    shutil.copytree(clean, root)
+    edit_record(_record(root), lambda record: record.__setitem__("workload", "bogus"))
+    summary = audit(root, tmp_path / "out")
+    status = {f"{c['workload']}@{c['gpus']}": c["status"] for c in summary["configurations"]}
+    assert status["bogus@4"] == "unresolved"
+    assert not [c for c in summary["gate_allow_partial"]["included_configurations"]
+                if c.startswith("bogus")]

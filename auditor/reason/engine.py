@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from auditor._io import clip
+from auditor._io import clip, counted
 from auditor.catalogue import finding
 from auditor.model import (
     AllocatorTrace,
@@ -1000,6 +1000,14 @@ def _configurations(
         seeds = tuple(sorted({p.record.seed for p, _ in members if p.record.seed is not None}))
         missing = tuple(s for s in expected.get(key, ()) if s not in seeds)
         subject = f"{key[0]}@{key[1]}"
+        unexpected = bool(expected) and key not in expected \
+            and collected.protocol.path is not None  # (a protocol.json says what is run)
+        if unexpected:  # (a renamed or mistyped workload: never in the inclusion list)
+            findings.append(finding(
+                "AUD217", subject, [Citation(members[0][0].record.path, pointer="/workload",
+                                             quote=key[0])],
+                detail=f"{counted(len(members), 'period')} of {key[0]} with {key[1]} GPUs, "
+                       f"a configuration {collected.protocol.path} does not list"))
         if missing or not members:
             findings.append(finding(
                 "AUD213", subject, [Citation(collected.protocol.path or "protocol.json",
@@ -1008,7 +1016,8 @@ def _configurations(
                 else "no period covers this configuration",
             ))
         kinds = {v.verdict for _, v in members}
-        resolved = bool(members) and not missing and VerdictKind.UNRESOLVED not in kinds
+        resolved = bool(members) and not missing and not unexpected \
+            and VerdictKind.UNRESOLVED not in kinds
         outcome: str | None = None
         if resolved:
             outcome = ("completed" if kinds == {VerdictKind.RESOLVED} else
@@ -1089,6 +1098,9 @@ def _gate_reasons(collected: Collected, verdicts: list[Verdict], findings: list[
             reasons.append(GateReason("AUD213", config.key,
                                       f"configuration {config.key} unresolved: missing seed(s) "
                                       f"{', '.join(map(str, config.missing_seeds))}", False))
+    reasons.extend(GateReason("AUD217", item.subject, f"configuration {item.subject} "
+                              "unresolved: the protocol does not list it", False)
+                   for item in findings if item.rule_id == "AUD217")
     return reasons
 
 
