@@ -15,6 +15,7 @@ import heapq
 import io
 import math
 import os
+import re
 from collections import Counter, deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -55,6 +56,8 @@ from auditor.model import (
 )
 from auditor.validate.paths import PathCheck, check_path, join_text
 
+_COUNTED_NOT_KEPT = re.compile(r"(\d+) further findings not kept \(cap \d+\)$")
+"""The count in an ``AUD013``'s message (the catalogue's template)."""
 CAP_SUMMARIES = frozenset({"AUD013", "AUD016"})
 """Findings that report a cap: never dropped by the per-file cap (the study's counts them)."""
 T = TypeVar("T")
@@ -268,8 +271,9 @@ class AuditResult:
     """A cap was reached (``AUD013``, ``AUD016``): some findings or phase records were
     counted, not kept."""
     findings_not_kept: int = 0
-    """Findings counted but not kept by the audit's limits (``--max-findings``,
-    ``--max-findings-per-file``); a collector's own caps are in its ``AUD013``."""
+    """Findings counted but not kept: by the audit's limits (``--max-findings``,
+    ``--max-findings-per-file``) and by the collectors' own, as they read (each cap reached
+    is an ``AUD013``)."""
 
 
 class Auditor:
@@ -304,6 +308,10 @@ class Auditor:
         reasoning = reason(collected, validation, self.options)
         findings, not_kept = apply_limits(
             [*collected.findings, *validation, *reasoning.findings], self.options)
+        # ...and those a collector counted as it read (a trace of a million bad lines)
+        not_kept += sum(int(found.group(1)) for item in collected.findings
+                        if item.rule_id == "AUD013"
+                        and (found := _COUNTED_NOT_KEPT.search(item.message)))
         return AuditResult(
             collected=collected,
             findings=findings,

@@ -599,3 +599,16 @@ def test_sacct_table_without_exit_codes_shows_no_none(
     assert main(["sacct", str(dump), "--format", "JobID,JobIDRaw,JobName,State"]) == 0
     shown = capsys.readouterr().out
     assert "0 FAILED" in shown and "None" not in shown
+
+
+def test_findings_a_collector_counted_are_counted_as_not_kept(tmp_path: Path) -> None:
+    """A trace whose bad lines pass the reader's own cap is summed up in an AUD013 as it is
+    read; summary.json's not_kept counts those findings too (it said 0)."""
+    from auditor.collect.allocator_trace import FINDINGS_CAP
+
+    root = copy_example(tmp_path)
+    trace = next(root.glob("*/attempt-*/allocator-traces/*.jsonl"))
+    trace.write_bytes(trace.read_bytes() + b"not json\n" * (FINDINGS_CAP + 50))
+    summary = audit(root, tmp_path / "out", "--max-findings-per-file", "1000")
+    assert summary["partial"] is True
+    assert summary["findings"]["not_kept"] == 50

@@ -207,7 +207,7 @@ def _partial_causes(result: AuditResult) -> str:
     causes = []
     if result.findings_not_kept:
         causes.append(f"{counted(result.findings_not_kept, 'finding')} counted but not kept "
-                      "(the audit's findings limits)")
+                      "(findings limits)")
     if caps["AUD013"]:
         causes.append(f"findings capped in {counted(caps['AUD013'], 'place')} (`AUD013`)")
     if caps["AUD016"]:
@@ -619,7 +619,7 @@ def _findings(result: AuditResult) -> str:
     if result.findings_not_kept:
         head = (f"{len(items):,} findings kept: {kinds}; "
                 f"{counted(result.findings_not_kept, 'more finding')} were counted but not "
-                "kept, as the audit's findings limits were reached (`AUD013` says where). "
+                "kept, as findings limits were reached (`AUD013` says where). "
                 "Every finding kept, with all its citations, is in `findings.parquet`.")
     else:
         head = (f"{len(items):,} findings: {kinds}. Every finding, with all its citations, "
