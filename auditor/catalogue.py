@@ -138,7 +138,8 @@ _RULES: tuple[Rule, ...] = (
     Rule("AUD118", "idle-check-failed", "GPUs not left idle",
          "The post-period idle check did not pass (or is absent).", "{subject}: {detail}", E),
     Rule("AUD119", "sacct-element-missing", "No scheduler record for the attempt",
-         "The attempt's job id has no row in the sacct dump (or no dump was given).",
+         "The attempt's job id has no allocation row in the sacct dump (its step rows, if "
+         "any, do not say how the allocation ended).",
          "{subject}: {detail}", W),
     Rule("AUD120", "anchor-mismatch", "Protocol anchor does not match",
          "A protocol input's SHA-256 differs from its expected anchor, or the input is absent.",

@@ -575,6 +575,9 @@ def test_an_attempt_job_missing_from_sacct_is_named_not_silently_left_out(
     summary = audit(root, tmp_path / "out")
     accounting = summary["accounting"]
     assert accounting["jobs_without_element"] == ["5055845"]
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    assert "job 5055845 has no allocation row in the sacct dump" in " ".join(
+        findings[findings["rule_id"] == "AUD119"]["message"])
     assert whole["jobs_without_element"] == []
     assert accounting["allocation_gpu_seconds"] < whole["allocation_gpu_seconds"]
     text = (tmp_path / "out" / "diagnostic.md").read_text()

@@ -250,7 +250,7 @@ def _job_ids(
         element = element_for(sacct, job_id)
         if element is None:
             yield finding("AUD119", subject, [Citation(sacct.path)],
-                          detail=f"job {job_id} has no row in the sacct dump")
+                          detail=f"job {job_id} has no allocation row in the sacct dump")
         elif record.array_job_id and element.array_job_id and \
                 element.array_job_id != record.array_job_id:
             yield finding("AUD111", subject, [Citation(sacct.path, line=element.line)],
