@@ -54,6 +54,7 @@ import orjson
 
 from auditor import catalogue
 from auditor._io import CHUNK_SIZE, HashingReader, Line, clip
+from auditor.collect.jsondoc import has_duplicate_keys
 from auditor.model import AllocatorTrace, Citation, Finding, PhaseRecord
 from auditor.schema import json_type, validate_record
 
@@ -451,7 +452,8 @@ def _fast_batch(scan: _Scan, start: int, lines: list[bytes], hints: int, max_lin
             samples = list(compress(records, map(not_, flags)))
             for index in phase_at:
                 record = records[index]
-                if not _phase_ok(record) or record["started_ns"] > record["finished_ns"]:
+                if not _phase_ok(record) or record["started_ns"] > record["finished_ns"] \
+                        or has_duplicate_keys(lines[index], record):
                     return False
     try:
         pids = list(map(_pid_of, samples))
@@ -671,6 +673,10 @@ def _take(scan: _Scan, record: object, line: int, raw: bytes) -> bool:
             )
         scan.last_seq = seq
     if "phase" in record:
+        if has_duplicate_keys(raw, record):  # (orjson keeps the last value: of an
+            # error_type, say, written twice; which one the writer meant is unknown)
+            scan.add(_not_object(path, line, raw, "a key appears twice in the phase record"))
+            return False
         if not _phase_ok(record):
             _explain(scan, record, line, "phase")
         started, finished = record.get("started_ns"), record.get("finished_ns")

@@ -81,7 +81,7 @@ def load_json(
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as error:
         return None, [_invalid(path, str(error), data, error.lineno, error.pos)]
-    duplicates = _duplicate_keys(data) if _has_duplicate_keys(data, doc) else []
+    duplicates = _duplicate_keys(data) if has_duplicate_keys(data, doc) else []
     if duplicates is None:
         return None, [_invalid(path, "nesting too deep to check for duplicate keys")]
     if duplicates:
@@ -120,7 +120,7 @@ def _invalid(
     )
 
 
-def _has_duplicate_keys(data: bytes, doc: object) -> bool:
+def has_duplicate_keys(data: bytes, doc: object) -> bool:
     """Whether the text ``data`` (parsed into ``doc``) repeats a key in some object.
 
     Fast way, for text without a backslash: outside strings JSON has one colon per

@@ -662,3 +662,18 @@ def test_phase_records_share_their_repeated_names() -> None:
     assert first.role is last.role and first.phase is last.phase
     assert first.error_type is last.error_type
     assert kept < 420 * len(lines)  # about 340 bytes a record; 530 with a copy of each name
+
+
+def test_a_phase_record_with_a_key_twice_is_aud003_and_not_kept() -> None:
+    """orjson keeps a repeated key's last value: a raised error_type followed by an empty
+    one would read as a phase that returned. Such a record is refused (AUD003) by both
+    paths, among a batch of samples fast enough to go the fast way."""
+    doubled = line(phase(100, error_type="torch.OutOfMemoryError")).replace(
+        b'"error_type":"torch.OutOfMemoryError"',
+        b'"error_type":"torch.OutOfMemoryError","error_type":""')
+    data = b"".join([*(line(sample(seq)) for seq in range(100)), doubled,
+                     *(line(sample(seq)) for seq in range(101, 300)), line(phase(300))])
+    trace = read(data)
+    assert [(p.line, p.error_type) for p in trace.phases] == [(301, "")]
+    assert [(f.rule_id, f.citations[0].line) for f in trace.findings] == [("AUD003", 101)]
+    assert "a key appears twice" in messages(trace)[0]
