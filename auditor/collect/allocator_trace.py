@@ -453,7 +453,7 @@ def _fast_batch(scan: _Scan, start: int, lines: list[bytes], hints: int, max_lin
             for index in phase_at:
                 record = records[index]
                 if not _phase_ok(record) or record["started_ns"] > record["finished_ns"] \
-                        or has_duplicate_keys(lines[index], record):
+                        or _repeats_a_key(lines[index], record):
                     return False
     try:
         pids = list(map(_pid_of, samples))
@@ -673,7 +673,7 @@ def _take(scan: _Scan, record: object, line: int, raw: bytes) -> bool:
             )
         scan.last_seq = seq
     if "phase" in record:
-        if has_duplicate_keys(raw, record):  # (orjson keeps the last value: of an
+        if _repeats_a_key(raw, record):  # (orjson keeps the last value: of an
             # error_type, say, written twice; which one the writer meant is unknown)
             scan.add(_not_object(path, line, raw, "a key appears twice in the phase record"))
             return False
@@ -749,6 +749,14 @@ def _decode_error(raw: bytes, error: orjson.JSONDecodeError) -> str:
     if not raw.strip():
         return "empty line"
     return clip(str(error), 160)
+
+
+def _repeats_a_key(raw: bytes, record: dict[str, Any]) -> bool:
+    """Whether the line ``raw`` (parsed into ``record``) spells a key twice. Outside its
+    strings JSON holds one colon per key, so a line with as many colons as the record
+    has keys repeats none (nor holds a nested object, or a colon in a string): only the
+    other lines need the full check, which writes the record back."""
+    return raw.count(b":") != len(record) and has_duplicate_keys(raw, record)
 
 
 def _not_object(path: str, line: int, raw: bytes, error: str) -> Finding:
