@@ -283,6 +283,8 @@ class Auditor:
         self.root_arg = Path(root)
         self.options = options or AuditOptions()
         self._pool: ProcessPoolExecutor | None = None
+        self._jobs = self.options.jobs or usable_cpus()
+        """Readers (the CPUs this process may use unless ``--jobs`` says): settled once."""
 
     def run(self) -> Generator[Progress, None, AuditResult]:
         """Collect, validate and reason; yields progress, returns the result.
@@ -457,10 +459,9 @@ class Auditor:
 
     def _pooled(self, tasks: int, total_bytes: int) -> bool:
         """Whether ``tasks`` tasks over ``total_bytes`` listed bytes go to a pool."""
-        jobs = self.options.jobs or usable_cpus()
         small = self.options.jobs == 0 and total_bytes < SMALL_STUDY_BYTES \
             and tasks < SMALL_STUDY_TASKS
-        return jobs > 1 and not small and tasks >= 2
+        return self._jobs > 1 and not small and tasks >= 2
 
     def _open_pool(self) -> ProcessPoolExecutor:
         """The pool (one serves every stage of the collection), started on first use."""
@@ -468,7 +469,7 @@ class Auditor:
             # kept before its workers start: a signal held meanwhile is raised as the
             # block ends, and the pool must then be there for run() to shut down
             context = helper_context()
-            self._pool = ProcessPoolExecutor(max_workers=self.options.jobs or usable_cpus(),
+            self._pool = ProcessPoolExecutor(max_workers=self._jobs,
                                              mp_context=context, initializer=helper_signals,
                                              initargs=helper_args(context))
             with signals_deferred():  # (forked at the first task: born with signals held)
@@ -485,7 +486,7 @@ class Auditor:
             pending = deque(items)  # each task is let go once done
             del items
             return (function(pending.popleft()) for _ in range(len(pending)))
-        jobs = self.options.jobs or usable_cpus()
+        jobs = self._jobs
         # Tasks go to the workers in chunks (fewer messages), but a chunk holds about
         # CHUNK_BYTES of files (by the average task): the last chunk a worker takes is
         # then short work, not seconds of it while the other core idles.
