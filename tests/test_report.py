@@ -37,6 +37,20 @@ def test_example_report_matches_golden_file(tmp_path: Path) -> None:
     assert text == GOLDEN.read_text(), "report changed: rerun with UPDATE_GOLDEN=1 and review"
 
 
+def test_each_quote_stands_beside_the_pointer_or_line_it_was_read_at(tmp_path: Path) -> None:
+    """Two pointers of one file holding the same value keep a quote each (once folded into
+    "(1; eligible_failure)", TOTAL_TRAINING_STEPS read as the status), and a trace's lines
+    each carry their own record."""
+    out = tmp_path / "out"
+    assert main(["audit", str(EXAMPLE), "--out", str(out), "--quiet", "--no-plots"]) == 0
+    text = (out / "diagnostic.md").read_text()
+    assert ("`trial-5055846.json#/invocation/exit_code` \\(1\\), "
+            "`#/dispatch/TOTAL_TRAINING_STEPS` \\(1\\), `#/status` \\(eligible\\_failure\\)"
+            in text)
+    assert ("`allocator-traces/allocator-758712.jsonl:7` \\(actor\\_update step 1\\), "
+            "`:8` \\(weight\\_sync step 1\\)" in text)
+
+
 def test_untrusted_log_text_cannot_inject_markup(tmp_path: Path) -> None:
     root = outcome_study(tmp_path / "study", ["rollout_init_oom"])
     log = find(root, "*/attempt-*/training-*.log")

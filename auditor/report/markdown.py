@@ -388,24 +388,55 @@ def _cite_group(cites: Sequence[Citation], limit: int = 12) -> str:
     parts = []
     for path, group in by_file.items():
         shown = path[len(base):] if base and path.startswith(base) else path
-        lines = sorted({c.line for c in group if c.line is not None})
-        pointers = list(dict.fromkeys(c.pointer for c in group if c.pointer))  # (in the
-        # order of their quotes)
-        where = shown
-        if lines:
-            where += ":" + ",".join(str(n) for n in lines)
-        elif pointers:
-            where += "#" + ",".join(pointers)
-        quoted = [c for c in group if c.quote and c.line is not None] or \
-            [c for c in group if c.quote]
-        text = code_span(where, limit=160)
-        if quoted:
-            distinct = list(dict.fromkeys(clip(c.quote, 160) for c in quoted))[:3]
-            text += " " + md_escape(f"({'; '.join(distinct)})", limit=300)
-        parts.append(text)
+        parts.append(_cite_file(shown, group))
     more = f"; and {len(parts) - limit} more files" if len(parts) > limit else ""
     head = f"{code_span(base, 160)}: " if base else ""
     return head + "; ".join(parts[:limit]) + more
+
+
+QUOTED_PER_FILE = 3
+"""Locations of one file shown with their quotes (the rest are named without)."""
+
+
+def _cite_file(shown: str, group: Sequence[Citation]) -> str:
+    """One file's citations: ``a.jsonl:7`` (quote), ``:8`` (quote); ``t.json#/x`` (quote),
+    ``#/y`` (quote): each quote beside the line or JSON pointer it was read at (lines in
+    order; a file cited by lines is not also cited by pointers). A citation of the whole
+    file shows its quote after the name."""
+    quotes: dict[str, str] = {}  # location -> the first quote given for it
+    if any(c.line is not None for c in group):
+        for cite in sorted((c for c in group if c.line is not None), key=lambda c: c.line or 0):
+            where = f":{cite.line}"
+            quotes[where] = quotes.get(where) or cite.quote or ""
+    else:  # (pointers in the order given: the reasoning's)
+        for cite in group:
+            if cite.pointer:
+                where = f"#{cite.pointer}"
+                quotes[where] = quotes.get(where) or cite.quote or ""
+    located = list(quotes.items())
+    if not located:
+        quote = next((c.quote for c in group if c.quote), "")
+        return code_span(shown, limit=160) + (f" {md_escape(f'({clip(quote, 160)})', limit=300)}"
+                                             if quote else "")
+    pieces = []
+    pending: list[str] = []  # locations without a quote, named together
+    shown_quotes = 0
+    for index, (where, quote) in enumerate(located):
+        name = shown + where if index == 0 else where
+        if quote and shown_quotes < QUOTED_PER_FILE:
+            if pending:
+                pieces.append(code_span(",".join(pending), limit=160))
+                pending = []
+            shown_quotes += 1
+            pieces.append(f"{code_span(name, limit=160)} "
+                          f"{md_escape(f'({clip(quote, 160)})', limit=300)}")
+        elif pending:
+            pending.append(where[1:] if where[0] == ":" else where)
+        else:
+            pending.append(name)
+    if pending:
+        pieces.append(code_span(",".join(pending), limit=160))
+    return ", ".join(pieces)
 
 
 def _emphasise(text: str) -> str:
