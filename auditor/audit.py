@@ -677,6 +677,7 @@ def _read_sacct(task: tuple[Path, str | None, AuditOptions]
         display = rel
         group = "raw_evidence"
     else:
+        findings.append(finding("AUD123", SACCT_PATH, [Citation(SACCT_PATH)]))
         return None, None, inputs, findings
     try:
         with open(path, "rb") as handle:

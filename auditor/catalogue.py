@@ -149,6 +149,13 @@ _RULES: tuple[Rule, ...] = (
          "{subject}: commit {actual} but execution_commits.json pins {expected}", E),
     Rule("AUD122", "source-input-missing", "Source input cannot be read",
          "A --source file could not be read or escapes --source-root.", "{path}: {detail}", E),
+    Rule("AUD123", "sacct-missing", "No scheduler dump",
+         "The study has no accounting/sacct-raw.psv and no --sacct was given: whether an "
+         "element is still pending or running, the allocation scope and the cross-checks "
+         "against the scheduler cannot be established. It fails the gate (as a refused dump, "
+         "AUD009, does) unless waived.",
+         "{path}: no scheduler dump (and no --sacct); element states and the allocation "
+         "scope are unknown", E),
     # ----------------------------------------------------------------- reason
     Rule("AUD201", "terminal-event-missing", "Clean exit without the terminal event",
          "The attempt exited cleanly but its training log lacks the terminal event for the "

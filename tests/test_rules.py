@@ -264,6 +264,12 @@ def _idle(root: Path, tmp: Path) -> list[str]:
     return []
 
 
+@scenario("AUD123")
+def _no_sacct(root: Path, tmp: Path) -> list[str]:
+    (root / "accounting/sacct-raw.psv").unlink()
+    return []
+
+
 @scenario("AUD119")
 def _no_sacct_row(root: Path, tmp: Path) -> list[str]:
     rewrite(root, "accounting/sacct-raw.psv",
@@ -467,3 +473,32 @@ def test_a_configuration_the_protocol_does_not_list_is_never_included(
     assert status["bogus@4"] == "unresolved"
     assert not [c for c in summary["gate_allow_partial"]["included_configurations"]
                 if c.startswith("bogus")]
+
+
+def test_a_study_without_its_scheduler_dump_says_so_and_fails_the_gate(
+        clean: Path, tmp_path: Path) -> None:
+    """No sacct dump: AUD123, the allocation scope unknown (null, never 0), no cross-check
+    claimed against sacct, and the gate fails in both modes (an element may still be
+    pending) unless a reviewer waives it."""
+    from tests.helpers import audit
+
+    root = tmp_path / "study"
+    shutil.copytree(clean, root)
+    before = audit(root, tmp_path / "before")
+    assert before["gate_allow_partial"]["passed"] is True
+    (root / "accounting/sacct-raw.psv").unlink()
+    summary = audit(root, tmp_path / "out")
+    assert summary["accounting"]["allocation_gpu_seconds"] is None
+    assert summary["accounting"]["allocation_gpu_hours"] is None
+    for gate in ("gate", "gate_allow_partial"):
+        assert summary[gate]["passed"] is False
+        assert any("scheduler dump unusable" in r and "sacct-raw.psv" in r
+                   for r in summary[gate]["reasons"])
+    text = (tmp_path / "out" / "diagnostic.md").read_text()
+    assert "**unknown**: no scheduler dump was read" in text
+    assert "device files and sacct" not in text
+    assert "nothing was checked against sacct" in text
+    waived = audit(root, tmp_path / "waived", "--waive", "AUD123:accounting/sacct-raw.psv",
+                   "--reason", "array confirmed finished by the site's admins")
+    assert waived["gate_allow_partial"]["passed"] is True
+

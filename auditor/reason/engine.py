@@ -169,7 +169,8 @@ class ElementCost:
 class Accounting:
     """GPU time in overlapping scopes (never to be added together)."""
 
-    allocation_gpu_seconds: int
+    allocation_gpu_seconds: int | None
+    """None without a scheduler dump (``AUD123``, or a refused one: ``AUD009``)."""
     task_gpu_seconds: float
     reservation_gpu_seconds: float
     wasted_gpu_seconds: float
@@ -1050,7 +1051,8 @@ def _accounting(collected: Collected, outcomes: list[AttemptOutcome],
     missing = sorted({o.job_id for o in outcomes if o.job_id and o.job_id not in accounted}
                      ) if collected.sacct is not None else []
     return Accounting(
-        allocation_gpu_seconds=sum(e.gpu_seconds or 0 for e in elements),
+        allocation_gpu_seconds=sum(e.gpu_seconds or 0 for e in elements)
+        if collected.sacct is not None else None,
         task_gpu_seconds=round(sum(o.task_gpu_seconds for o in outcomes), 6),
         reservation_gpu_seconds=round(sum(o.reservation_gpu_seconds for o in outcomes), 6),
         wasted_gpu_seconds=round(sum(o.task_gpu_seconds for o in wasted), 6),
@@ -1074,6 +1076,10 @@ def _gate_reasons(collected: Collected, verdicts: list[Verdict], findings: list[
         if row.status in rule_for:
             reasons.append(GateReason(rule_for[row.status], row.path,
                                       f"evidence {row.status}: {row.path}", True))
+    reasons.extend(  # (the scheduler's word is evidence too: without it no element's
+        # state, a pending or running one, can be known)
+        GateReason(item.rule_id, item.subject, f"scheduler dump unusable: {item.message}", True)
+        for item in collected.findings if item.rule_id in ("AUD009", "AUD123"))
     for period in collected.periods:
         if not period.record.readable:
             reasons.append(GateReason("AUD011", period.record.path,

@@ -536,15 +536,18 @@ def _cross_checks(result: AuditResult) -> str:
                           for rule in rules if fired[rule])  # (the rules that fired)
         return clean if not count else f"{counted(count, 'finding')} ({named})"
 
+    scheduler = result.collected.sacct is not None  # (what was not there was not checked)
+    sources = "trial, device files and sacct" if scheduler else "trial and device files"
     return (
         f"Cross-checks: the pid and rank of each of the {traces:,} allocator traces against the "
         "period's workers, the device file name and content: "
         f"{outcome(('AUD110', 'AUD113', 'AUD114'), 'all agree')}; job ids across period "
-        "record, attempt directory, trial, device files and sacct: "
+        f"record, attempt directory, {sources}: "
         f"{outcome(('AUD111', 'AUD119'), 'all agree')}; record order and timestamps inside "
-        "the invocation and the allocation: "
-        f"{outcome(('AUD115', 'AUD116', 'AUD117'), 'all consistent')}; post-period idle "
-        f"checks: {idle_ok:,} of {len(periods):,} passed."
+        f"the invocation{' and the allocation' if scheduler else ''}: "
+        f"{outcome(('AUD115', 'AUD116', 'AUD117'), 'all consistent')}"
+        f"{'' if scheduler else ' (no scheduler dump: nothing was checked against sacct)'}; "
+        f"post-period idle checks: {idle_ok:,} of {len(periods):,} passed."
     )
 
 
@@ -578,10 +581,13 @@ def _accounting(result: AuditResult, reasoning: Reasoning) -> str:
         ))
         lines.append("")
     missing = acc.jobs_without_element
+    allocation = (
+        "**unknown**: no scheduler dump was read" if acc.allocation_gpu_seconds is None else
+        f"**{acc.allocation_gpu_seconds:,} GPU-seconds = "
+        f"{acc.allocation_gpu_seconds / 3600:.9f} GPU-hours**")
     lines.append(
         f"Allocation scope (outer elapsed seconds × allocated GPUs, summed over elements): "
-        f"**{acc.allocation_gpu_seconds:,} GPU-seconds = "
-        f"{acc.allocation_gpu_seconds / 3600:.9f} GPU-hours**"
+        f"{allocation}"
         + (f", over the {number(len(acc.elements))} elements the scheduler's dump reports: "
            f"{counted(len(missing), 'attempt job')} without an element row "
            f"({', '.join(code_span(j) for j in missing[:MAX_NAMED_PERIODS])}"

@@ -105,7 +105,8 @@ def build_summary(result: AuditResult) -> dict[str, Any]:
             "unresolved_gpu_seconds": accounting.unresolved_gpu_seconds,
             "wasted_attempts": accounting.wasted_attempts,
             "jobs_without_element": list(accounting.jobs_without_element),
-            "allocation_gpu_hours": round(accounting.allocation_gpu_seconds / 3600, 9),
+            "allocation_gpu_hours": None if accounting.allocation_gpu_seconds is None
+            else round(accounting.allocation_gpu_seconds / 3600, 9),
             "task_gpu_hours": round(accounting.task_gpu_seconds / 3600, 9),
             "reservation_gpu_hours": round(accounting.reservation_gpu_seconds / 3600, 9),
             "scopes_overlap": True,

@@ -69,8 +69,8 @@ def summary_view(summary: dict[str, Any]) -> Group:
                       f"   --allow-partial: {'PASS' if partial['passed'] else 'FAIL'}",
                       "   included: ", safe(", ".join(partial["included_configurations"])
                                             or "none")),
-        Text(f"accounting: allocation {summary['accounting']['allocation_gpu_seconds']:,} "
-             f"GPU-s, task {summary['accounting']['task_gpu_seconds']:,.1f} GPU-s, "
+        Text(f"accounting: allocation {_gpu_seconds(summary['accounting'])}, "
+             f"task {summary['accounting']['task_gpu_seconds']:,.1f} GPU-s, "
              f"reservation {summary['accounting']['reservation_gpu_seconds']:,.1f} GPU-s "
              "(overlapping scopes; never add them)"),
         *notes,
@@ -115,3 +115,9 @@ def sacct_view(dump: SacctDump, summary: dict[str, Any]) -> Group:
         notes.insert(0, Text(f"the first {MAX_SACCT_ROWS} of {len(jobs):,} allocations are "
                              "shown; --json gives them all"))
     return Group(table, footer, *notes)
+
+
+def _gpu_seconds(accounting: dict[str, Any]) -> str:
+    """The allocation scope as shown: unknown without a scheduler dump."""
+    seconds = accounting["allocation_gpu_seconds"]
+    return "unknown (no scheduler dump)" if seconds is None else f"{seconds:,} GPU-s"
