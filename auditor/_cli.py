@@ -513,6 +513,9 @@ def _gate(args: argparse.Namespace) -> int:
     print(f"gate{mode}: {'PASS' if passed else 'FAIL'}")
     included = gate.get("included_configurations", [])
     print("included configurations: " + (", ".join(included) if included else "none"))
+    by_waiver = gate.get("included_by_waiver", [])
+    if by_waiver:
+        print("  unresolved, included by waiver: " + ", ".join(by_waiver))
     for reason in gate.get("reasons", []):
         print(f"  reason: {reason}")
     for waived in gate.get("waived", []):

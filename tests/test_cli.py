@@ -200,8 +200,19 @@ def test_waivers_are_recorded_never_silent(tmp_path: Path,
     assert len(summary["gate"]["waived"]) == 3
     assert [w["matched"] for w in summary["waivers"]] == [1, 1, 1]
     assert summary["gate"]["passed"] is False  # math@4 and code_heavy_tail@4 remain
+    # included, and said to be so only by waiver: its status stays unresolved everywhere
+    status = {f"{c['workload']}@{c['gpus']}": c["status"] for c in summary["configurations"]}
+    assert status["gsm8k@4"] == "unresolved"
+    for gate in ("gate", "gate_allow_partial"):
+        assert summary[gate]["included_by_waiver"] == ["gsm8k@4"]
     text = (tmp_path / "out" / "diagnostic.md").read_text()
     assert "## Waivers" in text and "log loss confirmed by hand" in text
+    assert ("Evaluation is restricted to that resolved subset: `code_heavy_tail@2`, `gsm8k@2`, "
+            "`math@2`, and, by the reviewer's waivers (see Waivers), the unresolved `gsm8k@4`."
+            in text)
+    capsys.readouterr()
+    assert main(["gate", str(tmp_path / "out"), "--allow-partial"]) == 0
+    assert "unresolved, included by waiver: gsm8k@4" in capsys.readouterr().out
 
 
 def test_rules_lists_the_catalogue(capsys: pytest.CaptureFixture[str]) -> None:

@@ -203,6 +203,9 @@ class GateResult:
     included_configurations: tuple[str, ...]
     reasons: tuple[str, ...]
     waived: tuple[str, ...]
+    included_by_waiver: tuple[str, ...] = ()
+    """Included configurations that are unresolved: a reviewer's waivers lifted every reason
+    that kept each out (the rest of the inclusion list resolved)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1131,4 +1134,6 @@ def _gate(configurations: list[ConfigurationResult], reasons: list[GateReason], 
         failing = [r.text for r in active]
         if not configurations:
             failing.append("no configuration found")
-    return GateResult(allow_partial, not failing, tuple(included), tuple(failing), tuple(waived))
+    resolved = {config.key for config in configurations if config.status == "resolved"}
+    return GateResult(allow_partial, not failing, tuple(included), tuple(failing), tuple(waived),
+                      tuple(key for key in included if key not in resolved))

@@ -253,6 +253,7 @@ def _reconstruction(reasoning: Reasoning) -> str:
     text = "Final reconstruction: **" + "; ".join(pieces) + ".**"
     configs = reasoning.configurations
     resolved = [c for c in configs if c.status == "resolved"]
+    waived_in = ", ".join(code_span(key) for key in reasoning.gate_partial.included_by_waiver)
     verb = "resolves" if len(resolved) == 1 else "resolve"
     text += (f" {number(len(resolved)).capitalize()} of {number(len(configs))} configurations "
              f"{verb}")
@@ -271,7 +272,12 @@ def _reconstruction(reasoning: Reasoning) -> str:
                 every = "all" if len(resolved) > 2 else "both"
                 text += f", {every} {next(iter(gpu_set))}-GPU {outcome_word}"
         text += (". Evaluation is restricted to that resolved subset: "
-                 + ", ".join(code_span(c.key) for c in resolved) + ".")
+                 + ", ".join(code_span(c.key) for c in resolved))
+        text += (f", and, by the reviewer's waivers (see Waivers), the unresolved {waived_in}."
+                 if waived_in else ".")
+    elif waived_in:
+        text += (f". Only the reviewer's waivers (see Waivers) let configurations enter the "
+                 f"evaluation: the unresolved {waived_in}.")
     else:
         text += ". No configuration can enter the evaluation."
     gate = reasoning.gate

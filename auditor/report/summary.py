@@ -35,6 +35,7 @@ def gate_json(gate: GateResult) -> dict[str, Any]:
         "included_configurations": list(gate.included_configurations),
         "reasons": list(gate.reasons),
         "waived": list(gate.waived),
+        "included_by_waiver": list(gate.included_by_waiver),
     }
 
 
