@@ -244,10 +244,18 @@ def test_file_without_permission_is_unreadable(tmp_path: Path) -> None:
     assert _evidence(tmp_path / "out")[rel] == "unreadable"
 
 
-def test_unparseable_period_record_still_counts(tmp_path: Path) -> None:
+@pytest.mark.parametrize("damage", ["not json", "a directory"])
+def test_unparseable_period_record_still_counts(tmp_path: Path, damage: str) -> None:
+    """Nothing found on disk drops out: a record that is no JSON, or a directory in its
+    place (the walk once went into it and the period vanished from every output)."""
     root = copy_example(tmp_path)
     record = root / "pairs/host-qwen25-7b-math-c2-s161/period-2.json"
-    record.write_bytes(b"{not json")
+    if damage == "not json":
+        record.write_bytes(b"{not json")
+    else:
+        record.unlink()
+        (record / "inside").mkdir(parents=True)
+        (record / "inside" / "note.txt").write_text("a file inside\n")
     summary = audit(root, tmp_path / "out")
     assert summary["launches"] == 17
     assert verdicts(summary)["host-qwen25-7b-math-c2-s161/period-2"] == (

@@ -58,6 +58,13 @@ def find_period_records(root: Path, regular: set[str] | None = None
                 period_records.append(rel)
             else:
                 stray.append(rel)
+        # a directory in a period record's place is a record that cannot be read: its
+        # period is kept (unresolved), never dropped because the walk went into it
+        for pair in _scandir_sorted(pairs):
+            if _is_real_dir(pair):
+                period_records.extend(f"pairs/{pair.name}/{entry.name}"
+                                      for entry in _scandir_sorted(pair.path)
+                                      if PERIOD_RE.match(entry.name) and _is_real_dir(entry))
     return tuple(sorted(period_records, key=_natural_key)), tuple(stray)
 
 
