@@ -659,12 +659,13 @@ class _Parser:
                 return
             n = len(fmt.fields)
             count = self._count(phys)
-            if (
-                not phys.skip
-                and count >= n
-                and self._fit(phys.text, strict=False)[0] in (_OK, _VALUES)
+            if not phys.skip and (
+                (count >= n and self._fit(phys.text, strict=False)[0] in (_OK, _VALUES))
+                or (count > 1 and self._opens_record(phys.text))
             ):
-                # A line that is a whole row on its own never continues a cut one.
+                # A line that is a whole row on its own, or starts with a job id, never
+                # continues a cut one (rows each a field short would otherwise pair up,
+                # the second one's fields absorbed into a free-text column: misread)
                 self._flush()
                 self._process(phys)
                 return
@@ -722,6 +723,14 @@ class _Parser:
             self.held = (number, text, values)
         else:
             self._row(number, values, text)
+
+    def _opens_record(self, text: str) -> bool:
+        """Whether ``text`` starts with a job id field (the format's first column)."""
+        fmt = self.fmt
+        assert fmt is not None
+        first = fmt.checks[0] if fmt.checks and fmt.checks[0][0] == 0 else None
+        return first is not None and fmt.index.get("jobid") == 0 \
+            and first[1].fullmatch(text.split(fmt.delimiter, 1)[0].strip()) is not None
 
     def _continues_held(self, phys: _Phys) -> bool:
         """Append ``phys`` to the held record when it is the rest of its last value."""

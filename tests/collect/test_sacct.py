@@ -667,6 +667,21 @@ def test_snowman_delimiter_from_header_with_trailing_delimiter() -> None:
     ]
 
 
+@pytest.mark.parametrize("kept", [10, 9])
+def test_rows_each_a_field_short_are_refused_not_paired_up(kept: int) -> None:
+    """Every row of the example's dump cut to its first ``kept`` fields: two short rows
+    joined hold more than 11 fields, and a free-text column could absorb the second row
+    (its step rows vanished, an OUT_OF_MEMORY step with them). A line opening with a job
+    id never continues a cut row, so the dump is refused."""
+    example = Path(__file__).parents[2] / "fixtures/example_study/accounting/sacct-raw.psv"
+    cut = b"".join(b"|".join(line.split(b"|")[:kept]).rstrip(b"\n") + b"\n"
+                   for line in example.read_bytes().splitlines())
+    with pytest.raises(SacctFormatError) as caught:
+        parse_sacct(io.BytesIO(cut), "cut.psv")
+    assert "expected 11 fields" in str(caught.value)
+    assert f"found rows of {kept} fields" in str(caught.value)
+
+
 def test_wrong_field_count_refused() -> None:
     with pytest.raises(SacctFormatError) as caught:
         defect("wrong_format.psv")
