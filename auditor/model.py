@@ -463,6 +463,23 @@ class SacctJob:
             return None
         return self.elapsed_s * self.gpus
 
+    def covers(self, task: int) -> bool:
+        """Whether this pending range (``array_task_spec`` ``2-3``, ``4-8%2``, ``1,5-7:2``)
+        holds array task ``task``; False for any other row."""
+        if self.array_task_spec is None:
+            return False
+        for part in self.array_task_spec.split("%", 1)[0].split(","):
+            span, _, step_text = part.partition(":")
+            first, _, last = span.partition("-")
+            try:
+                low, high = int(first), int(last or first)
+                step = int(step_text or 1)
+            except ValueError:
+                continue
+            if low <= task <= high and step > 0 and (task - low) % step == 0:
+                return True
+        return False
+
 
 @fast_pickle
 @dataclass(frozen=True, slots=True)

@@ -502,3 +502,48 @@ def test_a_study_without_its_scheduler_dump_says_so_and_fails_the_gate(
                    "--reason", "array confirmed finished by the site's admins")
     assert waived["gate_allow_partial"]["passed"] is True
 
+
+def test_an_element_inside_a_pending_range_is_never_passed(clean: Path, tmp_path: Path) -> None:
+    """sacct shows element 2 only inside a pending range (``7000000_[2-3]``): its periods
+    are unresolved (array_partial), not judged from their files alone."""
+    from tests.helpers import audit, verdicts
+
+    root = tmp_path / "study"
+    shutil.copytree(clean, root)
+    dump = (root / "accounting/sacct-raw.psv").read_text()
+    element = next(line for line in dump.splitlines() if line.startswith("7000000_2|"))
+    job = element.split("|")[1]
+    kept = [line for line in dump.splitlines()
+            if not line.startswith(("7000000_2|", "7000000_2."))]
+    kept.append("7000000_[2-3]|7000000|host-capacity|PENDING|0:0|Unknown|Unknown|0||"
+                "None assigned|Priority")
+    (root / "accounting/sacct-raw.psv").write_text("\n".join(kept) + "\n")
+    summary = audit(root, tmp_path / "out")
+    pending = {f"{p['pair']}/period-{p['period']}" for p in summary["periods"]
+               if p["job_id"] == job}
+    assert pending
+    for subject in pending:
+        assert verdicts(summary)[subject] == ("unresolved", "array_partial")
+    assert summary["gate"]["passed"] is False
+
+
+def test_a_pending_range_without_periods_fails_the_gate_but_not_a_partial_one(
+        clean: Path, tmp_path: Path) -> None:
+    """Elements sacct still shows pending, with no period on disk: the array is partial
+    (AUD210); the gate fails, ``--allow-partial`` passes on what resolved."""
+    from tests.helpers import audit
+
+    root = tmp_path / "study"
+    shutil.copytree(clean, root)
+    with (root / "accounting/sacct-raw.psv").open("a") as dump:
+        dump.write("7000000_[40-48]|7000000|host-capacity|PENDING|0:0|Unknown|Unknown|0||"
+                   "None assigned|Priority\n")
+    before = audit(clean, tmp_path / "before")
+    summary = audit(root, tmp_path / "out")
+    assert not [r for r in before["gate"]["reasons"] if r.startswith("array partial: ")]
+    assert [r for r in summary["gate"]["reasons"] if r.startswith("array partial: ")] == [
+        "array partial: 7000000_[40-48]: element 7000000_[40-48] is still PENDING; the array "
+        "is partial"]
+    assert summary["gate"]["passed"] is False
+    assert summary["gate_allow_partial"] == before["gate_allow_partial"]
+

@@ -515,6 +515,11 @@ def _judge_attempt(
     # 2. unfinished element
     job_id = attempt.spec.job_id or (trial.job_id if trial else None)
     element = element_for(collected.sacct, job_id)
+    if element is None and collected.sacct is not None and record.array_task_id is not None:
+        # an element still inside a pending range (``7000000_[2-3]``) has no row of its own
+        element = next((job for job in collected.sacct.jobs
+                        if job.array_job_id == record.array_job_id
+                        and job.covers(record.array_task_id)), None)
     if element is not None and element.state in UNFINISHED_STATES:
         item = finding("AUD210", subject, [Citation(collected.sacct.path if collected.sacct
                                                     else "", line=element.line,
@@ -1110,6 +1115,11 @@ def _gate_reasons(collected: Collected, verdicts: list[Verdict], findings: list[
     reasons.extend(GateReason("AUD217", item.subject, f"configuration {item.subject} "
                               "unresolved: the protocol does not list it", False)
                    for item in findings if item.rule_id == "AUD217")
+    # elements still pending or running that no period covers: the study is not finished
+    # (the periods of those that have one are unresolved, and counted above)
+    reasons.extend(GateReason("AUD210", item.subject, f"array partial: {item.message}", False)
+                   for item in findings
+                   if item.rule_id == "AUD210" and item.subject not in by_subject)
     return reasons
 
 

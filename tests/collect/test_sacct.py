@@ -849,3 +849,18 @@ def test_shuffled_pieces_never_raise_anything_else(pieces: list[str]) -> None:
     for item in dump.jobs:
         worst_step(item)
     summary_json(dump)
+
+
+@pytest.mark.parametrize(("spec", "held", "not_held"), [
+    ("2-3", [2, 3], [1, 4]),
+    ("4-8%2", [4, 6, 8], [3, 9]),
+    ("1,5-9:2", [1, 5, 7, 9], [2, 6, 8, 10]),
+    ("7", [7], [6, 8]),
+])
+def test_a_pending_range_knows_which_tasks_it_holds(spec: str, held: list[int],
+                                                    not_held: list[int]) -> None:
+    row = f"7000000_[{spec}]|7000000|x|PENDING|0:0|Unknown|Unknown|0||None assigned|Priority\n"
+    job = parse_sacct(io.BytesIO(row.encode()), "p.psv").jobs[0]
+    assert job.array_task_spec == spec
+    assert [task for task in held if job.covers(task)] == held
+    assert not [task for task in not_held if job.covers(task)]
