@@ -692,7 +692,7 @@ def _read_sacct(task: tuple[Path, str | None, AuditOptions]
                 reader.drain()
                 findings.append(finding("AUD009", display, [Citation(display)],
                                         error=str(error)))
-                inputs.append(InputFile(group, display, str(path), reader.digest()))
+                inputs.append(InputFile(group, display, os.path.abspath(path), reader.digest()))
                 return None, display, inputs, findings
             reader.drain()
     except OSError as error:
@@ -701,7 +701,7 @@ def _read_sacct(task: tuple[Path, str | None, AuditOptions]
         findings.append(finding("AUD009", display, [Citation(display)],
                                 error=f"cannot read: {error.strerror}"))
         return None, display, inputs, findings
-    inputs.append(InputFile(group, display, str(path), reader.digest()))
+    inputs.append(InputFile(group, display, os.path.abspath(path), reader.digest()))
     findings.extend(dump.findings)
     return dump, display, inputs, findings
 

@@ -623,3 +623,18 @@ def test_findings_a_collector_counted_are_counted_as_not_kept(tmp_path: Path) ->
     summary = audit(root, tmp_path / "out", "--max-findings-per-file", "1000")
     assert summary["partial"] is True
     assert summary["findings"]["not_kept"] == 50
+
+
+def test_verify_finds_a_relative_sacct_path_from_any_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--sacct dump.psv`` given relative to the working directory is pinned by its absolute
+    path: verify run elsewhere found it 'missing' though nothing had changed."""
+    shutil.copy(EXAMPLE / "accounting/sacct-raw.psv", tmp_path / "dump.psv")
+    monkeypatch.chdir(tmp_path)
+    assert main(["audit", str(EXAMPLE), "--out", str(tmp_path / "out"), "--sacct", "dump.psv",
+                 "--quiet", "--no-plots"]) == 0
+    manifest = orjson.loads((tmp_path / "out" / "output_manifest.json").read_bytes())
+    [entry] = [e for e in manifest["source_inputs"] if e["path"] == "dump.psv"]
+    assert entry["absolute"] == str(tmp_path / "dump.psv")
+    monkeypatch.chdir("/")
+    assert main(["verify", str(tmp_path / "out")]) == 0
