@@ -252,9 +252,10 @@ class Collected:
         return counts
 
     def _hashed_evidence(self) -> Iterator[EvidenceFile]:
-        """The evidence rows of listed files that were read and hashed."""
-        return (ef for ef in self.evidence
-                if ef.actual_sha256 is not None and ef.status in ("verified", "mismatched"))
+        """The evidence rows of files that were read and hashed: listed ones, and those
+        no period record lists (read too, so ``auditor verify`` re-checks them)."""
+        return (ef for ef in self.evidence if ef.actual_sha256 is not None
+                and ef.status in ("verified", "mismatched", "unlisted"))
 
 
 @dataclass(frozen=True)

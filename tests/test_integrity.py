@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import hashlib
 import itertools
 import os
 import tempfile
@@ -119,6 +120,12 @@ def test_damaged_study_reports_each_file_with_its_status(tmp_path: Path) -> None
     assert ("4 listed evidence files failed verification; the periods concerned cannot "
             "resolve. 3 files beside the evidence are listed by no period record.") \
         in first_screen
+    # a file no record lists is read too: pinned as an input, so verify re-checks it
+    manifest = orjson.loads((tmp_path / "out" / "output_manifest.json").read_bytes())
+    pinned = {entry["path"]: entry["sha256"] for entry in manifest["raw_evidence"]}
+    assert pinned[unlisted] == hashlib.sha256(b"left behind\n").hexdigest()
+    (root / unlisted).write_text("changed since\n")
+    assert main(["verify", str(tmp_path / "out")]) == 1
 
 
 def test_link_out_of_the_root_is_unsafe_and_never_read(tmp_path: Path) -> None:
