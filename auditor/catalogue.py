@@ -84,6 +84,12 @@ _RULES: tuple[Rule, ...] = (
          "The training log's last line has no newline: the log was cut while it was being "
          "written, so lines after the cut (a terminal line among them) may be lost.",
          "{path}:{line}: the log ends mid-line (no final newline)", W),
+    Rule("AUD018", "evidence-kind-unknown", "Evidence entry of an unknown kind",
+         "A period record lists a file under a kind the contract does not name (trial, "
+         "training_log, allocator_trace, device_evidence): the file is hash-checked but not "
+         "parsed, and an attempt missing that kind is AUD107.",
+         "{path}: {pointer} has kind {kind!r}, not one of trial, training_log, "
+         "allocator_trace, device_evidence; {file} is only hash-checked", W),
     Rule("AUD014", "protocol-invalid", "Protocol file unusable",
          "protocol.json could not be used; built-in defaults apply where it failed.",
          "{path}: {error}", E),

@@ -139,6 +139,37 @@ def _path_mismatch(root: Path, tmp: Path) -> list[str]:
     return []
 
 
+@scenario("AUD018")
+def _kind_unknown(root: Path, tmp: Path) -> list[str]:
+    def typo(record: dict) -> None:
+        [entry] = [e for e in record["evidence"] if e["kind"] == "trial"]
+        entry["kind"] = "trial_record"
+
+    edit_record(_record(root), typo)
+    return []
+
+
+def test_an_unknown_evidence_kind_is_named_and_a_period_zero_path_is_compared(
+        clean: Path, tmp_path: Path) -> None:
+    """A mistyped kind is named where it stands (not only as 'no trial listed'), and a
+    record saved as period-0.json is checked against the period it holds like any other."""
+    root = tmp_path / "study"
+    shutil.copytree(clean, root)
+    _kind_unknown(root, tmp_path)
+    _record(root, 162).rename(_record(root, 162).with_name("period-0.json"))
+    assert main(["audit", str(root), "--out", str(tmp_path / "out"), "--quiet",
+                 "--no-plots"]) == 0
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    messages = dict(zip(findings["rule_id"] + findings["subject"], findings["message"],
+                        strict=True))
+    record = _record(root).relative_to(root).as_posix()
+    assert messages[f"AUD018{record}"] == (
+        f"{record}: /evidence/0 has kind 'trial_record', not one of trial, training_log, "
+        "allocator_trace, device_evidence; trial-7000001.json is only hash-checked")
+    zero = "pairs/host-qwen25-7b-gsm8k-c2-s162/period-0.json"
+    assert "period" in messages[f"AUD015{zero}"]
+
+
 @scenario("AUD016")
 def _phases_capped(root: Path, tmp: Path) -> list[str]:
     from auditor.collect.allocator_trace import PHASES_CAP

@@ -49,6 +49,8 @@ from auditor.schema import validate_document
 PERIOD_LIMIT = DEFAULT_LIMIT
 """Largest period record parsed (bytes)."""
 
+KNOWN_KINDS = frozenset({"trial", "training_log", "allocator_trace", "device_evidence"})
+"""The evidence kinds the contract names (others are hash-checked only: AUD018)."""
 _PERIOD_PATH = re.compile(r"(?:^|/)pairs/(?P<pair>[^/]+)/period-(?P<period>[0-9]+)\.json$")
 _PERIOD_NAME = re.compile(r"period-(?P<period>[0-9]+)")
 
@@ -90,10 +92,19 @@ def read_period(stream: BinaryIO | HashingReader, path: str) -> PeriodRecord:
         )
     else:
         attempts = (_attempt(doc, 0, ""),)
+    for spec in attempts:  # (a typo, "trial_record", would otherwise say only "no trial")
+        for entry in spec.evidence:
+            if entry.kind not in KNOWN_KINDS:
+                findings.append(catalogue.finding(
+                    "AUD018", path, [Citation(path, pointer=f"{entry.pointer}/kind",
+                                              quote=entry.kind)],
+                    pointer=entry.pointer, kind=entry.kind, file=entry.path))
     pair = as_str(doc.get("pair"))
     period = as_int(doc.get("period"))
-    for field, inside, outside in (("pair", pair, path_pair), ("period", period, path_period)):
-        if inside is not None and outside and inside != outside:
+    named = _PERIOD_PATH.search(path) is not None  # (period-0.json names period 0)
+    for field, inside, outside in (("pair", pair, path_pair),
+                                   ("period", period, path_period if named else None)):
+        if inside is not None and outside not in (None, "") and inside != outside:
             findings.append(catalogue.finding(
                 "AUD015", path, [Citation(path, pointer=f"/{field}", quote=str(inside))],
                 field=field, inside=inside, outside=outside))
