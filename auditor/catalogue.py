@@ -207,7 +207,9 @@ _RULES: tuple[Rule, ...] = (
          "{subject}: {detail}", E),
     Rule("AUD216", "ended-after-exit", "Scheduler ended the job after a clean exit",
          "sacct reports TIMEOUT, CANCELLED, PREEMPTED or DEADLINE for a job whose last "
-         "attempt had exited 0 before the job ended: the attempt's verdict stands.",
+         "attempt had exited 0 before the job ended, or the training log holds a slurmstepd "
+         "cancellation line while the trial record says the invocation exited 0: the "
+         "attempt's verdict stands, and the report says why.",
          "{subject}: {detail}", W),
     Rule("AUD217", "configuration-unexpected", "Configuration the protocol does not list",
          "Periods ran a (workload, gpus) that protocol.json does not list: the configuration "

@@ -578,3 +578,26 @@ def test_a_pending_range_without_periods_fails_the_gate_but_not_a_partial_one(
     assert summary["gate"]["passed"] is False
     assert summary["gate_allow_partial"] == before["gate_allow_partial"]
 
+
+def test_a_time_limit_line_after_a_clean_exit_is_said_not_silent(
+        clean: Path, tmp_path: Path) -> None:
+    """The log of a completed attempt (exit 0) ends with slurmstepd's time-limit line: the
+    job was ended after the command returned. The verdict stands, with AUD216 saying why
+    (it was kept without a word)."""
+    from tests.helpers import audit, verdicts
+
+    subject = "host-qwen25-7b-gsm8k-c2-s161/period-1"
+    root = tmp_path / "study"
+    shutil.copytree(clean, root)
+    rewrite(root, _completed(root, "training-*.log"), lambda b: b + (
+        b"slurmstepd: error: *** JOB 7000001 ON gpu-node-03 CANCELLED AT "
+        b"2026-09-15T18:07:09 DUE TO TIME LIMIT ***\n"))
+    summary = audit(root, tmp_path / "out")
+    assert verdicts(summary)[subject] == ("resolved", "completed")
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    said = findings[(findings["rule_id"] == "AUD216") & (findings["subject"] == subject)]
+    assert len(said) == 1
+    assert "the training log says slurmstepd cancelled the job at its time limit" \
+        in said["message"].iloc[0]
+    assert "the attempt's evidence stands" in said["message"].iloc[0]
+

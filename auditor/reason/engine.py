@@ -635,8 +635,9 @@ def _judge_attempt(
     if infra is not None and exit_class.kind == "clean" and infra[0] != "infrastructure_failure":
         from_sacct = infra[1].citations[0].path == (collected.sacct.path
                                                    if collected.sacct else "")
-        ended = _ended_after(infra[1], element, trial, subject) if from_sacct else None
-        if ended is not None or not from_sacct:
+        ended = _ended_after(infra[1], element, trial, subject) if from_sacct else \
+            _cancelled_in_log(infra[1], trial, subject)
+        if ended is not None:
             # exited 0 before the scheduler ended the job (a time limit or scancel in the
             # teardown after it): the attempt stands, and the report says why
             after.extend([ended] if ended is not None else [])
@@ -739,6 +740,20 @@ def _ended_after(cause: Finding, element: SacctJob | None, trial: TrialRecord,
                + ", which ended at "
                f"{ended:%Y-%m-%d %H:%M:%S} UTC, after the attempt's invocation exited 0 at "
                f"{finished:%H:%M:%S} UTC; the attempt's evidence stands",
+    )
+
+
+def _cancelled_in_log(cause: Finding, trial: TrialRecord, subject: str) -> Finding:
+    """An ``AUD216`` for a slurmstepd cancellation line (``cause``) in the log of an attempt
+    whose invocation exited 0: the batch job was ended after the command had returned (in
+    its teardown or idle check), so the attempt stands. The line's time is the node's
+    local time, not placed against the trial's; the report says so rather than nothing."""
+    return finding(
+        "AUD216", subject,
+        [*cause.citations, Citation(trial.path, pointer="/invocation/exit_code", quote="0")],
+        detail=f"the training log says {cause.message.split(': ', 1)[-1]}, but the trial "
+               "record has the invocation exit 0: the job was ended after the command "
+               "returned; the attempt's evidence stands",
     )
 
 
