@@ -429,7 +429,11 @@ class Auditor:
                 findings.extend(attempt.read.findings)
         findings.extend(_integrity_findings(evidence))
         for rel in layout.stray_pair_files:
-            findings.append(finding("AUD105", rel, [Citation(rel)]))
+            findings.append(finding(
+                "AUD105", rel, [Citation(rel)],
+                detail="under pairs/ but not named pairs/<pair>/period-<n>.json, so not read "
+                       "as a period record (were it one, its period is missing from this "
+                       "audit)"))
         referenced = {a.spec.attempt_dir for pe in period_evidence for a in pe.attempts}
         for rel_dir in layout.attempt_dirs:
             if rel_dir not in referenced:
@@ -845,5 +849,6 @@ def _integrity_findings(evidence: Iterable[EvidenceFile]) -> list[Finding]:
         elif ef.status == "unreadable":
             out.append(finding("AUD104", ef.path, cite, why=ef.detail))
         elif ef.status == "unlisted":
-            out.append(finding("AUD105", ef.path, cite))
+            out.append(finding("AUD105", ef.path, cite,
+                               detail="present but listed in no period record"))
     return out

@@ -108,8 +108,9 @@ _RULES: tuple[Rule, ...] = (
          "A listed path is a directory, lacks read permission, or is a link loop.",
          "{path}: cannot be read ({why})", E),
     Rule("AUD105", "evidence-unlisted", "File not listed in any manifest",
-         "A file inside an attempt directory is listed in no period record.",
-         "{path}: present but listed in no period record", W),
+         "A file inside an attempt directory is listed in no period record, or a file under "
+         "pairs/ is not named as a period record (pairs/<pair>/period-<n>.json).",
+         "{path}: {detail}", W),
     Rule("AUD106", "attempt-dir-orphan", "Attempt directory referenced by no period",
          "An attempt directory on disk is named by no period record.",
          "{path}: attempt directory referenced by no period record", W),

@@ -601,3 +601,25 @@ def test_a_time_limit_line_after_a_clean_exit_is_said_not_silent(
         in said["message"].iloc[0]
     assert "the attempt's evidence stands" in said["message"].iloc[0]
 
+
+def test_a_misnamed_period_record_is_called_what_it_is(clean: Path, tmp_path: Path) -> None:
+    """``period_1.json`` under pairs/ is no period record: said so (it was 'listed in no
+    period record', as if it were evidence), and a file beside the evidence still reads as
+    unlisted."""
+    root = tmp_path / "study"
+    shutil.copytree(clean, root)
+    record = _record(root)
+    record.rename(record.with_name("period_1.json"))
+    _unlisted(root, tmp_path)
+    assert main(["audit", str(root), "--out", str(tmp_path / "out"), "--quiet",
+                 "--no-plots"]) == 0
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    said = dict(zip(findings["subject"], findings["message"], strict=False))
+    misnamed = "pairs/host-qwen25-7b-gsm8k-c2-s161/period_1.json"
+    assert said[misnamed] == (
+        f"{misnamed}: under pairs/ but not named pairs/<pair>/period-<n>.json, so not read "
+        "as a period record (were it one, its period is missing from this audit)")
+    stray = (root / _completed(root, "trial-*.json")).with_name("stray.txt")
+    rel = stray.relative_to(root).as_posix()
+    assert said[rel] == f"{rel}: present but listed in no period record"
+
