@@ -51,6 +51,23 @@ def test_each_quote_stands_beside_the_pointer_or_line_it_was_read_at(tmp_path: P
             "`:8` \\(weight\\_sync step 1\\)" in text)
 
 
+def test_a_job_outside_the_array_is_not_called_one_of_its_elements(tmp_path: Path) -> None:
+    """Element 8 rerun as a job of its own (no array id): the headline counts eight array
+    elements and names the job outside it, and the allocation scope says what it sums
+    (it read 'all nine array elements' and 'summed over elements')."""
+    root = copy_example(tmp_path)
+    rewrite(root, "accounting/sacct-raw.psv",
+            lambda b: b.replace(b"5055845_8|", b"5055845|").replace(b"5055845_8.", b"5055845."),
+            update_manifest=False)
+    audit(root, tmp_path / "out")
+    text = (tmp_path / "out" / "diagnostic.md").read_text()
+    assert ("All eight array elements of `5055845` ended `FAILED 2:0`, with no scheduler "
+            "`OUT_OF_MEMORY` state. Outside the array, the job `5055845` `FAILED` also ran "
+            "attempts. The last job, actual job `5055845`, ended at **19:27:18 UTC**.") in text
+    assert ("summed over the array's elements and the one job outside it that ran attempts "
+            "(`5055845`)): **20,828 GPU-seconds") in text
+
+
 def test_untrusted_log_text_cannot_inject_markup(tmp_path: Path) -> None:
     root = outcome_study(tmp_path / "study", ["rollout_init_oom"])
     log = find(root, "*/attempt-*/training-*.log")

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from auditor._io import clip, counted
 from auditor.audit import AuditResult
 from auditor.model import Citation, Verdict, VerdictKind
-from auditor.reason.engine import Reasoning
+from auditor.reason.engine import ElementCost, Reasoning
 from auditor.report.summary import reasoning_of
 from auditor.report.tables import sorted_findings
 from auditor.validate.checks import anchor_status
@@ -155,6 +155,16 @@ def _without_element(reasoning: Reasoning) -> str:
             "their state is unknown, and the allocation scope leaves them out.")
 
 
+def _outside_arrays(result: AuditResult, elements: Sequence[ElementCost]
+                    ) -> tuple[ElementCost, ...]:
+    """The accounted jobs that are no element of the study's arrays (a retry submitted as a
+    job of its own)."""
+    arrays = set(_arrays(result))
+    in_array = {job.job_id for job in (result.collected.sacct.jobs if result.collected.sacct
+                                       else ()) if job.array_job_id in arrays}
+    return tuple(e for e in elements if e.job_id not in in_array)
+
+
 def _headline(result: AuditResult, reasoning: Reasoning) -> str:
     elements = reasoning.accounting.elements
     element_ids = {e.job_id for e in elements}
@@ -165,10 +175,14 @@ def _headline(result: AuditResult, reasoning: Reasoning) -> str:
     date = f" — {utc_seconds(last.end)[:10]}" if last is not None else ""
     lines = [f"# Audit of {md_escape(_study(result))}{date}", ""]
     arrays = ", ".join(code_span(a) for a in _arrays(result)) or "(no array id recorded)"
-    if elements:
+    outside = _outside_arrays(result, elements)  # (a retry submitted as a job of its own)
+    elements = tuple(e for e in elements if e not in outside)
+    if elements or outside:
         exits = _exits(result)
         states = Counter(f"{e.state} {exits.get(e.job_id, '')}".strip() for e in elements)
-        if len(states) == 1:
+        if not elements:
+            sentence = f"No element of {arrays} has a scheduler record"
+        elif len(states) == 1:
             state = next(iter(states))
             every = ("The one array element" if len(elements) == 1 else
                      "Both array elements" if len(elements) == 2 else
@@ -183,10 +197,19 @@ def _headline(result: AuditResult, reasoning: Reasoning) -> str:
         sentence += ", with a scheduler `OUT_OF_MEMORY` state." if oom else \
             ", with no scheduler `OUT_OF_MEMORY` state."
         lines.append(sentence)
+        if outside:
+            listed = ", ".join(f"{code_span(e.job_id)} `{md_escape(e.state)}`"
+                               for e in outside[:MAX_NAMED_PERIODS])
+            more = f" and {len(outside) - MAX_NAMED_PERIODS:,} more" \
+                if len(outside) > MAX_NAMED_PERIODS else ""
+            lines[-1] += (f" Outside the array, {'the job' if len(outside) == 1 else 'jobs'} "
+                          f"{listed}{more} also ran attempts.")
         if last is not None:
             index = f"index {last.array_task_id} / " if last.array_task_id is not None else ""
             job = last.job_id_raw or last.job_id
-            lines[-1] += (f" The last element, {index}actual job {code_span(job)}, ended at "
+            what = "job" if last.array_task_id is None and last.array_job_id is None \
+                else "element"
+            lines[-1] += (f" The last {what}, {index}actual job {code_span(job)}, ended at "
                           f"**{utc_seconds(last.end, with_date=False)} UTC**.")
         lines[-1] += _without_element(reasoning)
     else:
@@ -591,8 +614,13 @@ def _accounting(result: AuditResult, reasoning: Reasoning) -> str:
         "**unknown**: no scheduler dump was read" if acc.allocation_gpu_seconds is None else
         f"**{acc.allocation_gpu_seconds:,} GPU-seconds = "
         f"{acc.allocation_gpu_seconds / 3600:.9f} GPU-hours**")
+    outside = _outside_arrays(result, acc.elements)
+    over = "elements" if not outside else (
+        f"the array's elements and the {number(len(outside))} "
+        f"job{'s' if len(outside) != 1 else ''} outside it that ran "
+        f"attempts ({', '.join(code_span(e.job_id) for e in outside[:MAX_NAMED_PERIODS])})")
     lines.append(
-        f"Allocation scope (outer elapsed seconds × allocated GPUs, summed over elements): "
+        f"Allocation scope (outer elapsed seconds × allocated GPUs, summed over {over}): "
         f"{allocation}"
         + (f", over the {number(len(acc.elements))} elements the scheduler's dump reports: "
            f"{counted(len(missing), 'attempt job')} without an element row "
