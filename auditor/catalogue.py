@@ -62,6 +62,10 @@ _RULES: tuple[Rule, ...] = (
     Rule("AUD009", "sacct-refused", "sacct dump cannot be read safely",
          "The dump is fixed-width, has the wrong field count for its format, or is empty; it "
          "is refused rather than misread.", "{path}: {error}", E),
+    Rule("AUD019", "sacct-fields-missing", "sacct dump lacks fields the audit uses",
+         "The dump was captured without a field the audit relies on (JobIDRaw, State, "
+         "ElapsedRaw or Elapsed, AllocTRES, Start, End): what it would show is unknown.",
+         "{path}: captured without {fields}: {consequence}", W),
     Rule("AUD010", "file-empty", "File is empty",
          "An evidence file has no bytes.", "{path}: file is empty", E),
     Rule("AUD011", "period-record-unreadable", "Period record cannot be used",

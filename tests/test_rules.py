@@ -301,6 +301,16 @@ def _no_sacct(root: Path, tmp: Path) -> list[str]:
     return []
 
 
+@scenario("AUD019")
+def _sacct_without_raw_ids(root: Path, tmp: Path) -> list[str]:
+    dump = tmp / "no-raw.psv"
+    dump.write_bytes(b"".join(
+        b"|".join(line.split(b"|")[:1] + line.split(b"|")[2:]) + b"\n"
+        for line in (root / "accounting/sacct-raw.psv").read_bytes().splitlines()))
+    return ["--sacct", str(dump), "--sacct-format",
+            "JobID,JobName,State,ExitCode,Start,End,ElapsedRaw,AllocTRES,NodeList,Reason"]
+
+
 @scenario("AUD119")
 def _no_sacct_row(root: Path, tmp: Path) -> list[str]:
     rewrite(root, "accounting/sacct-raw.psv",
