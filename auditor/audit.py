@@ -56,6 +56,8 @@ from auditor.model import (
 )
 from auditor.validate.paths import PathCheck, check_path, join_text
 
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+"""A SHA-256 as a manifest must give it (lower-cased when read)."""
 _COUNTED_NOT_KEPT = re.compile(r"(\d+) further findings not kept \(cap \d+\)$")
 """The count in an ``AUD013``'s message (the catalogue's template)."""
 CAP_SUMMARIES = frozenset({"AUD013", "AUD016"})
@@ -857,9 +859,11 @@ def _integrity_findings(evidence: Iterable[EvidenceFile]) -> list[Finding]:
             what = "size" if "size" in ef.detail and "sha256" not in ef.detail else "SHA-256"
             if "size" in ef.detail and "sha256" in ef.detail:
                 what = "SHA-256 and size"
+            expected = f"{(ef.expected_sha256 or '-')[:12]}…/{ef.expected_size}"
+            if ef.expected_sha256 is not None and not _HEX64.fullmatch(ef.expected_sha256):
+                expected += ", which is not 64 hex digits"  # (a "sha256:" prefix, a typo)
             out.append(finding(
-                "AUD102", ef.path, cite, what=what, manifest=ef.manifest,
-                expected=f"{(ef.expected_sha256 or '-')[:12]}…/{ef.expected_size}",
+                "AUD102", ef.path, cite, what=what, manifest=ef.manifest, expected=expected,
                 actual=f"{(ef.actual_sha256 or '-')[:12]}…/{ef.actual_size}",
             ))
         elif ef.status == "unsafe":

@@ -695,3 +695,19 @@ def test_names_that_are_not_utf8_and_paths_with_nul_are_findings_not_crashes(
         assert "bad\\xff.json" in text and "NUL byte in the path" in text
         assert main(["verify", str(out)]) == 0
         capsys.readouterr()
+
+
+def test_a_prefixed_manifest_digest_is_a_mismatch_that_says_why(tmp_path: Path) -> None:
+    """``"sha256": "sha256:<hex>"`` is not verified (never read loosely), and the finding
+    says the manifest's value is malformed rather than leave 'expected sha256:544b…, found
+    544b…' to puzzle over."""
+    root = copy_example(tmp_path)
+    record = root / "pairs/host-qwen25-7b-math-c2-s161/period-2.json"
+    edit_record(record, lambda r: r["evidence"][0].__setitem__(
+        "sha256", "sha256:" + r["evidence"][0]["sha256"]))
+    audit(root, tmp_path / "out")
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    said = findings[findings["rule_id"] == "AUD102"]["message"].tolist()
+    assert len(said) == 1, said
+    assert "(expected sha256:" in said[0]
+    assert "which is not 64 hex digits, found " in said[0]
