@@ -698,7 +698,7 @@ def _read_sacct(task: tuple[Path, str | None, AuditOptions]
                     raise
                 reader.drain()
                 findings.append(finding("AUD009", display, [Citation(display)],
-                                        error=str(error)))
+                                        error=str(error).removeprefix(f"{display}: ")))
                 inputs.append(InputFile(group, display, os.path.abspath(path), reader.digest()))
                 return None, display, inputs, findings
             reader.drain()

@@ -633,3 +633,21 @@ def test_a_misnamed_period_record_is_called_what_it_is(clean: Path, tmp_path: Pa
     rel = stray.relative_to(root).as_posix()
     assert said[rel] == f"{rel}: present but listed in no period record"
 
+
+def test_a_refused_scheduler_dump_names_itself_once_and_fails_the_gate(
+        clean: Path, tmp_path: Path) -> None:
+    from tests.helpers import audit
+
+    root = tmp_path / "study"
+    shutil.copytree(clean, root)
+    _sacct_refused(root, tmp_path)
+    summary = audit(root, tmp_path / "out")
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    [message] = findings[findings["rule_id"] == "AUD009"]["message"].tolist()
+    assert message.startswith("accounting/sacct-raw.psv: ")
+    assert message.count("sacct-raw.psv") == 1, message
+    for gate in ("gate", "gate_allow_partial"):
+        assert any(r.startswith("scheduler dump unusable: accounting/sacct-raw.psv: ")
+                   for r in summary[gate]["reasons"])
+        assert summary[gate]["passed"] is False
+
