@@ -474,7 +474,9 @@ def _verify(args: argparse.Namespace) -> int:
     differences, checked = verify_outputs(args.out)
     for diff in differences:
         detail = f" ({diff.detail})" if diff.detail else ""
-        print(f"{diff.what}: {diff.group}/{diff.path}{detail}")
+        where = f"evidence root {diff.path}" if diff.group == "evidence_root" \
+            else f"{diff.group}/{diff.path}"
+        print(f"{diff.what}: {where}{detail}")
     if differences:
         print(f"verify: {len(differences)} difference(s) in {checked} files checked",
               file=sys.stderr)

@@ -411,6 +411,19 @@ def test_verify_passes_then_catches_changes(
     assert "missing: outputs/diagnostic.md" in printed
 
 
+def test_verify_says_once_that_the_evidence_root_is_gone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The study moved: one line names its root (there were 165 "missing" lines)."""
+    root = copy_example(tmp_path)
+    audit(root, tmp_path / "out")
+    capsys.readouterr()
+    root.rename(tmp_path / "moved")
+    assert main(["verify", str(tmp_path / "out")]) == 1
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [f"missing: evidence root {root} (moved or deleted: none of the 165 "
+                       "evidence files read from it was checked)"]
+
+
 def test_verify_refuses_a_directory_without_manifest(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["verify", str(tmp_path)]) == 2

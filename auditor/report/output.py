@@ -381,9 +381,17 @@ def verify_outputs(out: Path) -> tuple[list[Difference], int]:
             continue
         entries.append(("outputs", item["path"], str(out / inside), item["sha256"],
                         item["size"]))
+    root, raw = manifest.get("root", ""), manifest.get("raw_evidence", [])
+    root_gone = bool(raw) and not os.path.isdir(root)
+    if root_gone:  # one line, not one "missing" per file of a study moved or deleted
+        differences.append(Difference(
+            "evidence_root", root, "missing",
+            f"moved or deleted: none of the {len(raw):,} evidence files read from it was "
+            "checked"))
     for group in ("raw_evidence", "source_inputs", "protocol_inputs"):
-        for item in manifest.get(group, []):
-            location = item.get("absolute") or str(Path(manifest.get("root", "")) / item["path"])
+        for item in manifest.get(group, []) if not (root_gone and group == "raw_evidence") \
+                else ():
+            location = item.get("absolute") or str(Path(root) / item["path"])
             entries.append((group, item["path"], location, item["sha256"], item["size"]))
     for group, path, location, sha256, size in entries:
         try:
