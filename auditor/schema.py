@@ -83,9 +83,17 @@ def kind_for_filename(name: str) -> str | None:
     return None
 
 
+KIND_ALIASES = {"device-evidence": "device", "allocator-trace": "allocator-record",
+                "period-record": "period", "trial-record": "trial"}
+"""The period record's evidence kinds (and other names a user may reach for) by schema."""
+
+
 def canonical_kind(kind: str) -> str:
-    """``kind`` with ``_`` read as ``-`` (``output_manifest`` -> ``output-manifest``)."""
-    return kind.replace("_", "-")
+    """``kind`` with ``_`` read as ``-`` (``output_manifest`` -> ``output-manifest``), and
+    a period record's evidence kind read as its schema's (``device_evidence`` ->
+    ``device``, ``allocator_trace`` -> ``allocator-record``)."""
+    kind = kind.replace("_", "-")
+    return KIND_ALIASES.get(kind, kind)
 
 
 def load_schema(kind: str) -> Mapping[str, Any]:

@@ -239,6 +239,24 @@ def test_validate_single_files(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "AUD004" in capsys.readouterr().out
 
 
+def test_validate_takes_the_manifest_s_kind_words_and_says_what_has_no_schema(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A period record's own kinds (device_evidence, allocator_trace) name their schemas;
+    a log or a dump is told apart from a file of unknown kind."""
+    device = next(EXAMPLE.glob("*/attempt-*/device-evidence/*.json"))
+    trace = next(EXAMPLE.glob("*/attempt-*/allocator-traces/*.jsonl"))
+    assert main(["validate", str(device), "--kind", "device_evidence"]) == 0
+    assert main(["validate", str(trace), "--kind", "allocator_trace"]) == 0
+    assert capsys.readouterr().out.count(": ok (") == 2
+    log = next(EXAMPLE.glob("*/attempt-*/training-*.log"))
+    assert main(["validate", str(log)]) == 2
+    _one_line_error(capsys, "a training log is plain text, with no schema")
+    assert main(["validate", str(EXAMPLE / "accounting/sacct-raw.psv")]) == 2
+    _one_line_error(capsys, "'auditor sacct FILE' reads one")
+    assert main(["validate", str(device), "--kind", "training_log"]) == 2
+    _one_line_error(capsys, "a training log is plain text")
+
+
 def test_sacct_command_on_the_example_dump(capsys: pytest.CaptureFixture[str]) -> None:
     dump = EXAMPLE / "accounting" / "sacct-raw.psv"
     assert main(["sacct", str(dump), "--json"]) == 0
