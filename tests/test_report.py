@@ -162,7 +162,7 @@ def test_every_table_column_holds_what_its_name_says(tmp_path: Path) -> None:
         record, index, attempt, entry, manifest = listed[row["path"]]
         data = (root / row["path"]).read_bytes()
         assert (row["kind"], row["pair"], row["period"], row["attempt"], row["job_id"],
-                row["manifest"]) == (entry["kind"], record["pair"], record["period"], index,
+                row["manifest"]) == (entry["kind"], record["pair"], record["period"], index + 1,
                                      attempt["job_id"], manifest)
         assert (row["expected_size"], row["expected_sha256"]) == (entry["size"],
                                                                   entry["sha256"])
@@ -179,7 +179,7 @@ def test_every_table_column_holds_what_its_name_says(tmp_path: Path) -> None:
         raw = orjson.loads(line)
         record, index = listed[row["path"]][:2]
         assert (row["subject"], row["attempt"]) == (
-            f"{record['pair']}/period-{record['period']}", index)
+            f"{record['pair']}/period-{record['period']}", index + 1)
         for column, key in (("pid", "pid"), ("rank", "rank"), ("role", "role"), ("seq", "seq"),
                             ("phase", "phase"), ("step", "step"), ("started", "started_ns"),
                             ("finished", "finished_ns"),
@@ -224,6 +224,7 @@ def test_every_table_column_holds_what_its_name_says(tmp_path: Path) -> None:
         assert (row["received_signal"], row["launcher_status"]) == (
             invocation["received_signal"], trial["status"])
         assert row["exit_kind"] in ("clean", "failure")
+        assert row["attempt"] == trial["attempt"]  # (from 1, as the launcher counts)
         assert row["attempt_dir"].endswith(f"attempt-{row['job_id']}")
         pair, period = row["subject"].rsplit("/period-", 1)
         judged = periods[(pair, int(period))]

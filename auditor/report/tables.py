@@ -28,6 +28,8 @@ from auditor.report.summary import reasoning_of
 
 TS = pa.timestamp("ns", tz="UTC")
 
+ATTEMPT_DOC = ("launch order within the period, from 1 (the trial record's attempt and the "
+               "report's 'attempt 2' count the same way)")
 PERIODS_SCHEMA = pa.schema([
     pa.field("subject", pa.string(), nullable=False),
     pa.field("pair", pa.string(), nullable=False),
@@ -52,7 +54,7 @@ PERIODS_SCHEMA = pa.schema([
 
 ATTEMPTS_SCHEMA = pa.schema([
     pa.field("subject", pa.string(), nullable=False),
-    pa.field("attempt", pa.int64(), nullable=False, metadata={"doc": "0-based launch order"}),
+    pa.field("attempt", pa.int64(), nullable=False, metadata={"doc": ATTEMPT_DOC}),
     pa.field("job_id", pa.string()),
     pa.field("attempt_dir", pa.string()),
     pa.field("outcome", pa.string(), nullable=False),
@@ -88,7 +90,7 @@ EVIDENCE_SCHEMA = pa.schema([
     pa.field("kind", pa.string(), nullable=False),
     pa.field("pair", pa.string()),
     pa.field("period", pa.int64()),
-    pa.field("attempt", pa.int64()),
+    pa.field("attempt", pa.int64(), metadata={"doc": ATTEMPT_DOC}),
     pa.field("job_id", pa.string()),
     pa.field("manifest", pa.string()),
     pa.field("size", pa.int64(), metadata={"doc": "actual size in bytes"}),
@@ -101,7 +103,7 @@ EVIDENCE_SCHEMA = pa.schema([
 
 PHASES_SCHEMA = pa.schema([
     pa.field("subject", pa.string(), nullable=False),
-    pa.field("attempt", pa.int64(), nullable=False),
+    pa.field("attempt", pa.int64(), nullable=False, metadata={"doc": ATTEMPT_DOC}),
     pa.field("path", pa.string(), nullable=False),
     pa.field("line", pa.int64(), nullable=False),
     pa.field("pid", pa.int64()),
@@ -147,7 +149,7 @@ def _periods(result: AuditResult) -> Iterable[tuple[Any, ...]]:
 def _attempts(result: AuditResult) -> Iterable[tuple[Any, ...]]:
     for a in reasoning_of(result).attempts:
         yield (
-            a.subject, a.index, a.job_id, a.attempt_dir, a.outcome, a.reason,
+            a.subject, a.index + 1, a.job_id, a.attempt_dir, a.outcome, a.reason,
             a.exit_kind, a.exit_code, a.received_signal,
             a.started_ns, a.finished_ns,  # started, finished
             a.gpus, a.allocation_gpus,
@@ -170,7 +172,8 @@ def _findings(result: AuditResult) -> Iterable[tuple[Any, ...]]:
 def _evidence(result: AuditResult) -> Iterable[tuple[Any, ...]]:
     for e in result.collected.evidence:
         yield (
-            e.path, e.kind, e.pair, e.period, e.attempt, e.job_id, e.manifest,
+            e.path, e.kind, e.pair, e.period, None if e.attempt is None else e.attempt + 1,
+            e.job_id, e.manifest,
             e.actual_size,  # size
             e.expected_size, e.expected_sha256, e.actual_sha256, e.status, e.detail,
         )
@@ -180,7 +183,7 @@ def _phases(result: AuditResult) -> Iterable[tuple[Any, ...]]:
     for period in result.collected.periods:
         subject = period.subject
         for attempt in period.attempts:
-            index = attempt.spec.index
+            index = attempt.spec.index + 1  # (1-based, as in the trial record)
             for trace in attempt.read.traces:
                 for r in trace.phases:
                     yield (
