@@ -65,6 +65,22 @@ def test_retried_after_completion_is_wasted(every_outcome: tuple[Path, dict]) ->
         out / "diagnostic.md").read_text()
 
 
+def test_the_timeline_plot_draws_the_attempt_a_verdict_rests_on(
+        every_outcome: tuple[Path, dict]) -> None:
+    """A retried period's timeline row is its counted attempt's, not the wasted retry's."""
+    from auditor.audit import AuditOptions, run_audit
+    from auditor.report.plots import plot_data
+
+    root, _ = every_outcome
+    result = run_audit(root, AuditOptions(jobs=1))
+    period = next(p for p in result.collected.periods
+                  if p.subject == S.format(161 + OUTCOMES.index("retried")))
+    counted, wasted = (a.spec.job_id for a in period.attempts)
+    labels = [row.label for row in plot_data(result).timeline if row.label]
+    assert any(label.startswith(f"{counted} p1 ") for label in labels)
+    assert not any(label.startswith(f"{wasted} p1 ") for label in labels)
+
+
 def test_launcher_disagreement_is_reported(every_outcome: tuple[Path, dict]) -> None:
     _, summary = every_outcome
     coordinated = S.format(161 + OUTCOMES.index("coordinated_shutdown"))

@@ -152,9 +152,15 @@ def _png(figure: Any, canvas_type: Any) -> bytes:
 
 
 def _timeline_rows(result: AuditResult) -> tuple[TimelineRow, ...]:
+    from auditor.report.summary import reasoning_of
+
+    # the attempt each period's verdict rests on (not a wasted retry after it)
+    counted = {o.subject: o.index for o in reasoning_of(result).attempts if o.counted}
     rows = []
     for period in result.collected.periods[:MAX_TIMELINE_PERIODS]:
-        for attempt in period.attempts[-1:]:
+        chosen = counted.get(period.subject)
+        shown = [a for a in period.attempts if a.spec.index == chosen] or period.attempts[-1:]
+        for attempt in shown:
             trial = attempt.read.trial
             origin = trial.started_ns if trial and trial.started_ns else None
             first = True
