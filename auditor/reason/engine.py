@@ -866,11 +866,10 @@ def _completion(attempt: AttemptEvidence, protocol: Protocol, steps: int | None)
     sentences: list[str] = []
     n = len(workers)
     if n and complete_ranks == n:
-        everyone = "all" if n > 2 else "both" if n == 2 else "the"
-        plural = "ranks" if n > 1 else "rank"
+        everyone = f"all {n} ranks" if n > 2 else "both ranks" if n == 2 else "the one rank"
         described = " followed by a separate post-update ".join(f"`{p}`" for p in phases)
         sentences.append(
-            f"In this period {everyone} {n} {plural} recorded {described} at step {steps}, "
+            f"In this period {everyone} recorded {described} at step {steps}, "
             "each call returning without an exception, in that order."
         )
         tail = _phase_sequence(traces_by_pid, workers)
