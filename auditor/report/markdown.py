@@ -172,7 +172,10 @@ def _headline(result: AuditResult, reasoning: Reasoning) -> str:
                                        if result.collected.sacct else ())
             if job.end is not None and job.job_id in element_ids]
     last = max(ends, key=lambda item: item[0])[1] if ends else None
-    date = f" — {utc_seconds(last.end)[:10]}" if last is not None else ""
+    # the day the array ended: the scheduler's, else the last invocation's end
+    finished = max((a.finished_ns for a in reasoning.attempts if a.finished_ns), default=None)
+    date = f" — {utc_seconds(last.end)[:10]}" if last is not None else \
+        f" — {utc_seconds(finished // 1_000_000_000)[:10]}" if finished else ""
     lines = [f"# Audit of {md_escape(_study(result))}{date}", ""]
     arrays = ", ".join(code_span(a) for a in _arrays(result)) or "(no array id recorded)"
     outside = _outside_arrays(result, elements)  # (a retry submitted as a job of its own)
