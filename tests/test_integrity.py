@@ -268,6 +268,9 @@ def test_unparseable_period_record_still_counts(tmp_path: Path, damage: str) -> 
     assert verdicts(summary)["host-qwen25-7b-math-c2-s161/period-2"] == (
         "unresolved", "period_record_unreadable")
     assert len(summary["periods"]) == 18
+    integrity = summary["integrity"]  # (the record is listed evidence that failed)
+    assert (integrity["unreadable"], integrity["period_records_unreadable"]) == (1, 1)
+    assert integrity["verified"] == integrity["files_listed"] - 1
     assert summary["gate_allow_partial"]["passed"] is False
     problems = (tmp_path / "out" / "diagnostic.md").read_text().split(
         "## Evidence problems", 1)[1].split("\n## ", 1)[0]

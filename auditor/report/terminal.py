@@ -42,7 +42,7 @@ def summary_view(summary: dict[str, Any]) -> Group:
         configs.add_row(safe(f"{config['workload']}@{config['gpus']}"),
                         Text(config["status"], style=style), safe(config["outcome"] or "—"),
                         f"{config['periods']:,}")
-    integrity = Table(title="Integrity (evidence files)", show_header=True)
+    integrity = Table(title="Integrity (evidence files and period records)", show_header=True)
     columns = (("listed", "files_listed"), ("verified", "verified"),
                ("mismatched", "mismatched"), ("missing", "missing"), ("unsafe", "unsafe_paths"),
                ("unreadable", "unreadable"), ("unlisted", "unlisted"))
