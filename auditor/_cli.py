@@ -540,6 +540,9 @@ def _sacct(args: argparse.Namespace) -> int:
         raise InputError(f"{args.file}: is a directory") from None
     except OSError as error:
         raise InputError(f"{args.file}: cannot read ({error.strerror})") from None
+    refused = next((f for f in dump.findings if f.rule_id == "AUD009"), None)
+    if refused is not None and not dump.jobs:  # (as the audit refuses it: no records)
+        raise InputError(refused.message)
     summary = summary_json(dump)
     if args.json:
         import orjson

@@ -257,6 +257,17 @@ def test_validate_takes_the_manifest_s_kind_words_and_says_what_has_no_schema(
     _one_line_error(capsys, "a training log is plain text")
 
 
+@pytest.mark.parametrize("content", [b"", b"JobID|JobIDRaw|State\n", b"\n# only a comment\n"])
+def test_sacct_command_refuses_a_dump_without_records_as_the_audit_does(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes) -> None:
+    """An empty dump (or a header alone) is AUD009 in an audit: 'auditor sacct' said exit 0
+    and a table of nothing."""
+    dump = tmp_path / "empty.psv"
+    dump.write_bytes(content)
+    assert main(["sacct", str(dump), "--json"]) == 2
+    _one_line_error(capsys, "no job rows" if content else "the dump is empty")
+
+
 def test_sacct_command_on_the_example_dump(capsys: pytest.CaptureFixture[str]) -> None:
     dump = EXAMPLE / "accounting" / "sacct-raw.psv"
     assert main(["sacct", str(dump), "--json"]) == 0
