@@ -62,6 +62,12 @@ _RULES: tuple[Rule, ...] = (
     Rule("AUD009", "sacct-refused", "sacct dump cannot be read safely",
          "The dump is fixed-width, has the wrong field count for its format, or is empty; it "
          "is refused rather than misread.", "{path}: {error}", E),
+    Rule("AUD020", "terminal-pattern-too-slow", "Protocol's terminal pattern given up",
+         "The protocol's terminal_event.pattern searched one line of a training log for over "
+         "a second (it backtracks without end on it): it was given up for the rest of that "
+         "log, which the built-in matcher reads instead. Fix the pattern.",
+         "{path}:{line}: terminal_event.pattern searched this line for over {seconds:g} s; "
+         "given up for the rest of the log (the built-in matcher reads it)", E),
     Rule("AUD019", "sacct-fields-missing", "sacct dump lacks fields the audit uses",
          "The dump was captured without a field the audit relies on (JobIDRaw, State, "
          "ElapsedRaw or Elapsed, AllocTRES, Start, End): what it would show is unknown.",

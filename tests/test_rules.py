@@ -311,6 +311,33 @@ def _sacct_without_raw_ids(root: Path, tmp: Path) -> list[str]:
             "JobID,JobName,State,ExitCode,Start,End,ElapsedRaw,AllocTRES,NodeList,Reason"]
 
 
+@scenario("AUD020")
+def _pattern_backtracks(root: Path, tmp: Path) -> list[str]:
+    protocol = orjson.loads((root / "protocol.json").read_bytes())
+    protocol["terminal_event"] = {"pattern": r"(a|aa)+$(?P<step>\d*)"}
+    (root / "protocol.json").write_bytes(orjson.dumps(protocol))
+    rewrite(root, _completed(root, "training-*.log"), lambda b: b + b"a" * 60 + b"b\n")
+    return []
+
+
+def test_a_pattern_that_backtracks_for_ever_is_given_up_not_a_hang(
+        clean: Path, tmp_path: Path) -> None:
+    """``(a|aa)+$`` on a line of sixty a and a b: Python's re would search it for days. It is
+    named (AUD020), the pattern given up for the rest of that log, and the audit ends."""
+    root = tmp_path / "study"
+    shutil.copytree(clean, root)
+    _pattern_backtracks(root, tmp_path)
+    log = _completed(root, "training-*.log")
+    lines = (root / log).read_bytes().count(b"\n")
+    assert main(["audit", str(root), "--out", str(tmp_path / "out"), "--quiet",
+                 "--no-plots", "--jobs", "1"]) == 0
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    said = findings[findings["rule_id"] == "AUD020"]
+    assert list(said["message"]) == [
+        f"{log}:{lines}: terminal_event.pattern searched this line for over 1 s; given up "
+        "for the rest of the log (the built-in matcher reads it)"]
+
+
 @scenario("AUD119")
 def _no_sacct_row(root: Path, tmp: Path) -> list[str]:
     rewrite(root, "accounting/sacct-raw.psv",

@@ -14,7 +14,6 @@ terminal-event matcher applies.
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from typing import Any, BinaryIO
 
@@ -123,10 +122,13 @@ def _present(doc: dict[str, Any], pointer: str) -> bool:
 
 
 def _terminal_pattern(pattern: str) -> tuple[str, str]:
-    """(pattern, problem): problem is ``""`` when it compiles with a named group ``step``."""
+    """(pattern, problem): problem is ``""`` when it compiles with a named group ``step``
+    (compiled as the training-log reader compiles it: by ``regex``, Python's syntax)."""
+    import regex
+
     try:
-        compiled = re.compile(pattern)
-    except (re.error, RecursionError, OverflowError, ValueError) as error:
+        compiled = regex.compile(pattern)
+    except (regex.error, RecursionError, OverflowError, ValueError, TypeError) as error:
         return pattern, f"does not compile: {error}"
     if "step" not in compiled.groupindex:
         return pattern, "has no named group 'step'"

@@ -49,13 +49,16 @@ import codecs
 import re
 from bisect import bisect_left
 from collections import deque
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import ahocorasick_rs
 
 from auditor import catalogue
 from auditor._io import CHUNK_SIZE, DEFAULT_MAX_LINE, HashingReader, clip
 from auditor.model import Citation, Finding, LogEvent, TrainingLogScan
+
+if TYPE_CHECKING:
+    import regex
 
 __all__ = ["scan_training_log"]
 
@@ -65,6 +68,10 @@ TEXT_LIMIT = 300
 QUOTE_LIMIT = 120
 """Characters of a line quoted in a finding's citation."""
 
+PATTERN_TIMEOUT = 1.0
+"""Seconds a protocol's terminal pattern may search one line before it is given up for the
+rest of the log (``AUD020``): a pattern that backtracks without end would hang the audit,
+and a sound one takes microseconds."""
 STEP_LINES_KEPT = 3
 """How many of the last ``step_line`` events are kept (``last_step`` is what matters)."""
 
@@ -278,6 +285,10 @@ def scan_training_log(
     if reader.unterminated is not None:
         findings.append(catalogue.finding("AUD017", path, [Citation(path, reader.unterminated)],
                                           line=reader.unterminated))
+    if scanner.pattern_gave_up is not None:
+        findings.append(catalogue.finding(
+            "AUD020", path, [Citation(path, scanner.pattern_gave_up)],
+            line=scanner.pattern_gave_up, seconds=PATTERN_TIMEOUT))
     findings.sort(key=lambda found: (found.citations[0].line or 0, found.rule_id))
     return scanner.result(reader.lines, tuple(findings))
 
@@ -545,7 +556,7 @@ class _Scanner:
         self,
         path: str,
         expected_steps: int | None,
-        custom: re.Pattern[str] | None,
+        custom: regex.Pattern[str] | None,
         max_events: int,
     ) -> None:
         self.path = path
@@ -565,6 +576,8 @@ class _Scanner:
         self.last_step: int | None = None
         self.open_tracebacks: dict[str, int] = {}
         """Process key -> last line of a traceback whose exception line is still due."""
+        self.pattern_gave_up: int | None = None
+        """The line on which the protocol's pattern ran past :data:`PATTERN_TIMEOUT`."""
 
     def result(self, lines: int, findings: tuple[Finding, ...]) -> TrainingLogScan:
         """The scan's outcome (events merged in line order, step lines last on a line)."""
@@ -701,7 +714,15 @@ class _Scanner:
 
     def _custom_steps(self, number: int, segment: str, content: str) -> None:
         assert self.custom is not None
-        for match in self.custom.finditer(content):
+        try:  # (materialised under the timeout: a lazy iterator would escape it)
+            matches = list(self.custom.finditer(content, timeout=PATTERN_TIMEOUT))
+        except TimeoutError:
+            # a pattern that backtracks without end ((a|aa)+$): given up for the rest of the
+            # log, which the built-in matcher reads, rather than hang the audit
+            self.custom = None
+            self.pattern_gave_up = number
+            return
+        for match in matches:
             raw = match.group("step")
             value = _STEP_VALUE.fullmatch(raw) if raw is not None else None
             if value is None:
@@ -768,11 +789,15 @@ class _Scanner:
             del self.open_tracebacks[key]
 
 
-def _compile_pattern(pattern: str) -> re.Pattern[str]:
-    """Compile a protocol terminal pattern, refusing one that cannot work."""
+def _compile_pattern(pattern: str) -> regex.Pattern[str]:
+    """Compile a protocol terminal pattern, refusing one that cannot work. It is compiled
+    by ``regex`` (Python's syntax, and a time limit on each search: :data:`PATTERN_TIMEOUT`),
+    as the protocol's reader checks it."""
+    import regex  # (only for a protocol that gives a pattern)
+
     try:
-        compiled = re.compile(pattern)
-    except re.error as exc:
+        compiled = regex.compile(pattern)
+    except (regex.error, RecursionError, OverflowError, ValueError, TypeError) as exc:
         raise ValueError(
             f"terminal_event.pattern {pattern!r} is not a valid regular expression: {exc}"
         ) from exc

@@ -508,7 +508,7 @@ def test_default_protocol() -> None:
     ("name", "problem"),
     [
         ("protocol_pattern_no_step_group.json", "has no named group 'step'"),
-        ("protocol_pattern_invalid_regex.json", "does not compile: missing ), unterminated"),
+        ("protocol_pattern_invalid_regex.json", "does not compile: missing )"),
     ],
 )
 def test_unusable_terminal_pattern_is_aud014(name: str, problem: str) -> None:
