@@ -52,7 +52,8 @@ def find_period_records(root: Path, regular: set[str] | None = None
     stray: list[str] = []
     pairs = root / "pairs"
     if pairs.is_dir() and not pairs.is_symlink():
-        for rel in _walk(root, pairs, regular):
+        folders: list[str] = []
+        for rel in _walk(root, pairs, regular, folders):
             parts = rel.split("/")
             if len(parts) == 3 and PERIOD_RE.match(parts[2]):
                 period_records.append(rel)
@@ -60,11 +61,8 @@ def find_period_records(root: Path, regular: set[str] | None = None
                 stray.append(rel)
         # a directory in a period record's place is a record that cannot be read: its
         # period is kept (unresolved), never dropped because the walk went into it
-        for pair in _scandir_sorted(pairs):
-            if _is_real_dir(pair):
-                period_records.extend(f"pairs/{pair.name}/{entry.name}"
-                                      for entry in _scandir_sorted(pair.path)
-                                      if PERIOD_RE.match(entry.name) and _is_real_dir(entry))
+        period_records.extend(rel for rel in folders
+                              if rel.count("/") == 2 and PERIOD_RE.match(rel.rsplit("/", 1)[1]))
     return tuple(sorted(period_records, key=_natural_key)), tuple(stray)
 
 
@@ -121,9 +119,11 @@ def _scandir_sorted(path: Path | str) -> list[os.DirEntry[str]]:
         return []
 
 
-def _walk(root: Path, top: Path | str, regular: set[str] | None = None) -> list[str]:
+def _walk(root: Path, top: Path | str, regular: set[str] | None = None,
+          folders: list[str] | None = None) -> list[str]:
     """Every non-directory entry below ``top`` (links not followed), root-relative, sorted;
-    regular files are also added to ``regular``."""
+    regular files are also added to ``regular``, and the directories entered (root-relative)
+    to ``folders``."""
     found: list[str] = []
     prefix = len(str(root)) + 1
     stack = [str(top)]
@@ -132,6 +132,8 @@ def _walk(root: Path, top: Path | str, regular: set[str] | None = None) -> list[
         for entry in _scandir_sorted(current):
             if _is_real_dir(entry):
                 stack.append(entry.path)
+                if folders is not None:
+                    folders.append(entry.path[prefix:].replace(os.sep, "/"))
                 continue
             rel = entry.path[prefix:].replace(os.sep, "/")
             found.append(rel)
