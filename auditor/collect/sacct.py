@@ -587,8 +587,10 @@ class _Parser:
 
     # ---------------------------------------------------------------- records
 
-    def _fit(self, text: str, strict: bool) -> tuple[str, list[str] | None]:
-        """Split one (possibly joined) record into exactly one value per field."""
+    def _fit(self, text: str, strict: bool, absorb: bool = True
+             ) -> tuple[str, list[str] | None]:
+        """Split one (possibly joined) record into exactly one value per field; ``absorb``:
+        extra fields may be given back to a free-text column that holds the delimiter."""
         fmt = self.fmt
         assert fmt is not None
         n = len(fmt.fields)
@@ -605,6 +607,8 @@ class _Parser:
             if not self._plausible(normal, strict):
                 return (_MANY, None) if strict else (_VALUES, normal)
             return _OK, normal
+        if not absorb:
+            return _MANY, None
         # Too many fields: a free-text value holds the delimiter (and maybe the
         # line has a trailing one). Keep the readings whose typed columns are sane.
         plain = [self._absorb(parts, k) for k in fmt.free]
@@ -659,13 +663,12 @@ class _Parser:
                 return
             n = len(fmt.fields)
             count = self._count(phys)
-            if not phys.skip and (
-                (count >= n and self._fit(phys.text, strict=False)[0] in (_OK, _VALUES))
-                or (count > 1 and self._opens_record(phys.text))
+            if (
+                not phys.skip
+                and count >= n
+                and self._fit(phys.text, strict=False)[0] in (_OK, _VALUES)
             ):
-                # A line that is a whole row on its own, or starts with a job id, never
-                # continues a cut one (rows each a field short would otherwise pair up,
-                # the second one's fields absorbed into a free-text column: misread)
+                # A line that is a whole row on its own never continues a cut one.
                 self._flush()
                 self._process(phys)
                 return
@@ -684,7 +687,10 @@ class _Parser:
                 self._process(phys)
                 return
             joined = "\n".join(piece.text for piece in (*self.pending, phys))
-            status, values = self._fit(joined, strict=True)
+            # A newline inside a value adds no delimiter: a join must give exactly the
+            # format's fields. (Given back to a free-text column, the extra fields of two
+            # rows each a field short would read as one row: the second one misread.)
+            status, values = self._fit(joined, strict=True, absorb=False)
             if status == _OK and values is not None:
                 first = self.pending[0].number
                 self.pending = []
@@ -723,14 +729,6 @@ class _Parser:
             self.held = (number, text, values)
         else:
             self._row(number, values, text)
-
-    def _opens_record(self, text: str) -> bool:
-        """Whether ``text`` starts with a job id field (the format's first column)."""
-        fmt = self.fmt
-        assert fmt is not None
-        first = fmt.checks[0] if fmt.checks and fmt.checks[0][0] == 0 else None
-        return first is not None and fmt.index.get("jobid") == 0 \
-            and first[1].fullmatch(text.split(fmt.delimiter, 1)[0].strip()) is not None
 
     def _continues_held(self, phys: _Phys) -> bool:
         """Append ``phys`` to the held record when it is the rest of its last value."""

@@ -667,19 +667,36 @@ def test_snowman_delimiter_from_header_with_trailing_delimiter() -> None:
     ]
 
 
+@pytest.mark.parametrize("raw_first", [False, True])
 @pytest.mark.parametrize("kept", [10, 9])
-def test_rows_each_a_field_short_are_refused_not_paired_up(kept: int) -> None:
+def test_rows_each_a_field_short_are_refused_not_paired_up(kept: int, raw_first: bool) -> None:
     """Every row of the example's dump cut to its first ``kept`` fields: two short rows
     joined hold more than 11 fields, and a free-text column could absorb the second row
-    (its step rows vanished, an OUT_OF_MEMORY step with them). A line opening with a job
-    id never continues a cut row, so the dump is refused."""
+    (its step rows vanished, an OUT_OF_MEMORY step with them). A join must give exactly the
+    format's fields, whichever column comes first, so the dump is refused."""
     example = Path(__file__).parents[2] / "fixtures/example_study/accounting/sacct-raw.psv"
-    cut = b"".join(b"|".join(line.split(b"|")[:kept]).rstrip(b"\n") + b"\n"
-                   for line in example.read_bytes().splitlines())
+    fields = list(DEFAULT_FORMAT)
+    rows = [line.split(b"|") for line in example.read_bytes().splitlines()]
+    if raw_first:
+        fields[:2] = fields[1], fields[0]
+        rows = [[row[1], row[0], *row[2:]] for row in rows]
+    cut = b"".join(b"|".join(row[:kept]) + b"\n" for row in rows)
     with pytest.raises(SacctFormatError) as caught:
-        parse_sacct(io.BytesIO(cut), "cut.psv")
+        parse_sacct(io.BytesIO(cut), "cut.psv", tuple(fields))
     assert "expected 11 fields" in str(caught.value)
     assert f"found rows of {kept} fields" in str(caught.value)
+
+
+def test_a_newline_in_a_job_name_before_a_digit_still_joins() -> None:
+    """The name ``run\\n2`` cut a row, and its second line starts like a job id: the two
+    lines still make one row of exactly the format's fields."""
+    dump = (b"7000000_0|7000001|run\n2|COMPLETED|0:0|2026-09-15T18:00:00|2026-09-15T18:07:10|"
+            b"430|billing=4,gres/gpu=4|gpu-node-10|None\n"
+            b"7000000_1|7000002|exp\n1.5b-run|FAILED|1:0|2026-09-15T18:00:00|"
+            b"2026-09-15T18:07:10|430|billing=4,gres/gpu=4|gpu-node-11|None\n")
+    jobs = parse_sacct(io.BytesIO(dump), "names.psv").jobs
+    assert [(job.job_id, job.job_name, job.state) for job in jobs] == [
+        ("7000000_0", "run\n2", "COMPLETED"), ("7000000_1", "exp\n1.5b-run", "FAILED")]
 
 
 def test_wrong_field_count_refused() -> None:
