@@ -710,26 +710,35 @@ def _read_sacct(task: tuple[Path, str | None, AuditOptions]
         return None, display, inputs, findings
     inputs.append(InputFile(group, display, os.path.abspath(path), reader.digest()))
     findings.extend(dump.findings)
-    lacking = [(name, why) for names, name, why in SACCT_NEEDS
-               if not {field.lower() for field in dump.fields} & names]
-    if lacking:
-        findings.append(finding(
-            "AUD019", display, [Citation(display)],
-            fields=", ".join(name for name, _ in lacking),
-            consequence="; ".join(why for _, why in lacking)))
+    captured = {field.lower() for field in dump.fields}
+    for rule, needs in (("AUD021", SACCT_STATES), ("AUD019", SACCT_NEEDS)):
+        lacking = [(name, why) for names, name, why in needs if not captured & names]
+        if lacking:
+            findings.append(finding(
+                rule, display, [Citation(display)],
+                fields=", ".join(name for name, _ in lacking),
+                consequence="; ".join(why for _, why in lacking)))
     return dump, display, inputs, findings
 
 
+SACCT_STATES: tuple[tuple[frozenset[str], str, str], ...] = (
+    (frozenset({"jobid"}), "JobID", "no row is known as an element of an array, nor a pending "
+     "range"),
+    (frozenset({"state"}), "State", "no element's state is known (pending, running, failed)"),
+)
+"""The dump's fields without which no element's state is known (``AUD021``: as a missing
+dump, ``AUD123``, the gate fails)."""
 SACCT_NEEDS: tuple[tuple[frozenset[str], str, str], ...] = (
     (frozenset({"jobidraw"}), "JobIDRaw", "an attempt's actual job id is matched only to a "
      "row whose JobID is that id (a plain job, not an array element)"),
-    (frozenset({"state"}), "State", "no element's state is known (pending, running, failed)"),
+    (frozenset({"exitcode"}), "ExitCode", "elements' exit codes are unknown"),
     (frozenset({"elapsedraw", "elapsed"}), "ElapsedRaw", "the allocation scope is unknown"),
     (frozenset({"alloctres"}), "AllocTRES", "the GPUs each element held are unknown"),
     (frozenset({"start"}), "Start", "invocations are not placed inside their allocation"),
     (frozenset({"end"}), "End", "invocations are not placed inside their allocation"),
 )
-"""The dump's fields the audit uses (any of the names), and what is lost without them."""
+"""The dump's other fields the audit uses (any of the names), and what is lost without them
+(``AUD019``)."""
 
 
 def _read_commits(

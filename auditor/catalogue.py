@@ -68,8 +68,13 @@ _RULES: tuple[Rule, ...] = (
          "log, which the built-in matcher reads instead. Fix the pattern.",
          "{path}:{line}: terminal_event.pattern searched this line for over {seconds:g} s; "
          "given up for the rest of the log (the built-in matcher reads it)", E),
+    Rule("AUD021", "sacct-states-unknown", "sacct dump says no element's state",
+         "The dump was captured without JobID or State: whether an element is still pending "
+         "or running cannot be known, so, as with no dump (AUD123), the gate fails unless "
+         "waived.",
+         "{path}: captured without {fields}: {consequence}; the gate fails unless waived", E),
     Rule("AUD019", "sacct-fields-missing", "sacct dump lacks fields the audit uses",
-         "The dump was captured without a field the audit relies on (JobIDRaw, State, "
+         "The dump was captured without a field the audit relies on (JobIDRaw, ExitCode, "
          "ElapsedRaw or Elapsed, AllocTRES, Start, End): what it would show is unknown.",
          "{path}: captured without {fields}: {consequence}", W),
     Rule("AUD010", "file-empty", "File is empty",

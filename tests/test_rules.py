@@ -338,6 +338,16 @@ def test_a_pattern_that_backtracks_for_ever_is_given_up_not_a_hang(
         "for the rest of the log (the built-in matcher reads it)"]
 
 
+@scenario("AUD021")
+def _sacct_without_states(root: Path, tmp: Path) -> list[str]:
+    dump = tmp / "no-state.psv"
+    dump.write_bytes(b"".join(
+        b"|".join(line.split(b"|")[:3] + line.split(b"|")[4:]) + b"\n"
+        for line in (root / "accounting/sacct-raw.psv").read_bytes().splitlines()))
+    return ["--sacct", str(dump), "--sacct-format",
+            "JobID,JobIDRaw,JobName,ExitCode,Start,End,ElapsedRaw,AllocTRES,NodeList,Reason"]
+
+
 @scenario("AUD119")
 def _no_sacct_row(root: Path, tmp: Path) -> list[str]:
     rewrite(root, "accounting/sacct-raw.psv",
@@ -670,6 +680,7 @@ def test_a_refused_scheduler_dump_names_itself_once_and_fails_the_gate(
     shutil.copytree(clean, root)
     _sacct_refused(root, tmp_path)
     summary = audit(root, tmp_path / "out")
+    assert summary["accounting"]["allocation_gpu_seconds"] is None  # (never 0)
     findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
     [message] = findings[findings["rule_id"] == "AUD009"]["message"].tolist()
     assert message.startswith("accounting/sacct-raw.psv: ")
@@ -678,4 +689,30 @@ def test_a_refused_scheduler_dump_names_itself_once_and_fails_the_gate(
         assert any(r.startswith("scheduler dump unusable: accounting/sacct-raw.psv: ")
                    for r in summary[gate]["reasons"])
         assert summary[gate]["passed"] is False
+
+
+@pytest.mark.parametrize("dropped", ["State", "JobID"])
+def test_a_dump_that_cannot_say_an_element_is_running_fails_the_gate(
+        clean: Path, tmp_path: Path, dropped: str) -> None:
+    """Without State (or JobID) no element can be seen pending or running: AUD021, and the
+    gate fails as without a dump (a RUNNING element passed with only a warning)."""
+    from tests.helpers import audit
+
+    root = tmp_path / "study"
+    shutil.copytree(clean, root)
+    fields = "JobID,JobIDRaw,JobName,State,ExitCode,Start,End,ElapsedRaw,AllocTRES,NodeList," \
+             "Reason".split(",")
+    column = fields.index(dropped)
+    dump = tmp_path / "dump.psv"
+    dump.write_bytes(b"".join(
+        b"|".join(cell for index, cell in enumerate(line.split(b"|")) if index != column)
+        + b"\n" for line in (root / "accounting/sacct-raw.psv").read_bytes().splitlines()))
+    kept = ",".join(field for field in fields if field != dropped)
+    summary = audit(root, tmp_path / "out", "--sacct", str(dump), "--sacct-format", kept)
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    [message] = findings[findings["rule_id"] == "AUD021"]["message"].tolist()
+    assert f"captured without {dropped}: " in message
+    for gate in ("gate", "gate_allow_partial"):
+        assert summary[gate]["passed"] is False
+        assert any(r.startswith("scheduler dump unusable: ") for r in summary[gate]["reasons"])
 

@@ -1057,6 +1057,14 @@ def _configurations(
 # ------------------------------------------------------------------ accounting
 
 
+def scheduler_usable(collected: Collected) -> bool:
+    """Whether a scheduler dump was read with records in it (not missing, ``AUD123``, nor
+    refused or empty, ``AUD009``): what the allocation scope and the cross-checks against
+    sacct need."""
+    return collected.sacct is not None \
+        and not any(item.rule_id == "AUD009" for item in collected.sacct.findings)
+
+
 def _accounting(collected: Collected, outcomes: list[AttemptOutcome],
                 verdicts: list[Verdict]) -> Accounting:
     elements: list[ElementCost] = []
@@ -1071,10 +1079,10 @@ def _accounting(collected: Collected, outcomes: list[AttemptOutcome],
     wasted = [o for o in outcomes if o.wasted]
     accounted = {e.job_id for e in elements} | {e.job_id_raw for e in elements if e.job_id_raw}
     missing = sorted({o.job_id for o in outcomes if o.job_id and o.job_id not in accounted}
-                     ) if collected.sacct is not None else []
+                     ) if scheduler_usable(collected) else []
     return Accounting(
         allocation_gpu_seconds=sum(e.gpu_seconds or 0 for e in elements)
-        if collected.sacct is not None else None,
+        if scheduler_usable(collected) else None,
         task_gpu_seconds=round(sum(o.task_gpu_seconds for o in outcomes), 6),
         reservation_gpu_seconds=round(sum(o.reservation_gpu_seconds for o in outcomes), 6),
         wasted_gpu_seconds=round(sum(o.task_gpu_seconds for o in wasted), 6),
@@ -1101,7 +1109,7 @@ def _gate_reasons(collected: Collected, verdicts: list[Verdict], findings: list[
     reasons.extend(  # (the scheduler's word is evidence too: without it no element's
         # state, a pending or running one, can be known)
         GateReason(item.rule_id, item.subject, f"scheduler dump unusable: {item.message}", True)
-        for item in collected.findings if item.rule_id in ("AUD009", "AUD123"))
+        for item in collected.findings if item.rule_id in ("AUD009", "AUD021", "AUD123"))
     for period in collected.periods:
         if not period.record.readable:
             reasons.append(GateReason("AUD011", period.record.path,

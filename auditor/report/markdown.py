@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from auditor._io import clip, counted
 from auditor.audit import AuditResult
 from auditor.model import Citation, Verdict, VerdictKind
-from auditor.reason.engine import ElementCost, Reasoning
+from auditor.reason.engine import ElementCost, Reasoning, scheduler_usable
 from auditor.report.summary import reasoning_of
 from auditor.report.tables import sorted_findings
 from auditor.validate.checks import anchor_status
@@ -568,7 +568,7 @@ def _cross_checks(result: AuditResult) -> str:
                           for rule in rules if fired[rule])  # (the rules that fired)
         return clean if not count else f"{counted(count, 'finding')} ({named})"
 
-    scheduler = result.collected.sacct is not None  # (what was not there was not checked)
+    scheduler = scheduler_usable(result.collected)  # (what was not there was not checked)
     sources = "trial, device files and sacct" if scheduler else "trial and device files"
     return (
         f"Cross-checks: the pid and rank of each of the {traces:,} allocator traces against the "
