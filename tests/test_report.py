@@ -68,6 +68,21 @@ def test_a_job_outside_the_array_is_not_called_one_of_its_elements(tmp_path: Pat
             "(`5055845`)): **20,828 GPU-seconds") in text
 
 
+
+def test_period_records_without_an_array_id_leave_the_elements_in_their_array(
+        tmp_path: Path) -> None:
+    """The array is then the one sacct's JobIDs name: no element is said to be 'outside'."""
+    from tests.helpers import edit_record, period_records
+
+    root = copy_example(tmp_path)
+    for record in period_records(root):
+        edit_record(record, lambda r: r.pop("array_job_id"))
+    audit(root, tmp_path / "out")
+    text = (tmp_path / "out" / "diagnostic.md").read_text()
+    assert "All nine array elements of `5055845` ended `FAILED 2:0`" in text
+    assert "Outside the array" not in text and "outside it" not in text
+
+
 def test_untrusted_log_text_cannot_inject_markup(tmp_path: Path) -> None:
     root = outcome_study(tmp_path / "study", ["rollout_init_oom"])
     log = find(root, "*/attempt-*/training-*.log")

@@ -163,6 +163,9 @@ class ElementCost:
     elapsed_s: int | None
     gpus: int | None
     gpu_seconds: int | None
+    array_job_id: str | None = None
+    """The array the row is an element of (as sacct's JobID says); None for a job of its
+    own (a retry submitted outside the array)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1074,7 +1077,7 @@ def _accounting(collected: Collected, outcomes: list[AttemptOutcome],
         for job in collected.sacct.jobs:
             if job.array_job_id in arrays or job.job_id_raw in jobs or job.job_id in jobs:
                 elements.append(ElementCost(job.job_id, job.job_id_raw, job.state, job.elapsed_s,
-                                            job.gpus, job.gpu_seconds))
+                                            job.gpus, job.gpu_seconds, job.array_job_id))
     unresolved = {v.subject for v in verdicts if v.verdict is VerdictKind.UNRESOLVED}
     wasted = [o for o in outcomes if o.wasted]
     accounted = {e.job_id for e in elements} | {e.job_id_raw for e in elements if e.job_id_raw}

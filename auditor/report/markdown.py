@@ -139,8 +139,11 @@ def _study(result: AuditResult) -> str:
 
 
 def _arrays(result: AuditResult) -> list[str]:
-    return sorted({p.record.array_job_id for p in result.collected.periods
-                   if p.record.array_job_id})
+    """The study's arrays: as its period records name them, else as the accounted sacct
+    rows do (records without an ``array_job_id``)."""
+    named = {p.record.array_job_id for p in result.collected.periods if p.record.array_job_id}
+    return sorted(named or {e.array_job_id for e in reasoning_of(result).accounting.elements
+                            if e.array_job_id})
 
 
 def _without_element(reasoning: Reasoning) -> str:
@@ -158,11 +161,12 @@ def _without_element(reasoning: Reasoning) -> str:
 def _outside_arrays(result: AuditResult, elements: Sequence[ElementCost]
                     ) -> tuple[ElementCost, ...]:
     """The accounted jobs that are no element of the study's arrays (a retry submitted as a
-    job of its own)."""
+    job of its own), by sacct's own JobID (none when the dump has no JobID: ``AUD021``)."""
+    sacct = result.collected.sacct
+    if sacct is None or "jobid" not in {field.lower() for field in sacct.fields}:
+        return ()
     arrays = set(_arrays(result))
-    in_array = {job.job_id for job in (result.collected.sacct.jobs if result.collected.sacct
-                                       else ()) if job.array_job_id in arrays}
-    return tuple(e for e in elements if e.job_id not in in_array)
+    return tuple(e for e in elements if e.array_job_id not in arrays)
 
 
 def _headline(result: AuditResult, reasoning: Reasoning) -> str:
