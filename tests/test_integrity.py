@@ -727,3 +727,19 @@ def test_a_prefixed_manifest_digest_is_a_mismatch_that_says_why(tmp_path: Path) 
     assert len(said) == 1, said
     assert "(expected sha256:" in said[0]
     assert "which is not 64 hex digits, found " in said[0]
+
+
+def test_verify_never_blocks_on_a_fifo_in_a_pinned_file_s_place(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A pinned input replaced by a FIFO is unreadable (verify waited for a writer for
+    ever), like the audit's own refusal of anything but a regular file."""
+    root = copy_example(tmp_path)
+    audit(root, tmp_path / "out")
+    capsys.readouterr()
+    trial = root / find(root, "host-qwen25-7b-math-c2-s161-4gpu/attempt-*/trial-*.json")
+    trial.unlink()
+    os.mkfifo(trial)
+    assert main(["verify", str(tmp_path / "out")]) == 1
+    printed = capsys.readouterr().out
+    assert f"unreadable: raw_evidence/{trial.relative_to(root).as_posix()} " \
+           "(not a regular file)" in printed

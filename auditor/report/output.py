@@ -15,10 +15,12 @@ run-specific values (the time of the audit, the absolute paths).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, Future
@@ -39,6 +41,7 @@ from auditor.validate.paths import join_text
 
 if TYPE_CHECKING:
     from auditor.audit import AuditResult
+    from auditor.model import FileDigest
     from auditor.report.plots import Plotter
 
 MANIFEST = "output_manifest.json"
@@ -353,6 +356,15 @@ class Difference:
     detail: str = ""
 
 
+def _regular_digest(location: str) -> FileDigest:
+    """The digest of the regular file at ``location`` (links followed); anything else (a
+    FIFO put in a file's place would block the read for ever, a device never end it) is an
+    ``OSError`` saying what it is."""
+    if not stat.S_ISREG(os.stat(location).st_mode):
+        raise OSError(errno.EINVAL, "not a regular file")
+    return sha256_file(location)
+
+
 def verify_outputs(out: Path) -> tuple[list[Difference], int]:
     """Re-hash every output and input the manifest lists; (differences, files checked)."""
     manifest_path = out / MANIFEST
@@ -396,11 +408,11 @@ def verify_outputs(out: Path) -> tuple[list[Difference], int]:
     for group, path, location, sha256, size in entries:
         try:
             try:
-                digest = sha256_file(location)
+                digest = _regular_digest(location)
             except FileNotFoundError:  # (a name that is not UTF-8 is listed printable)
                 if unprintable(location) == location:
                     raise
-                digest = sha256_file(unprintable(location))
+                digest = _regular_digest(unprintable(location))
         except FileNotFoundError:
             differences.append(Difference(group, path, "missing"))
         except OSError as error:
