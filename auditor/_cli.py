@@ -574,18 +574,14 @@ def _regular_file(path: Path) -> None:
         raise InputError(f"{path}: is not a regular file (a device, FIFO or socket)")
 
 
-_NO_SCHEMA = {
-    "training-log": " (a training log is plain text, with no schema: 'auditor audit' reads it)",
-    "sacct": " (a sacct dump is no JSON: 'auditor sacct FILE' reads one)",
+_SCHEMALESS = {
+    "training-log": (re.compile(r"training-.*\.log"), "a training log is plain text, with no "
+                     "schema to check it against ('auditor audit' reads it)"),
+    "sacct": (re.compile(r".*\.psv"), "a sacct dump is no JSON, with no schema to check it "
+              "against ('auditor sacct FILE' reads one)"),
 }
-"""Why a kind a user may name has no schema to check against."""
-_SCHEMALESS = (
-    (re.compile(r"training-.*\.log"), "a training log is plain text, with no schema to check "
-                                      "it against ('auditor audit' reads it)"),
-    (re.compile(r".*\.psv"), "a sacct dump is no JSON, with no schema to check it against "
-                             "('auditor sacct FILE' reads one)"),
-)
-"""Files ``validate`` is given that have no schema, by name, and what reads them."""
+"""Kinds of evidence ``validate`` has no schema for: their files' names, and what reads
+them."""
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -596,13 +592,16 @@ def _validate(args: argparse.Namespace) -> int:
     from auditor.schema import KINDS, canonical_kind, kind_for_filename, validate_document
 
     if args.kind is not None and canonical_kind(args.kind) not in KINDS:
-        raise UsageError(f"--kind must be one of {', '.join(sorted(KINDS))}"
-                         + _NO_SCHEMA.get(canonical_kind(args.kind), ""))
+        schemaless = _SCHEMALESS.get(canonical_kind(args.kind))
+        raise UsageError(f"--kind must be one of {', '.join(sorted(KINDS))} (or a period "
+                         "record's device_evidence, allocator_trace)"
+                         + (f": {schemaless[1]}" if schemaless else ""))
     problems = 0
     for path in args.files:
         kind = args.kind or kind_for_filename(path.name)
         if kind is None:
-            why = next((why for pattern, why in _SCHEMALESS if pattern.fullmatch(path.name)),
+            why = next((why for pattern, why in _SCHEMALESS.values()
+                        if pattern.fullmatch(path.name)),
                        "cannot tell its kind from the name; pass --kind")
             raise UsageError(f"{path}: {why}")
         kind = canonical_kind(kind)

@@ -213,6 +213,11 @@ def test_waivers_are_recorded_never_silent(tmp_path: Path,
     capsys.readouterr()
     assert main(["gate", str(tmp_path / "out"), "--allow-partial"]) == 0
     assert "unresolved, included by waiver: gsm8k@4" in capsys.readouterr().out
+    assert main(["audit", str(root), "--out", str(tmp_path / "shown"), "--no-plots",
+                 *waive]) == 0
+    shown = " ".join(capsys.readouterr().out.split())  # (as the terminal wrapped it)
+    assert "included: code_heavy_tail@2, gsm8k@2, math@2, gsm8k@4 (unresolved, by waiver: " \
+           "gsm8k@4)" in shown
 
 
 def test_rules_lists_the_catalogue(capsys: pytest.CaptureFixture[str]) -> None:

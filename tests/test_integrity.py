@@ -423,8 +423,8 @@ def test_verify_says_once_that_the_evidence_root_is_gone(
     root.rename(tmp_path / "moved")
     assert main(["verify", str(tmp_path / "out")]) == 1
     printed = capsys.readouterr().out.splitlines()
-    assert printed == [f"missing: evidence root {root} (moved or deleted: none of the 165 "
-                       "evidence files read from it was checked)"]
+    assert printed == [f"missing: evidence root {root} (moved, deleted or no longer a "
+                       "directory: none of the 165 evidence files read from it was checked)"]
 
 
 def test_verify_refuses_a_directory_without_manifest(

@@ -643,7 +643,7 @@ def _judge_attempt(
         if ended is not None:
             # exited 0 before the scheduler ended the job (a time limit or scancel in the
             # teardown after it): the attempt stands, and the report says why
-            after.extend([ended] if ended is not None else [])
+            after.append(ended)
             shows.extend(_sentence(f.message.split(": ", 1)[1]) for f in after)
             infra = None
         # (else sacct's end cannot be placed after the exit: the scheduler's word stands)

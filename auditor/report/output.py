@@ -398,8 +398,8 @@ def verify_outputs(out: Path) -> tuple[list[Difference], int]:
     if root_gone:  # one line, not one "missing" per file of a study moved or deleted
         differences.append(Difference(
             "evidence_root", root, "missing",
-            f"moved or deleted: none of the {len(raw):,} evidence files read from it was "
-            "checked"))
+            f"moved, deleted or no longer a directory: none of the {len(raw):,} evidence "
+            "files read from it was checked"))
     for group in ("raw_evidence", "source_inputs", "protocol_inputs"):
         for item in manifest.get(group, []) if not (root_gone and group == "raw_evidence") \
                 else ():

@@ -68,7 +68,9 @@ def summary_view(summary: dict[str, Any]) -> Group:
                                      style="bold green" if gate["passed"] else "bold red"),
                       f"   --allow-partial: {'PASS' if partial['passed'] else 'FAIL'}",
                       "   included: ", safe(", ".join(partial["included_configurations"])
-                                            or "none")),
+                                            or "none"),
+                      safe(f" (unresolved, by waiver: {', '.join(waived)})" if (
+                          waived := partial.get("included_by_waiver")) else "")),
         Text(f"accounting: allocation {_gpu_seconds(summary['accounting'])}, "
              f"task {summary['accounting']['task_gpu_seconds']:,.1f} GPU-s, "
              f"reservation {summary['accounting']['reservation_gpu_seconds']:,.1f} GPU-s "
