@@ -208,7 +208,7 @@ def test_waivers_are_recorded_never_silent(tmp_path: Path,
     text = (tmp_path / "out" / "diagnostic.md").read_text()
     assert "## Waivers" in text and "log loss confirmed by hand" in text
     assert ("Evaluation is restricted to that resolved subset: `code_heavy_tail@2`, `gsm8k@2`, "
-            "`math@2`, and, by the reviewer's waivers (see Waivers), the unresolved `gsm8k@4`."
+            "`math@2`. The reviewer's waivers (see Waivers) add the unresolved `gsm8k@4`."
             in text)
     capsys.readouterr()
     assert main(["gate", str(tmp_path / "out"), "--allow-partial"]) == 0

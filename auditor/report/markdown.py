@@ -303,7 +303,7 @@ def _reconstruction(reasoning: Reasoning) -> str:
                 text += f", {every} {next(iter(gpu_set))}-GPU {outcome_word}"
         text += (". Evaluation is restricted to that resolved subset: "
                  + ", ".join(code_span(c.key) for c in resolved))
-        text += (f", and, by the reviewer's waivers (see Waivers), the unresolved {waived_in}."
+        text += (f". The reviewer's waivers (see Waivers) add the unresolved {waived_in}."
                  if waived_in else ".")
     elif waived_in:
         text += (f". Only the reviewer's waivers (see Waivers) let configurations enter the "
