@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import orjson
@@ -301,14 +302,23 @@ def _no_sacct(root: Path, tmp: Path) -> list[str]:
     return []
 
 
-@scenario("AUD019")
-def _sacct_without_raw_ids(root: Path, tmp: Path) -> list[str]:
-    dump = tmp / "no-raw.psv"
+SACCT_FIELDS = ("JobID,JobIDRaw,JobName,State,ExitCode,Start,End,ElapsedRaw,AllocTRES,"
+                "NodeList,Reason").split(",")
+
+
+def _dump_without(field: str, root: Path, tmp: Path) -> list[str]:
+    """The study's sacct dump as if captured without ``field``: the audit's options."""
+    column = SACCT_FIELDS.index(field)
+    dump = tmp / f"without-{field}.psv"
     dump.write_bytes(b"".join(
-        b"|".join(line.split(b"|")[:1] + line.split(b"|")[2:]) + b"\n"
-        for line in (root / "accounting/sacct-raw.psv").read_bytes().splitlines()))
+        b"|".join(cell for index, cell in enumerate(line.split(b"|")) if index != column)
+        + b"\n" for line in (root / "accounting/sacct-raw.psv").read_bytes().splitlines()))
     return ["--sacct", str(dump), "--sacct-format",
-            "JobID,JobName,State,ExitCode,Start,End,ElapsedRaw,AllocTRES,NodeList,Reason"]
+            ",".join(name for name in SACCT_FIELDS if name != field)]
+
+
+SCENARIOS["AUD019"] = partial(_dump_without, "JobIDRaw")
+SCENARIOS["AUD021"] = partial(_dump_without, "State")
 
 
 @scenario("AUD020")
@@ -336,16 +346,6 @@ def test_a_pattern_that_backtracks_for_ever_is_given_up_not_a_hang(
     assert list(said["message"]) == [
         f"{log}:{lines}: terminal_event.pattern searched this line for over 1 s; given up "
         "for the rest of the log (the built-in matcher reads it)"]
-
-
-@scenario("AUD021")
-def _sacct_without_states(root: Path, tmp: Path) -> list[str]:
-    dump = tmp / "no-state.psv"
-    dump.write_bytes(b"".join(
-        b"|".join(line.split(b"|")[:3] + line.split(b"|")[4:]) + b"\n"
-        for line in (root / "accounting/sacct-raw.psv").read_bytes().splitlines()))
-    return ["--sacct", str(dump), "--sacct-format",
-            "JobID,JobIDRaw,JobName,ExitCode,Start,End,ElapsedRaw,AllocTRES,NodeList,Reason"]
 
 
 @scenario("AUD119")
@@ -700,15 +700,7 @@ def test_a_dump_that_cannot_say_an_element_is_running_fails_the_gate(
 
     root = tmp_path / "study"
     shutil.copytree(clean, root)
-    fields = "JobID,JobIDRaw,JobName,State,ExitCode,Start,End,ElapsedRaw,AllocTRES,NodeList," \
-             "Reason".split(",")
-    column = fields.index(dropped)
-    dump = tmp_path / "dump.psv"
-    dump.write_bytes(b"".join(
-        b"|".join(cell for index, cell in enumerate(line.split(b"|")) if index != column)
-        + b"\n" for line in (root / "accounting/sacct-raw.psv").read_bytes().splitlines()))
-    kept = ",".join(field for field in fields if field != dropped)
-    summary = audit(root, tmp_path / "out", "--sacct", str(dump), "--sacct-format", kept)
+    summary = audit(root, tmp_path / "out", *_dump_without(dropped, root, tmp_path))
     findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
     [message] = findings[findings["rule_id"] == "AUD021"]["message"].tolist()
     assert f"captured without {dropped}: " in message
