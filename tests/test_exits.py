@@ -222,3 +222,24 @@ def test_predicate_both_directions() -> None:
     assert classify_exit(_trial(143, received="SIGUSR1"), FLAG).kind == "signalled"
     assert classify_exit(_trial(1), FLAG).kind == "failure"
     assert classify_exit(_trial(0), FLAG).clean
+
+
+def test_a_trace_line_that_is_not_json_leaves_the_records_before_it_counting(
+        tmp_path: Path) -> None:
+    """The contract: a line that is not JSON is a finding naming the file and line; the
+    records before it still count. An out-of-memory record followed by a broken line is
+    still the eligible failure it records (the period was made unresolved)."""
+    import glob
+
+    root = outcome_study(tmp_path / "study", ["rollout_init_oom"])
+    [trace] = [path for path in glob.glob(str(root / "*/attempt-*/allocator-traces/*.jsonl"))
+               if b"OutOfMemoryError" in Path(path).read_bytes()]
+    rel = Path(trace).relative_to(root).as_posix()
+    rewrite(root, rel, lambda b: b + b"this is not json {\n")
+    lines = (root / rel).read_bytes().count(b"\n")
+    summary = audit(root, tmp_path / "out")
+    assert verdicts(summary)[S.format(161)] == ("failed", "eligible_failure")
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    broken = findings[findings["rule_id"] == "AUD003"]
+    assert list(zip(broken["path"], broken["line"], strict=True)) == [(rel, lines)]
+

@@ -52,7 +52,9 @@ if TYPE_CHECKING:
 
 UNFINISHED_STATES = frozenset({"PENDING", "RUNNING", "REQUEUED", "SUSPENDED", "RESIZING",
                                "CONFIGURING", "COMPLETING", "REQUEUE_HOLD", "REQUEUE_FED"})
-BLOCKING_COLLECT_RULES = frozenset({"AUD001", "AUD002", "AUD003", "AUD010", "AUD012"})
+BLOCKING_COLLECT_RULES = frozenset({"AUD001", "AUD002", "AUD010", "AUD012"})
+"""Findings that make a file unusable as evidence (a trace line that is not JSON, AUD003, is
+not one: the contract keeps the records around it)."""
 IDENTITY_RULES = frozenset({"AUD110", "AUD111", "AUD112", "AUD113", "AUD114"})
 TIMELINE_RULES = frozenset({"AUD115", "AUD116", "AUD117"})
 ABSENCE_WORDS = frozenset({"evidence_missing", "idle_check_failed"})
