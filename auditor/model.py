@@ -343,7 +343,7 @@ class LogEvent:
     kind: str
     """``terminal_event``, ``step_line``, ``coordinated_shutdown``, ``slurm_cancelled``,
     ``slurm_time_limit``, ``traceback``, ``exception``, ``gpu_oom``, ``host_oom``,
-    ``kv_cache_init_failure``, ``nccl_timeout``."""
+    ``kv_cache_init_failure``, ``nccl_timeout``, ``nccl_error``."""
     line: int
     text: str
     """The line, ANSI-stripped and clipped."""

@@ -243,3 +243,35 @@ def test_a_trace_line_that_is_not_json_leaves_the_records_before_it_counting(
     broken = findings[findings["rule_id"] == "AUD003"]
     assert list(zip(broken["path"], broken["line"], strict=True)) == [(rel, lines)]
 
+
+NCCL_LINE = (b"(TaskRunner pid=3443269) torch.distributed.DistBackendError: NCCL error in: "
+             b"../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled system error "
+             b"(run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\n")
+
+
+def test_an_nccl_error_before_an_unclean_exit_is_an_infrastructure_failure(
+        tmp_path: Path) -> None:
+    """The contract lists an NCCL error among the infrastructure failures: an attempt that
+    failed (exit 1) after one is 'infrastructure_failure', not a bare 'unclean_exit'. A
+    completed run that prints one in its teardown stays resolved."""
+    import glob
+
+    root = outcome_study(tmp_path / "study", ["rollout_init_oom", "completed"])
+    [trace] = [path for path in glob.glob(str(root / "*/attempt-*/allocator-traces/*.jsonl"))
+               if b"OutOfMemoryError" in Path(path).read_bytes()]
+    rewrite(root, Path(trace).relative_to(root).as_posix(),  # (no longer an eligible error)
+            lambda b: b.replace(b"torch.OutOfMemoryError", b"torch.distributed.DistBackendError"))
+    before = audit(root, tmp_path / "before")
+    assert verdicts(before)[S.format(161)] == ("unresolved", "unclean_exit")
+    for seed in (161, 162):
+        log = find(root, f"host-qwen25-7b-gsm8k-c2-s{seed}-*gpu/attempt-*/training-*.log")
+        rewrite(root, log, lambda b: b + NCCL_LINE)
+    summary = audit(root, tmp_path / "out")
+    assert verdicts(summary)[S.format(161)] == ("unresolved", "infrastructure_failure")
+    assert verdicts(summary)[S.format(162)] == ("resolved", "completed")
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    said = findings[(findings["rule_id"] == "AUD209") & (findings["subject"] == S.format(161))]
+    assert said["message"].iloc[0].startswith(f"{S.format(161)}: NCCL error (log line ")
+    text = (tmp_path / "out" / "diagnostic.md").read_text()
+    assert "The training log shows an NCCL communication failure at line " in text
+

@@ -6,7 +6,7 @@ a run appears: verl's console logger prints ``step:N - ... - training/global_ste
 ``TOTAL_TRAINING_STEPS=N`` is complete only if that line for N is there. Around
 it the log may show why a run did not complete: Python tracebacks, GPU or host
 out-of-memory errors, vLLM KV-cache initialisation failures, NCCL watchdog
-timeouts, ``slurmstepd`` cancellation lines, or a coordinated shutdown.
+timeouts and errors, ``slurmstepd`` cancellation lines, or a coordinated shutdown.
 
 What real logs look like, and how this module copes:
 
@@ -216,6 +216,14 @@ _NCCL_TIMEOUT = (
     "heartbeat monitor timed out",
     "watchdog got stuck",
 )
+_NCCL_ERROR = (
+    "NCCL error",  # torch: "DistBackendError: NCCL error in: ...ProcessGroupNCCL.cpp..."
+    "ncclSystemError",
+    "ncclInternalError",
+    "ncclUnhandledCudaError",
+    "ncclRemoteError",
+)
+"""An NCCL communication failure (not a usage error: ``ncclInvalidUsage`` is the code's)."""
 _TIMEOUT_WORD = re.compile(r"\bTimeout\b(?!\s*\(ms\))")
 """After ``ProcessGroupNCCL``: a timeout named in other words (not the ``Timeout(ms)`` setting)."""
 _SLURM_CANCEL = re.compile(
@@ -675,12 +683,17 @@ class _Scanner:
             exception = _EXCEPTION_STANDALONE.match(content)
             detail = exception.group(1) if exception else ""
             self._add("kv_cache_init_failure", number, segment, detail)
-        if "NCCL" in content or "atchdog" in content or "eartbeat" in content:
+        if "NCCL" in content or "atchdog" in content or "eartbeat" in content \
+                or "nccl" in content:
             nccl = _first(content, _NCCL_TIMEOUT)
             if nccl:
                 self._add("nccl_timeout", number, segment, nccl)
             elif "Timeout" in content and _nccl_timeout_word(content):
                 self._add("nccl_timeout", number, segment, "ProcessGroupNCCL Timeout")
+            else:
+                error = _first(content, _NCCL_ERROR)
+                if error:
+                    self._add("nccl_error", number, segment, error)
         if "CANCELLED" in content:
             slurm = _SLURM_CANCEL.search(content)
             if slurm:

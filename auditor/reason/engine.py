@@ -594,7 +594,8 @@ def _judge_attempt(
                                    "while being written, and what followed is lost"))
             citations.append(cut.citations[0])
     for kind_name in ("coordinated_shutdown", "slurm_time_limit", "slurm_cancelled",
-                      "nccl_timeout", "host_oom", "gpu_oom", "kv_cache_init_failure"):
+                      "nccl_timeout", "nccl_error", "host_oom", "gpu_oom",
+                      "kv_cache_init_failure"):
         event = events.get(kind_name)
         if event is not None and log is not None:
             citations.append(Citation(log.path, line=event.line, quote=event.text))
@@ -710,6 +711,20 @@ def _judge_attempt(
         limits.append("An infrastructure failure ends the attempt before it can measure "
                       "anything; the period needs a new run to resolve.")
         return _Judgement("unresolved", word, [item], shows, limits, citations, exit_class)
+    nccl = events.get("nccl_error")
+    if nccl is not None and log is not None:
+        # (only under an unclean exit: a completed run may print one in its teardown)
+        item = finding("AUD209", subject, [Citation(log.path, line=nccl.line, quote=nccl.text),
+                                           *exit_class.citations],
+                       detail=f"{nccl.detail} (log line {nccl.line}) before {exit_class.detail}")
+        shows.insert(0, _sentence(f"The training log shows an NCCL communication failure at "
+                                  f"line {nccl.line} (`{nccl.detail}`), before the attempt's "
+                                  f"{exit_class.detail}"))
+        limits.append("An NCCL communication failure is the infrastructure's, not the "
+                      "configuration's: the attempt measured nothing; the period needs a new "
+                      "run to resolve.")
+        return _Judgement("unresolved", "infrastructure_failure", [item], shows, limits,
+                          citations, exit_class)
     item = finding("AUD204", subject, list(exit_class.citations), detail=exit_class.detail)
     limits.append("An unclean exit without a protocol-listed failure is not a measurement.")
     if completion.complete and log is not None and log.terminal_event is not None:
