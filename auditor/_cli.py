@@ -115,9 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = _parser()
         args = parser.parse_args(args_list)
-        if args.command is None:
-            parser.print_help()
-            return 2
+        if args.command is None:  # (a usage error: one line, as every other)
+            raise UsageError("no command given: one of audit, verify, gate, sacct, validate, "
+                             "rules (see 'auditor --help')")
         handler = {
             "audit": _audit, "verify": _verify, "gate": _gate, "sacct": _sacct,
             "validate": _validate, "rules": _rules,

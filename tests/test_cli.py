@@ -672,3 +672,11 @@ def test_verify_finds_a_relative_sacct_path_from_any_directory(
     assert entry["absolute"] == str(tmp_path / "dump.psv")
     monkeypatch.chdir("/")
     assert main(["verify", str(tmp_path / "out")]) == 0
+
+
+def test_no_command_is_a_one_line_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """Bare ``auditor``: exit 2 with one line on stderr, as every usage error (the contract);
+    it printed the whole help to stdout."""
+    assert main([]) == 2
+    _one_line_error(capsys, "no command given: one of audit, verify, gate")
+
