@@ -708,3 +708,23 @@ def test_a_dump_that_cannot_say_an_element_is_running_fails_the_gate(
         assert summary[gate]["passed"] is False
         assert any(r.startswith("scheduler dump unusable: ") for r in summary[gate]["reasons"])
 
+
+def test_an_element_sacct_knows_by_another_job_id_is_a_job_mismatch(
+        clean: Path, tmp_path: Path) -> None:
+    """sacct has element 0 as job 7999999 while the period record, trial and directories say
+    7000001: the job ids disagree (AUD111, unresolved), not merely 'no allocation row'."""
+    from tests.helpers import audit, verdicts
+
+    subject = "host-qwen25-7b-gsm8k-c2-s161/period-1"
+    root = tmp_path / "study"
+    shutil.copytree(clean, root)
+    rewrite(root, "accounting/sacct-raw.psv",
+            lambda b: b.replace(b"|7000001", b"|7999999"), update_manifest=False)
+    summary = audit(root, tmp_path / "out")
+    assert verdicts(summary)[subject] == ("unresolved", "identity_mismatch")
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    said = findings[(findings["rule_id"] == "AUD111") & (findings["subject"] == subject)]
+    assert list(said["message"]) == [
+        f"{subject}: sacct has element 7000000_0 as job 7999999; the period record says job "
+        "7000001"]
+

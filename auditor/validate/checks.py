@@ -248,7 +248,19 @@ def _job_ids(
     job_id = spec.job_id or (trial.job_id if trial else None)
     if sacct is not None and job_id:
         element = element_for(sacct, job_id)
-        if element is None:
+        # the element the period record names, when sacct knows it by another job id (a
+        # period of several attempts may have run in other elements: only a single one)
+        named = next((job for job in sacct.jobs
+                      if job.array_job_id == record.array_job_id and job.array_task_id is not None
+                      and job.array_task_id == record.array_task_id), None) \
+            if element is None and record.array_job_id and len(period.attempts) == 1 else None
+        if named is not None and named.job_id_raw and named.job_id_raw != job_id:
+            said = claims[0] if claims else ("trial", job_id, Citation(record.path))
+            yield finding("AUD111", subject, [Citation(sacct.path, line=named.line,
+                                                       quote=named.job_id_raw), said[2]],
+                          detail=f"sacct has element {named.job_id} as job {named.job_id_raw}; "
+                                 f"the {said[0]} says job {job_id}")
+        elif element is None:
             yield finding("AUD119", subject, [Citation(sacct.path)],
                           detail=f"job {job_id} has no allocation row in the sacct dump")
         elif record.array_job_id and element.array_job_id and \
