@@ -680,3 +680,28 @@ def test_no_command_is_a_one_line_usage_error(capsys: pytest.CaptureFixture[str]
     assert main([]) == 2
     _one_line_error(capsys, "no command given: one of audit, verify, gate")
 
+
+def test_an_audit_that_finished_meanwhile_in_the_same_out_is_never_replaced(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two audits started on one absent --out without --force: the second to finish is
+    refused (exit 2) and the first's outputs stay (it replaced them whole, silently). The
+    other audit finishing is simulated while this one writes its tables."""
+    import auditor.report.tables as tables
+
+    out = tmp_path / "out"
+    real = tables.write_table
+
+    def meanwhile(*args: object, **kwargs: object) -> object:
+        if not out.exists():  # (the other audit renames its finished output into place)
+            out.mkdir()
+            (out / "diagnostic.md").write_text("the other audit's report\n")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tables, "write_table", meanwhile)
+    assert main(["audit", str(EXAMPLE), "--out", str(out), "--quiet", "--no-plots"]) == 2
+    _one_line_error(capsys, "written to by something else while this audit ran")
+    assert [p.name for p in out.iterdir()] == ["diagnostic.md"]
+    assert (out / "diagnostic.md").read_text() == "the other audit's report\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # (no staging left)
+

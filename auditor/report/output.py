@@ -211,7 +211,7 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
             handle.flush()
             os.fsync(handle.fileno())
         with signals_deferred():  # the swap is a few renames: never leave it half done
-            _swap_into_place(staging, out)
+            _swap_into_place(staging, out, force)
     except BaseException:
         if staging is not None:
             with signals_deferred():
@@ -286,17 +286,34 @@ def _remove_stale_staging(parent: Path, name: str) -> None:
             continue  # alive, another user's
 
 
-def _swap_into_place(staging: Path, out: Path) -> None:
-    """Rename ``staging`` to ``out``; an earlier audit there is moved aside, then removed."""
-    if out.is_dir():
-        if any(out.iterdir()):
-            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.resolve().parent))
+def _swap_into_place(staging: Path, out: Path, force: bool) -> None:
+    """Rename ``staging`` to ``out``. With ``force``, an earlier audit there is moved aside,
+    then removed (put back if the rename fails). Without, the rename itself refuses a
+    directory that is no longer empty: another audit that wrote there since this one
+    started is never replaced."""
+    if force and out.is_dir() and any(out.iterdir()):
+        trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.resolve().parent))
+        try:
             os.rename(out, trash / "old")
+        except OSError:
+            trash.rmdir()
+            raise
+        try:
             os.rename(staging, out)
-            shutil.rmtree(trash, ignore_errors=True)
-            return
-        out.rmdir()
-    os.rename(staging, out)
+        except OSError:
+            with contextlib.suppress(OSError):  # (the earlier audit back in its place; if
+                os.rename(trash / "old", out)   # even that fails, it stays in the trash)
+                trash.rmdir()
+            raise
+        shutil.rmtree(trash, ignore_errors=True)
+        return
+    try:
+        os.rename(staging, out)  # (over an empty directory, or none)
+    except OSError as error:
+        if error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        raise OutputError(f"{out}: written to by something else while this audit ran; left "
+                          "as it is (nothing of this audit was kept)") from None
 
 
 MANIFEST_GROUPS = ("raw_evidence", "source_inputs", "protocol_inputs")
