@@ -38,6 +38,7 @@ from auditor.model import (
     PhaseRecord,
     Protocol,
     SacctJob,
+    Severity,
     TrainingLogScan,
     TrialRecord,
     Verdict,
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
 
 UNFINISHED_STATES = frozenset({"PENDING", "RUNNING", "REQUEUED", "SUSPENDED", "RESIZING",
                                "CONFIGURING", "COMPLETING", "REQUEUE_HOLD", "REQUEUE_FED"})
+FROZEN_INPUTS = frozenset({"protocol.json", "execution_commits.json"})
+"""The study's own rules and commit pins: an error about either fails the gate."""
 BLOCKING_COLLECT_RULES = frozenset({"AUD001", "AUD002", "AUD010", "AUD012"})
 """Findings that make a file unusable as evidence (a trace line that is not JSON, AUD003, is
 not one: the contract keeps the records around it)."""
@@ -1130,6 +1133,14 @@ def _gate_reasons(collected: Collected, verdicts: list[Verdict], findings: list[
         # state, a pending or running one, can be known)
         GateReason(item.rule_id, item.subject, f"scheduler dump unusable: {item.message}", True)
         for item in collected.findings if item.rule_id in ("AUD009", "AUD021", "AUD123"))
+    # the study's frozen rules and pins, given but not usable: the verdicts were reached under
+    # other rules, or without the commit check (one reason a file: AUD014 names a protocol's)
+    frozen: dict[str, Finding] = {}
+    for item in sorted(collected.findings, key=lambda f: f.rule_id != "AUD014"):
+        if item.subject in FROZEN_INPUTS and item.severity is Severity.ERROR:
+            frozen.setdefault(item.subject, item)
+    reasons.extend(GateReason(item.rule_id, subject, f"frozen input unusable: {item.message}",
+                              True) for subject, item in sorted(frozen.items()))
     for period in collected.periods:
         if not period.record.readable:
             reasons.append(GateReason("AUD011", period.record.path,

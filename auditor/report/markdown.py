@@ -733,10 +733,22 @@ def _provenance(result: AuditResult, outputs: Sequence[tuple[str, str, int]]) ->
     collected = result.collected
     lines = ["## Provenance", ""]
     protocol = collected.protocol
-    if protocol.path and protocol.digest:
+    unusable = next((f for f in collected.findings
+                     if f.rule_id == "AUD014" and f.subject == "protocol.json"), None)
+    unread = not protocol.digest or any(  # (not a document at all: no key of it was used)
+        f.subject == "protocol.json" and f.rule_id in ("AUD001", "AUD010", "AUD012")
+        for f in collected.findings)
+    if unusable is not None and unread:
+        digest = f", SHA-256 `{protocol.digest.sha256}`," if protocol.digest else ""
+        lines.append(f"`protocol.json`{digest} could not be used "
+                     f"({md_escape(unusable.message.split(': ', 1)[-1], limit=300)}): the "
+                     "built-in default rules applied, and the gate fails.")
+    elif protocol.path and protocol.digest:
         lines.append(f"Protocol {code_span(protocol.name)} from {code_span(protocol.path)}, "
                      "SHA-256 "
-                     f"`{protocol.digest.sha256}`.")
+                     f"`{protocol.digest.sha256}`"
+                     + (" (the built-in rules stood in where it could not be used, `AUD014`, "
+                        "and the gate fails)." if unusable else "."))
     else:
         lines.append("No `protocol.json`: the built-in default rules applied.")
     commits = sorted({p.record.commit for p in collected.periods if p.record.commit})
