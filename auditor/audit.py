@@ -431,6 +431,9 @@ class Auditor:
                 findings.extend(attempt.read.findings)
         findings.extend(_integrity_findings(evidence))
         for rel in layout.stray_pair_files:
+            if rel.count("/") == 1 and os.path.islink(root / rel):  # (pairs/<pair> itself)
+                findings.append(finding("AUD022", rel, [Citation(rel)]))
+                continue
             findings.append(finding(
                 "AUD105", rel, [Citation(rel)],
                 detail="under pairs/ but not named pairs/<pair>/period-<n>.json, so not read "

@@ -348,6 +348,30 @@ def test_a_pattern_that_backtracks_for_ever_is_given_up_not_a_hang(
         "for the rest of the log (the built-in matcher reads it)"]
 
 
+@scenario("AUD022")
+def _pair_dir_link(root: Path, tmp: Path) -> list[str]:
+    pair = root / "pairs" / "host-qwen25-7b-gsm8k-c2-s161"
+    shutil.move(pair, tmp / "moved-pair")
+    pair.symlink_to(tmp / "moved-pair", target_is_directory=True)
+    return []
+
+
+def test_a_pair_directory_that_is_a_link_fails_the_gate(clean: Path, tmp_path: Path) -> None:
+    """pairs/<pair> a link out of the root: never followed, and not silently dropped (it was
+    'not named pairs/<pair>/period-<n>.json', a warning, while its periods vanished)."""
+    from tests.helpers import audit
+
+    root = tmp_path / "study"
+    shutil.copytree(clean, root)
+    _pair_dir_link(root, tmp_path)
+    summary = audit(root, tmp_path / "out")
+    for gate in ("gate", "gate_allow_partial"):
+        assert summary[gate]["passed"] is False
+        assert "unsafe path: pairs/host-qwen25-7b-gsm8k-c2-s161: a link in a pair directory's " \
+               "place; not followed, so the period records it may hold are missing from this " \
+               "audit" in summary[gate]["reasons"]
+
+
 @scenario("AUD119")
 def _no_sacct_row(root: Path, tmp: Path) -> list[str]:
     rewrite(root, "accounting/sacct-raw.psv",

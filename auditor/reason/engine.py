@@ -1141,6 +1141,8 @@ def _gate_reasons(collected: Collected, verdicts: list[Verdict], findings: list[
             frozen.setdefault(item.subject, item)
     reasons.extend(GateReason(item.rule_id, subject, f"frozen input unusable: {item.message}",
                               True) for subject, item in sorted(frozen.items()))
+    reasons.extend(GateReason("AUD022", item.subject, f"unsafe path: {item.message}", True)
+                   for item in collected.findings if item.rule_id == "AUD022")
     for period in collected.periods:
         if not period.record.readable:
             reasons.append(GateReason("AUD011", period.record.path,
