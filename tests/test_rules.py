@@ -592,6 +592,10 @@ def test_a_study_without_its_scheduler_dump_says_so_and_fails_the_gate(
     summary = audit(root, tmp_path / "out")
     assert summary["accounting"]["allocation_gpu_seconds"] is None
     assert summary["accounting"]["allocation_gpu_hours"] is None
+    # ...and the reservation scope, which counts the GPUs the allocations held (it fell
+    # back to the periods' own, the task scope's figure, as if known)
+    assert summary["accounting"]["reservation_gpu_seconds"] is None
+    assert {c["reservation_gpu_seconds"] for c in summary["configurations"]} == {None}
     for gate in ("gate", "gate_allow_partial"):
         assert summary[gate]["passed"] is False
         assert any("scheduler dump unusable" in r and "sacct-raw.psv" in r
@@ -599,6 +603,8 @@ def test_a_study_without_its_scheduler_dump_says_so_and_fails_the_gate(
     text = (tmp_path / "out" / "diagnostic.md").read_text()
     assert text.startswith("# Audit of test\\_study — 2026-09-15\n")  # (the last exit's day)
     assert "**unknown**: no scheduler dump was read" in text
+    assert "Reservation scope (invocation time × the GPUs the allocation held): **unknown**" \
+        in text
     assert "device files and sacct" not in text
     assert "nothing was checked against sacct" in text
     waived = audit(root, tmp_path / "waived", "--waive", "AUD123:accounting/sacct-raw.psv",

@@ -150,7 +150,8 @@ class ConfigurationResult:
     seeds: tuple[int, ...]
     missing_seeds: tuple[int, ...]
     task_gpu_seconds: float
-    reservation_gpu_seconds: float
+    reservation_gpu_seconds: float | None
+    """None without a usable scheduler dump (the GPUs the allocations held are unknown)."""
 
     @property
     def key(self) -> str:
@@ -180,7 +181,9 @@ class Accounting:
     allocation_gpu_seconds: int | None
     """None without a scheduler dump (``AUD123``, or a refused one: ``AUD009``)."""
     task_gpu_seconds: float
-    reservation_gpu_seconds: float
+    reservation_gpu_seconds: float | None
+    """None without a usable scheduler dump: the GPUs the allocations held are unknown (each
+    attempt's row in ``attempts.parquet`` then counts its period's)."""
     wasted_gpu_seconds: float
     unresolved_gpu_seconds: float
     elements: tuple[ElementCost, ...]
@@ -1072,7 +1075,8 @@ def _configurations(
             key[0], key[1], "resolved" if resolved else "unresolved", outcome,
             tuple(p.subject for p, _ in members), seeds, missing,
             round(sum(cost[p.subject][0] for p, _ in members), 6),
-            round(sum(cost[p.subject][1] for p, _ in members), 6),
+            round(sum(cost[p.subject][1] for p, _ in members), 6)
+            if scheduler_usable(collected) else None,
         ))
     return results, findings
 
@@ -1107,7 +1111,8 @@ def _accounting(collected: Collected, outcomes: list[AttemptOutcome],
         allocation_gpu_seconds=sum(e.gpu_seconds or 0 for e in elements)
         if scheduler_usable(collected) else None,
         task_gpu_seconds=round(sum(o.task_gpu_seconds for o in outcomes), 6),
-        reservation_gpu_seconds=round(sum(o.reservation_gpu_seconds for o in outcomes), 6),
+        reservation_gpu_seconds=round(sum(o.reservation_gpu_seconds for o in outcomes), 6)
+        if scheduler_usable(collected) else None,
         wasted_gpu_seconds=round(sum(o.task_gpu_seconds for o in wasted), 6),
         unresolved_gpu_seconds=round(sum(o.task_gpu_seconds for o in outcomes
                                          if o.counted and o.subject in unresolved), 6),

@@ -639,9 +639,11 @@ def _accounting(result: AuditResult, reasoning: Reasoning) -> str:
         f"Task scope (each attempt's invocation time × the GPUs its period used): "
         f"{acc.task_gpu_seconds:,.6f} GPU-seconds ({acc.task_gpu_seconds / 3600:.9f} GPU-hours). "
         f"Reservation scope (invocation time × the GPUs the allocation held): "
-        f"{acc.reservation_gpu_seconds:,.6f} GPU-seconds "
-        f"({acc.reservation_gpu_seconds / 3600:.9f} GPU-hours). "
-        "**These overlapping scopes must not be added.**"
+        + ("**unknown**: without a scheduler dump the GPUs each allocation held are not known. "
+           if acc.reservation_gpu_seconds is None else
+           f"{acc.reservation_gpu_seconds:,.6f} GPU-seconds "
+           f"({acc.reservation_gpu_seconds / 3600:.9f} GPU-hours). ")
+        + "**These overlapping scopes must not be added.**"
     )
     lines.append("")
     lines.append(
@@ -654,7 +656,8 @@ def _accounting(result: AuditResult, reasoning: Reasoning) -> str:
         lines.append(table(
             ["Configuration", "Status", "Outcome", "Periods", "Task GPU-s", "Reservation GPU-s"],
             ([md_escape(c.key), c.status, c.outcome or "—", str(len(c.periods)),
-              f"{c.task_gpu_seconds:,.6f}", f"{c.reservation_gpu_seconds:,.6f}"]
+              f"{c.task_gpu_seconds:,.6f}", "unknown" if c.reservation_gpu_seconds is None
+              else f"{c.reservation_gpu_seconds:,.6f}"]
              for c in reasoning.configurations),
             ["---", "---", "---", "---:", "---:", "---:"],
         ))

@@ -115,7 +115,8 @@ def build_summary(result: AuditResult) -> dict[str, Any]:
             "allocation_gpu_hours": None if accounting.allocation_gpu_seconds is None
             else round(accounting.allocation_gpu_seconds / 3600, 9),
             "task_gpu_hours": round(accounting.task_gpu_seconds / 3600, 9),
-            "reservation_gpu_hours": round(accounting.reservation_gpu_seconds / 3600, 9),
+            "reservation_gpu_hours": None if accounting.reservation_gpu_seconds is None
+            else round(accounting.reservation_gpu_seconds / 3600, 9),
             "scopes_overlap": True,
         },
         "integrity": integrity,

@@ -73,7 +73,7 @@ def summary_view(summary: dict[str, Any]) -> Group:
                           waived := partial.get("included_by_waiver")) else "")),
         Text(f"accounting: allocation {_gpu_seconds(summary['accounting'])}, "
              f"task {summary['accounting']['task_gpu_seconds']:,.1f} GPU-s, "
-             f"reservation {summary['accounting']['reservation_gpu_seconds']:,.1f} GPU-s "
+             f"reservation {_gpu_seconds(summary['accounting'], 'reservation')} "
              "(overlapping scopes; never add them)"),
         *notes,
     ]
@@ -119,7 +119,8 @@ def sacct_view(dump: SacctDump, summary: dict[str, Any]) -> Group:
     return Group(table, footer, *notes)
 
 
-def _gpu_seconds(accounting: dict[str, Any]) -> str:
-    """The allocation scope as shown: unknown without a scheduler dump."""
-    seconds = accounting["allocation_gpu_seconds"]
-    return "unknown (no scheduler dump)" if seconds is None else f"{seconds:,} GPU-s"
+def _gpu_seconds(accounting: dict[str, Any], scope: str = "allocation") -> str:
+    """A scope as shown: unknown without a scheduler dump."""
+    seconds = accounting[f"{scope}_gpu_seconds"]
+    return "unknown (no scheduler dump)" if seconds is None else f"{seconds:,.1f} GPU-s" \
+        if isinstance(seconds, float) else f"{seconds:,} GPU-s"
