@@ -322,7 +322,7 @@ def _audit(args: argparse.Namespace) -> int:
         check_output_dir(args.out, args.root, args.force)
     # the plot helper starts now, to import matplotlib while this process audits (not for
     # a root that is plainly no study: that audit ends at once, and would wait for it)
-    plotter = _plotter() if args.out is not None and not args.no_plots \
+    plotter = _plotter(args.root) if args.out is not None and not args.no_plots \
         and _may_be_a_study(args.root) else None
     try:
         # the collector is held to the writing's end: re-enabled, it would re-scan every record
@@ -375,7 +375,7 @@ def _may_be_a_study(root: Path) -> bool:
         return False
 
 
-def _plotter() -> Any:
+def _plotter(root: Path) -> Any:
     """A :class:`~auditor.report.plots.Plotter`, started now so that matplotlib is imported
     while the audit runs; None when matplotlib is not installed (no plots are drawn)."""
     import importlib.util
@@ -384,7 +384,41 @@ def _plotter() -> Any:
         return None
     from auditor.report.plots import Plotter
 
+    _keep_matplotlib_files_out(root)
     return Plotter()
+
+
+def _keep_matplotlib_files_out(root: Path) -> None:
+    """Give matplotlib a configuration and cache directory of its own (``MPLCONFIGDIR``,
+    removed at exit) when where it would write them (its font list, under ``~/.cache`` and
+    ``~/.config`` or their XDG places) lies under the evidence root, a HOME inside the
+    study, or cannot be written (it would warn on stderr): the audit never writes under the
+    root. Otherwise matplotlib keeps its own, and its font list is built once, not per
+    audit."""
+    import atexit
+    import shutil
+    import tempfile
+
+    if os.environ.get("MPLCONFIGDIR"):
+        return
+    home = Path(os.path.expanduser("~"))
+    places = (Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config") / "matplotlib",
+              Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache") / "matplotlib")
+    try:
+        evidence = root.resolve()
+        elsewhere = False
+        for place in places:
+            place = place.resolve()
+            existing = next(p for p in (place, *place.parents) if p.exists())
+            if place == evidence or evidence in place.parents \
+                    or not os.access(existing, os.W_OK | os.X_OK):
+                elsewhere = True
+    except (OSError, RuntimeError, StopIteration):
+        elsewhere = True
+    if elsewhere:
+        own = tempfile.mkdtemp(prefix="auditor-matplotlib-")
+        atexit.register(shutil.rmtree, own, True)
+        os.environ["MPLCONFIGDIR"] = own
 
 
 MAX_JOBS = 256
