@@ -365,6 +365,7 @@ def test_a_pair_directory_that_is_a_link_fails_the_gate(clean: Path, tmp_path: P
     shutil.copytree(clean, root)
     _pair_dir_link(root, tmp_path)
     summary = audit(root, tmp_path / "out")
+    assert summary["integrity"]["unsafe_paths"] == 1
     for gate in ("gate", "gate_allow_partial"):
         assert summary[gate]["passed"] is False
         assert "unsafe path: pairs/host-qwen25-7b-gsm8k-c2-s161: a link in a pair directory's " \

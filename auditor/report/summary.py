@@ -79,6 +79,8 @@ def build_summary(result: AuditResult) -> dict[str, Any]:
     integrity["files_listed"] += len(collected.periods)
     integrity["verified"] += len(collected.periods) - unreadable_records
     integrity["unreadable"] += unreadable_records
+    # a pair directory that is a link is an unsafe path too (never followed: AUD022)
+    integrity["unsafe_paths"] += sum(1 for item in collected.findings if item.rule_id == "AUD022")
     integrity["period_records"] = len(collected.periods)
     integrity["period_records_unreadable"] = unreadable_records
     accounting = reasoning.accounting
