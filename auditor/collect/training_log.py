@@ -220,10 +220,12 @@ _NCCL_ERROR = (
     "NCCL error",  # torch: "DistBackendError: NCCL error in: ...ProcessGroupNCCL.cpp..."
     "ncclSystemError",
     "ncclInternalError",
-    "ncclUnhandledCudaError",
     "ncclRemoteError",
 )
-"""An NCCL communication failure (not a usage error: ``ncclInvalidUsage`` is the code's)."""
+"""An NCCL communication failure: the system, NCCL itself or a peer (a network error)."""
+_NOT_NCCL_FAULT = ("invalid usage", "nvalidUsage", "cuda error", "udaError", "out of memory")
+"""What makes an "NCCL error" the code's (invalid usage) or the GPU's (a CUDA error, out of
+memory), not the communication's."""
 _TIMEOUT_WORD = re.compile(r"\bTimeout\b(?!\s*\(ms\))")
 """After ``ProcessGroupNCCL``: a timeout named in other words (not the ``Timeout(ms)`` setting)."""
 _SLURM_CANCEL = re.compile(
@@ -692,7 +694,7 @@ class _Scanner:
                 self._add("nccl_timeout", number, segment, "ProcessGroupNCCL Timeout")
             else:
                 error = _first(content, _NCCL_ERROR)
-                if error:
+                if error and not _first(content, _NOT_NCCL_FAULT):
                     self._add("nccl_error", number, segment, error)
         if "CANCELLED" in content:
             slurm = _SLURM_CANCEL.search(content)

@@ -718,8 +718,14 @@ def _judge_attempt(
                       "anything; the period needs a new run to resolve.")
         return _Judgement("unresolved", word, [item], shows, limits, citations, exit_class)
     nccl = events.get("nccl_error")
-    if nccl is not None and log is not None:
-        # (only under an unclean exit: a completed run may print one in its teardown)
+    earlier = [event for kind in ("gpu_oom", "host_oom", "kv_cache_init_failure")
+               if (event := events.get(kind)) is not None and nccl is not None
+               and event.line < nccl.line]
+    if nccl is not None and log is not None and not earlier \
+            and exit_class.kind not in ("sigkill", "killed", "sigterm"):
+        # Only under an unclean exit (a completed run may print one in its teardown), and
+        # when no memory failure came first (peers then fail their collectives: a knock-on)
+        # nor a kill ended the attempt.
         item = finding("AUD209", subject, [Citation(log.path, line=nccl.line, quote=nccl.text),
                                            *exit_class.citations],
                        detail=f"{nccl.detail} (log line {nccl.line}) before {exit_class.detail}")

@@ -868,3 +868,23 @@ def test_dense_hits_bounded(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert scan.lines == 140_000
     assert peak < 20 * 2**20
+
+
+@pytest.mark.parametrize(("line", "fault"), [
+    ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled "
+     "system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5", True),
+    ("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1275, remote process exited or there "
+     "was a network error, NCCL version 2.18.1", True),
+    ("ncclRemoteError: A call failed possibly due to a network error or a remote process "
+     "exiting prematurely.", True),
+    ("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970, invalid usage (run with "
+     "NCCL_DEBUG=WARN for details)", False),
+    ("DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error, NCCL "
+     "version 2.19.3 ncclUnhandledCudaError: Call to CUDA function failed. Last error: Cuda "
+     "failure 'out of memory'", False),
+    ("NCCL_ERROR_HANDLING=1 TORCH_NCCL_ASYNC_ERROR_HANDLING=1", False),
+])
+def test_an_nccl_communication_failure_is_told_from_the_code_s_and_the_gpu_s(
+        line: str, fault: bool) -> None:
+    scan = scan_training_log(io.BytesIO(f"(TaskRunner pid=1) {line}\n".encode()), "t.log", 1)
+    assert any(event.kind == "nccl_error" for event in scan.events) is fault
