@@ -224,24 +224,32 @@ def test_predicate_both_directions() -> None:
     assert classify_exit(_trial(0), FLAG).clean
 
 
+@pytest.mark.parametrize(("bad", "rule"), [(b"this is not json {", "AUD003"),
+                                           (b'{"foo": 1}', "AUD002")])
 def test_a_trace_line_that_is_not_json_leaves_the_records_before_it_counting(
-        tmp_path: Path) -> None:
+        tmp_path: Path, bad: bytes, rule: str) -> None:
     """The contract: a line that is not JSON is a finding naming the file and line; the
-    records before it still count. An out-of-memory record followed by a broken line is
-    still the eligible failure it records (the period was made unresolved)."""
+    records before it still count. An out-of-memory record followed by a broken line (or a
+    record missing its fields) is still the eligible failure it records (the period was
+    made unresolved); a trace with no record left is unusable."""
     import glob
 
-    root = outcome_study(tmp_path / "study", ["rollout_init_oom"])
-    [trace] = [path for path in glob.glob(str(root / "*/attempt-*/allocator-traces/*.jsonl"))
-               if b"OutOfMemoryError" in Path(path).read_bytes()]
-    rel = Path(trace).relative_to(root).as_posix()
-    rewrite(root, rel, lambda b: b + b"this is not json {\n")
+    root = outcome_study(tmp_path / "study", ["rollout_init_oom", "rollout_init_oom"])
+    traces = [Path(path) for path in glob.glob(str(root / "*/attempt-*/allocator-traces/*"))]
+    [oom] = [path for path in traces if b"OutOfMemoryError" in path.read_bytes()
+             and "s161" in str(path)]
+    rel = oom.relative_to(root).as_posix()
+    rewrite(root, rel, lambda b: b + bad + b"\n")
     lines = (root / rel).read_bytes().count(b"\n")
+    [garbage] = [path for path in traces if b"OutOfMemoryError" not in path.read_bytes()
+                 and "s162" in str(path)]
+    rewrite(root, garbage.relative_to(root).as_posix(), lambda b: b"\x00\xff garbage\n" * 3)
     summary = audit(root, tmp_path / "out")
     assert verdicts(summary)[S.format(161)] == ("failed", "eligible_failure")
+    assert verdicts(summary)[S.format(162)] == ("unresolved", "evidence_invalid")
     findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
-    broken = findings[findings["rule_id"] == "AUD003"]
-    assert list(zip(broken["path"], broken["line"], strict=True)) == [(rel, lines)]
+    broken = findings[(findings["rule_id"] == rule) & (findings["path"] == rel)]
+    assert set(broken["line"]) == {lines}  # (a record missing five fields: five findings)
 
 
 NCCL_LINE = (b"(TaskRunner pid=3443269) torch.distributed.DistBackendError: NCCL error in: "
