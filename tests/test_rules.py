@@ -759,3 +759,21 @@ def test_an_element_sacct_knows_by_another_job_id_is_a_job_mismatch(
         f"{subject}: sacct has element 7000000_0 as job 7999999; the period record says job "
         "7000001"]
 
+
+def test_a_dump_without_the_allocations_gpus_leaves_both_scopes_unknown(
+        clean: Path, tmp_path: Path) -> None:
+    """Captured without AllocTRES: the allocation scope is unknown (it said 0 GPU-seconds)
+    and so is the reservation scope (it counted each period's own GPUs, the task scope's
+    figure, as if known)."""
+    from tests.helpers import audit
+
+    root = tmp_path / "study"
+    shutil.copytree(clean, root)
+    summary = audit(root, tmp_path / "out", *_dump_without("AllocTRES", root, tmp_path))
+    accounting = summary["accounting"]
+    assert accounting["allocation_gpu_seconds"] is None
+    assert accounting["reservation_gpu_seconds"] is None
+    assert accounting["task_gpu_seconds"] > 0
+    text = (tmp_path / "out" / "diagnostic.md").read_text()
+    assert "**unknown**: the scheduler dump lacks the allocations' GPUs or elapsed times" in text
+

@@ -1089,7 +1089,7 @@ def _configurations(
             tuple(p.subject for p, _ in members), seeds, missing,
             round(sum(cost[p.subject][0] for p, _ in members), 6),
             round(sum(cost[p.subject][1] for p, _ in members), 6)
-            if scheduler_usable(collected) else None,
+            if scopes_known(collected)[1] else None,
         ))
     return results, findings
 
@@ -1103,6 +1103,18 @@ def scheduler_usable(collected: Collected) -> bool:
     sacct need."""
     return collected.sacct is not None \
         and not any(item.rule_id == "AUD009" for item in collected.sacct.findings)
+
+
+def scopes_known(collected: Collected) -> tuple[bool, bool]:
+    """Whether the allocation and the reservation scope can be counted: a usable dump that
+    holds the GPUs each allocation held (AllocTRES) and, for the allocation scope, how long
+    it ran (ElapsedRaw or Elapsed); else they are unknown, never a fallback's figure."""
+    if not scheduler_usable(collected):
+        return False, False
+    assert collected.sacct is not None
+    fields = {field.lower() for field in collected.sacct.fields}
+    gpus = "alloctres" in fields
+    return gpus and bool(fields & {"elapsedraw", "elapsed"}), gpus
 
 
 def _accounting(collected: Collected, outcomes: list[AttemptOutcome],
@@ -1122,10 +1134,10 @@ def _accounting(collected: Collected, outcomes: list[AttemptOutcome],
                      ) if scheduler_usable(collected) else []
     return Accounting(
         allocation_gpu_seconds=sum(e.gpu_seconds or 0 for e in elements)
-        if scheduler_usable(collected) else None,
+        if scopes_known(collected)[0] else None,
         task_gpu_seconds=round(sum(o.task_gpu_seconds for o in outcomes), 6),
         reservation_gpu_seconds=round(sum(o.reservation_gpu_seconds for o in outcomes), 6)
-        if scheduler_usable(collected) else None,
+        if scopes_known(collected)[1] else None,
         wasted_gpu_seconds=round(sum(o.task_gpu_seconds for o in wasted), 6),
         unresolved_gpu_seconds=round(sum(o.task_gpu_seconds for o in outcomes
                                          if o.counted and o.subject in unresolved), 6),

@@ -617,8 +617,10 @@ def _accounting(result: AuditResult, reasoning: Reasoning) -> str:
         ))
         lines.append("")
     missing = acc.jobs_without_element
+    unknown = ("no scheduler dump was read" if not scheduler_usable(collected) else
+               "the scheduler dump lacks the allocations' GPUs or elapsed times (`AUD019`)")
     allocation = (
-        "**unknown**: no scheduler dump was read" if acc.allocation_gpu_seconds is None else
+        f"**unknown**: {unknown}" if acc.allocation_gpu_seconds is None else
         f"**{acc.allocation_gpu_seconds:,} GPU-seconds = "
         f"{acc.allocation_gpu_seconds / 3600:.9f} GPU-hours**")
     outside = _outside_arrays(result, acc.elements)
@@ -639,8 +641,7 @@ def _accounting(result: AuditResult, reasoning: Reasoning) -> str:
         f"Task scope (each attempt's invocation time × the GPUs its period used): "
         f"{acc.task_gpu_seconds:,.6f} GPU-seconds ({acc.task_gpu_seconds / 3600:.9f} GPU-hours). "
         f"Reservation scope (invocation time × the GPUs the allocation held): "
-        + ("**unknown**: without a scheduler dump the GPUs each allocation held are not known. "
-           if acc.reservation_gpu_seconds is None else
+        + (f"**unknown**: {unknown}. " if acc.reservation_gpu_seconds is None else
            f"{acc.reservation_gpu_seconds:,.6f} GPU-seconds "
            f"({acc.reservation_gpu_seconds / 3600:.9f} GPU-hours). ")
         + "**These overlapping scopes must not be added.**"
