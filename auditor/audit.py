@@ -755,11 +755,23 @@ def _read_commits(
     def parse(reader: HashingReader, display: str) -> dict[str, str] | None:
         doc, problems = load_json(reader, display, 16 << 20)
         findings.extend(problems)
-        if not isinstance(doc, dict):
+        if doc is None:
             return None
-        mapping = doc.get("pairs", doc)
-        if not isinstance(mapping, dict):
+        mapping = doc.get("pairs", doc) if isinstance(doc, dict) else doc
+        pointer = "/pairs" if isinstance(doc, dict) and "pairs" in doc else ""
+        if not isinstance(mapping, dict):  # (never read as "no pins": the check would be off)
+            findings.append(finding(
+                "AUD002", display, [Citation(display, pointer=pointer)], where=f"#{pointer}",
+                error="expected an object of pair -> pinned commit (or {\"pairs\": {...}}); "
+                      "no commit was checked"))
             return None
+        bad = [key.replace("~", "~0").replace("/", "~1")
+               for key, value in mapping.items() if not isinstance(value, str)]
+        if bad:
+            findings.append(finding(
+                "AUD002", display, [Citation(display, pointer=f"{pointer}/{bad[0]}")],
+                where=f"#{pointer}/{bad[0]}",
+                error=f"a pinned commit is a string; {len(bad)} pair(s) not checked"))
         return {str(k): str(v) for k, v in mapping.items() if isinstance(v, str)}
 
     result: dict[str, str] | None = _read_input(root, rel, parse, inputs, findings)

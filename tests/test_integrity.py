@@ -745,7 +745,9 @@ def test_verify_never_blocks_on_a_fifo_in_a_pinned_file_s_place(
            "(not a regular file)" in printed
 
 
-@pytest.mark.parametrize("damage", ["not json", "link out of the root", "commits not json"])
+@pytest.mark.parametrize("damage", ["not json", "a list", "another schema",
+                                    "link out of the root", "commits not json",
+                                    "commits a list"])
 def test_frozen_rules_that_cannot_be_used_fail_the_gate(tmp_path: Path, damage: str) -> None:
     """A protocol.json (or execution_commits.json) that is there but unusable: the verdicts
     were reached under the built-in rules (or without the commit check), so neither gate
@@ -753,21 +755,27 @@ def test_frozen_rules_that_cannot_be_used_fail_the_gate(tmp_path: Path, damage: 
     or 'Protocol default from protocol.json'."""
     root = copy_example(tmp_path)
     name = "execution_commits.json" if damage.startswith("commits") else "protocol.json"
+    original = (root / name).read_text()
     (root / name).unlink()
     if damage == "link out of the root":
         (tmp_path / "elsewhere.json").write_text("{}")
         (root / name).symlink_to(tmp_path / "elsewhere.json")
+    elif damage == "another schema":
+        (root / name).write_text(original.replace("run-evidence/protocol/v1",
+                                                  "run-evidence/protocol/v2"))
+    elif damage == "commits a list":
+        (root / name).write_text('{"pairs": []}')
     else:
-        (root / name).write_text("{bad")
+        (root / name).write_text("[]" if damage == "a list" else "{bad")
     summary = audit(root, tmp_path / "out")
     for gate in ("gate", "gate_allow_partial"):
         assert summary[gate]["passed"] is False
-        assert any(reason.startswith(f"frozen input unusable: {name}: ")
+        assert any(reason.startswith(f"frozen input unusable: {name}")
                    for reason in summary[gate]["reasons"]), summary[gate]["reasons"]
     if name == "protocol.json":
         provenance = (tmp_path / "out" / "diagnostic.md").read_text().split(
             "## Provenance", 1)[1]
-        assert " could not be used (" in provenance and "`protocol.json`" in provenance
+        assert "the gate fails" in provenance and "`protocol.json`" in provenance
         assert "No `protocol.json`" not in provenance
         assert "Protocol `default`" not in provenance
 

@@ -21,7 +21,8 @@ from datetime import UTC, datetime
 
 from auditor._io import clip, counted
 from auditor.audit import AuditResult
-from auditor.model import Citation, Verdict, VerdictKind
+from auditor.collect.protocol import default_protocol
+from auditor.model import Citation, Severity, Verdict, VerdictKind
 from auditor.reason.engine import ElementCost, Reasoning, scheduler_usable
 from auditor.report.summary import reasoning_of
 from auditor.report.tables import sorted_findings
@@ -737,22 +738,22 @@ def _provenance(result: AuditResult, outputs: Sequence[tuple[str, str, int]]) ->
     collected = result.collected
     lines = ["## Provenance", ""]
     protocol = collected.protocol
-    unusable = next((f for f in collected.findings
-                     if f.rule_id == "AUD014" and f.subject == "protocol.json"), None)
-    unread = not protocol.digest or any(  # (not a document at all: no key of it was used)
-        f.subject == "protocol.json" and f.rule_id in ("AUD001", "AUD010", "AUD012")
-        for f in collected.findings)
-    if unusable is not None and unread:
+    # an error about protocol.json fails the gate (the verdicts were reached under other
+    # rules): provenance says which, the summary's AUD014 first
+    problem = next((f for f in sorted(collected.findings, key=lambda f: f.rule_id != "AUD014")
+                    if f.subject == "protocol.json" and f.severity is Severity.ERROR), None)
+    said = md_escape(problem.message.split(": ", 1)[-1], limit=300) if problem else ""
+    if problem is not None and (not protocol.digest
+                                or protocol.name == default_protocol().name):
         digest = f", SHA-256 `{protocol.digest.sha256}`," if protocol.digest else ""
-        lines.append(f"`protocol.json`{digest} could not be used "
-                     f"({md_escape(unusable.message.split(': ', 1)[-1], limit=300)}): the "
-                     "built-in default rules applied, and the gate fails.")
+        lines.append(f"`protocol.json`{digest} could not be used ({said}): the built-in "
+                     "default rules applied, and the gate fails.")
     elif protocol.path and protocol.digest:
         lines.append(f"Protocol {code_span(protocol.name)} from {code_span(protocol.path)}, "
                      "SHA-256 "
                      f"`{protocol.digest.sha256}`"
-                     + (" (the built-in rules stood in where it could not be used, `AUD014`, "
-                        "and the gate fails)." if unusable else "."))
+                     + (f" (not used as written: {said}; the gate fails)." if problem
+                        else "."))
     else:
         lines.append("No `protocol.json`: the built-in default rules applied.")
     commits = sorted({p.record.commit for p in collected.periods if p.record.commit})
