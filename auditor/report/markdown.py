@@ -752,7 +752,7 @@ def _provenance(result: AuditResult, outputs: Sequence[tuple[str, str, int]]) ->
         lines.append(f"Protocol {code_span(protocol.name)} from {code_span(protocol.path)}, "
                      "SHA-256 "
                      f"`{protocol.digest.sha256}`"
-                     + (f" (not used as written: {said}; the gate fails)." if problem
+                     + (f" (in error: {said}; the gate fails)." if problem
                         else "."))
     else:
         lines.append("No `protocol.json`: the built-in default rules applied.")
