@@ -399,19 +399,21 @@ def _keep_matplotlib_files_out(root: Path) -> None:
     import shutil
     import tempfile
 
-    if os.environ.get("MPLCONFIGDIR"):
-        return
     home = Path(os.path.expanduser("~"))
-    places = (Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config") / "matplotlib",
-              Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache") / "matplotlib")
+    places: tuple[Path, ...] = (
+        Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config") / "matplotlib",
+        Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache") / "matplotlib")
+    if os.environ.get("MPLCONFIGDIR"):  # (the user's choice: kept unless under the root)
+        places = (Path(os.environ["MPLCONFIGDIR"]),)
     try:
         evidence = root.resolve()
         elsewhere = False
         for place in places:
             place = place.resolve()
             existing = next(p for p in (place, *place.parents) if p.exists())
-            if place == evidence or evidence in place.parents \
-                    or not os.access(existing, os.W_OK | os.X_OK):
+            if place == evidence or evidence in place.parents or (
+                    "MPLCONFIGDIR" not in os.environ
+                    and not os.access(existing, os.W_OK | os.X_OK)):
                 elsewhere = True
     except (OSError, RuntimeError, StopIteration):
         elsewhere = True

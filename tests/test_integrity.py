@@ -780,14 +780,15 @@ def test_frozen_rules_that_cannot_be_used_fail_the_gate(tmp_path: Path, damage: 
         assert "Protocol `default`" not in provenance
 
 
+@pytest.mark.parametrize("variable", ["HOME", "MPLCONFIGDIR"])
 def test_a_home_inside_the_root_gets_no_matplotlib_cache(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Nothing is written under the evidence root, even when HOME lies inside it: matplotlib
-    would put its font list in ~/.cache/matplotlib there (it did, with plots on)."""
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+    """Nothing is written under the evidence root, even when HOME (or MPLCONFIGDIR) lies
+    inside it: matplotlib would put its font list there (it did, with plots on)."""
     root = copy_example(tmp_path)
-    monkeypatch.setenv("HOME", str(root / "home"))
     for name in ("MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(variable, str(root / "inside"))
     before = snapshot(root)
     assert main(["audit", str(root), "--out", str(tmp_path / "out"), "--quiet"]) == 0
     assert (tmp_path / "out" / "plots").is_dir()  # (drawn: matplotlib ran)
