@@ -431,7 +431,8 @@ class Auditor:
                 findings.extend(attempt.read.findings)
         findings.extend(_integrity_findings(evidence))
         for rel in layout.stray_pair_files:
-            if rel.count("/") == 1 and os.path.islink(root / rel):  # (pairs/<pair> itself)
+            if rel.count("/") == 1 and os.path.islink(root / rel) \
+                    and _pair_link_hides_periods(root, rel):
                 findings.append(finding("AUD022", rel, [Citation(rel)]))
                 continue
             findings.append(finding(
@@ -742,6 +743,18 @@ SACCT_NEEDS: tuple[tuple[frozenset[str], str, str], ...] = (
 )
 """The dump's other fields the audit uses (any of the names), and what is lost without them
 (``AUD019``)."""
+
+
+def _pair_link_hides_periods(root: Path, rel: str) -> bool:
+    """Whether ``pairs/<name>``, a link, may stand for a pair directory the audit does not
+    see: it leads out of the root, nowhere, or to a directory outside ``pairs/`` (a link to
+    a file, or to a pair directory audited in its own place, hides nothing)."""
+    target = os.path.realpath(root / rel)
+    inside = target.startswith(f"{root}{os.sep}")
+    if inside and os.path.isfile(target):
+        return False
+    return not (inside and os.path.isdir(target)
+                and os.path.dirname(target) == os.path.join(root, "pairs"))
 
 
 def _read_commits(

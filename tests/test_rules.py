@@ -366,6 +366,15 @@ def test_a_pair_directory_that_is_a_link_fails_the_gate(clean: Path, tmp_path: P
     _pair_dir_link(root, tmp_path)
     summary = audit(root, tmp_path / "out")
     assert summary["integrity"]["unsafe_paths"] == 1
+    # links that hide nothing, to a file or to a pair directory audited in its own place,
+    # are only strays (they failed the gate too)
+    (root / "pairs" / "NOTES.md").symlink_to(root / "protocol.json")
+    (root / "pairs" / "latest").symlink_to(root / "pairs" / "host-qwen25-7b-gsm8k-c2-s162",
+                                           target_is_directory=True)
+    again = audit(root, tmp_path / "again")
+    assert again["integrity"]["unsafe_paths"] == 1
+    assert [r for r in again["gate"]["reasons"] if r.startswith("unsafe path: ")] == [
+        r for r in summary["gate"]["reasons"] if r.startswith("unsafe path: ")]
     for gate in ("gate", "gate_allow_partial"):
         assert summary[gate]["passed"] is False
         assert "unsafe path: pairs/host-qwen25-7b-gsm8k-c2-s161: a link in a pair directory's " \
