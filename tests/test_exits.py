@@ -224,14 +224,14 @@ def test_predicate_both_directions() -> None:
     assert classify_exit(_trial(0), FLAG).clean
 
 
-@pytest.mark.parametrize(("bad", "rule"), [(b"this is not json {", "AUD003"),
-                                           (b'{"foo": 1}', "AUD002")])
+@pytest.mark.parametrize(("bad", "rule"), [(b"this is not json {", "AUD003")])
 def test_a_trace_line_that_is_not_json_leaves_the_records_before_it_counting(
         tmp_path: Path, bad: bytes, rule: str) -> None:
     """The contract: a line that is not JSON is a finding naming the file and line; the
-    records before it still count. An out-of-memory record followed by a broken line (or a
-    record missing its fields) is still the eligible failure it records (the period was
-    made unresolved); a trace with no record left is unusable."""
+    records before it still count. An out-of-memory record followed by a broken line is
+    still the eligible failure it records (the period was made unresolved); a trace with
+    no record left is unusable. (A record of the wrong shape still voids its trace: its
+    values may be kept out of range, and a pid of 1e30 once counted as a completion.)"""
     import glob
 
     root = outcome_study(tmp_path / "study", ["rollout_init_oom", "rollout_init_oom"])
@@ -249,7 +249,30 @@ def test_a_trace_line_that_is_not_json_leaves_the_records_before_it_counting(
     assert verdicts(summary)[S.format(162)] == ("unresolved", "evidence_invalid")
     findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
     broken = findings[(findings["rule_id"] == rule) & (findings["path"] == rel)]
-    assert set(broken["line"]) == {lines}  # (a record missing five fields: five findings)
+    assert list(broken["line"]) == [lines]
+
+
+@pytest.mark.parametrize("field", ["pid", "finished_ns"])
+def test_a_trace_record_of_the_wrong_shape_never_counts_as_a_completion(
+        tmp_path: Path, field: str) -> None:
+    """A completed period whose rank-0 trace holds a value out of range (1e30): the record
+    is AUD002 and the period cannot resolve on it."""
+    import glob
+    import json
+
+    root = outcome_study(tmp_path / "study", ["completed"])
+    trace = sorted(glob.glob(str(root / "*/attempt-*/allocator-traces/*.jsonl")))[0]
+
+    def out_of_range(data: bytes) -> bytes:
+        records = [json.loads(line) for line in data.splitlines()]
+        for record in records:
+            if field == "pid" or record.get("phase") == "actor_update":
+                record[field] = 10**30
+        return b"".join(json.dumps(record).encode() + b"\n" for record in records)
+
+    rewrite(root, Path(trace).relative_to(root).as_posix(), out_of_range)
+    summary = audit(root, tmp_path / "out")
+    assert verdicts(summary)[S.format(161)] == ("unresolved", "evidence_invalid")
 
 
 NCCL_LINE = (b"(TaskRunner pid=3443269) torch.distributed.DistBackendError: NCCL error in: "

@@ -56,8 +56,8 @@ UNFINISHED_STATES = frozenset({"PENDING", "RUNNING", "REQUEUED", "SUSPENDED", "R
 FROZEN_INPUTS = frozenset({"protocol.json", "execution_commits.json"})
 """The study's own rules and commit pins: an error about either fails the gate."""
 BLOCKING_COLLECT_RULES = frozenset({"AUD001", "AUD002", "AUD010", "AUD012"})
-"""Findings that make a file unusable as evidence (about one line of a trace, none is: the
-contract keeps the records around it, unless no record is left)."""
+"""Findings that make a file unusable as evidence (a trace line that is not JSON, AUD003, is
+not one: the contract keeps the records around it, unless no record is left)."""
 IDENTITY_RULES = frozenset({"AUD110", "AUD111", "AUD112", "AUD113", "AUD114"})
 TIMELINE_RULES = frozenset({"AUD115", "AUD116", "AUD117"})
 ABSENCE_WORDS = frozenset({"evidence_missing", "idle_check_failed"})
@@ -499,11 +499,10 @@ def _judge_attempt(
                     break
     for row in attempt.files:
         for item in by_path.get(row.path, []):
-            # (a trace's bad lines, unreadable or missing a field, leave its other records
-            # counting, as the contract says; a trace with none left is unusable)
-            if item.rule_id in BLOCKING_COLLECT_RULES and not (
-                    row.kind == "allocator_trace" and item.citations
-                    and item.citations[0].line is not None):
+            # (a trace line that is not JSON leaves the other records counting, as the
+            # contract says; one of the wrong shape voids the trace: its values may be
+            # kept, out of range, and none of them is then to be relied on)
+            if item.rule_id in BLOCKING_COLLECT_RULES:
                 blockers.append(("evidence_invalid", item))
     for trace in read.traces:
         if not trace.phases and not trace.samples and trace.findings:
