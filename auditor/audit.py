@@ -764,6 +764,7 @@ def _read_commits(
     if rel is None:
         return None
     from auditor.collect.jsondoc import load_json
+    from auditor.schema import pointer_of
 
     def parse(reader: HashingReader, display: str) -> dict[str, str] | None:
         doc, problems = load_json(reader, display, 16 << 20)
@@ -778,12 +779,11 @@ def _read_commits(
                 error="expected an object of pair -> pinned commit (or {\"pairs\": {...}}); "
                       "no commit was checked"))
             return None
-        bad = [key.replace("~", "~0").replace("/", "~1")
-               for key, value in mapping.items() if not isinstance(value, str)]
+        bad = [key for key, value in mapping.items() if not isinstance(value, str)]
         if bad:
+            at = pointer + pointer_of((bad[0],))
             findings.append(finding(
-                "AUD002", display, [Citation(display, pointer=f"{pointer}/{bad[0]}")],
-                where=f"#{pointer}/{bad[0]}",
+                "AUD002", display, [Citation(display, pointer=at)], where=f"#{at}",
                 error=f"a pinned commit is a string; {len(bad)} pair(s) not checked"))
         return {str(k): str(v) for k, v in mapping.items() if isinstance(v, str)}
 

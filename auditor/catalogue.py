@@ -69,9 +69,10 @@ _RULES: tuple[Rule, ...] = (
          "{path}:{line}: terminal_event.pattern searched this line for over {seconds:g} s; "
          "given up for the rest of the log (the built-in matcher reads it)", E),
     Rule("AUD022", "pair-dir-link", "A pair directory is a link",
-         "A directory under pairs/ is a symbolic link: it is never followed (a link may lead "
-         "out of the evidence root), so the period records it may hold are missing from the "
-         "audit. The gate fails.",
+         "An entry under pairs/ is a symbolic link that may stand for a pair directory (it "
+         "leads out of the evidence root, nowhere, or to a directory outside pairs/): it is "
+         "never followed, so the period records it may hold are missing from the audit. The "
+         "gate fails.",
          "{path}: a link in a pair directory's place; not followed, so the period records it "
          "may hold are missing from this audit", E),
     Rule("AUD021", "sacct-states-unknown", "sacct dump says no element's state",

@@ -747,7 +747,7 @@ def test_verify_never_blocks_on_a_fifo_in_a_pinned_file_s_place(
 
 @pytest.mark.parametrize("damage", ["not json", "a list", "another schema",
                                     "link out of the root", "commits not json",
-                                    "commits a list"])
+                                    "commits a list", "commits not strings"])
 def test_frozen_rules_that_cannot_be_used_fail_the_gate(tmp_path: Path, damage: str) -> None:
     """A protocol.json (or execution_commits.json) that is there but unusable: the verdicts
     were reached under the built-in rules (or without the commit check), so neither gate
@@ -765,6 +765,8 @@ def test_frozen_rules_that_cannot_be_used_fail_the_gate(tmp_path: Path, damage: 
                                                   "run-evidence/protocol/v2"))
     elif damage == "commits a list":
         (root / name).write_text('{"pairs": []}')
+    elif damage == "commits not strings":
+        (root / name).write_text('{"pairs": {"a/pair~1": 5}}')
     else:
         (root / name).write_text("[]" if damage == "a list" else "{bad")
     summary = audit(root, tmp_path / "out")

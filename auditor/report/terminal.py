@@ -120,7 +120,9 @@ def sacct_view(dump: SacctDump, summary: dict[str, Any]) -> Group:
 
 
 def _gpu_seconds(accounting: dict[str, Any], scope: str = "allocation") -> str:
-    """A scope as shown: unknown without a scheduler dump."""
+    """A scope as shown: unknown without a usable scheduler dump (or one without the
+    allocations' GPUs or elapsed times)."""
     seconds = accounting[f"{scope}_gpu_seconds"]
-    return "unknown (no scheduler dump)" if seconds is None else f"{seconds:,.1f} GPU-s" \
-        if isinstance(seconds, float) else f"{seconds:,} GPU-s"
+    if seconds is None:
+        return "unknown (see the report's accounting)"
+    return f"{seconds:,.1f} GPU-s" if isinstance(seconds, float) else f"{seconds:,} GPU-s"
