@@ -104,7 +104,21 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("--kind", help="the kind of every file (default: from its name)")
 
     commands.add_parser("rules", help="list the rule catalogue")
+    for module in _command_modules():
+        module.add_parsers(commands)
     return parser
+
+
+COMMAND_MODULES: tuple[str, ...] = ()
+"""Modules of ``auditor._cli`` that add commands: each has ``add_parsers(commands)`` (adds
+its sub-parsers) and ``HANDLERS`` (command name -> ``handler(args) -> int``). They import
+what their commands need inside the handlers, so ``auditor --help`` stays fast."""
+
+
+def _command_modules() -> list[Any]:
+    import importlib
+
+    return [importlib.import_module(f"auditor._cli.{name}") for name in COMMAND_MODULES]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -118,10 +132,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:  # (a usage error: one line, as every other)
             raise UsageError("no command given: one of audit, verify, gate, sacct, validate, "
                              "rules (see 'auditor --help')")
-        handler = {
+        handlers: dict[str, Callable[[argparse.Namespace], int]] = {
             "audit": _audit, "verify": _verify, "gate": _gate, "sacct": _sacct,
             "validate": _validate, "rules": _rules,
-        }[args.command]
+        }
+        for module in _command_modules():
+            handlers.update(module.HANDLERS)
+        handler = handlers[args.command]
         _preload(args.command)
         return handler(args)
     except AuditorError as error:
