@@ -80,54 +80,89 @@ class Line(NamedTuple):
         return self.length > len(self.data)
 
 
+class Block(NamedTuple):
+    """The complete lines of one read chunk: ``chunk[start:end]``, each ending in ``\\n``
+    (``end`` is just after the chunk's last newline; a ``\\r`` before it is kept)."""
+
+    chunk: bytes
+    start: int
+    end: int
+
+
+def iter_blocks(
+    stream: BinaryIO | HashingReader, max_line: int = DEFAULT_MAX_LINE
+) -> Iterator[Block | Line]:
+    """The one line splitter: ``stream`` cut into lines, a read chunk at a time.
+
+    Yields a :class:`Block` for the complete lines inside each chunk (never split into
+    lines here: a fast reader searches a block whole; a line in it may be longer than
+    ``max_line``, the reader checks), and a :class:`Line` for a line that spans chunks
+    (``terminated``) or ends the stream without a newline (not ``terminated``). Such a
+    line's ``number`` is 0 (only the reader counts lines), its ``data`` is the raw bytes
+    (a trailing ``\\r`` kept) clipped to ``max_line``, its ``length`` the full length
+    without the newline. Blocks and lines come in stream order; an empty stream yields
+    nothing. Memory: one chunk, plus at most ``max_line`` bytes of a line that spans
+    chunks (the rest is read, and so hashed, but not kept).
+    """
+    carry = b""  # the kept start (at most max_line bytes) of an unfinished line
+    carry_length = 0  # that line's full length so far
+    while chunk := stream.read(CHUNK_SIZE):
+        first = chunk.find(b"\n")
+        if first < 0:  # the whole chunk continues one line
+            if len(carry) < max_line:
+                carry += chunk[: max_line - len(carry)]
+            carry_length += len(chunk)
+            continue
+        start = 0
+        if carry_length:
+            if len(carry) < max_line:
+                carry += chunk[: min(first, max_line - len(carry))]
+            yield Line(0, carry, carry_length + first, True)
+            carry, carry_length, start = b"", 0, first + 1
+        last = chunk.rfind(b"\n")
+        if start <= last:
+            yield Block(chunk, start, last + 1)
+        if last + 1 < len(chunk):
+            carry = chunk[last + 1 : last + 1 + max_line]
+            carry_length = len(chunk) - last - 1
+    if carry_length:
+        yield Line(0, carry, carry_length, False)
+
+
 def iter_lines(
     stream: BinaryIO | HashingReader, max_line: int = DEFAULT_MAX_LINE
 ) -> Iterator[Line]:
-    """Yield the lines of ``stream`` in bounded memory.
+    """Yield the lines of ``stream`` one by one, numbered, in bounded memory (the lines
+    of :func:`iter_blocks`).
 
     A line longer than ``max_line`` bytes is yielded clipped to its first
     ``max_line`` bytes with its true ``length``; the rest is read (and so
-    hashed) but not kept. An empty stream yields nothing; a final line
-    without a newline is yielded with ``terminated=False``.
+    hashed) but not kept. A trailing ``\\r`` is removed from a line that is
+    neither clipped nor the final one without a newline. An empty stream yields
+    nothing; a final line without a newline is yielded with ``terminated=False``.
     """
     number = 0
-    pending = bytearray()  # the current line's kept bytes
-    pending_length = 0  # the current line's full length so far
-    while True:
-        chunk = stream.read(CHUNK_SIZE)
-        if not chunk:
-            break
-        start = 0
-        while True:
-            newline = chunk.find(b"\n", start)
-            if newline < 0:
-                piece = chunk[start:]
-                room = max_line - len(pending)
-                if room > 0:
-                    pending += piece[:room]
-                pending_length += len(piece)
-                break
-            piece = chunk[start:newline]
+    for item in iter_blocks(stream, max_line):
+        if isinstance(item, Line):
             number += 1
-            if not pending and len(piece) <= max_line:
-                data = bytes(piece)
-                length = len(piece)
+            data, length = item.data, item.length
+            if item.terminated and length == len(data) and data.endswith(b"\r"):
+                data, length = data[:-1], length - 1
+            yield Line(number, data, length, item.terminated)
+            continue
+        chunk, start, end = item
+        find = chunk.find
+        while start < end:
+            newline = find(b"\n", start, end)
+            number += 1
+            length = newline - start
+            if length > max_line:
+                yield Line(number, chunk[start : start + max_line], length, True)
+            elif length and chunk[newline - 1] == 13:  # b"\r"
+                yield Line(number, chunk[start : newline - 1], length - 1, True)
             else:
-                room = max_line - len(pending)
-                if room > 0:
-                    pending += piece[:room]
-                data = bytes(pending)
-                length = pending_length + len(piece)
-                pending.clear()
-                pending_length = 0
-            if data.endswith(b"\r") and length == len(data):
-                data = data[:-1]
-                length -= 1
-            yield Line(number, data, length, True)
+                yield Line(number, chunk[start:newline], length, True)
             start = newline + 1
-    if pending_length:
-        number += 1
-        yield Line(number, bytes(pending), pending_length, False)
 
 
 def read_limited(stream: BinaryIO | HashingReader, limit: int) -> bytes | None:

@@ -53,7 +53,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from auditor import catalogue
-from auditor._io import CHUNK_SIZE, HashingReader, Line, clip
+from auditor._io import CHUNK_SIZE, HashingReader, Line, clip, iter_blocks
 from auditor.collect.jsondoc import has_duplicate_keys
 from auditor.model import AllocatorTrace, Citation, Finding, PhaseRecord
 from auditor.schema import json_type, validate_record
@@ -175,14 +175,14 @@ def read_allocator_trace(
     """
     scan = _Scan(path)
     file_findings: list[Finding] = []
-    for item in _texts(stream, max_line):
-        if isinstance(item, Line):
+    for text in _texts(stream, max_line):
+        if isinstance(text, Line):
             scan.lines += 1
-            file_findings.extend(_odd_line(scan, item._replace(number=scan.lines), max_line))
+            file_findings.extend(_odd_line(scan, text._replace(number=scan.lines), max_line))
         elif fast:
-            scan.lines += _fold(scan, scan.lines + 1, item, _hints(item), max_line)
+            scan.lines += _fold(scan, scan.lines + 1, text, _hints(text), max_line)
         else:
-            lines = _split(item)
+            lines = _split(text)
             for offset in range(0, len(lines), FAST_BATCH):
                 _slow_batch(scan, scan.lines + 1 + offset, lines[offset : offset + FAST_BATCH],
                             max_line)
@@ -219,41 +219,20 @@ def read_allocator_trace(
 
 
 def _texts(stream: BinaryIO | HashingReader, max_line: int) -> Iterator[bytes | Line]:
-    """The stream's lines, a read chunk at a time.
-
-    Yields the complete lines of a chunk as one ``bytes`` text, each line ending in
-    ``\\n`` (lines keep a trailing ``\\r``; JSON treats it as whitespace), and a
-    :class:`Line` (its ``number`` left 0 for the caller to set) for a line longer than
-    ``max_line`` that spans chunks (clipped) and for a final line without a newline. A
-    line that spans chunks and fits is a text of its own. Memory: one chunk, plus at
-    most ``max_line`` bytes of a line that spans chunks.
-    """
-    carry = b""  # the kept start of a line not yet terminated
-    carry_length = 0  # that line's true length so far
-    while chunk := stream.read(CHUNK_SIZE):
-        end = chunk.rfind(b"\n") + 1  # after the chunk's last complete line
-        if carry_length:
-            if not end:  # still inside the carried line
-                if len(carry) < max_line:
-                    carry += chunk[: max_line - len(carry)]
-                carry_length += len(chunk)
-                continue
-            head = chunk.find(b"\n") + 1
-            length = carry_length + head - 1
-            if length <= max_line:
-                yield carry + chunk[:head]
+    """The lines of :func:`auditor._io.iter_blocks` as the fast path takes them: the
+    complete lines of a chunk as one ``bytes`` text (each line ending in ``\\n``, a
+    trailing ``\\r`` kept: JSON reads it as whitespace), a line that spans chunks and
+    fits as a text of its own, and a :class:`Line` (``number`` 0) for one too long to
+    parse or a final line without a newline."""
+    for item in iter_blocks(stream, max_line):
+        if isinstance(item, Line):
+            if item.terminated and item.length <= max_line:
+                yield item.data + b"\n"
             else:
-                yield Line(0, carry + chunk[: max(0, min(head - 1, max_line - len(carry)))],
-                           length, True)
-            carry, carry_length = b"", 0
-            if head < end:
-                yield chunk[head:end]
-        elif end:
-            yield chunk if end == len(chunk) else chunk[:end]
-        if end < len(chunk):
-            carry, carry_length = chunk[end : end + max_line], len(chunk) - end
-    if carry_length:
-        yield Line(0, carry, carry_length, False)
+                yield item
+        else:
+            chunk, start, end = item
+            yield chunk if start == 0 and end == len(chunk) else chunk[start:end]
 
 
 def _split(text: bytes) -> list[bytes]:

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, BinaryIO
 import ahocorasick_rs
 
 from auditor import catalogue
-from auditor._io import CHUNK_SIZE, DEFAULT_MAX_LINE, HashingReader, clip
+from auditor._io import DEFAULT_MAX_LINE, HashingReader, Line, clip, iter_blocks
 from auditor.model import Citation, Finding, LogEvent, TrainingLogScan
 
 if TYPE_CHECKING:
@@ -332,31 +332,13 @@ class _Reader:
 
     def read(self, stream: BinaryIO | HashingReader) -> None:
         """Read ``stream`` to its end."""
-        max_line = self.max_line
-        carry = b""  # the kept start (at most max_line bytes) of an unfinished line
-        carry_length = 0  # that line's full length so far
-        while chunk := stream.read(CHUNK_SIZE):
-            first = chunk.find(b"\n")
-            if first < 0:  # the whole chunk continues one line
-                if len(carry) < max_line:
-                    carry += chunk[: max_line - len(carry)]
-                carry_length += len(chunk)
-                continue
-            start = 0
-            if carry_length:
-                if len(carry) < max_line:
-                    carry += chunk[: min(first, max_line - len(carry))]
-                self._line(carry, carry_length + first, terminated=True)
-                carry, carry_length, start = b"", 0, first + 1
-            last = chunk.rfind(b"\n")
-            if start <= last:
-                self._block(chunk, start, last + 1)
-            if last + 1 < len(chunk):
-                carry = chunk[last + 1 : last + 1 + max_line]
-                carry_length = len(chunk) - last - 1
-        if carry_length:
-            self._line(carry, carry_length, terminated=False)
-            self.unterminated = self.lines
+        for item in iter_blocks(stream, self.max_line):
+            if isinstance(item, Line):
+                self._line(item.data, item.length, item.terminated)
+                if not item.terminated:
+                    self.unterminated = self.lines
+            else:
+                self._block(*item)
 
     def _line(self, data: bytes, length: int, terminated: bool) -> None:
         """One line given on its own: spanning chunks, longer than ``max_line``, or last."""

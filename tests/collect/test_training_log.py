@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from auditor import catalogue
-from auditor._io import HashingReader, iter_lines
+from auditor import _io, catalogue
+from auditor._io import HashingReader
 from auditor.collect import training_log
 from auditor.collect.training_log import STEP_LINES_KEPT, scan_training_log
 from auditor.model import Citation, TrainingLogScan
+from tests.collect.test_lines import plain_lines
 
 REPO = Path(__file__).resolve().parents[2]
 DEFECTS = REPO / "fixtures" / "defects" / "training_log"
@@ -607,7 +608,7 @@ def test_generated_carriage_return_progress(tmp_path: Path) -> None:
 # ------------------------------------------------- chunked reading vs line by line
 #
 # The scanner reads chunks and examines only the lines its word search finds; the
-# reference below is the plain loop it replaces (every line through iter_lines, the
+# reference below is the plain loop it replaces (every line split off in memory, the
 # trigger regex on each). Both feed the same _Scanner, so they must agree exactly,
 # whatever the chunk size, line limit and search tuning.
 
@@ -626,7 +627,7 @@ def reference_scan(
     nul: tuple[int, str] | None = None
     clipped: tuple[int, int] | None = None
     lines = 0
-    for line in iter_lines(io.BytesIO(data), max_line):
+    for line in plain_lines(data, max_line):
         lines = line.number
         if utf8 is None and not line.data.isascii():
             bad = training_log._utf8_error_offset(line.data, line.clipped)
@@ -692,7 +693,7 @@ def test_chunked_agrees_with_line_by_line(seed: int, monkeypatch: pytest.MonkeyP
     rng = random.Random(seed)
     for _ in range(40):
         data = random_log(rng)
-        monkeypatch.setattr(training_log, "CHUNK_SIZE", rng.choice([1 << 20, 1, 2, 5, 64, 777]))
+        monkeypatch.setattr(_io, "CHUNK_SIZE", rng.choice([1 << 20, 1, 2, 5, 64, 777]))
         monkeypatch.setattr(training_log, "HIT_BLOCK", rng.choice([1 << 18, 1, 10, 100]))
         monkeypatch.setattr(training_log, "UTF8_PIECE", rng.choice([1 << 14, 1, 30]))
         monkeypatch.setattr(training_log, "NUMPY_COUNT", rng.choice([1 << 15, 0, 1, 9]))
@@ -708,7 +709,7 @@ def test_chunked_agrees_with_line_by_line(seed: int, monkeypatch: pytest.MonkeyP
 @needs_real_logs
 @pytest.mark.parametrize("chunk_size", [1, 7, 4096])
 def test_real_logs_any_chunk_size(chunk_size: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(training_log, "CHUNK_SIZE", chunk_size)
+    monkeypatch.setattr(_io, "CHUNK_SIZE", chunk_size)
     for name in _real_logs():
         data = (REAL_LOGS / name).read_bytes()
         for expected, pattern, max_line in ((105, None, 65536), (1, LEGACY_PATTERN, 80)):
@@ -809,7 +810,7 @@ def test_filler_lines_are_not_examined(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_chunk_boundaries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(training_log, "CHUNK_SIZE", 16)
+    monkeypatch.setattr(_io, "CHUNK_SIZE", 16)
     data = (
         b"chatter chatter\r\n"  # 17 bytes: the \n starts the second chunk
         b"Traceback (most recent call last):\r\n"  # a traceback open across chunks

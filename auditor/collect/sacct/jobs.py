@@ -1,0 +1,280 @@
+"""Job assembly: framed rows into allocations, their steps, pending ranges and history.
+
+:func:`parse_sacct` is the reader (its contract is the package's docstring, see
+:mod:`auditor.collect.sacct`): :class:`_Parser` frames the records
+(:class:`~.framing._Framer`) and turns each into a :class:`SacctJob` or a
+:class:`SacctStep` attached to its allocation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from auditor import catalogue
+from auditor._io import HashingReader, clip
+from auditor.collect.sacct.format import MAX_FINDINGS, _check_delimiter, _normalise_fields
+from auditor.collect.sacct.framing import _Framer
+from auditor.collect.sacct.values import (
+    _RE_JOBID,
+    _RE_JOBIDRAW,
+    _elapsed,
+    _exit,
+    _gpus,
+    _state,
+    _time,
+)
+from auditor.model import Citation, SacctDump, SacctJob, SacctStep
+
+
+@dataclass(slots=True)
+class _Alloc:
+    """A mutable allocation row while the dump is read."""
+
+    job: SacctJob
+    steps: list[SacctStep] = field(default_factory=list)
+    history: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _StepRow:
+    """A step row and the keys of the allocation it belongs to."""
+
+    step: SacctStep
+    job_key: str | None
+    raw_key: str | None
+    text: str
+
+
+
+
+def parse_sacct(
+    stream: BinaryIO | HashingReader,
+    path: str,
+    fields: Sequence[str] | None = None,
+    delimiter: str | None = None,
+) -> SacctDump:
+    """Parse a saved ``sacct -P`` dump, streaming, into a :class:`SacctDump`.
+
+    ``path`` is the display path used in citations and findings; ``fields`` is the
+    ``--format`` order of a dump without header (a comma-separated string also works);
+    ``delimiter`` is its ``--delimiter``. Raises :class:`SacctFormatError` (and nothing
+    else, whatever the bytes) for a fixed-width dump, a dump whose rows never fit the
+    format, or unusable ``fields``/``delimiter`` arguments. The returned dump's
+    ``digest`` covers every byte of ``stream``.
+    """
+    reader = stream if isinstance(stream, HashingReader) else HashingReader(stream)
+    parser = _Parser(path, _normalise_fields(fields, path), _check_delimiter(delimiter, path))
+    return parser.run(reader)
+
+
+
+class _Parser(_Framer):
+    """One pass over one dump."""
+
+    def __init__(self, path: str, fields: tuple[str, ...] | None, delimiter: str | None) -> None:
+        super().__init__(path, fields, delimiter)
+        self.jobs: dict[str, _Alloc] = {}
+        self.by_raw: dict[str, str] = {}
+        self.waiting: list[_StepRow] = []
+        """Step rows read before (or without) their allocation row."""
+
+    def run(self, reader: HashingReader) -> SacctDump:
+        fmt = self._read(reader)
+        jobs = self._finish_jobs()
+        if not self.any_rows:
+            self._add_empty_finding()
+        if self.dropped:
+            self.findings.append(catalogue.finding(
+                "AUD013", self.path, (Citation(self.path),),
+                dropped=self.dropped, cap=MAX_FINDINGS,
+            ))
+        return SacctDump(
+            path=self.path,
+            fields=fmt.fields,
+            delimiter=fmt.delimiter,
+            header=fmt.header,
+            jobs=jobs,
+            digest=reader.digest(),
+            findings=tuple(self.findings),
+        )
+
+    # ---------------------------------------------------------------- rows
+
+    def _row(self, number: int, values: list[str], text: str) -> None:
+        fmt = self.fmt
+        assert fmt is not None
+        self.any_rows = True
+
+        def get(name: str) -> str | None:
+            position = fmt.index.get(name)
+            return None if position is None else values[position]
+
+        errors: list[str] = []
+        job_id_text = get("jobid")
+        raw_text = get("jobidraw")
+        raw_match = None
+        if raw_text is not None and raw_text.strip():
+            raw_match = _RE_JOBIDRAW.fullmatch(raw_text.strip())
+            if raw_match is None:
+                errors.append(f"JobIDRaw {clip(raw_text, 40)!r}")
+        id_match = None
+        if job_id_text is not None:
+            id_match = _RE_JOBID.fullmatch(job_id_text.strip())
+            if id_match is None:
+                self._bad_id(number, text, "JobID", job_id_text)
+                return
+        elif raw_text is not None and raw_match is None:
+            self._bad_id(number, text, "JobIDRaw", raw_text)
+            return
+
+        state, state_raw = _state(get("state"), errors)
+        exit_code, signal = _exit(get("exitcode"), errors)
+
+        step_name = None
+        if id_match is not None:
+            step_name = id_match.group("step")
+        elif raw_match is not None:
+            step_name = raw_match.group("step")
+        self.ok_rows += 1
+
+        if step_name is not None:
+            step = SacctStep(step_name, state, state_raw, exit_code, signal, number)
+            job_key = id_match.group("alloc") if id_match is not None else None
+            raw_key = raw_match.group("alloc") if raw_match is not None else None
+            self._report_values(number, text, errors)
+            self._attach(_StepRow(step, job_key, raw_key, text))
+            return
+
+        start = _time(get("start"), "Start", errors)
+        end = _time(get("end"), "End", errors)
+        elapsed = _elapsed(get("elapsedraw"), get("elapsed"), errors)
+        gpus = _gpus(get("alloctres"), errors)
+        self._report_values(number, text, errors)
+
+        job_id_raw = raw_match.group(0) if raw_match is not None else None
+        if id_match is not None:
+            job_id = id_match.group(0)
+            task = id_match.group("task")
+            spec = id_match.group("spec")
+            is_array = task is not None or spec is not None
+            array_job_id = id_match.group("base") if is_array else None
+            array_task_id = int(task) if task is not None else None
+            key = job_id
+        else:
+            job_id = job_id_raw or ""
+            spec = None
+            array_job_id = None
+            array_task_id = None
+            key = job_id_raw if job_id_raw is not None else f"#{number}"
+        job = SacctJob(
+            job_id=job_id,
+            job_id_raw=job_id_raw,
+            array_job_id=array_job_id,
+            array_task_id=array_task_id,
+            array_task_spec=spec,
+            job_name=get("jobname"),
+            state=state,
+            state_raw=state_raw,
+            exit_code=exit_code,
+            signal=signal,
+            start=start,
+            end=end,
+            elapsed_s=elapsed,
+            gpus=gpus,
+            node_list=get("nodelist"),
+            reason=get("reason"),
+            line=number,
+        )
+        earlier = self.jobs.get(key)
+        alloc = _Alloc(job)
+        if earlier is not None:
+            alloc.history = [*earlier.history, earlier.job.state]
+        self.jobs[key] = alloc
+        if job_id_raw is not None:
+            self.by_raw[job_id_raw] = key
+
+    def _bad_id(self, number: int, text: str, column: str, value: str) -> None:
+        self.bad_values += 1
+        if not self.value_sample:
+            self.value_sample = f"line {number}: {column} {clip(value, 40)!r}"
+        self._bad(number, text, f"unreadable {column} {clip(value, 40)!r}; row not used")
+
+    def _report_values(self, number: int, text: str, errors: list[str]) -> None:
+        if errors:
+            self._find("AUD008", number, text, error="unreadable " + ", ".join(errors))
+
+    def _attach(self, step_row: _StepRow) -> None:
+        alloc = self._parent(step_row)
+        if alloc is not None:
+            alloc.steps.append(step_row.step)
+        else:
+            self.waiting.append(step_row)
+
+    def _parent(self, step_row: _StepRow) -> _Alloc | None:
+        if step_row.job_key is not None and step_row.job_key in self.jobs:
+            return self.jobs[step_row.job_key]
+        if step_row.raw_key is not None:
+            key = self.by_raw.get(step_row.raw_key)
+            if key is not None:
+                return self.jobs.get(key)
+            if step_row.job_key is None:
+                return self.jobs.get(step_row.raw_key)
+        return None
+
+    def _finish_jobs(self) -> tuple[SacctJob, ...]:
+        for step_row in self.waiting:
+            alloc = self._parent(step_row)
+            if alloc is not None:
+                alloc.steps.append(step_row.step)
+                continue
+            step = step_row.step
+            parent = step_row.job_key or step_row.raw_key or "?"
+            exit_text = "" if step.exit_code is None else f" {step.exit_code}:{step.signal}"
+            self._find(
+                "AUD008", step.line, step_row.text,
+                error=(
+                    f"step {parent}.{step.step} ({step.state_raw or step.state}{exit_text}) has "
+                    "no allocation row in the dump; not attached"
+                ),
+            )
+        jobs: list[SacctJob] = []
+        for alloc in self.jobs.values():
+            job = alloc.job
+            steps = tuple(sorted(alloc.steps, key=lambda step: step.line))
+            jobs.append(SacctJob(
+                job_id=job.job_id,
+                job_id_raw=job.job_id_raw,
+                array_job_id=job.array_job_id,
+                array_task_id=job.array_task_id,
+                array_task_spec=job.array_task_spec,
+                job_name=job.job_name,
+                state=job.state,
+                state_raw=job.state_raw,
+                exit_code=job.exit_code,
+                signal=job.signal,
+                start=job.start,
+                end=job.end,
+                elapsed_s=job.elapsed_s,
+                gpus=job.gpus,
+                node_list=job.node_list,
+                reason=job.reason,
+                line=job.line,
+                steps=steps,
+                history=tuple(alloc.history),
+            ))
+        return tuple(jobs)
+
+    def _add_empty_finding(self) -> None:
+        fmt = self.fmt
+        if not self.any_bytes:
+            error = "the dump is empty (no bytes); no scheduler records to use"
+        elif fmt is not None and fmt.header:
+            error = "the dump holds a header but no job rows"
+        else:
+            error = "the dump holds no job rows (only blank, comment or unreadable lines)"
+        self.findings.insert(0, catalogue.finding(
+            "AUD009", self.path, (Citation(self.path),), error=error,
+        ))
+
