@@ -1,4 +1,5 @@
-"""Tests for ``fixtures.generate``: determinism, manifest integrity, the seed study's facts,
+"""Tests for the study generator (``auditor._studygen``, re-exported by the clone's
+``fixtures.generate`` shim): determinism, manifest integrity, the seed study's facts,
 the committed example never drifting, and what each ``mixed`` outcome writes."""
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from typing import Any
 
 import pytest
 
-from fixtures import generate as gen
+from auditor import _studygen as gen
+from auditor._studygen import presets
+from fixtures import generate as shim
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED_EXAMPLE = REPO / "fixtures" / "example_study"
@@ -179,7 +182,7 @@ def sacct_ns(text: str) -> int:
 
 
 def seed_clock(text: str) -> int:
-    return gen._seed_clock(text)
+    return presets._seed_clock(text)
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +209,7 @@ def test_generation_is_byte_identical_across_runs(kind: str, tmp_path: Path) -> 
 
 def test_committed_example_equals_a_fresh_generation(example: Path) -> None:
     assert COMMITTED_EXAMPLE.is_dir(), (
-        "run: python -m fixtures.generate example fixtures/example_study"
+        "run: auditor example fixtures/example_study"
     )
     committed, fresh = tree_bytes(COMMITTED_EXAMPLE), tree_bytes(example)
     assert sorted(committed) == sorted(fresh)
@@ -416,7 +419,7 @@ def test_example_element_matches_the_seed_table(example: Path, index: int) -> No
 
 
 def mixed_attempt(root: Path, outcome: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    workload, seed = {row[0]: (row[1], row[2]) for row in gen._MIXED_TABLE}[outcome]
+    workload, seed = {row[0]: (row[1], row[2]) for row in presets._MIXED_TABLE}[outcome]
     pair = f"host-qwen25-7b-{workload}-c2-s{seed}"
     record = load_json(root / "pairs" / pair / "period-1.json")
     return record, attempts(record)[0]
@@ -452,7 +455,7 @@ def has_terminal(log: str) -> bool:
 
 
 def test_mixed_covers_every_outcome(mixed: Path) -> None:
-    assert [row[0] for row in gen._MIXED_TABLE] == list(gen.OUTCOMES)
+    assert [row[0] for row in presets._MIXED_TABLE] == list(gen.OUTCOMES)
     protocol = load_json(mixed / "protocol.json")
     seeds = {(c["workload"], c["gpus"]): c["seeds"] for c in protocol["configurations"]}
     assert seeds[("code_heavy_tail", 4)] == [161, 162, 163, 164]
@@ -634,7 +637,7 @@ def test_cli_writes_and_refuses_non_empty_out(tmp_path: Path) -> None:
     assert (out / "accounting" / "sacct-raw.psv").is_file()
     again = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
     assert again.returncode == 2 and "non-empty" in again.stderr
-    assert gen.main(["example", str(out)]) == 2
+    assert shim.main(["example", str(out)]) == 2
 
 
 def test_protocol_inputs_are_written_and_anchored(tmp_path: Path) -> None:

@@ -109,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("example",)
 """Modules of ``auditor._cli`` that add commands: each has ``add_parsers(commands)`` (adds
 its sub-parsers) and ``HANDLERS`` (command name -> ``handler(args) -> int``). They import
 what their commands need inside the handlers, so ``auditor --help`` stays fast."""
@@ -131,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(args_list)
         if args.command is None:  # (a usage error: one line, as every other)
             raise UsageError("no command given: one of audit, verify, gate, sacct, validate, "
-                             "rules (see 'auditor --help')")
+                             "rules, example (see 'auditor --help')")
         handlers: dict[str, Callable[[argparse.Namespace], int]] = {
             "audit": _audit, "verify": _verify, "gate": _gate, "sacct": _sacct,
             "validate": _validate, "rules": _rules,
