@@ -15,12 +15,27 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from auditor.model import Citation, Finding, Severity
+from auditor.model import Citation, Finding, Reason, Severity
+
+
+@dataclass(frozen=True, slots=True)
+class GatePolicy:
+    """How a rule's findings fail the gate: one gate reason per (rule, subject)."""
+
+    order: int
+    """Where its reasons stand in the gate's list (lower first); every ``integrity`` rule's
+    come before the configurations' reasons, the others' after."""
+    integrity: bool
+    """True: it fails even ``--allow-partial`` (evidence, anchors, the scheduler's word);
+    False: only the plain gate, and a finding about a period is then carried by its
+    configuration (one reason a period, not two)."""
+    text: str
+    """The reason as the gate lists it (``{subject}``, ``{message}`` filled in)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """One entry of the catalogue."""
+    """One entry of the catalogue: what it says, and its policy."""
 
     rule_id: str
     symbol: str
@@ -28,18 +43,42 @@ class Rule:
     description: str
     template: str
     severity: Severity
+    blocks: Reason | None = None
+    """The verdict reason a finding of this rule about an attempt's evidence makes its
+    period unresolved with (the first blocker found decides); None when it blocks
+    nothing by itself (informational, or judged by the reasoning itself)."""
+    gate: GatePolicy | None = None
+    """Whether and how a finding of this rule fails the gate (None: only through the
+    verdicts and configurations it leads to)."""
+    family: str | None = None
+    """The report's cross-check sentence that counts it: ``identity``, ``job_ids`` or
+    ``timeline`` (None: not a cross-check)."""
+
+    @property
+    def stage(self) -> str:
+        """``collect``, ``validate`` or ``reason``, from the id's hundreds."""
+        return {"0": "collect", "1": "validate"}.get(self.rule_id[3], "reason")
 
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
+INVALID = Reason.EVIDENCE_INVALID
+SCHEDULER = GatePolicy(1, True, "scheduler dump unusable: {message}")
+"""The scheduler's word is evidence too: without it no element's state is known."""
+FROZEN_INPUTS = frozenset({"protocol.json", "execution_commits.json"})
+"""The study's own rules and commit pins: an error finding about either fails the gate
+(whatever its rule: the verdicts were reached under other rules, or without the check)."""
+FROZEN_GATE = GatePolicy(2, True, "frozen input unusable: {message}")
 
 _RULES: tuple[Rule, ...] = (
     # ---------------------------------------------------------------- collect
     Rule("AUD001", "json-invalid", "File is not valid JSON",
          "A JSON evidence file (period, trial, device, protocol) could not be parsed.",
-         "{path}: not valid JSON: {error}", E),
+         "{path}: not valid JSON: {error}", E,
+         blocks=INVALID),
     Rule("AUD002", "schema-violation", "Field missing or of the wrong type",
          "A JSON document or JSONL record does not match its kind's JSON Schema.",
-         "{path}{where}: {error}", E),
+         "{path}{where}: {error}", E,
+         blocks=INVALID),
     Rule("AUD003", "jsonl-line-invalid", "JSONL line is not a JSON object",
          "A line of an allocator trace is not JSON (or not an object); later lines still count.",
          "{path}:{line}: not a JSON object: {error}", E),
@@ -61,7 +100,8 @@ _RULES: tuple[Rule, ...] = (
          "{path}:{line}: {error}", W),
     Rule("AUD009", "sacct-refused", "sacct dump cannot be read safely",
          "The dump is fixed-width, has the wrong field count for its format, or is empty; it "
-         "is refused rather than misread.", "{path}: {error}", E),
+         "is refused rather than misread.", "{path}: {error}", E,
+         gate=SCHEDULER),
     Rule("AUD020", "terminal-pattern-too-slow", "Protocol's terminal pattern given up",
          "The protocol's terminal_event.pattern searched one line of a training log for over "
          "a second (it backtracks without end on it): it was given up for the rest of that "
@@ -74,30 +114,36 @@ _RULES: tuple[Rule, ...] = (
          "never followed, so the period records it may hold are missing from the audit. The "
          "gate fails.",
          "{path}: a link in a pair directory's place; not followed, so the period records it "
-         "may hold are missing from this audit", E),
+         "may hold are missing from this audit", E,
+         gate=GatePolicy(3, True, "unsafe path: {message}")),
     Rule("AUD021", "sacct-states-unknown", "sacct dump says no element's state",
          "The dump was captured without JobID or State: whether an element is still pending "
          "or running cannot be known, so, as with no dump (AUD123), the gate fails unless "
          "waived.",
-         "{path}: captured without {fields}: {consequence}; the gate fails unless waived", E),
+         "{path}: captured without {fields}: {consequence}; the gate fails unless waived", E,
+         gate=SCHEDULER),
     Rule("AUD019", "sacct-fields-missing", "sacct dump lacks fields the audit uses",
          "The dump was captured without a field the audit relies on (JobIDRaw, ExitCode, "
          "ElapsedRaw or Elapsed, AllocTRES, Start, End): what it would show is unknown.",
          "{path}: captured without {fields}: {consequence}", W),
     Rule("AUD010", "file-empty", "File is empty",
-         "An evidence file has no bytes.", "{path}: file is empty", E),
+         "An evidence file has no bytes.", "{path}: file is empty", E,
+         blocks=INVALID),
     Rule("AUD011", "period-record-unreadable", "Period record cannot be used",
          "A period record could not be read or parsed; its period is kept (from its path) "
-         "and cannot resolve.", "{path}: period record unusable: {error}", E),
+         "and cannot resolve.", "{path}: period record unusable: {error}", E,
+         gate=GatePolicy(4, True, "period record unreadable: {subject}")),
     Rule("AUD012", "file-too-large", "JSON document too large to parse",
          "A JSON document exceeds the size limit for its kind; it was hashed, not parsed.",
-         "{path}: {size} bytes exceeds the {limit}-byte limit for {kind}", E),
+         "{path}: {size} bytes exceeds the {limit}-byte limit for {kind}", E,
+         blocks=INVALID),
     Rule("AUD013", "findings-capped", "Too many findings for one file",
          "The per-file findings cap was reached; later findings of this file were counted, "
          "not kept.", "{path}: {dropped} further findings not kept (cap {cap})", W),
     Rule("AUD015", "period-path-mismatch", "Period record disagrees with its path",
          "The pair or period inside pairs/<pair>/period-<n>.json differs from its path.",
-         "{path}: {field} is {inside!s} inside, {outside!s} in the path", E),
+         "{path}: {field} is {inside!s} inside, {outside!s} in the path", E,
+         blocks=Reason.IDENTITY_MISMATCH),
     Rule("AUD016", "phases-capped", "Too many phase records in one trace",
          "A trace holds more phase records than the auditor keeps; the first and last were "
          "kept, the middle counted.", "{path}: {dropped} phase records in the middle not kept "
@@ -118,17 +164,23 @@ _RULES: tuple[Rule, ...] = (
     # --------------------------------------------------------------- validate
     Rule("AUD101", "evidence-missing", "Listed evidence file is missing",
          "A file listed in a period record does not exist.",
-         "{path}: listed in {manifest} but missing", E),
+         "{path}: listed in {manifest} but missing", E,
+         blocks=Reason.EVIDENCE_MISSING, gate=GatePolicy(0, True, "evidence missing: {subject}")),
     Rule("AUD102", "evidence-mismatch", "Evidence file differs from its manifest",
          "The SHA-256 or size of a listed file differs from its period record.",
-         "{path}: {what} differs from {manifest} (expected {expected}, found {actual})", E),
+         "{path}: {what} differs from {manifest} (expected {expected}, found {actual})", E,
+         blocks=Reason.EVIDENCE_MISMATCH,
+         gate=GatePolicy(0, True, "evidence mismatched: {subject}")),
     Rule("AUD103", "evidence-unsafe-path", "Manifest path escapes the root",
          "A listed path is absolute, has a '..' part, or resolves through a link outside the "
          "evidence root; the file is never opened.", "{path}: unsafe path ({why}) in {manifest}",
-         E),
+         E,
+         blocks=Reason.EVIDENCE_UNSAFE, gate=GatePolicy(0, True, "evidence unsafe: {subject}")),
     Rule("AUD104", "evidence-unreadable", "Listed evidence file cannot be read",
          "A listed path is a directory, lacks read permission, or is a link loop.",
-         "{path}: cannot be read ({why})", E),
+         "{path}: cannot be read ({why})", E,
+         blocks=Reason.EVIDENCE_UNREADABLE,
+         gate=GatePolicy(0, True, "evidence unreadable: {subject}")),
     Rule("AUD105", "evidence-unlisted", "File not listed in any manifest",
          "A file inside an attempt directory is listed in no period record, or a file under "
          "pairs/ is not named as a period record (pairs/<pair>/period-<n>.json).",
@@ -139,43 +191,56 @@ _RULES: tuple[Rule, ...] = (
     Rule("AUD107", "evidence-kind-missing", "Attempt lacks a kind of evidence",
          "An attempt lists no file of a kind the verdict needs (trial, training log, one "
          "allocator trace and device file per worker).",
-         "{subject}: no {kind} listed{detail}", E),
+         "{subject}: no {kind} listed{detail}", E,
+         blocks=Reason.EVIDENCE_MISSING),
     Rule("AUD110", "identity-mismatch", "pid / rank / role disagree",
          "The pid, rank or role of a worker differ between the device file name, its content, "
-         "the period's workers and the pid's allocator trace.", "{subject}: {detail}", E),
+         "the period's workers and the pid's allocator trace.", "{subject}: {detail}", E,
+         blocks=Reason.IDENTITY_MISMATCH, family="identity"),
     Rule("AUD111", "job-id-mismatch", "Job ids disagree",
          "The device job_id, the period's job_id, the trial's job_id and the sacct JobIDRaw of "
-         "the element do not all agree.", "{subject}: {detail}", E),
+         "the element do not all agree.", "{subject}: {detail}", E,
+         blocks=Reason.IDENTITY_MISMATCH, family="job_ids"),
     Rule("AUD112", "trial-period-mismatch", "Trial record disagrees with its period",
          "The trial's pair, period or gpus differ from the period record.",
-         "{subject}: trial {field} is {trial_value!s}, period record says {period_value!s}", E),
+         "{subject}: trial {field} is {trial_value!s}, period record says {period_value!s}", E,
+         blocks=Reason.IDENTITY_MISMATCH),
     Rule("AUD113", "gpu-shared", "One GPU serves two ranks",
          "Two ranks of one period report the same GPU uuid.",
-         "{subject}: GPU {uuid} serves ranks {ranks}", E),
+         "{subject}: GPU {uuid} serves ranks {ranks}", E,
+         blocks=Reason.IDENTITY_MISMATCH, family="identity"),
     Rule("AUD114", "worker-count-mismatch", "Worker count differs from gpus",
          "A period lists a number of workers other than its gpus.",
-         "{subject}: {workers} workers listed for {gpus} GPUs", E),
+         "{subject}: {workers} workers listed for {gpus} GPUs", E,
+         blocks=Reason.IDENTITY_MISMATCH, family="identity"),
     Rule("AUD115", "timeline-disorder", "Records out of order",
          "An allocator record finishes before it starts, or seq does not rise.",
-         "{path}:{line}: {detail}", E),
+         "{path}:{line}: {detail}", E,
+         blocks=Reason.TIMELINE_INCONSISTENT, family="timeline"),
     Rule("AUD116", "timeline-outside-invocation", "Record outside the attempt's invocation",
          "An allocator record lies outside the trial's invocation window.",
-         "{path}:{line}: {detail}", E),
+         "{path}:{line}: {detail}", E,
+         blocks=Reason.TIMELINE_INCONSISTENT, family="timeline"),
     Rule("AUD117", "invocation-outside-allocation", "Invocation outside the sacct allocation",
          "The trial's invocation window is not inside the element's sacct Start..End.",
-         "{subject}: {detail}", E),
+         "{subject}: {detail}", E,
+         blocks=Reason.TIMELINE_INCONSISTENT, family="timeline"),
     Rule("AUD118", "idle-check-failed", "GPUs not left idle",
-         "The post-period idle check did not pass (or is absent).", "{subject}: {detail}", E),
+         "The post-period idle check did not pass (or is absent).", "{subject}: {detail}", E,
+         blocks=Reason.IDLE_CHECK_FAILED),
     Rule("AUD119", "sacct-element-missing", "No scheduler record for the attempt",
          "The attempt's job id has no allocation row in the sacct dump (its step rows, if "
          "any, do not say how the allocation ended).",
-         "{subject}: {detail}", W),
+         "{subject}: {detail}", W,
+         family="job_ids"),
     Rule("AUD120", "anchor-mismatch", "Protocol anchor does not match",
          "A protocol input's SHA-256 differs from its expected anchor, or the input is absent.",
-         "anchor {name}: {detail}", E),
+         "anchor {name}: {detail}", E,
+         gate=GatePolicy(5, True, "{message}")),
     Rule("AUD121", "commit-mismatch", "Period ran another commit",
          "A period record's commit differs from execution_commits.json for its pair.",
-         "{subject}: commit {actual} but execution_commits.json pins {expected}", E),
+         "{subject}: commit {actual} but execution_commits.json pins {expected}", E,
+         blocks=Reason.COMMIT_MISMATCH),
     Rule("AUD122", "source-input-missing", "Source input cannot be read",
          "A --source file could not be read or escapes --source-root.", "{path}: {detail}", E),
     Rule("AUD123", "sacct-missing", "No scheduler dump",
@@ -184,37 +249,46 @@ _RULES: tuple[Rule, ...] = (
          "against the scheduler cannot be established. It fails the gate (as a refused dump, "
          "AUD009, does) unless waived.",
          "{path}: no scheduler dump (and no --sacct); element states and the allocation "
-         "scope are unknown", E),
+         "scope are unknown", E,
+         gate=SCHEDULER),
     # ----------------------------------------------------------------- reason
     Rule("AUD201", "terminal-event-missing", "Clean exit without the terminal event",
          "The attempt exited cleanly but its training log lacks the terminal event for the "
-         "dispatched step count.", "{subject}: {detail}", E),
+         "dispatched step count.", "{subject}: {detail}", E,
+         blocks=Reason.TERMINAL_EVENT_MISSING),
     Rule("AUD202", "completion-phase-missing", "A rank lacks a completion phase",
          "A rank has no error-free record of a completion phase for the final step.",
-         "{subject}: {detail}", E),
+         "{subject}: {detail}", E,
+         blocks=Reason.COMPLETION_PHASE_MISSING),
     Rule("AUD203", "eligible-failure", "Eligible failure recorded",
          "A rank's phase ended in an error type the protocol lists as a measurement.",
          "{subject}: {detail}", INFO),
     Rule("AUD204", "unclean-exit", "Attempt did not exit cleanly",
          "The invocation or a process exited non-zero and not by coordinated shutdown.",
-         "{subject}: {detail}", E),
+         "{subject}: {detail}", E,
+         blocks=Reason.UNCLEAN_EXIT),
     Rule("AUD205", "coordinated-shutdown", "Exit 143 accepted as coordinated shutdown",
          "The controller exited 143 with the shutdown flag on and no signal received.",
          "{subject}: {detail}", INFO),
     Rule("AUD206", "cancelled", "Attempt was cancelled",
          "scancel (received SIGTERM), a CANCELLED scheduler state or a slurmstepd "
-         "cancellation line.", "{subject}: {detail}", E),
+         "cancellation line.", "{subject}: {detail}", E,
+         blocks=Reason.CANCELLED),
     Rule("AUD207", "time-limit", "Attempt hit the time limit",
          "A TIMEOUT scheduler state, a pre-timeout SIGUSR1 or a time-limit cancellation line.",
-         "{subject}: {detail}", E),
+         "{subject}: {detail}", E,
+         blocks=Reason.TIME_LIMIT),
     Rule("AUD208", "node-failure", "Node failure",
-         "The scheduler reports NODE_FAIL for the element.", "{subject}: {detail}", E),
+         "The scheduler reports NODE_FAIL for the element.", "{subject}: {detail}", E,
+         blocks=Reason.INFRASTRUCTURE_FAILURE),
     Rule("AUD209", "infrastructure-error", "Infrastructure error in the evidence",
          "NCCL watchdog timeout, host-RAM out-of-memory, scheduler OUT_OF_MEMORY, or an "
-         "error the protocol does not list as eligible.", "{subject}: {detail}", E),
+         "error the protocol does not list as eligible.", "{subject}: {detail}", E,
+         blocks=Reason.INFRASTRUCTURE_FAILURE),
     Rule("AUD210", "array-partial", "Element not finished",
          "The element's latest scheduler record is PENDING, RUNNING, REQUEUED or SUSPENDED.",
-         "{subject}: {detail}", E),
+         "{subject}: {detail}", E,
+         blocks=Reason.ARRAY_PARTIAL, gate=GatePolicy(8, False, "array partial: {message}")),
     Rule("AUD211", "launcher-disagrees", "Launcher's status differs from the verdict",
          "The trial record's own status disagrees with the auditor's verdict.",
          "{subject}: launcher said {status!s}{error}; auditor says {verdict}", W),
@@ -236,7 +310,9 @@ _RULES: tuple[Rule, ...] = (
          "{subject}: {detail}", W),
     Rule("AUD217", "configuration-unexpected", "Configuration the protocol does not list",
          "Periods ran a (workload, gpus) that protocol.json does not list: the configuration "
-         "stays unresolved and out of the inclusion list.", "{subject}: {detail}", E),
+         "stays unresolved and out of the inclusion list.", "{subject}: {detail}", E,
+         gate=GatePolicy(7, False,
+                         "configuration {subject} unresolved: the protocol does not list it")),
     Rule("AUD215", "waived", "Finding waived",
          "A finding was waived on the command line; it no longer blocks its subject.",
          "{subject}: {waived_rule} waived: {reason}", W),
@@ -264,7 +340,24 @@ def finding(
             fields["line"] = cites[0].line
     fields.update(values)
     message = rule.template.format_map(_Defaulting(fields))
-    return Finding(rule.rule_id, rule.symbol, rule.severity, subject, message, cites)
+    del fields["subject"]  # (a field of the finding's own)
+    return Finding(rule.rule_id, rule.symbol, rule.severity, subject, message, cites,
+                   tuple(fields.items()))
+
+
+def describe(item: Finding) -> str:
+    """The finding's message without its leading ``{path}: `` or ``{subject}: ``: what is
+    wrong, rendered from its values (for a sentence that names the file itself)."""
+    template = RULES[item.rule_id].template
+    for head in ("{path}", "{subject}"):
+        template = template.removeprefix(head)
+    return template.lstrip(": ").format_map(_Defaulting({"subject": item.subject,
+                                                          **dict(item.values)}))
+
+
+def in_family(family: str) -> tuple[str, ...]:
+    """The ids of the rules a cross-check family of the report counts, in id order."""
+    return tuple(sorted(rule.rule_id for rule in _RULES if rule.family == family))
 
 
 class _Defaulting(dict[str, object]):

@@ -306,7 +306,7 @@ def test_sacct_command_on_real_dumps(capsys: pytest.CaptureFixture[str]) -> None
 
 def test_internal_error_is_one_line_exit_3(monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    import auditor.reason.engine as engine
+    import auditor.audit as engine  # (where the audit calls the reason stage)
 
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("simulated bug")
@@ -322,7 +322,7 @@ def test_an_interrupt_wrapped_in_another_error_is_an_interrupt(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Ctrl-C while Python makes a class comes out as a RuntimeError caused by the
     KeyboardInterrupt: still exit 130, not an internal error."""
-    import auditor.reason.engine as engine
+    import auditor.audit as engine  # (where the audit calls the reason stage)
 
     def interrupted(*args: object, **kwargs: object) -> None:
         try:
@@ -531,8 +531,8 @@ import os, sys
 cpus, log = int(sys.argv[1]), sys.argv[3]
 os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:cpus])
 os.register_at_fork(after_in_child=lambda: open(log, "a").write("forked\\n"))
-import auditor.audit
-auditor.audit.SMALL_STUDY_TASKS = 0  # (the example is read as a large study would be)
+import auditor._pool
+auditor._pool.SMALL_STUDY_TASKS = 0  # (the example is read as a large study would be)
 from auditor._cli import main
 sys.exit(main(["audit", sys.argv[2], "--quiet", "--no-plots"]))
 """
@@ -550,7 +550,7 @@ def test_default_workers_respect_a_containers_cpu_quota(tmp_path: Path) -> None:
     """A container given half a CPU (``docker --cpus 0.5``: a cgroup quota, in either
     cgroup version) gets one reader whatever the node has; no quota, or one that cannot
     be read, leaves the CPUs the process may run on."""
-    from auditor.audit import usable_cpus
+    from auditor._pool import usable_cpus
 
     may_run_on = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
         else os.cpu_count()

@@ -18,7 +18,7 @@ import pytest
 
 from auditor._cli import main
 from auditor.audit import AuditOptions, run_audit
-from auditor.validate.paths import join_text
+from auditor.model.paths import join_text
 from tests.helpers import (
     audit,
     copy_example,

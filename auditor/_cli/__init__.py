@@ -169,8 +169,7 @@ def _inert(text: str) -> str:
 
 
 PRELOAD = {
-    "audit": ("orjson", "auditor.audit", "auditor.validate.checks", "auditor.reason.engine",
-              "auditor.report.summary"),
+    "audit": ("orjson", "auditor.audit", "auditor.report.summary"),
     "verify": ("orjson", "auditor.report.output"),
     "gate": ("orjson", "auditor.report.output"),
     "sacct": ("orjson", "auditor.collect.sacct"),
@@ -287,7 +286,8 @@ def _split_pairs(values: Sequence[str], flag: str) -> list[tuple[str, str]]:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from auditor.audit import AuditOptions, Auditor, Waiver, drive, paused_gc
+    from auditor.audit import Auditor, drive, paused_gc
+    from auditor.model import AuditOptions, Waiver
     from auditor.report.summary import build_summary
 
     if len(args.waive) != len(args.reason):

@@ -8,8 +8,6 @@ count that the training-log scan matches the terminal event against.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from auditor._io import HashingReader
 from auditor.collect.allocator_trace import read_allocator_trace
 from auditor.collect.device import read_device
@@ -17,72 +15,17 @@ from auditor.collect.training_log import scan_training_log
 from auditor.collect.trial import read_trial
 from auditor.model import (
     AllocatorTrace,
+    AttemptRead,
+    AttemptTask,
     DeviceEvidence,
-    FileDigest,
+    FileOutcome,
+    FileTask,
     Finding,
     TrainingLogScan,
     TrialRecord,
-    fast_pickle,
 )
 
 PARSED_KINDS = ("trial", "training_log", "allocator_trace", "device_evidence")
-
-
-@fast_pickle
-@dataclass(frozen=True, slots=True)
-class FileTask:
-    """One file to read: where it is shown, what it is, where to open it."""
-
-    display: str
-    kind: str
-    """An evidence kind, or ``other`` (hashed only: unknown kinds, unlisted files)."""
-    resolved: str | None
-    """The path to open; None for the root's path joined with ``display`` (the usual
-    case, not sent to a worker twice)."""
-
-
-@fast_pickle
-@dataclass(frozen=True, slots=True)
-class AttemptTask:
-    """All files of one attempt that passed the path checks."""
-
-    key: str
-    """``pair/period-N#attempt`` (opaque to the worker)."""
-    root: str
-    """The evidence root, resolved."""
-    files: tuple[FileTask, ...]
-    steps_from: str
-    terminal_pattern: str | None
-
-
-@fast_pickle
-@dataclass(frozen=True, slots=True)
-class FileOutcome:
-    """The bytes of one file: digest when read, else why not."""
-
-    display: str
-    kind: str
-    digest: FileDigest | None
-    error: str = ""
-
-
-@fast_pickle
-@dataclass(frozen=True, slots=True)
-class AttemptRead:
-    """What reading one attempt produced."""
-
-    key: str
-    files: tuple[FileOutcome, ...]
-    trial: TrialRecord | None
-    log: TrainingLogScan | None
-    traces: tuple[AllocatorTrace, ...]
-    devices: tuple[DeviceEvidence, ...]
-    findings: tuple[Finding, ...]
-
-    @property
-    def bytes_read(self) -> int:
-        """Bytes hashed for this attempt."""
-        return sum(f.digest.size for f in self.files if f.digest is not None)
 
 
 def read_attempt(task: AttemptTask) -> AttemptRead:

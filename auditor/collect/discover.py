@@ -11,36 +11,16 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Generator
-from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
 
-from auditor.model import Progress
+from auditor.model import Progress, StudyLayout
 
 _name_of = attrgetter("name")
 PERIOD_RE = re.compile(r"^period-(\d+)\.json$")
 ATTEMPT_DIR_RE = re.compile(r"^attempt-[^/]+$")
 SACCT_PATH = "accounting/sacct-raw.psv"
 """Where a study root keeps its scheduler dump."""
-
-
-@dataclass(frozen=True, slots=True)
-class StudyLayout:
-    """The inventory of a study root (root-relative POSIX paths)."""
-
-    root: Path
-    period_records: tuple[str, ...]
-    attempt_dirs: tuple[str, ...]
-    attempt_files: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    """Every file (or link) below each attempt directory."""
-    protocol: str | None = None
-    execution_commits: str | None = None
-    sacct: str | None = None
-    stray_pair_files: tuple[str, ...] = ()
-    """Files under ``pairs/`` that are not ``period-<n>.json``."""
-    regular_files: frozenset[str] = frozenset()
-    """Files below attempt directories that are regular files reached through real
-    directories only (no link anywhere on the way): inside the root by construction."""
 
 
 def find_period_records(root: Path, regular: set[str] | None = None

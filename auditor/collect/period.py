@@ -131,7 +131,7 @@ def read_period(stream: BinaryIO | HashingReader, path: str) -> PeriodRecord:
 def _unreadable(path: str, causes: list[Finding]) -> Finding:
     if causes:
         cause = causes[0]
-        detail = cause.message.removeprefix(path).lstrip(": ")
+        detail = catalogue.describe(cause)
         error = f"{detail} ({cause.rule_id} {cause.symbol})"
     else:  # pragma: no cover - load_json always explains a None document
         error = "unreadable"

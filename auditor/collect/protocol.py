@@ -20,18 +20,15 @@ from typing import Any, BinaryIO
 from auditor import catalogue
 from auditor._io import HashingReader, clip
 from auditor.collect.jsondoc import as_list, as_obj, finish, load_json
-from auditor.model import Citation, Configuration, EligibleFailure, Protocol
+from auditor.model import DEFAULT_PROTOCOL, Citation, Configuration, EligibleFailure, Protocol
 from auditor.schema import validate_document
 
 PROTOCOL_LIMIT = 1 << 20
 """Largest protocol file parsed (bytes)."""
 
-_DEFAULTS = Protocol(path=None)
-
-
 def default_protocol() -> Protocol:
     """The built-in rules (no protocol file)."""
-    return _DEFAULTS
+    return DEFAULT_PROTOCOL
 
 
 def read_protocol(stream: BinaryIO | HashingReader, path: str) -> Protocol:
@@ -39,13 +36,13 @@ def read_protocol(stream: BinaryIO | HashingReader, path: str) -> Protocol:
     doc, findings = load_json(stream, path, PROTOCOL_LIMIT, kind="protocol")
     digest = finish(stream)
     if doc is None:
-        cause = findings[0].message.removeprefix(path).lstrip(": ") if findings else "unreadable"
+        cause = catalogue.describe(findings[0]) if findings else "unreadable"
         findings.append(
             catalogue.finding(
                 "AUD014", path, [Citation(path)], error=f"{cause}; built-in defaults apply"
             )
         )
-        return replace(_DEFAULTS, path=path, digest=digest, findings=tuple(findings))
+        return replace(DEFAULT_PROTOCOL, path=path, digest=digest, findings=tuple(findings))
 
     schema_findings = validate_document("protocol", doc, path)
     findings.extend(schema_findings)

@@ -20,13 +20,18 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
 from auditor._io import clip, counted
-from auditor.audit import AuditResult
-from auditor.collect.protocol import default_protocol
-from auditor.model import Citation, Severity, Verdict, VerdictKind
-from auditor.reason.engine import ElementCost, Reasoning, scheduler_usable
-from auditor.report.summary import reasoning_of
+from auditor.catalogue import describe, in_family
+from auditor.model import (
+    DEFAULT_PROTOCOL,
+    AuditResult,
+    Citation,
+    ElementCost,
+    Reasoning,
+    Severity,
+    Verdict,
+    VerdictKind,
+)
 from auditor.report.tables import sorted_findings
-from auditor.validate.checks import anchor_status
 
 NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
                 "ten", "eleven", "twelve")
@@ -115,7 +120,7 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]],
 
 def render_markdown(result: AuditResult, outputs: Sequence[tuple[str, str, int]] = ()) -> str:
     """The whole report. ``outputs`` lists (name, sha256, size) of the other outputs."""
-    reasoning = reasoning_of(result)
+    reasoning = result.reasoning
     parts = [
         _headline(result, reasoning),
         _problems(result, reasoning),
@@ -143,7 +148,7 @@ def _arrays(result: AuditResult) -> list[str]:
     """The study's arrays: as its period records name them, else as the accounted sacct
     rows do (records without an ``array_job_id``)."""
     named = {p.record.array_job_id for p in result.collected.periods if p.record.array_job_id}
-    return sorted(named or {e.array_job_id for e in reasoning_of(result).accounting.elements
+    return sorted(named or {e.array_job_id for e in result.reasoning.accounting.elements
                             if e.array_job_id})
 
 
@@ -573,16 +578,16 @@ def _cross_checks(result: AuditResult) -> str:
                           for rule in rules if fired[rule])  # (the rules that fired)
         return clean if not count else f"{counted(count, 'finding')} ({named})"
 
-    scheduler = scheduler_usable(result.collected)  # (what was not there was not checked)
+    scheduler = result.collected.scheduler_usable()  # (what was not there was not checked)
     sources = "trial, device files and sacct" if scheduler else "trial and device files"
     return (
         f"Cross-checks: the pid and rank of each of the {traces:,} allocator traces against the "
         "period's workers, the device file name and content: "
-        f"{outcome(('AUD110', 'AUD113', 'AUD114'), 'all agree')}; job ids across period "
+        f"{outcome(in_family('identity'), 'all agree')}; job ids across period "
         f"record, attempt directory, {sources}: "
-        f"{outcome(('AUD111', 'AUD119'), 'all agree')}; record order and timestamps inside "
+        f"{outcome(in_family('job_ids'), 'all agree')}; record order and timestamps inside "
         f"the invocation{' and the allocation' if scheduler else ''}: "
-        f"{outcome(('AUD115', 'AUD116', 'AUD117'), 'all consistent')}"
+        f"{outcome(in_family('timeline'), 'all consistent')}"
         f"{'' if scheduler else ' (no scheduler dump: nothing was checked against sacct)'}; "
         f"post-period idle checks: {idle_ok:,} of {len(periods):,} passed."
     )
@@ -618,7 +623,7 @@ def _accounting(result: AuditResult, reasoning: Reasoning) -> str:
         ))
         lines.append("")
     missing = acc.jobs_without_element
-    unknown = ("no scheduler dump was read" if not scheduler_usable(collected) else
+    unknown = ("no scheduler dump was read" if not collected.scheduler_usable() else
                "the scheduler dump lacks the allocations' GPUs or elapsed times (`AUD019`)")
     allocation = (
         f"**unknown**: {unknown}" if acc.allocation_gpu_seconds is None else
@@ -742,9 +747,9 @@ def _provenance(result: AuditResult, outputs: Sequence[tuple[str, str, int]]) ->
     # rules): provenance says which, the summary's AUD014 first
     problem = next((f for f in sorted(collected.findings, key=lambda f: f.rule_id != "AUD014")
                     if f.subject == "protocol.json" and f.severity is Severity.ERROR), None)
-    said = md_escape(problem.message.split(": ", 1)[-1], limit=300) if problem else ""
+    said = md_escape(describe(problem), limit=300) if problem else ""
     if problem is not None and (not protocol.digest
-                                or protocol.name == default_protocol().name):
+                                or protocol.name == DEFAULT_PROTOCOL.name):
         digest = f", SHA-256 `{protocol.digest.sha256}`," if protocol.digest else ""
         lines.append(f"`protocol.json`{digest} could not be used ({said}): the built-in "
                      "default rules applied, and the gate fails.")
@@ -767,7 +772,7 @@ def _provenance(result: AuditResult, outputs: Sequence[tuple[str, str, int]]) ->
                   "DIFFERS from `execution_commits.json` for some pairs (see findings)")
         lines.append("Commit(s) recorded by the period records: "
                      + ", ".join(code_span(c) for c in commits) + f"; {pinned}.")
-    anchors = anchor_status(collected, result.options)
+    anchors = result.anchor_status()
     if anchors:
         lines += ["", "Anchors:", ""]
         lines.append(code_block(f"{name}: {sha}  {status}" for name, sha, status in anchors))

@@ -37,11 +37,10 @@ from auditor import __version__
 from auditor._io import printable, printable_json, sha256_file, unprintable
 from auditor._process import signals_deferred
 from auditor.errors import OutputError, VerifyError
-from auditor.validate.paths import join_text
+from auditor.model.paths import join_text
 
 if TYPE_CHECKING:
-    from auditor.audit import AuditResult
-    from auditor.model import FileDigest
+    from auditor.model import AuditResult, FileDigest
     from auditor.report.plots import Plotter
 
 MANIFEST = "output_manifest.json"

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from auditor._process import helper_args, helper_context, helper_signals, signals_deferred
 
 if TYPE_CHECKING:  # (not imported at run time: a Plotter starts before the audit's modules)
-    from auditor.audit import AuditResult
+    from auditor.model import AuditResult
 
 MAX_TIMELINE_PERIODS = 24
 ERROR_COLOUR = "#c44e52"
@@ -152,10 +152,8 @@ def _png(figure: Any, canvas_type: Any) -> bytes:
 
 
 def _timeline_rows(result: AuditResult) -> tuple[TimelineRow, ...]:
-    from auditor.report.summary import reasoning_of
-
     # the attempt each period's verdict rests on (not a wasted retry after it)
-    counted = {o.subject: o.index for o in reasoning_of(result).attempts if o.counted}
+    counted = {o.subject: o.index for o in result.reasoning.attempts if o.counted}
     rows = []
     for period in result.collected.periods[:MAX_TIMELINE_PERIODS]:
         chosen = counted.get(period.subject)
@@ -208,9 +206,7 @@ def _draw_timeline(rows: tuple[TimelineRow, ...], periods: int, figure_type: Any
 
 def _peak_points(result: AuditResult) -> tuple[
         tuple[tuple[str, tuple[tuple[int, str], ...]], ...], tuple[int, ...]]:
-    from auditor.report.summary import reasoning_of
-
-    reasoning = reasoning_of(result)
+    reasoning = result.reasoning
     verdict_of = {v.subject: v.verdict.value for v in reasoning.verdicts}
     by_config: dict[str, list[tuple[int, str]]] = defaultdict(list)
     for facts in reasoning.facts:

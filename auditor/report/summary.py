@@ -13,18 +13,9 @@ import orjson
 
 from auditor import __version__
 from auditor._io import printable_json
-from auditor.audit import AuditResult
-from auditor.model import Severity, VerdictKind
-from auditor.reason.engine import GateResult, Reasoning
+from auditor.model import AuditResult, GateResult, Severity, VerdictKind
 
 SCHEMA = "run-evidence/summary/v1"
-
-
-def reasoning_of(result: AuditResult) -> Reasoning:
-    """The typed reasoning of a result."""
-    reasoning = result.reasoning
-    assert isinstance(reasoning, Reasoning)
-    return reasoning
 
 
 def gate_json(gate: GateResult) -> dict[str, Any]:
@@ -41,7 +32,7 @@ def gate_json(gate: GateResult) -> dict[str, Any]:
 
 def build_summary(result: AuditResult) -> dict[str, Any]:
     """The ``summary.json`` document."""
-    reasoning = reasoning_of(result)
+    reasoning = result.reasoning
     collected = result.collected
     counts = {kind.value: 0 for kind in VerdictKind}
     for verdict in reasoning.verdicts:

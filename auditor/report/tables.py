@@ -23,8 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from auditor._io import printable_json
-from auditor.audit import AuditResult
-from auditor.report.summary import reasoning_of
+from auditor.model import AuditResult
 
 TS = pa.timestamp("ns", tz="UTC")
 
@@ -133,7 +132,7 @@ SCHEMAS: dict[str, pa.Schema] = {
 
 
 def _periods(result: AuditResult) -> Iterable[tuple[Any, ...]]:
-    reasoning = reasoning_of(result)
+    reasoning = result.reasoning
     for verdict, facts in zip(reasoning.verdicts, reasoning.facts, strict=True):
         yield (
             verdict.subject, verdict.pair, verdict.period,
@@ -147,7 +146,7 @@ def _periods(result: AuditResult) -> Iterable[tuple[Any, ...]]:
 
 
 def _attempts(result: AuditResult) -> Iterable[tuple[Any, ...]]:
-    for a in reasoning_of(result).attempts:
+    for a in result.reasoning.attempts:
         yield (
             a.subject, a.index + 1, a.job_id, a.attempt_dir, a.outcome, a.reason,
             a.exit_kind, a.exit_code, a.received_signal,

@@ -14,13 +14,18 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from auditor.catalogue import finding
-from auditor.model import Citation, Finding, SacctDump, SacctJob
-
-if TYPE_CHECKING:
-    from auditor.audit import AttemptEvidence, AuditOptions, Collected, PeriodEvidence
+from auditor.model import (
+    AttemptEvidence,
+    AuditOptions,
+    Citation,
+    Collected,
+    Finding,
+    PeriodEvidence,
+    SacctDump,
+    SacctJob,
+)
 
 DEVICE_NAME_RE = re.compile(r"^worker-(?P<role>.+)-(?P<rank>\d+)-(?P<pid>\d+)\.json$")
 TRACE_NAME_RE = re.compile(r"^allocator-(?P<pid>\d+)\.jsonl$")
@@ -353,21 +358,3 @@ def _anchors(collected: Collected, options: AuditOptions) -> Iterator[Finding]:
         elif source.digest.sha256 != sha.lower():
             yield finding("AUD120", name, [Citation(source.path, quote=source.digest.sha256)],
                           name=name, detail=f"expected {sha}, found {source.digest.sha256}")
-
-
-def anchor_status(collected: Collected, options: AuditOptions) -> list[tuple[str, str, str]]:
-    """(name, expected sha256, status) for every anchor, for the report."""
-    expected = dict(collected.protocol.anchors)
-    expected.update(dict(options.anchors))
-    given = {i.path: i for i in collected.inputs if i.group == "protocol_inputs"}
-    rows = []
-    for name, sha in sorted(expected.items()):
-        source = given.get(name)
-        if source is None:
-            status = "not checked (no input given)"
-        elif source.digest.sha256 == sha.lower():
-            status = "verified"
-        else:
-            status = f"MISMATCH (found {source.digest.sha256})"
-        rows.append((name, sha, status))
-    return rows

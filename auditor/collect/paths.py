@@ -16,6 +16,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from auditor.model.paths import join_text
+
 
 @dataclass(frozen=True, slots=True)
 class PathCheck:
@@ -28,32 +30,6 @@ class PathCheck:
     why: str = ""
     resolved: str | None = None
     """Absolute path to open (``ok`` only)."""
-
-
-def join_text(*parts: str) -> str | None:
-    """Join manifest path parts into a normalised POSIX string (``a/./b//c`` -> ``a/b/c``);
-    None when any part is empty or absolute or has a ``..`` part. String operations only,
-    as it runs for every listed file (several times)."""
-    for part in parts:
-        wrapped = f"/{part}/"
-        if (not part or "\\" in part or part[1:2] == ":" or "//" in wrapped
-                or "/./" in wrapped or "/../" in wrapped or "\0" in part):
-            return _join_pieces(parts)
-    return "/".join(parts) if parts else None  # the usual case: already normal
-
-
-def _join_pieces(parts: tuple[str, ...]) -> str | None:
-    pieces: list[str] = []
-    for part in parts:
-        text = part.replace("\\", "/")
-        if not text or text[0] == "/" or (len(text) > 1 and text[1] == ":") or "\0" in text:
-            return None  # (no file name holds a NUL: the system cannot even be asked)
-        for piece in text.split("/"):
-            if piece == "..":
-                return None
-            if piece and piece != ".":
-                pieces.append(piece)
-    return "/".join(pieces) if pieces else None
 
 
 def unsafe_reason(*parts: str) -> str:

@@ -1,124 +1,14 @@
-"""Frozen record types shared by every stage of the auditor.
+"""The records the collectors read from evidence files, each keeping where it came from.
 
-Nothing here does I/O. Collectors produce the ``*Record``/``*Scan`` types from
-files, validators and rules produce :class:`Finding`, the reasoning engine folds
-findings into :class:`Verdict`, and reporters only ever see an ``AuditResult``
-(defined in :mod:`auditor.audit`). Every record keeps where it came from as a
-:class:`Citation` (or the ``path``/``line`` needed to build one).
-
-Paths in records are POSIX strings relative to the evidence root, so a report
-is the same whichever directory the root was mounted on.
+Paths in records are POSIX strings relative to the evidence root, so a report is the same
+whichever directory the root was mounted on. Nothing here does I/O.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from enum import StrEnum
-from operator import attrgetter
-from typing import Any, TypeVar
+from dataclasses import dataclass
 
-_R = TypeVar("_R")
-
-
-def fast_pickle(cls: type[_R]) -> type[_R]:
-    """Make a frozen dataclass pickle as ``(cls, (field values...))``.
-
-    Records cross process boundaries by the thousand (every worker result is
-    pickled in the worker and unpickled, serially, in the parent). The
-    ``__getstate__``/``__setstate__`` pair that ``dataclass(slots=True)``
-    generates calls :func:`dataclasses.fields` and loops in Python for every
-    object; this reduce reads the fields with one C-level ``attrgetter`` and
-    rebuilds through ``__init__``: about 2.5x faster to dump, 2x to load. Every field
-    must be a positional ``__init__`` argument, and a subclass needs its own decorator
-    (pickling one through its parent's reduce is refused, not silently trimmed).
-    """
-    every = fields(cls)  # type: ignore[arg-type]
-    if any(not f.init or f.kw_only for f in every):
-        raise TypeError(f"{cls.__name__}: fast_pickle needs every field positional in __init__")
-    names = tuple(f.name for f in every)
-    getter = attrgetter(*names)
-    single = len(names) == 1  # attrgetter of one name gives the value, not a tuple
-
-    def reduce(self: Any) -> tuple[type[_R], tuple[Any, ...]]:
-        if type(self) is not cls:  # a subclass may add fields this would drop
-            raise TypeError(f"{type(self).__name__} needs its own fast_pickle")
-        values = getter(self)
-        return cls, ((values,) if single else values)
-
-    cls.__reduce__ = reduce  # type: ignore[method-assign]
-    return cls
-
-
-class Severity(StrEnum):
-    """How much a finding matters to the verdict of its subject."""
-
-    ERROR = "error"
-    """The subject cannot be trusted as it stands (it blocks ``resolved``)."""
-    WARNING = "warning"
-    """Worth a reviewer's attention; does not block a verdict by itself."""
-    INFO = "info"
-    """A fact the diagnosis relies on (e.g. a coordinated shutdown was seen)."""
-
-
-@fast_pickle
-@dataclass(frozen=True, slots=True)
-class Citation:
-    """Where a claim comes from: a file, and a place inside it."""
-
-    path: str
-    """File path relative to the evidence root (POSIX), or the path as given for inputs
-    outside it (``--sacct``, ``--protocol-input``)."""
-    line: int | None = None
-    """1-based line number in a text or JSONL file."""
-    pointer: str | None = None
-    """JSON pointer (RFC 6901) inside a JSON document, e.g. ``/invocation/exit_code``."""
-    quote: str = ""
-    """A short verbatim excerpt (clipped) of what is cited."""
-
-    def locator(self) -> str:
-        """``path:line`` or ``path#pointer`` (or the bare path)."""
-        if self.line is not None:
-            return f"{self.path}:{self.line}"
-        if self.pointer:
-            return f"{self.path}#{self.pointer}"
-        return self.path
-
-
-@fast_pickle
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One observation produced by a rule, with the evidence it rests on."""
-
-    rule_id: str
-    """Stable id from the catalogue, e.g. ``AUD201``."""
-    symbol: str
-    """Stable kebab-case name of the rule, e.g. ``terminal-event-missing``."""
-    severity: Severity
-    """Taken from the rule."""
-    subject: str
-    """What the finding is about: ``pair/period-N``, a file path, ``study`` or a config."""
-    message: str
-    """The rule's template rendered with the finding's values."""
-    citations: tuple[Citation, ...] = ()
-    """The evidence; empty only for findings about absent things (cited by their
-    expected location instead, see ``Citation.path``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    """A progress event: ``done`` of ``total`` units of ``stage``, ``bytes`` read so far.
-
-    The stages, in order: ``list`` (the walk of the study: top-level directories listed),
-    ``periods`` (period records read), ``read`` (evidence files read and hashed, with their
-    bytes), ``validate`` and ``reason`` (one event each, as they start)."""
-
-    stage: str
-    done: int
-    total: int
-    bytes: int = 0
-
-
-# --------------------------------------------------------------------- collect
+from auditor.model.core import Finding, fast_pickle
 
 
 @fast_pickle
@@ -411,6 +301,10 @@ class Protocol:
     findings: tuple[Finding, ...] = ()
 
 
+DEFAULT_PROTOCOL = Protocol(path=None)
+"""The built-in rules (no ``protocol.json``)."""
+
+
 @fast_pickle
 @dataclass(frozen=True, slots=True)
 class SacctStep:
@@ -493,33 +387,3 @@ class SacctDump:
     jobs: tuple[SacctJob, ...]
     digest: FileDigest | None = None
     findings: tuple[Finding, ...] = ()
-
-
-# --------------------------------------------------------------------- reason
-
-
-class VerdictKind(StrEnum):
-    """The three verdicts of the contract."""
-
-    RESOLVED = "resolved"
-    FAILED = "failed"
-    UNRESOLVED = "unresolved"
-
-
-@fast_pickle
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """The auditor's conclusion about one period."""
-
-    subject: str
-    pair: str
-    period: int
-    verdict: VerdictKind
-    reason: str
-    """One stable snake_case word (``terminal_event_missing`` ...); ``""`` when resolved."""
-    diagnosis: str
-    """What the evidence shows, in sentences citing files and lines."""
-    limits: str
-    """What the evidence does not prove."""
-    findings: tuple[Finding, ...] = ()
-    citations: tuple[Citation, ...] = field(default=())

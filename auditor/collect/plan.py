@@ -1,0 +1,104 @@
+"""Plan the reading: path-check every listed file and build one read task per attempt.
+
+Files that cannot be opened safely (unsafe, missing, unreadable) get their evidence row
+here, before any byte is read; the rest become :class:`~auditor.model.FileTask` items of an
+:class:`~auditor.model.AttemptTask`. Files on disk that no period record lists are read
+too (hashed only), so ``auditor verify`` re-checks them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from auditor.collect.attempt import PARSED_KINDS
+from auditor.collect.paths import PathCheck, check_path
+from auditor.model import (
+    AttemptSpec,
+    AttemptTask,
+    EvidenceEntry,
+    EvidenceFile,
+    FileDigest,
+    FileOutcome,
+    FileTask,
+    PeriodRecord,
+    Protocol,
+    StudyLayout,
+)
+from auditor.model.paths import join_text
+
+
+def plan_reads(
+    root: Path, periods: Iterable[PeriodRecord], protocol: Protocol,
+    regular_files: frozenset[str],
+) -> tuple[list[AttemptTask], dict[str, list[EvidenceFile]]]:
+    """Path-check every listed file; build one read task per attempt.
+
+    Returns the tasks and, per attempt key, the evidence rows decided before
+    reading (unsafe, missing, unreadable); readable files get their row after.
+    """
+    tasks: list[AttemptTask] = []
+    pre: dict[str, list[EvidenceFile]] = {}
+    for record in periods:
+        for spec in record.attempts:
+            key = f"{record.pair}/period-{record.period}#{spec.index}"
+            rows: list[EvidenceFile] = []
+            files: list[FileTask] = []
+            for entry in spec.evidence:
+                check: PathCheck = check_path(root, spec.attempt_dir or "", entry.path,
+                                              known_regular=regular_files)
+                if check.status != "ok" or check.resolved is None:
+                    rows.append(evidence_row(record, spec, entry, check.display, check.status,
+                                             check.why))
+                else:
+                    kind = entry.kind if entry.kind in PARSED_KINDS else "other"
+                    # (the usual path, the root's and the display's, is made by the reader)
+                    resolved = None if check.resolved == f"{root}/{check.display}" \
+                        else check.resolved
+                    files.append(FileTask(check.display, kind, resolved))
+            pre[key] = rows
+            tasks.append(AttemptTask(key, str(root), tuple(files), protocol.steps_from,
+                                     protocol.terminal_pattern))
+    return tasks, pre
+
+
+def evidence_row(record: PeriodRecord, spec: AttemptSpec, entry: EvidenceEntry, display: str,
+         status: str, detail: str = "", digest: FileDigest | None = None) -> EvidenceFile:
+    """The evidence row of one listed file (``digest``: what reading it gave)."""
+    actual = None if digest is None else digest.sha256
+    if actual is not None and actual == entry.sha256:
+        actual = entry.sha256  # one copy of the digest text kept, not two
+    return EvidenceFile(
+        display, entry.kind, record.pair, record.period, spec.index, spec.job_id, record.path,
+        entry.sha256, entry.size, actual, digest.size if digest else None, status, detail,
+    )
+
+
+def plan_unlisted(root: Path, layout: StudyLayout, periods: Iterable[PeriodRecord]
+                  ) -> tuple[list[FileTask], list[FileOutcome]]:
+    """The files below attempt directories that no period record lists: those to hash, and
+    those that may not be opened (a link out of the root), with why."""
+    listed = {
+        joined
+        for record in periods
+        for spec in record.attempts
+        for entry in spec.evidence
+        if (joined := join_text(spec.attempt_dir or "", entry.path)) is not None
+    }
+    unlisted: list[FileTask] = []
+    blocked: list[FileOutcome] = []
+    for files in layout.attempt_files.values():
+        for rel in files:
+            if rel in listed:
+                continue
+            if rel in layout.regular_files:  # (its name as it is: never re-read as a
+                # manifest path, whose backslashes would be separators)
+                unlisted.append(FileTask(rel, "other", f"{root}/{rel}"))
+                continue
+            check = check_path(root, rel)  # (a link, or what lies behind one)
+            if check.status == "ok" and check.resolved is not None:
+                unlisted.append(FileTask(rel, "other", check.resolved))
+            else:  # never open a link that leads out of the root
+                blocked.append(FileOutcome(rel, "other", None,
+                                           f"{check.status} {check.why}".strip()))
+    return unlisted, blocked

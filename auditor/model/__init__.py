@@ -1,0 +1,86 @@
+"""The model layer: frozen types every stage shares. It imports no stage and does no I/O.
+
+- :mod:`auditor.model.core` -- :class:`Finding` (with the values its message was rendered
+  from), :class:`Citation`, :class:`Severity`, the verdict words :class:`Reason` and
+  :class:`VerdictKind`, :class:`Progress`;
+- :mod:`auditor.model.evidence` -- what the collectors read: period, trial, device, trace,
+  log, protocol and sacct records;
+- :mod:`auditor.model.study` -- :class:`AuditOptions`, the read tasks, :class:`Collected`;
+- :mod:`auditor.model.results` -- verdicts, attempts, configurations, accounting, the gate,
+  :class:`Reasoning` and :class:`AuditResult`, the only thing reporters see.
+
+Every name is importable from ``auditor.model`` itself.
+"""
+
+from __future__ import annotations
+
+from auditor.model.core import (
+    Citation,
+    Finding,
+    Progress,
+    Reason,
+    Severity,
+    VerdictKind,
+    fast_pickle,
+)
+from auditor.model.evidence import (
+    DEFAULT_PROTOCOL,
+    AllocatorTrace,
+    AttemptSpec,
+    Configuration,
+    DeviceEvidence,
+    EligibleFailure,
+    EvidenceEntry,
+    FileDigest,
+    IdleCheck,
+    LogEvent,
+    PeriodRecord,
+    PhaseRecord,
+    ProcessExit,
+    Protocol,
+    SacctDump,
+    SacctJob,
+    SacctStep,
+    TrainingLogScan,
+    TrialRecord,
+    Worker,
+)
+from auditor.model.results import (
+    Accounting,
+    AttemptOutcome,
+    AuditResult,
+    ConfigurationResult,
+    ElementCost,
+    GateReason,
+    GateResult,
+    PeriodFacts,
+    Reasoning,
+    Verdict,
+    WaiverUse,
+)
+from auditor.model.study import (
+    AttemptEvidence,
+    AttemptRead,
+    AttemptTask,
+    AuditOptions,
+    Collected,
+    EvidenceFile,
+    FileOutcome,
+    FileTask,
+    InputFile,
+    PeriodEvidence,
+    StudyLayout,
+    Waiver,
+)
+
+__all__ = [
+    "DEFAULT_PROTOCOL", "Accounting", "AllocatorTrace", "AttemptEvidence", "AttemptOutcome",
+    "AttemptRead", "AttemptSpec", "AttemptTask", "AuditOptions", "AuditResult", "Citation",
+    "Collected", "Configuration", "ConfigurationResult", "DeviceEvidence", "EligibleFailure",
+    "ElementCost", "EvidenceEntry", "EvidenceFile", "FileDigest", "FileOutcome", "FileTask",
+    "Finding", "GateReason", "GateResult", "IdleCheck", "InputFile", "LogEvent",
+    "PeriodEvidence", "PeriodFacts", "PeriodRecord", "PhaseRecord", "ProcessExit",
+    "Progress", "Protocol", "Reason", "Reasoning", "SacctDump", "SacctJob", "SacctStep",
+    "Severity", "StudyLayout", "TrainingLogScan", "TrialRecord", "Verdict", "VerdictKind",
+    "Waiver", "WaiverUse", "Worker", "fast_pickle",
+]

@@ -1,0 +1,154 @@
+"""The types every finding, citation and verdict word is made of.
+
+Nothing here imports a stage or does I/O. :class:`Finding` carries the values its message
+was rendered from, so no code ever parses a message back into data; :class:`Reason` is the
+closed set of verdict reasons the contract names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from enum import StrEnum
+from operator import attrgetter
+from typing import Any, TypeVar
+
+_R = TypeVar("_R")
+
+
+def fast_pickle(cls: type[_R]) -> type[_R]:
+    """Make a frozen dataclass pickle as ``(cls, (field values...))``.
+
+    Records cross process boundaries by the thousand (every worker result is
+    pickled in the worker and unpickled, serially, in the parent). The
+    ``__getstate__``/``__setstate__`` pair that ``dataclass(slots=True)``
+    generates calls :func:`dataclasses.fields` and loops in Python for every
+    object; this reduce reads the fields with one C-level ``attrgetter`` and
+    rebuilds through ``__init__``: about 2.5x faster to dump, 2x to load. Every field
+    must be a positional ``__init__`` argument, and a subclass needs its own decorator
+    (pickling one through its parent's reduce is refused, not silently trimmed).
+    """
+    every = fields(cls)  # type: ignore[arg-type]
+    if any(not f.init or f.kw_only for f in every):
+        raise TypeError(f"{cls.__name__}: fast_pickle needs every field positional in __init__")
+    names = tuple(f.name for f in every)
+    getter = attrgetter(*names)
+    single = len(names) == 1  # attrgetter of one name gives the value, not a tuple
+
+    def reduce(self: Any) -> tuple[type[_R], tuple[Any, ...]]:
+        if type(self) is not cls:  # a subclass may add fields this would drop
+            raise TypeError(f"{type(self).__name__} needs its own fast_pickle")
+        values = getter(self)
+        return cls, ((values,) if single else values)
+
+    cls.__reduce__ = reduce  # type: ignore[method-assign]
+    return cls
+
+
+class Severity(StrEnum):
+    """How much a finding matters to the verdict of its subject."""
+
+    ERROR = "error"
+    """The subject cannot be trusted as it stands (it blocks ``resolved``)."""
+    WARNING = "warning"
+    """Worth a reviewer's attention; does not block a verdict by itself."""
+    INFO = "info"
+    """A fact the diagnosis relies on (e.g. a coordinated shutdown was seen)."""
+
+
+@fast_pickle
+@dataclass(frozen=True, slots=True)
+class Citation:
+    """Where a claim comes from: a file, and a place inside it."""
+
+    path: str
+    """File path relative to the evidence root (POSIX), or the path as given for inputs
+    outside it (``--sacct``, ``--protocol-input``)."""
+    line: int | None = None
+    """1-based line number in a text or JSONL file."""
+    pointer: str | None = None
+    """JSON pointer (RFC 6901) inside a JSON document, e.g. ``/invocation/exit_code``."""
+    quote: str = ""
+    """A short verbatim excerpt (clipped) of what is cited."""
+
+    def locator(self) -> str:
+        """``path:line`` or ``path#pointer`` (or the bare path)."""
+        if self.line is not None:
+            return f"{self.path}:{self.line}"
+        if self.pointer:
+            return f"{self.path}#{self.pointer}"
+        return self.path
+
+
+@fast_pickle
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One observation produced by a rule, with the evidence it rests on."""
+
+    rule_id: str
+    """Stable id from the catalogue, e.g. ``AUD201``."""
+    symbol: str
+    """Stable kebab-case name of the rule, e.g. ``terminal-event-missing``."""
+    severity: Severity
+    """Taken from the rule."""
+    subject: str
+    """What the finding is about: ``pair/period-N``, a file path, ``study`` or a config."""
+    message: str
+    """The rule's template rendered with the finding's values."""
+    citations: tuple[Citation, ...] = ()
+    """The evidence; empty only for findings about absent things (cited by their
+    expected location instead, see ``Citation.path``)."""
+    values: tuple[tuple[str, Any], ...] = ()
+    """The values the message was rendered from (``name``, value), in the order given:
+    what code reads instead of parsing ``message`` (see :meth:`value`)."""
+
+    def value(self, name: str, default: Any = None) -> Any:
+        """The value ``name`` the message was rendered from, or ``default``."""
+        return next((value for key, value in self.values if key == name), default)
+
+
+class Reason(StrEnum):
+    """The one stable word a verdict gives as its reason (the contract's, plus
+    ``completed`` and ``eligible_failure`` for the verdicts that resolve)."""
+
+    COMPLETED = "completed"
+    ELIGIBLE_FAILURE = "eligible_failure"
+    TERMINAL_EVENT_MISSING = "terminal_event_missing"
+    COMPLETION_PHASE_MISSING = "completion_phase_missing"
+    EVIDENCE_MISSING = "evidence_missing"
+    EVIDENCE_MISMATCH = "evidence_mismatch"
+    EVIDENCE_UNSAFE = "evidence_unsafe"
+    EVIDENCE_UNREADABLE = "evidence_unreadable"
+    EVIDENCE_INVALID = "evidence_invalid"
+    PERIOD_RECORD_UNREADABLE = "period_record_unreadable"
+    IDENTITY_MISMATCH = "identity_mismatch"
+    TIMELINE_INCONSISTENT = "timeline_inconsistent"
+    IDLE_CHECK_FAILED = "idle_check_failed"
+    COMMIT_MISMATCH = "commit_mismatch"
+    ARRAY_PARTIAL = "array_partial"
+    CANCELLED = "cancelled"
+    TIME_LIMIT = "time_limit"
+    KILLED = "killed"
+    UNCLEAN_EXIT = "unclean_exit"
+    INFRASTRUCTURE_FAILURE = "infrastructure_failure"
+
+
+class VerdictKind(StrEnum):
+    """The three verdicts of the contract."""
+
+    RESOLVED = "resolved"
+    FAILED = "failed"
+    UNRESOLVED = "unresolved"
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A progress event: ``done`` of ``total`` units of ``stage``, ``bytes`` read so far.
+
+    The stages, in order: ``list`` (the walk of the study: top-level directories listed),
+    ``periods`` (period records read), ``read`` (evidence files read and hashed, with their
+    bytes), ``validate`` and ``reason`` (one event each, as they start)."""
+
+    stage: str
+    done: int
+    total: int
+    bytes: int = 0

@@ -1,0 +1,243 @@
+"""What reasoning concludes: verdicts, attempts, configurations, accounting, the gate.
+
+:class:`AuditResult` is the only thing reporters see. Nothing here imports a stage or does
+I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from auditor.model.core import Citation, Finding, Reason, VerdictKind, fast_pickle
+from auditor.model.study import AuditOptions, Collected
+
+NS = 1_000_000_000
+
+
+@fast_pickle
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The auditor's conclusion about one period."""
+
+    subject: str
+    pair: str
+    period: int
+    verdict: VerdictKind
+    reason: Reason
+    """One stable snake_case word: ``completed`` when resolved, ``eligible_failure`` when
+    failed, else why it is unresolved (``terminal_event_missing`` ...)."""
+    diagnosis: str
+    """What the evidence shows, in sentences citing files and lines."""
+    limits: str
+    """What the evidence does not prove."""
+    findings: tuple[Finding, ...] = ()
+    citations: tuple[Citation, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptOutcome:
+    """How one attempt was judged, and what it cost."""
+
+    subject: str
+    index: int
+    job_id: str | None
+    attempt_dir: str | None
+    outcome: str
+    """``completed``, ``failed`` or ``unresolved``."""
+    reason: Reason
+    exit_kind: str
+    exit_code: int | None
+    received_signal: str | None
+    started_ns: int | None
+    finished_ns: int | None
+    gpus: int | None
+    allocation_gpus: int | None
+    counted: bool
+    wasted: bool
+    launcher_status: str | None
+
+    @property
+    def seconds(self) -> float:
+        """Invocation wall time."""
+        if self.started_ns is None or self.finished_ns is None:
+            return 0.0
+        return max(0, self.finished_ns - self.started_ns) / NS
+
+    @property
+    def task_gpu_seconds(self) -> float:
+        """Invocation time x the GPUs the period used."""
+        return self.seconds * (self.gpus or 0)
+
+    @property
+    def reservation_gpu_seconds(self) -> float:
+        """Invocation time x the GPUs the allocation held."""
+        return self.seconds * (self.allocation_gpus or self.gpus or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodFacts:
+    """The figures the report's per-period table shows."""
+
+    subject: str
+    pair: str
+    period: int
+    workload: str | None
+    seed: int | None
+    gpus: int | None
+    array_task_id: int | None
+    job_id: str | None
+    actor_update_finished_ns: int | None
+    """Latest ``finished_ns`` across ranks of the final-step actor update."""
+    post_update_sync_finished_ns: int | None
+    """Latest ``finished_ns`` across ranks of the weight sync after that update."""
+    raw_peak_mib: int | None
+    pids_by_rank: tuple[int | None, ...]
+    log_lines: int | None
+    last_step: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigurationResult:
+    """A (workload, gpus) cell across seeds."""
+
+    workload: str
+    gpus: int
+    status: str
+    """``resolved`` when every period is resolved or failed (and none is missing)."""
+    outcome: str | None
+    """``completed``, ``failed`` or ``mixed`` when resolved."""
+    periods: tuple[str, ...]
+    seeds: tuple[int, ...]
+    missing_seeds: tuple[int, ...]
+    task_gpu_seconds: float
+    reservation_gpu_seconds: float | None
+    """None without a usable scheduler dump (the GPUs the allocations held are unknown)."""
+
+    @property
+    def key(self) -> str:
+        """``workload@gpus``."""
+        return f"{self.workload}@{self.gpus}"
+
+
+@dataclass(frozen=True, slots=True)
+class ElementCost:
+    """One sacct allocation row's share of allocation-scope accounting."""
+
+    job_id: str
+    job_id_raw: str | None
+    state: str
+    elapsed_s: int | None
+    gpus: int | None
+    gpu_seconds: int | None
+    array_job_id: str | None = None
+    """The array the row is an element of (as sacct's JobID says); None for a job of its
+    own (a retry submitted outside the array)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Accounting:
+    """GPU time in overlapping scopes (never to be added together)."""
+
+    allocation_gpu_seconds: int | None
+    """None without a scheduler dump (``AUD123``, or a refused one: ``AUD009``)."""
+    task_gpu_seconds: float
+    reservation_gpu_seconds: float | None
+    """None without a usable scheduler dump: the GPUs the allocations held are unknown (each
+    attempt's row in ``attempts.parquet`` then counts its period's)."""
+    wasted_gpu_seconds: float
+    unresolved_gpu_seconds: float
+    elements: tuple[ElementCost, ...]
+    wasted_attempts: int
+    jobs_without_element: tuple[str, ...] = ()
+    """Actual job ids of attempts that no element row of the scheduler's dump accounts for:
+    their allocation is outside the allocation scope, and their reservation scope counts
+    the period's own GPUs (the allocation's are unknown)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GateReason:
+    """One reason the gate fails, with what a waiver must name to lift it."""
+
+    rule_id: str
+    subject: str
+    text: str
+    integrity: bool
+    """True for evidence/anchor problems (they fail even ``--allow-partial``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GateResult:
+    """The gate's decision in one mode."""
+
+    allow_partial: bool
+    passed: bool
+    included_configurations: tuple[str, ...]
+    reasons: tuple[str, ...]
+    waived: tuple[str, ...]
+    included_by_waiver: tuple[str, ...] = ()
+    """Included configurations that are unresolved: a reviewer's waivers lifted every reason
+    that kept each out (the rest of the inclusion list resolved)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WaiverUse:
+    """A waiver and how many gate reasons it lifted."""
+
+    rule_id: str
+    subject: str
+    reason: str
+    matched: int
+
+
+@dataclass(frozen=True)
+class Reasoning:
+    """The reason stage's output."""
+
+    verdicts: tuple[Verdict, ...]
+    attempts: tuple[AttemptOutcome, ...]
+    facts: tuple[PeriodFacts, ...]
+    configurations: tuple[ConfigurationResult, ...]
+    accounting: Accounting
+    gate: GateResult
+    gate_partial: GateResult
+    gate_reasons: tuple[GateReason, ...]
+    waivers: tuple[WaiverUse, ...]
+    findings: tuple[Finding, ...] = field(default=())
+    disagreements: tuple[tuple[str, str, str, str], ...] = ()
+    """(subject, launcher status, launcher validation error, auditor verdict)."""
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """Everything reporters may see."""
+
+    collected: Collected
+    findings: tuple[Finding, ...]
+    verdicts: tuple[Verdict, ...]
+    reasoning: Reasoning
+    options: AuditOptions = field(default_factory=AuditOptions)
+    partial: bool = False
+    """A cap was reached (``AUD013``, ``AUD016``): some findings or phase records were
+    counted, not kept."""
+    findings_not_kept: int = 0
+    """Findings counted but not kept: by the audit's limits (``--max-findings``,
+    ``--max-findings-per-file``) and by the collectors' own, as they read (each cap reached
+    is an ``AUD013``)."""
+
+    def anchor_status(self) -> list[tuple[str, str, str]]:
+        """(name, expected sha256, status) for every anchor, for the report."""
+        collected = self.collected
+        expected = dict(collected.protocol.anchors)
+        expected.update(dict(self.options.anchors))
+        given = {i.path: i for i in collected.inputs if i.group == "protocol_inputs"}
+        rows = []
+        for name, sha in sorted(expected.items()):
+            source = given.get(name)
+            if source is None:
+                status = "not checked (no input given)"
+            elif source.digest.sha256 == sha.lower():
+                status = "verified"
+            else:
+                status = f"MISMATCH (found {source.digest.sha256})"
+            rows.append((name, sha, status))
+        return rows

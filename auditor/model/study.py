@@ -1,0 +1,262 @@
+"""The study as the stages pass it on: options, read tasks, collected evidence.
+
+:class:`Collected` is what collection and the integrity checks hand to validation and
+reasoning; :class:`AttemptTask` and :class:`AttemptRead` are the unit of parallel reading.
+Nothing here imports a stage or does I/O.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from auditor.model.core import Finding, fast_pickle
+from auditor.model.evidence import (
+    AllocatorTrace,
+    AttemptSpec,
+    DeviceEvidence,
+    FileDigest,
+    PeriodRecord,
+    Protocol,
+    SacctDump,
+    TrainingLogScan,
+    TrialRecord,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Waiver:
+    """``--waive RULE_ID:SUBJECT --reason TEXT``."""
+
+    rule_id: str
+    subject: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuditOptions:
+    """Everything the command line can set for an audit."""
+
+    sacct: Path | None = None
+    """A sacct dump outside the root (default: ``<root>/accounting/sacct-raw.psv``)."""
+    sacct_format: tuple[str, ...] | None = None
+    sacct_delimiter: str | None = None
+    jobs: int = 0
+    """Worker processes; 0 means as many as the CPUs this process may use
+    (:func:`auditor._pool.usable_cpus`)."""
+    anchors: tuple[tuple[str, str], ...] = ()
+    """Expected SHA-256 per protocol input name (in addition to protocol.json's)."""
+    protocol_inputs: tuple[tuple[str, Path], ...] = ()
+    source_root: Path | None = None
+    sources: tuple[str, ...] = ()
+    waivers: tuple[Waiver, ...] = ()
+    max_findings: int = 10_000
+    """Findings kept in all (the rest are counted; the audit is then ``partial``)."""
+    max_findings_per_file: int = 200
+    """Findings kept per cited file (the rest are counted in one AUD013)."""
+    max_quote: int = 300
+    """Characters of evidence text kept in a citation's quote."""
+
+
+@dataclass(frozen=True, slots=True)
+class StudyLayout:
+    """The inventory of a study root (root-relative POSIX paths)."""
+
+    root: Path
+    period_records: tuple[str, ...]
+    attempt_dirs: tuple[str, ...]
+    attempt_files: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Every file (or link) below each attempt directory."""
+    protocol: str | None = None
+    execution_commits: str | None = None
+    sacct: str | None = None
+    stray_pair_files: tuple[str, ...] = ()
+    """Files under ``pairs/`` that are not ``period-<n>.json``."""
+    regular_files: frozenset[str] = frozenset()
+    """Files below attempt directories that are regular files reached through real
+    directories only (no link anywhere on the way): inside the root by construction."""
+
+
+@fast_pickle
+@dataclass(frozen=True, slots=True)
+class FileTask:
+    """One file to read: where it is shown, what it is, where to open it."""
+
+    display: str
+    kind: str
+    """An evidence kind, or ``other`` (hashed only: unknown kinds, unlisted files)."""
+    resolved: str | None
+    """The path to open; None for the root's path joined with ``display`` (the usual
+    case, not sent to a worker twice)."""
+
+
+@fast_pickle
+@dataclass(frozen=True, slots=True)
+class AttemptTask:
+    """All files of one attempt that passed the path checks."""
+
+    key: str
+    """``pair/period-N#attempt`` (opaque to the worker)."""
+    root: str
+    """The evidence root, resolved."""
+    files: tuple[FileTask, ...]
+    steps_from: str
+    terminal_pattern: str | None
+
+
+@fast_pickle
+@dataclass(frozen=True, slots=True)
+class FileOutcome:
+    """The bytes of one file: digest when read, else why not."""
+
+    display: str
+    kind: str
+    digest: FileDigest | None
+    error: str = ""
+
+
+@fast_pickle
+@dataclass(frozen=True, slots=True)
+class AttemptRead:
+    """What reading one attempt produced."""
+
+    key: str
+    files: tuple[FileOutcome, ...]
+    trial: TrialRecord | None
+    log: TrainingLogScan | None
+    traces: tuple[AllocatorTrace, ...]
+    devices: tuple[DeviceEvidence, ...]
+    findings: tuple[Finding, ...]
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes hashed for this attempt."""
+        return sum(f.digest.size for f in self.files if f.digest is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceFile:
+    """One row of ``evidence.parquet``: a listed (or unlisted) file and its status."""
+
+    path: str
+    kind: str
+    pair: str
+    period: int | None
+    attempt: int | None
+    job_id: str | None
+    manifest: str
+    """The period record that lists it (``""`` for unlisted files)."""
+    expected_sha256: str | None
+    expected_size: int | None
+    actual_sha256: str | None
+    actual_size: int | None
+    status: str
+    """``verified``, ``mismatched``, ``missing``, ``unsafe``, ``unreadable`` or ``unlisted``."""
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEvidence:
+    """One attempt of a period: its manifest entry and what reading its files gave."""
+
+    subject: str
+    spec: AttemptSpec
+    read: AttemptRead
+    """What parsing its files gave (``read.files`` is emptied: each file's outcome is
+    one of ``files``)."""
+    files: tuple[EvidenceFile, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodEvidence:
+    """One period record with its attempts."""
+
+    record: PeriodRecord
+    attempts: tuple[AttemptEvidence, ...]
+
+    @property
+    def subject(self) -> str:
+        """``pair/period-N``."""
+        return f"{self.record.pair}/period-{self.record.period}"
+
+
+@fast_pickle
+@dataclass(frozen=True, slots=True)
+class InputFile:
+    """An input read by the audit, for the output manifest."""
+
+    group: str
+    """``raw_evidence``, ``source_inputs`` or ``protocol_inputs``."""
+    path: str
+    """Root-relative for raw evidence; as given otherwise."""
+    absolute: str
+    digest: FileDigest
+
+
+@dataclass(frozen=True, slots=True)
+class Collected:
+    """The output of collection and integrity checks, before reasoning."""
+
+    root: Path
+    layout: StudyLayout
+    """The study's inventory, without its per-file listings (``attempt_files`` and
+    ``regular_files`` are emptied once planned: every file is a row of ``evidence``)."""
+    protocol: Protocol
+    sacct: SacctDump | None
+    sacct_display: str | None
+    execution_commits: dict[str, str] | None
+    periods: tuple[PeriodEvidence, ...]
+    evidence: tuple[EvidenceFile, ...]
+    inputs: tuple[InputFile, ...]
+    """Inputs read besides the evidence files the period records list (those are in
+    ``evidence``); :meth:`all_inputs` gives both."""
+    findings: tuple[Finding, ...]
+
+    def scheduler_usable(self) -> bool:
+        """Whether a scheduler dump was read with records in it (not missing, ``AUD123``,
+        nor refused or empty, ``AUD009``): what the allocation scope and the cross-checks
+        against sacct need."""
+        return self.sacct is not None \
+            and not any(item.rule_id == "AUD009" for item in self.sacct.findings)
+
+    def scopes_known(self) -> tuple[bool, bool]:
+        """Whether the allocation and the reservation scope can be counted: a usable dump
+        that holds the GPUs each allocation held (AllocTRES) and, for the allocation scope,
+        how long it ran (ElapsedRaw or Elapsed); else they are unknown, never a fallback's
+        figure."""
+        if self.sacct is None or not self.scheduler_usable():
+            return False, False
+        names = {name.lower() for name in self.sacct.fields}
+        gpus = "alloctres" in names
+        return gpus and bool(names & {"elapsedraw", "elapsed"}), gpus
+
+    def all_inputs(self) -> Iterator[InputFile]:
+        """Every input the audit read and hashed, sorted by group and path: ``inputs``,
+        and a raw-evidence input per evidence file read (made on demand, so a study of
+        many files keeps no second copy of their paths and digests)."""
+        root = str(self.root)
+        hashed = (
+            InputFile("raw_evidence", ef.path, f"{root}/{ef.path}",
+                      FileDigest(ef.actual_sha256 or "", ef.actual_size or 0))
+            for ef in self._hashed_evidence()
+        )
+        return heapq.merge(self.inputs, hashed, key=_input_order)
+
+    def input_counts(self) -> Counter[str]:
+        """How many inputs :meth:`all_inputs` gives per group (without making them)."""
+        counts = Counter(item.group for item in self.inputs)
+        counts["raw_evidence"] += sum(1 for _ in self._hashed_evidence())
+        return counts
+
+    def _hashed_evidence(self) -> Iterator[EvidenceFile]:
+        """The evidence rows of files that were read and hashed: listed ones, and those
+        no period record lists (read too, so ``auditor verify`` re-checks them)."""
+        return (ef for ef in self.evidence if ef.actual_sha256 is not None
+                and ef.status in ("verified", "mismatched", "unlisted"))
+
+
+def _input_order(item: InputFile) -> tuple[str, str]:
+    return item.group, item.path

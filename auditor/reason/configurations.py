@@ -1,0 +1,74 @@
+"""Configurations: (workload, gpus) cells across seeds, and whether each resolves."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from auditor._io import counted
+from auditor.catalogue import finding
+from auditor.model import (
+    AttemptOutcome,
+    Citation,
+    Collected,
+    ConfigurationResult,
+    Finding,
+    PeriodEvidence,
+    Verdict,
+    VerdictKind,
+)
+
+
+def configurations(
+    collected: Collected, verdicts: list[Verdict], outcomes: list[AttemptOutcome]
+) -> tuple[list[ConfigurationResult], list[Finding]]:
+    """Every configuration the periods ran or the protocol lists, with what it costs, and
+    the findings of missing seeds (``AUD213``) and unlisted configurations (``AUD217``)."""
+    findings: list[Finding] = []
+    cells: dict[tuple[str, int], list[tuple[PeriodEvidence, Verdict]]] = defaultdict(list)
+    for period, verdict in zip(collected.periods, verdicts, strict=True):
+        record = period.record
+        if record.workload is None or record.gpus is None:
+            continue
+        cells[(record.workload, record.gpus)].append((period, verdict))
+    expected = {(c.workload, c.gpus): c.seeds for c in collected.protocol.configurations}
+    cost: dict[str, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
+    for attempt in outcomes:
+        task, reservation = cost[attempt.subject]
+        cost[attempt.subject] = (task + attempt.task_gpu_seconds,
+                                 reservation + attempt.reservation_gpu_seconds)
+    results = []
+    for key in sorted(set(cells) | set(expected), key=lambda k: (k[1], k[0])):
+        members = cells.get(key, [])
+        seeds = tuple(sorted({p.record.seed for p, _ in members if p.record.seed is not None}))
+        missing = tuple(s for s in expected.get(key, ()) if s not in seeds)
+        subject = f"{key[0]}@{key[1]}"
+        unexpected = bool(expected) and key not in expected \
+            and collected.protocol.path is not None  # (a protocol.json says what is run)
+        if unexpected:  # (a renamed or mistyped workload: never in the inclusion list)
+            findings.append(finding(
+                "AUD217", subject, [Citation(members[0][0].record.path, pointer="/workload",
+                                             quote=key[0])],
+                detail=f"{counted(len(members), 'period')} of {key[0]} with {key[1]} GPUs, "
+                       f"a configuration {collected.protocol.path} does not list"))
+        if missing or not members:
+            findings.append(finding(
+                "AUD213", subject, [Citation(collected.protocol.path or "protocol.json",
+                                             pointer="/configurations")],
+                detail=f"no period covers seed(s) {', '.join(map(str, missing))}" if missing
+                else "no period covers this configuration",
+            ))
+        kinds = {v.verdict for _, v in members}
+        resolved = bool(members) and not missing and not unexpected \
+            and VerdictKind.UNRESOLVED not in kinds
+        outcome: str | None = None
+        if resolved:
+            outcome = ("completed" if kinds == {VerdictKind.RESOLVED} else
+                       "failed" if kinds == {VerdictKind.FAILED} else "mixed")
+        results.append(ConfigurationResult(
+            key[0], key[1], "resolved" if resolved else "unresolved", outcome,
+            tuple(p.subject for p, _ in members), seeds, missing,
+            round(sum(cost[p.subject][0] for p, _ in members), 6),
+            round(sum(cost[p.subject][1] for p, _ in members), 6)
+            if collected.scopes_known()[1] else None,
+        ))
+    return results, findings

@@ -1,0 +1,136 @@
+"""The gate: every reason the study may not enter the benchmark as it stands, and the
+decision in both modes (plain, and ``--allow-partial``).
+
+Which findings fail the gate, how, and in which order is each rule's policy
+(:attr:`auditor.catalogue.Rule.gate`); the configurations' reasons (an unresolved period,
+a missing seed) come from the configurations themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from auditor.catalogue import FROZEN_GATE, FROZEN_INPUTS, RULES, GatePolicy, finding
+from auditor.model import (
+    Collected,
+    ConfigurationResult,
+    Finding,
+    GateReason,
+    GateResult,
+    Severity,
+    Verdict,
+    VerdictKind,
+    Waiver,
+    WaiverUse,
+)
+
+
+def gate_reasons(collected: Collected, verdicts: list[Verdict], findings: list[Finding],
+                 configurations: list[ConfigurationResult]) -> list[GateReason]:
+    """Every gate reason: the rules' own (integrity ones first), then each unresolved
+    configuration's, then the other rules'. ``findings``: those of validation and
+    reasoning (collection's are ``collected.findings``)."""
+    periods = {v.subject for v in verdicts}
+    ruled: list[tuple[GatePolicy, GateReason]] = []
+    seen: set[tuple[str, str]] = set()
+    for item in (*collected.findings, *findings):
+        policy = RULES[item.rule_id].gate
+        if policy is None or (item.rule_id, item.subject) in seen:
+            continue
+        if not policy.integrity and item.subject in periods:
+            continue  # (its period's configuration carries it: one reason, not two)
+        seen.add((item.rule_id, item.subject))
+        ruled.append((policy, _reason(policy, item)))
+    ruled.extend((FROZEN_GATE, _reason(FROZEN_GATE, item)) for item in _frozen(collected))
+    ruled.sort(key=lambda pair: pair[0].order)  # (stable: in the findings' order within)
+    reasons = [reason for policy, reason in ruled if policy.integrity]
+    reasons.extend(_configuration_reasons(verdicts, configurations))
+    reasons.extend(reason for policy, reason in ruled if not policy.integrity)
+    return reasons
+
+
+def _reason(policy: GatePolicy, item: Finding) -> GateReason:
+    return GateReason(item.rule_id, item.subject,
+                      policy.text.format(subject=item.subject, message=item.message),
+                      policy.integrity)
+
+
+def _frozen(collected: Collected) -> list[Finding]:
+    """One error finding for each of the study's frozen inputs that has one (a protocol's
+    ``AUD014`` before any other), in the inputs' name order: the verdicts were reached
+    under other rules, or without the commit check."""
+    frozen: dict[str, Finding] = {}
+    for item in sorted(collected.findings, key=lambda f: f.rule_id != "AUD014"):
+        if item.subject in FROZEN_INPUTS and item.severity is Severity.ERROR:
+            frozen.setdefault(item.subject, item)
+    return [item for _, item in sorted(frozen.items())]
+
+
+def _configuration_reasons(verdicts: list[Verdict],
+                           configurations: list[ConfigurationResult]) -> list[GateReason]:
+    """An unresolved configuration's reasons: each unresolved period (named by its
+    verdict's first finding), and its missing seeds."""
+    by_subject = {v.subject: v for v in verdicts}
+    reasons = []
+    for config in configurations:
+        if config.status == "resolved":
+            continue
+        for subject in config.periods:
+            verdict = by_subject[subject]
+            if verdict.verdict is VerdictKind.UNRESOLVED:
+                rule = verdict.findings[0].rule_id if verdict.findings else "AUD214"
+                reasons.append(GateReason(
+                    rule, subject,
+                    f"configuration {config.key} unresolved: {subject} is unresolved "
+                    f"({verdict.reason})", False))
+        if config.missing_seeds or not config.periods:
+            reasons.append(GateReason("AUD213", config.key,
+                                      f"configuration {config.key} unresolved: missing seed(s) "
+                                      f"{', '.join(map(str, config.missing_seeds))}", False))
+    return reasons
+
+
+def apply_waivers(reasons: list[GateReason], waivers: Iterable[Waiver]
+                  ) -> tuple[set[int], list[WaiverUse], list[Finding]]:
+    """Which reasons the waivers lift (their positions), how many each lifted, and an
+    ``AUD215`` for each waiver that lifted any."""
+    uses = []
+    lifted: set[int] = set()
+    findings = []
+    for waiver in waivers:
+        matched = [i for i, r in enumerate(reasons)
+                   if r.rule_id == waiver.rule_id and r.subject == waiver.subject]
+        lifted.update(matched)
+        uses.append(WaiverUse(waiver.rule_id, waiver.subject, waiver.reason, len(matched)))
+        if matched:
+            findings.append(finding("AUD215", waiver.subject, [],
+                                    waived_rule=waiver.rule_id, reason=waiver.reason))
+    return lifted, uses, findings
+
+
+def decide_gate(configurations: list[ConfigurationResult], reasons: list[GateReason],
+                lifted: set[int], verdicts: list[Verdict], *, allow_partial: bool
+                ) -> GateResult:
+    """The gate's decision in one mode, the ``lifted`` reasons set aside."""
+    active = [r for i, r in enumerate(reasons) if i not in lifted]
+    waived = [r.text for i, r in enumerate(reasons) if i in lifted]
+    blocked_subjects = {r.subject for r in active if not r.integrity}
+    included = []
+    for config in configurations:
+        if config.status == "resolved" or (
+            not config.missing_seeds and config.periods
+            and not any(s in blocked_subjects for s in config.periods)
+            and config.key not in blocked_subjects
+        ):
+            included.append(config.key)
+    if allow_partial:
+        failing = [r.text for r in active if r.integrity]
+        if not included:
+            failing.append("no configuration resolved")
+    else:
+        failing = [r.text for r in active]
+        if not configurations:
+            failing.append("no configuration found")
+    resolved = {config.key for config in configurations if config.status == "resolved"}
+    return GateResult(allow_partial, not failing, tuple(included), tuple(failing), tuple(waived),
+                      tuple(key for key in included if key not in resolved))

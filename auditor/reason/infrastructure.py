@@ -1,0 +1,91 @@
+"""Infrastructure: what the scheduler and the log say ended an attempt (a time limit, a
+cancellation, a node failure, host memory, an NCCL timeout), and whether that end came
+after the attempt had already exited cleanly.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from auditor.catalogue import finding
+from auditor.model import Citation, Finding, SacctJob, TrainingLogScan, TrialRecord
+
+
+def infrastructure(
+    element: SacctJob | None, is_last: bool, log: TrainingLogScan | None, sacct_path: str,
+    subject: str,
+) -> Finding | None:
+    """An infrastructure cause for the attempt's end, from sacct (for the job's last
+    attempt) and the log; its rule's ``blocks`` is the reason."""
+    events = {event.kind: event for event in reversed(log.events)} if log else {}
+    if element is not None and is_last:
+        cite = [Citation(sacct_path, line=element.line, quote=element.state_raw)]
+        if element.state == "TIMEOUT":
+            return finding("AUD207", subject, cite,
+                                         detail=f"sacct reports {element.state_raw} for job "
+                                                f"{element.job_id}")
+        if element.state in ("CANCELLED", "PREEMPTED", "DEADLINE"):
+            return finding("AUD206", subject, cite,
+                                        detail=f"sacct reports {element.state_raw} for job "
+                                               f"{element.job_id}")
+        if element.state in ("NODE_FAIL", "BOOT_FAIL"):
+            return finding(
+                "AUD208", subject, cite,
+                detail=f"sacct reports {element.state_raw} for job {element.job_id}")
+        oom_steps = [s for s in element.steps if s.state == "OUT_OF_MEMORY"]
+        if element.state == "OUT_OF_MEMORY" or oom_steps:
+            where = f"step {oom_steps[0].step}" if oom_steps else "the job"
+            return finding(
+                "AUD209", subject, cite,
+                detail=f"sacct reports OUT_OF_MEMORY (host memory) on {where} of job "
+                       f"{element.job_id}")
+    if log is not None:
+        for kind_name, rule, text in (
+            ("slurm_time_limit", "AUD207", "slurmstepd cancelled the job at its time limit"),
+            ("slurm_cancelled", "AUD206", "slurmstepd cancelled the job"),
+            ("nccl_timeout", "AUD209", "NCCL watchdog timeout"),
+            ("host_oom", "AUD209", "host-RAM out-of-memory kill"),
+        ):
+            event = events.get(kind_name)
+            if event is not None:
+                return finding(rule, subject, [Citation(log.path, line=event.line,
+                                                              quote=event.text)],
+                                     detail=f"{text} (log line {event.line})")
+    return None
+
+
+def ended_after(cause: Finding, element: SacctJob | None, trial: TrialRecord,
+                 subject: str) -> Finding | None:
+    """An ``AUD216`` when sacct's end of the job (``cause``: a time limit or cancellation)
+    came after the attempt's invocation had exited 0, by the two records' times; None when
+    they cannot show it (no end, no finish, or the end first)."""
+    if element is None or element.end is None or trial.finished_ns is None \
+            or trial.finished_ns > element.end * 1_000_000_000:
+        return None
+    finished = datetime.fromtimestamp(trial.finished_ns // 1_000_000_000, UTC)
+    ended = datetime.fromtimestamp(element.end, UTC)
+    return finding(
+        "AUD216", subject,
+        [*cause.citations, Citation(trial.path, pointer="/invocation/finished_ns",
+                                    quote=str(trial.finished_ns))],
+        detail=f"sacct reports {element.state_raw} for job {element.job_id}"
+               + (f" (actual job {element.job_id_raw})"
+                  if element.job_id_raw and element.job_id_raw != element.job_id else "")
+               + ", which ended at "
+               f"{ended:%Y-%m-%d %H:%M:%S} UTC, after the attempt's invocation exited 0 at "
+               f"{finished:%H:%M:%S} UTC; the attempt's evidence stands",
+    )
+
+
+def cancelled_in_log(cause: Finding, trial: TrialRecord, subject: str) -> Finding:
+    """An ``AUD216`` for a slurmstepd cancellation line (``cause``) in the log of an attempt
+    whose invocation exited 0: the batch job was ended after the command had returned (in
+    its teardown or idle check), so the attempt stands. The line's time is the node's
+    local time, not placed against the trial's; the report says so rather than nothing."""
+    return finding(
+        "AUD216", subject,
+        [*cause.citations, Citation(trial.path, pointer="/invocation/exit_code", quote="0")],
+        detail=f"the training log says {cause.value('detail')}, but the trial "
+               "record has the invocation exit 0: the job was ended after the command "
+               "returned; the attempt's evidence stands",
+    )

@@ -1,0 +1,452 @@
+"""One attempt's verdict, in three steps: what blocks it, what the evidence shows, the decision.
+
+1. :func:`attempt_blockers`: evidence that is not intact or does not belong together. Which
+   finding blocks, and with which reason, is each rule's policy
+   (:attr:`auditor.catalogue.Rule.blocks`); an element sacct still shows unfinished blocks
+   first (``array_partial``).
+2. :func:`evidence_shows`: the exit, the dispatch, the completion records, the terminal line,
+   the log's events, whatever the verdict: the diagnosis says all of it.
+3. :func:`decide`: blocked -> ``unresolved``; a clean exit resolves only with the terminal
+   event and every rank's completion phases; an unclean one is ``failed`` for a protocol-
+   listed failure, else ``unresolved`` with its cause (signal, infrastructure, kill).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from auditor.catalogue import RULES, finding
+from auditor.model import (
+    AttemptEvidence,
+    Citation,
+    Collected,
+    Finding,
+    LogEvent,
+    PeriodEvidence,
+    PhaseRecord,
+    Protocol,
+    Reason,
+    SacctJob,
+    TrainingLogScan,
+    TrialRecord,
+)
+from auditor.reason.completion import Completion, completion, eligible_failures
+from auditor.reason.exits import ExitClass, classify_exit
+from auditor.reason.infrastructure import cancelled_in_log, ended_after, infrastructure
+from auditor.validate.checks import element_for
+
+UNFINISHED_STATES = frozenset({"PENDING", "RUNNING", "REQUEUED", "SUSPENDED", "RESIZING",
+                               "CONFIGURING", "COMPLETING", "REQUEUE_HOLD", "REQUEUE_FED"})
+FILE_STATUS_RULES = {"missing": "AUD101", "mismatched": "AUD102", "unsafe": "AUD103",
+                     "unreadable": "AUD104"}
+"""The integrity rule of each status an evidence row may have other than verified."""
+ABSENCE = frozenset({Reason.EVIDENCE_MISSING, Reason.IDLE_CHECK_FAILED})
+"""Blocker reasons that a scheduler kill explains by itself (nothing altered, just absent)."""
+KILLED_KINDS = frozenset({"sigkill", "killed", "sigterm"})
+"""Exit kinds (:mod:`auditor.reason.exits`) that are a kill: ``killed``, never a cause of
+their own (an NCCL error before one is its knock-on)."""
+EVENT_KINDS_CITED = ("coordinated_shutdown", "slurm_time_limit", "slurm_cancelled",
+                     "nccl_timeout", "nccl_error", "host_oom", "gpu_oom", "kv_cache_init_failure")
+
+
+@dataclass(frozen=True)
+class Context:
+    """What judging any period needs: the study, its rules and the findings, indexed."""
+
+    collected: Collected
+    protocol: Protocol
+    by_subject: dict[str, list[Finding]]
+    by_path: dict[str, list[Finding]]
+    last_attempt_of_job: dict[str, str]
+    """Job id -> ``subject#index`` of the attempt launched last in that job."""
+
+
+@dataclass
+class Judgement:
+    """How one attempt was judged: its outcome, reason, and the diagnosis's parts."""
+
+    outcome: str
+    reason: Reason
+    decisive: list[Finding]
+    shows: list[str]
+    limits: list[str]
+    citations: list[Citation]
+    exit: ExitClass | None
+
+
+@dataclass
+class Shown:
+    """What an attempt's evidence shows, whatever its verdict (step 2)."""
+
+    trial: TrialRecord | None
+    exit_class: ExitClass | None
+    steps: int | None
+    completion: Completion
+    eligible: list[tuple[int | None, PhaseRecord]]
+    log: TrainingLogScan | None
+    events: dict[str, LogEvent]
+    """The first event of each kind in the log."""
+    element: SacctJob | None
+    is_last: bool
+    """Whether this is the attempt launched last in its job (sacct's state is its)."""
+    shows: list[str] = field(default_factory=list)
+    citations: list[Citation] = field(default_factory=list)
+
+
+def judge_attempt(period: PeriodEvidence, attempt: AttemptEvidence,
+                  context: Context) -> Judgement:
+    """The verdict of one attempt of ``period``."""
+    trial = attempt.read.trial
+    job_id = attempt.spec.job_id or (trial.job_id if trial else None)
+    element = scheduler_element(period, job_id, context.collected)
+    blockers = attempt_blockers(period, attempt, context)
+    if element is not None and element.state in UNFINISHED_STATES:
+        sacct_path = context.collected.sacct.path if context.collected.sacct else ""
+        blockers.insert(0, (Reason.ARRAY_PARTIAL, finding(
+            "AUD210", period.subject,
+            [Citation(sacct_path, line=element.line, quote=element.state_raw)],
+            detail=f"job {element.job_id} is {element.state_raw} in sacct")))
+    if trial is None and not blockers:
+        present = any(row.kind == "trial" for row in attempt.files)
+        blockers.append((Reason.EVIDENCE_INVALID if present else Reason.EVIDENCE_MISSING,
+                         finding("AUD214", period.subject, [Citation(period.record.path)],
+                                 detail="no readable trial record for the attempt")))
+    is_last = context.last_attempt_of_job.get(job_id or "") \
+        == f"{period.subject}#{attempt.spec.index}"
+    shown = evidence_shows(period, attempt, context.protocol, element, is_last)
+    return decide(period, blockers, shown, context)
+
+
+def scheduler_element(period: PeriodEvidence, job_id: str | None,
+                      collected: Collected) -> SacctJob | None:
+    """The sacct row of the attempt's job; for an element still inside a pending range
+    (``7000000_[2-3]``), which has no row of its own, that range."""
+    element = element_for(collected.sacct, job_id)
+    record = period.record
+    if element is None and collected.sacct is not None and record.array_task_id is not None:
+        element = next((job for job in collected.sacct.jobs
+                        if job.array_job_id == record.array_job_id
+                        and job.covers(record.array_task_id)), None)
+    return element
+
+
+# ------------------------------------------------------------------ 1. blockers
+
+
+def attempt_blockers(period: PeriodEvidence, attempt: AttemptEvidence,
+                     context: Context) -> list[tuple[Reason, Finding]]:
+    """Every finding that makes the attempt's evidence unusable, with the reason its rule
+    blocks with, in a fixed order: the files' integrity, their contents, the period
+    record's, then the cross-checks of the period and its traces."""
+    by_path = context.by_path
+    blockers: list[tuple[Reason, Finding]] = []
+    for row in attempt.files:
+        rule_id = FILE_STATUS_RULES.get(row.status)
+        for item in by_path.get(row.path, []) + by_path.get(row.manifest, []):
+            if rule_id is not None and item.subject == row.path and item.rule_id == rule_id:
+                blockers.append((_blocks(item), item))
+                break
+    for row in attempt.files:
+        # (a trace line that is not JSON, AUD003, blocks nothing: the contract keeps the
+        # records around it; one of the wrong shape voids the trace, AUD002)
+        blockers.extend((_blocks(item), item) for item in by_path.get(row.path, [])
+                        if _blocking(item, "collect"))
+    for trace in attempt.read.traces:
+        if not trace.phases and not trace.samples and trace.findings:
+            blockers.append((Reason.EVIDENCE_INVALID, trace.findings[0]))
+    blockers.extend((_blocks(item), item) for item in period.record.findings
+                    if RULES[item.rule_id].blocks is not None)
+    blockers.extend((_blocks(item), item) for item in context.by_subject.get(period.subject, [])
+                    if _blocking(item, "validate"))
+    blockers.extend((_blocks(item), item) for trace in attempt.read.traces
+                    for item in trace.findings if _blocking(item, "validate"))
+    return _dedupe(blockers)
+
+
+def _blocking(item: Finding, stage: str) -> bool:
+    rule = RULES[item.rule_id]
+    return rule.blocks is not None and rule.stage == stage
+
+
+def _blocks(item: Finding) -> Reason:
+    reason = RULES[item.rule_id].blocks
+    assert reason is not None  # (callers take only rules that block)
+    return reason
+
+
+def _dedupe(items: list[tuple[Reason, Finding]]) -> list[tuple[Reason, Finding]]:
+    seen: set[int] = set()
+    out = []
+    for word, item in items:
+        if id(item) not in seen:
+            seen.add(id(item))
+            out.append((word, item))
+    return out
+
+
+# ------------------------------------------------------------- 2. what it shows
+
+
+def evidence_shows(period: PeriodEvidence, attempt: AttemptEvidence, protocol: Protocol,
+                   element: SacctJob | None, is_last: bool) -> Shown:
+    """What the attempt's evidence shows, in sentences with their citations."""
+    trial = attempt.read.trial
+    log = attempt.read.log
+    steps = trial.dispatched_int(protocol.steps_from) if trial else None
+    shown = Shown(
+        trial=trial,
+        exit_class=classify_exit(trial, protocol.coordinated_shutdown_flag) if trial else None,
+        steps=steps, completion=completion(attempt, protocol, steps),
+        eligible=eligible_failures(attempt.read.traces, protocol), log=log,
+        events={event.kind: event for event in reversed(log.events)} if log else {},
+        element=element, is_last=is_last,
+    )
+    if shown.exit_class is not None:
+        shown.shows.append(sentence(f"Exit: {shown.exit_class.detail}"))
+        shown.citations.extend(shown.exit_class.citations)
+    if steps is not None and trial is not None:
+        where = "dispatch" if trial.dispatch_value(protocol.steps_from) is not None else "env"
+        shown.shows.append(f"The {'dispatch' if where == 'dispatch' else 'environment'} "
+                           f"specifies {protocol.steps_from}={steps}.")
+        shown.citations.append(Citation(
+            trial.path, pointer=f"/{where}/{_pointer(protocol.steps_from)}", quote=str(steps)))
+    if not shown.eligible or shown.completion.complete:
+        shown.shows.extend(shown.completion.sentences)
+        shown.citations.extend(shown.completion.citations)
+    if log is not None:
+        _log_shows(log, steps, shown)
+        shown.citations.extend(Citation(log.path, line=event.line, quote=event.text)
+                               for kind in EVENT_KINDS_CITED
+                               if (event := shown.events.get(kind)) is not None)
+    for _, record in shown.eligible:
+        message = f": {record.error_message}" if record.error_message else ""
+        shown.citations.append(Citation(record.path, line=record.line,
+                                        quote=f"{record.phase} {record.error_type}{message}"))
+    if trial is not None and trial.status:
+        error = f" ({trial.validation_error})" if trial.validation_error else ""
+        shown.shows.append(f"The launcher recorded status `{trial.status}`{error}.")
+        shown.citations.append(Citation(trial.path, pointer="/status", quote=trial.status))
+    idle = period.record.idle_check
+    if idle is not None and idle.passed is True:
+        shown.shows.append("The post-period idle check passed.")
+        shown.citations.append(Citation(period.record.path, pointer="/idle_check/passed",
+                                        quote="true"))
+    return shown
+
+
+def _log_shows(log: TrainingLogScan, steps: int | None, shown: Shown) -> None:
+    """What the training log shows of the terminal event, and whether it was cut."""
+    if log.terminal_event is not None:
+        shown.shows.append(f"The training log holds the terminal event for step {steps}.")
+        shown.citations.append(Citation(log.path, line=log.terminal_event.line,
+                                        quote=log.terminal_event.text))
+    elif steps is not None:
+        step_lines = [e for e in log.events if e.kind == "step_line"]
+        if log.last_step is not None:
+            seen = f"the last training step logged is {log.last_step}"
+        elif step_lines:
+            seen = (f"`step:` lines appear (the last at line {step_lines[-1].line}, step "
+                    f"{step_lines[-1].detail}) but none with `training/global_step`")
+        else:
+            seen = "no `step:` metric line appears at all"
+        clipped = next((f for f in log.findings if f.rule_id == "AUD007"), None)
+        if clipped is not None:  # (a line read in part: not "at all", only where read)
+            seen += " in what was read"
+        shown.shows.append(f"The training log holds no line with `step:{steps}` followed by "
+                           f"`training/global_step:{steps}`; {seen}.")
+        shown.citations.append(Citation(log.path, quote=f"{log.lines} lines scanned"))
+        if clipped is not None:
+            shown.shows.append(sentence(
+                f"Line {clipped.citations[0].line} was examined only in part (line of "
+                f"{clipped.value('length')} bytes clipped to {clipped.value('limit')}): a "
+                "terminal line past that point would not be seen"))
+            shown.citations.append(clipped.citations[0])
+    cut = next((f for f in log.findings if f.rule_id == "AUD017"), None)
+    if cut is not None:
+        shown.shows.append(sentence(f"The training log ends mid-line at line "
+                                    f"{cut.citations[0].line} (no final newline): it was cut "
+                                    "while being written, and what followed is lost"))
+        shown.citations.append(cut.citations[0])
+
+
+# -------------------------------------------------------------------- 3. decide
+
+
+def decide(period: PeriodEvidence, blockers: list[tuple[Reason, Finding]], shown: Shown,
+           context: Context) -> Judgement:
+    """The attempt's outcome from its blockers and what its evidence shows."""
+    collected = context.collected
+    sacct_path = collected.sacct.path if collected.sacct else ""
+    infra = infrastructure(shown.element, shown.is_last, shown.log, sacct_path, period.subject)
+    if blockers:
+        return _blocked(blockers, infra, shown, sacct_path)
+    trial, exit_class = shown.trial, shown.exit_class
+    assert trial is not None and exit_class is not None
+    after: list[Finding] = []
+    if infra is not None and exit_class.kind == "clean" \
+            and _blocks(infra) is not Reason.INFRASTRUCTURE_FAILURE:
+        from_sacct = bool(infra.citations) and infra.citations[0].path == sacct_path
+        ended = ended_after(infra, shown.element, trial, period.subject) if from_sacct \
+            else cancelled_in_log(infra, trial, period.subject)
+        if ended is not None:
+            # exited 0 before the scheduler ended the job (a time limit or scancel in the
+            # teardown after it): the attempt stands, and the report says why
+            after.append(ended)
+            shown.shows.extend(sentence(str(f.value("detail"))) for f in after)
+            infra = None
+        # (else sacct's end cannot be placed after the exit: the scheduler's word stands)
+    if exit_class.clean and infra is None:
+        return _clean(period, shown, after, context.protocol)
+    return _unclean(period.subject, shown, infra)
+
+
+def _judgement(outcome: str, reason: Reason, decisive: list[Finding], shown: Shown,
+               limits: list[str]) -> Judgement:
+    return Judgement(outcome, reason, decisive, shown.shows, limits, shown.citations,
+                     shown.exit_class)
+
+
+def _blocked(blockers: list[tuple[Reason, Finding]], infra: Finding | None, shown: Shown,
+             sacct_path: str) -> Judgement:
+    """Unresolved: the evidence cannot support a verdict (unless a scheduler kill explains
+    why it is absent: its word is then the reason)."""
+    decisive = [f for _, f in blockers]
+    if infra is not None and shown.element is not None and infra.citations \
+            and infra.citations[0].path == sacct_path \
+            and all(word in ABSENCE for word, _ in blockers):
+        # A job killed by the scheduler naturally leaves evidence missing (no trial record,
+        # no idle check): the scheduler's word explains the absence, so it is the reason.
+        shown.shows.insert(0, sentence(f"The scheduler ended the job: {infra.message}"))
+        shown.shows.append(sentence(_blocker_sentence("evidence missing", decisive)))
+        return _judgement("unresolved", _blocks(infra), [infra, *decisive], shown, [
+            "An infrastructure failure ends the attempt before it can measure anything; the "
+            "period needs a new run to resolve."])
+    reason = blockers[0][0]
+    shown.shows.insert(0, sentence(_blocker_sentence(reason.replace("_", " "), decisive)))
+    return _judgement("unresolved", reason, decisive, shown, [
+        "Evidence that is missing, altered or inconsistent cannot support a verdict; what the "
+        "remaining files show is reported but not relied on."])
+
+
+def _clean(period: PeriodEvidence, shown: Shown, after: list[Finding],
+           protocol: Protocol) -> Judgement:
+    """A clean exit: resolved with the terminal event and every rank's completion phases,
+    else unresolved."""
+    subject, log, steps = period.subject, shown.log, shown.steps
+    exit_class, done = shown.exit_class, shown.completion
+    assert exit_class is not None
+    if done.complete and log is not None and log.terminal_event is not None:
+        decisive = list(after)
+        if exit_class.kind == "coordinated_shutdown":
+            decisive.append(finding("AUD205", subject, list(exit_class.citations),
+                                    detail=exit_class.detail))
+        return _judgement("completed", Reason.COMPLETED, decisive, shown, [
+            "Completed calls and the terminal line show the run reached its final step; they "
+            "do not prove the optimizer changed parameters."])
+    if done.complete:
+        item = finding("AUD201", subject, [Citation(log.path if log else period.record.path)],
+                       detail=f"clean exit; all {done.ranks} ranks completed "
+                              f"{' and '.join(protocol.completion_phases)} for step {steps}"
+                              "; terminal event absent from the training log")
+        return _judgement("unresolved", _blocks(item), [item, *after], shown, [
+            "These are completed calls, not independent proof that optimizer parameters "
+            "changed or that the entire required terminal protocol completed. Nor does the "
+            "missing line prove that no training happened: a log can lose its last lines (for "
+            "example when the driver shuts Ray down immediately, before actor output is "
+            "delivered), and the evidence cannot tell which happened."])
+    item = finding("AUD202", subject, done.gaps or [Citation(period.record.path)],
+                   detail="; ".join(done.problems) or "no completion records")
+    return _judgement("unresolved", _blocks(item), [item, *after], shown, [
+        "Without every rank's completion records the run cannot be shown to have reached its "
+        "final step, whatever the exit code says."])
+
+
+def _unclean(subject: str, shown: Shown, infra: Finding | None) -> Judgement:
+    """An unclean exit: a signal, an eligible failure, infrastructure, or a bare unclean
+    exit or kill."""
+    exit_class, trial = shown.exit_class, shown.trial
+    assert exit_class is not None and trial is not None
+    if exit_class.kind == "signalled":
+        rule = "AUD207" if "USR1" in (trial.received_signal or "").upper() else "AUD206"
+        item = finding(rule, subject, list(exit_class.citations), detail=exit_class.detail)
+        return _judgement("unresolved", _blocks(item), [item], shown, [
+            "A signalled attempt says nothing about whether the configuration fits; it is "
+            "neither a completion nor an eligible failure."])
+    if shown.eligible:
+        return _eligible(subject, shown)
+    if infra is not None:
+        return _judgement("unresolved", _blocks(infra), [infra], shown, [
+            "An infrastructure failure ends the attempt before it can measure anything; the "
+            "period needs a new run to resolve."])
+    nccl = _nccl_failure(subject, shown)
+    if nccl is not None:
+        return nccl
+    item = finding("AUD204", subject, list(exit_class.citations), detail=exit_class.detail)
+    limits = ["An unclean exit without a protocol-listed failure is not a measurement."]
+    log = shown.log
+    if shown.completion.complete and log is not None and log.terminal_event is not None:
+        limits.append("The completion records and the terminal line suggest the training "
+                      "itself finished; only a clean exit (0, or a coordinated shutdown the "
+                      "rules excuse) resolves a period, so it stays unresolved.")
+    word = Reason.KILLED if exit_class.kind in KILLED_KINDS else _blocks(item)
+    return _judgement("unresolved", word, [item], shown, limits)
+
+
+def _eligible(subject: str, shown: Shown) -> Judgement:
+    """Failed: a rank's listed phase raised a listed error type (a measurement)."""
+    rank, first = shown.eligible[0]
+    item = finding(
+        "AUD203", subject, [Citation(first.path, line=first.line,
+                                     quote=f"{first.phase} {first.error_type}")],
+        detail=f"rank {rank}: {first.phase} ended in {first.error_type}",
+    )
+    ranks = sorted({r for r, _ in shown.eligible if r is not None})
+    shown.shows.insert(0, f"{'Rank' if len(ranks) == 1 else 'Ranks'} "
+                          f"{', '.join(str(r) for r in ranks)} recorded `{first.phase}` ending "
+                          f"in `{first.error_type}`, a failure the protocol lists as eligible.")
+    return _judgement("failed", Reason.ELIGIBLE_FAILURE, [item], shown, [
+        "An eligible failure is a measurement of this configuration at this seed; it does not "
+        "show the configuration fails at every seed, nor which allocation exhausted the "
+        "memory."])
+
+
+def _nccl_failure(subject: str, shown: Shown) -> Judgement | None:
+    """Unresolved as an infrastructure failure when the log's NCCL error is the
+    communication's own: only under an unclean exit (a completed run may print one in its
+    teardown), when no memory failure came first (peers then fail their collectives: a
+    knock-on) and no kill ended the attempt."""
+    exit_class, log, events = shown.exit_class, shown.log, shown.events
+    assert exit_class is not None
+    nccl = events.get("nccl_error")
+    if nccl is None or log is None or exit_class.kind in KILLED_KINDS:
+        return None
+    if any((event := events.get(kind)) is not None and event.line < nccl.line
+           for kind in ("gpu_oom", "host_oom", "kv_cache_init_failure")):
+        return None
+    item = finding("AUD209", subject, [Citation(log.path, line=nccl.line, quote=nccl.text),
+                                       *exit_class.citations],
+                   detail=f"{nccl.detail} (log line {nccl.line}) before {exit_class.detail}")
+    shown.shows.insert(0, sentence(f"The training log shows an NCCL communication failure at "
+                                   f"line {nccl.line} (`{nccl.detail}`), before the attempt's "
+                                   f"{exit_class.detail}"))
+    return _judgement("unresolved", Reason.INFRASTRUCTURE_FAILURE, [item], shown, [
+        "An NCCL communication failure is the infrastructure's, not the configuration's: the "
+        "attempt measured nothing; the period needs a new run to resolve."])
+
+
+def _pointer(key: str) -> str:
+    """``key`` as one JSON pointer token (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _blocker_sentence(label: str, decisive: list[Finding]) -> str:
+    first = decisive[0].message
+    more = f" ({len(decisive) - 1} more problem(s) listed in the findings)" \
+        if len(decisive) > 1 else ""
+    return f"Unresolved because of {label}: {first}{more}"
+
+
+def sentence(text: str) -> str:
+    """``text`` stripped, ending in a full stop."""
+    text = text.strip()
+    return text if text.endswith((".", "!", "?")) else text + "."
