@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from auditor._cli import main
-from auditor.report.markdown import code_block, code_span, md_escape
+from auditor.report.mdformat import code_block, code_span, md_escape
 from tests.helpers import EXAMPLE, audit, copy_example, find, outcome_study, rewrite
 
 GOLDEN = Path(__file__).parent / "golden" / "example_diagnostic.md"

@@ -16,103 +16,47 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from collections.abc import Sequence
 
 from auditor._io import clip, counted
-from auditor.catalogue import describe, in_family
+from auditor.catalogue import in_family
 from auditor.model import (
-    DEFAULT_PROTOCOL,
     AuditResult,
     Citation,
-    ElementCost,
     Reasoning,
-    Severity,
     Verdict,
     VerdictKind,
 )
-from auditor.report.tables import sorted_findings
+from auditor.report.appendix import (
+    MAX_NAMED_PERIODS,
+    accounting_section,
+    arrays_of,
+    disagreements_section,
+    findings_section,
+    outside_arrays,
+    plots_section,
+    provenance_section,
+    waivers_section,
+)
+from auditor.report.mdformat import (
+    code_block,
+    code_span,
+    md_escape,
+    number,
+    table,
+    utc,
+    utc_seconds,
+)
 
-NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
-                "ten", "eleven", "twelve")
 PHASE_WORDS = {"rollout_init": "rollout-initialization", "init_model": "model-initialization",
                "actor_update": "actor-update", "weight_sync": "weight-synchronization",
                "rollout_generate": "rollout-generation"}
 MAX_FINDINGS_LISTED = 200
-MAX_NAMED_PERIODS = 500
 MAX_CITED_PERIODS = 50
 """Periods whose citations a diagnosis group lists in full (the rest are in the tables)."""
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~\"'$])")
-_PLAIN = re.compile(r"[A-Za-z0-9 ,.:;/@%=-]*")
-"""Text that :func:`md_escape` leaves as it is (unless it starts like :data:`_LEADING`)."""
-_LEADING = re.compile(r"^([-=]|\d+\.)")
 
 
 # ------------------------------------------------------------------ escaping
-
-
-def md_escape(text: str, limit: int = 300) -> str:
-    """Untrusted text as inert markdown: control characters removed, specials escaped,
-    HTML neutralised, clipped to ``limit`` characters."""
-    if len(text) <= limit and _PLAIN.fullmatch(text) and not _LEADING.match(text):
-        return text  # the common case (names, numbers, times): nothing to do
-    text = _CONTROL.sub("", text.replace("\r", " ").replace("\n", " "))
-    text = clip(text, limit)
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    text = _MD_SPECIAL.sub(r"\\\1", text)
-    # a leading "-", "=" or digit-dot could start a list or heading line; escape it
-    return _LEADING.sub(r"\\\1", text)
-
-
-def code_span(text: str, limit: int = 200) -> str:
-    """Untrusted text as an inline code span (fenced by enough backticks)."""
-    text = clip(_CONTROL.sub("", text.replace("\r", " ").replace("\n", " ")), limit)
-    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    fence = "`" * (longest + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") or not text else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
-
-
-def code_block(lines: Iterable[str], info: str = "text") -> str:
-    """Untrusted lines as a fenced code block whose fence no line can close."""
-    body = [_CONTROL.sub("", line) for line in lines]
-    longest = max((len(m) for line in body for m in re.findall(r"`{3,}|~{3,}", line)),
-                  default=0)
-    fence = "`" * max(3, longest + 1)
-    return "\n".join([fence + info, *body, fence])
-
-
-def number(n: int) -> str:
-    """Small counts as words, as a person writes them."""
-    return NUMBER_WORDS[n] if 0 <= n < len(NUMBER_WORDS) else f"{n:,}"
-
-
-def utc(ns: int | None, with_date: bool = False) -> str:
-    """Nanoseconds since the epoch as ``HH:MM:SS.nnnnnnnnn`` UTC (optionally dated)."""
-    if ns is None:
-        return "—"
-    seconds, frac = divmod(ns, 1_000_000_000)
-    moment = datetime.fromtimestamp(seconds, UTC)
-    text = f"{moment:%H:%M:%S}.{frac:09d}"
-    return f"{moment:%Y-%m-%d} {text}" if with_date else text
-
-
-def utc_seconds(seconds: int | None, with_date: bool = True) -> str:
-    """Epoch seconds as ``YYYY-MM-DD HH:MM:SS`` UTC."""
-    if seconds is None:
-        return "unknown"
-    moment = datetime.fromtimestamp(seconds, UTC)
-    return f"{moment:%Y-%m-%d %H:%M:%S}" if with_date else f"{moment:%H:%M:%S}"
-
-
-def table(header: Sequence[str], rows: Iterable[Sequence[str]],
-          align: Sequence[str] | None = None) -> str:
-    """A markdown table; cells must already be escaped."""
-    align = align or ["---"] * len(header)
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
-    lines.extend("| " + " | ".join(row) + " |" for row in rows)
-    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------ sections
@@ -127,12 +71,12 @@ def render_markdown(result: AuditResult, outputs: Sequence[tuple[str, str, int]]
         _diagnosis(result, reasoning),
         _period_table(result, reasoning),
         _locator(result),
-        _accounting(result, reasoning),
-        _disagreements(reasoning),
-        _waivers(reasoning),
-        _findings(result),
-        _plots(outputs),
-        _provenance(result, outputs),
+        accounting_section(result, reasoning),
+        disagreements_section(reasoning),
+        waivers_section(reasoning),
+        findings_section(result),
+        plots_section(outputs),
+        provenance_section(result, outputs),
     ]
     return "\n\n".join(p.strip("\n") for p in parts if p.strip()) + "\n"
 
@@ -142,14 +86,6 @@ def _study(result: AuditResult) -> str:
         if period.record.study:
             return period.record.study
     return result.collected.root.name
-
-
-def _arrays(result: AuditResult) -> list[str]:
-    """The study's arrays: as its period records name them, else as the accounted sacct
-    rows do (records without an ``array_job_id``)."""
-    named = {p.record.array_job_id for p in result.collected.periods if p.record.array_job_id}
-    return sorted(named or {e.array_job_id for e in result.reasoning.accounting.elements
-                            if e.array_job_id})
 
 
 def _without_element(reasoning: Reasoning) -> str:
@@ -164,17 +100,6 @@ def _without_element(reasoning: Reasoning) -> str:
             "their state is unknown, and the allocation scope leaves them out.")
 
 
-def _outside_arrays(result: AuditResult, elements: Sequence[ElementCost]
-                    ) -> tuple[ElementCost, ...]:
-    """The accounted jobs that are no element of the study's arrays (a retry submitted as a
-    job of its own), by sacct's own JobID (none when the dump has no JobID: ``AUD021``)."""
-    sacct = result.collected.sacct
-    if sacct is None or "jobid" not in {field.lower() for field in sacct.fields}:
-        return ()
-    arrays = set(_arrays(result))
-    return tuple(e for e in elements if e.array_job_id not in arrays)
-
-
 def _headline(result: AuditResult, reasoning: Reasoning) -> str:
     elements = reasoning.accounting.elements
     element_ids = {e.job_id for e in elements}
@@ -187,8 +112,8 @@ def _headline(result: AuditResult, reasoning: Reasoning) -> str:
     date = f" — {utc_seconds(last.end)[:10]}" if last is not None else \
         f" — {utc_seconds(finished // 1_000_000_000)[:10]}" if finished else ""
     lines = [f"# Audit of {md_escape(_study(result))}{date}", ""]
-    arrays = ", ".join(code_span(a) for a in _arrays(result)) or "(no array id recorded)"
-    outside = _outside_arrays(result, elements)  # (a retry submitted as a job of its own)
+    arrays = ", ".join(code_span(a) for a in arrays_of(result)) or "(no array id recorded)"
+    outside = outside_arrays(result, elements)  # (a retry submitted as a job of its own)
     elements = tuple(e for e in elements if e not in outside)
     if elements or outside:
         exits = _exits(result)
@@ -593,202 +518,3 @@ def _cross_checks(result: AuditResult) -> str:
     )
 
 
-def _accounting(result: AuditResult, reasoning: Reasoning) -> str:
-    acc = reasoning.accounting
-    collected = result.collected
-    lines = ["## Accounting", ""]
-    sacct_input = next((i for i in collected.inputs if i.path == collected.sacct_display), None)
-    if collected.sacct_display:
-        lines.append("Saved scheduler response:")
-        lines.append("")
-        lines.append(code_block([collected.sacct_display] + (
-            [f"SHA256: {sacct_input.digest.sha256}"] if sacct_input else [])))
-        lines.append("")
-        arrays = " ".join(_arrays(result)) or "<array>"
-        lines.append("Expected capture (`TZ=UTC`, `SLURM_TIME_FORMAT=standard`):")
-        lines.append("")
-        lines.append(code_block([
-            f"sacct -n -P -j {arrays} --format=JobID,JobIDRaw,JobName,State,ExitCode,Start,"
-            "End,ElapsedRaw,AllocTRES,NodeList,Reason"]))
-        lines.append("")
-    if acc.elements:
-        lines.append(table(
-            ["Element", "JobIDRaw", "State", "ElapsedRaw s", "GPUs", "GPU-seconds"],
-            ([md_escape(e.job_id), md_escape(e.job_id_raw or "—"), md_escape(e.state),
-              str(e.elapsed_s) if e.elapsed_s is not None else "—",
-              str(e.gpus) if e.gpus is not None else "—",
-              f"{e.gpu_seconds:,}" if e.gpu_seconds is not None else "—"]
-             for e in acc.elements),
-            ["---", "---", "---", "---:", "---:", "---:"],
-        ))
-        lines.append("")
-    missing = acc.jobs_without_element
-    unknown = ("no scheduler dump was read" if not collected.scheduler_usable() else
-               "the scheduler dump lacks the allocations' GPUs or elapsed times (`AUD019`)")
-    allocation = (
-        f"**unknown**: {unknown}" if acc.allocation_gpu_seconds is None else
-        f"**{acc.allocation_gpu_seconds:,} GPU-seconds = "
-        f"{acc.allocation_gpu_seconds / 3600:.9f} GPU-hours**")
-    outside = _outside_arrays(result, acc.elements)
-    over = "elements" if not outside else (
-        f"the array's elements and the {number(len(outside))} "
-        f"job{'s' if len(outside) != 1 else ''} outside it that ran "
-        f"attempts ({', '.join(code_span(e.job_id) for e in outside[:MAX_NAMED_PERIODS])})")
-    lines.append(
-        f"Allocation scope (outer elapsed seconds × allocated GPUs, summed over {over}): "
-        f"{allocation}"
-        + (f", over the {number(len(acc.elements))} elements the scheduler's dump reports: "
-           f"{counted(len(missing), 'attempt job')} without an element row "
-           f"({', '.join(code_span(j) for j in missing[:MAX_NAMED_PERIODS])}"
-           f"{', ...' if len(missing) > MAX_NAMED_PERIODS else ''}) "
-           f"{'is' if len(missing) == 1 else 'are'} not counted, and "
-           f"{'its' if len(missing) == 1 else 'their'} reservation scope counts the period's "
-           "GPUs, the allocation's being unknown" if missing else "") + ". "
-        f"Task scope (each attempt's invocation time × the GPUs its period used): "
-        f"{acc.task_gpu_seconds:,.6f} GPU-seconds ({acc.task_gpu_seconds / 3600:.9f} GPU-hours). "
-        f"Reservation scope (invocation time × the GPUs the allocation held): "
-        + (f"**unknown**: {unknown}. " if acc.reservation_gpu_seconds is None else
-           f"{acc.reservation_gpu_seconds:,.6f} GPU-seconds "
-           f"({acc.reservation_gpu_seconds / 3600:.9f} GPU-hours). ")
-        + "**These overlapping scopes must not be added.**"
-    )
-    lines.append("")
-    lines.append(
-        f"Wasted attempts (retried after a completed attempt): {acc.wasted_attempts}, "
-        f"{acc.wasted_gpu_seconds:,.6f} task-scope GPU-seconds. Unresolved periods account for "
-        f"{acc.unresolved_gpu_seconds:,.6f} task-scope GPU-seconds."
-    )
-    if reasoning.configurations:
-        lines.append("")
-        lines.append(table(
-            ["Configuration", "Status", "Outcome", "Periods", "Task GPU-s", "Reservation GPU-s"],
-            ([md_escape(c.key), c.status, c.outcome or "—", str(len(c.periods)),
-              f"{c.task_gpu_seconds:,.6f}", "unknown" if c.reservation_gpu_seconds is None
-              else f"{c.reservation_gpu_seconds:,.6f}"]
-             for c in reasoning.configurations),
-            ["---", "---", "---", "---:", "---:", "---:"],
-        ))
-    return "\n".join(lines)
-
-
-def _disagreements(reasoning: Reasoning) -> str:
-    if not reasoning.disagreements:
-        return ""
-    lines = ["## Launcher and auditor disagree", "",
-             "The launcher's own `status` is reported beside the auditor's verdict; the "
-             "auditor never copies it.", ""]
-    lines.append(table(
-        ["Period", "Launcher status", "Launcher validation error", "Auditor verdict"],
-        ([md_escape(s), md_escape(st), md_escape(err or "—"), v]
-         for s, st, err, v in reasoning.disagreements),
-    ))
-    return "\n".join(lines)
-
-
-def _waivers(reasoning: Reasoning) -> str:
-    if not reasoning.waivers:
-        return ""
-    lines = ["## Waivers", "", "Waived findings no longer block the gate; they are listed here "
-             "so the waiver is never silent.", ""]
-    lines.append(table(
-        ["Rule", "Subject", "Reason", "Gate reasons lifted"],
-        ([md_escape(w.rule_id), md_escape(w.subject), md_escape(w.reason), str(w.matched)]
-         for w in reasoning.waivers),
-    ))
-    return "\n".join(lines)
-
-
-def _findings(result: AuditResult) -> str:
-    items = sorted_findings(result)
-    counts = Counter(f.severity.value for f in items)
-    kinds = (f"{counted(counts.get('error', 0), 'error')}, "
-             f"{counted(counts.get('warning', 0), 'warning')}, "
-             f"{counts.get('info', 0):,} informational")
-    if result.findings_not_kept:
-        head = (f"{len(items):,} findings kept: {kinds}; "
-                f"{counted(result.findings_not_kept, 'more finding')} were counted but not "
-                "kept, as findings limits were reached (`AUD013` says where). "
-                "Every finding kept, with all its citations, is in `findings.parquet`.")
-    else:
-        head = (f"{len(items):,} findings: {kinds}. Every finding, with all its citations, "
-                "is in `findings.parquet`.")
-    lines = ["## Findings", "", head]
-    by_rule = Counter((f.rule_id, f.symbol, f.severity.value) for f in items)
-    if by_rule:
-        lines += ["", table(["Rule", "Symbol", "Severity", "Count"],
-                            ([r, s, sev, str(n)] for (r, s, sev), n in sorted(by_rule.items())),
-                            ["---", "---", "---", "---:"])]
-    shown = [f for f in items if f.severity.value != "info"][:MAX_FINDINGS_LISTED]
-    if shown:
-        lines += ["", table(["Rule", "Subject", "Message", "Cited"],
-                            ([f.rule_id, md_escape(f.subject), md_escape(f.message),
-                              "; ".join(code_span(c.locator(), 120) for c in f.citations[:3])
-                              or "—"] for f in shown))]
-        hidden = sum(1 for f in items if f.severity.value != "info") - len(shown)
-        if hidden > 0:
-            lines += ["", f"{hidden} further errors and warnings are in `findings.parquet`."]
-    return "\n".join(lines)
-
-
-def _plots(outputs: Sequence[tuple[str, str, int]]) -> str:
-    plots = [name for name, _, _ in outputs if name.endswith(".png")]
-    if not plots:
-        return ""
-    lines = ["## Plots", ""]
-    lines.extend(f"![{name.rsplit('/', 1)[-1][:-4].replace('_', ' ')}]({name})" for name in plots)
-    return "\n".join(lines)
-
-
-def _provenance(result: AuditResult, outputs: Sequence[tuple[str, str, int]]) -> str:
-    collected = result.collected
-    lines = ["## Provenance", ""]
-    protocol = collected.protocol
-    # an error about protocol.json fails the gate (the verdicts were reached under other
-    # rules): provenance says which, the summary's AUD014 first
-    problem = next((f for f in sorted(collected.findings, key=lambda f: f.rule_id != "AUD014")
-                    if f.subject == "protocol.json" and f.severity is Severity.ERROR), None)
-    said = md_escape(describe(problem), limit=300) if problem else ""
-    if problem is not None and (not protocol.digest
-                                or protocol.name == DEFAULT_PROTOCOL.name):
-        digest = f", SHA-256 `{protocol.digest.sha256}`," if protocol.digest else ""
-        lines.append(f"`protocol.json`{digest} could not be used ({said}): the built-in "
-                     "default rules applied, and the gate fails.")
-    elif protocol.path and protocol.digest:
-        lines.append(f"Protocol {code_span(protocol.name)} from {code_span(protocol.path)}, "
-                     "SHA-256 "
-                     f"`{protocol.digest.sha256}`"
-                     + (f" (in error: {said}; the gate fails)." if problem
-                        else "."))
-    else:
-        lines.append("No `protocol.json`: the built-in default rules applied.")
-    commits = sorted({p.record.commit for p in collected.periods if p.record.commit})
-    if commits:
-        lines.append("")
-        pinned = ("matches `execution_commits.json` for every pair"
-                  if collected.execution_commits is not None and not any(
-                      f.rule_id == "AUD121" for f in result.findings)
-                  else "is not confirmed by `execution_commits.json`"
-                  if collected.execution_commits is None else
-                  "DIFFERS from `execution_commits.json` for some pairs (see findings)")
-        lines.append("Commit(s) recorded by the period records: "
-                     + ", ".join(code_span(c) for c in commits) + f"; {pinned}.")
-    anchors = result.anchor_status()
-    if anchors:
-        lines += ["", "Anchors:", ""]
-        lines.append(code_block(f"{name}: {sha}  {status}" for name, sha, status in anchors))
-    else:
-        lines += ["", "Anchors: none given (no `--anchor`, none in the protocol): no protocol "
-                      "input was checked against an expected SHA-256."]
-    groups = collected.input_counts()
-    lines += ["", f"Inputs read and hashed: {groups.get('raw_evidence', 0):,} raw-evidence, "
-                  f"{groups.get('source_inputs', 0):,} source-input and "
-                  f"{groups.get('protocol_inputs', 0):,} protocol-input files, each listed with "
-                  "its SHA-256 and size in `output_manifest.json`."]
-    sources = [i for i in collected.inputs if i.group == "source_inputs"]
-    if sources:
-        lines += ["", code_block(f"{i.path}  {i.digest.sha256}" for i in sources)]
-    if outputs:
-        lines += ["", "Other outputs of this audit (the output manifest lists these and this "
-                      "report; `auditor verify` re-checks them):", ""]
-        lines.append(code_block(f"{name}  {sha}  {size}" for name, sha, size in outputs))
-    return "\n".join(lines)
