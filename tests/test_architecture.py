@@ -1,0 +1,50 @@
+"""The package's layers, enforced: import-linter's contracts in ``.importlinter``.
+
+No cycles between stages, and imports only downward: the CLI > the audit > report and the
+producer kit > reason > validate > collect > model (``TYPE_CHECKING`` imports count);
+reporters see only the model; the producer kit imports only the model and the exit rules,
+never pandas or pyarrow; the model imports no stage.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _lint_imports() -> subprocess.CompletedProcess[str]:
+    command = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    if command is None:
+        pytest.fail("lint-imports is not installed (pip install -e '.[test]')")
+    return subprocess.run([command, "--config", str(ROOT / ".importlinter"), "--no-cache"],
+                          cwd=ROOT, capture_output=True, text=True, check=False, timeout=300)
+
+
+def test_the_layers_hold() -> None:
+    done = _lint_imports()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
+
+
+def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
+    """The contracts are not vacuous: a copy of the package whose model imports the audit
+    (an arrow running back up) breaks them."""
+    copy = tmp_path / "tree"
+    shutil.copytree(ROOT / "auditor", copy / "auditor",
+                    ignore=shutil.ignore_patterns("__pycache__", "_example_study"))
+    shutil.copy(ROOT / ".importlinter", copy / ".importlinter")
+    core = copy / "auditor" / "model" / "core.py"
+    core.write_text(core.read_text() + "\nfrom auditor.audit import Auditor  # noqa\n")
+    command = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    assert command is not None
+    done = subprocess.run([command, "--config", str(copy / ".importlinter"), "--no-cache"],
+                          cwd=copy, capture_output=True, text=True, check=False, timeout=300,
+                          env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "BROKEN" in done.stdout and "auditor.model.core -> auditor.audit" in done.stdout
