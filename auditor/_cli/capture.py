@@ -1,0 +1,180 @@
+"""The producer kit's commands: ``auditor run`` (the launcher wrapper) and ``auditor seal``.
+
+``run`` exits with the status :func:`auditor.capture.launch.run` computed (seed ``000``'s
+rule: 0 for a coordinated shutdown, the command's code otherwise); ``seal`` exits 0 when it
+wrote the period record or found the identical one, 2 when it refuses. Both refuse a usage
+error in one line (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from auditor.errors import UsageError
+
+
+def add_parsers(commands: Any) -> None:
+    """Add ``run`` and ``seal`` to the ``auditor`` sub-parsers."""
+    run = commands.add_parser(
+        "run", help="run a training command as one attempt and write its trial record",
+        description="Run CMD as one attempt of a period: own process group, dispatch values "
+        "in its environment, output teed into training-<job>.log, SIGTERM/SIGUSR1/SIGINT "
+        "recorded and forwarded (SIGKILL after --grace), trial-<job>.json written at the "
+        "end. Exits 0 for a coordinated shutdown (the controller's 143 with the flag on and "
+        "no signal received), else with the command's status.")
+    run.add_argument("--pair", required=True)
+    run.add_argument("--period", type=_positive, required=True)
+    run.add_argument("--gpus", type=_positive, required=True)
+    where = run.add_mutually_exclusive_group()
+    where.add_argument("--attempt-dir", type=Path, help="exactly where the attempt goes")
+    where.add_argument("--root", type=Path, default=Path("."), help="the study root: the "
+                       "attempt goes to ROOT/<pair>-<gpus>gpu/attempt-<job>[-r<restart>] "
+                       "(default: the current directory)")
+    run.add_argument("--role", default="driver",
+                     help="the command's role in the trial record (driver, controller...)")
+    run.add_argument("--dispatch", action="append", default=[], metavar="K=V",
+                     help="a dispatch value, exported to the command (repeatable)")
+    run.add_argument("--flag", default=None, metavar="NAME", help="the coordinated-shutdown "
+                     "flag (default COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS)")
+    run.add_argument("--job-id", help="the job id outside SLURM (default: $SLURM_JOB_ID)")
+    run.add_argument("--grace", type=float, default=None, metavar="SECONDS",
+                     help="seconds from a trapped signal to SIGKILL of the group (default 20)")
+    run.add_argument("--drain", type=float, default=None, metavar="SECONDS",
+                     help="seconds the output is still read after the command exited "
+                     "(default 5)")
+    run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
+
+    seal = commands.add_parser(
+        "seal", help="write the period record (manifest) of an attempt",
+        description="Write ROOT/pairs/<pair>/period-<n>.json for the attempt in "
+        "ROOT/ATTEMPT_DIR: every file with its kind, SHA-256 and size, the workers, the job "
+        "ids; again after a retry, the attempt is added. Exit 0: written or identical; 2: "
+        "refused.")
+    seal.add_argument("root", type=Path, help="the study root")
+    seal.add_argument("--pair", required=True)
+    seal.add_argument("--period", type=_positive, required=True)
+    seal.add_argument("--gpus", type=_positive, required=True)
+    seal.add_argument("--attempt-dir", required=True, metavar="REL",
+                      help="the attempt directory, relative to ROOT")
+    source = seal.add_mutually_exclusive_group()
+    source.add_argument("--commit", help="the source commit the attempt ran")
+    source.add_argument("--git", type=Path, metavar="DIR",
+                        help="read the commit from the HEAD of this git tree")
+    seal.add_argument("--workload")
+    seal.add_argument("--seed", type=int)
+    seal.add_argument("--model")
+    seal.add_argument("--study", help="the study's name (default: ROOT's directory name)")
+    seal.add_argument("--idle-check", action="store_true",
+                      help="ask NVML whether the GPUs were left idle (on the attempt's node, "
+                      "inside its job)")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not positive")
+    return value
+
+
+def _run(args: argparse.Namespace) -> int:
+    from auditor.capture import launch
+
+    command = list(args.cmd)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise UsageError("run: no command given (auditor run ... -- CMD...)")
+    for name in ("grace", "drain"):
+        value = getattr(args, name)
+        if value is not None and not value >= 0:
+            raise UsageError(f"run: --{name} must be a number of seconds, not {value}")
+    try:
+        spec = launch.RunSpec(
+            pair=args.pair, period=args.period, gpus=args.gpus, command=tuple(command),
+            attempt_dir=args.attempt_dir, root=args.root, role=args.role,
+            dispatch=launch.parse_dispatch(args.dispatch),
+            flag=args.flag or launch.DEFAULT_FLAG, job_id=args.job_id,
+            grace_s=launch.DEFAULT_GRACE_S if args.grace is None else args.grace,
+            drain_s=launch.DEFAULT_DRAIN_S if args.drain is None else args.drain,
+            echo_fd=_stdout_fd())
+        attempt = launch.resolve_attempt(spec, _environ())
+        print(f"auditor run: job {attempt.job_id} restart {attempt.restart_count}, attempt "
+              f"{attempt.directory}; a trapped SIGTERM/SIGUSR1/SIGINT is forwarded to the "
+              f"command's process group, SIGKILL {spec.grace_s:g} s later", file=sys.stderr,
+              flush=True)
+        result = launch.run(spec)
+    except launch.RunRefused as error:
+        raise UsageError(f"run: {error}") from None
+    signalled = f", received {result.received_signal}" if result.received_signal else ""
+    print(f"auditor run: command exited {result.child_exit}{signalled}; "
+          f"{result.exit_class.kind}: {result.exit_class.detail}; exit {result.exit_status}; "
+          f"trial record {result.trial_path}", file=sys.stderr)
+    return result.exit_status
+
+
+def _environ() -> dict[str, str]:
+    import os
+
+    return dict(os.environ)
+
+
+def _stdout_fd() -> int | None:
+    try:
+        sys.stdout.flush()
+        return sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # (a test's captured stdout has none)
+        return None
+
+
+def _commit(args: argparse.Namespace) -> str:
+    if args.commit is not None:
+        return str(args.commit).strip().lower()
+    if args.git is None:
+        raise UsageError("seal: the record's commit is required: pass --commit SHA or "
+                         "--git DIR")
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "-C", str(args.git), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise UsageError(f"seal: cannot run git for --git {args.git}: {error}") from None
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or ["git rev-parse HEAD failed"])[-1]
+        raise UsageError(f"seal: --git {args.git}: {why}")
+    return done.stdout.strip().lower()
+
+
+def _seal(args: argparse.Namespace) -> int:
+    from auditor.capture import seal
+
+    spec = seal.SealSpec(root=args.root, pair=args.pair, period=args.period, gpus=args.gpus,
+                         attempt_dir=args.attempt_dir, commit=_commit(args),
+                         workload=args.workload, seed=args.seed, model=args.model,
+                         study=args.study, idle_check=args.idle_check)
+    try:
+        result = seal.seal(spec)
+    except seal.SealRefused as error:
+        raise UsageError(f"seal: {error}") from None
+    except OSError as error:
+        raise UsageError(f"seal: {error.filename or args.root}: {error.strerror}") from None
+    if result.written:
+        print(f"sealed {result.path}: {result.files} files, attempt {result.attempts}")
+    else:
+        print(f"{result.path}: this attempt is sealed already, identically; unchanged")
+    if result.missing:
+        print(f"seal: the record lacks {', '.join(result.missing)} (pass --workload, --seed, "
+              "--model): the audit will flag it", file=sys.stderr)
+    if result.idle_check is not None and result.idle_check.get("passed") is None:
+        print(f"seal: no idle check could be made: {result.idle_check.get('unavailable')}",
+              file=sys.stderr)
+    return 0
+
+
+HANDLERS = {"run": _run, "seal": _seal}

@@ -1,0 +1,109 @@
+"""What every writer of the producer kit shares: atomic JSON files and who this process is.
+
+A record is written whole or not at all: to a temporary file beside its place, flushed to
+disk, then renamed over it (``os.replace`` is atomic on one filesystem), so a reader (the
+audit, or ``seal``) never sees half a record, and a crash leaves the old one or none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+JOB_ID_VARIABLE = "AUDITOR_JOB_ID"
+"""Set by ``auditor run`` in its command's environment: the job id it records (SLURM's, or
+``--job-id`` outside SLURM), so the training processes' device files agree with the trial."""
+ATTEMPT_DIR_VARIABLE = "AUDITOR_ATTEMPT_DIR"
+"""Set by ``auditor run`` in its command's environment: the attempt directory (absolute)."""
+
+
+def dumps(document: dict[str, Any]) -> bytes:
+    """A JSON document as the kit writes it: two-space indent, keys in insertion order,
+    UTF-8, a final newline (deterministic for equal documents)."""
+    return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temporary file, fsync, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(descriptor, view):]
+        os.fsync(descriptor)
+    except BaseException:
+        os.close(descriptor)
+        temporary.unlink(missing_ok=True)
+        raise
+    os.close(descriptor)
+    try:
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    _fsync_directory(path.parent)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (best effort: not every filesystem allows it)."""
+    try:
+        descriptor = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def job_id() -> str | None:
+    """The job id this process belongs to: ``auditor run``'s, else ``SLURM_JOB_ID``."""
+    return os.environ.get(JOB_ID_VARIABLE) or os.environ.get("SLURM_JOB_ID") or None
+
+
+def rank_of(rank: int | None) -> int:
+    """``rank`` when given, else ``RANK``, else ``LOCAL_RANK``, else 0 (a lone process)."""
+    if rank is not None:
+        return int(rank)
+    for name in ("RANK", "LOCAL_RANK"):
+        value = os.environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def attempt_dir_of(attempt_dir: str | os.PathLike[str] | None) -> Path:
+    """``attempt_dir`` when given, else the one ``auditor run`` exported."""
+    if attempt_dir is not None:
+        return Path(attempt_dir)
+    exported = os.environ.get(ATTEMPT_DIR_VARIABLE)
+    if not exported:
+        raise ValueError(f"no attempt directory given and {ATTEMPT_DIR_VARIABLE} is not set "
+                         "(run the command under 'auditor run', or pass attempt_dir)")
+    return Path(exported)
+
+
+def nspid() -> list[int] | None:
+    """This process's ``NSpid`` line of ``/proc/self/status``: its pid in each pid namespace,
+    outermost first (inside a container, the first is the host's pid that NVML reports);
+    None where the kernel does not say (not Linux, or older than 4.1)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("NSpid:"):
+                    return [int(part) for part in line.split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def hostname() -> str:
+    """The node's name as the scheduler knows it (short form, as sacct's NodeList)."""
+    return socket.gethostname().split(".", 1)[0]

@@ -1,0 +1,391 @@
+"""``auditor run``: the launcher wrapper a batch script calls instead of the trainer.
+
+It starts the command in a process group of its own with the dispatch values in its
+environment, tees its stdout and stderr into ``training-<job>.log``, traps SIGTERM, SIGUSR1
+and SIGINT (each is recorded as ``received_signal`` and forwarded to the command's group;
+the group is SIGKILLed when it is still there ``grace_s`` after the first), waits, and writes
+``trial-<job>.json`` atomically. A grandchild that keeps the pipe open after the command
+exited does not hang it: after ``drain_s`` the group's stragglers are SIGKILLed and reading
+stops.
+
+Its exit status applies seed ``000``'s rule through the audit's own classifier
+(:func:`auditor.reason.exits.classify_exit` on the :class:`~auditor.model.TrialRecord` it is
+about to write): a coordinated shutdown (the controller's 143, the flag truthy, no signal
+received) exits 0, so a batch script built on it never requeues a finished run; every other
+exit is passed on (128+N for a signal N), and a run whose wrapper was signalled never
+exits 0.
+
+Nothing here prints: :func:`run` returns a :class:`RunResult` for the command line to show.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from auditor import __version__
+from auditor.capture._files import (
+    ATTEMPT_DIR_VARIABLE,
+    JOB_ID_VARIABLE,
+    dumps,
+    hostname,
+    write_atomic,
+)
+from auditor.model import ProcessExit, TrialRecord
+from auditor.reason.exits import ExitClass, classify_exit
+
+DEFAULT_FLAG = "COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS"
+"""The contract's coordinated-shutdown flag (the default protocol's)."""
+TRAPPED = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+DEFAULT_GRACE_S = 20.0
+"""Seconds between forwarding the first trapped signal and SIGKILLing the group: below
+Slurm's default ``KillWait`` (30 s), so the trial record is written before Slurm's own
+SIGKILL reaches this process."""
+DEFAULT_DRAIN_S = 5.0
+"""Seconds the command's output is still read after it exited (a grandchild holding the
+pipe), before its group's stragglers are SIGKILLed."""
+NOTE = b"[auditor run] "
+
+
+class RunRefused(ValueError):
+    """``auditor run`` cannot start as asked (no job id, an attempt already recorded)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """What ``auditor run`` was asked to do."""
+
+    pair: str
+    period: int
+    gpus: int
+    command: tuple[str, ...]
+    attempt_dir: Path | None = None
+    """Exactly where the attempt goes; None: the contract's place under ``root``."""
+    root: Path = Path(".")
+    role: str = "driver"
+    dispatch: tuple[tuple[str, str], ...] = ()
+    flag: str = DEFAULT_FLAG
+    job_id: str | None = None
+    """None: ``SLURM_JOB_ID``."""
+    grace_s: float = DEFAULT_GRACE_S
+    drain_s: float = DEFAULT_DRAIN_S
+    echo_fd: int | None = None
+    """Where the command's output is also copied (the wrapper's stdout); None: nowhere."""
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """Who this attempt is, from the scheduler's environment."""
+
+    job_id: str
+    restart_count: int
+    array_job_id: str | None
+    array_task_id: int | None
+    directory: Path
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """How the attempt ended and where its record is."""
+
+    exit_status: int
+    """What ``auditor run`` exits with."""
+    attempt: Attempt
+    trial_path: Path
+    log_path: Path
+    child_exit: int | None
+    received_signal: str | None
+    exit_class: ExitClass
+    killed_after_grace: bool
+    pipe_held_open: bool
+
+
+def _digits(value: str | None) -> str | None:
+    value = (value or "").strip()
+    return value if value.isdigit() else None
+
+
+def resolve_attempt(spec: RunSpec, environ: Mapping[str, str]) -> Attempt:
+    """The attempt's identity and directory (``attempt-<job>`` for restart 0,
+    ``attempt-<job>-r<restart_count>`` after); refuses without a usable job id."""
+    given = spec.job_id if spec.job_id is not None else environ.get("SLURM_JOB_ID")
+    job = _digits(given)
+    if job is None:
+        where = "--job-id" if spec.job_id is not None else "SLURM_JOB_ID"
+        raise RunRefused(f"no job id: {where} is {given!r} (digits expected; outside SLURM "
+                         "pass --job-id ID)")
+    restart = _digits(environ.get("SLURM_RESTART_COUNT"))
+    restart_count = int(restart) if restart is not None else 0
+    task = _digits(environ.get("SLURM_ARRAY_TASK_ID"))
+    if spec.attempt_dir is not None:
+        directory = spec.attempt_dir
+    else:
+        name = f"attempt-{job}" + (f"-r{restart_count}" if restart_count else "")
+        directory = spec.root / f"{spec.pair}-{spec.gpus}gpu" / name
+    return Attempt(job, restart_count, _digits(environ.get("SLURM_ARRAY_JOB_ID")),
+                   int(task) if task is not None else None, directory)
+
+
+@dataclass
+class _Supervision:
+    """What the wait loop and the signal handler share."""
+
+    pgid: int
+    grace_s: float
+    signals: list[str] = field(default_factory=list)
+    kill_at: float | None = None
+    killed_after_grace: bool = False
+    notes: list[bytes] = field(default_factory=list)
+
+    def on_signal(self, signum: int, frame: object) -> None:
+        name = signal.Signals(signum).name
+        self.signals.append(name)
+        if self.kill_at is None:
+            self.kill_at = time.monotonic() + self.grace_s
+        forwarded = self.pgid > 0 and _killpg(self.pgid, signum)
+        self.notes.append(NOTE + (f"received {name}; forwarded to process group {self.pgid}; "
+                                  f"SIGKILL after {self.grace_s:g} s" if forwarded else
+                                  f"received {name}; process group {self.pgid} already gone"
+                                  ).encode() + b"\n")
+
+
+def _killpg(pgid: int, signum: int) -> bool:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def run(spec: RunSpec, environ: Mapping[str, str] | None = None) -> RunResult:
+    """Run the attempt (see the module docstring); call it from the main thread."""
+    if not spec.command:
+        raise RunRefused("no command given after --")
+    if threading.current_thread() is not threading.main_thread():
+        raise RunRefused("auditor run must run in the main thread (it traps signals)")
+    environ = dict(os.environ if environ is None else environ)
+    attempt = resolve_attempt(spec, environ)
+    directory = attempt.directory
+    trial_path = directory / f"trial-{attempt.job_id}.json"
+    log_path = directory / f"training-{attempt.job_id}.log"
+    if trial_path.exists() or log_path.exists():
+        raise RunRefused(f"{directory}: already holds this job's "
+                         f"{'trial record' if trial_path.exists() else 'training log'} "
+                         "(an attempt is never overwritten; a requeue has its own restart count)")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RunRefused(f"{directory}: cannot create ({error.strerror})") from None
+    child_env = {**environ, **dict(spec.dispatch), JOB_ID_VARIABLE: attempt.job_id,
+                 ATTEMPT_DIR_VARIABLE: str(directory.resolve())}
+    state = _Supervision(pgid=0, grace_s=spec.grace_s)
+    previous = {signum: signal.signal(signum, state.on_signal) for signum in TRAPPED}
+    try:  # (trapped until the trial is written: a second scancel must not lose it)
+        return _run_attempt(spec, attempt, child_env, state)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
+                 state: _Supervision) -> RunResult:
+    directory = attempt.directory
+    trial_path = directory / f"trial-{attempt.job_id}.json"
+    log_path = directory / f"training-{attempt.job_id}.log"
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        started_ns = time.time_ns()
+        _note(log_fd, f"{' '.join(spec.command)!s} (job {attempt.job_id}, restart "
+                      f"{attempt.restart_count}, grace {spec.grace_s:g} s)")
+        child_exit, child_pid, held = _launch_and_wait(spec, child_env, log_fd, state)
+        finished_ns = time.time_ns()
+        received = state.signals[0] if state.signals else None
+        _note(log_fd, f"command exited {child_exit}")
+    finally:
+        _flush_notes(state, log_fd)
+        os.close(log_fd)
+    trial, document = _trial(spec, attempt, child_env, started_ns, finished_ns, child_exit,
+                             child_pid, received, trial_path)
+    exit_class = classify_exit(trial, spec.flag)
+    status = _exit_status(exit_class, child_exit, received)
+    document["invocation"]["exit_code"] = status
+    document["status"] = "completed" if exit_class.clean else exit_class.kind
+    document["status_detail"] = exit_class.detail
+    document["killed_after_grace"] = state.killed_after_grace
+    document["pipe_held_open"] = held
+    document["peak_mib"] = _peak_mib(directory)
+    document["signals_received"] = list(state.signals)  # (one may come while writing)
+    write_atomic(trial_path, dumps(document))
+    return RunResult(status, attempt, trial_path, log_path, child_exit, received, exit_class,
+                     state.killed_after_grace, held)
+
+
+def _note(log_fd: int, text: str) -> None:
+    os.write(log_fd, NOTE + text.encode("utf-8", "replace") + b"\n")
+
+
+def _exit_status(exit_class: ExitClass, child_exit: int | None, received: str | None) -> int:
+    """0 for a clean exit (0, or a coordinated shutdown); else the command's code; and a
+    signalled wrapper whose command still exited 0 exits 128 + that signal."""
+    if exit_class.clean:
+        return 0
+    if child_exit not in (0, None):
+        return child_exit
+    if received:
+        return 128 + int(signal.Signals[received])
+    return 1
+
+
+def _launch_and_wait(spec: RunSpec, env: dict[str, str], log_fd: int, state: _Supervision
+                     ) -> tuple[int | None, int, bool]:
+    """Start the command and tee its output until it ended; returns (its exit code as the
+    shell says it, its pid, whether a straggler held the pipe open)."""
+    try:
+        process = subprocess.Popen(list(spec.command), stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                                   process_group=0)
+    except OSError as error:
+        _note(log_fd, f"cannot start {spec.command[0]!r}: {error.strerror or error}")
+        return 127 if isinstance(error, FileNotFoundError) else 126, os.getpid(), False
+    state.pgid = process.pid
+    if state.signals:  # (trapped while the command was being started: it gets it now)
+        _killpg(state.pgid, signal.Signals[state.signals[0]])
+    held = _wait(process, state, log_fd, spec.echo_fd, spec.drain_s)
+    code = process.returncode
+    return (128 - code if code is not None and code < 0 else code), process.pid, held
+
+
+def _flush_notes(state: _Supervision, log_fd: int) -> None:
+    while state.notes:
+        os.write(log_fd, state.notes.pop(0))
+
+
+def _wait(process: subprocess.Popen[bytes], state: _Supervision, log_fd: int,
+          echo_fd: int | None, drain_s: float) -> bool:
+    """Copy the command's output until it exited and the pipe closed (or ``drain_s`` after
+    its exit); SIGKILL its group once the grace after a signal ran out. Returns whether the
+    pipe was still held open when reading stopped."""
+    assert process.stdout is not None
+    pipe = process.stdout.fileno()
+    os.set_blocking(pipe, False)
+    selector = selectors.DefaultSelector()
+    selector.register(pipe, selectors.EVENT_READ)
+    reading, drain_until = True, None
+    try:
+        while True:
+            _flush_notes(state, log_fd)
+            if reading:
+                for _ in selector.select(timeout=0.1):
+                    reading, echo_fd = _copy(pipe, log_fd, echo_fd)
+                if not reading:
+                    selector.unregister(pipe)
+            else:
+                time.sleep(0.05)
+            now = time.monotonic()
+            if process.poll() is None:
+                if state.kill_at is not None and now >= state.kill_at \
+                        and not state.killed_after_grace:
+                    state.killed_after_grace = _killpg(state.pgid, signal.SIGKILL)
+                    _note(log_fd, f"grace over: SIGKILL to process group {state.pgid}")
+                continue
+            if not reading:
+                return False
+            if drain_until is None:
+                drain_until = now + drain_s
+            elif now >= drain_until:
+                if _killpg(state.pgid, signal.SIGKILL):
+                    _note(log_fd, f"output pipe still open {drain_s:g} s after the command "
+                                  f"exited: SIGKILL to what remains of process group "
+                                  f"{state.pgid}")
+                else:
+                    _note(log_fd, f"output pipe still open {drain_s:g} s after the command "
+                                  "exited (held outside its process group); reading stops")
+                return True
+    finally:
+        selector.close()
+        process.stdout.close()
+
+
+def _copy(pipe: int, log_fd: int, echo_fd: int | None) -> tuple[bool, int | None]:
+    """Copy what the pipe holds; returns (still open, the echo descriptor or None once it
+    failed: a closed stdout does not stop the log)."""
+    try:
+        data = os.read(pipe, 1 << 16)
+    except BlockingIOError:
+        return True, echo_fd
+    if not data:
+        return False, echo_fd
+    os.write(log_fd, data)
+    if echo_fd is not None:
+        try:
+            os.write(echo_fd, data)
+        except OSError:
+            echo_fd = None
+    return True, echo_fd
+
+
+def _trial(spec: RunSpec, attempt: Attempt, env: Mapping[str, str], started_ns: int,
+           finished_ns: int, child_exit: int | None, child_pid: int, received: str | None,
+           path: Path) -> tuple[TrialRecord, dict[str, Any]]:
+    """The trial record as the audit's model (for the classifier) and as the document to
+    write (its exit code and status are filled in from the classification)."""
+    flag_env = {spec.flag: env[spec.flag]} if spec.flag in env else {}
+
+    document: dict[str, Any] = {
+        "schema": "run-evidence/trial/v1", "job_id": attempt.job_id, "pair": spec.pair,
+        "period": spec.period, "gpus": spec.gpus, "attempt": attempt.restart_count + 1,
+        "restart_count": attempt.restart_count, "array_job_id": attempt.array_job_id,
+        "array_task_id": attempt.array_task_id, "dispatch": dict(spec.dispatch),
+        "env": flag_env,
+        "invocation": {"started_ns": started_ns, "finished_ns": finished_ns,
+                       "exit_code": child_exit, "received_signal": received},
+        "processes": [{"role": spec.role, "pid": child_pid, "exit_code": child_exit}],
+        "status": "", "validation_error": None, "peak_mib": None,
+        "hostname": hostname(), "command": list(spec.command),
+        "launcher": f"auditor run {__version__}", "grace_s": spec.grace_s,
+    }
+    trial = TrialRecord(
+        path=str(path), job_id=attempt.job_id, pair=spec.pair, period=spec.period,
+        gpus=spec.gpus, attempt=attempt.restart_count + 1, dispatch=spec.dispatch,
+        env=tuple(flag_env.items()), started_ns=started_ns, finished_ns=finished_ns,
+        exit_code=child_exit, received_signal=received,
+        processes=(ProcessExit(spec.role, child_pid, child_exit, "/processes/0"),),
+    )
+    return trial, document
+
+
+def _peak_mib(directory: Path) -> int | None:
+    """The highest ``peak_reserved_mib`` of the attempt's device files (None: none
+    measured)."""
+    import json
+
+    peaks: list[int] = []
+    for path in sorted((directory / "device-evidence").glob("worker-*.json")):
+        try:
+            value = json.loads(path.read_bytes()).get("peak_reserved_mib")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if type(value) is int:
+            peaks.append(value)
+    return max(peaks) if peaks else None
+
+
+def parse_dispatch(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``K=V`` items as (key, value) pairs, in order; refuses an item without ``=`` or with
+    a key that is not an environment variable name."""
+    pairs: list[tuple[str, str]] = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not (key[0].isalpha() or key[0] == "_") \
+                or not all(c.isalnum() or c == "_" for c in key):
+            raise RunRefused(f"--dispatch {item!r}: expected NAME=VALUE (NAME a variable name)")
+        pairs.append((key, value))
+    return tuple(pairs)

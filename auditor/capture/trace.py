@@ -1,0 +1,179 @@
+"""The allocator trace a training process writes: ``allocator-traces/allocator-<pid>.jsonl``.
+
+One :class:`Trace` per process (torchrun rank, Ray actor...): the file is named by
+``os.getpid()``, and the device file's ``nspid`` maps that pid to the host's, which NVML
+reports. Each record is one ``os.write`` of one whole line on a descriptor opened with
+``O_APPEND`` (no user-space buffer to lose): a process killed at any instant leaves whole
+lines, at worst without the one it was writing, which the audit reads up to its last whole
+line. The kernel holds what was written even when the process dies; only a node crash
+can lose it (``Trace.close`` fsyncs).
+
+``trace.phase(name, step)`` writes its record in ``finally``: a phase that raises still
+leaves it, with ``error_type`` the exception's qualified name (``torch.OutOfMemoryError``)
+and ``error_message``, and the exception goes on unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from auditor.capture._files import attempt_dir_of, rank_of
+from auditor.capture.memory import Memory
+
+TRACE_DIR = "allocator-traces"
+
+
+def qualified_name(error: BaseException) -> str:
+    """``torch.OutOfMemoryError`` for torch's, ``ValueError`` for a builtin, else
+    ``module.Qualname``."""
+    kind = type(error)
+    module = kind.__module__
+    if module in (None, "builtins", "__main__"):
+        return kind.__qualname__
+    return f"{module}.{kind.__qualname__}"
+
+
+class Trace:
+    """This process's allocator trace (a context manager: ``with Trace(dir, rank) as t``).
+
+    ``sample_every`` (seconds) starts a background thread taking a :meth:`sample` that
+    often until the trace is closed. Memory comes from ``torch.cuda`` when torch with CUDA
+    is there (peaks reset at each phase's entry), else every figure is ``null``.
+    """
+
+    def __init__(self, attempt_dir: str | os.PathLike[str] | None = None,
+                 rank: int | None = None, role: str = "actor_rollout", *,
+                 sample_every: float | None = None, memory: Memory | None = None) -> None:
+        self.pid = os.getpid()
+        self.rank = rank_of(rank)
+        self.role = role
+        self.memory = memory if memory is not None else Memory()
+        directory = attempt_dir_of(attempt_dir) / TRACE_DIR
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / f"allocator-{self.pid}.jsonl"
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                                       0o644)
+        self._seq = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._sampler: threading.Thread | None = None
+        self.peak_allocated_bytes: int | None = None
+        """The highest phase peak written so far (None: not measured)."""
+        self.peak_reserved_bytes: int | None = None
+        if sample_every is not None:
+            self.start_sampler(sample_every)
+
+    def __enter__(self) -> Trace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def phase(self, name: str, step: int = 0) -> _Phase:
+        """A context manager and a decorator writing one phase record per entry."""
+        return _Phase(self, name, step)
+
+    def sample(self) -> None:
+        """Write one memory sample (no ``phase``): allocated, reserved and device-used bytes
+        now (null when not measured)."""
+        allocated, reserved, used = self.memory.current()
+        self._write({"pid": self.pid, "seq": None, "sample_ns": time.time_ns(),
+                     "allocated_bytes": allocated, "reserved_bytes": reserved,
+                     "device_used_bytes": used})
+
+    def start_sampler(self, every: float) -> None:
+        """Take a sample every ``every`` seconds in a daemon thread until :meth:`close`."""
+        if every <= 0:
+            raise ValueError(f"sample interval must be positive, not {every}")
+        if self._sampler is not None:
+            return
+        self._sampler = threading.Thread(target=self._sample_loop, args=(every,),
+                                         name="auditor-trace-sampler", daemon=True)
+        self._sampler.start()
+
+    def _sample_loop(self, every: float) -> None:
+        while not self._stop.wait(every):
+            with contextlib.suppress(OSError, ValueError):  # (closed under it: stop quietly)
+                self.sample()
+
+    def close(self) -> None:
+        """Stop the sampler, fsync and close the file (idempotent)."""
+        self._stop.set()
+        if self._sampler is not None and self._sampler is not threading.current_thread():
+            self._sampler.join()
+        with self._lock:
+            if self._fd is not None:
+                with contextlib.suppress(OSError):
+                    os.fsync(self._fd)
+                os.close(self._fd)
+                self._fd = None
+
+    def _write(self, record: dict[str, Any]) -> None:
+        """Give ``record`` the next ``seq`` and append it as one whole line."""
+        if os.getpid() != self.pid:
+            raise RuntimeError(f"this Trace belongs to pid {self.pid}; a forked process "
+                               "makes its own (the file is named by its pid)")
+        with self._lock:
+            if self._fd is None:
+                raise ValueError(f"{self.path}: trace is closed")
+            record["seq"] = self._seq
+            self._seq += 1
+            line = (json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+                    + "\n").encode("utf-8")
+            written = os.write(self._fd, line)
+            # a regular file takes the whole line in one write; a short write (disk full)
+            # leaves a partial last line, which the audit names, rather than a lost tail
+            view = memoryview(line)[written:]
+            while view:
+                view = view[os.write(self._fd, view):]
+
+    def _phase_record(self, name: str, step: int, started_ns: int,
+                      error: BaseException | None) -> None:
+        allocated, reserved = self.memory.peaks()
+        if allocated is not None:
+            self.peak_allocated_bytes = max(self.peak_allocated_bytes or 0, allocated)
+        if reserved is not None:
+            self.peak_reserved_bytes = max(self.peak_reserved_bytes or 0, reserved)
+        record: dict[str, Any] = {
+            "pid": self.pid, "rank": self.rank, "role": self.role, "seq": None,
+            "phase": name, "step": step, "started_ns": started_ns,
+            "finished_ns": time.time_ns(),
+            "error_type": "" if error is None else qualified_name(error),
+        }
+        if error is not None:
+            record["error_message"] = str(error)[:2000]
+        record["peak_allocated_bytes"] = allocated
+        record["peak_reserved_bytes"] = reserved
+        self._write(record)
+
+
+class _Phase(contextlib.ContextDecorator):
+    """One phase: ``with trace.phase("rollout_init"):`` or ``@trace.phase("actor_update", 1)``
+    (a decorated function writes one record per call)."""
+
+    def __init__(self, trace: Trace, name: str, step: int) -> None:
+        self.trace = trace
+        self.name = name
+        self.step = step
+        self._started: list[int] = []  # a stack: a decorated function may recurse
+
+    def __enter__(self) -> _Phase:
+        self.trace.memory.reset_peaks()
+        self._started.append(time.time_ns())
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 tb: object) -> None:
+        # returns None: the exception, if any, goes on unchanged
+        self.trace._phase_record(self.name, self.step, self._started.pop(), error)
+
+
+def trace_path(attempt_dir: Path, pid: int) -> Path:
+    """Where the trace of ``pid`` lives under ``attempt_dir``."""
+    return attempt_dir / TRACE_DIR / f"allocator-{pid}.jsonl"

@@ -1,0 +1,1 @@
+"""Tests of the producer kit (``auditor.capture``, ``auditor run``, ``auditor seal``)."""

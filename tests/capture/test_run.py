@@ -1,0 +1,277 @@
+"""``auditor run`` end to end with real child processes: seed ``000``'s cases and the rest.
+
+Each case runs a real command (the example trainer, or a shell) under the wrapper and reads
+the trial record and exit status it leaves. The wrapper itself is signalled in a child
+process of its own, as scancel and ``--signal=B:SIGUSR1@...`` signal a batch script.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from auditor._cli import main
+from tests.capture.support import (
+    EXAMPLE,
+    FLAG,
+    attempt_of,
+    clean_env,
+    lines,
+    load,
+    run_args,
+    schema_errors,
+    start_auditor,
+    wait_for,
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith(("SLURM_", "AUDITOR_")) or key == FLAG:
+            monkeypatch.delenv(key)
+
+
+def _trial(root: Path, job: str = "5001", restart: int = 0) -> dict[str, Any]:
+    return load(attempt_of(root, job, restart=restart) / f"trial-{job}.json")
+
+
+@pytest.mark.parametrize("value", ["1", "true", "YES"])
+def test_controller_self_sigterm_with_the_flag_on_exits_0(tmp_path: Path, value: str) -> None:
+    code = main([*run_args(tmp_path, "5001", "--role", "controller", "--dispatch",
+                           f"{FLAG}={value}", "--"), *EXAMPLE, "--mode", "coordinated"])
+    assert code == 0
+    trial = _trial(tmp_path)
+    assert trial["processes"][0]["role"] == "controller"
+    assert trial["processes"][0]["exit_code"] == 143
+    assert trial["invocation"] == {**trial["invocation"], "exit_code": 0,
+                                   "received_signal": None}
+    assert trial["env"] == {FLAG: value}
+    assert trial["status"] == "completed"
+    assert "coordinated shutdown" in trial["status_detail"]
+    assert schema_errors("trial", trial) == []
+    log = (attempt_of(tmp_path) / "training-5001.log").read_text()
+    assert "step:1 - training/global_step:1" in log
+
+
+@pytest.mark.parametrize("flag", [None, "0", "false", ""])
+def test_controller_sigterm_with_the_flag_off_passes_143_on(tmp_path: Path,
+                                                            flag: str | None) -> None:
+    dispatch = [] if flag is None else ["--dispatch", f"{FLAG}={flag}"]
+    code = main([*run_args(tmp_path, "5002", "--role", "controller", *dispatch, "--"),
+                 *EXAMPLE, "--mode", "coordinated"])
+    assert code == 143
+    trial = _trial(tmp_path, "5002")
+    assert trial["invocation"]["exit_code"] == 143
+    assert trial["status"] == "sigterm"
+    assert trial["env"] == ({} if flag is None else {FLAG: flag})
+
+
+def test_only_the_controller_is_excused(tmp_path: Path) -> None:
+    code = main([*run_args(tmp_path, "5003", "--dispatch", f"{FLAG}=1", "--"), *EXAMPLE,
+                 "--mode", "coordinated"])
+    assert code == 143
+    assert _trial(tmp_path, "5003")["processes"][0]["role"] == "driver"
+
+
+def test_the_flag_is_read_from_the_environment_and_named_by_flag(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
+    monkeypatch.setenv("MY_FLAG", "1")
+    code = main([*run_args(tmp_path, "5004", "--role", "controller", "--flag", "MY_FLAG",
+                           "--"), *EXAMPLE, "--mode", "coordinated"])
+    assert code == 0
+    assert _trial(tmp_path, "5004")["env"] == {"MY_FLAG": "1"}
+
+
+def _started(root: Path, job: str) -> bool:
+    traces = attempt_of(root, job) / "allocator-traces"
+    return traces.is_dir() and len(list(traces.iterdir())) == 2 and all(
+        any(r.get("phase") == "rollout_init" for r in lines(t)) for t in traces.iterdir())
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGUSR1, 138)])
+def test_the_wrapper_signalled_records_it_and_never_succeeds(tmp_path: Path, signum: int,
+                                                             status: int) -> None:
+    env = clean_env(**{FLAG: "1"})
+    wrapper = start_auditor([*run_args(tmp_path, "5005", "--role", "controller", "--grace",
+                                       "5", "--"), *EXAMPLE, "--mode", "hang"], env)
+    try:
+        wait_for(lambda: _started(tmp_path, "5005"))
+        wrapper.send_signal(signum)
+        _, err = wrapper.communicate(timeout=30)
+    finally:
+        wrapper.kill()
+    assert wrapper.returncode == status, err
+    trial = _trial(tmp_path, "5005")
+    name = signal.Signals(signum).name
+    assert trial["invocation"]["received_signal"] == name
+    assert trial["invocation"]["exit_code"] == status
+    assert trial["processes"][0]["exit_code"] == status  # forwarded to the group: it died
+    assert trial["status"] == "signalled"
+    assert not trial["killed_after_grace"]
+    log = (attempt_of(tmp_path, "5005") / "training-5005.log").read_text()
+    assert f"received {name}; forwarded to process group" in log
+    # the ranks got the signal too (one group): their traces end with whole lines
+    for trace in (attempt_of(tmp_path, "5005") / "allocator-traces").iterdir():
+        assert trace.read_bytes().endswith(b"\n")
+
+
+def test_a_signalled_wrapper_whose_command_exits_0_still_fails(tmp_path: Path) -> None:
+    script = "trap 'exit 0' USR1; echo ready; while :; do sleep 0.05; done"
+    wrapper = start_auditor([*run_args(tmp_path, "5006", "--"), "sh", "-c", script],
+                            clean_env())
+    log = attempt_of(tmp_path, "5006") / "training-5006.log"
+    try:
+        wait_for(lambda: log.exists() and "\nready\n" in log.read_text())
+        wrapper.send_signal(signal.SIGUSR1)
+        wrapper.communicate(timeout=30)
+    finally:
+        wrapper.kill()
+    assert wrapper.returncode == 138
+    trial = _trial(tmp_path, "5006")
+    assert trial["processes"][0]["exit_code"] == 0
+    assert trial["invocation"]["exit_code"] == 138
+    assert trial["invocation"]["received_signal"] == "SIGUSR1"
+
+
+def test_a_command_ignoring_sigterm_is_sigkilled_after_the_grace(tmp_path: Path) -> None:
+    code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('ready', flush=True); time.sleep(60)")
+    wrapper = start_auditor([*run_args(tmp_path, "5007", "--grace", "0.5", "--"),
+                             sys.executable, "-c", code], clean_env())
+    log = attempt_of(tmp_path, "5007") / "training-5007.log"
+    try:
+        wait_for(lambda: log.exists() and "\nready\n" in log.read_text())
+        started = time.monotonic()
+        wrapper.send_signal(signal.SIGTERM)
+        wrapper.communicate(timeout=30)
+        took = time.monotonic() - started
+    finally:
+        wrapper.kill()
+    assert wrapper.returncode == 137
+    assert took < 10
+    trial = _trial(tmp_path, "5007")
+    assert trial["killed_after_grace"] is True
+    assert trial["invocation"]["received_signal"] == "SIGTERM"
+    assert "grace over: SIGKILL" in log.read_text()
+
+
+def test_a_sigkilled_child_is_137_never_a_success(tmp_path: Path) -> None:
+    code = main([*run_args(tmp_path, "5008", "--role", "controller", "--dispatch",
+                           f"{FLAG}=1", "--"), "sh", "-c", "kill -9 $$"])
+    assert code == 137
+    trial = _trial(tmp_path, "5008")
+    assert trial["status"] == "sigkill"
+    assert trial["processes"][0]["exit_code"] == 137
+
+
+def test_an_ordinary_crash_passes_its_code_on(tmp_path: Path) -> None:
+    code = main([*run_args(tmp_path, "5009", "--role", "controller", "--dispatch",
+                           f"{FLAG}=1", "--"), *EXAMPLE, "--mode", "crash"])
+    assert code == 1
+    trial = _trial(tmp_path, "5009")
+    assert (trial["status"], trial["invocation"]["exit_code"]) == ("failure", 1)
+    crashed = [r for t in (attempt_of(tmp_path, "5009") / "allocator-traces").iterdir()
+               for r in lines(t) if r.get("error_type")]
+    assert [(r["rank"], r["phase"], r["step"], r["error_type"]) for r in crashed] == [
+        (1, "actor_update", 1, "RuntimeError")]
+    log = (attempt_of(tmp_path, "5009") / "training-5009.log").read_text()
+    assert "RuntimeError: example crash in actor_update" in log
+
+
+def test_the_oom_mode_leaves_an_eligible_failure_record(tmp_path: Path) -> None:
+    assert main([*run_args(tmp_path, "5010", "--"), *EXAMPLE, "--mode", "oom"]) == 1
+    failed = [r for t in (attempt_of(tmp_path, "5010") / "allocator-traces").iterdir()
+              for r in lines(t) if r.get("error_type")]
+    assert [(r["rank"], r["phase"], r["error_type"]) for r in failed] == [
+        (0, "rollout_init", "torch.OutOfMemoryError")]
+    assert "CUDA out of memory" in failed[0]["error_message"]
+
+
+def test_a_grandchild_holding_the_pipe_does_not_hang_run(tmp_path: Path) -> None:
+    started = time.monotonic()
+    code = main([*run_args(tmp_path, "5011", "--drain", "0.5", "--"), "sh", "-c",
+                 "sleep 60 & echo started"])
+    assert time.monotonic() - started < 20
+    assert code == 0
+    trial = _trial(tmp_path, "5011")
+    assert trial["pipe_held_open"] is True
+    log = (attempt_of(tmp_path, "5011") / "training-5011.log").read_text()
+    assert "started" in log and "SIGKILL to what remains of process group" in log
+
+
+def test_a_grandchild_outside_the_group_does_not_hang_run(tmp_path: Path) -> None:
+    code = ("import subprocess, sys; p = subprocess.Popen(['sleep', '60'], "
+            "start_new_session=True); print('grandchild', p.pid, flush=True)")
+    started = time.monotonic()
+    assert main([*run_args(tmp_path, "5012", "--drain", "0.5", "--"), sys.executable, "-c",
+                 code]) == 0
+    assert time.monotonic() - started < 20
+    log = (attempt_of(tmp_path, "5012") / "training-5012.log").read_text()
+    pid = int(log.split("grandchild ", 1)[1].split()[0])
+    os.kill(pid, signal.SIGKILL)  # (started by this test: ended by its pid)
+    assert _trial(tmp_path, "5012")["pipe_held_open"] is True
+    assert "held outside its process group" in log
+
+
+def test_slurm_identity_restart_count_and_attempt_directory(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "7001")
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "7000")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "3")
+    argv = ["run", "--pair", "p", "--period", "2", "--gpus", "4", "--root", str(tmp_path),
+            "--dispatch", "TOTAL_TRAINING_STEPS=1", "--", "true"]
+    assert main(argv) == 0
+    first = load(tmp_path / "p-4gpu" / "attempt-7001" / "trial-7001.json")
+    assert (first["attempt"], first["restart_count"], first["array_job_id"],
+            first["array_task_id"], first["dispatch"]) == (1, 0, "7000", 3,
+                                                           {"TOTAL_TRAINING_STEPS": "1"})
+    assert main(argv) == 2  # the same attempt again: never overwritten
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert main(argv) == 0
+    second = load(tmp_path / "p-4gpu" / "attempt-7001-r1" / "trial-7001.json")
+    assert (second["job_id"], second["attempt"], second["restart_count"]) == ("7001", 2, 1)
+    assert schema_errors("trial", second) == []
+
+
+def test_dispatch_values_reach_the_command(tmp_path: Path) -> None:
+    target = tmp_path / "exact"
+    assert main(["run", "--pair", "p", "--period", "1", "--gpus", "1", "--attempt-dir",
+                 str(target), "--job-id", "42", "--dispatch", "A_B=x=y", "--", "sh", "-c",
+                 'echo "A_B=$A_B job=$AUDITOR_JOB_ID dir=$AUDITOR_ATTEMPT_DIR"']) == 0
+    log = (target / "training-42.log").read_text()
+    assert f"A_B=x=y job=42 dir={target.resolve()}" in log
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--job-id", "x1"], "no job id"),
+    ([], "no job id"),
+    (["--job-id", "1", "--dispatch", "novalue"], "expected NAME=VALUE"),
+    (["--job-id", "1", "--grace", "-1"], "--grace must be"),
+])
+def test_usage_errors_are_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          argv: list[str], message: str) -> None:
+    code = main(["run", "--pair", "p", "--period", "1", "--gpus", "1", "--root",
+                 str(tmp_path), *argv, "--", "true"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "p-1gpu").exists()
+
+
+def test_no_command_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--pair", "p", "--period", "1", "--gpus", "1", "--job-id", "1"]) == 2
+    assert "no command given" in capsys.readouterr().err
+
+
+def test_a_command_that_cannot_start_is_127(tmp_path: Path) -> None:
+    assert main([*run_args(tmp_path, "5013", "--"), str(tmp_path / "no-such-program")]) == 127
+    assert _trial(tmp_path, "5013")["invocation"]["exit_code"] == 127

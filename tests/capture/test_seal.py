@@ -1,0 +1,200 @@
+"""``auditor seal``: the period record of attempts ``auditor run`` left, sealed and resealed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from auditor._cli import main
+from tests.capture.support import (
+    COMMIT,
+    EXAMPLE,
+    attempt_of,
+    fakes,
+    load,
+    run_args,
+    schema_errors,
+)
+
+PAIR = "host-m-gsm8k-c2-s1"
+META = ["--workload", "gsm8k", "--seed", "1", "--model", "m", "--study", "kit"]
+
+
+@pytest.fixture(autouse=True)
+def _no_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith(("SLURM_", "AUDITOR_")):
+            monkeypatch.delenv(key)
+
+
+def _run(root: Path, job: str = "5001", mode: str = "completed", *extra: str) -> Path:
+    assert main([*run_args(root, job, *extra, "--"), *EXAMPLE, "--mode", mode]) in (0, 1)
+    return attempt_of(root, job, restart=int(os.environ.get("SLURM_RESTART_COUNT", "0")))
+
+
+def _seal(root: Path, attempt: str, *extra: str) -> int:
+    return main(["seal", str(root), "--pair", PAIR, "--period", "1", "--gpus", "2",
+                 "--attempt-dir", attempt, *extra])
+
+
+def _rel(root: Path, attempt: Path) -> str:
+    return attempt.relative_to(root).as_posix()
+
+
+def test_seal_lists_every_file_with_kind_hash_and_size(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "5000")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "4")
+    attempt = _run(tmp_path)
+    assert _seal(tmp_path, _rel(tmp_path, attempt), "--commit", COMMIT, *META) == 0
+    record = load(tmp_path / "pairs" / PAIR / "period-1.json")
+    assert schema_errors("period", record) == []
+    assert (record["study"], record["job_id"], record["array_job_id"],
+            record["array_task_id"], record["restart_count"], record["commit"]) == (
+        "kit", "5001", "5000", 4, 0, COMMIT)
+    assert record["attempt_dir"] == f"{PAIR}-2gpu/attempt-5001"
+    on_disk = sorted(p.relative_to(attempt).as_posix() for p in attempt.rglob("*")
+                     if p.is_file())
+    assert [e["path"] for e in record["evidence"]] == on_disk
+    kinds = {e["path"].split("/")[0].split("-")[0]: e["kind"] for e in record["evidence"]}
+    assert kinds == {"allocator": "allocator_trace", "device": "device_evidence",
+                     "trial": "trial", "training": "training_log"}
+    for entry in record["evidence"]:
+        data = (attempt / entry["path"]).read_bytes()
+        assert (entry["sha256"], entry["size"]) == (hashlib.sha256(data).hexdigest(), len(data))
+    pids = sorted(int(p.stem.split("-")[1]) for p in (attempt / "allocator-traces").iterdir())
+    assert record["workers"] == [{"role": "actor_rollout", "rank": rank, "pid": pid}
+                                 for rank, pid in enumerate(pids)]
+    assert record["sealed_by"]["tool"] == "auditor"
+    assert record["sealed_ns"] >= load(attempt / "trial-5001.json")["invocation"]["finished_ns"]
+
+
+def test_reseal_identical_is_0_and_changes_nothing_different_is_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rel = _rel(tmp_path, _run(tmp_path))
+    assert _seal(tmp_path, rel, "--commit", COMMIT, *META) == 0
+    path = tmp_path / "pairs" / PAIR / "period-1.json"
+    before = path.read_bytes()
+    assert _seal(tmp_path, rel, "--commit", COMMIT, *META) == 0
+    assert path.read_bytes() == before
+    capsys.readouterr()
+    assert _seal(tmp_path, rel, "--commit", "f" * 40, *META) == 2  # another record
+    err = capsys.readouterr().err
+    assert "already holds a different record (differing: commit)" in err
+    assert len(err.strip().splitlines()) == 1
+    log = tmp_path / rel / "training-5001.log"
+    log.write_bytes(log.read_bytes() + b"edited\n")
+    assert _seal(tmp_path, rel, "--commit", COMMIT, *META) == 2  # the attempt changed
+    assert "already sealed differently" in capsys.readouterr().err
+    assert path.read_bytes() == before
+
+
+def test_a_retried_period_gets_an_attempts_list_in_restart_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = _rel(tmp_path, _run(tmp_path, "5001", "oom"))
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    second = _rel(tmp_path, _run(tmp_path, "5001", "completed"))
+    assert second.endswith("attempt-5001-r1")
+    assert _seal(tmp_path, second, "--commit", COMMIT, *META) == 0  # sealed out of order
+    assert _seal(tmp_path, first, "--commit", COMMIT, *META) == 0
+    record = load(tmp_path / "pairs" / PAIR / "period-1.json")
+    assert schema_errors("period", record) == []
+    assert "evidence" not in record and "job_id" not in record
+    assert [(a["job_id"], a["restart_count"], a["attempt_dir"]) for a in record["attempts"]] == [
+        ("5001", 0, first), ("5001", 1, second)]
+    before = record
+    assert _seal(tmp_path, first, "--commit", COMMIT, *META) == 0  # each identical again
+    assert _seal(tmp_path, second, "--commit", COMMIT, *META) == 0
+    assert load(tmp_path / "pairs" / PAIR / "period-1.json") == before
+
+
+def test_the_commit_comes_from_git_or_seal_refuses(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    rel = _rel(tmp_path, _run(tmp_path))
+    assert _seal(tmp_path, rel, *META) == 2
+    assert "commit is required" in capsys.readouterr().err
+    assert _seal(tmp_path, rel, "--commit", "not-a-sha", *META) == 2
+    assert _seal(tmp_path, rel, "--git", str(tmp_path / "nowhere"), *META) == 2
+    assert not (tmp_path / "pairs").exists()
+    tree = tmp_path / "src"
+    tree.mkdir()
+    git = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    for argv in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "x"]):
+        subprocess.run(["git", "-C", str(tree), *argv], env=git, check=True)
+    head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], env=git, check=True,
+                          capture_output=True, text=True).stdout.strip()
+    assert _seal(tmp_path, rel, "--git", str(tree), *META) == 0
+    assert load(tmp_path / "pairs" / PAIR / "period-1.json")["commit"] == head
+
+
+@pytest.mark.parametrize(("attempt", "message"), [
+    ("../x", "without '..'"), ("/abs", "must be relative"), ("nowhere", "No such file"),
+])
+def test_a_bad_attempt_dir_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                      attempt: str, message: str) -> None:
+    assert _seal(tmp_path, attempt, "--commit", COMMIT) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_trial_of_another_period_is_refused(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    rel = _rel(tmp_path, _run(tmp_path))
+    assert main(["seal", str(tmp_path), "--pair", PAIR, "--period", "2", "--gpus", "2",
+                 "--attempt-dir", rel, "--commit", COMMIT]) == 2
+    assert "period is 1, not 2" in capsys.readouterr().err
+
+
+def test_idle_check_without_nvml_is_recorded_as_not_made(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    rel = _rel(tmp_path, _run(tmp_path))
+    assert _seal(tmp_path, rel, "--commit", COMMIT, *META, "--idle-check") == 2
+    assert "outside the attempt's job" in capsys.readouterr().err
+    monkeypatch.setenv("SLURM_JOB_ID", "5001")
+    assert _seal(tmp_path, rel, "--commit", COMMIT, *META, "--idle-check") == 0
+    assert "no idle check could be made" in capsys.readouterr().err
+    check = load(tmp_path / "pairs" / PAIR / "period-1.json")["idle_check"]
+    assert check["passed"] is None and "NVML not available" in check["unavailable"]
+
+
+def test_idle_check_refuses_another_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    attempt = _run(tmp_path)
+    trial_path = attempt / "trial-5001.json"
+    trial = load(trial_path)
+    trial["hostname"] = "gpu-node-99"
+    trial_path.write_text(json.dumps(trial))
+    monkeypatch.setenv("SLURM_JOB_ID", "5001")
+    assert _seal(tmp_path, _rel(tmp_path, attempt), "--commit", COMMIT, "--idle-check") == 2
+    err = capsys.readouterr().err
+    assert f"on {socket.gethostname().split('.')[0]}, but the attempt ran on 'gpu-node-99'" in err
+
+
+@pytest.mark.parametrize(("used", "processes", "passed"), [(3, 0, True), (3, 1, False),
+                                                          (30000, 0, False)])
+def test_idle_check_with_nvml(tmp_path: Path, used: int, processes: int, passed: bool) -> None:
+    rel = _rel(tmp_path, _run(tmp_path))
+    env = fakes(tmp_path, nvml=True)
+    env.update(SLURM_JOB_ID="5001", CUDA_VISIBLE_DEVICES="0,1", FAKE_NVML=json.dumps([
+        {"uuid": f"GPU-{i}", "name": "n", "bus": "b", "total_mib": 40960,
+         "used_mib": used if i == 1 else 0, "processes": processes if i == 1 else 0}
+        for i in range(2)]))
+    done = subprocess.run([sys.executable, "-m",
+                           "auditor", "seal", str(tmp_path), "--pair", PAIR, "--period", "1",
+                           "--gpus", "2", "--attempt-dir", rel, "--commit", COMMIT, *META,
+                           "--idle-check"], env=env, capture_output=True, text=True,
+                          check=False, timeout=60)
+    assert done.returncode == 0, done.stderr
+    record = load(tmp_path / "pairs" / PAIR / "period-1.json")
+    check = record["idle_check"]
+    assert (check["passed"], check["gpu_memory_used_mib"], check["gpu_processes"]) == (
+        passed, [0, used], processes)
+    assert schema_errors("period", record) == []
