@@ -251,6 +251,13 @@ _RULES: tuple[Rule, ...] = (
          "{path}: no scheduler dump (and no --sacct); element states and the allocation "
          "scope are unknown", E,
          gate=SCHEDULER),
+    Rule("AUD124", "sacct-state-unknown", "sacct state Slurm does not name",
+         "A row of the scheduler dump has a State that is none of Slurm's job states or "
+         "flags (a typo, a site's patch, a newer Slurm): what it means for the element "
+         "(finished or not, how) is not known, and the verdict rests on the trial record "
+         "alone. Said once per state, at its first row.",
+         "{path}:{line}: state {state!r} of {job} is not a state Slurm names{more}; what it "
+         "means for the element is unknown", W),
     # ----------------------------------------------------------------- reason
     Rule("AUD201", "terminal-event-missing", "Clean exit without the terminal event",
          "The attempt exited cleanly but its training log lacks the terminal event for the "

@@ -390,6 +390,31 @@ def _no_sacct_row(root: Path, tmp: Path) -> list[str]:
     return []
 
 
+@scenario("AUD124")
+def _unknown_state(root: Path, tmp: Path) -> list[str]:
+    rewrite(root, "accounting/sacct-raw.psv",
+            lambda b: b.replace(b"|COMPLETED|0:0|", b"|COMPLETD|0:0|", 1), update_manifest=False)
+    return []
+
+
+def test_an_unknown_sacct_state_is_said_once_at_its_first_row(clean: Path,
+                                                               tmp_path: Path) -> None:
+    """A state Slurm does not name is a finding, once per state, at its first row, with how
+    many rows hold it; Slurm's own states (and a flag such as REQUEUE_HOLD) are not."""
+    root = tmp_path / "study"
+    shutil.copytree(clean, root)
+    rewrite(root, "accounting/sacct-raw.psv",
+            lambda b: b.replace(b"|COMPLETED|0:0|", b"|ZOMBIE+|0:0|").replace(
+                b"|FAILED|", b"|REQUEUE_HOLD|", 1), update_manifest=False)
+    assert "AUD124" in _fired(root, tmp_path / "out", [])
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    said = findings[findings["rule_id"] == "AUD124"]
+    assert len(said) == 1
+    message = said["message"].iloc[0]
+    assert "state 'ZOMBIE' of " in message and "more row(s)" in message, message
+    assert said["severity"].iloc[0] == "warning"
+
+
 @scenario("AUD120")
 def _anchor(root: Path, tmp: Path) -> list[str]:
     frozen = tmp / "freeze.json"

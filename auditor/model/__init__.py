@@ -25,6 +25,7 @@ from auditor.model.core import (
 )
 from auditor.model.evidence import (
     DEFAULT_PROTOCOL,
+    SLURM_STATES,
     AllocatorTrace,
     AttemptSpec,
     Configuration,
@@ -74,7 +75,8 @@ from auditor.model.study import (
 )
 
 __all__ = [
-    "DEFAULT_PROTOCOL", "Accounting", "AllocatorTrace", "AttemptEvidence", "AttemptOutcome",
+    "DEFAULT_PROTOCOL", "SLURM_STATES", "Accounting", "AllocatorTrace", "AttemptEvidence",
+    "AttemptOutcome",
     "AttemptRead", "AttemptSpec", "AttemptTask", "AuditOptions", "AuditResult", "Citation",
     "Collected", "Configuration", "ConfigurationResult", "DeviceEvidence", "EligibleFailure",
     "ElementCost", "EvidenceEntry", "EvidenceFile", "FileDigest", "FileOutcome", "FileTask",

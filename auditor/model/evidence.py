@@ -305,6 +305,20 @@ DEFAULT_PROTOCOL = Protocol(path=None)
 """The built-in rules (no ``protocol.json``)."""
 
 
+SLURM_STATES = frozenset({
+    # base states
+    "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
+    "PENDING", "PREEMPTED", "RUNNING", "SUSPENDED", "TIMEOUT",
+    # flags sacct may show in a base state's place
+    "COMPLETING", "CONFIGURING", "EXPEDITING", "LAUNCH_FAILED", "POWER_UP_NODE",
+    "RECONFIG_FAIL", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "RESV_DEL_HOLD",
+    "REVOKED", "SIGNALING", "SPECIAL_EXIT", "STAGE_OUT", "STOPPED", "UPDATE_DB",
+})
+"""Every job state and state flag Slurm names (its ``job_state_codes`` page): a ``State``
+outside them is a typo, a site's patch or a newer Slurm, and the audit says so (``AUD124``)
+rather than treat it as finished."""
+
+
 @fast_pickle
 @dataclass(frozen=True, slots=True)
 class SacctStep:

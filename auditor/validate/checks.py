@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 from auditor.catalogue import finding
 from auditor.model import (
+    SLURM_STATES,
     AttemptEvidence,
     AuditOptions,
     Citation,
@@ -42,6 +43,7 @@ def validate(collected: Collected, options: AuditOptions) -> list[Finding]:
             findings.extend(_identity(period, attempt))
             findings.extend(_job_ids(period, attempt, collected.sacct))
             findings.extend(_timeline(attempt, collected.sacct))
+    findings.extend(_scheduler_states(collected.sacct))
     findings.extend(_commits(collected))
     findings.extend(_anchors(collected, options))
     return findings
@@ -322,6 +324,26 @@ def _timeline(attempt: AttemptEvidence, sacct: SacctDump | None) -> Iterator[Fin
 
 
 # ------------------------------------------------------------------ provenance
+
+
+def _scheduler_states(sacct: SacctDump | None) -> Iterator[Finding]:
+    """An ``AUD124`` for each state of the dump's rows (allocations and steps) that Slurm
+    does not name, at its first row (``UNKNOWN``: the field was absent or unreadable, which
+    other findings say)."""
+    if sacct is None:
+        return
+    rows: dict[str, list[tuple[str, int, str]]] = defaultdict(list)
+    for job in sacct.jobs:
+        for name, line, state, raw in ((job.job_id, job.line, job.state, job.state_raw),
+                                       *((f"{job.job_id}.{step.step}", step.line, step.state,
+                                          step.state_raw) for step in job.steps)):
+            if state not in SLURM_STATES and state != "UNKNOWN":
+                rows[state].append((name, line, raw))
+    for state, seen in rows.items():
+        name, line, raw = seen[0]
+        more = f" (and {len(seen) - 1} more row(s))" if len(seen) > 1 else ""
+        yield finding("AUD124", sacct.path, [Citation(sacct.path, line=line, quote=raw)],
+                      state=state, job=name, more=more)
 
 
 def _commits(collected: Collected) -> Iterator[Finding]:
