@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from auditor._io import CHUNK_SIZE, HashingReader
-from auditor.collect import allocator_trace
+from auditor.collect import allocator_fold, allocator_record, allocator_trace
 from auditor.collect.allocator_trace import (
     FAST_BATCH,
     FINDINGS_CAP,
@@ -561,16 +561,16 @@ def test_sample_path_takes_whole_batches_of_samples_around_phase_records(
     """The cheap path serves every well-formed sample, in either written form; only the
     phase records go record by record (one call each), and nothing goes line by line."""
     record_calls: list[int] = []
-    fast_batch = allocator_trace._fast_batch
+    fold_records = allocator_fold._fold_records
 
-    def counted(scan: Any, start: int, lines: list[bytes], *rest: Any) -> bool:
+    def counted(lines: list[bytes], *rest: Any) -> Any:
         record_calls.append(len(lines))
-        return fast_batch(scan, start, lines, *rest)
+        return fold_records(lines, *rest)
 
     def never(*_: Any) -> None:
         raise AssertionError("a valid trace went line by line")
 
-    monkeypatch.setattr(allocator_trace, "_fast_batch", counted)
+    monkeypatch.setattr(allocator_fold, "_fold_records", counted)
     monkeypatch.setattr(allocator_trace, "_slow_batch", never)
     for form in _FORMS:
         record_calls.clear()
@@ -618,6 +618,15 @@ def test_big_trace_in_bounded_memory(tmp_path: Path) -> None:
 def test_module_constants() -> None:
     assert allocator_trace.MAX_LINE == CHUNK_SIZE
     assert FINDINGS_CAP == 100
+
+
+def test_the_written_sample_forms_come_from_the_schema() -> None:
+    """The fast path's forms are derived from the schema's sample fields, in order."""
+    assert allocator_record.SAMPLE_FIELDS == tuple(SAMPLE)
+    assert allocator_record.SAMPLE_FORMS == tuple(
+        form.format(*[""] * 5).encode() + b"\n" for form in _FORMS)
+    phase_keys = [check.key for check in allocator_record.PHASE_CHECKS]
+    assert set(phase_keys) >= set(PHASE)
 
 
 def test_phase_records_are_capped_keeping_first_and_last() -> None:

@@ -20,8 +20,9 @@ import pytest
 
 from auditor import _io, catalogue
 from auditor._io import HashingReader
-from auditor.collect import training_log
-from auditor.collect.training_log import STEP_LINES_KEPT, scan_training_log
+from auditor.collect import log_events, training_log
+from auditor.collect.log_events import STEP_LINES_KEPT
+from auditor.collect.training_log import scan_training_log
 from auditor.model import Citation, TrainingLogScan
 from tests.collect.test_lines import plain_lines
 
@@ -621,8 +622,8 @@ def reference_scan(
     max_line: int = 65536,
 ) -> TrainingLogScan:
     path = "training-1.log"
-    custom = training_log._compile_pattern(pattern) if pattern is not None else None
-    scanner = training_log._Scanner(path, expected_steps, custom, max_events)
+    custom = log_events._compile_pattern(pattern) if pattern is not None else None
+    scanner = log_events._Scanner(path, expected_steps, custom, max_events)
     utf8: tuple[int, str] | None = None
     nul: tuple[int, str] | None = None
     clipped: tuple[int, int] | None = None
@@ -632,12 +633,12 @@ def reference_scan(
         if utf8 is None and not line.data.isascii():
             bad = training_log._utf8_error_offset(line.data, line.clipped)
             if bad is not None:
-                utf8 = (lines, training_log._quote(line.data, bad))
+                utf8 = (lines, log_events._quote(line.data, bad))
         if clipped is None and line.clipped:
             clipped = (lines, line.length)
         if custom or scanner.open_tracebacks or training_log._TRIGGER.search(line.data):
             if nul is None and b"\x00" in line.data:
-                nul = (lines, training_log._quote(line.data, line.data.index(b"\x00")))
+                nul = (lines, log_events._quote(line.data, line.data.index(b"\x00")))
             scanner.examine(lines, line.data)
     findings = []
     if utf8 is not None:
@@ -763,9 +764,9 @@ def test_every_text_that_makes_an_nccl_line_matter_is_searched() -> None:
     can give it an event: each KV-cache trouble word (but "Error", itself a trigger), each
     NCCL timeout text, the shutdown one; the scan then agrees with the reference, which
     examines every line holding a trigger word."""
-    texts = [b"KV cache " + word.encode() for word in training_log._KV_CACHE_TROUBLE
+    texts = [b"KV cache " + word.encode() for word in log_events._KV_CACHE_TROUBLE
              if word != "Error"]
-    texts += [b"NCCL " + text.encode() for text in training_log._NCCL_TIMEOUT]
+    texts += [b"NCCL " + text.encode() for text in log_events._NCCL_TIMEOUT]
     texts += [b"ProcessGroupNCCL Timeout", b"sHuTdown: no policy replicas"]
     for text in texts:
         data = b"chatter\n(WorkerDict pid=2) NCCL: " + text + b"\nchatter\n"
@@ -789,13 +790,13 @@ def test_words_on_long_lines_and_overlapping_words_are_found() -> None:
 
 def test_filler_lines_are_not_examined(monkeypatch: pytest.MonkeyPatch) -> None:
     examined: list[int] = []
-    original = training_log._Scanner.examine
+    original = log_events._Scanner.examine
 
-    def counting(self: training_log._Scanner, number: int, data: bytes) -> None:
+    def counting(self: log_events._Scanner, number: int, data: bytes) -> None:
         examined.append(number)
         original(self, number, data)
 
-    monkeypatch.setattr(training_log._Scanner, "examine", counting)
+    monkeypatch.setattr(log_events._Scanner, "examine", counting)
     filler = [
         b"(WorkerDict pid=3, ip=10.0.0.3) INFO 09-15 18:10:40 [kv_cache_utils.py:716] GPU KV "
         b"cache size: 1109404 tokens\n",

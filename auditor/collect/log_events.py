@@ -1,0 +1,472 @@
+"""Events of a training log: what one examined line shows (see :mod:`auditor.collect.training_log`).
+
+:class:`_Scanner` is handed the lines the reader's prefilter lets through (every line
+under a protocol pattern, or while a traceback is open) and follows what they show: step
+lines and the terminal event, tracebacks per process, out-of-memory and KV-cache
+failures, NCCL timeouts and errors, Slurm cancellations, a coordinated shutdown. Lines are
+decoded, ANSI codes removed and Ray/torch/vLLM/compose prefixes stripped before matching.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from typing import TYPE_CHECKING
+
+from auditor._io import clip
+from auditor.model import Finding, LogEvent, TrainingLogScan
+
+if TYPE_CHECKING:
+    import regex
+
+TEXT_LIMIT = 300
+"""Characters of a line kept in an event's ``text``."""
+
+QUOTE_LIMIT = 120
+"""Characters of a line quoted in a finding's citation."""
+
+PATTERN_TIMEOUT = 1.0
+"""Seconds a protocol's terminal pattern may search one line before it is given up for the
+rest of the log (``AUD020``): a pattern that backtracks without end would hang the audit,
+and a sound one takes microseconds."""
+STEP_LINES_KEPT = 3
+"""How many of the last ``step_line`` events are kept (``last_step`` is what matters)."""
+
+TRACEBACK_HORIZON = 1000
+"""Lines after which an unfinished traceback of one process is forgotten."""
+
+TRACEBACK_KEYS = 64
+"""Most processes with an unfinished traceback tracked at once."""
+
+
+_ANSI = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor movement (tqdm)
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: window titles, hyperlinks
+    r"|\x1b[@-Z\\-_]"  # other two-byte escapes
+)
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+# Prefixes in front of the line a process printed. The first two identify the
+# process (the key a traceback's frames and exception line share).
+_PROCESS_PREFIX = re.compile(
+    r"\((?:[^()\n]{1,200} )?pid=\d+(?:, ip=[^()\s]+)?\) ?"  # Ray worker / actor / task
+    r"|\((?:raylet|gcs_server|dashboard|dashboard_agent|runtime_env_agent|log_monitor"
+    r"|monitor|autoscaler|scheduler)(?:, ip=[^()\s]+)?(?: \+[\w.]+)?\) ?"  # Ray system
+    r"|\[(?:rank|default)\d+\]: ?"  # torch.distributed / torchrun
+)
+_OTHER_PREFIX = re.compile(
+    r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+    r"\[?[\w./-]+:\d+\] ?"  # vLLM logger
+    r"|[\w.-]+ +\| "  # docker compose service
+)
+_PREFIX = re.compile(f"(?P<process>{_PROCESS_PREFIX.pattern})|{_OTHER_PREFIX.pattern}")
+"""Either prefix, the process one first (one match per prefix instead of two)."""
+
+# Patterns run on decoded lines start with a literal where they can: the regex
+# engine then finds candidates with a fast substring search, where a leading
+# lookbehind or alternation makes it try every position (100x slower on the
+# 3 kB metric lines verl prints once per step).
+#
+# A key is ``step:`` (or ``training/global_step:``) not preceded by a character of a
+# longer key name (``global_step:``, ``timing_s/step:``, ``val-step:``): the lookbehind
+# comes after the literal so the engine still searches for the literal first.
+_VALUE = r"(?:np\.[a-z]+\d*\(\s*)?(\d{1,18})(?:\.(\d*))?\)?(?![\w.])"
+_STEP_KEY = re.compile(r"step:(?<![\w/.\-]step:)\s*" + _VALUE)
+_GLOBAL_STEP_KEY = re.compile(
+    r"training/global_step:(?<![\w/.\-]training/global_step:)\s*" + _VALUE
+)
+_LEGACY_STEP_LINE = re.compile(r"\s*step:\s*" + _VALUE)
+_STEP_VALUE = re.compile(r"\s*(?:np\.[a-z]+\d*\(\s*)?([+-]?\d{1,18})(?:\.(\d*))?\s*\)?\s*")
+
+_TRACEBACK = "Traceback (most recent call last)"
+_EXCEPTION_IN_TRACEBACK = re.compile(r"([A-Za-z_][\w.]*(?:\([\w.]+\))?)(?::\s|:?$)")
+_EXCEPTION_STANDALONE = re.compile(
+    r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?:\([\w.]+\))?):\s"
+)
+
+# Failure texts, most specific first: the first one found is the event's detail.
+_HOST_OOM = (
+    "ray.exceptions.OutOfMemoryError",  # Ray's memory monitor killed the task: host RAM
+    "Task was killed due to the node running low on memory",
+    "exceeds the memory usage threshold",
+    "oom-kill",  # kernel "invoked oom-killer", slurmstepd "oom-kill event(s)"
+    "oom_kill",
+    "Out of memory: Killed process",
+    "Out of memory: Kill process",
+    "out-of-memory handler",
+    "Memory cgroup out of memory",
+)
+_GPU_OOM = (
+    "torch.cuda.OutOfMemoryError",
+    "torch.OutOfMemoryError",
+    "RayTaskError(OutOfMemoryError)",  # a remote task raised torch's OutOfMemoryError
+    "CUDA out of memory",
+    "CUDA error: out of memory",
+    "CUDA Error: out of memory",  # vLLM's cumem allocator (sleep mode wake-up)
+    "cudaErrorMemoryAllocation",
+    "HIP out of memory",
+)
+_KV_CACHE = "No available memory for the cache blocks"  # vLLM V0
+_KV_CACHE_NAMES = ("KV cache", "kv cache", "KV Cache")
+_KV_CACHE_TROUBLE = (  # vLLM V1: "... larger than the available KV cache memory ..."
+    "Error",
+    "nsufficient",
+    "not enough",
+    "Not enough",
+    "larger than the available",
+    "Try increasing",
+)
+_NCCL_TIMEOUT = (
+    "Watchdog caught collective operation timeout",
+    "Timeout at NCCL work",
+    "NCCL operations have failed or timed out",
+    "Heartbeat monitor timed out",
+    "heartbeat monitor timed out",
+    "watchdog got stuck",
+)
+_NCCL_ERROR = (
+    "NCCL error",  # torch: "DistBackendError: NCCL error in: ...ProcessGroupNCCL.cpp..."
+    "ncclSystemError",
+    "ncclInternalError",
+    "ncclRemoteError",
+)
+"""An NCCL communication failure: the system, NCCL itself or a peer (a network error)."""
+_NOT_NCCL_FAULT = ("invalid usage", "nvalidUsage", "cuda error", "udaError", "out of memory")
+"""What makes an "NCCL error" the code's (invalid usage) or the GPU's (a CUDA error, out of
+memory), not the communication's."""
+_TIMEOUT_WORD = re.compile(r"\bTimeout\b(?!\s*\(ms\))")
+"""After ``ProcessGroupNCCL``: a timeout named in other words (not the ``Timeout(ms)`` setting)."""
+_SLURM_CANCEL = re.compile(
+    r"\*\*\* (?:JOB|STEP) (?P<id>[\w.+\[\]-]+)(?: ON \S+)? CANCELLED AT \S+(?P<rest>[^*]*)"
+)
+_SHUTDOWN = re.compile(  # run on the lower-cased line; bounded repeats keep it linear
+    r"coordinated[\s_-]{1,3}(?:[a-z]{1,20}[\s_-]{1,3})?shut(?:ting)?[\s_-]{0,3}down"
+    r"|cosmos_shutdown_on_no_policy_replicas(?!\s*=|['\"]\s*[:,=])"  # not an assignment
+    r"|shut(?:ting)?[\s_-]{0,3}down\b.{0,120}?\bno\s{1,3}(?:[a-z]{1,20}\s{1,3})?policy[\s_-]"
+    r"{1,3}replicas?"
+    r"|\bno\s{1,3}(?:[a-z]{1,20}\s{1,3})?policy[\s_-]{1,3}replicas?\b.{0,120}?shut(?:ting)?"
+    r"[\s_-]{0,3}down"
+)
+
+
+
+
+class _Scanner:
+    """The state of one scan: what was found so far, and unfinished tracebacks."""
+
+    def __init__(
+        self,
+        path: str,
+        expected_steps: int | None,
+        custom: regex.Pattern[str] | None,
+        max_events: int,
+    ) -> None:
+        self.path = path
+        self.expected_steps = expected_steps
+        self.custom = custom
+        self.tail_cap = max_events // 4
+        self.head_cap = max_events - self.tail_cap
+        self.head: list[LogEvent] = []
+        """The first events, up to ``head_cap``."""
+        self.tail: deque[LogEvent] = deque(maxlen=self.tail_cap or 1)
+        """The last events after the head (only used when ``tail_cap`` > 0)."""
+        self.first_of_kind: dict[str, LogEvent] = {}
+        self.events_seen = 0
+        self.step_lines: deque[tuple[int, str, int]] = deque(maxlen=STEP_LINES_KEPT)
+        """(line, start of the segment, step) of the last step lines; events made at the end."""
+        self.terminal: LogEvent | None = None
+        self.last_step: int | None = None
+        self.open_tracebacks: dict[str, int] = {}
+        """Process key -> last line of a traceback whose exception line is still due."""
+        self.pattern_gave_up: int | None = None
+        """The line on which the protocol's pattern ran past :data:`PATTERN_TIMEOUT`."""
+
+    def result(self, lines: int, findings: tuple[Finding, ...]) -> TrainingLogScan:
+        """The scan's outcome (events merged in line order, step lines last on a line)."""
+        step_lines = [
+            LogEvent("step_line", number, _text(segment), str(step))
+            for number, segment, step in self.step_lines
+        ]
+        kept = self._kept_events()
+        events = sorted([*kept, *step_lines], key=lambda event: event.line)
+        return TrainingLogScan(
+            path=self.path,
+            lines=lines,
+            expected_steps=self.expected_steps,
+            terminal_event=self.terminal,
+            last_step=self.last_step,
+            events=tuple(events),
+            events_dropped=self.events_seen - len(kept),
+            findings=findings,
+        )
+
+    # ------------------------------------------------------------------ lines
+
+    def examine(self, number: int, data: bytes) -> None:
+        """Look at one physical line that passed the prefilter (or must be seen)."""
+        text = data.decode("utf-8", "replace")
+        if "\x1b" in text:
+            text = _ANSI.sub("", text)
+        if self.open_tracebacks:
+            self._expire_tracebacks(number)
+        if "\r" not in text:
+            if text:
+                key, content = _strip_prefixes(text)
+                self._examine_segment(number, text, key, content)
+            return
+        key = ""
+        for index, segment in enumerate(text.split("\r")):
+            if not segment:
+                continue
+            segment_key, content = _strip_prefixes(segment)
+            if index == 0:
+                key = segment_key  # later segments belong to the same process
+            self._examine_segment(number, segment, key, content)
+
+    def _examine_segment(self, number: int, segment: str, key: str, content: str) -> None:
+        metrics = content.startswith("step:") or (
+            content[:1].isspace() and content.lstrip().startswith("step:")
+        )
+        # A metric line (``step:N - key:value - ...``, kilobytes long and holding words
+        # like "memory") cannot be a failure message. Nor can a frame or source line of
+        # a traceback: ``raise ValueError("No available memory for the cache blocks")``
+        # quoted in a frame is code, not the failure.
+        if not metrics and not self._tracebacks(number, segment, key, content):
+            self._failures(number, segment, content)
+        if self.custom is not None:
+            self._custom_steps(number, segment, content)
+        elif metrics or "step:" in content:
+            self._builtin_steps(number, segment, content)
+
+    def _tracebacks(self, number: int, segment: str, key: str, content: str) -> bool:
+        """Follow tracebacks per process; True when the segment is a frame or source line."""
+        open_tracebacks = self.open_tracebacks
+        if _TRACEBACK in content:
+            self._add("traceback", number, segment)
+            self._open(key, number)
+        elif content.startswith('  File "'):
+            self._open(key, number)  # a frame: also opens an excerpt that lost its header
+            return True
+        elif key in open_tracebacks:
+            if not content or content[0] in " \t":
+                open_tracebacks[key] = number  # source line, caret markers
+                return True
+            del open_tracebacks[key]
+            match = _EXCEPTION_IN_TRACEBACK.match(content)
+            if match:
+                self._add("exception", number, segment, match.group(1))
+        elif "Error" in content or "Exception" in content:
+            match = _EXCEPTION_STANDALONE.match(content)
+            if match:
+                self._add("exception", number, segment, match.group(1))
+        return False
+
+    def _failures(self, number: int, segment: str, content: str) -> None:
+        if "emory" in content or "oom" in content:
+            host = _first(content, _HOST_OOM)
+            if host:
+                self._add("host_oom", number, segment, host)
+            else:
+                gpu = _first(content, _GPU_OOM)
+                if gpu:
+                    self._add("gpu_oom", number, segment, gpu)
+        if ("cache" in content or "Cache" in content) and (
+            _KV_CACHE in content
+            or (_first(content, _KV_CACHE_NAMES) and _first(content, _KV_CACHE_TROUBLE))
+        ):
+            exception = _EXCEPTION_STANDALONE.match(content)
+            detail = exception.group(1) if exception else ""
+            self._add("kv_cache_init_failure", number, segment, detail)
+        if "NCCL" in content or "atchdog" in content or "eartbeat" in content \
+                or "nccl" in content:
+            nccl = _first(content, _NCCL_TIMEOUT)
+            if nccl:
+                self._add("nccl_timeout", number, segment, nccl)
+            elif "Timeout" in content and _nccl_timeout_word(content):
+                self._add("nccl_timeout", number, segment, "ProcessGroupNCCL Timeout")
+            else:
+                error = _first(content, _NCCL_ERROR)
+                if error and not _first(content, _NOT_NCCL_FAULT):
+                    self._add("nccl_error", number, segment, error)
+        if "CANCELLED" in content:
+            slurm = _SLURM_CANCEL.search(content)
+            if slurm:
+                limit = "DUE TO TIME LIMIT" in slurm["rest"].upper()
+                kind = "slurm_time_limit" if limit else "slurm_cancelled"
+                self._add(kind, number, segment, slurm["id"])
+        if "hut" in content or "HUT" in content or "olicy" in content or "OLICY" in content:
+            lowered = content.lower()
+            if "shut" in lowered and _SHUTDOWN.search(lowered):
+                self._add("coordinated_shutdown", number, segment)
+
+    def _builtin_steps(self, number: int, segment: str, content: str) -> None:
+        """``step:S ... training/global_step:G`` pairs; S == G is a training step line."""
+        keys = list(_STEP_KEY.finditer(content))
+        seen_step = False
+        for index, key in enumerate(keys):
+            step = _integral(key.group(1), key.group(2))
+            if step is None:
+                continue
+            end = keys[index + 1].start() if index + 1 < len(keys) else len(content)
+            found = _GLOBAL_STEP_KEY.search(content, key.end(), end)
+            if found is not None and _integral(found.group(1), found.group(2)) == step:
+                seen_step = True
+                self._step(number, segment, step)
+        if not seen_step:
+            legacy = _LEGACY_STEP_LINE.match(content)
+            if legacy:
+                legacy_step = _integral(legacy.group(1), legacy.group(2))
+                if legacy_step is not None:
+                    self.step_lines.append((number, segment[: TEXT_LIMIT + 1], legacy_step))
+
+    def _custom_steps(self, number: int, segment: str, content: str) -> None:
+        assert self.custom is not None
+        try:  # (materialised under the timeout: a lazy iterator would escape it)
+            matches = list(self.custom.finditer(content, timeout=PATTERN_TIMEOUT))
+        except TimeoutError:
+            # a pattern that backtracks without end ((a|aa)+$): given up for the rest of the
+            # log, which the built-in matcher reads, rather than hang the audit
+            self.custom = None
+            self.pattern_gave_up = number
+            return
+        for match in matches:
+            raw = match.group("step")
+            value = _STEP_VALUE.fullmatch(raw) if raw is not None else None
+            if value is None:
+                continue
+            step = _integral(value.group(1), value.group(2))
+            if step is not None:
+                self._step(number, segment, step)
+
+    def _step(self, number: int, segment: str, step: int) -> None:
+        if not self.step_lines or self.step_lines[-1][0] != number:
+            self.step_lines.append((number, segment[: TEXT_LIMIT + 1], step))
+        if self.last_step is None or step > self.last_step:
+            self.last_step = step
+        if self.terminal is None and step == self.expected_steps:
+            self.terminal = LogEvent("terminal_event", number, _text(segment), str(step))
+
+    # ---------------------------------------------------------------- helpers
+
+    def _add(self, kind: str, number: int, segment: str, detail: str = "") -> None:
+        self.events_seen += 1
+        event: LogEvent | None = None
+        if kind not in self.first_of_kind:
+            event = self.first_of_kind[kind] = LogEvent(kind, number, _text(segment), detail)
+        if len(self.head) < self.head_cap:
+            self.head.append(event or LogEvent(kind, number, _text(segment), detail))
+        elif self.tail_cap:
+            self.tail.append(event or LogEvent(kind, number, _text(segment), detail))
+
+    def _kept_events(self) -> list[LogEvent]:
+        """Head and tail, plus the first event of any kind neither holds, within the cap.
+
+        A log with thousands of repeated tracebacks must not hide the one OOM or
+        time-limit line among them: the first event of a missing kind takes the place
+        of the latest head event (else the oldest tail event) of a kind that is kept
+        more than once.
+        """
+        head, tail = list(self.head), list(self.tail)
+        extra: list[LogEvent] = []
+        counts: dict[str, int] = {}
+        for event in (*head, *tail):
+            counts[event.kind] = counts.get(event.kind, 0) + 1
+        for kind, first in self.first_of_kind.items():
+            if kind in counts:
+                continue
+            for events, order in ((head, range(len(head) - 1, -1, -1)), (tail, range(len(tail)))):
+                victim = next((i for i in order if counts[events[i].kind] > 1), None)
+                if victim is not None:
+                    counts[events.pop(victim).kind] -= 1
+                    extra.append(first)
+                    counts[kind] = 1
+                    break
+        return [*head, *extra, *tail]
+
+    def _open(self, key: str, number: int) -> None:
+        open_tracebacks = self.open_tracebacks
+        if key not in open_tracebacks and len(open_tracebacks) >= TRACEBACK_KEYS:
+            del open_tracebacks[min(open_tracebacks, key=open_tracebacks.__getitem__)]
+        open_tracebacks[key] = number
+
+    def _expire_tracebacks(self, number: int) -> None:
+        horizon = number - TRACEBACK_HORIZON
+        stale = [key for key, last in self.open_tracebacks.items() if last < horizon]
+        for key in stale:
+            del self.open_tracebacks[key]
+
+
+def _compile_pattern(pattern: str) -> regex.Pattern[str]:
+    """Compile a protocol terminal pattern, refusing one that cannot work. It is compiled
+    by ``regex`` (Python's syntax, and a time limit on each search: :data:`PATTERN_TIMEOUT`),
+    as the protocol's reader checks it."""
+    import regex  # (only for a protocol that gives a pattern)
+
+    try:
+        compiled = regex.compile(pattern)
+    except (regex.error, RecursionError, OverflowError, ValueError, TypeError) as exc:
+        raise ValueError(
+            f"terminal_event.pattern {pattern!r} is not a valid regular expression: {exc}"
+        ) from exc
+    if "step" not in compiled.groupindex:
+        raise ValueError(
+            f"terminal_event.pattern {pattern!r} has no named group 'step' "
+            "(write it as (?P<step>...))"
+        )
+    return compiled
+
+
+def _strip_prefixes(segment: str) -> tuple[str, str]:
+    """Split ``segment`` into (process key, content): Ray/rank prefixes form the key."""
+    key_parts: list[str] = []
+    position = 0
+    for _ in range(4):  # prefixes nest: compose | vLLM logger, (Ray) [rank0]: ...
+        prefix = _PREFIX.match(segment, position)
+        if prefix is None:
+            break
+        if prefix.group("process") is not None:
+            key_parts.append(prefix.group(0).rstrip())
+        position = prefix.end()
+    return " ".join(key_parts), segment[position:]
+
+
+def _integral(whole: str, fraction: str | None) -> int | None:
+    """``1``, ``1.000`` -> 1; ``1.5`` -> None."""
+    if fraction and fraction.strip("0"):
+        return None
+    return int(whole)
+
+
+def _text(segment: str) -> str:
+    """An event's text: control bytes made visible, clipped."""
+    return clip(_visible(segment[: TEXT_LIMIT + 1]), TEXT_LIMIT)
+
+
+def _nccl_timeout_word(content: str) -> bool:
+    """``ProcessGroupNCCL`` followed later by the word ``Timeout`` (linear, no backtracking)."""
+    start = content.find("ProcessGroupNCCL")
+    return start >= 0 and _TIMEOUT_WORD.search(content, start) is not None
+
+
+def _first(text: str, needles: tuple[str, ...]) -> str | None:
+    """The first of ``needles`` (in their order) that occurs in ``text``."""
+    for needle in needles:
+        if needle in text:
+            return needle
+    return None
+
+
+def _visible(text: str) -> str:
+    """Control characters (NUL, BEL, ...) written as ``\\xNN``, so texts stay printable."""
+    return _CONTROL.sub(lambda found: f"\\x{ord(found.group(0)):02x}", text)
+
+
+def _quote(data: bytes, offset: int) -> str:
+    """A short visible excerpt of ``data`` around byte ``offset`` (for a citation)."""
+    start = max(0, offset - QUOTE_LIMIT // 2)
+    text = data[start : start + QUOTE_LIMIT * 2].decode("utf-8", "replace")
+    text = _visible(_ANSI.sub("", text))
+    return clip(("…" if start else "") + text, QUOTE_LIMIT)
+
+
