@@ -107,7 +107,11 @@ def _files(directory: Path) -> list[str]:
     """Every file under ``directory`` (root-relative to it, sorted); refuses a link or
     anything that is not a regular file (its content could change under the hash)."""
     found: list[str] = []
-    for current, dirs, names in os.walk(directory, followlinks=False):
+
+    def unreadable(error: OSError) -> None:
+        raise SealRefused(f"{error.filename}: cannot list ({error.strerror}); not sealed")
+
+    for current, dirs, names in os.walk(directory, onerror=unreadable, followlinks=False):
         for name in sorted(dirs):
             if os.path.islink(os.path.join(current, name)):
                 raise SealRefused(f"{os.path.join(current, name)}: a link; not sealed")

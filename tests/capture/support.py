@@ -87,7 +87,7 @@ def fakes(tmp_path: Path, *, nvml: bool = False, torch: bool = False) -> dict[st
         (place / "torch" / "__init__.py").write_text('"""Fake torch."""\nfrom . import cuda\n')
         (place / "torch" / "cuda.py").write_text(FAKE_TORCH_CUDA)
     env = clean_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(place), str(REPO)])
+    env["PYTHONPATH"] = os.pathsep.join([str(place), env["PYTHONPATH"]])
     return env
 
 
@@ -96,7 +96,9 @@ def clean_env(**extra: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items()
            if not key.startswith(("SLURM_", "AUDITOR_")) and key not in (FLAG, "RANK",
                                                                           "LOCAL_RANK")}
-    env["PYTHONPATH"] = str(REPO)
+    # the repository first, then what the caller's PYTHONPATH held (an optional torch)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
     env.update(extra)
     return env
 

@@ -17,13 +17,14 @@ from typing import Any
 import pytest
 
 from auditor._cli import main
-from tests.capture.support import COMMIT, EXAMPLE, FLAG, load
+from tests.capture.support import COMMIT, EXAMPLE, FLAG, fakes, load
 
 MODES = [("s161", "completed", "driver", "resolved"), ("s162", "oom", "driver", "failed"),
          ("s163", "coordinated", "controller", "resolved")]
 
 
-def _study(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def _study(root: Path, monkeypatch: pytest.MonkeyPatch, protocol: dict[str, Any] | None = None
+           ) -> Path:
     """Three periods of one configuration, one array element each, sealed; a protocol for a
     CPU-only study; a sacct dump as ``sacct -n -P`` prints these jobs."""
     for key in list(os.environ):
@@ -51,7 +52,7 @@ def _study(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
                     f"{end - start}|billing=2,cpu=2,gres/gpu=2,mem=8G,node=1|vm|None")
     (root / "accounting").mkdir()
     (root / "accounting" / "sacct-raw.psv").write_text("\n".join(rows) + "\n")
-    (root / "protocol.json").write_text(json.dumps({
+    (root / "protocol.json").write_text(json.dumps(protocol or {
         "schema": "run-evidence/protocol/v1", "name": "kit-example", "idle_check": "optional",
         "configurations": [{"workload": "gsm8k", "gpus": 2, "seeds": [161, 162, 163]}]}))
     return root
@@ -76,6 +77,31 @@ def test_seal_audit_verify_round_trip(tmp_path: Path, monkeypatch: pytest.Monkey
     assert summary["gate"]["passed"] is True
     assert main(["verify", str(tmp_path / "out"), "--quiet"]) == 0
     assert main(["gate", str(tmp_path / "out")]) == 0
+
+
+def test_on_a_gpu_node_the_round_trip_audits_clean_today(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """With (fake) torch.cuda and NVML the kit writes contract v1 evidence exactly: measured
+    peaks, one GPU per rank, a passed idle check; the audit resolves the study as it is."""
+    env = fakes(tmp_path, nvml=True, torch=True)
+    monkeypatch.setenv("PYTHONPATH", env["PYTHONPATH"])  # (the ranks import the fakes)
+    monkeypatch.syspath_prepend(str(tmp_path / "fakes"))  # (seal --idle-check, in-process)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setenv("FAKE_NVML", json.dumps([
+        {"uuid": f"GPU-{i}", "name": "NVIDIA A100-SXM4-40GB", "bus": f"00000000:0{i}:00.0",
+         "total_mib": 40960, "used_mib": 0} for i in range(2)]))
+    root = _study(tmp_path / "study", monkeypatch, {
+        "schema": "run-evidence/protocol/v1", "name": "kit-gpu",
+        "configurations": [{"workload": "gsm8k", "gpus": 2, "seeds": [161, 162, 163]}]})
+    device = next((root / "host-m-gsm8k-c2-s161-2gpu" / "attempt-5001" / "device-evidence")
+                  .iterdir())
+    assert load(device)["gpu_source"] == "nvml"
+    summary = _audit(root, tmp_path / "out")
+    verdicts = {(p["pair"].rsplit("-", 1)[1], p["verdict"]) for p in summary["periods"]}
+    assert verdicts == {(seed, verdict) for seed, _, _, verdict in MODES}
+    assert summary["gate"]["passed"] is True, summary["gate"]["reasons"]
+    assert main(["verify", str(tmp_path / "out"), "--quiet"]) == 0
 
 
 def test_a_file_changed_after_sealing_is_caught(tmp_path: Path,

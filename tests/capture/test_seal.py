@@ -198,3 +198,17 @@ def test_idle_check_with_nvml(tmp_path: Path, used: int, processes: int, passed:
     assert (check["passed"], check["gpu_memory_used_mib"], check["gpu_processes"]) == (
         passed, [0, used], processes)
     assert schema_errors("period", record) == []
+
+
+def test_a_link_or_unlistable_folder_in_the_attempt_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    attempt = _run(tmp_path)
+    (attempt / "extra").symlink_to(tmp_path)
+    assert _seal(tmp_path, _rel(tmp_path, attempt), "--commit", COMMIT) == 2
+    assert "a link; not sealed" in capsys.readouterr().err
+    (attempt / "extra").unlink()
+    (attempt / "stray.txt").write_text("kept\n")
+    assert _seal(tmp_path, _rel(tmp_path, attempt), "--commit", COMMIT, *META) == 0
+    record = load(tmp_path / "pairs" / PAIR / "period-1.json")
+    assert {"path": "stray.txt", "kind": "other"}.items() <= next(
+        e for e in record["evidence"] if e["path"] == "stray.txt").items()

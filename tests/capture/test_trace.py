@@ -6,6 +6,7 @@ process where the test needs measured figures.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -165,3 +166,23 @@ def test_a_trace_refuses_to_write_from_a_forked_child(tmp_path: Path) -> None:
         raise SystemExit(os.waitstatus_to_exitcode(status))
         """, clean_env())
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                    reason="torch is not installed (optional: the CPU build is enough)")
+def test_with_the_real_torch_cpu_build(tmp_path: Path) -> None:
+    done = python(f"""
+        import torch
+        from auditor.capture import Trace
+        with Trace({str(tmp_path)!r}, rank=0) as trace:
+            try:
+                with trace.phase("rollout_init"):
+                    raise torch.OutOfMemoryError("CUDA out of memory.")
+            except torch.OutOfMemoryError:
+                pass
+        """, clean_env())
+    assert done.returncode == 0, done.stderr
+    (record,) = lines(next((tmp_path / "allocator-traces").iterdir()))
+    assert record["error_type"] == "torch.OutOfMemoryError"  # (torch.cuda.OutOfMemoryError too)
+    if not record.get("peak_allocated_bytes"):  # a CPU build: not measured
+        assert record["peak_allocated_bytes"] is None
