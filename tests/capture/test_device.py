@@ -37,6 +37,7 @@ def test_without_nvml_or_torch_the_gpu_is_null_and_says_why(tmp_path: Path,
     assert record["hostname"]
 
 
+@pytest.mark.slow
 def test_nvml_describes_the_visible_device_by_uuid_or_index(tmp_path: Path) -> None:
     env = fakes(tmp_path, nvml=True)
     env["FAKE_NVML"] = json.dumps(GPUS)
@@ -65,6 +66,7 @@ def test_nvml_describes_the_visible_device_by_uuid_or_index(tmp_path: Path) -> N
         assert "gpu_unavailable" not in record
 
 
+@pytest.mark.slow
 def test_nvml_present_but_failing_falls_back_and_says_so(tmp_path: Path) -> None:
     env = fakes(tmp_path, nvml=True)
     env["FAKE_NVML_FAIL"] = "1"

@@ -5,7 +5,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from tests.capture.support import REPO, clean_env, python
+
+pytestmark = pytest.mark.slow  # (real child processes, signals)
 
 ALLOWED = {"auditor", "auditor.model", "auditor.reason", "auditor.reason.exits"}
 

@@ -19,6 +19,8 @@ import pytest
 from auditor._cli import main
 from tests.capture.support import COMMIT, EXAMPLE, FLAG, fakes, load
 
+pytestmark = pytest.mark.slow  # (real child processes, signals)
+
 MODES = [("s161", "completed", "driver", "resolved"), ("s162", "oom", "driver", "failed"),
          ("s163", "coordinated", "controller", "resolved")]
 

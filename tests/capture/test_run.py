@@ -30,6 +30,8 @@ from tests.capture.support import (
     wait_for,
 )
 
+pytestmark = pytest.mark.slow  # (real child processes, signals)
+
 
 @pytest.fixture(autouse=True)
 def _no_slurm(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,6 +23,8 @@ from tests.capture.support import (
     schema_errors,
 )
 
+pytestmark = pytest.mark.slow  # (real child processes, signals)
+
 PAIR = "host-m-gsm8k-c2-s1"
 META = ["--workload", "gsm8k", "--seed", "1", "--model", "m", "--study", "kit"]
 

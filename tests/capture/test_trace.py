@@ -82,6 +82,7 @@ def test_rank_comes_from_the_environment(tmp_path: Path, monkeypatch: pytest.Mon
     assert Trace(tmp_path / "b").rank == 5
 
 
+@pytest.mark.slow
 def test_torch_cuda_peaks_are_measured_and_reset_at_each_phase(tmp_path: Path) -> None:
     done = python(f"""
         import torch
@@ -121,6 +122,7 @@ def test_the_background_sampler_takes_samples(tmp_path: Path) -> None:
     assert [r["seq"] for r in records] == list(range(len(records)))
 
 
+@pytest.mark.slow
 def test_a_process_killed_mid_run_leaves_only_whole_lines(tmp_path: Path) -> None:
     code = textwrap.dedent(f"""
         import sys
@@ -150,6 +152,7 @@ def test_a_process_killed_mid_run_leaves_only_whole_lines(tmp_path: Path) -> Non
     assert {bool(r.get("phase")) for r in records} == {True, False}  # both kinds interleaved
 
 
+@pytest.mark.slow
 def test_a_trace_refuses_to_write_from_a_forked_child(tmp_path: Path) -> None:
     done = python(f"""
         import os
@@ -168,6 +171,7 @@ def test_a_trace_refuses_to_write_from_a_forked_child(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                     reason="torch is not installed (optional: the CPU build is enough)")
 def test_with_the_real_torch_cpu_build(tmp_path: Path) -> None:
