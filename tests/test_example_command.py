@@ -87,7 +87,8 @@ def test_an_out_that_is_a_file_or_a_link_is_refused(
 ) -> None:
     (tmp_path / "file").write_text("x")
     assert main(["example", str(tmp_path / "file")]) == 2
-    one_error_line(capsys)
+    assert "over the file" in one_error_line(capsys)
+    assert (tmp_path / "file").read_text() == "x"
     (tmp_path / "dir").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "dir")
     assert main(["example", str(tmp_path / "link")]) == 2

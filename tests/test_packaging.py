@@ -23,6 +23,18 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
             for path in sorted(root.rglob("*")) if path.is_file()}
 
 
+def copy_sources(clone: Path) -> Path:
+    """What a build reads of the working tree (the package and the example study its link
+    names), copied to ``clone``."""
+    clone.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, clone / name)
+    shutil.copytree(REPO / "auditor", clone / "auditor", symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(EXAMPLE, clone / "fixtures" / "example_study", symlinks=True)
+    return clone
+
+
 def import_from(python: str, cwd: Path) -> str:
     """What ``python -c 'import auditor, auditor.model'`` run in ``cwd`` imports."""
     done = subprocess.run(
@@ -47,11 +59,12 @@ def test_a_directory_named_auditor_in_the_working_directory_does_not_shadow_the_
 
 @pytest.mark.slow
 def test_the_wheel_installs_auditor_only_with_the_example_study(tmp_path: Path) -> None:
+    source = copy_sources(tmp_path / "auditor")  # (a build/ left in the clone would leak in)
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(REPO), "-w", str(tmp_path), "--no-deps",
-         "-q"], capture_output=True, text=True, check=False, timeout=600)
+        [sys.executable, "-m", "pip", "wheel", str(source), "-w", str(tmp_path / "wheel"),
+         "--no-deps", "-q"], capture_output=True, text=True, check=False, timeout=600)
     assert done.returncode == 0, done.stderr
-    [wheel] = tmp_path.glob("auditor-*.whl")
+    [wheel] = (tmp_path / "wheel").glob("auditor-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         tops = {name.split("/")[0] for name in names}
@@ -68,13 +81,7 @@ def test_the_wheel_installs_auditor_only_with_the_example_study(tmp_path: Path) 
 
 @pytest.mark.slow
 def test_an_editable_install_imports_from_the_clones_parent_folder(tmp_path: Path) -> None:
-    clone = tmp_path / "auditor"  # a clone named as the package
-    clone.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, clone / name)
-    shutil.copytree(REPO / "auditor", clone / "auditor", symlinks=True,
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(EXAMPLE, clone / "fixtures" / "example_study", symlinks=True)
+    clone = copy_sources(tmp_path / "auditor")  # a clone named as the package
     venv = clone / ".venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = str(venv / "bin" / "python")

@@ -77,7 +77,10 @@ def _check_out(out: Path) -> None:
         if out.is_symlink():
             raise OutputError(f"example: refusing to write through the link {out} (name a "
                               "new or empty directory)")
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if out.exists() and not out.is_dir():
+            raise OutputError(f"example: refusing to write over the file {out} (name a new "
+                              "or empty directory)")
+        if out.exists() and any(out.iterdir()):
             raise OutputError(f"example: refusing to write into non-empty {out} (name a new "
                               "or empty directory)")
     except OSError as error:
