@@ -1,0 +1,53 @@
+"""Fixtures for the real-Slurm tests: one cluster per session, one endings array run on it.
+
+The cluster tests (marked ``slurm`` and ``slow``) run only when ``AUDITOR_SLURM=1`` (``.ci/run``
+sets it); anywhere else, or when this is not root, has no apt-get, or the install fails,
+they skip with one line saying why. A cluster that installed but misbehaves fails them.
+The harness's timings are printed at the end of the run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests.slurm.cluster import Cluster, Unavailable, ensure_installed, skip_reason
+from tests.slurm.endings import EndingsRun, run_endings
+
+TIMINGS: dict[str, float] = {}
+"""Seconds spent installing, starting, running the array and stopping (for the summary)."""
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if TIMINGS:
+        parts = ", ".join(f"{name} {value:.1f} s" for name, value in TIMINGS.items())
+        terminalreporter.write_line(f"real Slurm harness: {parts}")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[Cluster]:
+    """A running single-node cluster (installed first if need be); stopped at the end."""
+    reason = skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    try:
+        TIMINGS["install"] = ensure_installed()
+    except Unavailable as error:
+        pytest.skip(f"Slurm not available: {error}")
+    cluster = Cluster.start()
+    TIMINGS["start"] = cluster.timings["start_s"]
+    try:
+        yield cluster
+    finally:
+        cluster.stop(remove=os.environ.get("AUDITOR_SLURM_KEEP") != "1")
+        TIMINGS["stop"] = cluster.timings["stop_s"]
+
+
+@pytest.fixture(scope="session")
+def endings(slurm_cluster: Cluster) -> EndingsRun:
+    """The endings array run once on the session's cluster, with its dumps."""
+    run = run_endings(slurm_cluster)
+    TIMINGS["array"] = run.seconds
+    return run
