@@ -258,6 +258,12 @@ _RULES: tuple[Rule, ...] = (
          "alone. Said once per state, at its first row.",
          "{path}:{line}: state {state!r} of {job} is not a state Slurm names{more}; what it "
          "means for the element is unknown", W),
+    Rule("AUD125", "sealed-late", "Period sealed long after its attempt ended",
+         "The period record was written by auditor seal more than an hour after its last "
+         "attempt's invocation ended: its manifest proves the evidence has not changed since "
+         "it was sealed, not before (contract v1.1).",
+         "{subject}: sealed {delay} after its last attempt ended ({sealed_by}); the manifest "
+         "proves no change since then, not before", W),
     # ----------------------------------------------------------------- reason
     Rule("AUD201", "terminal-event-missing", "Clean exit without the terminal event",
          "The attempt exited cleanly but its training log lacks the terminal event for the "

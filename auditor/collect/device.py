@@ -54,4 +54,5 @@ def read_device(stream: BinaryIO | HashingReader, path: str) -> DeviceEvidence:
         peak_reserved_mib=as_int(doc.get("peak_reserved_mib")),
         captured_ns=as_int(doc.get("captured_ns")),
         findings=tuple(findings),
+        gpu_unavailable=as_str(doc.get("gpu_unavailable")) if doc.get("gpu") is None else None,
     )

@@ -125,7 +125,18 @@ def read_period(stream: BinaryIO | HashingReader, path: str) -> PeriodRecord:
         idle_check=_idle_check(doc.get("idle_check")),
         digest=digest,
         findings=tuple(findings),
+        sealed_ns=as_int(doc.get("sealed_ns")),
+        sealed_by=_sealed_by(doc.get("sealed_by")),
     )
+
+
+def _sealed_by(value: object) -> str | None:
+    """``tool version`` of ``sealed_by`` (an object, or a string as it is)."""
+    if isinstance(value, str):
+        return value
+    obj = as_obj(value)
+    words = [text for key in ("tool", "version") if (text := as_str(obj.get(key)))]
+    return " ".join(words) or None
 
 
 def _unreadable(path: str, causes: list[Finding]) -> Finding:
@@ -154,6 +165,7 @@ def _attempt(value: object, index: int, pointer: str) -> AttemptSpec:
             if (entry := _evidence(item, f"{pointer}/evidence/{position}")) is not None
         ),
         pointer=pointer,
+        restart_count=as_int(obj.get("restart_count")),
     )
 
 
@@ -193,4 +205,5 @@ def _idle_check(value: object) -> IdleCheck | None:
             item for item in as_list(value.get("gpu_memory_used_mib")) if type(item) is int
         ),
         gpu_processes=as_int(value.get("gpu_processes")),
+        unavailable=as_str(value.get("unavailable")),
     )

@@ -63,6 +63,9 @@ def read_trial(stream: BinaryIO | HashingReader, path: str) -> TrialRecord:
         validation_error=as_str(doc.get("validation_error")),
         peak_mib=as_int(doc.get("peak_mib")),
         findings=tuple(findings),
+        restart_count=as_int(doc.get("restart_count")),
+        array_job_id=as_job_id(doc.get("array_job_id")),
+        array_task_id=as_int(doc.get("array_task_id")),
     )
 
 

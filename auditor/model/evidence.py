@@ -60,6 +60,9 @@ class AttemptSpec:
     evidence: tuple[EvidenceEntry, ...]
     pointer: str
     """JSON pointer of this attempt in the period record (``""`` for single-attempt form)."""
+    restart_count: int | None = None
+    """The attempt's ``SLURM_RESTART_COUNT`` when the record gives it (a requeued job keeps
+    its id: attempts are told apart by it, contract v1.1)."""
 
 
 @fast_pickle
@@ -71,6 +74,8 @@ class IdleCheck:
     checked_ns: int | None
     gpu_memory_used_mib: tuple[int, ...]
     gpu_processes: int | None
+    unavailable: str | None = None
+    """Why no check could be made (``passed`` is then None: unknown, never passed)."""
 
 
 @fast_pickle
@@ -97,6 +102,10 @@ class PeriodRecord:
     idle_check: IdleCheck | None = None
     digest: FileDigest | None = None
     findings: tuple[Finding, ...] = ()
+    sealed_ns: int | None = None
+    """When ``auditor seal`` wrote the record (None: not sealed by it)."""
+    sealed_by: str | None = None
+    """``tool version`` of the sealer."""
 
 
 @fast_pickle
@@ -133,6 +142,10 @@ class TrialRecord:
     validation_error: str | None = None
     peak_mib: int | None = None
     findings: tuple[Finding, ...] = ()
+    restart_count: int | None = None
+    """The job's ``SLURM_RESTART_COUNT`` (0 for its first run; contract v1.1)."""
+    array_job_id: str | None = None
+    array_task_id: int | None = None
 
     def dispatch_value(self, key: str) -> str | None:
         """The dispatched value of ``key``, or None."""
@@ -175,6 +188,8 @@ class DeviceEvidence:
     peak_reserved_mib: int | None = None
     captured_ns: int | None = None
     findings: tuple[Finding, ...] = ()
+    gpu_unavailable: str | None = None
+    """Why no GPU was visible (``gpu`` null in the file: the GPU fields are None)."""
 
 
 @fast_pickle
@@ -299,6 +314,9 @@ class Protocol:
     anchors: tuple[tuple[str, str], ...] = ()
     digest: FileDigest | None = None
     findings: tuple[Finding, ...] = ()
+    idle_check: str = "required"
+    """``required``: a period without a passed idle check is unresolved; ``optional``: a
+    missing or impossible one is said in the report and decides nothing (contract v1.1)."""
 
 
 DEFAULT_PROTOCOL = Protocol(path=None)

@@ -182,6 +182,15 @@ class PeriodEvidence:
         """``pair/period-N``."""
         return f"{self.record.pair}/period-{self.record.period}"
 
+    def seal_delay_ns(self) -> int | None:
+        """How long after its last attempt's invocation ended the period was sealed (None:
+        not sealed by ``auditor seal``, or no end known)."""
+        ends = [a.read.trial.finished_ns for a in self.attempts
+                if a.read.trial is not None and a.read.trial.finished_ns is not None]
+        if self.record.sealed_ns is None or not ends:
+            return None
+        return self.record.sealed_ns - max(ends)
+
 
 @fast_pickle
 @dataclass(frozen=True, slots=True)

@@ -226,12 +226,45 @@ def evidence_shows(period: PeriodEvidence, attempt: AttemptEvidence, protocol: P
         error = f" ({trial.validation_error})" if trial.validation_error else ""
         shown.shows.append(f"The launcher recorded status `{trial.status}`{error}.")
         shown.citations.append(Citation(trial.path, pointer="/status", quote=trial.status))
-    idle = period.record.idle_check
+    _unmeasured(attempt, shown)
+    _idle_shows(period, protocol, shown)
+    return shown
+
+
+def _unmeasured(attempt: AttemptEvidence, shown: Shown) -> None:
+    """Which ranks' memory was not measured (null peaks: unknown, never 0), and why."""
+    devices = sorted((d for d in attempt.read.devices
+                      if d.peak_allocated_mib is None and d.peak_reserved_mib is None
+                      and not d.findings),
+                     key=lambda d: (d.rank is None, d.rank or 0))
+    if not devices:
+        return
+    ranks = ", ".join(str(d.rank) for d in devices)
+    why = sorted({d.gpu_unavailable for d in devices if d.gpu_unavailable})
+    shown.shows.append(
+        f"Memory was not measured for {'rank' if len(devices) == 1 else 'ranks'} {ranks}"
+        + (f" (no GPU was visible: {'; '.join(why)})" if why else "")
+        + ": their peaks are unknown, not zero.")
+    shown.citations.extend(Citation(d.path, pointer="/peak_reserved_mib", quote="null")
+                           for d in devices)
+
+
+def _idle_shows(period: PeriodEvidence, protocol: Protocol, shown: Shown) -> None:
+    """The post-period idle check: passed, or (under an optional policy) not made."""
+    record = period.record
+    idle = record.idle_check
     if idle is not None and idle.passed is True:
         shown.shows.append("The post-period idle check passed.")
-        shown.citations.append(Citation(period.record.path, pointer="/idle_check/passed",
+        shown.citations.append(Citation(record.path, pointer="/idle_check/passed",
                                         quote="true"))
-    return shown
+    elif protocol.idle_check == "optional" and (idle is None or (
+            idle.passed is None and idle.unavailable is not None)):
+        why = f"it could not be made: {idle.unavailable}" if idle is not None \
+            else "none is recorded"
+        shown.shows.append(f"No post-period idle check was made ({why}); the protocol's "
+                           "idle-check policy is optional, so it decides nothing.")
+        shown.citations.append(Citation(record.path, pointer="/idle_check",
+                                        quote=idle.unavailable or "" if idle else ""))
 
 
 def _log_shows(log: TrainingLogScan, steps: int | None, shown: Shown) -> None:

@@ -14,6 +14,7 @@ from auditor.report.tables import sorted_findings
 
 MAX_FINDINGS_LISTED = 200
 MAX_NAMED_PERIODS = 500
+NS = 1_000_000_000
 
 
 def arrays_of(result: AuditResult) -> list[str]:
@@ -182,6 +183,30 @@ def plots_section(outputs: Sequence[tuple[str, str, int]]) -> str:
     return "\n".join(lines)
 
 
+def _sealing(result: AuditResult) -> str:
+    """When each period sealed by ``auditor seal`` was sealed, relative to its last
+    attempt's end: a manifest proves no change since it was sealed, not before."""
+    delays = [(p.subject, delay) for p in result.collected.periods
+              if (delay := p.seal_delay_ns()) is not None]
+    unsealed = sum(1 for p in result.collected.periods if p.record.sealed_ns is None)
+    if not delays:
+        return ""
+    late = [(subject, delay) for subject, delay in delays if delay > 3600 * NS]
+    sealers = sorted({p.record.sealed_by for p in result.collected.periods
+                      if p.record.sealed_by})
+    seconds = sorted(delay / NS for _, delay in delays)
+    text = (f"Sealing: {counted(len(delays), 'period record')} sealed by "
+            f"{', '.join(code_span(s) for s in sealers) or 'auditor seal'}, "
+            f"{seconds[0]:.0f} to {seconds[-1]:,.0f} s after the attempt's end")
+    if unsealed:
+        text += f"; {number(unsealed)} not sealed by it"
+    if late:
+        text += (f"; {number(len(late))} more than an hour after (`AUD125`: the manifest "
+                 "proves no change since then, not before): "
+                 + ", ".join(code_span(subject) for subject, _ in late[:MAX_NAMED_PERIODS]))
+    return text + "."
+
+
 def provenance_section(result: AuditResult, outputs: Sequence[tuple[str, str, int]]) -> str:
     collected = result.collected
     lines = ["## Provenance", ""]
@@ -215,6 +240,9 @@ def provenance_section(result: AuditResult, outputs: Sequence[tuple[str, str, in
                   "DIFFERS from `execution_commits.json` for some pairs (see findings)")
         lines.append("Commit(s) recorded by the period records: "
                      + ", ".join(code_span(c) for c in commits) + f"; {pinned}.")
+    sealing = _sealing(result)
+    if sealing:
+        lines += ["", sealing]
     anchors = result.anchor_status()
     if anchors:
         lines += ["", "Anchors:", ""]

@@ -82,9 +82,18 @@ def _period_checks(period: PeriodEvidence, collected: Collected) -> Iterator[Fin
         return
     subject = period.subject
     idle = record.idle_check
+    optional = collected.protocol.idle_check == "optional"
     if idle is None:
-        yield finding("AUD118", subject, [Citation(record.path, pointer="/idle_check")],
-                      detail="no post-period idle check recorded")
+        if not optional:  # (under an optional policy the report says it, and nothing more)
+            yield finding("AUD118", subject, [Citation(record.path, pointer="/idle_check")],
+                          detail="no post-period idle check recorded")
+    elif idle.passed is None and idle.unavailable is not None:
+        if not optional:
+            yield finding("AUD118", subject,
+                          [Citation(record.path, pointer="/idle_check/unavailable",
+                                    quote=idle.unavailable)],
+                          detail=f"no idle check could be made ({idle.unavailable}); the "
+                                 "protocol requires one (idle_check: required)")
     elif idle.passed is not True:
         used = ", ".join(str(v) for v in idle.gpu_memory_used_mib) or "?"
         yield finding(
@@ -93,6 +102,7 @@ def _period_checks(period: PeriodEvidence, collected: Collected) -> Iterator[Fin
             detail=f"idle check passed={idle.passed} (GPU memory used MiB: {used}; "
                    f"processes: {idle.gpu_processes})",
         )
+    yield from _sealed_late(period)
     for attempt in period.attempts:
         trial = attempt.read.trial
         if trial is None:
@@ -109,6 +119,27 @@ def _period_checks(period: PeriodEvidence, collected: Collected) -> Iterator[Fin
                                                  quote=str(trial_value))],
                     field=field_name, trial_value=trial_value, period_value=period_value,
                 )
+
+
+SEALED_LATE_NS = 3600 * NS
+"""A period sealed later than this after its last attempt ended is said to be (``AUD125``)."""
+
+
+def _sealed_late(period: PeriodEvidence) -> Iterator[Finding]:
+    delay = period.seal_delay_ns()
+    if delay is None or delay <= SEALED_LATE_NS:
+        return
+    record = period.record
+    yield finding("AUD125", period.subject,
+                  [Citation(record.path, pointer="/sealed_ns", quote=str(record.sealed_ns))],
+                  delay=_duration(delay), sealed_by=record.sealed_by or "unknown sealer")
+
+
+def _duration(ns: int) -> str:
+    seconds = ns // NS
+    if seconds < 3600 * 48:
+        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    return f"{seconds // 86400} days"
 
 
 def _identity(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[Finding]:
