@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -81,6 +83,15 @@ def test_seal_audit_verify_round_trip(tmp_path: Path, monkeypatch: pytest.Monkey
     assert main(["gate", str(tmp_path / "out")]) == 0
 
 
+@pytest.fixture
+def _forget_fake_nvml() -> Iterator[None]:
+    """The fake ``pynvml`` imported in this process is forgotten after the test (a later test
+    in the same worker must not find NVML)."""
+    yield
+    sys.modules.pop("pynvml", None)
+
+
+@pytest.mark.usefixtures("_forget_fake_nvml")
 def test_on_a_gpu_node_the_round_trip_audits_clean_today(tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch
                                                          ) -> None:
