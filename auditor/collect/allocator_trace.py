@@ -52,10 +52,7 @@ import orjson
 from auditor import catalogue
 from auditor._io import CHUNK_SIZE, HashingReader, Line, clip, iter_blocks
 from auditor.collect.allocator_fold import FAST_BATCH, Folded, fold
-from auditor.collect.allocator_record import count as _count
-from auditor.collect.allocator_record import phase_ok as _phase_ok
-from auditor.collect.allocator_record import repeats_a_key as _repeats_a_key
-from auditor.collect.allocator_record import sample_ok as _sample_ok
+from auditor.collect.allocator_record import count, phase_ok, repeats_a_key, sample_ok
 from auditor.model import AllocatorTrace, Citation, Finding, PhaseRecord
 from auditor.schema import json_type, validate_record
 
@@ -352,7 +349,7 @@ def _phase_record(scan: _Scan, record: dict[str, Any], line: int) -> PhaseRecord
         scan.see_pid(pid, line)
     if type(rank) is int:
         scan.see_rank(rank, line)
-    started, finished = _count(get("started_ns")), _count(get("finished_ns"))
+    started, finished = count(get("started_ns")), count(get("finished_ns"))
     scan.see_ns(started, finished)
     role, message = get("role"), get("error_message")
     peak_allocated, peak_reserved = get("peak_allocated_bytes"), get("peak_reserved_bytes")
@@ -360,17 +357,17 @@ def _phase_record(scan: _Scan, record: dict[str, Any], line: int) -> PhaseRecord
         path=scan.path,
         line=line,
         pid=pid if type(pid) is int and pid >= 1 else None,
-        rank=_count(rank),
+        rank=count(rank),
         role=_shared(role) if type(role) is str else None,
-        seq=_count(get("seq")),
+        seq=count(get("seq")),
         phase=_shared(record["phase"]),
-        step=_count(get("step")),
+        step=count(get("step")),
         started_ns=started,
         finished_ns=finished,
         error_type=_shared(record["error_type"]),
         error_message=message if type(message) is str else "",
-        peak_allocated_bytes=_count(peak_allocated),
-        peak_reserved_bytes=_count(peak_reserved),
+        peak_allocated_bytes=count(peak_allocated),
+        peak_reserved_bytes=count(peak_reserved),
     )
 
 
@@ -408,11 +405,11 @@ def _take(scan: _Scan, record: object, line: int, raw: bytes) -> bool:
             )
         scan.last_seq = seq
     if "phase" in record:
-        if _repeats_a_key(raw, record):  # (orjson keeps the last value: of an
+        if repeats_a_key(raw, record):  # (orjson keeps the last value: of an
             # error_type, say, written twice; which one the writer meant is unknown)
             scan.add(_not_object(path, line, raw, "a key appears twice in the phase record"))
             return False
-        if not _phase_ok(record):
+        if not phase_ok(record):
             _explain(scan, record, line, "phase")
         started, finished = record.get("started_ns"), record.get("finished_ns")
         if type(started) is int and type(finished) is int and started > finished:
@@ -427,7 +424,7 @@ def _take(scan: _Scan, record: object, line: int, raw: bytes) -> bool:
         if type(rank := record.get("rank")) is int:
             scan.see_rank(rank, line)
         return False
-    if _sample_ok(record):
+    if sample_ok(record):
         sample_ns = record["sample_ns"]
         scan.fold_samples(
             record["allocated_bytes"], record["reserved_bytes"], sample_ns, sample_ns, 1

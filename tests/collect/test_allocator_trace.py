@@ -22,13 +22,8 @@ from hypothesis import strategies as st
 
 from auditor._io import CHUNK_SIZE, HashingReader
 from auditor.collect import allocator_fold, allocator_record, allocator_trace
-from auditor.collect.allocator_trace import (
-    FAST_BATCH,
-    FINDINGS_CAP,
-    _phase_ok,
-    _sample_ok,
-    read_allocator_trace,
-)
+from auditor.collect.allocator_record import phase_ok, sample_ok
+from auditor.collect.allocator_trace import FAST_BATCH, FINDINGS_CAP, read_allocator_trace
 from auditor.model import AllocatorTrace, PhaseRecord
 from auditor.schema import validator
 from tests.test_schemas import PHASE, SAMPLE
@@ -388,7 +383,7 @@ def test_fast_checks_agree_with_the_schema(form: str) -> None:
     check = validator("allocator-record")
     for record in _mutations(base):
         expected = check.is_valid(record)
-        actual = _phase_ok(record) if "phase" in record else _sample_ok(record)
+        actual = phase_ok(record) if "phase" in record else sample_ok(record)
         assert actual == expected, record
 
 
@@ -554,6 +549,23 @@ def test_sample_path_refuses_digits_out_of_their_places(form: str) -> None:
     for variant in sorted(variants):
         lines = [*good[:6], variant, *good[7:]]
         read(b"\n".join(lines) + b"\n")
+
+
+def test_fold_is_the_seam_and_its_two_ways_agree() -> None:
+    """``fold`` looks only: it gives what a text adds (the same by its sample and record
+    ways), or None, whatever the trace so far, for the record-by-record way to take."""
+    text = b"".join(line(sample(seq, pid=7 + (seq > 4))) for seq in range(10))
+    folded = allocator_fold.fold(text)
+    lines = text.split(b"\n")[:-1]
+    by_records = allocator_fold._fold_records(lines, -1, allocator_fold._hints(text))
+    assert folded is not None and folded == by_records
+    assert (folded.lines, folded.samples, folded.last_seq) == (10, 10, 9)
+    assert list(folded.steps) == [(0, 7), (5, 8)]
+    assert allocator_fold.fold(text, after=0) is None  # the first seq must rise above
+    assert allocator_fold.fold(text + b"oops\n") is None
+    mixed = line(phase(10)) + line(sample(11))
+    folded = allocator_fold.fold(mixed, after=9)
+    assert folded is not None and folded.samples == 1 and folded.steps[0][0] == 0
 
 
 def test_sample_path_takes_whole_batches_of_samples_around_phase_records(
