@@ -98,7 +98,8 @@ def _started(root: Path, job: str) -> bool:
         any(r.get("phase") == "rollout_init" for r in lines(t)) for t in traces.iterdir())
 
 
-@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGUSR1, 138)])
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGUSR1, 138),
+                                                (signal.SIGINT, 130)])
 def test_the_wrapper_signalled_records_it_and_never_succeeds(tmp_path: Path, signum: int,
                                                              status: int) -> None:
     env = clean_env(**{FLAG: "1"})
@@ -123,6 +124,8 @@ def test_the_wrapper_signalled_records_it_and_never_succeeds(tmp_path: Path, sig
     # the ranks got the signal too (one group): their traces end with whole lines
     for trace in (attempt_of(tmp_path, "5005") / "allocator-traces").iterdir():
         assert trace.read_bytes().endswith(b"\n")
+        if signum == signal.SIGINT:  # KeyboardInterrupt in the hanging phase: its record
+            assert lines(trace)[-1]["error_type"] == "KeyboardInterrupt"
 
 
 def test_a_signalled_wrapper_whose_command_exits_0_still_fails(tmp_path: Path) -> None:
