@@ -16,7 +16,7 @@ from auditor._cli import main
 from auditor.report.mdformat import code_block, code_span, md_escape
 from tests.helpers import EXAMPLE, audit, copy_example, find, outcome_study, rewrite
 
-GOLDEN = Path(__file__).parent / "golden" / "example_diagnostic.md"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "example_diagnostic.md"
 HOSTILE = ("torch.OutOfMemoryError: <img src=x> [click](http://evil.example) "
            "![x](http://evil.example/p.png) ``` # Heading \x1b[31mred\x1b[0m | col | <!-- -->")
 

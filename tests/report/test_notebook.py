@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "explore_audit.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "explore_audit.ipynb"
 
 
 def test_notebook_executes() -> None:
