@@ -347,6 +347,7 @@ def _audit_example_customised(tmp_path: Path) -> subprocess.CompletedProcess[str
                           timeout=120, env={**os.environ, "PYTHONPATH": path})
 
 
+@pytest.mark.slow
 def test_ctrl_c_pressed_again_while_the_command_exits_changes_nothing(tmp_path: Path) -> None:
     """Impatient users press Ctrl-C again: one that lands while the interpreter shuts down
     (joining a helper's thread) printed a traceback and killed the process by the signal.
@@ -367,6 +368,7 @@ def test_ctrl_c_pressed_again_while_the_command_exits_changes_nothing(tmp_path: 
     assert done.stderr == "auditor: interrupted; no output was left half-written\n"
 
 
+@pytest.mark.slow
 def test_ctrl_c_after_a_finished_audit_changes_nothing(tmp_path: Path) -> None:
     """A Ctrl-C that lands as a finished command shuts down (joining a helper's thread)
     neither prints a traceback nor turns its exit code into death by the signal."""
@@ -387,6 +389,7 @@ def test_ctrl_c_after_a_finished_audit_changes_nothing(tmp_path: Path) -> None:
     assert (done.returncode, done.stderr) == (0, "")
 
 
+@pytest.mark.slow
 def test_interrupted_under_python_m_exits_130(tmp_path: Path) -> None:
     """An interrupt that left an exec() of a string (a schema compiler's, a dataclass's)
     made ``python -m auditor`` kill itself with SIGINT after printing its one line."""
@@ -400,6 +403,7 @@ def test_interrupted_under_python_m_exits_130(tmp_path: Path) -> None:
     assert done.stderr.count("\n") == 1 and "interrupted" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_signal_never_cuts_a_commands_imports_short() -> None:
     """A compiled extension interrupted while it initialises can crash the process (orjson
     does): a Ctrl-C during a command's imports takes effect once they are all in."""
@@ -421,6 +425,7 @@ print(code, all(name in sys.modules for name in PRELOAD["audit"]))
     assert done.stderr.count("\n") == 1 and "interrupted" in done.stderr
 
 
+@pytest.mark.slow
 def test_module_entry_point(tmp_path: Path) -> None:
     import subprocess
     import sys
@@ -489,6 +494,7 @@ def test_unwritable_output_location_is_one_line(tmp_path: Path,
     _one_line_error(capsys, "is not a directory")
 
 
+@pytest.mark.slow
 def test_the_command_imports_neither_pandas_nor_jsonschema_yet_writes_every_table(
         tmp_path: Path) -> None:
     """pyarrow would import pandas (0.3-0.5 s) on its first array; the console entry
@@ -521,6 +527,7 @@ def test_the_command_imports_neither_pandas_nor_jsonschema_yet_writes_every_tabl
     assert len(pd.read_parquet(out / "phases.parquet")) > 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
 def test_default_workers_are_the_cpus_the_process_may_use(tmp_path: Path) -> None:
     """Inside a SLURM job (a cgroup cpuset), under taskset or in a pinned container, the

@@ -154,6 +154,7 @@ def test_plots_are_written_and_linked(example_out: Path) -> None:
         assert f"]({name})" in text
 
 
+@pytest.mark.slow
 def test_plots_are_drawn_in_a_helper_beside_the_audit(example_out: Path) -> None:
     """The command draws its plots in a helper process started before the audit (it
     imports matplotlib meanwhile), never in its own; the plots are those drawn here."""
@@ -175,6 +176,7 @@ def test_plots_are_drawn_in_a_helper_beside_the_audit(example_out: Path) -> None
         assert (out / name).read_bytes() == png == (example_out / name).read_bytes()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lost", ["no helper", "helper died", "helper killed"])
 def test_plots_are_drawn_here_when_the_helper_is_lost(tmp_path: Path, lost: str) -> None:
     """A plot helper that could not start, or died, changes nothing in the outputs."""

@@ -16,6 +16,8 @@ import pytest
 from auditor._cli import main
 from fixtures.generate import scale_spec, write_study
 
+pytestmark = pytest.mark.slow  # (audits in helper processes, killed by signals)
+
 
 @pytest.fixture(scope="module")
 def slow_study(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # (ruff and mypy over the tree)
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # (a Jupyter kernel runs the notebook)
+
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "explore_audit.ipynb"
 
 

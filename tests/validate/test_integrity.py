@@ -459,6 +459,7 @@ def test_verify_never_reads_outside_the_output_directory(
     assert not [p for p in opened if p.endswith("secret.txt")]
 
 
+@pytest.mark.slow  # (a process is started, to have a pid that is dead)
 def test_stale_staging_of_a_killed_audit_is_removed(tmp_path: Path) -> None:
     import subprocess
     import sys
