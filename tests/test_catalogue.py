@@ -1,0 +1,147 @@
+"""The rule catalogue as data: unique ids, consistent policy (``blocks``, ``gate``,
+``family``), and findings that carry the values their message was rendered from."""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import replace
+
+import pytest
+
+from auditor import catalogue
+from auditor.catalogue import BY_SYMBOL, RULES, GatePolicy, describe, finding, in_family
+from auditor.model import Citation, Reason, Severity
+
+FAMILIES = ("identity", "job_ids", "timeline")
+ALL = catalogue._RULES  # (the tuple the dicts are built from: a duplicate id would vanish)
+
+
+def test_every_rule_id_and_symbol_is_unique_and_well_formed() -> None:
+    ids = [rule.rule_id for rule in ALL]
+    symbols = [rule.symbol for rule in ALL]
+    assert len(set(ids)) == len(ids) == len(RULES)
+    assert len(set(symbols)) == len(symbols) == len(BY_SYMBOL)
+    assert all(re.fullmatch(r"AUD[0-2]\d\d", rule_id) for rule_id in ids)
+    assert all(re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", symbol) for symbol in symbols)
+
+
+def test_the_stage_is_the_ids_hundreds() -> None:
+    assert {RULES["AUD001"].stage, RULES["AUD123"].stage, RULES["AUD217"].stage} == {
+        "collect", "validate", "reason"}
+    for rule in ALL:
+        assert rule.stage == ("collect", "validate", "reason")[int(rule.rule_id[3])]
+
+
+def test_the_policy_fields_have_their_types() -> None:
+    for rule in ALL:
+        assert rule.blocks is None or isinstance(rule.blocks, Reason), rule.rule_id
+        assert rule.gate is None or isinstance(rule.gate, GatePolicy), rule.rule_id
+        assert rule.family is None or rule.family in FAMILIES, rule.rule_id
+        assert isinstance(rule.severity, Severity)
+
+
+def test_only_errors_block_or_gate() -> None:
+    """A warning or an info finding never blocks a verdict nor fails the gate by itself."""
+    for rule in ALL:
+        if rule.blocks is not None or rule.gate is not None:
+            assert rule.severity is Severity.ERROR, rule.rule_id
+
+
+def test_every_gate_policy_renders_and_integrity_comes_first() -> None:
+    """Each text fills from ``subject`` and ``message`` alone; every integrity policy's
+    order is below every other's (the gate lists them before the configurations')."""
+    policies = [rule.gate for rule in ALL if rule.gate is not None] + [catalogue.FROZEN_GATE]
+    for policy in policies:
+        fields = {name for _, name, _, _ in string.Formatter().parse(policy.text) if name}
+        assert fields <= {"subject", "message"}, policy
+        assert policy.text.format(subject="S", message="M")
+    integrity = [p.order for p in policies if p.integrity]
+    others = [p.order for p in policies if not p.integrity]
+    assert integrity and others and max(integrity) < min(others)
+
+
+def test_each_family_is_counted_by_its_rules() -> None:
+    assert {rule.family for rule in ALL} - {None} == set(FAMILIES)
+    assert in_family("identity") == ("AUD110", "AUD113", "AUD114")
+    assert in_family("job_ids") == ("AUD111", "AUD119")
+    assert in_family("timeline") == ("AUD115", "AUD116", "AUD117")
+    assert in_family("nothing") == ()
+
+
+def test_every_validation_error_blocks_or_gates() -> None:
+    """An ``AUD1xx`` error changes a verdict or the gate; the one exception is
+    ``AUD122`` (a ``--source`` file that cannot be read: provenance, not evidence)."""
+    inert = sorted(rule.rule_id for rule in ALL
+                   if rule.stage == "validate" and rule.severity is Severity.ERROR
+                   and rule.blocks is None and rule.gate is None)
+    assert inert == ["AUD122"]
+
+
+def test_every_verdict_reason_but_the_engines_own_is_some_rules() -> None:
+    """The reasons no rule blocks with are the ones the engine decides itself."""
+    blocked = {rule.blocks for rule in ALL if rule.blocks is not None}
+    assert set(Reason) - blocked == {Reason.COMPLETED, Reason.ELIGIBLE_FAILURE,
+                                     Reason.KILLED, Reason.PERIOD_RECORD_UNREADABLE}
+
+
+def test_a_cross_check_in_a_family_blocks() -> None:
+    """A family rule that is an error blocks its period (else the report would count a
+    disagreement the verdict ignores)."""
+    for rule in ALL:
+        if rule.family is not None and rule.severity is Severity.ERROR:
+            assert rule.blocks is not None, rule.rule_id
+
+
+def test_every_template_field_is_a_plain_name() -> None:
+    """``str.format`` fields only (no attribute or index access: never evaluated code)."""
+    for rule in ALL:
+        for _, name, _, _ in string.Formatter().parse(rule.template):
+            if name is not None:
+                assert re.fullmatch(r"[a-z_]+", name), (rule.rule_id, name)
+
+
+# ------------------------------------------------------------- findings and values
+
+
+def test_a_finding_carries_the_values_it_was_rendered_from() -> None:
+    item = finding("AUD007", "t.log", [Citation("a/t.log", line=7)], length=900, limit=64)
+    assert item.message == "a/t.log:7: line of 900 bytes clipped to 64"
+    assert item.values == (("path", "a/t.log"), ("line", 7), ("length", 900), ("limit", 64))
+    assert (item.value("length"), item.value("path"), item.value("line")) == (900, "a/t.log", 7)
+    assert item.value("subject") is None  # (a field of the finding's own, not a value)
+    assert item.value("absent") is None and item.value("absent", 3) == 3
+    assert (item.rule_id, item.symbol, item.severity) == ("AUD007", "line-clipped",
+                                                          Severity.WARNING)
+
+
+def test_a_value_given_overrides_the_citations() -> None:
+    item = finding("AUD001", "x", [Citation("cited.json")], path="given.json", error="e")
+    assert item.message == "given.json: not valid JSON: e"
+    assert item.value("path") == "given.json"
+
+
+def test_a_missing_value_renders_as_a_question_mark() -> None:
+    item = finding("AUD102", "f", [Citation("f")])
+    assert item.message == "f: ? differs from ? (expected ?, found ?)"
+
+
+def test_an_unknown_rule_is_refused() -> None:
+    with pytest.raises(KeyError):
+        finding("AUD999", "x")
+
+
+def test_describe_drops_the_leading_path_or_subject() -> None:
+    assert describe(finding("AUD001", "p.json", [Citation("p.json")], error="bad")) == \
+        "not valid JSON: bad"
+    assert describe(finding("AUD201", "pair/period-1", detail="no terminal line")) == \
+        "no terminal line"
+    assert describe(finding("AUD120", "study", name="m", detail="differs")) == \
+        "anchor m: differs"  # (no leading path: the message whole)
+
+
+def test_describe_renders_from_the_values_not_the_message() -> None:
+    """A message is never parsed back: change it, and describe still says the values."""
+    item = finding("AUD014", "protocol.json", [Citation("protocol.json")], error="a: b: c")
+    assert describe(replace(item, message="something else entirely")) == "a: b: c"
+    assert describe(replace(item, values=(("error", "other"),))) == "other"
