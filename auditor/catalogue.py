@@ -264,6 +264,16 @@ _RULES: tuple[Rule, ...] = (
          "it was sealed, not before (contract v1.1).",
          "{subject}: sealed {delay} after its last attempt ended ({sealed_by}); the manifest "
          "proves no change since then, not before", W),
+    Rule("AUD126", "sacct-element-absent", "Array element the dump does not show",
+         "A period record names an array element (array_job_id and array_task_id) of which "
+         "the scheduler's dump has no row, nor a pending range holding it: either it ended "
+         "moments before the dump was captured and was not yet accounted (capture again), or "
+         "it was cancelled while still pending (such an element never gets a row). Its final "
+         "state is unknown: the gate fails unless waived (contract v1.1).",
+         "{subject}: named by {records} but absent from the scheduler dump: not yet accounted "
+         "when it was captured (capture again), or cancelled while pending (never a row); "
+         "its final state is unknown", E,
+         gate=GatePolicy(1, True, "scheduler dump incomplete: {message}")),
     # ----------------------------------------------------------------- reason
     Rule("AUD201", "terminal-event-missing", "Clean exit without the terminal event",
          "The attempt exited cleanly but its training log lacks the terminal event for the "

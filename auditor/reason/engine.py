@@ -44,6 +44,7 @@ from auditor.model import (
 )
 from auditor.reason.accounting import accounting
 from auditor.reason.configurations import configurations
+from auditor.reason.exits import EXIT_KINDS
 from auditor.reason.facts import period_facts
 from auditor.reason.gate import apply_waivers, decide_gate, gate_reasons
 from auditor.reason.verdict import UNFINISHED_STATES, Context, Judgement, judge_attempt
@@ -87,7 +88,8 @@ def reason(collected: Collected, validation: list[Finding], options: AuditOption
         facts.append(period_facts(period, protocol, period_outcomes))
         counted = next((o for o in period_outcomes if o.counted), None)
         trial = _counted_trial(period, counted)
-        if trial is not None and trial.status is not None:
+        if trial is not None and trial.status is not None \
+                and trial.status.lower() not in EXIT_KINDS:  # (how it exited: no verdict)
             said = LAUNCHER_STATUS.get(trial.status.lower(), VerdictKind.UNRESOLVED)
             if said != verdict.verdict:
                 error = f" ({trial.validation_error})" if trial.validation_error else ""

@@ -69,6 +69,13 @@ class ExitClass:
     citations: tuple[Citation, ...]
 
 
+EXIT_KINDS = frozenset({"signalled", "sigkill", "sigterm", "killed", "failure",
+                        "process_failure", "unknown"})
+"""The :attr:`ExitClass.kind` words of an unclean exit. ``auditor run`` records one as the
+trial's ``status`` (it cannot know whether a failure is eligible): a status that says only
+how the attempt exited, not a verdict the audit could disagree with."""
+
+
 def classify_exit(trial: TrialRecord, flag_name: str) -> ExitClass:
     """Classify the attempt's exit from its trial record (see module docstring)."""
     path = trial.path

@@ -89,6 +89,8 @@ class Shown:
     element: SacctJob | None
     is_last: bool
     """Whether this is the attempt launched last in its job (sacct's state is its)."""
+    sacct_path: str = ""
+    """How the scheduler's dump is cited (``""`` without one)."""
     shows: list[str] = field(default_factory=list)
     citations: list[Citation] = field(default_factory=list)
 
@@ -114,6 +116,7 @@ def judge_attempt(period: PeriodEvidence, attempt: AttemptEvidence,
     is_last = context.last_attempt_of_job.get(job_id or "") \
         == f"{period.subject}#{attempt.spec.index}"
     shown = evidence_shows(period, attempt, context.protocol, element, is_last)
+    shown.sacct_path = context.collected.sacct.path if context.collected.sacct else ""
     return decide(period, blockers, shown, context)
 
 
@@ -400,8 +403,7 @@ def _unclean(subject: str, shown: Shown, infra: Finding | None) -> Judgement:
     exit_class, trial = shown.exit_class, shown.trial
     assert exit_class is not None and trial is not None
     if exit_class.kind == "signalled":
-        rule = "AUD207" if "USR1" in (trial.received_signal or "").upper() else "AUD206"
-        item = finding(rule, subject, list(exit_class.citations), detail=exit_class.detail)
+        item = _signalled(subject, shown)
         return _judgement("unresolved", _blocks(item), [item], shown, [
             "A signalled attempt says nothing about whether the configuration fits; it is "
             "neither a completion nor an eligible failure."])
@@ -423,6 +425,26 @@ def _unclean(subject: str, shown: Shown, infra: Finding | None) -> Judgement:
                       "rules excuse) resolves a period, so it stays unresolved.")
     word = Reason.KILLED if exit_class.kind in KILLED_KINDS else _blocks(item)
     return _judgement("unresolved", word, [item], shown, limits)
+
+
+def _signalled(subject: str, shown: Shown) -> Finding:
+    """Why the batch script was signalled: the pre-timeout SIGUSR1 and a SIGTERM the
+    scheduler's TIMEOUT explains are the time limit (``AUD207``), any other a cancellation
+    (``AUD206``). A wall-clock SIGTERM shows in sacct as TIMEOUT: a launcher that traps it
+    (as real ones do) records it as a received signal, like a scancel's."""
+    exit_class, trial, element = shown.exit_class, shown.trial, shown.element
+    assert exit_class is not None and trial is not None
+    signal_name = (trial.received_signal or "").upper()
+    if "USR1" in signal_name:
+        return finding("AUD207", subject, list(exit_class.citations), detail=exit_class.detail)
+    if element is not None and shown.is_last and element.state == "TIMEOUT":
+        return finding(
+            "AUD207", subject,
+            [Citation(shown.sacct_path, line=element.line, quote=element.state_raw),
+             *exit_class.citations],
+            detail=f"{exit_class.detail}; sacct reports {element.state_raw} for job "
+                   f"{element.job_id}: the signal was the time limit's")
+    return finding("AUD206", subject, list(exit_class.citations), detail=exit_class.detail)
 
 
 def _eligible(subject: str, shown: Shown) -> Judgement:

@@ -44,6 +44,7 @@ def validate(collected: Collected, options: AuditOptions) -> list[Finding]:
             findings.extend(_job_ids(period, attempt, collected.sacct))
             findings.extend(_timeline(attempt, collected.sacct))
     findings.extend(_scheduler_states(collected.sacct))
+    findings.extend(_absent_elements(collected))
     findings.extend(_commits(collected))
     findings.extend(_anchors(collected, options))
     return findings
@@ -355,6 +356,33 @@ def _timeline(attempt: AttemptEvidence, sacct: SacctDump | None) -> Iterator[Fin
 
 
 # ------------------------------------------------------------------ provenance
+
+
+def _absent_elements(collected: Collected) -> Iterator[Finding]:
+    """An ``AUD126`` for each array element the period records name that the scheduler's
+    dump shows neither as a row of its own nor inside a pending range (nor by the job id an
+    attempt ran as)."""
+    sacct = collected.sacct
+    if sacct is None or not collected.scheduler_usable():
+        return
+    shown = {(job.array_job_id, job.array_task_id) for job in sacct.jobs
+             if job.array_task_id is not None}
+    named: dict[tuple[str, int], list[PeriodEvidence]] = defaultdict(list)
+    for period in collected.periods:
+        record = period.record
+        if record.array_job_id and record.array_task_id is not None:
+            named[(record.array_job_id, record.array_task_id)].append(period)
+    for (array, task), periods in sorted(named.items()):
+        if (array, task) in shown or any(job.array_job_id == array and job.covers(task)
+                                         for job in sacct.jobs):
+            continue
+        if any(element_for(sacct, attempt.spec.job_id) is not None
+               for period in periods for attempt in period.attempts):
+            continue  # (known by its job id: AUD111 says where the two disagree)
+        yield finding("AUD126", f"{array}_{task}",
+                      [Citation(sacct.path), *(Citation(p.record.path, pointer="/array_task_id",
+                                                        quote=str(task)) for p in periods)],
+                      records=", ".join(p.record.path for p in periods))
 
 
 def _scheduler_states(sacct: SacctDump | None) -> Iterator[Finding]:
