@@ -131,6 +131,9 @@ def decide_gate(configurations: list[ConfigurationResult], reasons: list[GateRea
         failing = [r.text for r in active]
         if not configurations:
             failing.append("no configuration found")
+        elif not included:  # (never laxer than --allow-partial: waivers lift reasons, but a
+            # configuration with missing seeds is never included)
+            failing.append("no configuration resolved")
     resolved = {config.key for config in configurations if config.status == "resolved"}
     return GateResult(allow_partial, not failing, tuple(included), tuple(failing), tuple(waived),
                       tuple(key for key in included if key not in resolved))
