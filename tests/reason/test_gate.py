@@ -4,8 +4,6 @@ in both modes."""
 
 from __future__ import annotations
 
-import pytest
-
 from auditor.catalogue import RULES, finding
 from auditor.model import (
     Citation,
