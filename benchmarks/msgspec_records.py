@@ -4,7 +4,8 @@ Issue 17 asks whether msgspec (``Struct`` types with constraints, decoded with
 ``msgspec.json.Decoder(...).decode_lines``) should be the one declared shape of an
 allocator record, in place of the hand-written checks and the fast path's written
 forms. This script times, on the traces of a study (``python -m fixtures.generate scale
-OUT ...`` makes large ones), interleaved, best of ``--repeat``:
+OUT ...`` makes large ones), interleaved, best of ``--repeat``, in CPU seconds of this
+process (on a shared machine the others' load then counts less):
 
 - ``today``: :func:`auditor.collect.allocator_trace.read_allocator_trace` (the fast path);
 - ``msgspec``: the same reader with msgspec behind its fast-path seam
@@ -113,9 +114,9 @@ def main() -> None:
     results: dict[str, list[object]] = {}
     for _ in range(args.repeat):
         for name, reader in readers.items():
-            start = time.perf_counter()
+            start = time.process_time()
             results[name] = [reader(path) for path in traces]
-            best[name] = min(best[name], time.perf_counter() - start)
+            best[name] = min(best[name], time.process_time() - start)
     if results["today"] != results["msgspec"]:
         raise SystemExit("the readers disagree")
     print(f"{len(traces)} traces, {size / 1e6:.0f} MB, best of {args.repeat}:")
