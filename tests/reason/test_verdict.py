@@ -337,3 +337,40 @@ def test_a_scheduler_kill_does_not_excuse_altered_evidence() -> None:
     judgement = judge(attempt(the_trial=trial(exit_code=1), statuses={LOG: "mismatched"}),
                       findings=(mismatch,), dump=sacct(sacct_job("CANCELLED")))
     assert judgement.reason is Reason.EVIDENCE_MISMATCH
+
+
+def test_a_cancellation_line_after_a_clean_exit_leaves_the_attempt_standing() -> None:
+    """slurmstepd's cancellation line in the log of an attempt whose invocation exited 0:
+    the job was ended in its teardown; AUD216 says so, the attempt stands."""
+    events = [event("slurm_cancelled", 95, "7000001")]
+    judgement = judge(attempt(the_log=log(events=events)))
+    assert (judgement.outcome, judgement.reason) == ("completed", Reason.COMPLETED)
+    assert rules_of(judgement) == ["AUD216"]
+    assert "the training log says slurmstepd cancelled the job (log line 95)" in \
+        judgement.decisive[0].value("detail")
+
+
+@pytest.mark.parametrize(("kind", "reason", "rule"), [
+    ("slurm_time_limit", Reason.TIME_LIMIT, "AUD207"),
+    ("slurm_cancelled", Reason.CANCELLED, "AUD206"),
+    ("nccl_timeout", Reason.INFRASTRUCTURE_FAILURE, "AUD209"),
+    ("host_oom", Reason.INFRASTRUCTURE_FAILURE, "AUD209"),
+])
+def test_the_logs_word_on_an_unclean_end_is_its_reason(kind: str, reason: Reason,
+                                                       rule: str) -> None:
+    judgement = judge(attempt(the_trial=trial(exit_code=1),
+                              the_log=log(terminal=False, events=[event(kind, 50)])))
+    assert (judgement.outcome, judgement.reason) == ("unresolved", reason)
+    assert rules_of(judgement) == [rule]
+    assert judgement.decisive[0].citations[0].line == 50
+
+
+def test_the_schedulers_state_is_the_last_attempts_of_its_job_only() -> None:
+    """Two attempts in one job: sacct's TIMEOUT is the later one's end, not the first's."""
+    first, second = attempt(index=0), attempt(index=1)
+    the_period = period(first, second)
+    study = collected(the_period, dump=sacct(sacct_job("TIMEOUT", end=1_700_000_100)))
+    ctx = context(study)
+    assert ctx.last_attempt_of_job == {"7000001": f"{SUBJECT}#1"}
+    assert judge_attempt(the_period, first, ctx).reason is Reason.COMPLETED
+    assert judge_attempt(the_period, second, ctx).reason is Reason.TIME_LIMIT
