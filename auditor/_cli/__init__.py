@@ -537,7 +537,16 @@ def _verify(args: argparse.Namespace) -> int:
         return 1
     if not args.quiet:
         print(f"verify: all {checked} listed outputs and inputs match")
+        print(f"output_manifest.json SHA-256: {_manifest_sha256(args.out)}")
     return 0
+
+
+def _manifest_sha256(out: Path) -> str:
+    """The output manifest's own SHA-256 (it pins every other output, so no output can
+    hold it: the command line says it, as the seed's diagnostic states its own)."""
+    from auditor._io import sha256_file
+
+    return sha256_file(str(out / "output_manifest.json")).sha256
 
 
 def _gate(args: argparse.Namespace) -> int:
@@ -689,7 +698,7 @@ def _rules(args: argparse.Namespace) -> int:
     table = Table(title="auditor rules", show_lines=False)
     for column in ("id", "symbol", "severity", "title", "triggered by"):
         table.add_column(column)
-    for rule in RULES.values():
+    for rule in sorted(RULES.values(), key=lambda rule: rule.rule_id):
         table.add_row(rule.rule_id, rule.symbol, rule.severity.value, rule.title,
                       rule.description)
     Console(width=max(120, int(os.environ.get("COLUMNS", "0") or 0))).print(table)

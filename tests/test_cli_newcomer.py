@@ -1,0 +1,39 @@
+"""What a new user of the command line tripped on (issue 20 item 7), through main([...])."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import pytest
+
+from auditor import run_audit, verify_outputs, write_outputs
+from auditor._cli import main
+from tests.helpers import copy_example
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "example_study"
+
+
+def test_rules_are_listed_in_id_order(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rules"]) == 0
+    ids = re.findall(r"^\W+(AUD\d{3}) ", capsys.readouterr().out, re.MULTILINE)
+    assert ids and ids == sorted(ids)
+
+
+def test_verify_prints_the_output_manifests_own_sha256(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["audit", str(EXAMPLE), "--out", str(out), "--quiet", "--no-plots"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 0
+    digest = hashlib.sha256((out / "output_manifest.json").read_bytes()).hexdigest()
+    assert f"output_manifest.json SHA-256: {digest}" in capsys.readouterr().out
+
+
+def test_verify_outputs_takes_a_str_path_as_run_audit_does(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    result = run_audit(str(root))
+    write_outputs(result, tmp_path / "out", plots=False)
+    differences, checked = verify_outputs(str(tmp_path / "out"))
+    assert differences == [] and checked > 0
