@@ -10,7 +10,7 @@ selected study and prints the top N functions by own time.
 
 For each selected study this script
 
-1. generates the study with :mod:`fixtures.generate` (``scale_spec`` + ``write_study``) into
+1. generates the study with :mod:`auditor._studygen` (``scale_spec`` + ``write_study``) into
    ``WORKDIR/<size>/evidence``, or reuses it when ``WORKDIR/<size>/params.json`` records the
    same parameters and the same generator source. The sizes are
 
@@ -73,7 +73,7 @@ GB = 1_000_000_000
 
 DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "auditor-bench"
 CALIBRATION_ELEMENTS = 3
-"""One whole cycle of :func:`fixtures.generate.scale_spec`'s outcomes."""
+"""One whole cycle of :func:`auditor._studygen.scale_spec`'s outcomes."""
 
 
 @dataclass(frozen=True)
@@ -152,13 +152,18 @@ class Row:
 
 
 def _generator_digest() -> str:
-    return hashlib.sha256((REPO / "fixtures" / "generate.py").read_bytes()).hexdigest()
+    """The generator's source (``auditor/_studygen``): a cached study is reused only when
+    it would be generated the same."""
+    digest = hashlib.sha256()
+    for path in sorted((REPO / "auditor" / "_studygen").glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 def _import_generator() -> Any:
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    import fixtures.generate as generator
+    import auditor._studygen as generator
 
     return generator
 
@@ -167,7 +172,7 @@ def usable_cpus() -> int:
     """The auditor's default number of workers (the CPUs this process may use)."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from auditor.audit import usable_cpus as auditors
+    from auditor._pool import usable_cpus as auditors
 
     return auditors()
 
@@ -438,8 +443,10 @@ class TreeSampler(threading.Thread):
             self.stop.wait(self.interval)
 
 
-def run_audit(study: Study, out: Path, jobs: int | None, timeout: float) -> AuditRun:
-    """Run ``auditor audit`` once on ``study`` and measure it."""
+def run_audit(study: Study, out: Path, jobs: int | None, timeout: float,
+              env: dict[str, str] | None = None) -> AuditRun:
+    """Run ``auditor audit`` once on ``study`` and measure it (``env``: the process's
+    environment, e.g. a ``PYTHONPATH`` naming another checkout's sources)."""
     shutil.rmtree(out, ignore_errors=True)
     usage_path = out.parent / "audit-usage.json"
     usage_path.unlink(missing_ok=True)
@@ -460,7 +467,8 @@ def run_audit(study: Study, out: Path, jobs: int | None, timeout: float) -> Audi
     with tempfile.TemporaryFile() as stderr:
         started = time.perf_counter()
         process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True
+            command, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
+            env=env,
         )
         sampler = TreeSampler(process.pid)
         sampler.start()
