@@ -224,6 +224,19 @@ class AuditResult:
     ``--max-findings-per-file``) and by the collectors' own, as they read (each cap reached
     is an ``AUD013``)."""
 
+    def __repr__(self) -> str:
+        """One line: the study, its verdicts, the gate (the dataclass's own repr would print
+        every record of the study)."""
+        counts = {kind.value: 0 for kind in VerdictKind}
+        for verdict in self.verdicts:
+            counts[verdict.verdict.value] += 1
+        said = ", ".join(f"{count} {word}" for word, count in counts.items())
+        gate = "passed" if self.reasoning.gate.passed else "failed"
+        partial = "passed" if self.reasoning.gate_partial.passed else "failed"
+        return (f"<AuditResult {self.collected.root.name}: {len(self.verdicts)} periods "
+                f"({said}); gate {gate}, --allow-partial {partial}; "
+                f"{len(self.findings)} findings{'; partial' if self.partial else ''}>")
+
     def anchor_status(self) -> list[tuple[str, str, str]]:
         """(name, expected sha256, status) for every anchor, for the report."""
         collected = self.collected
