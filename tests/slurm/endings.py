@@ -146,22 +146,16 @@ def run_endings(cluster: Cluster) -> EndingsRun:
     cluster.wait_state(f"{array}_6", {"RUNNING"}, timeout=30)
     cluster.run(["scontrol", "requeue", f"{array}_6"])
     mark("scontrol requeue 6 (running)")
-    # 3 and 6 (and 7, requeued by itself) free slots for 12-14; 15 stays pending. A
-    # pending range may still name a task that has its own row meanwhile (a stale range).
-    deadline = time.monotonic() + 3
-    while time.monotonic() < deadline and "midrun-stale" not in run.dumps:
-        text = cluster.sacct(array)
-        if stale_tasks(text, array):
-            run.dumps["midrun-stale"] = text
-            mark("stale pending range captured")
-        time.sleep(0.2)
+    # 3 and 6 (and 7, requeued by itself) free slots for 12-14; 15 stays pending until
+    # a fourth slot frees (tasks 0-2 end 10 s in). Cancelling it once 12-14 have started
+    # leaves the array's pending record as a range that still names 14 (a stale range).
+    for task in (12, 13, 14):
+        cluster.wait_started(f"{array}_{task}", timeout=30)
+    mark("tasks 12-14 started")
     if cluster.states(f"{array}_15").get(f"{array}_15") != "PENDING":
         raise ClusterError(f"{array}_15 no longer pending: {cluster.states(array)}")
     cluster.run(["scancel", f"{array}_15"])
     mark("scancel 15 (pending)")
-    for task in (12, 13, 14):
-        cluster.wait_started(f"{array}_{task}", timeout=60)
-    mark("tasks 12-14 started")
     run.dumps["midrun-2"] = cluster.sacct(array)
     run.dumps["midrun-2-D"] = cluster.sacct(array, duplicates=True)
     mark("midrun-2 captured")

@@ -17,7 +17,7 @@ import pytest
 
 from auditor._cli import main
 from tests.slurm.cluster import Cluster, skip_reason
-from tests.slurm.endings import OTHER_FORMAT, EndingsRun
+from tests.slurm.endings import OTHER_FORMAT, EndingsRun, stale_tasks
 
 if (_reason := skip_reason()) is not None:
     pytest.skip(_reason, allow_module_level=True)
@@ -148,6 +148,7 @@ def test_cancelled_while_pending_has_no_row(endings: EndingsRun) -> None:
         ranges = [row for row in rows(text) if row[0].startswith(f"{endings.array}_[")]
         for row in ranges:
             assert row[3].startswith("CANCELLED") and "15" in row[0], row
+        assert stale_tasks(text, endings.array) <= {12, 13, 14}, name
 
 
 def test_mid_run_dump_shows_running_and_pending(endings: EndingsRun) -> None:
