@@ -109,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMAND_MODULES: tuple[str, ...] = ("example", "capture")
+COMMAND_MODULES: tuple[str, ...] = ("example", "capture", "catalog")
 """Modules of ``auditor._cli`` that add commands: each has ``add_parsers(commands)`` (adds
 its sub-parsers) and ``HANDLERS`` (command name -> ``handler(args) -> int``). They import
 what their commands need inside the handlers, so ``auditor --help`` stays fast."""

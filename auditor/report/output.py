@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 MANIFEST = "output_manifest.json"
 MANIFEST_SCHEMA = "run-evidence/output-manifest/v1"
-TABLES = ("periods", "findings", "evidence", "attempts", "phases")
+TABLES = ("periods", "findings", "evidence", "attempts", "phases", "devices")
 
 
 def check_output_dir(out: Path, root: Path, force: bool) -> None:

@@ -7,6 +7,7 @@
 | ``findings.parquet`` | finding: rule, severity, subject, message, first citation |
 | ``evidence.parquet`` | evidence file: expected and actual hash and size, status |
 | ``phases.parquet`` | allocator phase record: pid, rank, phase, step, times, error, peaks |
+| ``devices.parquet`` | device file (a rank of an attempt): host, GPU uuid/name/bus, peaks |
 
 Times are ``timestamp[ns, UTC]``; byte counts ``int64``; absent values are null.
 Tables are written with fixed writer options so the same result gives the same bytes.
@@ -118,12 +119,37 @@ PHASES_SCHEMA = pa.schema([
     pa.field("peak_reserved_bytes", pa.int64()),
 ])
 
+DEVICES_SCHEMA = pa.schema([
+    pa.field("subject", pa.string(), nullable=False),
+    pa.field("pair", pa.string(), nullable=False),
+    pa.field("period", pa.int64(), nullable=False),
+    pa.field("attempt", pa.int64(), nullable=False, metadata={"doc": ATTEMPT_DOC}),
+    pa.field("job_id", pa.string(), metadata={"doc": "the device file's job_id"}),
+    pa.field("rank", pa.int64()),
+    pa.field("role", pa.string()),
+    pa.field("pid", pa.int64()),
+    pa.field("hostname", pa.string()),
+    pa.field("cuda_visible_devices", pa.string()),
+    pa.field("local_device", pa.int64()),
+    pa.field("gpu_uuid", pa.string()),
+    pa.field("gpu_name", pa.string()),
+    pa.field("gpu_pci_bus_id", pa.string()),
+    pa.field("memory_total_mib", pa.int64()),
+    pa.field("peak_allocated_mib", pa.int64()),
+    pa.field("peak_reserved_mib", pa.int64()),
+    pa.field("captured", TS),
+    pa.field("gpu_unavailable", pa.string(),
+             metadata={"doc": "why no GPU was visible (the GPU columns are then null)"}),
+    pa.field("path", pa.string(), nullable=False, metadata={"doc": "the device file"}),
+])
+
 SCHEMAS: dict[str, pa.Schema] = {
     "periods": PERIODS_SCHEMA,
     "attempts": ATTEMPTS_SCHEMA,
     "findings": FINDINGS_SCHEMA,
     "evidence": EVIDENCE_SCHEMA,
     "phases": PHASES_SCHEMA,
+    "devices": DEVICES_SCHEMA,
 }
 
 
@@ -193,6 +219,22 @@ def _phases(result: AuditResult) -> Iterable[tuple[Any, ...]]:
                     )
 
 
+def _devices(result: AuditResult) -> Iterable[tuple[Any, ...]]:
+    for period in result.collected.periods:
+        record = period.record
+        for attempt in period.attempts:
+            index = attempt.spec.index + 1  # (1-based, as in the trial record)
+            for d in attempt.read.devices:
+                yield (
+                    period.subject, record.pair, record.period, index, d.job_id,
+                    d.rank, d.role, d.pid, d.hostname, d.cuda_visible_devices, d.local_device,
+                    d.gpu_uuid, d.gpu_name, d.gpu_pci_bus_id, d.memory_total_mib,
+                    d.peak_allocated_mib, d.peak_reserved_mib,
+                    d.captured_ns,  # captured
+                    d.gpu_unavailable, d.path,
+                )
+
+
 def sorted_findings(result: AuditResult) -> list[Any]:
     """Findings in a stable order: severity, rule, subject, message."""
     order = {"error": 0, "warning": 1, "info": 2}
@@ -206,6 +248,7 @@ ROWS: dict[str, Callable[[AuditResult], Iterable[tuple[Any, ...]]]] = {
     "findings": _findings,
     "evidence": _evidence,
     "phases": _phases,
+    "devices": _devices,
 }
 
 

@@ -1,0 +1,120 @@
+"""``auditor catalog``, ``auditor query`` and ``auditor rerun``: across studies, and what to rerun.
+
+``catalog OUT... --into CAT [--name NAME]`` adds finished audits (verified first) to a
+catalogue of hive-partitioned Parquet tables; ``query CAT "SQL" [--json|--csv]`` runs DuckDB
+over it and prints the result (a table by default); ``rerun DIR [--json]`` prints one line
+per reason group of an audit's unresolved periods with the ``--array=`` spec of its
+elements. The work is :mod:`auditor.catalog`'s; this module only parses and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_parsers(commands: Any) -> None:
+    """Add ``catalog``, ``query`` and ``rerun`` to ``commands`` (argparse sub-parsers)."""
+    catalog = commands.add_parser(
+        "catalog", help="add finished audits to a catalogue across studies",
+        description="Verify each audit output, then add its tables to CAT as "
+        "CAT/<table>/study=<name>/part-0.parquet (the same audit again replaces it).")
+    catalog.add_argument("outs", type=Path, nargs="+", metavar="OUT",
+                         help="an audit's output directory (--out)")
+    catalog.add_argument("--into", type=Path, required=True, metavar="CAT",
+                         help="the catalogue directory (made when missing)")
+    catalog.add_argument("--name", help="the study's name in the catalogue (default: "
+                         "summary.json's study); tells apart two studies sharing a name")
+
+    query = commands.add_parser(
+        "query", help="run SQL (DuckDB) over a catalogue",
+        description="Tables: periods, attempts, findings, evidence, phases, devices, "
+        "studies (each with study and schema_version). Built-in views: verdicts, "
+        "gpu_seconds, suspect_hardware (binomial test, p < 0.01 Bonferroni).")
+    query.add_argument("catalog", type=Path, metavar="CAT")
+    query.add_argument("sql", metavar="SQL")
+    form = query.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="print the rows as a JSON list")
+    form.add_argument("--csv", action="store_true", help="print the rows as CSV")
+
+    rerun = commands.add_parser(
+        "rerun", help="print what to rerun of an audit, as --array= specs",
+        description="One line per reason group of the audit's unresolved periods "
+        "(never a resolved or failed one): the group and its elements' --array= spec.")
+    rerun.add_argument("out", type=Path, metavar="DIR", help="an audit's output directory")
+    rerun.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+
+def _catalog(args: argparse.Namespace) -> int:
+    from auditor._process import signals_deferred
+
+    with signals_deferred():
+        from auditor.catalog.store import add_audits
+    for added in add_audits(list(args.outs), args.into, args.name):
+        what = "replaced" if added.replaced else "added"
+        rows = ", ".join(f"{table} {count:,}" for table, count in added.rows.items())
+        print(f"{what} {added.name} from {added.source} ({rows})")
+    return 0
+
+
+def _query(args: argparse.Namespace) -> int:
+    from auditor._process import signals_deferred
+
+    with signals_deferred():
+        from auditor.catalog.query import run_query
+    columns, rows = run_query(args.catalog, args.sql)
+    if args.json:
+        import orjson
+
+        records = [dict(zip(columns, row, strict=True)) for row in rows]
+        sys.stdout.write(orjson.dumps(records, default=str, option=orjson.OPT_INDENT_2
+                                      | orjson.OPT_NON_STR_KEYS).decode() + "\n")
+    elif args.csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows(["" if value is None else value for value in row] for row in rows)
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(show_lines=False)
+        for column in columns:
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            table.add_row(*("" if value is None else str(value) for value in row))
+        Console(width=max(120, int(os.environ.get("COLUMNS", "0") or 0))).print(table)
+        print(f"{len(rows):,} row(s)")
+    return 0
+
+
+def _rerun(args: argparse.Namespace) -> int:
+    from auditor._process import signals_deferred
+
+    with signals_deferred():
+        from auditor.catalog.rerun import rerun_plan
+    plan = rerun_plan(args.out)
+    if args.json:
+        import orjson
+
+        document = [{"group": g.group, "meaning": g.meaning, "reasons": list(g.reasons),
+                     "array": g.array, "task_ids": list(g.task_ids),
+                     "subjects": list(g.subjects), "without_task_id": list(g.without_task_id)}
+                    for g in plan]
+        sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    if not plan:
+        print("rerun: nothing to rerun (every period is resolved or failed)")
+    for group in plan:
+        spec = f"--array={group.array}" if group.array else "(no array task id)"
+        note = f"{len(group.subjects)} period(s): {', '.join(group.reasons)}"
+        if group.without_task_id:
+            note += "; without an array task id: " + ", ".join(group.without_task_id)
+        print(f"{group.group} {spec}  # {note}")
+    return 0
+
+
+HANDLERS = {"catalog": _catalog, "query": _query, "rerun": _rerun}

@@ -1,0 +1,176 @@
+"""DuckDB over a catalogue: its tables as views, three built-in views, one query's result.
+
+Each table is a view over its parts, read with ``hive_partitioning`` (the ``study`` column
+comes from ``study=<name>``, always text) and ``union_by_name`` (a part of an earlier
+layout reads its absent columns as null); a table no study has yet is an empty view of
+its schema. The built-in views:
+
+``verdicts``
+    periods by study, configuration (``workload@gpus``), verdict, reason and cause (the
+    ``cause`` column where the periods have one, else null).
+``gpu_seconds``
+    each study's GPU time by scope (allocation, task, reservation, wasted, unresolved: the
+    scopes overlap and are never to be added together), from its ``summary.json``.
+``suspect_hardware``
+    attempts and failures by node (hostname) and by GPU (UUID), across every study, from
+    the ``devices`` table joined to ``attempts``. A unit's trials are the attempts it took
+    part in (an attempt counts once per node and once per GPU it used); a failure is an
+    attempt ending unresolved for a run-time reason (:data:`FAILURE_REASONS`: not a
+    protocol-listed failure, a person's cancel, an unfinished element or an evidence
+    problem). Each unit is tested against the catalogue-wide failure rate of its kind, p0
+    (failures / trials over every unit of the kind), by the exact one-sided binomial tail
+    P(X >= failures | trials, p0), summed term by term in log space; a unit is ``suspect``
+    when that is below ``ALPHA`` / m, m the units of its kind tested (Bonferroni), ALPHA =
+    0.01.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from auditor.catalog.store import CATALOG_JSON, CATALOG_TABLES, PART, SCOPES
+from auditor.errors import InputError, UsageError
+
+ALPHA = 0.01
+"""Family-wise significance level of ``suspect_hardware`` (Bonferroni over the units of a
+kind: a unit is suspect when its p-value is below ALPHA / m)."""
+FAILURE_REASONS = ("infrastructure_failure", "killed", "unclean_exit", "time_limit")
+"""Reasons of an unresolved attempt that count as a failure of the hardware it ran on."""
+BUILT_IN = ("verdicts", "gpu_seconds", "suspect_hardware")
+
+
+def connect(catalog: Path) -> Any:
+    """An in-memory DuckDB connection with the catalogue's tables and built-in views."""
+    try:
+        import duckdb
+    except ImportError:
+        raise UsageError("query: needs duckdb (pip install 'auditor[catalog]')") from None
+    if not (catalog / CATALOG_JSON).is_file():
+        raise InputError(f"query: {catalog}: no {CATALOG_JSON}; is this a catalogue made by "
+                         "'auditor catalog'?")
+    con = duckdb.connect(":memory:")
+    for table in CATALOG_TABLES:
+        parts = _parts(catalog / table)
+        if parts:
+            listed = ", ".join(_literal(str(p)) for p in parts)
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{listed}], "
+                        "hive_partitioning = true, union_by_name = true, "
+                        "hive_types = {'study': 'VARCHAR'})")
+        else:
+            con.register(f"_empty_{table}", _empty(table))
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM _empty_{table}")
+    columns = {row[0] for row in con.execute("DESCRIBE periods").fetchall()}
+    con.execute(verdicts_sql("cause" in columns))
+    con.execute(GPU_SECONDS_SQL)
+    con.execute(SUSPECT_HARDWARE_SQL)
+    return con
+
+
+def run_query(catalog: Path, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Run ``sql`` over the catalogue; (column names, rows). Bad SQL is one line (exit 2)."""
+    import duckdb
+
+    con = None
+    try:
+        con = connect(catalog)  # (a part that cannot be read fails here, or in the query)
+        cursor = con.execute(sql)
+        if cursor.description is None:
+            return [], []
+        return [d[0] for d in cursor.description], cursor.fetchall()
+    except duckdb.Error as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UsageError(f"query: {first}") from None
+    finally:
+        if con is not None:
+            con.close()
+
+
+def _parts(folder: Path) -> list[Path]:
+    """The parts of one table, ``<folder>/study=<name>/part-0.parquet``, sorted."""
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+    except OSError as error:
+        raise InputError(f"query: cannot list {folder} ({error.strerror})") from None
+    return [Path(e.path) / PART for e in entries
+            if e.name.startswith("study=") and (Path(e.path) / PART).is_file()]
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _empty(table: str) -> Any:
+    """An empty Arrow table of ``table``'s columns (with ``study`` and ``schema_version``)."""
+    import pyarrow as pa
+
+    from auditor.catalog.store import studies_schema
+    from auditor.report.tables import SCHEMAS
+
+    schema = studies_schema() if table == "studies" else \
+        SCHEMAS[table].append(pa.field("schema_version", pa.int64()))
+    return schema.append(pa.field("study", pa.string())).empty_table()
+
+
+def verdicts_sql(has_cause: bool) -> str:
+    """The ``verdicts`` view; ``cause`` is null while the periods have no such column."""
+    cause = "cause" if has_cause else "CAST(NULL AS VARCHAR)"
+    return f"""
+CREATE VIEW verdicts AS
+SELECT study, workload || '@' || CAST(gpus AS VARCHAR) AS configuration, workload, gpus,
+       verdict, reason, {cause} AS cause, count(*) AS periods
+FROM periods
+GROUP BY ALL
+ORDER BY study, configuration, verdict, reason, cause
+"""
+
+
+GPU_SECONDS_SQL = "CREATE VIEW gpu_seconds AS\n" + "\nUNION ALL\n".join(
+    f"SELECT study, '{scope}' AS scope, {scope}_gpu_seconds AS gpu_seconds, "
+    f"{scope}_gpu_seconds / 3600 AS gpu_hours, {order} AS scope_order FROM studies"
+    for order, scope in enumerate(SCOPES)) + "\nORDER BY study, scope_order"
+
+_FAILED = ", ".join(f"'{reason}'" for reason in FAILURE_REASONS)
+SUSPECT_HARDWARE_SQL = f"""
+CREATE VIEW suspect_hardware AS
+WITH trials AS (
+    SELECT study, subject, attempt,
+           coalesce(outcome = 'unresolved' AND reason IN ({_FAILED}), false) AS failed
+    FROM attempts),
+used AS (
+    SELECT DISTINCT 'node' AS kind, hostname AS unit, study, subject, attempt, hostname
+    FROM devices WHERE hostname IS NOT NULL
+    UNION ALL
+    SELECT DISTINCT 'gpu' AS kind, gpu_uuid AS unit, study, subject, attempt, hostname
+    FROM devices WHERE gpu_uuid IS NOT NULL),
+per_unit AS (
+    SELECT u.kind, u.unit, count(DISTINCT (u.study, u.subject, u.attempt)) AS attempts,
+           count(DISTINCT (u.study, u.subject, u.attempt)) FILTER (WHERE t.failed) AS failures,
+           list(DISTINCT u.study ORDER BY u.study) AS studies,
+           list(DISTINCT u.hostname ORDER BY u.hostname) AS hosts
+    FROM used u JOIN trials t USING (study, subject, attempt)
+    GROUP BY u.kind, u.unit),
+rates AS (
+    SELECT kind, sum(failures) / sum(attempts) AS p0, count(*) AS units
+    FROM per_unit GROUP BY kind),
+tails AS (
+    SELECT u.kind, u.unit,
+           sum(exp(lgamma(u.attempts + 1) - lgamma(i + 1) - lgamma(u.attempts - i + 1)
+                   + i * ln(greatest(r.p0, 1e-300))
+                   + (u.attempts - i) * ln(greatest(1 - r.p0, 1e-300)))) AS tail
+    FROM per_unit u JOIN rates r USING (kind), range(u.failures, u.attempts + 1) AS k(i)
+    GROUP BY u.kind, u.unit)
+SELECT u.kind, u.unit, u.attempts, u.failures,
+       u.failures / u.attempts AS failure_rate,
+       r.p0 AS catalogue_rate,
+       u.attempts * r.p0 AS expected_failures,
+       CASE WHEN u.failures = 0 OR r.p0 >= 1 THEN 1.0 ELSE least(t.tail, 1.0) END AS p_value,
+       {ALPHA} / r.units AS threshold,
+       coalesce(u.failures > 0 AND r.p0 < 1 AND t.tail < {ALPHA} / r.units, false) AS suspect,
+       u.studies, u.hosts
+FROM per_unit u JOIN rates r USING (kind) LEFT JOIN tails t USING (kind, unit)
+ORDER BY u.kind DESC, p_value, u.unit
+"""

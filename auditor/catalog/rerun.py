@@ -1,0 +1,119 @@
+"""A rerun plan: an audit's unresolved periods, grouped by why, as ``--array=`` specs.
+
+Read from the audit's ``periods.parquet`` (pinned by its output manifest: a table changed
+since the audit is refused). Resolved and failed periods are never listed: a failed one is
+a measurement. Each group's elements are the array task ids of its periods, compressed
+into ranges (``3,7,12-14``); a period without an array task id (a retry outside the array)
+is named instead. One array element may run several periods: rerunning it reruns them all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from auditor.errors import InputError, UsageError
+
+GROUPS: tuple[tuple[str, str, frozenset[str]], ...] = (
+    ("infrastructure", "the node, the job step or a kill ended the run",
+     frozenset({"infrastructure_failure", "killed", "unclean_exit"})),
+    ("time_limit", "Slurm's time limit ended the run (rerun with more time)",
+     frozenset({"time_limit"})),
+    ("cancelled", "cancelled by a person or the scheduler", frozenset({"cancelled"})),
+    ("evidence", "the evidence is missing, changed, unsafe, unreadable or invalid",
+     frozenset({"evidence_missing", "evidence_mismatch", "evidence_unsafe",
+                "evidence_unreadable", "evidence_invalid", "period_record_unreadable"})),
+    ("incomplete", "ended cleanly without proving completion (no terminal event or "
+     "completion phase)", frozenset({"terminal_event_missing", "completion_phase_missing"})),
+    ("inconsistent", "the evidence does not belong together (identity, timeline, commit, "
+     "idle check)", frozenset({"identity_mismatch", "timeline_inconsistent",
+                              "commit_mismatch", "idle_check_failed"})),
+    ("unfinished", "still pending or running in sacct: wait, do not resubmit",
+     frozenset({"array_partial"})),
+)
+"""(group, what it means, the verdict reasons it holds), in the order printed; an unresolved
+reason none names is in ``other``."""
+
+
+@dataclass(frozen=True, slots=True)
+class RerunGroup:
+    """One reason group of the plan."""
+
+    group: str
+    meaning: str
+    reasons: tuple[str, ...]
+    task_ids: tuple[int, ...]
+    subjects: tuple[str, ...]
+    without_task_id: tuple[str, ...] = field(default=())
+
+    @property
+    def array(self) -> str:
+        """The ``--array=`` value of the group's elements (``""``: none known)."""
+        return array_spec(self.task_ids)
+
+
+def array_spec(task_ids: Iterable[int]) -> str:
+    """Array task ids as Slurm's ``--array`` value: sorted, unique, runs as ranges
+    (``[3, 7, 12, 13, 14]`` -> ``3,7,12-14``)."""
+    ids = sorted(set(task_ids))
+    parts: list[str] = []
+    start = 0
+    for index in range(1, len(ids) + 1):
+        if index == len(ids) or ids[index] != ids[index - 1] + 1:
+            first, last = ids[start], ids[index - 1]
+            parts.append(str(first) if first == last else f"{first}-{last}")
+            start = index
+    return ",".join(parts)
+
+
+def rerun_plan(out: Path) -> list[RerunGroup]:
+    """The plan of the audit in ``out``: one group per reason group with periods in it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = out / "periods.parquet"
+    _check_pinned(out, path)
+    try:
+        rows = pq.read_table(path, columns=["subject", "array_task_id", "verdict",
+                                            "reason"]).to_pylist()
+    except (OSError, pa.ArrowException, KeyError) as error:
+        raise InputError(f"rerun: {path}: unreadable ({error})") from None
+    named = {reason: group for group, _, reasons in GROUPS for reason in reasons}
+    members: dict[str, list[dict[str, object]]] = {}
+    for row in rows:
+        if row["verdict"] != "unresolved":
+            continue
+        members.setdefault(named.get(str(row["reason"]), "other"), []).append(row)
+    plan = []
+    for group, meaning, _ in (*GROUPS, ("other", "unresolved for another reason",
+                                        frozenset())):
+        found = sorted(members.get(group, []), key=lambda r: str(r["subject"]))
+        if not found:
+            continue
+        plan.append(RerunGroup(
+            group, meaning, tuple(sorted({str(r["reason"]) for r in found})),
+            tuple(sorted({int(str(r["array_task_id"])) for r in found
+                          if r["array_task_id"] is not None})),
+            tuple(str(r["subject"]) for r in found),
+            tuple(str(r["subject"]) for r in found if r["array_task_id"] is None)))
+    return plan
+
+
+def _check_pinned(out: Path, path: Path) -> None:
+    """Refuse a ``periods.parquet`` its output manifest does not pin as it is."""
+    from auditor.report.output import MANIFEST, manifest_outputs
+
+    if not out.is_dir():
+        raise UsageError(f"rerun: {out}: not a directory (give an audit's --out)")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"rerun: {path}: not found; is {out} an audit output?") from None
+    except OSError as error:
+        raise InputError(f"rerun: {path}: unreadable ({error.strerror})") from None
+    listed = (manifest_outputs(out) or {}).get("periods.parquet")
+    if listed != (hashlib.sha256(data).hexdigest(), len(data)):
+        raise UsageError(f"rerun: {path}: does not match {out / MANIFEST} (changed since the "
+                         f"audit, or no audit's); run 'auditor verify {out}'")

@@ -1,0 +1,355 @@
+"""Add finished audits to a catalogue: ``CAT/<table>/study=<name>/part-0.parquet``.
+
+Each audit is verified first (:func:`auditor.report.output.verify_outputs`: every output and
+input it lists is re-hashed); one that fails is refused and nothing is written. Its tables
+(``periods``, ``attempts``, ``findings``, ``evidence``, ``phases``, ``devices``) are copied
+with a ``schema_version`` column, and ``studies`` gets one row from its ``summary.json``
+(verdict counts, the accounting's scopes, the gate). The study's name is the summary's
+(``--name`` overrides it); it must be a safe partition name.
+
+A study is identified by its inputs: the digest of every input the output manifest lists
+(path, SHA-256, size). Adding an audit under a name the catalogue holds for *other* inputs
+is refused (``--name`` tells them apart); under the same inputs it replaces the entry. Each
+partition is written beside its place and renamed in; ``CAT/catalog.json`` records what
+was added (name, source, digests, the time: the only place a time is kept).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from auditor._process import signals_deferred
+from auditor.errors import InputError, OutputError, UsageError
+
+AUDIT_TABLES = ("periods", "attempts", "findings", "evidence", "phases", "devices")
+"""The audit's own tables the catalogue copies."""
+CATALOG_TABLES = (*AUDIT_TABLES, "studies")
+"""Every table of a catalogue (``studies``: one row per study, from ``summary.json``)."""
+SCHEMA_VERSION = 1
+"""``schema_version`` of a part holding every column this auditor writes; a part of an
+earlier layout (a column or more absent: queries read them as null) has 0."""
+CATALOG_JSON = "catalog.json"
+CATALOG_SCHEMA = "auditor/catalog/v1"
+PART = "part-0.parquet"
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
+"""A study name that is a safe partition directory (``study=<name>``) as it is."""
+BATCH_ROWS = 65_536
+
+
+@dataclass(frozen=True, slots=True)
+class Audit:
+    """One verified audit, ready to be added."""
+
+    source: Path
+    name: str
+    summary: dict[str, Any]
+    summary_sha256: str
+    input_sha256: str
+    root: str
+
+
+@dataclass(frozen=True, slots=True)
+class Added:
+    """What adding one audit did."""
+
+    name: str
+    source: str
+    replaced: bool
+    rows: dict[str, int]
+
+
+def add_audits(outs: list[Path], into: Path, name: str | None = None) -> list[Added]:
+    """Verify every audit of ``outs``, then add them all to the catalogue ``into``."""
+    if name is not None and len(outs) != 1:
+        raise UsageError("catalog: --name names one audit; give one OUT with it")
+    audits = [_verified(out, name) for out in outs]
+    _check_batch(audits)
+    into = Path(os.path.abspath(into))
+    for audit in audits:
+        _check_place(into, audit)
+    _check_stranger(into)
+    try:
+        into.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OutputError(f"catalog: cannot make {into} ({error.strerror or error})") from None
+    with _locked(into):
+        entries = _read_catalog(into)
+        for audit in audits:
+            _check_clash(audit, entries.get(audit.name), into)
+        return _write(into, audits, entries)
+
+
+def _verified(out: Path, name: str | None) -> Audit:
+    """``out`` verified and read; refused with one line when it fails verification."""
+    from auditor.report.output import MANIFEST, verify_outputs
+
+    differences, _ = verify_outputs(out)
+    if differences:
+        first = differences[0]
+        raise InputError(
+            f"catalog: {out} fails verification ({len(differences)} difference(s), first: "
+            f"{first.what} {first.group}/{first.path}); nothing was added (see 'auditor "
+            f"verify {out}')")
+    try:
+        data = (out / "summary.json").read_bytes()
+        summary = orjson.loads(data)
+        manifest = orjson.loads((out / MANIFEST).read_bytes())
+    except (OSError, orjson.JSONDecodeError) as error:
+        raise InputError(f"catalog: {out}: unreadable summary or manifest ({error})") from None
+    chosen = name if name is not None else summary.get("study")
+    if not isinstance(chosen, str) or not NAME.fullmatch(chosen):
+        raise UsageError(f"catalog: {out}: the study name {chosen!r} cannot name a partition "
+                         "(letters, digits, '.', '_', '+', '-'; not first a dot); give --name")
+    inputs = hashlib.sha256()
+    for group in ("raw_evidence", "source_inputs", "protocol_inputs"):
+        for item in sorted(manifest.get(group, []), key=lambda i: i["path"]):
+            inputs.update(orjson.dumps([group, item["path"], item["sha256"], item["size"]]))
+    return Audit(Path(os.path.abspath(out)), chosen, summary, hashlib.sha256(data).hexdigest(),
+                 inputs.hexdigest(), str(manifest.get("root", "")))
+
+
+def _check_batch(audits: list[Audit]) -> None:
+    """Refuse two audits of one command that share a name but not their inputs."""
+    seen: dict[str, Audit] = {}
+    for audit in audits:
+        other = seen.setdefault(audit.name, audit)
+        if other.input_sha256 != audit.input_sha256:
+            raise UsageError(f"catalog: {other.source} and {audit.source} are audits of "
+                             f"different studies both named {audit.name!r}; add them one at "
+                             "a time with --name to tell them apart")
+
+
+def _check_place(into: Path, audit: Audit) -> None:
+    """The catalogue must not be inside an audit's output or under its evidence root."""
+    place = into.resolve()
+    for where, what in ((audit.source, "the audit's output"), (Path(audit.root), "the "
+                                                                "evidence root")):
+        where = where.resolve()
+        if place == where or where in place.parents:
+            raise UsageError(f"catalog: {into} is inside {what} {where}; put the catalogue "
+                             "elsewhere")
+    if into.exists() and not into.is_dir():
+        raise UsageError(f"catalog: {into} exists and is not a directory")
+
+
+def _check_clash(audit: Audit, entry: dict[str, Any] | None, into: Path) -> None:
+    if entry is not None and entry.get("input_sha256") != audit.input_sha256:
+        raise UsageError(
+            f"catalog: {into} already holds a study named {audit.name!r} (from "
+            f"{entry.get('source')}) with other inputs than {audit.source}; give --name "
+            "to tell them apart")
+
+
+@contextlib.contextmanager
+def _locked(into: Path) -> Iterator[None]:
+    """Hold the catalogue's lock (``CAT/.lock``): one writer at a time."""
+    with open(into / ".lock", "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _check_stranger(into: Path) -> None:
+    """Refuse a directory that holds something and is no catalogue."""
+    try:
+        if not into.is_dir() or (into / CATALOG_JSON).exists():
+            return
+        stray = sorted(p.name for p in into.iterdir() if p.name != ".lock")
+    except OSError as error:
+        raise InputError(f"catalog: cannot read {into} ({error.strerror or error})") from None
+    if stray:
+        raise UsageError(f"catalog: {into} is not empty and has no {CATALOG_JSON} (it holds "
+                         f"{stray[0]}); choose a new or empty directory")
+
+
+def _read_catalog(into: Path) -> dict[str, dict[str, Any]]:
+    """The catalogue's entries by name (none for a new, empty one)."""
+    path = into / CATALOG_JSON
+    try:
+        document = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        _check_stranger(into)  # (again: under the lock)
+        return {}
+    except (OSError, orjson.JSONDecodeError) as error:
+        raise InputError(f"catalog: {path}: unreadable ({error})") from None
+    if not isinstance(document, dict) or document.get("schema") != CATALOG_SCHEMA:
+        raise InputError(f"catalog: {path}: not an auditor catalogue")
+    return {entry["name"]: entry for entry in document.get("studies", [])}
+
+
+def catalog_entries(into: Path) -> list[dict[str, Any]]:
+    """What ``CAT/catalog.json`` records, sorted by name."""
+    return [entries for _, entries in sorted(_read_catalog(into).items())]
+
+
+def _write(into: Path, audits: list[Audit], entries: dict[str, dict[str, Any]]) -> list[Added]:
+    """Stage every partition, then rename them into place and rewrite ``catalog.json``."""
+    staging = Path(tempfile.mkdtemp(prefix=f".staging-{os.getpid()}-", dir=into))
+    try:
+        staged: dict[str, dict[str, tuple[int, int, list[str]]]] = {}
+        for audit in audits:  # (a name given twice: the last audit of it wins)
+            staged[audit.name] = _stage(audit, staging / audit.name)
+        done: list[Added] = []
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        with signals_deferred():  # a few renames: never left half done
+            for audit in {a.name: a for a in audits}.values():
+                tables = staged[audit.name]
+                for table in CATALOG_TABLES:
+                    _swap(staging / audit.name / table, into / table / f"study={audit.name}",
+                          staging / "old" / audit.name / table)
+                done.append(Added(audit.name, str(audit.source), audit.name in entries,
+                                  {t: rows for t, (rows, _, _) in tables.items()}))
+                entries[audit.name] = {
+                    "name": audit.name, "source": str(audit.source),
+                    "evidence_root": audit.root, "summary_sha256": audit.summary_sha256,
+                    "input_sha256": audit.input_sha256,
+                    "auditor_version": audit.summary.get("auditor_version"),
+                    "added_utc": now,
+                    "tables": {t: {"rows": rows, "schema_version": version,
+                                   "missing_columns": missing}
+                               for t, (rows, version, missing) in sorted(tables.items())},
+                }
+            _write_catalog(into, entries)
+        return done
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _swap(new: Path, target: Path, trash: Path) -> None:
+    """Put the staged partition ``new`` at ``target`` (an earlier one moved to ``trash``);
+    with nothing staged (the audit has no such table), an earlier partition is removed."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists():
+        trash.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(target, trash)
+    if new.exists():
+        os.rename(new, target)
+
+
+def _write_catalog(into: Path, entries: dict[str, dict[str, Any]]) -> None:
+    document = {"schema": CATALOG_SCHEMA,
+                "studies": [entries[name] for name in sorted(entries)]}
+    temporary = into / f".{CATALOG_JSON}.tmp-{os.getpid()}"
+    temporary.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+    os.replace(temporary, into / CATALOG_JSON)
+
+
+def _stage(audit: Audit, where: Path) -> dict[str, tuple[int, int, list[str]]]:
+    """Write the audit's partitions under ``where/<table>/``; (rows, schema version,
+    missing columns) per table written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from auditor.report.tables import SCHEMAS
+
+    written: dict[str, tuple[int, int, list[str]]] = {}
+    for table in AUDIT_TABLES:
+        source = audit.source / f"{table}.parquet"
+        if not source.is_file():  # (an audit older than the table)
+            continue
+        try:
+            reader = pq.ParquetFile(source)
+        except (OSError, pa.ArrowException) as error:
+            raise InputError(f"catalog: {source}: unreadable table ({error})") from None
+        names = reader.schema_arrow.names
+        missing = [n for n in SCHEMAS[table].names if n not in names]
+        version = 0 if missing else SCHEMA_VERSION
+        schema = reader.schema_arrow.append(pa.field("schema_version", pa.int64(), False))
+        rows = _copy(reader, schema, version, where / table)
+        written[table] = (rows, version, missing)
+    written["studies"] = (_write_studies(audit, where / "studies"), SCHEMA_VERSION, [])
+    return written
+
+
+def _copy(reader: Any, schema: Any, version: int, folder: Path) -> int:
+    """Copy ``reader``'s rows, a batch at a time, with the ``schema_version`` column."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True)
+    rows = 0
+    with pq.ParquetWriter(folder / PART, schema, compression="zstd") as writer:
+        for batch in reader.iter_batches(batch_size=BATCH_ROWS):
+            column = pa.array([version] * batch.num_rows, type=pa.int64())
+            writer.write_batch(pa.RecordBatch.from_arrays([*batch.columns, column],
+                                                          schema=schema))
+            rows += batch.num_rows
+    return rows
+
+
+def _write_studies(audit: Audit, folder: Path) -> int:
+    """One ``studies`` row from the summary: counts, the accounting's scopes, the gate."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    summary = audit.summary
+    verdicts = summary.get("verdicts") or {}
+    accounting = summary.get("accounting") or {}
+    row: dict[str, Any] = {
+        "auditor_version": summary.get("auditor_version"),
+        "partial": summary.get("partial"),
+        "launches": summary.get("launches"),
+        "periods": len(summary.get("periods") or []),
+        "resolved": verdicts.get("resolved"),
+        "failed": verdicts.get("failed"),
+        "unresolved": verdicts.get("unresolved"),
+        "configurations_resolved": summary.get("configurations_resolved"),
+        "configurations_total": summary.get("configurations_total"),
+        **{f"{scope}_gpu_seconds": _number(accounting.get(f"{scope}_gpu_seconds"))
+           for scope in SCOPES},
+        "wasted_attempts": accounting.get("wasted_attempts"),
+        "gate_passed": (summary.get("gate") or {}).get("passed"),
+        "gate_allow_partial_passed": (summary.get("gate_allow_partial") or {}).get("passed"),
+        "summary_sha256": audit.summary_sha256,
+        "input_sha256": audit.input_sha256,
+        "schema_version": SCHEMA_VERSION,
+    }
+    table = pa.Table.from_pylist([row], schema=studies_schema())
+    folder.mkdir(parents=True)
+    pq.write_table(table, folder / PART, compression="zstd")
+    return 1
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        else None
+
+
+SCOPES = ("allocation", "task", "reservation", "wasted", "unresolved")
+"""The accounting's GPU-second scopes (they overlap: never to be added together)."""
+
+
+def studies_schema() -> Any:
+    """The Arrow schema of the ``studies`` table."""
+    import pyarrow as pa
+
+    counts = ("launches", "periods", "resolved", "failed", "unresolved",
+              "configurations_resolved", "configurations_total")
+    return pa.schema([
+        pa.field("auditor_version", pa.string()),
+        pa.field("partial", pa.bool_()),
+        *(pa.field(name, pa.int64()) for name in counts),
+        *(pa.field(f"{scope}_gpu_seconds", pa.float64()) for scope in SCOPES),
+        pa.field("wasted_attempts", pa.int64()),
+        pa.field("gate_passed", pa.bool_()),
+        pa.field("gate_allow_partial_passed", pa.bool_()),
+        pa.field("summary_sha256", pa.string()),
+        pa.field("input_sha256", pa.string()),
+        pa.field("schema_version", pa.int64(), False),
+    ])
+

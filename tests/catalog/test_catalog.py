@@ -1,0 +1,263 @@
+"""``auditor catalog`` and ``auditor query`` on three generated studies with fixed answers.
+
+alpha, beta and gamma (see :func:`tests.catalog.studies.three_studies`): 42 attempts, 10
+failures, eight of them on one node (``BAD_NODE``, 9 attempts) across all three studies;
+gamma's periods table is of an older layout (no ``last_step``).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import shutil
+from fractions import Fraction
+from math import comb
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow.parquet as pq
+import pytest
+
+from auditor._cli import main
+from auditor.catalog.query import ALPHA
+from tests.catalog.studies import BAD_NODE, FAILING, audited, hardware_study, three_studies
+
+TABLES = ("periods", "attempts", "findings", "evidence", "phases", "devices", "studies")
+
+
+@pytest.fixture(scope="module")
+def outs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return three_studies(tmp_path_factory.mktemp("studies"))
+
+
+@pytest.fixture
+def cat(outs: list[Path], tmp_path: Path) -> Path:
+    catalogue = tmp_path / "cat"
+    assert main(["catalog", *map(str, outs), "--into", str(catalogue)]) == 0
+    return catalogue
+
+
+def query(cat: Path, sql: str, capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    capsys.readouterr()
+    assert main(["query", str(cat), sql, "--json"]) == 0
+    rows: list[dict[str, Any]] = orjson.loads(capsys.readouterr().out)
+    return rows
+
+
+def tree(folder: Path) -> dict[str, str]:
+    """Every file below ``folder`` with its SHA-256 (what 'nothing written' compares)."""
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def exact_tail(failures: int, attempts: int, p0: Fraction) -> float:
+    """P(X >= failures), X ~ Binomial(attempts, p0), in exact rational arithmetic."""
+    return float(sum(comb(attempts, i) * p0 ** i * (1 - p0) ** (attempts - i)
+                     for i in range(failures, attempts + 1)))
+
+
+def test_the_audits_become_hive_partitions_with_a_schema_version(
+        cat: Path, outs: list[Path]) -> None:
+    for table in TABLES:
+        assert sorted(p.name for p in (cat / table).iterdir()) == \
+            ["study=alpha", "study=beta", "study=gamma"]
+        for study in ("alpha", "beta", "gamma"):
+            part = pq.read_table(cat / table / f"study={study}" / "part-0.parquet")
+            assert "schema_version" in part.column_names and "study" not in part.column_names
+    catalog = orjson.loads((cat / "catalog.json").read_bytes())
+    entries = {entry["name"]: entry for entry in catalog["studies"]}
+    assert sorted(entries) == ["alpha", "beta", "gamma"]
+    for out in outs:
+        entry = entries[out.name.removesuffix("-out")]
+        assert entry["source"] == str(out)
+        assert entry["summary_sha256"] == hashlib.sha256(
+            (out / "summary.json").read_bytes()).hexdigest()
+        assert entry["added_utc"].endswith("Z")
+    assert entries["gamma"]["tables"]["periods"] == {
+        "rows": 10, "schema_version": 0, "missing_columns": ["last_step"]}
+    assert entries["alpha"]["tables"]["periods"]["schema_version"] == 1
+
+
+def test_queries_read_the_older_layout_beside_the_current_one(
+        cat: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = query(cat, "SELECT study, min(schema_version) AS v, count(*) AS n, "
+                 "count(last_step) AS steps FROM periods GROUP BY study ORDER BY study", capsys)
+    assert rows == [{"study": "alpha", "v": 1, "n": 16, "steps": 12},
+                    {"study": "beta", "v": 1, "n": 16, "steps": 11},
+                    {"study": "gamma", "v": 0, "n": 10, "steps": 0}]
+
+
+def test_the_verdicts_view_counts_by_study_and_configuration(
+        cat: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = query(cat, "SELECT study, configuration, verdict, reason, cause, periods "
+                 "FROM verdicts", capsys)
+    assert rows == [
+        {"study": s, "configuration": "gsm8k@2", "verdict": v, "reason": r, "cause": None,
+         "periods": n}
+        for s, done, failed in (("alpha", 12, 4), ("beta", 11, 5), ("gamma", 9, 1))
+        for v, r, n in (("resolved", "completed", done),
+                        ("unresolved", "infrastructure_failure", failed))]
+
+
+def test_the_gpu_seconds_view_is_each_summarys_accounting(
+        cat: Path, outs: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
+    rows = query(cat, "SELECT study, scope, gpu_seconds FROM gpu_seconds", capsys)
+    expected = []
+    for out in outs:
+        accounting = orjson.loads((out / "summary.json").read_bytes())["accounting"]
+        expected += [{"study": out.name.removesuffix("-out"), "scope": scope,
+                      "gpu_seconds": accounting[f"{scope}_gpu_seconds"]}
+                     for scope in ("allocation", "task", "reservation", "wasted",
+                                   "unresolved")]
+    assert rows == expected
+    assert rows[1]["gpu_seconds"] > 0
+
+
+def test_suspect_hardware_flags_the_planted_node_and_its_gpus_only(
+        cat: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = query(cat, "SELECT * FROM suspect_hardware", capsys)
+    units = {(r["kind"], r["unit"]): r for r in rows}
+    bad_gpus = {r["unit"] for r in rows if r["kind"] == "gpu" and r["hosts"] == [BAD_NODE]}
+    assert len(bad_gpus) == 2  # (a 2-GPU period on the node, ranks 0 and 1)
+    assert {key for key, r in units.items() if r["suspect"]} == \
+        {("node", BAD_NODE)} | {("gpu", uuid) for uuid in bad_gpus}
+    nodes = [r for r in rows if r["kind"] == "node"]
+    gpus = [r for r in rows if r["kind"] == "gpu"]
+    assert (len(nodes), len(gpus)) == (18, 36)
+    p0 = Fraction(10, 42)  # every study's attempts: 42, of which 10 failed
+    bad = units[("node", BAD_NODE)]
+    assert (bad["attempts"], bad["failures"], bad["studies"]) == (9, 8, ["alpha", "beta",
+                                                                          "gamma"])
+    assert bad["catalogue_rate"] == pytest.approx(float(p0), rel=1e-12)
+    assert bad["p_value"] == pytest.approx(exact_tail(8, 9, p0), rel=1e-9)
+    assert bad["threshold"] == pytest.approx(ALPHA / 18)
+    for uuid in bad_gpus:
+        assert units[("gpu", uuid)]["p_value"] == pytest.approx(exact_tail(8, 9, p0), rel=1e-9)
+        assert units[("gpu", uuid)]["threshold"] == pytest.approx(ALPHA / 36)
+    # a node that failed once in two attempts is within chance
+    healthy = units[("node", "gpu-node-07")]
+    assert (healthy["attempts"], healthy["failures"], healthy["suspect"]) == (2, 1, False)
+    assert healthy["p_value"] == pytest.approx(exact_tail(1, 2, p0), rel=1e-9)
+    assert units[("node", "gpu-node-01")]["p_value"] == 1.0
+
+
+def test_csv_and_table_output(cat: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main(["query", str(cat), "SELECT study, count(*) AS n FROM attempts "
+                 "GROUP BY study ORDER BY study", "--csv"]) == 0
+    assert list(csv.reader(io.StringIO(capsys.readouterr().out))) == [
+        ["study", "n"], ["alpha", "16"], ["beta", "16"], ["gamma", "10"]]
+    assert main(["query", str(cat), "SELECT unit FROM suspect_hardware WHERE suspect "
+                 "AND kind = 'node'"]) == 0
+    out = capsys.readouterr().out
+    assert BAD_NODE in out and "1 row(s)" in out
+
+
+def test_bad_sql_is_one_line_and_exit_2(cat: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main(["query", str(cat), "SELEC * FROM periods"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("auditor: error: query: ") and captured.err.count("\n") == 1
+    assert main(["query", str(cat), "SELECT no_such_column FROM periods"]) == 2
+    assert main(["query", str(cat.parent), "SELECT 1"]) == 2  # (no catalogue there)
+    assert "no catalog.json" in capsys.readouterr().err
+
+
+def test_the_same_audit_again_replaces_it(cat: Path, outs: list[Path],
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    before = tree(cat)
+    capsys.readouterr()
+    assert main(["catalog", str(outs[0]), "--into", str(cat)]) == 0
+    assert capsys.readouterr().out.startswith(f"replaced alpha from {outs[0]}")
+    after = tree(cat)  # (the same bytes again: the time is in catalog.json only)
+    assert before.pop("catalog.json") != after.pop("catalog.json") and before == after
+    rows = query(cat, "SELECT study, count(*) AS n FROM periods GROUP BY study "
+                 "ORDER BY study", capsys)
+    assert [r["n"] for r in rows] == [16, 16, 10]
+    assert len(orjson.loads((cat / "catalog.json").read_bytes())["studies"]) == 3
+    assert not [p for p in cat.iterdir() if p.name.startswith(".staging")]
+
+
+def test_another_study_sharing_a_name_is_refused_unless_named(
+        cat: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    other = audited(hardware_study(tmp_path / "other", "alpha", 8900000,
+                                   [("gpu-node-90", "completed"), ("gpu-node-91", FAILING)]),
+                    tmp_path / "other-out")
+    before = tree(cat)
+    capsys.readouterr()
+    assert main(["catalog", str(other), "--into", str(cat)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a study named 'alpha'" in err and "--name" in err
+    assert err.count("\n") == 1
+    assert tree(cat) == before
+    assert main(["catalog", str(other), "--into", str(cat), "--name", "alpha-2"]) == 0
+    rows = query(cat, "SELECT study, count(*) AS n FROM periods GROUP BY study "
+                 "ORDER BY study", capsys)
+    assert [(r["study"], r["n"]) for r in rows] == [("alpha", 16), ("alpha-2", 2),
+                                                    ("beta", 16), ("gamma", 10)]
+
+
+def test_two_studies_of_one_name_in_one_command_are_refused(
+        outs: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    other = audited(hardware_study(tmp_path / "other", "beta", 8900000,
+                                   [("gpu-node-90", "completed")]), tmp_path / "other-out")
+    assert main(["catalog", str(outs[1]), str(other), "--into", str(tmp_path / "c")]) == 2
+    assert "different studies both named 'beta'" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
+    assert main(["catalog", str(outs[0]), str(outs[1]), "--into", str(tmp_path / "c"),
+                 "--name", "x"]) == 2
+
+
+@pytest.mark.parametrize("tamper", ["output", "evidence"])
+def test_a_tampered_audit_is_refused_and_nothing_is_written(
+        outs: list[Path], tmp_path: Path, tamper: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    root = hardware_study(tmp_path / "t", "tampered", 8800000, [("gpu-node-80", "completed")])
+    out = audited(root, tmp_path / "t-out")
+    if tamper == "output":
+        path = out / "periods.parquet"
+    else:
+        path = next((root).rglob("training-*.log"))
+    path.write_bytes(path.read_bytes() + b"\n")
+    catalogue = tmp_path / "cat"
+    assert main(["catalog", str(outs[0]), "--into", str(catalogue)]) == 0
+    before = tree(catalogue)
+    capsys.readouterr()
+    assert main(["catalog", str(outs[1]), str(out), "--into", str(catalogue)]) == 2
+    err = capsys.readouterr().err
+    assert f"{out} fails verification" in err and err.count("\n") == 1
+    assert tree(catalogue) == before  # (not even the good audit beside it)
+
+
+def test_a_directory_that_is_no_catalogue_is_refused(
+        outs: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stranger = tmp_path / "stuff"
+    stranger.mkdir()
+    (stranger / "notes.txt").write_text("mine")
+    assert main(["catalog", str(outs[0]), "--into", str(stranger)]) == 2
+    assert "has no catalog.json" in capsys.readouterr().err
+    assert sorted(p.name for p in stranger.iterdir()) == ["notes.txt"]
+    inside = outs[0] / "cat"
+    assert main(["catalog", str(outs[0]), "--into", str(inside)]) == 2
+    assert not inside.exists()
+
+
+def test_an_audit_without_a_devices_table_is_catalogued(
+        outs: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An audit written before devices.parquet existed: its other tables are added, and
+    the devices view reads the other studies' rows."""
+    old = tmp_path / "old-out"
+    shutil.copytree(outs[1], old)
+    (old / "devices.parquet").unlink()
+    manifest = orjson.loads((old / "output_manifest.json").read_bytes())
+    manifest["outputs"] = [o for o in manifest["outputs"] if o["path"] != "devices.parquet"]
+    (old / "output_manifest.json").write_bytes(orjson.dumps(manifest))
+    catalogue = tmp_path / "cat"
+    assert main(["catalog", str(outs[0]), str(old), "--into", str(catalogue)]) == 0
+    assert not (catalogue / "devices" / "study=beta").exists()
+    rows = query(catalogue, "SELECT study, count(*) AS n FROM devices GROUP BY study", capsys)
+    assert rows == [{"study": "alpha", "n": 32}]
+    assert query(catalogue, "SELECT count(*) AS n FROM suspect_hardware", capsys)[0]["n"] > 0

@@ -1,0 +1,85 @@
+"""``auditor rerun DIR``: the unresolved periods by reason group, as ``--array=`` specs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from auditor._cli import main
+from auditor.catalog.rerun import array_spec
+from tests.catalog.studies import audited, hardware_study
+from tests.helpers import rewrite
+
+
+@pytest.fixture(scope="module")
+def mixed_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("mixed")
+    assert main(["example", str(tmp / "study"), "--kind", "mixed"]) == 0
+    return audited(tmp / "study", tmp / "out")
+
+
+def plan(out: Path, capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    capsys.readouterr()
+    assert main(["rerun", str(out), "--json"]) == 0
+    groups: list[dict[str, Any]] = orjson.loads(capsys.readouterr().out)
+    return groups
+
+
+@pytest.mark.parametrize(("ids", "spec"), [
+    ([3, 7, 12, 13, 14], "3,7,12-14"), ([14, 3, 13, 12, 7, 13], "3,7,12-14"), ([], ""),
+    ([5], "5"), ([1, 2], "1-2"), ([0, 1, 2, 4, 6, 7], "0-2,4,6-7")])
+def test_array_specs_compress_runs_into_ranges(ids: list[int], spec: str) -> None:
+    assert array_spec(ids) == spec
+
+
+def test_the_mixed_study_groups_by_reason_never_a_resolved_or_failed_period(
+        mixed_out: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Mixed: tasks 0 and 3 (and the retried period, no task id) resolved, task 2 failed
+    (the protocol's out-of-memory); the rest unresolved, each for its reason."""
+    groups = plan(mixed_out, capsys)
+    assert [(g["group"], g["array"], g["reasons"]) for g in groups] == [
+        ("infrastructure", "4,6,9", ["infrastructure_failure", "killed"]),
+        ("time_limit", "5,8", ["time_limit"]),
+        ("cancelled", "7", ["cancelled"]),
+        ("incomplete", "1", ["terminal_event_missing"]),
+    ]
+    listed = {s for g in groups for s in g["subjects"]}
+    assert len(listed) == 7
+    assert not listed & {"host-qwen25-7b-gsm8k-c2-s161/period-1",   # resolved
+                         "host-qwen25-7b-gsm8k-c2-s163/period-1",   # failed
+                         "host-qwen25-7b-math-c2-s164/period-1"}    # resolved (retried)
+    assert main(["rerun", str(mixed_out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("  #")[0] for line in lines] == [
+        "infrastructure --array=4,6,9", "time_limit --array=5,8", "cancelled --array=7",
+        "incomplete --array=1"]
+
+
+def test_evidence_problems_are_a_group(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    root = hardware_study(tmp_path / "s", "s", 8700000, [
+        ("gpu-node-01", "completed"), ("gpu-node-02", "completed"),
+        ("gpu-node-03", "completed"), ("gpu-node-04", "completed")])
+    log = next((root / "host-qwen25-7b-gsm8k-c2-s162-2gpu").rglob("training-*.log"))
+    rewrite(root, log.relative_to(root).as_posix(), lambda b: b + b"\n",
+            update_manifest=False)
+    groups = plan(audited(root, tmp_path / "out"), capsys)
+    assert [(g["group"], g["array"], g["reasons"]) for g in groups] == [
+        ("evidence", "1", ["evidence_mismatch"])]
+
+
+def test_nothing_to_rerun_and_a_changed_table(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    out = audited(hardware_study(tmp_path / "s", "s", 8700000,
+                                 [("gpu-node-01", "completed")]), tmp_path / "out")
+    assert plan(out, capsys) == []
+    assert main(["rerun", str(out)]) == 0
+    assert "nothing to rerun" in capsys.readouterr().out
+    (out / "periods.parquet").write_bytes((out / "periods.parquet").read_bytes() + b"x")
+    assert main(["rerun", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "does not match" in err and err.count("\n") == 1
+    assert main(["rerun", str(tmp_path / "missing")]) == 2
