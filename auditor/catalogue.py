@@ -302,7 +302,9 @@ _RULES: tuple[Rule, ...] = (
          "{subject}: {detail}", E,
          blocks=Reason.TIME_LIMIT),
     Rule("AUD208", "node-failure", "Node failure",
-         "The scheduler reports NODE_FAIL for the element.", "{subject}: {detail}", E,
+         "The scheduler reports NODE_FAIL (or BOOT_FAIL) for the element, or the training log "
+         "a node failure (slurmstepd's DUE TO NODE FAILURE, srun's or salloc's Node failure): "
+         "an infrastructure failure either way.", "{subject}: {detail}", E,
          blocks=Reason.INFRASTRUCTURE_FAILURE),
     Rule("AUD209", "infrastructure-error", "Infrastructure error in the evidence",
          "NCCL watchdog timeout, host-RAM out-of-memory, scheduler OUT_OF_MEMORY, or an "
@@ -336,6 +338,17 @@ _RULES: tuple[Rule, ...] = (
          "stays unresolved and out of the inclusion list.", "{subject}: {detail}", E,
          gate=GatePolicy(7, False,
                          "configuration {subject} unresolved: the protocol does not list it")),
+    Rule("AUD218", "run-ended-by", "What ended the run",
+         "The cause of a period that did not complete, as one stable word (gpu_oom, host_oom, "
+         "nccl, segfault, signal, actor_died, child_failed, python_exception, node_failure, "
+         "time_limit, cancelled, preempted, unknown), with the line or record it rests on and "
+         "the knock-ons that followed it (contract v1.1, Causes).",
+         "{subject}: ended by {cause}: {detail}{knock_on}", INFO),
+    Rule("AUD219", "preempted", "Attempt was preempted",
+         "sacct reports PREEMPTED for the job's last attempt, or the training log a slurmstepd "
+         "cancellation DUE TO PREEMPTION: the scheduler took the allocation back; the attempt "
+         "measured nothing and the period needs a new run.", "{subject}: {detail}", E,
+         blocks=Reason.PREEMPTED),
     Rule("AUD215", "waived", "Finding waived",
          "A finding was waived on the command line; it no longer blocks its subject.",
          "{subject}: {waived_rule} waived: {reason}", W),

@@ -50,6 +50,7 @@ from auditor.model.results import (
     Accounting,
     AttemptOutcome,
     AuditResult,
+    Cause,
     ConfigurationResult,
     ElementCost,
     GateReason,
@@ -77,7 +78,8 @@ from auditor.model.study import (
 __all__ = [
     "DEFAULT_PROTOCOL", "SLURM_STATES", "Accounting", "AllocatorTrace", "AttemptEvidence",
     "AttemptOutcome",
-    "AttemptRead", "AttemptSpec", "AttemptTask", "AuditOptions", "AuditResult", "Citation",
+    "AttemptRead", "AttemptSpec", "AttemptTask", "AuditOptions", "AuditResult", "Cause",
+    "Citation",
     "Collected", "Configuration", "ConfigurationResult", "DeviceEvidence", "EligibleFailure",
     "ElementCost", "EvidenceEntry", "EvidenceFile", "FileDigest", "FileOutcome", "FileTask",
     "Finding", "GateReason", "GateResult", "IdleCheck", "InputFile", "LogEvent",

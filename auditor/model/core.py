@@ -126,6 +126,7 @@ class Reason(StrEnum):
     COMMIT_MISMATCH = "commit_mismatch"
     ARRAY_PARTIAL = "array_partial"
     CANCELLED = "cancelled"
+    PREEMPTED = "preempted"
     TIME_LIMIT = "time_limit"
     KILLED = "killed"
     UNCLEAN_EXIT = "unclean_exit"

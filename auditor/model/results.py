@@ -16,6 +16,24 @@ NS = 1_000_000_000
 
 @fast_pickle
 @dataclass(frozen=True, slots=True)
+class Cause:
+    """What ended a period that did not complete (contract v1.1, "Causes")."""
+
+    word: str
+    """``gpu_oom``, ``host_oom``, ``nccl``, ``segfault``, ``signal``, ``actor_died``,
+    ``child_failed``, ``python_exception``, ``node_failure``, ``time_limit``, ``cancelled``,
+    ``preempted`` or ``unknown``."""
+    detail: str
+    """Which signal and from whom, the root-cause rank and exit code, the exception type..."""
+    citation: Citation | None
+    """The line or record it rests on (None for ``unknown``)."""
+    knock_on: tuple[str, ...] = ()
+    """Other causes the evidence shows after it, named as its knock-ons (peers' NCCL errors
+    after one rank ran out of memory)."""
+
+
+@fast_pickle
+@dataclass(frozen=True, slots=True)
 class Verdict:
     """The auditor's conclusion about one period."""
 
@@ -32,6 +50,8 @@ class Verdict:
     """What the evidence does not prove."""
     findings: tuple[Finding, ...] = ()
     citations: tuple[Citation, ...] = field(default=())
+    cause: Cause | None = None
+    """What ended the counted attempt when it did not complete (None: it exited cleanly)."""
 
 
 @dataclass(frozen=True, slots=True)

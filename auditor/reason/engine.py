@@ -233,6 +233,13 @@ def _judge_period(
             ))
     attempt, judgement = judgements[counted_index]
     produced.extend(judgement.decisive)
+    cause = judgement.cause
+    if cause is not None:
+        knock_on = f" (then, as its knock-on: {', '.join(cause.knock_on)})" \
+            if cause.knock_on else ""
+        produced.append(finding("AUD218", subject,
+                                [cause.citation] if cause.citation else [],
+                                cause=cause.word, detail=cause.detail, knock_on=knock_on))
     kind = {"completed": VerdictKind.RESOLVED, "failed": VerdictKind.FAILED}.get(
         judgement.outcome, VerdictKind.UNRESOLVED)
     shows = list(judgement.shows)
@@ -245,5 +252,6 @@ def _judge_period(
         " ".join(shows), " ".join(judgement.limits), tuple(judgement.decisive),
         tuple(judgement.citations) or tuple(
             cite for item in judgement.decisive for cite in item.citations),
+        judgement.cause,
     )
     return verdict, outcomes, produced

@@ -24,7 +24,10 @@ def infrastructure(
             return finding("AUD207", subject, cite,
                                          detail=f"sacct reports {element.state_raw} for job "
                                                 f"{element.job_id}")
-        if element.state in ("CANCELLED", "PREEMPTED", "DEADLINE"):
+        if element.state == "PREEMPTED":
+            return finding("AUD219", subject, cite,
+                           detail=f"sacct reports {element.state_raw} for job {element.job_id}")
+        if element.state in ("CANCELLED", "DEADLINE"):
             return finding("AUD206", subject, cite,
                                         detail=f"sacct reports {element.state_raw} for job "
                                                f"{element.job_id}")
@@ -42,6 +45,8 @@ def infrastructure(
     if log is not None:
         for kind_name, rule, text in (
             ("slurm_time_limit", "AUD207", "slurmstepd cancelled the job at its time limit"),
+            ("slurm_preempted", "AUD219", "slurmstepd cancelled the job due to preemption"),
+            ("node_failure", "AUD208", "the log reports a node failure"),
             ("slurm_cancelled", "AUD206", "slurmstepd cancelled the job"),
             ("nccl_timeout", "AUD209", "NCCL watchdog timeout"),
             ("host_oom", "AUD209", "host-RAM out-of-memory kill"),

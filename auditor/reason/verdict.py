@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from auditor.catalogue import RULES, finding
 from auditor.model import (
     AttemptEvidence,
+    Cause,
     Citation,
     Collected,
     Finding,
@@ -30,6 +31,7 @@ from auditor.model import (
     TrainingLogScan,
     TrialRecord,
 )
+from auditor.reason.causes import cause_of
 from auditor.reason.completion import Completion, completion, eligible_failures
 from auditor.reason.exits import ExitClass, classify_exit
 from auditor.reason.infrastructure import cancelled_in_log, ended_after, infrastructure
@@ -72,6 +74,8 @@ class Judgement:
     limits: list[str]
     citations: list[Citation]
     exit: ExitClass | None
+    cause: Cause | None = None
+    """What ended the attempt, when it did not complete (:mod:`auditor.reason.causes`)."""
 
 
 @dataclass
@@ -117,7 +121,15 @@ def judge_attempt(period: PeriodEvidence, attempt: AttemptEvidence,
         == f"{period.subject}#{attempt.spec.index}"
     shown = evidence_shows(period, attempt, context.protocol, element, is_last)
     shown.sacct_path = context.collected.sacct.path if context.collected.sacct else ""
-    return decide(period, blockers, shown, context)
+    judgement = decide(period, blockers, shown, context)
+    if judgement.outcome != "completed":
+        log = attempt.read.log
+        judgement.cause = cause_of(
+            trial, shown.exit_class, element, is_last, shown.sacct_path,
+            tuple((record.rank, record) for trace in attempt.read.traces
+                  for record in trace.phases if record.error_type),
+            log.events if log is not None else (), log.path if log is not None else None)
+    return judgement
 
 
 def scheduler_element(period: PeriodEvidence, job_id: str | None,
@@ -444,6 +456,13 @@ def _signalled(subject: str, shown: Shown) -> Finding:
              *exit_class.citations],
             detail=f"{exit_class.detail}; sacct reports {element.state_raw} for job "
                    f"{element.job_id}: the signal was the time limit's")
+    if element is not None and shown.is_last and element.state == "PREEMPTED":
+        return finding(
+            "AUD219", subject,
+            [Citation(shown.sacct_path, line=element.line, quote=element.state_raw),
+             *exit_class.citations],
+            detail=f"{exit_class.detail}; sacct reports {element.state_raw} for job "
+                   f"{element.job_id}: the signal was the preemption's")
     return finding("AUD206", subject, list(exit_class.citations), detail=exit_class.detail)
 
 

@@ -39,6 +39,9 @@ def build_summary(result: AuditResult) -> dict[str, Any]:
         counts[verdict.verdict.value] += 1
     by_subject = {a.subject: a for a in reasoning.attempts if a.counted}
     attempts_per_subject = Counter(a.subject for a in reasoning.attempts)
+    said: dict[str, set[str]] = {}  # (every finding about the period: AUD212 names a retry)
+    for item in result.findings:
+        said.setdefault(item.subject, set()).add(item.rule_id)
     periods = []
     for verdict, facts in zip(reasoning.verdicts, reasoning.facts, strict=True):
         counted = by_subject.get(verdict.subject)
@@ -51,8 +54,10 @@ def build_summary(result: AuditResult) -> dict[str, Any]:
             "job_id": counted.job_id if counted else None,
             "verdict": verdict.verdict.value,
             "reason": verdict.reason,
+            "cause": verdict.cause.word if verdict.cause else None,
             "attempts": attempts_per_subject[verdict.subject],
-            "rule_ids": sorted({f.rule_id for f in verdict.findings}),
+            "rule_ids": sorted({f.rule_id for f in verdict.findings}
+                               | said.get(verdict.subject, set())),
         })
     integrity = {"files_listed": 0, "verified": 0, "mismatched": 0, "missing": 0,
                  "unlisted": 0, "unsafe_paths": 0, "unreadable": 0}

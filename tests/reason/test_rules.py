@@ -21,7 +21,7 @@ from auditor.catalogue import RULES
 from tests.helpers import edit_json, edit_record, find, outcome_study, rewrite
 
 OUTCOMES = ["completed", "coordinated_shutdown", "rollout_init_oom", "terminal_missing"]
-CLEAN_FIRES = {"AUD201", "AUD203", "AUD205", "AUD211"}
+CLEAN_FIRES = {"AUD201", "AUD203", "AUD205", "AUD211", "AUD218"}
 """What the clean study's own outcomes legitimately produce."""
 
 Plant = Callable[[Path, Path], list[str]]
@@ -413,6 +413,24 @@ def test_an_unknown_sacct_state_is_said_once_at_its_first_row(clean: Path,
     message = said["message"].iloc[0]
     assert "state 'ZOMBIE' of " in message and "more row(s)" in message, message
     assert said["severity"].iloc[0] == "warning"
+
+
+@scenario("AUD125")
+def _sealed_late(root: Path, tmp: Path) -> list[str]:
+    edit_record(_record(root), lambda r: r.__setitem__("sealed_ns", 4_000_000_000_000_000_000))
+    return []
+
+
+@scenario("AUD126")
+def _element_absent(root: Path, tmp: Path) -> list[str]:
+    return _no_sacct_row(root, tmp)  # (the element's rows gone, no range holding it)
+
+
+@scenario("AUD219")
+def _preempted(root: Path, tmp: Path) -> list[str]:
+    rewrite(root, "accounting/sacct-raw.psv",
+            lambda b: b.replace(b"|FAILED|", b"|PREEMPTED|", 1), update_manifest=False)
+    return []
 
 
 @scenario("AUD120")

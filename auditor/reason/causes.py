@@ -1,0 +1,140 @@
+"""What ended a period that did not complete: one stable word, its detail, and the record it
+rests on (contract v1.1, "Causes").
+
+Every source is asked: the scheduler (sacct's state of the job's last attempt), the launcher
+(the signal the batch script received, the exit code), the allocator traces (a phase that
+raised) and the training log's events. Among what they show, a cause of a higher tier wins
+(the scheduler's and the node's word, then memory, then a crash or a signal, then an actor's
+death or a Python exception, then NCCL, then a launcher's summary of a child's failure); in a
+tier, the first in time (the log's order) wins. Everything else found is named as a knock-on
+(peers' NCCL errors after one rank ran out of memory). An attempt that exited cleanly has no
+cause (None: a completed run, or one that lacks its terminal line); one that ended otherwise
+with nothing found is ``unknown``.
+
+The words and their tiers are data (:data:`TIERS`); a new cause is a word here and a line
+pattern in :mod:`auditor.collect.log_events`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from auditor.model import Cause, Citation, LogEvent, PhaseRecord, SacctJob, TrialRecord
+from auditor.reason.exits import ExitClass, signal_name
+
+TIERS: dict[str, int] = {
+    "node_failure": 1, "preempted": 1, "time_limit": 1, "cancelled": 1,
+    "host_oom": 2, "gpu_oom": 2,
+    "segfault": 3, "signal": 3,
+    "actor_died": 4, "python_exception": 4,
+    "nccl": 5,
+    "child_failed": 6,
+}
+"""Each cause word's tier: the lowest tier found is the cause (see the module docstring)."""
+
+LOG_CAUSES: dict[str, str] = {
+    "slurm_time_limit": "time_limit", "slurm_cancelled": "cancelled",
+    "slurm_preempted": "preempted", "node_failure": "node_failure",
+    "host_oom": "host_oom", "gpu_oom": "gpu_oom", "kv_cache_init_failure": "gpu_oom",
+    "segfault": "segfault", "signal": "signal", "actor_died": "actor_died",
+    "exception": "python_exception", "nccl_timeout": "nccl", "nccl_error": "nccl",
+    "child_failed": "child_failed",
+}
+"""Log event kind -> the cause it shows."""
+
+SACCT_CAUSES: dict[str, str] = {
+    "TIMEOUT": "time_limit", "DEADLINE": "time_limit", "CANCELLED": "cancelled",
+    "PREEMPTED": "preempted", "NODE_FAIL": "node_failure", "BOOT_FAIL": "node_failure",
+    "OUT_OF_MEMORY": "host_oom",
+}
+"""sacct state of the job's last attempt -> the cause it shows."""
+
+KNOCK_ON_TIER = 9
+"""Below every cause: what only follows another (a knock-on) never wins."""
+
+OOM_TYPES = ("OutOfMemoryError", "out of memory")
+"""What a phase record's error names when it ran out of GPU memory."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    word: str
+    detail: str
+    citation: Citation | None
+    order: tuple[int, int]
+    """(source rank, line): the scheduler and the launcher first, then the records in time."""
+    tier: int = 0
+    """Its word's tier, or more for a knock-on that can never win (0: the word's own)."""
+
+
+def cause_of(trial: TrialRecord | None, exit_class: ExitClass | None,
+             element: SacctJob | None, is_last: bool, sacct_path: str,
+             traces: tuple[tuple[int | None, PhaseRecord], ...],
+             events: tuple[LogEvent, ...], log_path: str | None) -> Cause | None:
+    """The cause of an attempt's end (None when it exited cleanly)."""
+    if exit_class is not None and exit_class.clean:
+        return None
+    found = sorted(_sources(trial, exit_class, element, is_last, sacct_path, traces, events,
+                            log_path),
+                   key=lambda f: (f.tier or TIERS[f.word], f.order))
+    if not found:
+        return Cause("unknown", "nothing in the evidence says what ended the attempt", None)
+    first = found[0]
+    knock_on = tuple(dict.fromkeys(f.word for f in found[1:] if f.word != first.word))
+    return Cause(first.word, first.detail, first.citation, knock_on)
+
+
+def _sources(trial: TrialRecord | None, exit_class: ExitClass | None, element: SacctJob | None,
+             is_last: bool, sacct_path: str, traces: tuple[tuple[int | None, PhaseRecord], ...],
+             events: tuple[LogEvent, ...], log_path: str | None) -> Iterator[_Found]:
+    if element is not None and is_last:
+        word = SACCT_CAUSES.get(element.state)
+        oom_steps = [s for s in element.steps if s.state == "OUT_OF_MEMORY"]
+        if word is None and oom_steps:
+            word = "host_oom"
+        if word is not None:
+            where = f"step {oom_steps[0].step} of " if oom_steps and word == "host_oom" else ""
+            yield _Found(word, f"sacct reports {element.state_raw} for {where}job "
+                               f"{element.job_id}",
+                         Citation(sacct_path, line=element.line, quote=element.state_raw),
+                         (0, element.line))
+    if trial is not None and trial.received_signal:
+        signal = trial.received_signal.upper()
+        timed = "USR1" in signal or (element is not None and is_last
+                                    and element.state == "TIMEOUT")
+        yield _Found("time_limit" if timed else "cancelled",
+                     f"the batch script received {trial.received_signal}"
+                     + (" (the pre-timeout signal)" if "USR1" in signal else ""),
+                     Citation(trial.path, pointer="/invocation/received_signal",
+                              quote=trial.received_signal), (1, 0))
+    elif trial is not None and exit_class is not None and trial.exit_code is not None \
+            and trial.exit_code > 128:
+        why = exit_class.detail if exit_class.kind == "sigterm" else (
+            f"exit {trial.exit_code}: killed by {signal_name(trial.exit_code)} (sender not "
+            "recorded)")
+        yield _Found("signal", why,
+                     Citation(trial.path, pointer="/invocation/exit_code",
+                              quote=str(trial.exit_code)), (1, 0))
+    for rank, record in traces:
+        oom = any(word in record.error_type or word in record.error_message
+                  for word in OOM_TYPES)
+        yield _Found("gpu_oom" if oom else "python_exception",
+                     f"rank {rank}: {record.phase} raised {record.error_type}",
+                     Citation(record.path, line=record.line,
+                              quote=f"{record.phase} {record.error_type}"), (2, record.line))
+    earlier = False
+    for event in sorted(events, key=lambda e: e.line):
+        word = LOG_CAUSES.get(event.kind)
+        if word == "python_exception" and any(oom in event.detail for oom in OOM_TYPES):
+            word = "gpu_oom"  # (torch's OutOfMemoryError, also inside a RayTaskError)
+        if word is None or log_path is None:
+            continue
+        detail = event.detail or event.kind.replace("_", " ")
+        # a cancellation line with no reason after another cause is srun killing the step
+        # (after an out-of-memory error, a bus error, a task failure): its knock-on
+        knock_on = event.kind == "slurm_cancelled" and earlier
+        yield _Found(word, f"{detail} (log line {event.line})",
+                     Citation(log_path, line=event.line, quote=event.text), (3, event.line),
+                     tier=KNOCK_ON_TIER if knock_on else 0)
+        earlier = True
