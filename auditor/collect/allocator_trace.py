@@ -131,12 +131,16 @@ class _Scan:
             self.last_ns = last
 
     def fold_samples(
-        self, allocated: int, reserved: int, first: int, last: int, count: int
+        self, allocated: int | None, reserved: int | None, first: int, last: int, count: int
     ) -> None:
+        """Count ``count`` samples and their peaks (None: not measured, which leaves the
+        peak as it was: unknown stays unknown, never 0)."""
         self.samples += count
-        if self.peak_allocated is None or allocated > self.peak_allocated:
+        if allocated is not None and (self.peak_allocated is None
+                                      or allocated > self.peak_allocated):
             self.peak_allocated = allocated
-        if self.peak_reserved is None or reserved > self.peak_reserved:
+        if reserved is not None and (self.peak_reserved is None
+                                     or reserved > self.peak_reserved):
             self.peak_reserved = reserved
         self.see_ns(first, last)
 

@@ -72,7 +72,6 @@ def _audit(root: Path, out: Path) -> dict[str, Any]:
     return load(out / "summary.json")
 
 
-@pytest.mark.xfail(reason="audit side of contract v1.1 pending", strict=False)
 def test_seal_audit_verify_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = _study(tmp_path / "study", monkeypatch)
     summary = _audit(root, tmp_path / "out")

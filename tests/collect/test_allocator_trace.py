@@ -698,3 +698,18 @@ def test_a_phase_record_with_a_key_twice_is_aud003_and_not_kept() -> None:
     assert [(p.line, p.error_type) for p in trace.phases] == [(301, "")]
     assert [(f.rule_id, f.citations[0].line) for f in trace.findings] == [("AUD003", 101)]
     assert "a key appears twice" in messages(trace)[0]
+
+
+def test_unmeasured_samples_count_and_leave_the_peaks_unknown() -> None:
+    """Contract v1.1: a sample written without a GPU carries null bytes ("not measured"):
+    it is no finding, it counts as a sample, and the peaks stay unknown, never 0; a measured
+    sample among them sets the peak."""
+    lines = [orjson.dumps({"pid": 7, "seq": i, "sample_ns": 100 + i, "allocated_bytes": None,
+                           "reserved_bytes": None}) for i in range(3)]
+    trace = read(b"\n".join(lines) + b"\n")
+    assert not trace.findings and trace.samples == 3
+    assert trace.sample_peak_allocated_bytes is None and trace.sample_peak_reserved_bytes is None
+    measured = orjson.dumps({"pid": 7, "seq": 3, "sample_ns": 104, "allocated_bytes": 5,
+                             "reserved_bytes": 9})
+    trace = read(b"\n".join([*lines, measured]) + b"\n")
+    assert (trace.sample_peak_allocated_bytes, trace.sample_peak_reserved_bytes) == (5, 9)
