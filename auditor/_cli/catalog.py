@@ -52,7 +52,9 @@ def add_parsers(commands: Any) -> None:
 def _catalog(args: argparse.Namespace) -> int:
     from auditor._process import signals_deferred
 
-    with signals_deferred():
+    with signals_deferred():  # (a compiled extension is not to be cut short loading)
+        import pyarrow.parquet  # noqa: F401
+
         from auditor.catalog.store import add_audits
     for added in add_audits(list(args.outs), args.into, args.name):
         what = "replaced" if added.replaced else "added"
@@ -64,8 +66,10 @@ def _catalog(args: argparse.Namespace) -> int:
 def _query(args: argparse.Namespace) -> int:
     from auditor._process import signals_deferred
 
-    with signals_deferred():
-        from auditor.catalog.query import run_query
+    with signals_deferred():  # (a compiled extension is not to be cut short loading)
+        from auditor.catalog.query import load_duckdb, run_query
+
+        load_duckdb()
     columns, rows = run_query(args.catalog, args.sql)
     if args.json:
         import orjson
@@ -94,7 +98,9 @@ def _query(args: argparse.Namespace) -> int:
 def _rerun(args: argparse.Namespace) -> int:
     from auditor._process import signals_deferred
 
-    with signals_deferred():
+    with signals_deferred():  # (a compiled extension is not to be cut short loading)
+        import pyarrow.parquet  # noqa: F401
+
         from auditor.catalog.rerun import rerun_plan
     plan = rerun_plan(args.out)
     if args.json:

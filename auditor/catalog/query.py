@@ -41,12 +41,18 @@ FAILURE_REASONS = ("infrastructure_failure", "killed", "unclean_exit", "time_lim
 BUILT_IN = ("verdicts", "gpu_seconds", "suspect_hardware")
 
 
-def connect(catalog: Path) -> Any:
-    """An in-memory DuckDB connection with the catalogue's tables and built-in views."""
+def load_duckdb() -> Any:
+    """The duckdb module; one line (exit 2) when it is not installed."""
     try:
         import duckdb
     except ImportError:
         raise UsageError("query: needs duckdb (pip install 'auditor[catalog]')") from None
+    return duckdb
+
+
+def connect(catalog: Path) -> Any:
+    """An in-memory DuckDB connection with the catalogue's tables and built-in views."""
+    duckdb = load_duckdb()
     if not (catalog / CATALOG_JSON).is_file():
         raise InputError(f"query: {catalog}: no {CATALOG_JSON}; is this a catalogue made by "
                          "'auditor catalog'?")
@@ -70,8 +76,7 @@ def connect(catalog: Path) -> Any:
 
 def run_query(catalog: Path, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
     """Run ``sql`` over the catalogue; (column names, rows). Bad SQL is one line (exit 2)."""
-    import duckdb
-
+    duckdb = load_duckdb()
     con = None
     try:
         con = connect(catalog)  # (a part that cannot be read fails here, or in the query)

@@ -261,3 +261,14 @@ def test_an_audit_without_a_devices_table_is_catalogued(
     rows = query(catalogue, "SELECT study, count(*) AS n FROM devices GROUP BY study", capsys)
     assert rows == [{"study": "alpha", "n": 32}]
     assert query(catalogue, "SELECT count(*) AS n FROM suspect_hardware", capsys)[0]["n"] > 0
+
+
+def test_without_duckdb_query_says_so_in_one_line(
+        cat: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "duckdb", None)  # (import duckdb: ImportError)
+    capsys.readouterr()
+    assert main(["query", str(cat), "SELECT 1"]) == 2
+    err = capsys.readouterr().err
+    assert "needs duckdb" in err and err.count("\n") == 1

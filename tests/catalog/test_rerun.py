@@ -83,3 +83,34 @@ def test_nothing_to_rerun_and_a_changed_table(tmp_path: Path,
     err = capsys.readouterr().err
     assert "does not match" in err and err.count("\n") == 1
     assert main(["rerun", str(tmp_path / "missing")]) == 2
+
+
+def test_a_period_without_an_array_task_id_is_named(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A period whose attempts ran in two elements has no one task id: named, not lost."""
+    from auditor._studygen import (
+        MODEL,
+        SEED_COMMIT,
+        AttemptSpec,
+        ElementSpec,
+        PeriodSpec,
+        StudySpec,
+        default_protocol,
+        write_study,
+    )
+
+    period = PeriodSpec(pair=f"host-{MODEL}-gsm8k-c2-s161", workload="gsm8k", seed=161,
+                        model=MODEL, period=1, gpus=2, outcome="retried", attempts=[
+                            AttemptSpec(outcome="node_failure", job_id="7000001"),
+                            AttemptSpec(outcome="timed_out", job_id="7000002")])
+    elements = [ElementSpec(array_task_id=i, job_id=str(7000001 + i), periods=[period],
+                            node=f"gpu-node-0{i}", alloc_gpus=2) for i in range(2)]
+    write_study(StudySpec(study="r", array_job_id="7000000", elements=elements,
+                          protocol=default_protocol([period]),
+                          execution_commits={period.pair: SEED_COMMIT}), tmp_path / "s")
+    out = audited(tmp_path / "s", tmp_path / "out")
+    groups = plan(out, capsys)
+    assert [(g["group"], g["array"], g["without_task_id"]) for g in groups] == [
+        ("time_limit", "", [f"{period.pair}/period-1"])]
+    assert main(["rerun", str(out)]) == 0
+    assert capsys.readouterr().out.startswith("time_limit (no array task id)  # 1 period(s)")
