@@ -22,9 +22,11 @@ from auditor.model import (
     AttemptRead,
     AttemptSpec,
     Collected,
+    DeviceEvidence,
     EvidenceEntry,
     EvidenceFile,
     Finding,
+    IdleCheck,
     LogEvent,
     PeriodEvidence,
     PeriodRecord,
@@ -46,13 +48,15 @@ from auditor.reason.verdict import Context
 PAIR = "host-m-gsm8k-c2-s161"
 SUBJECT = f"{PAIR}/period-1"
 RECORD = f"pairs/{PAIR}/period-1.json"
-ATTEMPT_DIR = f"{PAIR}/job-7000001"
+ATTEMPT_DIR = f"{PAIR}/attempt-7000001"
 JOB = "7000001"
 STEPS = 20
 PIDS = (4101, 4102)
 TRIAL = f"{ATTEMPT_DIR}/trial-{JOB}.json"
 LOG = f"{ATTEMPT_DIR}/training-{JOB}.log"
 SACCT = "accounting/sacct-raw.psv"
+T0 = 1_700_000_000 * 10**9
+"""When the invocation started (it ran 600 s; the allocation 700 s from the same second)."""
 
 
 def trace_path(pid: int) -> str:
@@ -67,9 +71,10 @@ def device_path(rank: int, pid: int) -> str:
 
 def phase(pid: int, rank: int, name: str, line: int, *, step: int | None = STEPS,
           start: int = 0, error: str = "") -> PhaseRecord:
-    """One phase record of rank ``rank``'s trace."""
+    """One phase record of rank ``rank``'s trace, ``start`` ns into the invocation."""
     return PhaseRecord(trace_path(pid), line, pid, rank, "policy", line, name, step,
-                       start, start + 10, error, "out of memory" if error else "", None, None)
+                       T0 + start, T0 + start + 10, error, "out of memory" if error else "",
+                       None, None)
 
 
 def completed_phases(pid: int, rank: int) -> tuple[PhaseRecord, ...]:
@@ -82,7 +87,7 @@ def trace(pid: int, phases: Sequence[PhaseRecord] = (), findings: Iterable[Findi
           samples: int = 1) -> AllocatorTrace:
     """An allocator trace holding ``phases``."""
     return AllocatorTrace(trace_path(pid), len(phases) + samples, tuple(phases), samples,
-                          None, None, ((pid, 1),), (), 0, 1_000, tuple(findings))
+                          None, None, ((pid, 1),), (), T0, T0 + 1_000, tuple(findings))
 
 
 def event(kind: str, line: int, detail: str = "") -> LogEvent:
@@ -106,7 +111,7 @@ def trial(*, exit_code: int | None = 0, signal: str | None = None,
     return TrialRecord(
         TRIAL, job_id=JOB, pair=PAIR, period=1, gpus=2, attempt=1,
         dispatch=(("TOTAL_TRAINING_STEPS", str(STEPS)),), env=tuple(env),
-        started_ns=1_700_000_000 * 10**9, finished_ns=1_700_000_600 * 10**9,
+        started_ns=T0, finished_ns=T0 + 600 * 10**9,
         exit_code=exit_code, received_signal=signal,
         processes=tuple(ProcessExit(role, 5000 + i, code, f"/processes/{i}")
                         for i, (role, code) in enumerate(processes)),
@@ -119,6 +124,14 @@ def row(path: str, kind: str, status: str = "verified") -> EvidenceFile:
     return EvidenceFile(path, kind, PAIR, 1, 0, JOB, RECORD, sha, 10,
                         None if status in ("missing", "unsafe", "unreadable") else sha,
                         None if status in ("missing", "unsafe", "unreadable") else 10, status)
+
+
+def device(of_rank: int, of_pid: int, **changes: object) -> DeviceEvidence:
+    """The device file of worker ``of_rank``/``of_pid`` (its own GPU, the attempt's job),
+    with ``changes``."""
+    clean = DeviceEvidence(device_path(of_rank, of_pid), "policy", of_rank, of_pid, JOB,
+                           gpu_uuid=f"GPU-0000-{of_rank}")
+    return replace(clean, **changes)  # type: ignore[arg-type]
 
 
 def attempt(*, the_trial: TrialRecord | None = None, the_log: TrainingLogScan | None = None,
@@ -138,21 +151,27 @@ def attempt(*, the_trial: TrialRecord | None = None, the_log: TrainingLogScan | 
         tuple(EvidenceEntry(path.removeprefix(ATTEMPT_DIR + "/"), kind, "0" * 64, 10,
                             f"/evidence/{i}") for i, (path, kind) in enumerate(files)),
         "")
+    devices = tuple(device(rank, pid) for rank, pid in enumerate(PIDS))
     read = AttemptRead(f"{SUBJECT}#{index}", (), the_trial or trial(), the_log or log(),
-                       tuple(traces), (), ())
+                       tuple(traces), devices, ())
     return AttemptEvidence(SUBJECT, spec, read,
                            tuple(row(path, kind, statuses.get(path, "verified"))
                                  for path, kind in files))
 
 
+PASSED = IdleCheck(True, T0 + 700 * 10**9, (0, 0), 0)
+
+
 def period(*attempts: AttemptEvidence, findings: Iterable[Finding] = (), pair: str = PAIR,
-           number: int = 1, workload: str = "gsm8k", gpus: int = 2, seed: int = 161
-           ) -> PeriodEvidence:
-    """A readable period record (array task 0 of 7000000) with ``attempts``."""
+           number: int = 1, workload: str = "gsm8k", gpus: int = 2, seed: int = 161,
+           idle: IdleCheck | None = PASSED) -> PeriodEvidence:
+    """A readable period record (array task 0 of 7000000, commit ``c``) with ``attempts``,
+    its idle check passed."""
     record = PeriodRecord(f"pairs/{pair}/period-{number}.json", pair, number, True,
                           study="s", workload=workload, seed=seed, model="m", gpus=gpus,
                           array_job_id="7000000", array_task_id=0, commit="c",
-                          attempts=tuple(a.spec for a in attempts), findings=tuple(findings))
+                          attempts=tuple(a.spec for a in attempts), idle_check=idle,
+                          findings=tuple(findings))
     return PeriodEvidence(record, tuple(attempts))
 
 
@@ -173,13 +192,14 @@ def sacct(*jobs: SacctJob, fields: Sequence[str] = ("JobID", "JobIDRaw", "State"
 
 
 def collected(*periods: PeriodEvidence, dump: SacctDump | None = None,
-              protocol: Protocol = DEFAULT_PROTOCOL,
-              findings: Iterable[Finding] = ()) -> Collected:
-    """The study as collection hands it on."""
+              protocol: Protocol = DEFAULT_PROTOCOL, findings: Iterable[Finding] = (),
+              commits: dict[str, str] | None = None) -> Collected:
+    """The study as collection hands it on (``commits``: execution_commits.json's pins)."""
     root = Path("/nonexistent/study")
-    layout = StudyLayout(root, tuple(p.record.path for p in periods), ())
+    layout = StudyLayout(root, tuple(p.record.path for p in periods), (),
+                         execution_commits="execution_commits.json" if commits else None)
     evidence = tuple(f for p in periods for a in p.attempts for f in a.files)
-    return Collected(root, layout, protocol, dump, SACCT if dump else None, None,
+    return Collected(root, layout, protocol, dump, SACCT if dump else None, commits,
                      tuple(periods), evidence, (), tuple(findings))
 
 

@@ -1,0 +1,123 @@
+"""The cross-checks (:func:`auditor.validate.checks.validate`) on hand-built model values:
+a consistent study gives no finding, and each planted disagreement gives its rule's, about
+the period it concerns."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from auditor.model import AuditOptions, Collected, Finding, IdleCheck, TrialRecord
+from auditor.validate.checks import validate
+from tests.reason.values import (
+    PAIR,
+    PIDS,
+    SUBJECT,
+    T0,
+    attempt,
+    collected,
+    completed_phases,
+    device,
+    period,
+    phase,
+    sacct,
+    sacct_job,
+    trace,
+    trial,
+)
+
+
+def checked(study: Collected) -> list[tuple[str, str]]:
+    """(rule, subject) of every finding of the cross-checks."""
+    return [(item.rule_id, item.subject) for item in validate(study, AuditOptions())]
+
+
+def one(**changes: object) -> Collected:
+    """The consistent study, one period, with a sacct row and commit pins, changed."""
+    the_attempt = attempt(**changes)  # type: ignore[arg-type]
+    return collected(period(the_attempt), dump=sacct(sacct_job()), commits={PAIR: "c"})
+
+
+def with_devices(*devices: object) -> Collected:
+    """The consistent study with ``devices`` read for its attempt."""
+    clean = attempt()
+    read = replace(clean.read, devices=tuple(devices))  # type: ignore[arg-type]
+    return collected(period(replace(clean, read=read)), dump=sacct(sacct_job()),
+                     commits={PAIR: "c"})
+
+
+def details(study: Collected) -> list[str]:
+    """The ``detail`` value of every finding."""
+    return [str(item.value("detail")) for item in validate(study, AuditOptions())]
+
+
+def test_the_consistent_study_gives_no_finding() -> None:
+    assert checked(one()) == []
+    assert checked(collected(period(attempt()))) == []  # (no sacct, no pins: nothing to say)
+
+
+def test_the_idle_check_must_have_passed() -> None:
+    for idle in (None, IdleCheck(False, T0, (900, 0), 1)):
+        study = collected(period(attempt(), idle=idle))
+        assert checked(study) == [("AUD118", SUBJECT)]
+
+
+def test_a_trial_that_disagrees_with_its_period_is_aud112() -> None:
+    assert checked(one(the_trial=replace(trial(), gpus=4))) == [("AUD112", SUBJECT)]
+
+
+def test_two_ranks_on_one_gpu_is_aud113() -> None:
+    study = with_devices(device(0, PIDS[0]), device(1, PIDS[1], gpu_uuid="GPU-0000-0"))
+    found = validate(study, AuditOptions())
+    assert [(f.rule_id, f.value("uuid"), f.value("ranks")) for f in found] == [
+        ("AUD113", "GPU-0000-0", "0, 1")]
+
+
+def test_a_device_whose_content_contradicts_its_name_is_aud110() -> None:
+    study = with_devices(device(0, PIDS[0], rank=1), device(1, PIDS[1]))
+    assert checked(study) == [("AUD110", SUBJECT)]
+    assert details(study) == [f"worker-policy-0-{PIDS[0]}.json: file name says rank 0, "
+                              "content says 1"]
+
+
+def test_a_device_of_another_job_is_aud111() -> None:
+    study = with_devices(device(0, PIDS[0]), device(1, PIDS[1], job_id="7000999"))
+    assert checked(study) == [("AUD111", SUBJECT)]
+
+
+def test_a_job_sacct_does_not_know_is_aud119() -> None:
+    study = collected(period(attempt()), dump=sacct(sacct_job(raw="7000555",
+                                                              job_id="7000000_5")))
+    assert ("AUD119", SUBJECT) in checked(study)
+    assert "job 7000001 has no allocation row in the sacct dump" in details(study)
+
+
+def test_a_trace_of_another_pid_is_aud110() -> None:
+    stray = trace(PIDS[0], completed_phases(PIDS[0], 0))
+    stray = replace(stray, pids=((PIDS[0], 1), (9999, 2)))
+    study = one(traces=[stray, trace(PIDS[1], completed_phases(PIDS[1], 1))])
+    assert checked(study) == [("AUD110", SUBJECT)]
+
+
+def test_a_phase_outside_the_invocation_is_aud116() -> None:
+    late = (*completed_phases(PIDS[1], 1), phase(PIDS[1], 1, "idle", 3, start=601 * 10**9))
+    study = one(traces=[trace(PIDS[0], completed_phases(PIDS[0], 0)), trace(PIDS[1], late)])
+    assert checked(study) == [("AUD116", SUBJECT)]
+
+
+@pytest.mark.parametrize(("started", "finished"), [
+    (T0 - 10 * 10**9, T0 + 600 * 10**9),  # (before the allocation's Start)
+    (T0, T0 + 800 * 10**9),  # (after its End)
+])
+def test_an_invocation_outside_its_allocation_is_aud117(started: int, finished: int) -> None:
+    moved: TrialRecord = replace(trial(), started_ns=started, finished_ns=finished)
+    traces = [replace(t, first_ns=None, last_ns=None) for t in attempt().read.traces]
+    assert checked(one(the_trial=moved, traces=traces)) == [("AUD117", SUBJECT)]
+
+
+def test_a_period_that_ran_another_commit_is_aud121() -> None:
+    study = collected(period(attempt()), dump=sacct(sacct_job()), commits={PAIR: "d"})
+    found: list[Finding] = validate(study, AuditOptions())
+    assert [(f.rule_id, f.value("actual"), f.value("expected")) for f in found] == [
+        ("AUD121", "c", "d")]
