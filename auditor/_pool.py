@@ -1,8 +1,13 @@
-"""Where the reading runs: inline, or a local process pool sized to the CPUs we may use.
+"""Where the reading runs: inline, in a local process pool sized to the CPUs we may use, or
+on a Dask cluster.
 
-:class:`LocalPool` is the executor the audit hands its read tasks to (one pool serves every
-stage of the collection, started on first use, shut down by :meth:`LocalPool.close`).
-Small studies are read inline: starting a pool costs more than a second core saves.
+:func:`make_pool` gives the executor the audit hands its read tasks to: a :class:`LocalPool`
+(one pool serves every stage of the collection, started on first use, shut down by
+:meth:`LocalPool.close`; small studies are read inline: starting a pool costs more than a
+second core saves), or with ``executor="dask://HOST:PORT"`` a :class:`DaskPool`, which sends
+every task to that cluster's scheduler whatever the study's size. Both have the three
+methods of :class:`Pool`; every task function is a top-level function of a module the
+workers import.
 """
 
 from __future__ import annotations
@@ -10,12 +15,13 @@ from __future__ import annotations
 import math
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from functools import partial
-from typing import TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from auditor._process import helper_args, helper_context, helper_signals, signals_deferred
+from auditor.errors import UsageError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -26,7 +32,58 @@ SMALL_STUDY_BYTES = 64 << 20
 """Below this many listed bytes the audit reads in-process: starting a pool costs more
 (about 0.3 s) than a second core saves."""
 CHUNK_BYTES = 16 << 20
-"""About the most listed bytes of tasks sent to a worker at once (see :meth:`LocalPool.map`)."""
+"""About the most listed bytes of tasks sent to a worker at once (see :func:`chunk_size`)."""
+CONNECT_TIMEOUT = 10
+"""Seconds a :class:`DaskPool` waits for its scheduler to answer before giving up."""
+CLOSE_TIMEOUT = 10
+"""Seconds a :class:`DaskPool` waits for its client to close."""
+DASK_SCHEME = "dask://"
+DASK_PORT = 8786
+"""The Dask scheduler's usual port (``dask://HOST`` means ``HOST:8786``)."""
+
+
+class Pool(Protocol):
+    """Where the audit's tasks run (:func:`make_pool`)."""
+
+    def soon(self, function: Callable[[T], R], item: T, tasks: int) -> Callable[[], R]:
+        """Start ``function(item)``; the returned call gives its result."""
+
+    def map(self, function: Callable[[T], R], items: Iterable[T],
+            total_bytes: int) -> Iterator[R]:
+        """``function`` over ``items``, the results in order."""
+
+    def close(self) -> None:
+        """Let go of the workers, cancelling what they have not done."""
+
+
+class PoolOptions(Protocol):
+    """What :func:`make_pool` reads of the audit's options."""
+
+    @property
+    def jobs(self) -> int: ...
+
+    @property
+    def executor(self) -> str | None: ...
+
+
+def make_pool(options: PoolOptions) -> Pool:
+    """The pool ``options`` ask for: a :class:`DaskPool` for ``executor="dask://HOST:PORT"``,
+    else a :class:`LocalPool` of ``jobs`` workers. A malformed ``executor``, or one whose
+    library is not installed, is a :class:`~auditor.errors.UsageError` (nothing connects
+    until the first task)."""
+    if options.executor is None:
+        return LocalPool(options.jobs)
+    return DaskPool(options.executor)
+
+
+def chunk_size(count: int, total_bytes: int, workers: int) -> int:
+    """How many of ``count`` tasks over ``total_bytes`` listed bytes go to a worker at once.
+
+    Fewer, larger messages, but a chunk holds about :data:`CHUNK_BYTES` of files (by the
+    average task), and every worker gets about eight: the last chunk a worker takes is
+    then short work, not seconds of it while the other cores idle."""
+    per_item = total_bytes // max(count, 1)
+    return max(1, min(64, count // (max(workers, 1) * 8), CHUNK_BYTES // max(per_item, 1)))
 
 
 def usable_cpus(cgroup: str = "/sys/fs/cgroup", own: str = "/proc/self/cgroup") -> int:
@@ -138,15 +195,138 @@ class LocalPool:
             pending = deque(items)  # each task is let go once done
             del items
             return (function(pending.popleft()) for _ in range(len(pending)))
-        jobs = self._jobs
-        # Tasks go to the workers in chunks (fewer messages), but a chunk holds about
-        # CHUNK_BYTES of files (by the average task): the last chunk a worker takes is
-        # then short work, not seconds of it while the other core idles.
-        per_item = total_bytes // len(items)
-        chunksize = max(1, min(64, len(items) // (jobs * 8), CHUNK_BYTES // max(per_item, 1)))
+        chunksize = chunk_size(len(items), total_bytes, self._jobs)
         pool = self._open_pool()
         # submitting is not cut short by a signal either (like starting and shutting the
         # pool down): the pool's bookkeeping is not built to be interrupted half-way
         with signals_deferred():
             return pool.map(function, items, chunksize=chunksize)
 
+
+
+class Batch(Generic[T, R]):
+    """Tasks sent to a Dask worker as one: ``function`` over each of ``items``.
+
+    A plain class (not a tuple, list or dataclass, which Dask would walk in search of
+    futures to substitute): it goes to the worker whole, pickled once."""
+
+    __slots__ = ("function", "items")
+
+    def __init__(self, function: Callable[[T], R], items: Sequence[T]) -> None:
+        self.function = function
+        self.items = items
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Batch, (self.function, self.items)
+
+
+def run_batch(batch: Batch[T, R]) -> list[R]:
+    """On a Dask worker: the results of a :class:`Batch`, in order."""
+    return [batch.function(item) for item in batch.items]
+
+
+def _first(future: Future[list[R]]) -> R:
+    return future.result()[0]
+
+
+def scheduler_address(executor: str) -> str:
+    """The scheduler address (``tcp://HOST:PORT``) of ``dask://HOST[:PORT]``; a
+    :class:`~auditor.errors.UsageError` for anything else."""
+    from urllib.parse import urlsplit
+
+    usage = f"--executor {executor!r}: expected dask://HOST:PORT (a Dask scheduler's address)"
+    if not executor.startswith(DASK_SCHEME):
+        raise UsageError(usage)
+    try:
+        parts = urlsplit(executor)
+        port = parts.port or DASK_PORT
+    except ValueError:
+        raise UsageError(usage) from None
+    host = parts.hostname
+    if not host or parts.path not in ("", "/") or parts.query or parts.fragment \
+            or parts.username is not None:
+        raise UsageError(usage)
+    return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+
+
+class DaskPool:
+    """Runs every task on a Dask cluster, through its client's
+    :class:`~concurrent.futures.Executor` (``Client.get_executor``), whatever the study's
+    size: the cluster was asked for.
+
+    Its executor's ``map`` ignores ``chunksize``, so tasks are sent in :class:`Batch` es of
+    :func:`chunk_size` (over the cluster's worker threads), one Dask task each. Results
+    come back as they are done and wait here (as a process pool's do); the workers keep
+    none. The client connects on first use and is closed by :meth:`close`, which cancels
+    every task not done yet (an interrupted audit leaves the cluster idle). The workers
+    open the files by the paths this process resolved: they must see the study at the
+    same path (a shared file system)."""
+
+    def __init__(self, executor: str) -> None:
+        import importlib.util
+
+        self.executor = executor
+        self.address = scheduler_address(executor)
+        if importlib.util.find_spec("distributed") is None:
+            raise UsageError(f"--executor {executor}: Dask's 'distributed' is not installed "
+                             "(pip install 'auditor[dask]')")
+        self._client: Any = None
+        self._pool: Any = None  # (the client's executor)
+        self._threads = 1
+
+    def close(self) -> None:
+        """Cancel the tasks not done yet and close the client (if it was opened)."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            pool, self._pool = self._pool, None
+            with signals_deferred():  # (a client half closed leaves its thread behind)
+                pool.shutdown(wait=False)  # (cancels what it has not finished)
+                client.close(timeout=CLOSE_TIMEOUT)
+
+    def soon(self, function: Callable[[T], R], item: T, tasks: int) -> Callable[[], R]:
+        """Start ``function(item)`` on the cluster; the returned call gives its result."""
+        pool = self._open()
+        with signals_deferred():
+            future = pool.submit(run_batch, Batch(function, (item,)))
+        return partial(_first, future)
+
+    def map(self, function: Callable[[T], R], items: Iterable[T],
+            total_bytes: int) -> Iterator[R]:
+        """Run ``function`` over ``items`` on the cluster, every batch sent at once; the
+        results in order."""
+        items = list(items)
+        if not items:
+            return iter(())
+        pool = self._open()
+        size = chunk_size(len(items), total_bytes, self._threads)
+        with signals_deferred():  # (the client's bookkeeping is not built to be cut short)
+            futures = deque(pool.submit(run_batch, Batch(function, items[start:start + size]))
+                            for start in range(0, len(items), size))
+        del items
+        return _in_order(futures)
+
+    def _open(self) -> Any:
+        """The client's executor, connected on first use."""
+        if self._pool is None:
+            # kept as it is made: a signal held meanwhile is raised as the block ends, and
+            # the client must then be there for close()
+            with signals_deferred():
+                from distributed import Client
+
+                try:
+                    self._client = Client(self.address, timeout=CONNECT_TIMEOUT,
+                                          set_as_default=False)
+                except (OSError, TimeoutError) as error:
+                    why = "" if str(error).startswith("Timed out") else f" ({error})"
+                    raise UsageError(
+                        f"--executor {self.executor}: no Dask scheduler answered at "
+                        f"{self.address} within {CONNECT_TIMEOUT} s{why}") from None
+                self._pool = self._client.get_executor(pure=False)
+                self._threads = max(1, sum(self._client.nthreads().values()))
+        return self._pool
+
+
+def _in_order(futures: deque[Future[list[R]]]) -> Iterator[R]:
+    """The results of ``futures`` (batches), in order; each let go once taken."""
+    while futures:
+        yield from futures.popleft().result()

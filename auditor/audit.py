@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from auditor._io import clip
-from auditor._pool import LocalPool
+from auditor._pool import make_pool
 from auditor.catalogue import finding
 from auditor.collect.attempt import hash_only, read_attempt
 from auditor.collect.discover import SACCT_PATH, discover, find_period_records
@@ -71,7 +71,7 @@ class Auditor:
     def __init__(self, root: Path | str, options: AuditOptions | None = None) -> None:
         self.root_arg = Path(root)
         self.options = options or AuditOptions()
-        self._pool = LocalPool(self.options.jobs)
+        self._pool = make_pool(self.options)
 
     def run(self) -> Generator[Progress, None, AuditResult]:
         """Collect, validate and reason; yields progress, returns the result.

@@ -61,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="worker processes (default: the CPUs this process may use: a SLURM "
                        "job's, taskset's or a container quota's, not the whole node's; "
                        "1 reads in-process)")
+    audit.add_argument("--executor", metavar="dask://HOST:PORT",
+                       help="read on the Dask cluster whose scheduler is at HOST:PORT (needs "
+                       "the 'dask' extra and the study at the same path on its workers; "
+                       "every task goes to it; a scheduler silent for 10 s is an error)")
     audit.add_argument("--anchor", action="append", default=[], metavar="NAME=SHA256",
                        help="expected SHA-256 of a protocol input (repeatable)")
     audit.add_argument("--protocol-input", action="append", default=[], metavar="NAME=PATH",
@@ -323,13 +327,20 @@ def _audit(args: argparse.Namespace) -> int:
             raise UsageError(f"{flag} must be at least 1")
     if args.sacct is not None and not args.sacct.is_file():
         raise UsageError(f"--sacct {args.sacct}: no such file")
+    if args.executor is not None:
+        from auditor._pool import scheduler_address
+
+        if args.jobs:
+            raise UsageError("--jobs is this machine's readers; with --executor the "
+                             "cluster's workers read (give one or the other)")
+        scheduler_address(args.executor)  # (a malformed one refused before any work)
     fields = tuple(f.strip() for f in args.sacct_format.split(",")) if args.sacct_format else None
     options = AuditOptions(
         sacct=args.sacct, sacct_format=fields, sacct_delimiter=args.sacct_delimiter,
         jobs=args.jobs, anchors=tuple(anchors), protocol_inputs=tuple(inputs),
         source_root=args.source_root, sources=tuple(args.source), waivers=tuple(waivers),
         max_findings=args.max_findings, max_findings_per_file=args.max_findings_per_file,
-        max_quote=args.max_quote,
+        max_quote=args.max_quote, executor=args.executor,
     )
     if args.out is not None:
         from auditor.report.output import check_output_dir

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Generator
 from operator import attrgetter
 from pathlib import Path
@@ -31,7 +32,7 @@ def find_period_records(root: Path, regular: set[str] | None = None
     period_records: list[str] = []
     stray: list[str] = []
     pairs = root / "pairs"
-    if pairs.is_dir() and not pairs.is_symlink():
+    if _is_real_dir_path(pairs):
         folders: list[str] = []
         for rel in _walk(root, pairs, regular, folders):
             parts = rel.split("/")
@@ -56,7 +57,9 @@ def discover(root: Path, periods: tuple[tuple[str, ...], tuple[str, ...]] | None
     attempt_dirs: list[str] = []
     attempt_files: dict[str, tuple[str, ...]] = {}
     regular: set[str] = set()
-    tops = [top for top in _scandir_sorted(root)
+    listed = _scandir_sorted(root)
+    names = {entry.name for entry in listed}
+    tops = [top for top in listed
             if top.name not in ("pairs", "accounting") and _is_real_dir(top)]
     for done, top in enumerate(tops):
         yield Progress("list", done, len(tops))
@@ -68,7 +71,9 @@ def discover(root: Path, periods: tuple[tuple[str, ...], tuple[str, ...]] | None
                 yield Progress("list", done, len(tops))
     yield Progress("list", len(tops), len(tops))
 
-    def optional(rel: str) -> str | None:
+    def optional(rel: str) -> str | None:  # (one at the top is in the listing: no stat)
+        if "/" not in rel:
+            return rel if rel in names else None
         return rel if os.path.lexists(root / rel) else None
 
     return StudyLayout(
@@ -87,6 +92,14 @@ def discover(root: Path, periods: tuple[tuple[str, ...], tuple[str, ...]] | None
 def _is_real_dir(entry: os.DirEntry[str]) -> bool:
     try:
         return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def _is_real_dir_path(path: Path) -> bool:
+    """Whether ``path`` is a directory, not a link to one (one ``lstat``)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
     except OSError:
         return False
 

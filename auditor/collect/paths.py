@@ -61,6 +61,9 @@ def check_path(root: Path, *parts: str, known_regular: frozenset[str] = frozense
         return PathCheck("/".join(parts), "unsafe", unsafe_reason(*parts))
     if display_text in known_regular:
         return PathCheck(display_text, "ok", resolved=f"{root}/{display_text}")
+    plain = _plain_check(root, display_text)
+    if plain is not None:
+        return plain
     display = display_text
     target = root / display_text
     try:
@@ -84,13 +87,41 @@ def check_path(root: Path, *parts: str, known_regular: frozenset[str] = frozense
         info = resolved.stat()
     except OSError as error:
         return PathCheck(display, "unreadable", error.strerror or str(error))
+    return _file_check(display, info, str(resolved))
+
+
+def _file_check(display: str, info: os.stat_result, resolved: str) -> PathCheck:
+    """The check of a path inside the root whose file (links followed) is ``info``."""
     if stat.S_ISDIR(info.st_mode):
         return PathCheck(display, "unreadable", "is a directory")
     if not stat.S_ISREG(info.st_mode):
         return PathCheck(display, "unreadable", "not a regular file")
     if not os.access(resolved, os.R_OK):
         return PathCheck(display, "unreadable", "permission denied")
-    return PathCheck(display, "ok", resolved=str(resolved))
+    return PathCheck(display, "ok", resolved=resolved)
+
+
+def _plain_check(root: Path, display: str) -> PathCheck | None:
+    """The check of ``root/display`` when no link lies on the way (``display`` normal),
+    from one ``lstat`` of each of its parts below the root (resolving it would ``lstat``
+    every part of the root's path too, then ``stat`` the file again: on a network file
+    system each is a round trip); None when a part is a link (the caller resolves it).
+    With no link on the way the path is inside the root (itself resolved)."""
+    current = str(root).rstrip("/")
+    info: os.stat_result | None = None
+    for part in display.split("/"):
+        current = f"{current}/{part}"
+        try:
+            info = os.lstat(current)
+        except OSError as error:
+            if error.errno in (errno.ENOENT, errno.ENOTDIR):
+                return PathCheck(display, "missing")
+            return PathCheck(display, "unreadable", error.strerror or str(error))
+        if stat.S_ISLNK(info.st_mode):
+            return None
+    if info is None:  # (never: a normal display path has a part)
+        return None
+    return _file_check(display, info, current)
 
 
 def _link_escapes(root: Path, target: Path) -> bool:

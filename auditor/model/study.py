@@ -59,6 +59,9 @@ class AuditOptions:
     """Findings kept per cited file (the rest are counted in one AUD013)."""
     max_quote: int = 300
     """Characters of evidence text kept in a citation's quote."""
+    executor: str | None = None
+    """Where the reading runs: None for this machine (``jobs``), ``dask://HOST:PORT`` for
+    the Dask cluster whose scheduler is there (every task goes to it)."""
 
 
 @dataclass(frozen=True, slots=True)

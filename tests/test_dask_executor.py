@@ -1,0 +1,282 @@
+"""``auditor audit --executor dask://HOST:PORT``: the reading on a Dask cluster.
+
+A ``LocalCluster`` of two worker processes on 127.0.0.1 stands for the cluster; a scheduler
+plugin records every task it runs, so the tests see the work went there. Its outputs are
+byte-identical to the local pool's; a scheduler that cannot be reached, or a malformed
+address, is one line and exit 2; Ctrl-C cancels what the cluster has not done and exits 130.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from auditor._cli import main
+from auditor._pool import DaskPool, LocalPool, make_pool
+from auditor.errors import UsageError
+from auditor.model import AuditOptions
+from fixtures.generate import scale_spec, write_study
+from tests.helpers import EXAMPLE
+
+distributed = pytest.importorskip("distributed")
+
+from distributed.diagnostics.plugin import SchedulerPlugin  # noqa: E402 (after the skip)
+
+COMPARED = ("summary.json", "diagnostic.md", "periods.parquet", "attempts.parquet",
+            "findings.parquet", "evidence.parquet", "phases.parquet", "devices.parquet")
+"""What must be byte-identical between a Dask audit and a local one (the output manifest
+names the outputs' directory, which differs)."""
+
+
+class Runs(SchedulerPlugin):
+    """Records the auditor's batches the scheduler sees: each key once queued or processing
+    (``seen``), and the worker of each one done (``done``: key -> worker address)."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.done: dict[str, str] = {}
+        self.scheduler: Any = None
+
+    def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+        if not str(key).startswith("run_batch-"):
+            return
+        if finish in ("processing", "queued", "no-worker"):
+            self.seen.add(str(key))
+        elif finish == "memory":
+            task = self.scheduler.tasks.get(key)
+            workers = sorted(w.address for w in task.who_has) if task is not None else []
+            self.done[str(key)] = workers[0] if workers else ""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[Any, Runs]]:
+    """Two worker processes of one thread each, on 127.0.0.1 only; its scheduler here."""
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  host="127.0.0.1", dashboard_address="127.0.0.1:0") as local:
+        runs = Runs()
+        local.scheduler.add_plugin(runs)
+        runs.scheduler = local.scheduler
+        yield local, runs
+
+
+def _url(local: Any) -> str:
+    return local.scheduler_address.replace("tcp://", "dask://")
+
+
+@pytest.fixture(scope="module")
+def scale_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("scale") / "study"
+    write_study(scale_spec(elements=6, trace_samples=2000, log_lines=2000), root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def big_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Seconds of reading for two workers: time to interrupt it."""
+    root = tmp_path_factory.mktemp("big") / "study"
+    write_study(scale_spec(elements=24, trace_samples=4000, log_lines=4000), root)
+    return root
+
+
+def _drained(local: Any, runs: Runs, before: set[str]) -> None:
+    """Wait until the scheduler holds none of the auditor's tasks; some of those sent
+    since ``before`` never ran (they were cancelled, not waited for)."""
+    deadline = time.monotonic() + 15
+    while any(str(key).startswith("run_batch-") for key in local.scheduler.tasks):
+        assert time.monotonic() < deadline, "the cluster still holds the audit's tasks"
+        time.sleep(0.05)
+    sent = runs.seen - before
+    assert sent - set(runs.done), "every batch ran: nothing was cancelled"
+
+
+def _same_outputs(one: Path, other: Path) -> None:
+    for name in COMPARED:
+        assert (one / name).read_bytes() == (other / name).read_bytes(), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("study", ["example", "scale"])
+def test_a_dask_audit_writes_what_the_local_pool_writes(
+        cluster: tuple[Any, Runs], scale_study: Path, tmp_path: Path, study: str) -> None:
+    """The same study audited on the cluster and by the local pool (two workers): the same
+    bytes. The example study is small (read in-process without --executor), yet every
+    task goes to the cluster; the larger one's batches are shared by both workers."""
+    local, runs = cluster
+    root = EXAMPLE if study == "example" else scale_study
+    before = set(runs.done)
+    assert main(["audit", str(root), "--out", str(tmp_path / "dask"), "--quiet", "--no-plots",
+                 "--executor", _url(local)]) == 0
+    assert main(["audit", str(root), "--out", str(tmp_path / "pool"), "--quiet", "--no-plots",
+                 "--jobs", "2"]) == 0
+    _same_outputs(tmp_path / "dask", tmp_path / "pool")
+    assert main(["verify", str(tmp_path / "dask"), "--quiet"]) == 0
+    ran = {key: worker for key, worker in runs.done.items() if key not in before}
+    # the scheduler's dump, the period records' batches and the attempts' batches at least
+    assert len(ran) >= 3, ran
+    if study == "scale":
+        assert len(set(ran.values())) == 2, ran  # both workers read
+
+
+@pytest.mark.slow
+def test_the_library_api_reads_on_the_cluster(cluster: tuple[Any, Runs]) -> None:
+    """``AuditOptions(executor=...)``: the same result as the local pool's."""
+    from auditor.audit import run_audit
+
+    local, runs = cluster
+    before = set(runs.done)
+    on_cluster = run_audit(EXAMPLE, AuditOptions(executor=_url(local)))
+    here = run_audit(EXAMPLE, AuditOptions(jobs=1))
+    assert set(runs.done) - before
+    assert on_cluster.collected.evidence == here.collected.evidence
+    assert on_cluster.findings == here.findings
+    assert on_cluster.verdicts == here.verdicts
+
+
+def test_make_pool_picks_the_executor_asked_for() -> None:
+    assert isinstance(make_pool(AuditOptions()), LocalPool)
+    pool = make_pool(AuditOptions(executor="dask://scheduler.example:9000"))
+    assert isinstance(pool, DaskPool)
+    assert pool.address == "tcp://scheduler.example:9000"
+    assert DaskPool("dask://head").address == "tcp://head:8786"  # Dask's usual port
+    assert DaskPool("dask://[::1]:8786").address == "tcp://[::1]:8786"
+    pool.close()  # (never connected: nothing to close)
+
+
+@pytest.mark.parametrize("executor", ["tcp://127.0.0.1:8786", "dask://", "dask://host:port",
+                                      "dask://host:99999", "dask://host:8786/path",
+                                      "127.0.0.1:8786", "dask://user@host:8786"])
+def test_a_malformed_executor_is_one_line_and_exit_2(
+        executor: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["audit", str(EXAMPLE), "--out", str(out), "--executor", executor]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "expected dask://HOST:PORT" in err, err
+    assert not out.exists()
+
+
+def test_executor_and_jobs_are_one_or_the_other(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["audit", str(EXAMPLE), "--executor", "dask://h:1", "--jobs", "2"]) == 2
+    assert "--jobs" in capsys.readouterr().err
+
+
+def test_without_distributed_the_executor_says_what_to_install(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "distributed", None)  # (find_spec: not installed)
+    with pytest.raises(UsageError, match=r"auditor\[dask\]"):
+        make_pool(AuditOptions(executor="dask://127.0.0.1:8786"))
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_an_unreachable_scheduler_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """Nothing listens there: after the stated 10 s, one line (no log lines of Dask's, no
+    traceback) and exit 2; no output is left."""
+    out = tmp_path / "out"
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "auditor", "audit", str(EXAMPLE), "--out", str(out),
+         "--quiet", "--executor", f"dask://127.0.0.1:{_closed_port()}"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "no Dask scheduler answered" in done.stderr and "within 10 s" in done.stderr
+    assert 9 < time.monotonic() - started < 60
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_an_abandoned_audit_cancels_the_clusters_work(cluster: tuple[Any, Runs],
+                                                      big_study: Path) -> None:
+    """A library caller that stops an audit half-way (closes its generator) leaves the
+    cluster idle: the batches not done are cancelled, not left to run for nothing."""
+    from auditor.audit import Auditor
+
+    local, runs = cluster
+    before = set(runs.seen)
+    run = Auditor(big_study, AuditOptions(executor=_url(local))).run()
+    for event in run:
+        if event.stage == "read":  # (every batch of the reading sent)
+            break
+    run.close()
+    _drained(local, runs, before)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux")
+def test_ctrl_c_cancels_the_clusters_work(cluster: tuple[Any, Runs], big_study: Path,
+                                          tmp_path: Path) -> None:
+    """Ctrl-C (the terminal's SIGINT to the audit's process group) as the cluster reads:
+    exit 130 and one line, no output, and the tasks not done are cancelled (the cluster
+    holds none of them moments later, and did not run them all); the cluster serves the
+    next audit."""
+    local, runs = cluster
+    before = set(runs.seen)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "auditor", "audit", str(big_study), "--out",
+         str(tmp_path / "out"), "--quiet", "--no-plots", "--executor", _url(local)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 60
+    while len(runs.seen - before) < 4:  # the cluster has work in hand
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the audit never sent its work"
+        time.sleep(0.005)
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err.decode()
+    assert err.decode().count("\n") == 1 and "interrupted" in err.decode(), err.decode()
+    assert "Traceback" not in err.decode()
+    assert not (tmp_path / "out").exists()
+    _drained(local, runs, before)
+    assert main(["audit", str(EXAMPLE), "--quiet", "--executor", _url(local)]) == 0
+
+
+def test_the_walk_stats_no_evidence_file_and_each_input_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a network file system every stat is a round trip: the walk takes each file's
+    type from its directory's listing (no stat of any file under ``pairs/`` or an attempt
+    directory), and a study input at the top (``protocol.json``, the commits) is looked at
+    once, not found in the listing, checked through its resolved path and statted again.
+    (Counted at Python's ``os.stat``/``os.lstat``; ``strace -c`` says the same of the
+    system calls, and that each file is opened once.)"""
+    from collections import Counter
+
+    from auditor.audit import run_audit
+    from tests.helpers import copy_example
+
+    root = copy_example(tmp_path).resolve()
+    calls: Counter[str] = Counter()
+    real_stat, real_lstat = os.stat, os.lstat
+
+    def counted(real: Any) -> Any:
+        def call(path: Any, *args: Any, **kwargs: Any) -> Any:
+            text = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else ""
+            if text.startswith(f"{root}/"):
+                calls[text[len(str(root)) + 1:]] += 1
+            return real(path, *args, **kwargs)
+        return call
+
+    monkeypatch.setattr(os, "stat", counted(real_stat))
+    monkeypatch.setattr(os, "lstat", counted(real_lstat))
+    result = run_audit(root, AuditOptions(jobs=1))
+    monkeypatch.undo()
+    assert len(result.collected.evidence) > 100
+    walked = {rel: n for rel, n in calls.items()
+              if rel.startswith("pairs/") or rel.count("/") >= 2}
+    assert walked == {}
+    assert calls["protocol.json"] == 1 and calls["execution_commits.json"] == 1, calls
+    assert calls["pairs"] == 1, calls  # (a directory, not a link to one: one lstat)
