@@ -57,3 +57,85 @@ def test_sacct_preempted_is_its_own_reason_and_cause(study: Path, tmp_path: Path
     period = next(p for p in summary["periods"] if p["seed"] == 161 + OUTCOMES.index("cancelled"))
     assert (period["reason"], period["cause"]) == ("preempted", "preempted")
     assert "AUD219" in period["rule_ids"]
+
+
+CAUSE_LOGS = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "causes").glob("*.log"))
+
+
+@pytest.mark.parametrize("log", CAUSE_LOGS, ids=[p.name.split("__")[1][:40] for p in CAUSE_LOGS])
+def test_each_real_log_is_named_by_its_cause(log: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Real public logs of each ending (fixtures/causes/SOURCES.md names each source): the
+    file name's prefix is the cause the log alone shows; `auditor causes LOG` names it."""
+    from auditor._cli import main
+
+    expected = log.name.split("__")[0]
+    assert main(["causes", str(log)]) == 0
+    last = capsys.readouterr().out.rstrip("\n").rsplit("\n", 1)[-1]
+    assert last.startswith(f"cause: {expected}:"), last
+
+
+def test_causes_json_names_the_knock_ons(capsys: pytest.CaptureFixture[str]) -> None:
+    """One rank's GPU running out of memory, then its peers' NCCL watchdog timeouts: the
+    out-of-memory error is the cause, the NCCL errors its knock-on."""
+    import json
+
+    from auditor._cli import main
+
+    log = next(p for p in CAUSE_LOGS if p.name.startswith("gpu_oom__funasr"))
+    assert main(["causes", str(log), "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert said["cause"]["cause"] == "gpu_oom" and said["cause"]["knock_on"] == ["nccl"]
+    assert {f["cause"] for f in said["found"]} == {"gpu_oom", "nccl"}
+
+
+def test_a_completed_log_has_no_cause_whatever_it_prints(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A completed run's teardown noise (a SIGSEGV after the last step) is no cause."""
+    from auditor._cli import main
+
+    text = ("step:2 - training/global_step:2 - loss:0.1\n"
+            "*** SIGSEGV received at time=1700000000 on cpu 3 ***\n")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        log_path = Path(tmp) / "training.log"
+        log_path.write_text(text)
+        assert main(["causes", str(log_path), "--steps", "2"]) == 0
+        out = capsys.readouterr().out
+        assert "cause: none (the terminal event for step 2 is at line 1" in out
+        assert main(["causes", str(log_path)]) == 0
+        assert capsys.readouterr().out.rstrip().endswith(
+            "cause: segfault: segmentation fault (SIGSEGV) (log line 2)")
+
+
+def test_causes_of_a_missing_log_is_one_line_and_exit_2(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from auditor._cli import main
+
+    assert main(["causes", str(tmp_path / "none.log")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot read" in err
+
+
+@pytest.mark.parametrize(("reason_text", "reason", "cause"), [
+    (" DUE TO NODE FAILURE", "infrastructure_failure", "node_failure"),
+    (" DUE TO PREEMPTION", "preempted", "preempted"),
+])
+def test_a_node_failure_or_preemption_seen_in_the_log_alone(
+        study: Path, tmp_path: Path, reason_text: str, reason: str, cause: str) -> None:
+    """A node failure the log alone shows is an infrastructure failure, as sacct's
+    NODE_FAIL is; a preemption is reason preempted; the SIGTERM the batch script trapped is
+    their knock-on, not a cancellation."""
+    from tests.helpers import find
+
+    root = tmp_path / "study"
+    shutil.copytree(study, root)
+    seed = 161 + OUTCOMES.index("cancelled")
+    log = find(root, f"*-s{seed}-4gpu/attempt-*/training-*.log")
+    rewrite(root, log, lambda b: b.replace(b" ***\n", reason_text.encode() + b" ***\n"))
+    rewrite(root, "accounting/sacct-raw.psv",
+            lambda b: b.replace(b"|CANCELLED by 1234|", b"|FAILED|", 1), update_manifest=False)
+    summary = audit(root, tmp_path / "out")
+    period = next(p for p in summary["periods"] if p["seed"] == seed)
+    assert (period["reason"], period["cause"]) == (reason, cause)

@@ -113,7 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMAND_MODULES: tuple[str, ...] = ("example", "capture", "catalog")
+COMMAND_MODULES: tuple[str, ...] = ("example", "capture", "catalog", "causes")
 """Modules of ``auditor._cli`` that add commands: each has ``add_parsers(commands)`` (adds
 its sub-parsers) and ``HANDLERS`` (command name -> ``handler(args) -> int``). They import
 what their commands need inside the handlers, so ``auditor --help`` stays fast."""
@@ -382,7 +382,7 @@ def _audit(args: argparse.Namespace) -> int:
         from auditor.report.terminal import summary_view
 
         console = Console()
-        console.print(summary_view(summary))
+        console.print(summary_view(summary, written=args.out is not None))
         if args.out is not None:
             # the path as it is, on one line whatever the width: a path is copied, not read
             console.print(f"report: {args.out / 'diagnostic.md'}", highlight=False,

@@ -87,6 +87,8 @@ _EXCEPTION_STANDALONE = re.compile(
 
 # Failure texts, most specific first: the first one found is the event's detail.
 _HOST_OOM = (
+    "exceeded memory limit",  # slurmstepd: "Job 123 exceeded memory limit (.. > ..)"
+    "Out Of Memory",  # srun: "task 0: Out Of Memory"
     "ray.exceptions.OutOfMemoryError",  # Ray's memory monitor killed the task: host RAM
     "Task was killed due to the node running low on memory",
     "exceeds the memory usage threshold",
@@ -137,6 +139,31 @@ _NOT_NCCL_FAULT = ("invalid usage", "nvalidUsage", "cuda error", "udaError", "ou
 memory), not the communication's."""
 _TIMEOUT_WORD = re.compile(r"\bTimeout\b(?!\s*\(ms\))")
 """After ``ProcessGroupNCCL``: a timeout named in other words (not the ``Timeout(ms)`` setting)."""
+# What ended a run (contract v1.1 "Causes"), from real logs of each ending (fixtures/causes):
+# each a literal the prefilter finds (training_log._TRIGGER_WORDS) and a check on the line.
+_SEGFAULT = re.compile(r"Segmentation fault|\bSIGSEGV\b|return code = -11\b")
+"""A worker's own crash report (torchrun's summary of a child killed by SIGSEGV is its
+``child_failed``, read from that summary)."""
+_DEATH_SIGNAL = re.compile(r"Received (\d+) death signal|<Signals\.(SIG[A-Z0-9]+): \d+>"
+                           r"|SignalException: Process \d+ got signal: (\d+)"
+                           r"|exits with return code = -(\d+)")
+_SHELL_KILL = re.compile(r"(?:^|\bline \d+:\s+\d+ |task \d+: )(Killed|Aborted|Bus error)\b")
+_ACTOR_DIED = re.compile(r"(?:ActorDiedError|RayActorError)(?:\)|:)|The actor died unexpectedly"
+                         r"|The actor is dead because|A worker died or was killed while")
+_RAY_TASK_ERROR = re.compile(r"RayTaskError\((\w+)\)")
+_CHILD_FAILED = "ChildFailedError"
+_ROOT_CAUSE = "Root Cause (first observed failure)"
+_ROOT_FIELD = re.compile(r"^\s*(rank|exitcode)\s*: (-?\d+)(?: \((?:local_rank: (\d+)|pid: \d+)\))?"
+                         r"(?: \((SIG\w+)\))?")
+_AGENT_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: \d+\)")
+_NODE_FAILURE = re.compile(r"\b(?:srun|salloc|sbatch): error: Node failure on (\S+)"
+                           r"|DUE TO NODE FAILURE")
+_POTENTIAL_CAUSES = "There are some potential root causes"
+"""Ray's list of what might have killed a worker: text, not evidence (it names SIGSEGV and
+the OOM killer whatever happened)."""
+ROOT_CAUSE_LINES = 12
+"""Lines after torchrun's ``Root Cause`` header in which its rank and exit code are read."""
+
 _SLURM_CANCEL = re.compile(
     r"\*\*\* (?:JOB|STEP) (?P<id>[\w.+\[\]-]+)(?: ON \S+)? CANCELLED AT \S+(?P<rest>[^*]*)"
 )
@@ -179,11 +206,17 @@ class _Scanner:
         self.last_step: int | None = None
         self.open_tracebacks: dict[str, int] = {}
         """Process key -> last line of a traceback whose exception line is still due."""
+        self.root_cause: list[object] | None = None
+        """torchrun's root-cause table being read: [header line, its text, rank, exit code]."""
+        self.agent_failure: tuple[int, str, int, int] | None = None
+        """torchrun's agent line ``failed (exitcode: X) local_rank: L``: (line, text, L, X)."""
         self.pattern_gave_up: int | None = None
         """The line on which the protocol's pattern ran past :data:`PATTERN_TIMEOUT`."""
 
     def result(self, lines: int, findings: tuple[Finding, ...]) -> TrainingLogScan:
         """The scan's outcome (events merged in line order, step lines last on a line)."""
+        if self.root_cause is not None:  # (a log cut inside torchrun's root-cause table)
+            self._root_cause_read()
         step_lines = [
             LogEvent("step_line", number, _text(segment), str(step))
             for number, segment, step in self.step_lines
@@ -225,6 +258,8 @@ class _Scanner:
             self._examine_segment(number, segment, key, content)
 
     def _examine_segment(self, number: int, segment: str, key: str, content: str) -> None:
+        if self.root_cause is not None and number != self.root_cause[0]:
+            self.root_cause_line(number, content)
         metrics = content.startswith("step:") or (
             content[:1].isspace() and content.lstrip().startswith("step:")
         )
@@ -292,13 +327,106 @@ class _Scanner:
         if "CANCELLED" in content:
             slurm = _SLURM_CANCEL.search(content)
             if slurm:
-                limit = "DUE TO TIME LIMIT" in slurm["rest"].upper()
-                kind = "slurm_time_limit" if limit else "slurm_cancelled"
+                rest = slurm["rest"].upper()
+                kind = "slurm_time_limit" if "DUE TO TIME LIMIT" in rest \
+                    else "slurm_preempted" if "DUE TO PREEMPTION" in rest \
+                    else "node_failure" if "DUE TO NODE FAILURE" in rest \
+                    else "slurm_task_failure" if "DUE TO TASK FAILURE" in rest \
+                    else "slurm_cancelled"
                 self._add(kind, number, segment, slurm["id"])
+        self._ends(number, segment, content)
         if "hut" in content or "HUT" in content or "olicy" in content or "OLICY" in content:
             lowered = content.lower()
             if "shut" in lowered and _SHUTDOWN.search(lowered):
                 self._add("coordinated_shutdown", number, segment)
+
+    def _ends(self, number: int, segment: str, content: str) -> None:
+        """What ended a run, beyond memory, NCCL and Slurm's own lines: a segmentation
+        fault, a signal, a dead actor, a failed child (torchrun's root cause), a node
+        failure, an exception a Ray task raised."""
+        cut = content.find(_POTENTIAL_CAUSES)
+        text = content if cut < 0 else content[:cut]
+        if self.root_cause is not None or "failed (exitcode" in text:
+            # torchrun's summary of a failed child (its agent line, its root-cause table):
+            # what it says of a signal is the child's exit, read as child_failed
+            self._child_failed(number, segment, text)
+            return
+        if "egmentation" in text or "SIGSEGV" in text or "-11" in text:  # (exitcode: -11)
+            if _SEGFAULT.search(text):
+                self._add("segfault", number, segment, "segmentation fault (SIGSEGV)")
+                return
+        if "ignal" in text or "Killed" in text or "Aborted" in text or "Bus error" in text \
+                or "return code" in text:
+            # (death signal, <Signals.SIGKILL: 9>, got signal; a shell's Killed/Aborted)
+            found = _DEATH_SIGNAL.search(text)
+            if found:
+                number_or_name = found.group(2) or _signal_name(
+                    found.group(1) or found.group(3) or found.group(4))
+                sender = " from torchrun's elastic agent" if "death signal" in text else ""
+                self._add("signal", number, segment, f"{number_or_name}{sender}")
+            elif (shell := _SHELL_KILL.search(text.strip())) is not None:
+                name = {"Killed": "SIGKILL", "Aborted": "SIGABRT",
+                        "Bus error": "SIGBUS"}[shell.group(1)]
+                self._add("signal", number, segment, f"{name} (the shell's report)")
+        if ("ctor" in text or "actor" in text) and _ACTOR_DIED.search(text):
+            self._add("actor_died", number, segment, "a Ray actor died")
+        elif "RayTaskError(" in text:
+            task = _RAY_TASK_ERROR.search(text)
+            if task and task.group(1) not in ("ActorDiedError", "RayActorError"):
+                self._add("exception", number, segment, f"RayTaskError({task.group(1)})")
+        if _CHILD_FAILED in text or _ROOT_CAUSE in text:
+            self._child_failed(number, segment, text)
+        if ("ode failure" in text or "NODE FAILURE" in text) and "CANCELLED" not in text:
+            node = _NODE_FAILURE.search(text)
+            if node:
+                self._add("node_failure", number, segment,
+                          f"node failure on {node.group(1)}" if node.group(1) else "")
+
+    def _child_failed(self, number: int, segment: str, text: str) -> None:
+        """torchrun's summary of a failed child: its root-cause rank and exit code come from
+        the table after ``Root Cause``, else from the agent's ``failed (exitcode: X)``."""
+        if _ROOT_CAUSE in text:
+            self.root_cause = [number, segment, None, None]
+            self._open(_ROOT_CAUSE, number)  # (the reader hands on every line meanwhile)
+            return
+        agent = _AGENT_FAILED.search(text)
+        if agent:
+            self.agent_failure = (number, segment, int(agent.group(2)), int(agent.group(1)))
+            self._add("child_failed", number, segment, self._child_detail())
+        elif _CHILD_FAILED in text and "raise ChildFailedError" not in text:
+            self._add("child_failed", number, segment, self._child_detail())
+
+    def _child_detail(self) -> str:
+        if self.agent_failure is None:
+            return "a child process failed"
+        _, _, local_rank, code = self.agent_failure
+        return f"local rank {local_rank} exited {code}{_as_signal(code)}"
+
+    def root_cause_line(self, number: int, content: str) -> None:
+        """A line of torchrun's root-cause table (within :data:`ROOT_CAUSE_LINES` of its
+        header): the rank and the exit code of the first child that failed."""
+        pending = self.root_cause
+        assert pending is not None
+        found = _ROOT_FIELD.match(content)
+        if found is not None:
+            pending[2 if found.group(1) == "rank" else 3] = int(found.group(2))
+        header = pending[0]
+        assert isinstance(header, int)
+        if content.lstrip().startswith("===") or number - header > ROOT_CAUSE_LINES:
+            self._root_cause_read()
+
+    def _root_cause_read(self) -> None:
+        """The root-cause table is over: its ``child_failed`` event, at its header."""
+        pending = self.root_cause
+        assert pending is not None
+        header, segment, rank, code = pending
+        assert isinstance(header, int)
+        text = (f"exit code {code}{_as_signal(code)}" if isinstance(code, int)
+                else "exit code unknown")
+        self.root_cause = None
+        self.open_tracebacks.pop(_ROOT_CAUSE, None)
+        self._add("child_failed", header, str(segment),
+                  f"root cause rank {rank if rank is not None else '?'}, {text}")
 
     def _builtin_steps(self, number: int, segment: str, content: str) -> None:
         """``step:S ... training/global_step:G`` pairs; S == G is a training step line."""
@@ -447,6 +575,21 @@ def _nccl_timeout_word(content: str) -> bool:
     """``ProcessGroupNCCL`` followed later by the word ``Timeout`` (linear, no backtracking)."""
     start = content.find("ProcessGroupNCCL")
     return start >= 0 and _TIMEOUT_WORD.search(content, start) is not None
+
+
+def _signal_name(number: str | None) -> str:
+    """``SIGTERM`` for ``"15"`` (the number as it is when Python does not know it)."""
+    import signal
+
+    try:
+        return signal.Signals(int(number or "")).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _as_signal(code: int) -> str:
+    """`` (SIGKILL)`` for a negative exit code -9 (killed by that signal), else nothing."""
+    return f" ({_signal_name(str(-code))})" if code < 0 else ""
 
 
 def _first(text: str, needles: tuple[str, ...]) -> str | None:

@@ -63,9 +63,52 @@ class _Found:
     detail: str
     citation: Citation | None
     order: tuple[int, int]
-    """(source rank, line): the scheduler and the launcher first, then the records in time."""
+    """(source rank, line): the scheduler first, the launcher's exit, the records in time,
+    then the signal the batch script received (the log says whose it was)."""
     tier: int = 0
     """Its word's tier, or more for a knock-on that can never win (0: the word's own)."""
+
+
+EXCEPTION_CAUSES: tuple[tuple[str, str], ...] = (
+    ("ray.exceptions.OutOfMemoryError", "host_oom"),  # Ray's memory monitor: host RAM
+    ("OutOfMemoryError", "gpu_oom"),  # torch's, also inside a RayTaskError
+    ("ChildFailedError", "child_failed"),
+    ("SignalException", "signal"),
+    ("KeyboardInterrupt", "signal"),
+    ("ActorDiedError", "actor_died"),
+    ("RayActorError", "actor_died"),
+)
+"""An exception type that names another cause than a Python exception (first match)."""
+
+
+def _exception_cause(exception: str) -> str:
+    return next((word for name, word in EXCEPTION_CAUSES if name in exception),
+                "python_exception")
+
+
+def event_cause(event: LogEvent) -> str | None:
+    """The cause a log event shows by itself (None: it shows none)."""
+    word = LOG_CAUSES.get(event.kind)
+    return _exception_cause(event.detail) if word == "python_exception" else word
+
+
+def cause_of_log(events: tuple[LogEvent, ...], log_path: str) -> Cause | None:
+    """The cause a training log alone shows (``auditor causes LOG``): None when it holds
+    none (its run may have completed, or ended without a word)."""
+    found = sorted(_sources(None, None, None, False, "", (), events, log_path),
+                   key=lambda f: (f.tier or TIERS[f.word], f.order))
+    return _decided(found) if found else None
+
+
+def _decided(found: list[_Found]) -> Cause:
+    """The winner of ``found`` (sorted best first), its knock-ons named; of a launcher's
+    summary of a failed child, its root-cause line (rank and exit code) if there is one."""
+    first = found[0]
+    if first.word == "child_failed":
+        first = next((f for f in found if f.word == "child_failed"
+                      and f.detail.startswith("root cause")), first)
+    knock_on = tuple(dict.fromkeys(f.word for f in found if f.word != first.word))
+    return Cause(first.word, first.detail, first.citation, knock_on)
 
 
 def cause_of(trial: TrialRecord | None, exit_class: ExitClass | None,
@@ -80,9 +123,7 @@ def cause_of(trial: TrialRecord | None, exit_class: ExitClass | None,
                    key=lambda f: (f.tier or TIERS[f.word], f.order))
     if not found:
         return Cause("unknown", "nothing in the evidence says what ended the attempt", None)
-    first = found[0]
-    knock_on = tuple(dict.fromkeys(f.word for f in found[1:] if f.word != first.word))
-    return Cause(first.word, first.detail, first.citation, knock_on)
+    return _decided(found)
 
 
 def _sources(trial: TrialRecord | None, exit_class: ExitClass | None, element: SacctJob | None,
@@ -107,7 +148,8 @@ def _sources(trial: TrialRecord | None, exit_class: ExitClass | None, element: S
                      f"the batch script received {trial.received_signal}"
                      + (" (the pre-timeout signal)" if "USR1" in signal else ""),
                      Citation(trial.path, pointer="/invocation/received_signal",
-                              quote=trial.received_signal), (1, 0))
+                              quote=trial.received_signal), (4, 0))  # (after the log's
+        # word: a node failure, a preemption or a time limit also signal the batch script)
     elif trial is not None and exit_class is not None and trial.exit_code is not None \
             and trial.exit_code > 128:
         why = exit_class.detail if exit_class.kind == "sigterm" else (
@@ -125,9 +167,7 @@ def _sources(trial: TrialRecord | None, exit_class: ExitClass | None, element: S
                               quote=f"{record.phase} {record.error_type}"), (2, record.line))
     earlier = False
     for event in sorted(events, key=lambda e: e.line):
-        word = LOG_CAUSES.get(event.kind)
-        if word == "python_exception" and any(oom in event.detail for oom in OOM_TYPES):
-            word = "gpu_oom"  # (torch's OutOfMemoryError, also inside a RayTaskError)
+        word = event_cause(event)
         if word is None or log_path is None:
             continue
         detail = event.detail or event.kind.replace("_", " ")

@@ -415,7 +415,9 @@ def _unclean(subject: str, shown: Shown, infra: Finding | None) -> Judgement:
     exit_class, trial = shown.exit_class, shown.trial
     assert exit_class is not None and trial is not None
     if exit_class.kind == "signalled":
-        item = _signalled(subject, shown)
+        # (a node failure or a preemption also signals the batch script: its word names why)
+        item = infra if infra is not None and infra.rule_id in ("AUD208", "AUD219") \
+            else _signalled(subject, shown)
         return _judgement("unresolved", _blocks(item), [item], shown, [
             "A signalled attempt says nothing about whether the configuration fits; it is "
             "neither a completion nor an eligible failure."])

@@ -1,0 +1,85 @@
+"""``auditor causes LOG [--steps N] [--json]``: what a training log says ended its run.
+
+For a user with a log and no study: one pass over the log (any size or encoding, as the
+audit reads it), one line per cause-bearing line found (its line number, the cause word and
+what it says), then the cause the audit would name from the log alone (the highest tier
+first, the first in time within a tier; the rest are its knock-ons). The training log is
+only part of the evidence: in an audit the scheduler's state, the launcher's record and the
+allocator traces speak too. With ``--steps N`` a log holding the terminal event for step N
+is said to have completed (no cause). Exit 0 whatever it finds; 2 for a file it cannot
+read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from auditor.errors import InputError
+
+
+def add_parsers(commands: Any) -> None:
+    """Add the ``causes`` sub-command to ``commands`` (an argparse sub-parsers action)."""
+    causes = commands.add_parser(
+        "causes", help="say what a training log shows ended its run",
+        description="Scan one training log and say what ended its run: one line per cause "
+        "found, then the cause the audit would name from the log alone.")
+    causes.add_argument("log", type=Path, help="a training log (any size or encoding)")
+    causes.add_argument("--steps", type=int, default=None,
+                        help="the dispatched TOTAL_TRAINING_STEPS: a log with its terminal "
+                        "event completed (no cause)")
+    causes.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _causes(args: argparse.Namespace) -> int:
+    from auditor._process import signals_deferred
+
+    with signals_deferred():  # (compiled extensions interrupted while they load can crash)
+        from auditor.collect.training_log import scan_training_log
+        from auditor.reason.causes import cause_of_log, event_cause
+    path: Path = args.log
+    try:
+        with open(path, "rb") as handle:
+            scan = scan_training_log(handle, str(path), args.steps)
+    except IsADirectoryError:
+        raise InputError(f"causes: {path} is a directory, not a log") from None
+    except OSError as error:
+        raise InputError(f"causes: cannot read {path}: {error.strerror or error}") from None
+    found = [(event, word) for event in scan.events if (word := event_cause(event))]
+    completed = scan.terminal_event is not None
+    cause = None if completed else cause_of_log(scan.events, str(path))
+    if args.json:
+        import orjson
+
+        sys.stdout.write(orjson.dumps({
+            "log": str(path), "lines": scan.lines,
+            "terminal_event": scan.terminal_event.line if scan.terminal_event else None,
+            "found": [{"line": e.line, "cause": word, "kind": e.kind, "detail": e.detail,
+                       "text": e.text} for e, word in found],
+            "cause": None if cause is None else {
+                "cause": cause.word, "detail": cause.detail,
+                "line": cause.citation.line if cause.citation else None,
+                "knock_on": list(cause.knock_on)},
+        }, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    from auditor._io import printable
+
+    for event, word in found:
+        print(f"{event.line}: {word}: {printable(event.detail)}: {printable(event.text)}")
+    if completed:
+        assert scan.terminal_event is not None
+        print(f"cause: none (the terminal event for step {args.steps} is at line "
+              f"{scan.terminal_event.line}: the run completed)")
+    elif cause is None:
+        print(f"cause: none found in {scan.lines:,} lines (the scheduler's record, the "
+              "launcher's and the allocator traces may say more)")
+    else:
+        knock_on = f"; then, as its knock-ons: {', '.join(cause.knock_on)}" \
+            if cause.knock_on else ""
+        print(f"cause: {cause.word}: {printable(cause.detail)}{knock_on}")
+    return 0
+
+
+HANDLERS = {"causes": _causes}
