@@ -139,3 +139,15 @@ def test_a_node_failure_or_preemption_seen_in_the_log_alone(
     summary = audit(root, tmp_path / "out")
     period = next(p for p in summary["periods"] if p["seed"] == seed)
     assert (period["reason"], period["cause"]) == (reason, cause)
+
+
+def test_the_periods_table_carries_the_cause_and_where_it_rests(study: Path,
+                                                                 tmp_path: Path) -> None:
+    audit(study, tmp_path / "out")
+    periods = pd.read_parquet(tmp_path / "out" / "periods.parquet")
+    by_outcome = {OUTCOMES[int(seed) - 161]: row for seed, row in
+                  zip(periods["seed"], periods.itertuples(), strict=True)}
+    oom = by_outcome["rollout_init_oom"]
+    assert oom.cause == "gpu_oom" and "allocator-" in oom.cause_at and ".jsonl:" in oom.cause_at
+    assert pd.isna(by_outcome["completed"].cause) and pd.isna(by_outcome["completed"].cause_at)
+    assert by_outcome["node_failure"].cause_at.startswith("accounting/sacct-raw.psv:")

@@ -41,6 +41,10 @@ PERIODS_SCHEMA = pa.schema([
     pa.field("job_id", pa.string(), metadata={"doc": "actual job id of the counted attempt"}),
     pa.field("verdict", pa.string(), nullable=False),
     pa.field("reason", pa.string(), nullable=False),
+    pa.field("cause", pa.string(), metadata={
+        "doc": "what ended the period when it did not complete (null: a clean exit)"}),
+    pa.field("cause_detail", pa.string()),
+    pa.field("cause_at", pa.string(), metadata={"doc": "the line or record it rests on"}),
     pa.field("rule_ids", pa.list_(pa.string())),
     pa.field("diagnosis", pa.string()),
     pa.field("limits", pa.string()),
@@ -164,6 +168,10 @@ def _periods(result: AuditResult) -> Iterable[tuple[Any, ...]]:
             verdict.subject, verdict.pair, verdict.period,
             facts.workload, facts.seed, facts.gpus, facts.array_task_id, facts.job_id,
             verdict.verdict.value, verdict.reason,
+            verdict.cause.word if verdict.cause else None,
+            verdict.cause.detail if verdict.cause else None,
+            verdict.cause.citation.locator() if verdict.cause and verdict.cause.citation
+            else None,
             sorted({f.rule_id for f in verdict.findings}),  # rule_ids
             verdict.diagnosis, verdict.limits,
             facts.actor_update_finished_ns, facts.post_update_sync_finished_ns,
