@@ -3,13 +3,14 @@ disagreements, waivers, findings, plots and provenance."""
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Sequence
 
-from auditor._io import counted
+from auditor._io import counted, printable
 from auditor.catalogue import describe
 from auditor.model import DEFAULT_PROTOCOL, AuditResult, ElementCost, Reasoning, Severity
-from auditor.report.mdformat import code_block, code_span, md_escape, number, table
+from auditor.report.mdformat import code_block, code_span, figure, number, prose, table
 from auditor.report.tables import sorted_findings
 
 MAX_FINDINGS_LISTED = 200
@@ -55,10 +56,19 @@ def accounting_section(result: AuditResult, reasoning: Reasoning) -> str:
             f"sacct -n -P -j {arrays} --format=JobID,JobIDRaw,JobName,State,ExitCode,Start,"
             "End,ElapsedRaw,AllocTRES,NodeList,Reason"]))
         lines.append("")
-    if acc.elements:
+    uniform = len({(e.state, e.gpus) for e in acc.elements}) == 1 and all(
+        e.elapsed_s is not None and e.gpus is not None for e in acc.elements)
+    if acc.elements and uniform and len(acc.elements) > 1:  # (the table would repeat itself)
+        first, last = acc.elements[0], acc.elements[-1]
+        lines.append(f"Elements {code_span(first.job_id)} to {code_span(last.job_id)}, all "
+                     f"{code_span(first.state)} at {first.gpus} GPUs: `ElapsedRaw` "
+                     + ", ".join(str(e.elapsed_s) for e in acc.elements) + " s.")
+        lines.append("")
+    elif acc.elements:
         lines.append(table(
             ["Element", "JobIDRaw", "State", "ElapsedRaw s", "GPUs", "GPU-seconds"],
-            ([md_escape(e.job_id), md_escape(e.job_id_raw or "—"), md_escape(e.state),
+            ([code_span(e.job_id), code_span(e.job_id_raw) if e.job_id_raw else "—",
+              code_span(e.state),
               str(e.elapsed_s) if e.elapsed_s is not None else "—",
               str(e.gpus) if e.gpus is not None else "—",
               f"{e.gpu_seconds:,}" if e.gpu_seconds is not None else "—"]
@@ -89,29 +99,23 @@ def accounting_section(result: AuditResult, reasoning: Reasoning) -> str:
            f"{'its' if len(missing) == 1 else 'their'} reservation scope counts the period's "
            "GPUs, the allocation's being unknown" if missing else "") + ". "
         f"Task scope (each attempt's invocation time × the GPUs its period used): "
-        f"{acc.task_gpu_seconds:,.6f} GPU-seconds ({acc.task_gpu_seconds / 3600:.9f} GPU-hours). "
-        f"Reservation scope (invocation time × the GPUs the allocation held): "
+        f"{figure(acc.task_gpu_seconds)} GPU-seconds. "
+        "Reservation scope (invocation time × the GPUs the allocation held): "
         + (f"**unknown**: {unknown}. " if acc.reservation_gpu_seconds is None else
-           f"{acc.reservation_gpu_seconds:,.6f} GPU-seconds "
-           f"({acc.reservation_gpu_seconds / 3600:.9f} GPU-hours). ")
+           f"{figure(acc.reservation_gpu_seconds)} GPU-seconds. ")
         + "**These overlapping scopes must not be added.**"
     )
     lines.append("")
     lines.append(
-        f"Wasted attempts (retried after a completed attempt): {acc.wasted_attempts}, "
-        f"{acc.wasted_gpu_seconds:,.6f} task-scope GPU-seconds. Unresolved periods account for "
-        f"{acc.unresolved_gpu_seconds:,.6f} task-scope GPU-seconds."
+        f"Wasted attempts (retried after a completed attempt): {acc.wasted_attempts}"
+        + (f", {figure(acc.wasted_gpu_seconds)} task-scope GPU-seconds" if acc.wasted_attempts
+           else "") + ". Unresolved periods account for "
+        f"{figure(acc.unresolved_gpu_seconds)} task-scope GPU-seconds."
     )
     if reasoning.configurations:
         lines.append("")
-        lines.append(table(
-            ["Configuration", "Status", "Outcome", "Periods", "Task GPU-s", "Reservation GPU-s"],
-            ([md_escape(c.key), c.status, c.outcome or "—", str(len(c.periods)),
-              f"{c.task_gpu_seconds:,.6f}", "unknown" if c.reservation_gpu_seconds is None
-              else f"{c.reservation_gpu_seconds:,.6f}"]
-             for c in reasoning.configurations),
-            ["---", "---", "---", "---:", "---:", "---:"],
-        ))
+        lines.append("Each configuration's task and reservation GPU-seconds are in "
+                     "`summary.json` (`configurations`).")
     return "\n".join(lines)
 
 
@@ -123,7 +127,7 @@ def disagreements_section(reasoning: Reasoning) -> str:
              "auditor never copies it.", ""]
     lines.append(table(
         ["Period", "Launcher status", "Launcher validation error", "Auditor verdict"],
-        ([md_escape(s), md_escape(st), md_escape(err or "—"), v]
+        ([code_span(s), code_span(st), prose(err or "—"), v]
          for s, st, err, v in reasoning.disagreements),
     ))
     return "\n".join(lines)
@@ -136,7 +140,7 @@ def waivers_section(reasoning: Reasoning) -> str:
              "so the waiver is never silent.", ""]
     lines.append(table(
         ["Rule", "Subject", "Reason", "Gate reasons lifted"],
-        ([md_escape(w.rule_id), md_escape(w.subject), md_escape(w.reason), str(w.matched)]
+        ([code_span(w.rule_id), code_span(w.subject), prose(w.reason), str(w.matched)]
          for w in reasoning.waivers),
     ))
     return "\n".join(lines)
@@ -162,15 +166,17 @@ def findings_section(result: AuditResult) -> str:
         lines += ["", table(["Rule", "Symbol", "Severity", "Count"],
                             ([r, s, sev, str(n)] for (r, s, sev), n in sorted(by_rule.items())),
                             ["---", "---", "---", "---:"])]
-    shown = [f for f in items if f.severity.value != "info"][:MAX_FINDINGS_LISTED]
-    if shown:
-        lines += ["", table(["Rule", "Subject", "Message", "Cited"],
-                            ([f.rule_id, md_escape(f.subject), md_escape(f.message),
-                              "; ".join(code_span(c.locator(), 120) for c in f.citations[:3])
-                              or "—"] for f in shown))]
-        hidden = sum(1 for f in items if f.severity.value != "info") - len(shown)
-        if hidden > 0:
-            lines += ["", f"{hidden} further errors and warnings are in `findings.parquet`."]
+    # a period's findings are its diagnosis; the others (a study's, an array's, a
+    # configuration's, a file's) are said nowhere else
+    periods = {v.subject for v in result.verdicts}
+    others = [f for f in items if f.severity is not Severity.INFO and f.subject not in periods]
+    if others:
+        lines += ["", "Errors and warnings about no single period:", ""]
+        lines.extend(f"- {code_span(f.rule_id)} {code_span(f.subject)}: "
+                     f"{prose(describe(f), 300)}" for f in others[:MAX_FINDINGS_LISTED])
+        if len(others) > MAX_FINDINGS_LISTED:
+            lines.append(f"- and {len(others) - MAX_FINDINGS_LISTED:,} more in "
+                         "`findings.parquet`")
     return "\n".join(lines)
 
 
@@ -215,7 +221,7 @@ def provenance_section(result: AuditResult, outputs: Sequence[tuple[str, str, in
     # rules): provenance says which, the summary's AUD014 first
     problem = next((f for f in sorted(collected.findings, key=lambda f: f.rule_id != "AUD014")
                     if f.subject == "protocol.json" and f.severity is Severity.ERROR), None)
-    said = md_escape(describe(problem), limit=300) if problem else ""
+    said = prose(describe(problem), limit=300) if problem else ""
     if problem is not None and (not protocol.digest
                                 or protocol.name == DEFAULT_PROTOCOL.name):
         digest = f", SHA-256 `{protocol.digest.sha256}`," if protocol.digest else ""
@@ -232,7 +238,8 @@ def provenance_section(result: AuditResult, outputs: Sequence[tuple[str, str, in
     commits = sorted({p.record.commit for p in collected.periods if p.record.commit})
     if commits:
         lines.append("")
-        pinned = ("matches `execution_commits.json` for every pair"
+        pinned = (f"`execution_commits.json` requires {'it' if len(commits) == 1 else 'them'} "
+                  "for every pair"
                   if collected.execution_commits is not None and not any(
                       f.rule_id == "AUD121" for f in result.findings)
                   else "is not confirmed by `execution_commits.json`"
@@ -248,8 +255,7 @@ def provenance_section(result: AuditResult, outputs: Sequence[tuple[str, str, in
         lines += ["", "Anchors:", ""]
         lines.append(code_block(f"{name}: {sha}  {status}" for name, sha, status in anchors))
     else:
-        lines += ["", "Anchors: none given (no `--anchor`, none in the protocol): no protocol "
-                      "input was checked against an expected SHA-256."]
+        lines += ["", "Anchors: none given (no `--anchor`, none in the protocol)."]
     groups = collected.input_counts()
     lines += ["", f"Inputs read and hashed: {groups.get('raw_evidence', 0):,} raw-evidence, "
                   f"{groups.get('source_inputs', 0):,} source-input and "
@@ -258,9 +264,36 @@ def provenance_section(result: AuditResult, outputs: Sequence[tuple[str, str, in
     sources = [i for i in collected.inputs if i.group == "source_inputs"]
     if sources:
         lines += ["", code_block(f"{i.path}  {i.digest.sha256}" for i in sources)]
+    lines += ["", f"inputs digest: {inputs_digest(result)} (SHA-256 of the sorted "
+                  "`path<TAB>sha256<TAB>size<LF>` lines of every input in "
+                  "`output_manifest.json`)"]
     if outputs:
-        lines += ["", "Other outputs of this audit (the output manifest lists these and this "
-                      "report; `auditor verify` re-checks them):", ""]
+        lines += ["", f"The output directory holds exactly {len(outputs) + 2:,} files: this "
+                      "report; `output_manifest.json`, which pins it (`auditor audit` and "
+                      "`auditor verify` print its SHA-256); and these:", ""]
         lines.append(code_block(f"{name}  {sha}  {size}" for name, sha, size in outputs))
+    lines += ["", _assertions(result)]
     return "\n".join(lines)
 
+
+def inputs_digest(result: AuditResult) -> str:
+    """One digest of every input: SHA-256 of the sorted ``path\tsha256\tsize\n`` lines of
+    the inputs the output manifest lists (paths as it writes them)."""
+    lines = sorted(f"{printable(item.path)}\t{item.digest.sha256}\t{item.digest.size}\n"
+                   for item in result.collected.all_inputs())
+    digest = hashlib.sha256()
+    for line in lines:
+        digest.update(line.encode("utf-8"))
+    return digest.hexdigest()
+
+
+def _assertions(result: AuditResult) -> str:
+    """What the outputs do and do not assert about the configurations."""
+    unresolved = [c for c in result.reasoning.configurations if c.status != "resolved"]
+    if not unresolved:
+        return ("Every configuration resolved; `summary.json` lists each with its outcome.")
+    gpus = "/".join(f"{g}" for g in sorted({c.gpus for c in unresolved}))
+    return ("The outputs list the unresolved configurations explicitly ("
+            + ", ".join(code_span(c.key) for c in unresolved[:MAX_NAMED_PERIODS])
+            + f" in `summary.json`); no eligible {gpus}-GPU peak is asserted for them, and the "
+            "raw peaks above are not eligible completed-run peaks.")

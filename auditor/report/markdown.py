@@ -6,23 +6,22 @@ explained once), the per-period table and worker PIDs, the evidence locator
 and integrity tally, accounting in its overlapping scopes, launcher
 disagreements and waivers, findings, and provenance.
 
-Everything quoted from evidence goes through :func:`md_escape` or
-:func:`code_block`, so a log line cannot inject markup, links or HTML.
+Everything quoted from evidence goes through :func:`prose`, :func:`code_span` or
+:func:`code_block`, so a log line cannot inject markup, links or HTML. Each diagnosis
+group states its evidence once, as the pattern its periods share; every period's own
+citations are in ``evidence.md`` (:func:`render_evidence_md`).
 The output is a pure function of the result: byte-identical for the same evidence.
 """
 
 from __future__ import annotations
 
-import os
-import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
-from auditor._io import clip, counted
+from auditor._io import counted
 from auditor.catalogue import in_family
 from auditor.model import (
     AuditResult,
-    Citation,
     Reasoning,
     Verdict,
     VerdictKind,
@@ -38,11 +37,24 @@ from auditor.report.appendix import (
     provenance_section,
     waivers_section,
 )
+from auditor.report.citations import (
+    cite_group,
+    exception_lines,
+    group_pattern,
+    render_evidence,
+)
+from auditor.report.groups import (
+    completion_sentence,
+    counted_attempt,
+    dispatch_sentence,
+    reached_sentence,
+    scheduler_sentence,
+)
 from auditor.report.mdformat import (
     code_block,
     code_span,
-    md_escape,
     number,
+    prose,
     table,
     utc,
     utc_seconds,
@@ -52,23 +64,17 @@ PHASE_WORDS = {"rollout_init": "rollout-initialization", "init_model": "model-in
                "actor_update": "actor-update", "weight_sync": "weight-synchronization",
                "rollout_generate": "rollout-generation"}
 MAX_FINDINGS_LISTED = 200
-MAX_CITED_PERIODS = 50
-"""Periods whose citations a diagnosis group lists in full (the rest are in the tables)."""
-
-
-# ------------------------------------------------------------------ escaping
-
-
-# ------------------------------------------------------------------ sections
 
 
 def render_markdown(result: AuditResult, outputs: Sequence[tuple[str, str, int]] = ()) -> str:
-    """The whole report. ``outputs`` lists (name, sha256, size) of the other outputs."""
+    """The whole report. ``outputs`` lists (name, sha256, size) of the other outputs (with
+    ``evidence.md`` among them when it was written: the report links it)."""
     reasoning = result.reasoning
+    linked = any(name == "evidence.md" for name, _, _ in outputs)
     parts = [
         _headline(result, reasoning),
         _problems(result, reasoning),
-        _diagnosis(result, reasoning),
+        _diagnosis(result, reasoning, linked),
         _period_table(result, reasoning),
         _locator(result),
         accounting_section(result, reasoning),
@@ -79,6 +85,12 @@ def render_markdown(result: AuditResult, outputs: Sequence[tuple[str, str, int]]
         provenance_section(result, outputs),
     ]
     return "\n\n".join(p.strip("\n") for p in parts if p.strip()) + "\n"
+
+
+def render_evidence_md(result: AuditResult) -> str:
+    """``evidence.md``: every period's citations, by the report's diagnosis groups."""
+    return render_evidence(result, [(title, members)
+                                    for title, members, _ in _groups(result.reasoning)])
 
 
 def _study(result: AuditResult) -> str:
@@ -111,7 +123,7 @@ def _headline(result: AuditResult, reasoning: Reasoning) -> str:
     finished = max((a.finished_ns for a in reasoning.attempts if a.finished_ns), default=None)
     date = f" — {utc_seconds(last.end)[:10]}" if last is not None else \
         f" — {utc_seconds(finished // 1_000_000_000)[:10]}" if finished else ""
-    lines = [f"# Audit of {md_escape(_study(result))}{date}", ""]
+    lines = [f"# Audit of {code_span(_study(result))}{date}", ""]
     arrays = ", ".join(code_span(a) for a in arrays_of(result)) or "(no array id recorded)"
     outside = outside_arrays(result, elements)  # (a retry submitted as a job of its own)
     elements = tuple(e for e in elements if e not in outside)
@@ -136,7 +148,7 @@ def _headline(result: AuditResult, reasoning: Reasoning) -> str:
             ", with no scheduler `OUT_OF_MEMORY` state."
         lines.append(sentence)
         if outside:
-            listed = ", ".join(f"{code_span(e.job_id)} `{md_escape(e.state)}`"
+            listed = ", ".join(f"{code_span(e.job_id)} {code_span(e.state)}"
                                for e in outside[:MAX_NAMED_PERIODS])
             more = f" and {len(outside) - MAX_NAMED_PERIODS:,} more" \
                 if len(outside) > MAX_NAMED_PERIODS else ""
@@ -230,20 +242,30 @@ def _reconstruction(reasoning: Reasoning) -> str:
             else:
                 outcome_word = {"failed": "failures", "completed": "completions",
                                 "mixed": "mixed outcomes"}[kind]
-                every = "all" if len(resolved) > 2 else "both"
-                text += f", {every} {next(iter(gpu_set))}-GPU {outcome_word}"
-        text += (". Evaluation is restricted to that resolved subset: "
+                every_word = "all" if len(resolved) > 2 else "both"
+                text += f", {every_word} {next(iter(gpu_set))}-GPU {outcome_word}"
+    text += "."
+    gate, partial = reasoning.gate, reasoning.gate_partial
+    if not partial.passed:  # (the headline never says more than the gate allows)
+        integrity = [r for r in reasoning.gate_reasons if r.integrity]
+        why = (f" ({prose(integrity[0].text, 200)}"
+               + (f", and {counted(len(integrity) - 1, 'more reason')}" if len(integrity) > 1
+                  else "") + ")") if integrity else ""
+        text += (" **No configuration can enter the evaluation: the gate fails, even with "
+                 f"`--allow-partial`{why}.**")
+        return text
+    if resolved:
+        text += (" Evaluation is restricted to that resolved subset: "
                  + ", ".join(code_span(c.key) for c in resolved))
         text += (f". The reviewer's waivers (see Waivers) add the unresolved {waived_in}."
                  if waived_in else ".")
     elif waived_in:
-        text += (f". Only the reviewer's waivers (see Waivers) let configurations enter the "
+        text += (f" Only the reviewer's waivers (see Waivers) let configurations enter the "
                  f"evaluation: the unresolved {waived_in}.")
     else:
-        text += ". No configuration can enter the evaluation."
-    gate = reasoning.gate
+        text += " No configuration can enter the evaluation."
     text += (f" The gate {'passes' if gate.passed else 'fails'}; with `--allow-partial` it "
-             f"{'passes' if reasoning.gate_partial.passed else 'fails'}.")
+             "passes.")
     return text
 
 
@@ -282,11 +304,11 @@ def _problems(result: AuditResult, reasoning: Reasoning) -> str:
         said.append(f"{counted(len(unlisted), 'file')} beside the evidence "
                     f"{'is' if len(unlisted) == 1 else 'are'} listed by no period record")
     lines += [". ".join(part[0].upper() + part[1:] for part in said) + ".", ""]
-    rows = [[md_escape(e.path), e.status, md_escape(e.detail or "—"),
-             md_escape(f"{e.pair}/period-{e.period}") if e.period is not None else "—"]
+    rows = [[code_span(e.path), e.status, prose(e.detail or "—"),
+             code_span(f"{e.pair}/period-{e.period}") if e.period is not None else "—"]
             for e in bad + unlisted]
-    rows += [[md_escape(p.record.path), "unreadable period record", "—",
-              md_escape(p.subject)] for p in unreadable]
+    rows += [[code_span(p.record.path), "unreadable period record", "—",
+              code_span(p.subject)] for p in unreadable]
     lines.append(table(["file", "status", "detail", "period"], rows[:MAX_FINDINGS_LISTED]))
     if len(rows) > MAX_FINDINGS_LISTED:
         lines += ["", f"{len(rows) - MAX_FINDINGS_LISTED:,} more are in `evidence.parquet` "
@@ -294,19 +316,21 @@ def _problems(result: AuditResult, reasoning: Reasoning) -> str:
     if affected:
         rest = len(affected) - MAX_NAMED_PERIODS
         lines += ["", "Affected periods: "
-                  + ", ".join(md_escape(s) for s in affected[:MAX_NAMED_PERIODS])
+                  + ", ".join(code_span(s) for s in affected[:MAX_NAMED_PERIODS])
                   + (f", and {rest:,} more (see `periods.parquet`)." if rest > 0 else ".")]
     return "\n".join(lines)
 
 
-def _diagnosis(result: AuditResult, reasoning: Reasoning) -> str:
+def _groups(reasoning: Reasoning) -> list[tuple[str, list[Verdict], tuple[str, str, str]]]:
+    """The diagnosis groups (periods with the same verdict, reason, diagnosis and limits),
+    unresolved first: (title, members, (kind, diagnosis, limits))."""
     facts = {f.subject: f for f in reasoning.facts}
     groups: dict[tuple[str, str, str, str], list[Verdict]] = defaultdict(list)
     for verdict in reasoning.verdicts:
         key = (verdict.verdict.value, verdict.reason, verdict.diagnosis, verdict.limits)
         groups[key].append(verdict)
     order = {"unresolved": 0, "failed": 1, "resolved": 2}
-    lines = ["## Diagnosis and limits"]
+    out = []
     for (kind, reason_word, diagnosis, limits), members in sorted(
         groups.items(), key=lambda item: (order[item[0][0]], item[0][1], item[1][0].subject)
     ):
@@ -318,108 +342,113 @@ def _diagnosis(result: AuditResult, reasoning: Reasoning) -> str:
             title += f": `{reason_word}`"
         elif kind == "failed":
             title += ": eligible failure"
+        out.append((title, members, (kind, diagnosis, limits)))
+    return out
+
+
+def _diagnosis(result: AuditResult, reasoning: Reasoning, linked: bool) -> str:
+    facts = {f.subject: f for f in reasoning.facts}
+    lines = ["## Diagnosis and limits"]
+    names = Counter((f.job_id, f.period) for f in reasoning.facts)
+    unique = all(n == 1 for n in names.values())  # (else periods are named by subject)
+    for title, members, (kind, diagnosis, limits) in _groups(reasoning):
         lines += ["", f"### {title}", ""]
-        named = ", ".join(
-            f"{md_escape(v.subject)} (job {md_escape(facts[v.subject].job_id or '?')})"
-            for v in members[:MAX_NAMED_PERIODS])
+        named = ", ".join(_job_period(facts[v.subject].job_id if unique else None, v)
+                          for v in members[:MAX_NAMED_PERIODS])
         rest = len(members) - MAX_NAMED_PERIODS
-        lines.append(f"Applies to: {named}" + (f", and {rest:,} more (see `periods.parquet`)."
-                                               if rest > 0 else "."))
-        lines += ["", _emphasise(md_escape(diagnosis, limit=4000)), ""]
-        lines.append(f"**Limits.** {md_escape(limits, limit=4000)}")
-        lines += ["", "Evidence cited (file: lines or JSON pointers, relative to the attempt "
-                      "directory named first):", ""]
-        for verdict in members[:MAX_CITED_PERIODS]:
-            lines.append(f"- {md_escape(verdict.subject)}: {_cite_group(verdict.citations)}")
-        if len(members) > MAX_CITED_PERIODS:
-            lines.append(f"- and {len(members) - MAX_CITED_PERIODS:,} more periods with the same "
-                         "diagnosis: their citations are in `periods.parquet` and "
-                         "`findings.parquet`")
+        lines.append(f"Applies to{' (actual job / period, as in the table)' if unique else ''}: "
+                     f"{named}"
+                     + (f", and {rest:,} more (see `periods.parquet`)." if rest > 0 else "."))
+        said = [prose(diagnosis, limit=4000)]
+        said += [s for s in (dispatch_sentence(result, members),
+                             scheduler_sentence(result, members),
+                             completion_sentence(result, members)
+                             if facts[members[0].subject].actor_update_finished_ns else
+                             reached_sentence(result, members) if kind == "unresolved" else "")
+                 if s]
+        lines += ["", " ".join(said), "", f"**Limits.** {prose(limits, limit=4000)}", ""]
+        lines.append(_evidence_pattern(result, members, linked))
     return "\n".join(lines)
 
 
-def _cite_group(cites: Sequence[Citation], limit: int = 12) -> str:
-    """Citations folded per file: ``dir/``: ``a.jsonl:7,8``; ``trial.json#/x`` (quote)."""
-    if not cites:
-        return "no citation"
-    # the attempt directory named once (the period record, under pairs/, is named whole)
-    evidence = [c for c in cites if not c.path.startswith("pairs/")]
-    folders = [c.path.rsplit("/", 1)[0] for c in evidence if "/" in c.path]
-    base = ""
-    if len(folders) > 1 and len(folders) == len(evidence):
-        common = os.path.commonpath(folders)
-        base = common + "/" if common else ""
-    by_file: dict[str, list[Citation]] = defaultdict(list)
-    for cite in cites:
-        by_file[cite.path].append(cite)
-    parts = []
-    for path, group in by_file.items():
-        shown = path[len(base):] if base and path.startswith(base) else path
-        parts.append(_cite_file(shown, group))
-    more = f"; and {len(parts) - limit} more files" if len(parts) > limit else ""
-    head = f"{code_span(base, 160)}: " if base else ""
-    return head + "; ".join(parts[:limit]) + more
+def _job_period(job: str | None, verdict: Verdict) -> str:
+    """A period as the table names it (``5055846 / 1``); by its subject without a job."""
+    return f"{job} / {verdict.period}" if job else code_span(verdict.subject)
 
 
-QUOTED_PER_FILE = 3
-"""Locations of one file shown with their quotes (the rest are named without)."""
+def _evidence_pattern(result: AuditResult, members: Sequence[Verdict], linked: bool) -> str:
+    """The group's evidence, once, as the pattern its periods share, then the exceptions."""
+    if len(members) == 1:  # (its own citations: there is no pattern to abstract)
+        return f"Evidence (paths under `BASE`): {cite_group(members[0].citations)}."
+    pattern = group_pattern(result, members)
+    where = ("each period's own in [`evidence.md`](evidence.md)" if linked
+             else "each period's own in `findings.parquet`")
+    shared = ("the same in every period" if not pattern.exceptions else
+              f"the same in {len(members) - len(pattern.exceptions):,} of "
+              f"{len(members):,} periods")
+    head = f"Evidence, {shared} (paths under `ATTEMPT` or `BASE`; {where}): "
+    text = head + pattern.text + "."
+    if pattern.exceptions:
+        text += "\n\nExceptions (their citations differ from the pattern):\n\n" + \
+            "\n".join(exception_lines(pattern.exceptions))
+    return text
 
 
-def _cite_file(shown: str, group: Sequence[Citation]) -> str:
-    """One file's citations: ``a.jsonl:7`` (quote), ``:8`` (quote); ``t.json#/x`` (quote),
-    ``#/y`` (quote): each quote beside the line or JSON pointer it was read at (lines in
-    order; a file cited by lines is not also cited by pointers). A citation of the whole
-    file shows its quote after the name."""
-    quotes: dict[str, str] = {}  # location -> the first quote given for it
-    if any(c.line is not None for c in group):
-        for cite in sorted((c for c in group if c.line is not None), key=lambda c: c.line or 0):
-            where = f":{cite.line}"
-            quotes[where] = quotes.get(where) or cite.quote or ""
-    else:  # (pointers in the order given: the reasoning's)
-        for cite in group:
-            if cite.pointer:
-                where = f"#{cite.pointer}"
-                quotes[where] = quotes.get(where) or cite.quote or ""
-    located = list(quotes.items())
-    if not located:
-        quote = next((c.quote for c in group if c.quote), "")
-        return code_span(shown, limit=160) + (f" {md_escape(f'({clip(quote, 160)})', limit=300)}"
-                                             if quote else "")
-    pieces = []
-    pending: list[str] = []  # locations without a quote, named together
-    shown_quotes = 0
-    for index, (where, quote) in enumerate(located):
-        name = shown + where if index == 0 else where
-        if quote and shown_quotes < QUOTED_PER_FILE:
-            if pending:
-                pieces.append(code_span(",".join(pending), limit=160))
-                pending = []
-            shown_quotes += 1
-            pieces.append(f"{code_span(name, limit=160)} "
-                          f"{md_escape(f'({clip(quote, 160)})', limit=300)}")
-        elif pending:
-            pending.append(where[1:] if where[0] == ":" else where)
-        else:
-            pending.append(name)
-    if pending:
-        pieces.append(code_span(",".join(pending), limit=160))
-    return ", ".join(pieces)
-
-
-def _emphasise(text: str) -> str:
-    """Turn the escaped backticks the engine wrote around names back into code spans."""
-    return re.sub(r"\\`([A-Za-z0-9_:./\\-]+?)\\`",
-                  lambda m: "`" + m.group(1).replace("\\", "") + "`", text)
-
-
-def _period_table(result: AuditResult, reasoning: Reasoning) -> str:
+def _period_rows(result: AuditResult, reasoning: Reasoning
+                 ) -> list[tuple[list[str], str]]:
+    """The table's rows, one per attempt (a retried period's every attempt), with each
+    attempt's PIDs line."""
     facts = reasoning.facts
     verdicts = {v.subject: v for v in reasoning.verdicts}
     dates = {utc(ns, with_date=True)[:10] for f in facts
              for ns in (f.actor_update_finished_ns, f.post_update_sync_finished_ns) if ns}
-    one_date = next(iter(dates)) if len(dates) == 1 else None
+    dated = len(dates) > 1
     ordered = sorted(facts, key=lambda f: (f.gpus or 0, f.array_task_id if f.array_task_id
                                            is not None else 1 << 30, f.pair, f.period))
+    periods = {p.subject: p for p in result.collected.periods}
+    rows = []
+    for f in ordered:
+        verdict = verdicts[f.subject]
+        outcome_text = verdict.verdict.value + (f" (`{verdict.reason}`)" if verdict.verdict
+                                                is VerdictKind.UNRESOLVED else "")
+        index = str(f.array_task_id) if f.array_task_id is not None else "—"
+        workload = prose(f"{f.workload or '?'} / {f.seed if f.seed is not None else '?'}")
+        gpus = str(f.gpus) if f.gpus is not None else "—"
+        _, chosen, _ = counted_attempt(result, f.subject)
+        period = periods.get(f.subject)
+        attempts = period.attempts if period is not None else ()
+        retried = len(attempts) > 1
+        for attempt in sorted(attempts, key=lambda a: a.spec.index) if retried else [chosen]:
+            which = f", attempt {attempt.spec.index + 1}" if retried and attempt else ""
+            if attempt is chosen:
+                rows.append(([index, workload, f"{f.job_id or '?'} / {f.period}{which}", gpus,
+                              outcome_text, utc(f.actor_update_finished_ns, with_date=dated),
+                              utc(f.post_update_sync_finished_ns, with_date=dated),
+                              str(f.raw_peak_mib) if f.raw_peak_mib is not None else "—"],
+                             f"{f.job_id or '?'} / {f.period}{which}: "
+                             + ",".join(str(p) for p in f.pids_by_rank)))
+                continue
+            assert attempt is not None
+            other = next((o for o in reasoning.attempts if o.subject == f.subject
+                          and o.index == attempt.spec.index), None)
+            said = "not judged" if other is None else other.outcome + (
+                "" if other.reason in ("completed", "eligible_failure")
+                else f" (`{other.reason}`)") + (", wasted" if other.wasted else "")
+            job = attempt.spec.job_id or "?"
+            pids = ",".join(str(w.pid) for w in sorted(
+                attempt.spec.workers, key=lambda w: (w.rank is None, w.rank or 0)))
+            rows.append(([index, workload, f"{job} / {f.period}{which}", gpus,
+                          f"{said}; not counted", "—", "—", "—"],
+                         f"{job} / {f.period}{which}: {pids}"))
+    return rows
+
+
+def _period_table(result: AuditResult, reasoning: Reasoning) -> str:
+    dates = {utc(ns, with_date=True)[:10] for f in reasoning.facts
+             for ns in (f.actor_update_finished_ns, f.post_update_sync_finished_ns) if ns}
+    one_date = next(iter(dates)) if len(dates) == 1 else None
+    rows = _period_rows(result, reasoning)
+    retried = any(", attempt " in pids for _, pids in rows)
     lines = ["## Periods", ""]
     when = f"rendered as UTC on {one_date}" if one_date else "rendered as UTC"
     lines.append(
@@ -427,33 +456,17 @@ def _period_table(result: AuditResult, reasoning: Reasoning) -> str:
         "synchronization **after** the final-step actor update, excluding initialization "
         "synchronization. Peaks are the launcher's raw trial peaks (or the highest device "
         "peak), not eligible completed-run peaks."
+        + (" A retried period has a row per attempt; the times and peak are those of the "
+           "attempt its verdict rests on." if retried else "")
     )
     lines.append("")
-    rows = []
-    for f in ordered:
-        verdict = verdicts[f.subject]
-        outcome = verdict.verdict.value + (f" ({verdict.reason})" if verdict.verdict
-                                           is VerdictKind.UNRESOLVED else "")
-        rows.append([
-            str(f.array_task_id) if f.array_task_id is not None else "—",
-            md_escape(f"{f.workload or '?'} / {f.seed if f.seed is not None else '?'}"),
-            md_escape(f"{f.job_id or '?'} / {f.period}"),
-            str(f.gpus) if f.gpus is not None else "—",
-            md_escape(outcome),
-            utc(f.actor_update_finished_ns, with_date=one_date is None),
-            utc(f.post_update_sync_finished_ns, with_date=one_date is None),
-            str(f.raw_peak_mib) if f.raw_peak_mib is not None else "—",
-        ])
     lines.append(table(
         ["Index", "Workload / seed", "Actual job / period", "GPUs", "Verdict",
          "Actor update finished", "Post-update sync finished", "Raw peak MiB"],
-        rows, ["---", "---", "---", "---:", "---", "---", "---", "---:"],
+        (row for row, _ in rows), ["---", "---", "---", "---:", "---", "---", "---", "---:"],
     ))
     lines += ["", "Worker PIDs in rank order (actual job / period: pids):", ""]
-    lines.append(code_block(
-        f"{f.job_id or '?'} / {f.period}: " + ",".join(str(p) for p in f.pids_by_rank)
-        for f in ordered
-    ))
+    lines.append(code_block(pids for _, pids in rows))
     return "\n".join(lines)
 
 
@@ -463,30 +476,80 @@ def _locator(result: AuditResult) -> str:
     listed = sum(n for s, n in integrity.items() if s != "unlisted")
     lines = ["## Evidence locator", ""]
     lines.append(code_block([
-        f"BASE={collected.root.name}   (the evidence root as audited; its full path is "
-        "\"root\" in output_manifest.json)",
-        "PAIR=<pair>   (e.g. " + (collected.periods[0].record.pair if collected.periods
-                                  else "?") + ")",
-        "ATTEMPT=BASE/PAIR-<gpus>gpu/attempt-<actual-job>",
+        f"BASE={collected.root}",
+        _pair_pattern(result),
+        _attempt_pattern(result),
         "",
         "ATTEMPT/allocator-traces/allocator-<pid>.jsonl",
-        "ATTEMPT/device-evidence/worker-<role>-<rank>-<pid>.json",
+        f"ATTEMPT/device-evidence/worker-{_role(result)}-<rank>-<pid>.json",
         "ATTEMPT/training-<actual-job>.log",
         "ATTEMPT/trial-<actual-job>.json",
         "BASE/pairs/PAIR/period-<period>.json",
     ]))
     lines.append("")
-    lines.append(
-        f"Integrity: {listed:,} listed evidence files; {integrity.get('verified', 0):,} verified "
-        f"(SHA-256 and size against their period record), {integrity.get('mismatched', 0):,} "
-        f"mismatched, {integrity.get('missing', 0):,} missing, {integrity.get('unsafe', 0):,} "
-        f"unsafe paths, {integrity.get('unreadable', 0):,} unreadable; "
-        f"{integrity.get('unlisted', 0):,} unlisted files. {len(collected.periods):,} period "
-        f"records read, {sum(1 for p in collected.periods if not p.record.readable):,} "
-        "unreadable."
-    )
+    unreadable = sum(1 for p in collected.periods if not p.record.readable)
+    if listed == integrity.get("verified", 0) and not integrity.get("unlisted") \
+            and not unreadable:
+        lines.append(f"Integrity: all {listed:,} listed evidence files verified (SHA-256 and "
+                     "size against their period record); no unlisted file; all "
+                     f"{len(collected.periods):,} period records read.")
+    else:
+        lines.append(
+            f"Integrity: {listed:,} listed evidence files; {integrity.get('verified', 0):,} "
+            f"verified (SHA-256 and size against their period record), "
+            f"{integrity.get('mismatched', 0):,} mismatched, {integrity.get('missing', 0):,} "
+            f"missing, {integrity.get('unsafe', 0):,} unsafe paths, "
+            f"{integrity.get('unreadable', 0):,} unreadable; "
+            f"{integrity.get('unlisted', 0):,} unlisted files. {len(collected.periods):,} "
+            f"period records read, {unreadable:,} unreadable.")
     lines += ["", _cross_checks(result)]
     return "\n".join(lines)
+
+
+def _pair_pattern(result: AuditResult) -> str:
+    """``PAIR=`` as the pairs are named: their workload and seed as placeholders when every
+    pair's name holds them, else an example."""
+    patterns = set()
+    for period in result.collected.periods:
+        record = period.record
+        name = record.pair
+        if record.workload and record.seed is not None and record.workload in name \
+                and str(record.seed) in name:
+            name = name.replace(record.workload, "<workload>", 1)
+            head, _, tail = name.rpartition(str(record.seed))
+            patterns.add(f"{head}<seed>{tail}")
+        else:
+            patterns.add("")
+    if len(patterns) == 1 and "" not in patterns:
+        return f"PAIR={next(iter(patterns))}"
+    example = result.collected.periods[0].record.pair if result.collected.periods else "?"
+    return f"PAIR=<pair>   (e.g. {example})"
+
+
+def _attempt_pattern(result: AuditResult) -> str:
+    """``ATTEMPT=`` as the attempt directories are named (pair, GPUs and job as
+    placeholders), else the contract's usual layout."""
+    patterns = set()
+    for period in result.collected.periods:
+        for attempt in period.attempts:
+            folder, job = attempt.spec.attempt_dir, attempt.spec.job_id
+            if not folder or not job or not folder.startswith(period.record.pair):
+                patterns.add("")
+                continue
+            rest = folder[len(period.record.pair):]
+            if period.record.gpus is not None:
+                rest = rest.replace(f"{period.record.gpus}gpu", "<gpus>gpu", 1)
+            patterns.add("PAIR" + rest.replace(job, "<actual-job>"))
+    shown = next(iter(patterns)) if len(patterns) == 1 and "" not in patterns \
+        else "PAIR-<gpus>gpu/attempt-<actual-job>"
+    return f"ATTEMPT=BASE/{shown}"
+
+
+def _role(result: AuditResult) -> str:
+    roles = {d.role for p in result.collected.periods for a in p.attempts
+             for d in a.read.devices}
+    role = next(iter(roles)) if len(roles) == 1 else None
+    return role or "<role>"
 
 
 def _cross_checks(result: AuditResult) -> str:

@@ -1,7 +1,10 @@
-"""Markdown text for the report: escaping, code spans and blocks, tables, times, numbers.
+"""Markdown text for the report: prose, code spans and blocks, tables, times, numbers.
 
-Everything quoted from evidence goes through :func:`md_escape` or :func:`code_block`, so a
-log line cannot inject markup, links or HTML.
+Everything quoted from evidence goes through :func:`prose`, :func:`code_span` or
+:func:`code_block`, so a log line cannot inject markup, links or HTML: identifiers, paths
+and anything holding a markdown special character become code spans (fenced by more
+backticks than they hold), and the rest is plain words, which need no escape.
+:func:`md_escape` (backslash escapes) remains for callers that need escaped text.
 """
 
 from __future__ import annotations
@@ -37,10 +40,66 @@ def md_escape(text: str, limit: int = 300) -> str:
 def code_span(text: str, limit: int = 200) -> str:
     """Untrusted text as an inline code span (fenced by enough backticks)."""
     text = clip(_CONTROL.sub("", text.replace("\r", " ").replace("\n", " ")), limit)
+    return _span(text)
+
+
+def _span(text: str) -> str:
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") or not text else ""
     return f"{fence}{pad}{text}{pad}{fence}"
+
+
+_CODEY = re.compile(r"[\\`*_~$|<>\[\]&{}]|://|^www\.|@\S*\.")
+"""A word holding any of these is shown as code: markup, an HTML tag or entity, a link
+GitHub would make of it, or an identifier (``estimation_host_capacity``)."""
+_STARTS_BLOCK = re.compile(r"^([-+=>#*]|\d+[.)])")
+_TRAILING = ".,;:!?"
+
+
+def prose(text: str, limit: int = 300) -> str:
+    """Untrusted text as an inert sentence: a part between backticks (as the reasoning
+    writes names) and every word :data:`_CODEY` matches become code spans; the other
+    words are plain (a parenthesis, colon or quote mark is no markup outside a link,
+    and no link can open). Control characters are removed, the text clipped."""
+    text = clip(_CONTROL.sub("", text.replace("\r", " ").replace("\n", " ")), limit)
+    out: list[str] = []
+    position = 0
+    for match in re.finditer(r"(`+)([^`]+?)\1(?!`)", text):
+        out.append(_words(text[position:match.start()], not out))
+        out.append(_span(match.group(2)))
+        position = match.end()
+    out.append(_words(text[position:], not out))
+    return "".join(out)
+
+
+def _words(text: str, at_start: bool) -> str:
+    """Plain words as they are, the others (see :func:`prose`) as code spans."""
+    def word(match: re.Match[str]) -> str:
+        token = match.group()
+        head = ""
+        while token[:1] in ("(", '"', "“") and len(token) > 1:
+            head, token = head + token[0], token[1:]
+        tail = ""
+        while len(token) > 1 and (token[-1] in _TRAILING or (
+                token[-1] == ")" and token.count("(") < token.count(")"))):
+            token, tail = token[:-1], token[-1] + tail
+        if (at_start and match.start() == 0 and _STARTS_BLOCK.match(match.group())) \
+                or _CODEY.search(head + tail):
+            return _span(match.group())  # (a line's first word could open a block)
+        if _CODEY.search(token):
+            return head + _span(token) + tail
+        return head + token + tail
+
+    return re.sub(r"\S+", word, text)
+
+
+def figure(value: float | int, places: int = 6) -> str:
+    """A figure as a person writes it: a whole number whole (``1,110``), a fraction to
+    ``places`` decimals (``17,605.783111``)."""
+    if isinstance(value, int) or float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.{places}f}"
 
 
 def code_block(lines: Iterable[str], info: str = "text") -> str:
@@ -77,9 +136,17 @@ def utc_seconds(seconds: int | None, with_date: bool = True) -> str:
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]],
           align: Sequence[str] | None = None) -> str:
-    """A markdown table; cells must already be escaped."""
+    """A markdown table; cells must already be inert (:func:`prose`, :func:`code_span`).
+    A ``|`` in a cell (in a code span too: GitHub splits cells first) is escaped."""
     align = align or ["---"] * len(header)
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
-    lines.extend("| " + " | ".join(row) + " |" for row in rows)
+    lines.extend("| " + " | ".join(_cell(cell) for cell in row) + " |" for row in rows)
     return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    """``text`` with every ``|`` not already escaped (an odd run of backslashes before
+    it) escaped."""
+    return re.sub(r"(\\*)\|", lambda m: m.group(1) + ("|" if len(m.group(1)) % 2
+                                                      else "\\|"), text)
 

@@ -162,7 +162,7 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
     plots in its helper process while the tables are written (else they are drawn here,
     after them)."""
     with signals_deferred():  # (pyarrow, a compiled extension, is not to be cut short)
-        from auditor.report.markdown import render_markdown
+        from auditor.report.markdown import render_evidence_md, render_markdown
         from auditor.report.summary import build_summary, dumps
         from auditor.report.tables import write_table
 
@@ -204,6 +204,7 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
         if plots:
             for name, png in _drawn(drawing) or draw_plots(data):
                 put(name, png)
+        put("evidence.md", printable(render_evidence_md(result)).encode("utf-8"))
         put("diagnostic.md", printable(render_markdown(result, written)).encode("utf-8"))
         with open(staging / MANIFEST, "wb") as handle:
             write_manifest(result, written, handle)

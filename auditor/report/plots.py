@@ -1,10 +1,16 @@
 """PNG plots (optional: needs the ``plots`` extra, matplotlib).
 
-- ``plots/phase_timeline.png``: for each period (the first :data:`MAX_TIMELINE_PERIODS`,
-  as its title says when there are more),
-  one row per rank, one bar per allocator phase record, failures in red;
+- ``plots/phase_timeline.png``: for each attempt of each period (the first
+  :data:`MAX_TIMELINE_PERIODS` periods, as its title says when there are more), one row
+  per rank, one bar per allocator phase record, a record that raised in black; the
+  period's verdict marks its rows (a coloured strip and label), a retried attempt the
+  verdict does not rest on is drawn faded;
 - ``plots/peak_memory.png``: each period's raw peak MiB by configuration, coloured by
-  verdict, against the GPU memory capacity the device evidence reports.
+  verdict (a retried attempt's own peak hollow), against the GPU memory capacity the
+  device evidence reports.
+
+Text is at least :data:`FONT` points at :data:`DPI` (readable at 100% zoom), and the
+legends stand beside the data, never over it.
 
 Without matplotlib the report is written without plots. Figures are drawn with
 the object API on the Agg canvas (no pyplot, no global state, no GUI), one
@@ -32,10 +38,15 @@ if TYPE_CHECKING:  # (not imported at run time: a Plotter starts before the audi
     from auditor.model import AuditResult
 
 MAX_TIMELINE_PERIODS = 24
-ERROR_COLOUR = "#c44e52"
-VERDICT_COLOURS = {"resolved": "#55a868", "failed": "#c44e52", "unresolved": "#8c8c8c"}
+DPI = 100
+"""Pixels per inch of the saved PNGs: a point is 1.4 pixels, so 9-point text is 12.5
+pixels high at 100% zoom."""
+FONT = 9
+"""The smallest text in a plot, in points (tick labels, legends, notes)."""
+ERROR_COLOUR = "#111111"
+VERDICT_COLOURS = {"resolved": "#1b7837", "failed": "#d62728", "unresolved": "#8856a7"}
 PHASE_COLOURS = {
-    "init_model": "#4c72b0", "rollout_init": "#8172b2", "weight_sync": "#55a868",
+    "init_model": "#4c72b0", "rollout_init": "#64b5cd", "weight_sync": "#55a868",
     "rollout_generate": "#ccb974", "actor_update": "#dd8452", "idle": "#bbbbbb",
 }
 
@@ -45,9 +56,16 @@ class TimelineRow:
     """One rank's row of the phase timeline: its label and its bars."""
 
     label: str
+    """The attempt's label on its first row (``""`` on the others)."""
     spans: tuple[tuple[float, float], ...]
     """(start, width) in seconds since the invocation started."""
     colours: tuple[str, ...]
+    verdict: str = "unresolved"
+    """The period's verdict (its rows are marked in its colour)."""
+    counted: bool = True
+    """False for an attempt the verdict does not rest on (a retried one: drawn faded)."""
+    attempt: int = 0
+    """Which attempt of the timeline the row belongs to (rows of one attempt share it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +74,8 @@ class PlotData:
 
     timeline: tuple[TimelineRow, ...]
     peaks: tuple[tuple[str, tuple[tuple[int, str], ...]], ...]
-    """(configuration, its periods' (raw peak MiB, verdict)), in the plot's order."""
+    """(configuration, its periods' (raw peak MiB, verdict)), in the plot's order; an
+    attempt the verdict does not rest on has the verdict ``attempt not counted``."""
     capacities: tuple[int, ...]
     """The GPU memory capacities (MiB) the device evidence reports."""
     periods: int = 0
@@ -147,65 +166,108 @@ def _import_matplotlib() -> None:
 def _png(figure: Any, canvas_type: Any) -> bytes:
     canvas_type(figure)
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=80, metadata={"Software": None})
+    figure.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
     return buffer.getvalue()
 
 
 def _timeline_rows(result: AuditResult) -> tuple[TimelineRow, ...]:
-    # the attempt each period's verdict rests on (not a wasted retry after it)
+    """Every attempt of the first periods (a retried period's each), one row per rank."""
     counted = {o.subject: o.index for o in result.reasoning.attempts if o.counted}
+    verdicts = {v.subject: v.verdict.value for v in result.reasoning.verdicts}
+    reasons = {v.subject: str(v.reason) if v.verdict.value == "unresolved" else ""
+               for v in result.reasoning.verdicts}
     rows = []
+    group = 0
     for period in result.collected.periods[:MAX_TIMELINE_PERIODS]:
         chosen = counted.get(period.subject)
-        shown = [a for a in period.attempts if a.spec.index == chosen] or period.attempts[-1:]
-        for attempt in shown:
+        if chosen is None and period.attempts:
+            chosen = period.attempts[-1].spec.index
+        verdict = verdicts.get(period.subject, "unresolved")
+        for attempt in period.attempts:
             trial = attempt.read.trial
             origin = trial.started_ns if trial and trial.started_ns else None
             first = True
+            is_counted = attempt.spec.index == chosen
             for trace in sorted(attempt.read.traces, key=lambda t: t.path):
                 records = [r for r in trace.phases if r.started_ns and r.finished_ns]
                 if not records:
                     continue
                 base = origin if origin is not None else min(r.started_ns or 0 for r in records)
-                # one short label per period (glyph rendering dominates the cost)
-                label = (f"{attempt.spec.job_id or period.record.pair} p{period.record.period}"
-                         f" {period.record.gpus}g" if first else "")
+                retry = (f"attempt {attempt.spec.index + 1}"
+                         + ("" if is_counted else ", not counted")
+                         if len(period.attempts) > 1 else "")
+                second = ", ".join(part for part in (
+                    retry, reasons.get(period.subject, "") if is_counted else "") if part)
+                # one short label per attempt (glyph rendering dominates the cost)
+                label = (f"{attempt.spec.job_id or period.record.pair} / {period.record.period}"
+                         f" ({period.record.gpus} GPUs)" + (f"\n{second}" if second else "")
+                         if first else "")
                 spans = tuple((((r.started_ns or 0) - base) / 1e9,
                                max(((r.finished_ns or 0) - (r.started_ns or 0)) / 1e9, 0.05))
                               for r in records)
                 colours = tuple(ERROR_COLOUR if r.error_type
                                 else PHASE_COLOURS.get(r.phase, "#777777") for r in records)
-                rows.append(TimelineRow(label, spans, colours))
+                rows.append(TimelineRow(label, spans, colours, verdict, is_counted, group))
                 first = False
+            group += 1
     return tuple(rows)
 
 
 def _draw_timeline(rows: tuple[TimelineRow, ...], periods: int, figure_type: Any,
                    canvas_type: Any, patch_type: Any) -> bytes:
-    height = min(max(2.0, 0.2 * len(rows) + 1.0), 40)
-    figure = figure_type(figsize=(10, height))
+    from matplotlib.patches import Rectangle
+
+    height = min(max(3.0, 0.22 * len(rows) + 1.6), 40)
+    figure = figure_type(figsize=(12, height))
     axis = figure.add_subplot()
     for y, row in enumerate(rows):
-        axis.broken_barh(list(row.spans), (y - 0.4, 0.8), facecolors=list(row.colours))
-    axis.set_yticks(range(len(rows)))
-    axis.set_yticklabels([row.label for row in rows], fontsize=5)
+        axis.broken_barh(list(row.spans), (y - 0.4, 0.8), facecolors=list(row.colours),
+                         alpha=1.0 if row.counted else 0.35)
+    starts = [y for y, row in enumerate(rows) if y == 0 or rows[y - 1].attempt != row.attempt]
+    ends = starts[1:] + [len(rows)]
+    for start, end in zip(starts, ends, strict=True):
+        row = rows[start]
+        # the period's verdict: a strip left of the bars, in its colour
+        axis.add_patch(Rectangle((-0.014, 1 - end / len(rows)), 0.009,
+                                 (end - start) / len(rows), transform=axis.transAxes,
+                                 clip_on=False,
+                                 color=VERDICT_COLOURS.get(row.verdict, "#777777"),
+                                 alpha=1.0 if row.counted else 0.35))
+        if start:
+            axis.axhline(start - 0.5, color="#dddddd", linewidth=0.8)
+    axis.set_yticks([(s + e - 1) / 2 for s, e in zip(starts, ends, strict=True)])
+    labels = axis.set_yticklabels([rows[s].label for s in starts], fontsize=FONT)
+    for label, start in zip(labels, starts, strict=True):
+        label.set_color(VERDICT_COLOURS.get(rows[start].verdict, "#333333"))
+    axis.tick_params(axis="y", length=0, pad=10)
+    axis.tick_params(axis="x", labelsize=FONT)
     axis.set_ylim(len(rows) - 0.5, -0.5)
-    axis.set_xlabel("seconds since invocation start")
+    axis.set_xlabel("seconds since invocation start", fontsize=FONT + 1)
     shown = (f"; the first {MAX_TIMELINE_PERIODS} of {periods:,} periods (every phase is in "
              "phases.parquet)" if periods > MAX_TIMELINE_PERIODS else "")
-    axis.set_title(f"Allocator phases per rank, by job / period / GPUs (red: raised){shown}",
-                   **({"fontsize": 8} if shown else {}))
-    handles = [patch_type(color=c, label=p) for p, c in PHASE_COLOURS.items()]
-    handles.append(patch_type(color=ERROR_COLOUR, label="error"))
-    # beside the bars, not over them
-    axis.legend(handles=handles, fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    axis.set_title("Allocator phases per rank, by actual job / period, coloured by verdict"
+                   f"{shown}", **({"fontsize": FONT} if shown else {}))
+    phases = [patch_type(color=c, label=p) for p, c in PHASE_COLOURS.items()]
+    phases.append(patch_type(color=ERROR_COLOUR, label="raised an error"))
+    verdicts = [patch_type(color=c, label=f"period {v}") for v, c in VERDICT_COLOURS.items()]
+    if any(not row.counted for row in rows):
+        verdicts.append(patch_type(color="#777777", alpha=0.35, label="attempt not counted"))
+    # beside the bars, never over them
+    first = axis.legend(handles=phases, fontsize=FONT, title="phase", title_fontsize=FONT,
+                        loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    axis.add_artist(first)
+    axis.legend(handles=verdicts, fontsize=FONT, title="verdict", title_fontsize=FONT,
+                loc="lower left", bbox_to_anchor=(1.01, 0.0), borderaxespad=0)
     # fixed margins: tight_layout would lay the text out twice, doubling the cost
-    figure.subplots_adjust(left=0.14, right=0.84, top=1 - 0.5 / height, bottom=0.6 / height)
+    figure.subplots_adjust(left=0.17, right=0.83, top=1 - 0.45 / height,
+                           bottom=0.55 / height)
     return _png(figure, canvas_type)
 
 
 def _peak_points(result: AuditResult) -> tuple[
         tuple[tuple[str, tuple[tuple[int, str], ...]], ...], tuple[int, ...]]:
+    """Each period's raw peak by configuration, with its verdict; an attempt its verdict
+    does not rest on (a retried one) with its own peak, as ``attempt not counted``."""
     reasoning = result.reasoning
     verdict_of = {v.subject: v.verdict.value for v in reasoning.verdicts}
     by_config: dict[str, list[tuple[int, str]]] = defaultdict(list)
@@ -213,6 +275,17 @@ def _peak_points(result: AuditResult) -> tuple[
         if facts.raw_peak_mib is not None and facts.workload is not None:
             by_config[f"{facts.workload}@{facts.gpus}"].append(
                 (facts.raw_peak_mib, verdict_of.get(facts.subject, "unresolved")))
+    counted = {(o.subject, o.index) for o in reasoning.attempts if o.counted}
+    for period in result.collected.periods:
+        record = period.record
+        if len(period.attempts) < 2 or record.workload is None:
+            continue
+        for attempt in period.attempts:
+            trial = attempt.read.trial
+            if (period.subject, attempt.spec.index) not in counted and trial is not None \
+                    and trial.peak_mib is not None:
+                by_config[f"{record.workload}@{record.gpus}"].append(
+                    (trial.peak_mib, "attempt not counted"))
     if not by_config:
         return (), ()
     capacities = sorted({d.memory_total_mib for p in result.collected.periods
@@ -223,28 +296,38 @@ def _peak_points(result: AuditResult) -> tuple[
 
 def _draw_peaks(peaks: tuple[tuple[str, tuple[tuple[int, str], ...]], ...],
                 capacities: tuple[int, ...], figure_type: Any, canvas_type: Any) -> bytes:
-    figure = figure_type(figsize=(8, 4))
+    figure = figure_type(figsize=(10, 4.2))
     axis = figure.add_subplot()
+    kinds = {**VERDICT_COLOURS, "attempt not counted": "#777777"}
     seen: set[str] = set()
     for x, (_, points) in enumerate(peaks):
-        for verdict, colour in VERDICT_COLOURS.items():
-            values = [peak for peak, kind in points if kind == verdict]
-            if values:
-                axis.scatter([x] * len(values), values, color=colour, zorder=3,
-                             label=verdict if x == 0 or verdict not in seen else None)
-                seen.add(verdict)
+        for index, (peak, kind) in enumerate(points):
+            # spread a configuration's points sideways: equal peaks stay apart
+            offset = (index - (len(points) - 1) / 2) * min(0.12, 0.6 / max(len(points), 1))
+            hollow = kind == "attempt not counted"
+            axis.scatter([x + offset], [peak], s=45, zorder=3,
+                         facecolors="none" if hollow else kinds.get(kind, "#777777"),
+                         edgecolors=kinds.get(kind, "#777777"), linewidths=1.5,
+                         label=kind if kind not in seen else None)
+            seen.add(kind)
     for capacity in capacities:
         axis.axhline(capacity, color="#444444", linestyle="--", linewidth=1)
-        axis.text(-0.45, capacity, f"GPU capacity {capacity} MiB", fontsize=7,
+        axis.text(-0.45, capacity, f"GPU capacity {capacity:,} MiB", fontsize=FONT,
                   color="#444444", ha="left", va="bottom")
     if capacities:
         low, _ = axis.get_ylim()
-        axis.set_ylim(low, max(capacities) * 1.01)
+        axis.set_ylim(low, max(capacities) * 1.015)
     axis.set_xlim(-0.5, len(peaks) - 0.5)
-    axis.legend(fontsize=7, loc="lower left")
+    handles, labels = axis.get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda i: list(kinds).index(labels[i])
+                   if labels[i] in kinds else len(kinds))
+    axis.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=FONT,
+                title="verdict", title_fontsize=FONT, loc="upper left",
+                bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     axis.set_xticks(range(len(peaks)))
-    axis.set_xticklabels([key for key, _ in peaks], rotation=30, ha="right", fontsize=7)
-    axis.set_ylabel("raw peak MiB")
-    axis.set_title("Peak GPU memory per configuration")
-    figure.subplots_adjust(left=0.12, right=0.97, top=0.9, bottom=0.28)
+    axis.set_xticklabels([key for key, _ in peaks], rotation=20, ha="right", fontsize=FONT)
+    axis.tick_params(axis="y", labelsize=FONT)
+    axis.set_ylabel("raw peak MiB", fontsize=FONT + 1)
+    axis.set_title("Raw peak GPU memory per period, by configuration")
+    figure.subplots_adjust(left=0.09, right=0.8, top=0.9, bottom=0.2)
     return _png(figure, canvas_type)

@@ -1,0 +1,267 @@
+"""Citations in the report: a diagnosis group's evidence stated once, as its pattern, and
+every period's own citations in ``evidence.md``.
+
+The periods of a group (one diagnosis) cite the same files at the same lines and
+pointers, differing only in the names a period gives them: its attempt directory, its
+job id, its workers' pids. :func:`group_pattern` writes each citation with those names as
+placeholders (``trial-<job>.json#/invocation/exit_code``), takes the citations most of the
+group share as the pattern, and returns the periods whose citations differ from it (the
+exceptions, which the report lists). :func:`render_evidence` writes every period's
+citations in full. Reporters see only the :class:`~auditor.model.AuditResult`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from auditor._io import clip
+from auditor.model import AuditResult, Citation, Verdict
+from auditor.report.mdformat import code_span
+
+QUOTED_PER_FILE = 3
+"""Locations of one file shown with their quotes (the rest are named without)."""
+MAX_EXCEPTIONS = 10
+"""Exceptions a group lists in the report (the rest: in ``evidence.md``)."""
+
+
+@dataclass(frozen=True)
+class Names:
+    """What a period calls the files it cites: the placeholders' values."""
+
+    attempt_dir: str
+    job: str
+    pids: tuple[int, ...]
+    record: str
+    ranks: int
+
+
+def names_of(result: AuditResult, verdict: Verdict) -> Names:
+    """The names of ``verdict``'s period: its counted attempt (else its last)."""
+    period = next((p for p in result.collected.periods if p.subject == verdict.subject), None)
+    outcomes = [o for o in result.reasoning.attempts if o.subject == verdict.subject]
+    counted = next((o for o in outcomes if o.counted), outcomes[-1] if outcomes else None)
+    attempt = None
+    if period is not None:
+        attempt = next((a for a in period.attempts
+                        if counted is not None and a.spec.index == counted.index),
+                       period.attempts[-1] if period.attempts else None)
+    workers = attempt.spec.workers if attempt is not None else ()
+    return Names(
+        attempt_dir=(attempt.spec.attempt_dir or "") if attempt is not None else "",
+        job=(counted.job_id if counted is not None else None) or "",
+        pids=tuple(w.pid for w in workers if w.pid is not None),
+        record=period.record.path if period is not None else "",
+        ranks=len(workers),
+    )
+
+
+def _abstract(path: str, names: Names) -> str:
+    """``path`` with the period's own names as placeholders."""
+    if path == names.record:
+        return "BASE/pairs/PAIR/period-<period>.json"
+    if names.attempt_dir and path.startswith(names.attempt_dir.rstrip("/") + "/"):
+        path = path[len(names.attempt_dir.rstrip("/")) + 1:]
+    elif not path.startswith("/"):  # (an input given outside the root keeps its path)
+        path = "BASE/" + path
+    if names.job:
+        path = re.sub(rf"(?<!\d){re.escape(names.job)}(?!\d)", "<job>", path)
+    for pid in names.pids:
+        path = re.sub(rf"(?<!\d){pid}(?!\d)", "<pid>", path)
+    return path
+
+
+def _where(cite: Citation) -> str:
+    return f":{cite.line}" if cite.line is not None else f"#{cite.pointer}" if cite.pointer \
+        else ""
+
+
+@dataclass
+class _Member:
+    """One period's citations, abstracted: file pattern -> each file's locations."""
+
+    verdict: Verdict
+    files: dict[str, dict[str, tuple[str, ...]]]
+    """Abstract path -> concrete path -> its locations, in order."""
+    quotes: dict[tuple[str, str], list[str]]
+    ranks: int
+
+    def signature(self, general: set[str]) -> tuple[object, ...]:
+        return tuple(sorted(
+            (path, tuple(sorted(("*",) * len(w) if path in general else w
+                                for w in files.values())))
+            for path, files in self.files.items()))
+
+
+def _member(result: AuditResult, verdict: Verdict) -> _Member:
+    names = names_of(result, verdict)
+    files: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    quotes: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for cite in verdict.citations:
+        shown = _abstract(cite.path, names)
+        where = _where(cite)
+        if where not in files[shown][cite.path]:
+            files[shown][cite.path].append(where)
+        quotes[(shown, where)].append(cite.quote)
+    return _Member(verdict, {p: {c: tuple(w) for c, w in f.items()} for p, f in files.items()},
+                   quotes, names.ranks)
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A group's shared citations (rendered) and the periods that differ from them."""
+
+    text: str
+    exceptions: tuple[Verdict, ...]
+
+
+def group_pattern(result: AuditResult, members: Sequence[Verdict]) -> Pattern:
+    """The citations most of ``members`` share, as one line of placeholders, and the
+    members whose citations differ."""
+    items = [_member(result, v) for v in members]
+    general = _varying_lines(items)
+    signatures = [m.signature(general) for m in items]
+    common, _ = Counter(signatures).most_common(1)[0]
+    following = [m for m, s in zip(items, signatures, strict=True) if s == common]
+    exceptions = tuple(m.verdict for m, s in zip(items, signatures, strict=True) if s != common)
+    first = following[0]
+    parts = []
+    for path, files in first.files.items():
+        wheres = next(iter(files.values()))
+        if path in general:
+            located = ":<row>" if wheres and wheres[0].startswith(":") else ""
+            parts.append(code_span(path + located) + " (the period's own row)")
+            continue
+        quotes = {where: [q for m in following for q in m.quotes.get((path, where), [])]
+                  for where in wheres}
+        text = _locations(path, [(w, _quote(quotes[w])) for w in wheres])
+        if len(files) > 1:
+            same = len({tuple(w) for w in files.values()}) == 1
+            text += (" for every rank" if same and len(files) == first.ranks else
+                     f" for each of {len(files)} files" if same else
+                     f" ({len(files)} files)")
+        parts.append(text)
+    return Pattern("; ".join(parts) or "no citation", exceptions)
+
+
+def _varying_lines(items: Sequence[_Member]) -> set[str]:
+    """The abstract paths cited at a line that differs from period to period, most of them
+    at their own (a scheduler dump's row of each element): written ``:<row>``."""
+    general = set()
+    paths = {path for m in items for path in m.files}
+    for path in paths:
+        located = [tuple(sorted(m.files[path].values())) for m in items if path in m.files]
+        if len(located) < 2 or not all(len(w) == 1 and len(w[0]) == 1 and w[0][0][:1] == ":"
+                                       for w in located):
+            continue
+        top = Counter(located).most_common(1)[0][1]
+        if top * 2 < len(located):
+            general.add(path)
+    return general
+
+
+def _quote(quotes: list[str]) -> str:
+    """The quote a pattern shows: the one every period gives (quotes that differ from
+    period to period are each period's own, in ``evidence.md``)."""
+    kinds = {q for q in quotes if q}
+    if len(kinds) == 1 and all(quotes):
+        return code_span(clip(next(iter(kinds)), 100), 120)
+    return ""
+
+
+def _locations(shown: str, located: Sequence[tuple[str, str]]) -> str:
+    """One file's locations, each with its (rendered) quote: ``a.jsonl:7`` (`q`), ``:8``
+    (`q`); locations without a quote are named together."""
+    if not located:
+        return code_span(shown, 160)
+    pieces: list[str] = []
+    pending: list[str] = []
+    shown_quotes = 0
+    for index, (where, quote) in enumerate(located):
+        name = shown + where if index == 0 else where
+        if quote and shown_quotes < QUOTED_PER_FILE:
+            if pending:
+                pieces.append(code_span(",".join(pending), 160))
+                pending = []
+            shown_quotes += 1
+            pieces.append(f"{code_span(name, 160)} ({quote})")
+        elif pending:
+            pending.append(where[1:] if where[:1] == ":" else where)
+        else:
+            pending.append(name)
+    if pending:
+        pieces.append(code_span(",".join(pending), 160))
+    return ", ".join(pieces)
+
+
+def cite_group(cites: Sequence[Citation], limit: int = 12) -> str:
+    """One period's citations folded per file, relative to its attempt directory (named
+    once): ``dir/``: ``a.jsonl:7`` (`quote`), ``:8``; ``trial.json#/x`` (`quote`)."""
+    if not cites:
+        return "no citation"
+    evidence = [c for c in cites if not c.path.startswith("pairs/")]
+    folders = [c.path.rsplit("/", 1)[0] for c in evidence if "/" in c.path]
+    base = ""
+    if len(folders) > 1 and len(folders) == len(evidence):
+        common = os.path.commonpath(folders)
+        base = common + "/" if common else ""
+    by_file: dict[str, list[Citation]] = defaultdict(list)
+    for cite in cites:
+        by_file[cite.path].append(cite)
+    parts = []
+    for path, group in by_file.items():
+        shown = path[len(base):] if base and path.startswith(base) else path
+        parts.append(_cite_file(shown, group))
+    more = f"; and {len(parts) - limit} more files" if len(parts) > limit else ""
+    head = f"{code_span(base, 160)}: " if base else ""
+    return head + "; ".join(parts[:limit]) + more
+
+
+def _cite_file(shown: str, group: Sequence[Citation]) -> str:
+    """One file's citations, each quote beside the line or pointer it was read at (lines
+    in order; a file cited by lines is not also cited by pointers); a citation of the whole
+    file shows its quote after the name."""
+    quotes: dict[str, str] = {}
+    if any(c.line is not None for c in group):
+        for cite in sorted((c for c in group if c.line is not None), key=lambda c: c.line or 0):
+            quotes[f":{cite.line}"] = quotes.get(f":{cite.line}") or cite.quote or ""
+    else:  # (pointers in the order given: the reasoning's)
+        for cite in group:
+            if cite.pointer:
+                quotes[f"#{cite.pointer}"] = quotes.get(f"#{cite.pointer}") or cite.quote or ""
+    if not quotes:
+        quote = next((c.quote for c in group if c.quote), "")
+        return code_span(shown, 160) + (f" ({code_span(clip(quote, 160), 170)})" if quote
+                                        else "")
+    return _locations(shown, [(w, code_span(clip(q, 160), 170) if q else "")
+                              for w, q in quotes.items()])
+
+
+def render_evidence(result: AuditResult, groups: Sequence[tuple[str, Sequence[Verdict]]]
+                    ) -> str:
+    """``evidence.md``: every period's citations, under its diagnosis group's title."""
+    root = str(result.collected.root)
+    lines = ["# Evidence cited", "",
+             "Every period's citations (file: lines or JSON pointers), by diagnosis group as "
+             "in [`diagnostic.md`](diagnostic.md). Paths are relative to the evidence root "
+             f"{code_span(root, 400)}; the attempt directory is named first. The same "
+             "citations, one row each, are in `findings.parquet` and `evidence.parquet`."]
+    for title, members in groups:
+        lines += ["", f"## {title}", ""]
+        lines.extend(f"- {code_span(v.subject)}: {cite_group(v.citations)}" for v in members)
+    return "\n".join(lines) + "\n"
+
+
+def exception_lines(exceptions: Sequence[Verdict]) -> list[str]:
+    """The report's list of a group's exceptions, each with its own citations."""
+    lines = [f"- {code_span(v.subject)}: {cite_group(v.citations)}"
+             for v in exceptions[:MAX_EXCEPTIONS]]
+    if len(exceptions) > MAX_EXCEPTIONS:
+        lines.append(f"- and {len(exceptions) - MAX_EXCEPTIONS:,} more: see "
+                     "[`evidence.md`](evidence.md)")
+    return lines
+
+

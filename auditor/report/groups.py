@@ -1,0 +1,220 @@
+"""What a diagnosis group's periods share, beyond the verdict's own sentences: their
+dispatch, their elements' scheduler states set against their exits, their allocator
+records of the completion phases, and (when they did not get there) the phases their
+traces reach. Each is one sentence for the report, from the result alone."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from auditor.model import (
+    AttemptEvidence,
+    AttemptOutcome,
+    AuditResult,
+    PeriodEvidence,
+    SacctJob,
+    Verdict,
+)
+from auditor.report.mdformat import code_span, number
+
+
+def every(n: int, noun: str) -> str:
+    """``The one X``, ``Both Xs``, ``All nine Xs``."""
+    if n == 1:
+        return f"The {noun}"
+    return f"Both {noun}s" if n == 2 else f"All {number(n)} {noun}s"
+
+
+def counted_attempt(result: AuditResult, subject: str
+                    ) -> tuple[PeriodEvidence | None, AttemptEvidence | None,
+                               AttemptOutcome | None]:
+    """The period of ``subject``, the attempt its verdict rests on (else its last), and
+    that attempt's outcome."""
+    period = next((p for p in result.collected.periods if p.subject == subject), None)
+    outcomes = [o for o in result.reasoning.attempts if o.subject == subject]
+    outcome = next((o for o in outcomes if o.counted), outcomes[-1] if outcomes else None)
+    if period is None:
+        return None, None, outcome
+    attempt = next((a for a in period.attempts
+                    if outcome is not None and a.spec.index == outcome.index),
+                   period.attempts[-1] if period.attempts else None)
+    return period, attempt, outcome
+
+
+def dispatch_sentence(result: AuditResult, members: Sequence[Verdict]) -> str:
+    """What every dispatch of the group specifies (the keys they share, in the trial's
+    order), and which keys differ between them."""
+    dispatches = []
+    for verdict in members:
+        _, attempt, _ = counted_attempt(result, verdict.subject)
+        trial = attempt.read.trial if attempt is not None else None
+        if trial is not None and trial.dispatch:
+            dispatches.append(trial.dispatch)
+    if not dispatches:
+        return ""
+    shared = [item for item in dispatches[0] if all(item in d for d in dispatches[1:])]
+    keys = {key for d in dispatches for key, _ in d}
+    differing = sorted(keys - {key for key, _ in shared})
+    text = ""
+    if shared:
+        listed = [code_span(f"{k}={v}", 120) for k, v in shared[:8]]
+        joined = listed[0] if len(listed) == 1 else ", ".join(listed[:-1]) + " and " + listed[-1]
+        noun = every(len(dispatches), "dispatch").replace("dispatchs", "dispatches")
+        text = f"{noun} {'specifies' if len(dispatches) == 1 else 'specify'} {joined}"
+        if len(shared) > 8:
+            text += f" and {len(shared) - 8} more keys"
+    if differing:
+        text += ("; " if text else "The dispatches differ in ") + \
+            (f"{', '.join(code_span(k) for k in differing[:8])} differ between them"
+             if text else ", ".join(code_span(k) for k in differing[:8]))
+    return text + "." if text else ""
+
+
+def _element(result: AuditResult, outcome: AttemptOutcome | None) -> SacctJob | None:
+    """The sacct allocation row of the attempt's actual job (by ``JobIDRaw``, else
+    ``JobID``), as the reasoning looked it up."""
+    sacct = result.collected.sacct
+    job_id = outcome.job_id if outcome is not None else None
+    if sacct is None or not job_id:
+        return None
+    return next((job for job in sacct.jobs if job.job_id_raw == job_id), None) or next(
+        (job for job in sacct.jobs if job.job_id_raw is None and job.job_id == job_id), None)
+
+
+def scheduler_sentence(result: AuditResult, members: Sequence[Verdict]) -> str:
+    """The group's elements' sacct states and exit codes, set against its attempts' exits:
+    what explains them, and what they cannot say."""
+    sacct = result.collected.sacct
+    if sacct is None or not sacct.jobs:
+        return ""
+    rows: dict[str, tuple[SacctJob, list[AttemptOutcome]]] = {}
+    unseen = 0
+    for verdict in members:
+        _, _, outcome = counted_attempt(result, verdict.subject)
+        job = _element(result, outcome)
+        if job is None or outcome is None:
+            unseen += 1
+            continue
+        rows.setdefault(job.job_id, (job, []))[1].append(outcome)
+    if not rows:
+        return "The scheduler's dump has no row for these periods' jobs."
+    states = Counter(_state(job) for job, _ in rows.values())
+    if len(states) == 1:
+        state = next(iter(states))
+        text = (f"Scheduler: {code_span(state)} for "
+                + ("the one element" if len(rows) == 1 else
+                   "both elements" if len(rows) == 2 else f"all {number(len(rows))} elements"))
+    else:
+        text = "Scheduler: " + ", ".join(f"{code_span(s)} for {number(n)}"
+                                         for s, n in sorted(states.items()))
+    if unseen:
+        text += f" ({number(unseen)} without a row)"
+    notes = _explain(result, list(rows.values()))
+    return text + (": " + "; ".join(notes) if notes else "") + "."
+
+
+def _state(job: SacctJob) -> str:
+    exit_code = job.exit_code if job.exit_code is not None else "?"
+    signal = job.signal if job.signal is not None else 0
+    return f"{job.state} {exit_code}:{signal}"
+
+
+def _explain(result: AuditResult, rows: list[tuple[SacctJob, list[AttemptOutcome]]]
+             ) -> list[str]:
+    """What the rows' states and exits mean beside the attempts' own exits."""
+    notes = []
+    periods_per_job = Counter(o.job_id for o in result.reasoning.attempts if o.job_id)
+    exits = [(job, o) for job, outcomes in rows for o in outcomes]
+    clean = bool(exits) and all(o.exit_code == 0 for _, o in exits)
+    shared = max((periods_per_job[j.job_id_raw or j.job_id] for j, _ in exits), default=1)
+    shifted = [o for job, o in exits if o.exit_code is not None and o.exit_code > 128
+               and job.exit_code == o.exit_code - 128]
+    if exits and all(job.exit_code == o.exit_code for job, o in exits):
+        notes.append("the attempts' own exit codes")
+    elif shifted:
+        code = shifted[0].exit_code or 0
+        notes.append(f"`{code - 128}:0` may be the attempt's {code} (sacct drops the 128)")
+    elif shared > 1:
+        notes.append(("these attempts exited 0, and " if clean else "")
+                     + "an element's state and exit are its job's, after every attempt it "
+                     f"ran ({number(shared)} here), not one period's")
+    elif clean:
+        notes.append("these attempts exited 0: the element's exit is the job script's, "
+                     "after them")
+    sacct_path = result.collected.sacct.path if result.collected.sacct else ""
+    cancelled = [job for job, _ in rows if job.state == "CANCELLED"]
+    if cancelled:
+        lines = ",".join(str(job.line) for job in cancelled[:6])
+        notes.append(f"the `CANCELLED` row{'s' if len(cancelled) > 1 else ''} at "
+                     f"{code_span(f'{sacct_path}:{lines}')}")
+    return notes
+
+
+def completion_sentence(result: AuditResult, members: Sequence[Verdict]) -> str:
+    """How many of the group's allocator traces hold exactly one error-free record of the
+    first completion phase at the final step and one of the last after it (with ordered
+    timestamps): the records the table's times come from."""
+    phases = result.collected.protocol.completion_phases
+    if len(phases) < 2:
+        return ""
+    first, last = phases[0], phases[-1]
+    total = good = 0
+    steps_seen: set[int] = set()
+    for verdict in members:
+        _, attempt, _ = counted_attempt(result, verdict.subject)
+        if attempt is None or attempt.read.trial is None:
+            return ""
+        steps = attempt.read.trial.dispatched_int(result.collected.protocol.steps_from)
+        for trace in attempt.read.traces:
+            total += 1
+            updates = [r for r in trace.phases if r.phase == first and r.step == steps]
+            if len(updates) != 1 or updates[0].error_type or updates[0].finished_ns is None:
+                continue
+            update = updates[0]
+            syncs = [r for r in trace.phases if r.phase == last and r.step == steps
+                     and (r.started_ns or 0) >= (update.finished_ns or 0)]
+            ordered = all(r.started_ns is not None and r.finished_ns is not None
+                          and r.started_ns <= r.finished_ns for r in (update, *syncs))
+            if len(syncs) == 1 and not syncs[0].error_type and ordered:
+                good += 1
+                steps_seen.add(steps or 0)
+    if not good:
+        return ""
+    step = f" at step {next(iter(steps_seen))}" if len(steps_seen) == 1 else ""
+    head = f"Each of the {total:,} allocator traces" if good == total \
+        else f"{good:,} of the {total:,} allocator traces"
+    where = "this period" if len(members) == 1 else "these periods"
+    return (f"{head} of {where} holds exactly one `{first}` record{step} and one "
+            f"subsequent `{last}` record, with ordered timestamps and empty errors.")
+
+
+def reached_sentence(result: AuditResult, members: Sequence[Verdict]) -> str:
+    """The phases the traces reach, for periods whose ranks did not record the completion
+    phases (a cancel, a kill): what they do show."""
+    sequences: Counter[tuple[str, ...]] = Counter()
+    ranks = 0
+    for verdict in members:
+        _, attempt, _ = counted_attempt(result, verdict.subject)
+        if attempt is None:
+            continue
+        for trace in attempt.read.traces:
+            names: list[str] = []
+            for record in sorted(trace.phases, key=lambda r: (r.started_ns or 0, r.line)):
+                label = record.phase + (f" ({record.error_type})" if record.error_type else "")
+                if not names or names[-1] != label:
+                    names.append(label)
+            if names:
+                sequences[tuple(names)] += 1
+                ranks += 1
+    if not sequences:
+        return ""
+    if len(sequences) == 1:
+        reached = next(iter(sequences))
+        who = "every rank" if ranks > 1 else "the one rank traced"
+        return (f"The traces show the phases reached ({who}): "
+                + ", ".join(code_span(n) for n in reached) + ".")
+    furthest = max(sequences, key=len)
+    return (f"The traces show the phases reached; the ranks differ "
+            f"({number(len(sequences))} sequences), the longest: "
+            + ", ".join(code_span(n) for n in furthest) + ".")

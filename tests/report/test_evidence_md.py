@@ -1,0 +1,185 @@
+"""The report states each diagnosis group's evidence once, as its pattern, with only the
+periods that differ listed; every period's own citations are in ``evidence.md`` (written,
+pinned in the output manifest, linked from the report). Also: what the report says beside
+the gate, retried periods, cancelled periods, and text from evidence kept inert."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import orjson
+import pytest
+
+from auditor import run_audit
+from auditor._cli import main
+from tests.helpers import EXAMPLE, copy_example, find, outcome_study, rewrite
+
+HOSTILE = ("torch.OutOfMemoryError: <img src=x> [click](http://evil.example) "
+           "![x](http://evil.example/p.png) ``` # Heading www.evil.example | col | <!-- -->")
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("ev") / "out"
+    assert main(["audit", str(EXAMPLE), "--out", str(out), "--quiet", "--no-plots"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("mixed")
+    assert main(["example", str(base / "study"), "--kind", "mixed"]) == 0
+    assert main(["audit", str(base / "study"), "--out", str(base / "out"), "--quiet",
+                 "--no-plots"]) == 0
+    return base / "out"
+
+
+def _bullets(text: str) -> dict[str, str]:
+    """``evidence.md``'s bullets: period subject -> its citations."""
+    return {m.group(1): m.group(2) for m in re.finditer(r"^- `([^`]+)`: (.*)$", text,
+                                                        re.MULTILINE)}
+
+
+def test_evidence_md_is_written_pinned_and_linked(example: Path) -> None:
+    manifest = orjson.loads((example / "output_manifest.json").read_bytes())
+    listed = {item["path"] for item in manifest["outputs"]}
+    assert "evidence.md" in listed
+    assert main(["verify", str(example)]) == 0
+    report = (example / "diagnostic.md").read_text()
+    assert "[`evidence.md`](evidence.md)" in report
+    evidence = (example / "evidence.md").read_text()
+    assert "[`diagnostic.md`](diagnostic.md)" in evidence
+
+
+def test_evidence_md_holds_every_citation_of_every_period(example: Path) -> None:
+    result = run_audit(EXAMPLE)
+    bullets = _bullets((example / "evidence.md").read_text())
+    assert set(bullets) == {v.subject for v in result.verdicts}
+    for verdict in result.verdicts:
+        text = bullets[verdict.subject]
+        for cite in verdict.citations:
+            assert cite.path.rsplit("/", 1)[-1] in text, (verdict.subject, cite)
+            where = f":{cite.line}" if cite.line is not None else \
+                f"#{cite.pointer}" if cite.pointer else ""
+            assert where in text, (verdict.subject, cite)
+
+
+def test_each_group_states_its_evidence_once_as_a_pattern(example: Path) -> None:
+    """Nine periods, one line of citations each group, no per-period file names."""
+    report = (example / "diagnostic.md").read_text()
+    assert report.count("Evidence, the same in every period") == 2
+    assert "allocator-758712" not in report and "trial-5055846.json" not in report
+    assert "Exceptions" not in report
+
+
+def test_a_period_whose_citations_differ_is_listed_as_the_exception(tmp_path: Path) -> None:
+    """One 4-GPU trace with a sample record more before its update: its period cites lines
+    8 and 9, the other eight the pattern's 7 and 8; only it is listed, with its own."""
+    root = copy_example(tmp_path)
+    trace = find(root, "host-qwen25-7b-math-c2-s162-4gpu/attempt-*/allocator-traces/"
+                       "allocator-3539673.jsonl")
+
+    def extra_sample(data: bytes) -> bytes:
+        records = [orjson.loads(line) for line in data.splitlines()]
+        first = records[0]
+        sample = {"pid": first["pid"], "sample_ns": first["finished_ns"] + 1000,
+                  "allocated_bytes": 1, "reserved_bytes": 2}
+        records.insert(1, sample)
+        for seq, record in enumerate(records):  # (seq keeps rising)
+            record["seq"] = seq
+        return b"".join(orjson.dumps(r) + b"\n" for r in records)
+
+    rewrite(root, trace, extra_sample)
+    out = tmp_path / "out"
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots"]) == 0
+    report = (out / "diagnostic.md").read_text()
+    assert "Evidence, the same in 8 of 9 periods" in report
+    exceptions = report.split("Exceptions (their citations differ from the pattern):")[1]
+    listed = re.findall(r"^- `([^`]+)`", exceptions.split("###")[0], re.MULTILINE)
+    assert listed == ["host-qwen25-7b-math-c2-s162/period-2"]
+    assert "`allocator-traces/allocator-3539673.jsonl:8` (`actor_update step 1`), `:9`" \
+        in exceptions
+
+
+def test_the_headline_never_says_more_than_the_gate(tmp_path: Path) -> None:
+    """A trace altered after sealing fails even --allow-partial: the report must not say
+    evaluation is restricted to the resolved subset (it did)."""
+    root = copy_example(tmp_path)
+    trace = find(root, "host-qwen25-7b-gsm8k-c2-s161-2gpu/attempt-*/allocator-traces/*.jsonl")
+    rewrite(root, trace, lambda b: b + b"\n", update_manifest=False)
+    out = tmp_path / "out"
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots"]) == 0
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    assert not summary["gate_allow_partial"]["passed"]
+    report = (out / "diagnostic.md").read_text()
+    assert "Evaluation is restricted" not in report
+    assert "**No configuration can enter the evaluation: the gate fails, even with " \
+           "`--allow-partial`" in report
+
+
+def test_a_retried_period_has_a_row_and_pids_per_attempt(mixed: Path) -> None:
+    report = (mixed / "diagnostic.md").read_text()
+    assert re.search(r"^\| — \| math / 164 \| 5061011 / 1, attempt 1 \| 4 \| resolved \|",
+                     report, re.MULTILINE)
+    assert re.search(r"^\| — \| math / 164 \| 5061012 / 1, attempt 2 \| 4 \| completed, "
+                     r"wasted; not counted \|", report, re.MULTILINE)
+    assert re.search(r"^5061011 / 1, attempt 1: \d+(,\d+){3}$", report, re.MULTILINE)
+    assert re.search(r"^5061012 / 1, attempt 2: \d+(,\d+){3}$", report, re.MULTILINE)
+
+
+def test_a_cancelled_period_says_what_its_traces_show_and_its_sacct_row(mixed: Path) -> None:
+    report = (mixed / "diagnostic.md").read_text()
+    group = report.split("unresolved period: `cancelled`")[1].split("###")[0]
+    assert "Scheduler: `CANCELLED 0:15` for the one element: the `CANCELLED` row at " \
+           "`accounting/sacct-raw.psv:" in group
+    assert "The traces show the phases reached (every rank): `init_model`, `rollout_init`, " \
+           "`weight_sync`, `rollout_generate`." in group
+
+
+def test_findings_about_no_period_are_still_said(mixed: Path) -> None:
+    """The per-finding table is gone; an array's or a configuration's error, which no
+    diagnosis group says, is listed."""
+    report = (mixed / "diagnostic.md").read_text()
+    assert "| Rule | Subject | Message |" not in report
+    assert "- `AUD213` `code_heavy_tail@4`: no period covers seed(s) 164" in report
+    assert "- `AUD210` `5061000_[12]`: element `5061000_[12]` is still PENDING" in report
+
+
+def _outside_code(html: str) -> str:
+    return re.sub(r"<code>.*?</code>", "", html, flags=re.DOTALL)
+
+
+def test_hostile_log_text_stays_inert_in_both_reports(tmp_path: Path) -> None:
+    """Quoted in code spans (fenced by more backticks than it holds), a hostile log line
+    renders as text: no tag, link or heading outside code, in either file."""
+    from markdown_it import MarkdownIt
+
+    root = outcome_study(tmp_path / "study", ["rollout_init_oom"])
+    log = find(root, "*/attempt-*/training-*.log")
+    rewrite(root, log, lambda b: b.replace(b"ray.exceptions.RayTaskError(OutOfMemoryError): ",
+                                           HOSTILE.encode(), 1))
+    out = tmp_path / "out"
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots"]) == 0
+    evidence = (out / "evidence.md").read_text()
+    assert "evil.example" in evidence  # (quoted, inert)
+    for name in ("diagnostic.md", "evidence.md"):
+        text = (out / name).read_text()
+        html = MarkdownIt("commonmark", {"html": True}).enable("table").render(text)
+        rest = _outside_code(html)
+        assert "<img" not in rest and "<!--" not in rest and "<h1>Heading" not in rest
+        assert "evil.example" not in rest, name  # (not even a bare www. GitHub would link)
+        assert "\x1b" not in text
+
+
+def test_terminal_summary_says_what_the_findings_mean_and_what_was_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["audit", str(EXAMPLE)]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "9 error findings: the 9 unresolved periods' reasons; the gate fails on them" in said
+    assert "nothing was written (no --out)" in said
+    assert "report:" not in said and "diagnostic.md explains" not in said
+    assert main(["audit", str(EXAMPLE), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "nothing was written" not in said
+    assert f"report: {tmp_path / 'out' / 'diagnostic.md'}" in said
