@@ -107,9 +107,9 @@ def accounting_section(result: AuditResult, reasoning: Reasoning) -> str:
     )
     lines.append("")
     lines.append(
-        f"Wasted attempts (retried after a completed attempt): {acc.wasted_attempts}"
-        + (f", {figure(acc.wasted_gpu_seconds)} task-scope GPU-seconds" if acc.wasted_attempts
-           else "") + ". Unresolved periods account for "
+        (f"Wasted attempts (retried after a completed attempt): {acc.wasted_attempts}, "
+         f"{figure(acc.wasted_gpu_seconds)} task-scope GPU-seconds. " if acc.wasted_attempts
+         else "No attempt was wasted. ") + "Unresolved periods account for "
         f"{figure(acc.unresolved_gpu_seconds)} task-scope GPU-seconds."
     )
     if reasoning.configurations:
@@ -259,14 +259,13 @@ def provenance_section(result: AuditResult, outputs: Sequence[tuple[str, str, in
     groups = collected.input_counts()
     lines += ["", f"Inputs read and hashed: {groups.get('raw_evidence', 0):,} raw-evidence, "
                   f"{groups.get('source_inputs', 0):,} source-input and "
-                  f"{groups.get('protocol_inputs', 0):,} protocol-input files, each listed with "
-                  "its SHA-256 and size in `output_manifest.json`."]
+                  f"{groups.get('protocol_inputs', 0):,} protocol-input files, each with its "
+                  "SHA-256 and size in `output_manifest.json`; inputs digest: "
+                  f"{inputs_digest(result)} (SHA-256 of their sorted "
+                  "`path<TAB>sha256<TAB>size<LF>` lines)."]
     sources = [i for i in collected.inputs if i.group == "source_inputs"]
     if sources:
         lines += ["", code_block(f"{i.path}  {i.digest.sha256}" for i in sources)]
-    lines += ["", f"inputs digest: {inputs_digest(result)} (SHA-256 of the sorted "
-                  "`path<TAB>sha256<TAB>size<LF>` lines of every input in "
-                  "`output_manifest.json`)"]
     if outputs:
         lines += ["", f"The output directory holds exactly {len(outputs) + 2:,} files: this "
                       "report; `output_manifest.json`, which pins it (`auditor audit` and "
@@ -295,5 +294,4 @@ def _assertions(result: AuditResult) -> str:
     gpus = "/".join(f"{g}" for g in sorted({c.gpus for c in unresolved}))
     return ("The outputs list the unresolved configurations explicitly ("
             + ", ".join(code_span(c.key) for c in unresolved[:MAX_NAMED_PERIODS])
-            + f" in `summary.json`); no eligible {gpus}-GPU peak is asserted for them, and the "
-            "raw peaks above are not eligible completed-run peaks.")
+            + f" in `summary.json`); no eligible {gpus}-GPU peak is asserted for them.")

@@ -342,8 +342,30 @@ def _groups(reasoning: Reasoning) -> list[tuple[str, list[Verdict], tuple[str, s
             title += f": `{reason_word}`"
         elif kind == "failed":
             title += ": eligible failure"
+        causes = {_cause_word(v) for v in members}
+        if len(causes) == 1 and (word := next(iter(causes))):
+            title += f", cause {word}"
         out.append((title, members, (kind, diagnosis, limits)))
     return out
+
+
+def _cause_word(verdict: Verdict) -> str:
+    """What ended the period, as the table and titles name it (``gpu_oom``, with its
+    knock-ons), ``""`` when it exited cleanly."""
+    cause = verdict.cause
+    if cause is None:
+        return ""
+    knock = f" (then {', '.join(f'`{k}`' for k in cause.knock_on)})" if cause.knock_on else ""
+    return f"`{cause.word}`{knock}"
+
+
+def _cause_sentence(members: Sequence[Verdict]) -> str:
+    """The cause's detail, when every period of the group gives the same."""
+    details = {(v.cause.word, v.cause.detail) for v in members if v.cause is not None}
+    if len(details) != 1 or len(members) != sum(1 for v in members if v.cause):
+        return ""
+    word, detail = next(iter(details))
+    return f"Cause: {code_span(word)}, {prose(detail, 300)}." if detail else ""
 
 
 def _diagnosis(result: AuditResult, reasoning: Reasoning, linked: bool) -> str:
@@ -356,11 +378,11 @@ def _diagnosis(result: AuditResult, reasoning: Reasoning, linked: bool) -> str:
         named = ", ".join(_job_period(facts[v.subject].job_id if unique else None, v)
                           for v in members[:MAX_NAMED_PERIODS])
         rest = len(members) - MAX_NAMED_PERIODS
-        lines.append(f"Applies to{' (actual job / period, as in the table)' if unique else ''}: "
+        lines.append(f"Applies to{' (job / period)' if unique else ''}: "
                      f"{named}"
                      + (f", and {rest:,} more (see `periods.parquet`)." if rest > 0 else "."))
         said = [prose(diagnosis, limit=4000)]
-        said += [s for s in (dispatch_sentence(result, members),
+        said += [s for s in (_cause_sentence(members), dispatch_sentence(result, members),
                              scheduler_sentence(result, members),
                              completion_sentence(result, members)
                              if facts[members[0].subject].actor_update_finished_ns else
@@ -409,8 +431,10 @@ def _period_rows(result: AuditResult, reasoning: Reasoning
     rows = []
     for f in ordered:
         verdict = verdicts[f.subject]
-        outcome_text = verdict.verdict.value + (f" (`{verdict.reason}`)" if verdict.verdict
-                                                is VerdictKind.UNRESOLVED else "")
+        cause = _cause_word(verdict)
+        outcome_text = verdict.verdict.value + (
+            f" (`{verdict.reason}`{', ' + cause if cause else ''})"
+            if verdict.verdict is VerdictKind.UNRESOLVED else f" ({cause})" if cause else "")
         index = str(f.array_task_id) if f.array_task_id is not None else "—"
         workload = prose(f"{f.workload or '?'} / {f.seed if f.seed is not None else '?'}")
         gpus = str(f.gpus) if f.gpus is not None else "—"
@@ -465,7 +489,7 @@ def _period_table(result: AuditResult, reasoning: Reasoning) -> str:
          "Actor update finished", "Post-update sync finished", "Raw peak MiB"],
         (row for row, _ in rows), ["---", "---", "---", "---:", "---", "---", "---", "---:"],
     ))
-    lines += ["", "Worker PIDs in rank order (actual job / period: pids):", ""]
+    lines += ["", "Worker PIDs in rank order:", ""]
     lines.append(code_block(pids for _, pids in rows))
     return "\n".join(lines)
 
