@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from auditor._io import clip
 from auditor._pool import make_pool
@@ -41,12 +41,12 @@ from auditor.model import (
     AuditResult,
     Citation,
     Collected,
-    EvidenceFile,
+    CollectedParts,
     FileOutcome,
     Finding,
     InputFile,
-    PeriodEvidence,
     PeriodRecord,
+    PeriodUnit,
     Progress,
     Protocol,
     StudyLayout,
@@ -79,30 +79,20 @@ class Auditor:
         Drive it inside :func:`paused_gc` (:func:`run_audit` and the command line do):
         the generator itself leaves the collector alone, so one that is abandoned
         half-way can never leave it switched off."""
+        parts = yield from self.collect()
+        return (yield from judge(assemble_collected(parts), self.options))
+
+    def collect(self, shard: tuple[int, int] | None = None
+                ) -> Generator[Progress, None, CollectedParts]:
+        """Collect the study, or shard ``(I, N)`` of it (every N-th period from the I-th:
+        a deterministic share), into parts :func:`assemble_collected` folds."""
         try:
-            collected = yield from self._collect()
+            return (yield from self._collect(shard))
         finally:
             self._pool.close()
-        yield Progress("validate", 0, 1)
-        validation = validate(collected, self.options)
-        yield Progress("reason", 0, 1)
-        reasoning = reason(collected, validation, self.options)
-        findings, not_kept = apply_limits(
-            [*collected.findings, *validation, *reasoning.findings], self.options)
-        # ...and those a collector counted as it read (a trace of a million bad lines)
-        not_kept += sum(int(item.value("dropped", 0)) for item in collected.findings
-                        if item.rule_id == "AUD013")
-        return AuditResult(
-            collected=collected,
-            findings=findings,
-            verdicts=reasoning.verdicts,
-            reasoning=reasoning,
-            options=self.options,
-            partial=any(f.rule_id in CAP_SUMMARIES for f in findings),
-            findings_not_kept=not_kept,
-        )
 
-    def _collect(self) -> Generator[Progress, None, Collected]:
+    def _collect(self, shard: tuple[int, int] | None
+                 ) -> Generator[Progress, None, CollectedParts]:
         """Read the study's inputs and period records, then every attempt's evidence."""
         root = _resolve_root(self.root_arg)
         regular: set[str] = set()
@@ -132,50 +122,61 @@ class Auditor:
         sacct, sacct_display, sacct_inputs, sacct_findings = sacct_read()
         inputs.extend(sacct_inputs)
         findings.extend(sacct_findings)
-        periods: list[PeriodRecord] = []
+        periods: list[tuple[PeriodRecord, InputFile | None, list[Finding]]] = []
         yield Progress("periods", 0, len(period_tasks))
-        for period, loaded_input, problems in loaded:
-            periods.append(period)
-            findings.extend(problems)
-            findings.extend(period.findings)
-            if loaded_input is not None:
-                inputs.append(loaded_input)
+        for item in loaded:
+            periods.append(item)
             yield Progress("periods", len(periods), len(period_tasks))
-        layout, period_evidence, evidence, read_findings = yield from self._read_evidence(
-            root, layout, periods, protocol)
-        findings.extend(read_findings)
-        read_protocol_inputs(self.options, inputs, findings)
-        return Collected(
+        # (the inventory goes once planned: the reads hold its box's only reference)
+        box = [layout]
+        del layout
+        units, unlisted, layout = yield from self._read_evidence(root, box, periods,
+                                                                 protocol, shard)
+        input_findings: list[Finding] = []
+        read_protocol_inputs(self.options, inputs, input_findings)
+        return CollectedParts(
             root=root,
             layout=layout,
-            protocol=protocol,
-            sacct=sacct,
-            sacct_display=sacct_display,
-            execution_commits=commits,
-            periods=tuple(period_evidence),
-            evidence=tuple(sorted(evidence, key=lambda e: e.path)),
-            inputs=tuple(sorted(inputs, key=_input_order)),
-            findings=tuple(findings),
+            protocol=protocol, sacct=sacct, sacct_display=sacct_display,
+            execution_commits=commits, study_findings=tuple(findings),
+            input_findings=tuple(input_findings), study_inputs=tuple(inputs),
+            units=tuple(units), unlisted=tuple(unlisted), periods_total=len(periods),
+            shard=shard,
         )
 
     def _read_evidence(
-        self, root: Path, layout: StudyLayout, periods: list[PeriodRecord], protocol: Protocol
-    ) -> Generator[
-        Progress, None,
-        tuple[StudyLayout, list[PeriodEvidence], list[EvidenceFile], list[Finding]],
-    ]:
-        """Plan, read and hash every evidence file, then join what was read with the
-        manifests: the layout (its listings let go), the periods with their evidence, every
-        evidence row, and the findings of reading and of integrity."""
-        tasks, pre = plan_reads(root, periods, protocol, layout.regular_files)
-        unlisted, unlisted_blocked = plan_unlisted(root, layout, periods)
+        self, root: Path, box: list[StudyLayout],
+        periods: list[tuple[PeriodRecord, InputFile | None, list[Finding]]],
+        protocol: Protocol, shard: tuple[int, int] | None,
+    ) -> Generator[Progress, None, tuple[list[PeriodUnit],
+                                         list[tuple[tuple[int, int], FileOutcome]],
+                                         StudyLayout]]:
+        """Plan, read and hash the evidence of every period (of the shard's), and the
+        files no period record lists (in the attempt directories the shard owns); join
+        what was read with the manifests. ``box`` holds the layout (taken out: its
+        listings go once planned); the layout is given back without them."""
+        layout = box.pop()
+        records = [record for record, _, _ in periods]
+        own = [index for index in range(len(periods))
+               if shard is None or index % shard[1] == shard[0] - 1]
+        mine = [records[index] for index in own]
+        owned = layout if shard is None else replace(layout, attempt_files={
+            rel: files for rel, files in layout.attempt_files.items()
+            if _owner(rel, records, shard[1]) == shard[0]})
+        tasks, pre = plan_reads(root, mine, protocol, layout.regular_files)
+        unlisted, unlisted_blocked = plan_unlisted(root, owned, records)
+        wanted = {task.display for task in unlisted} | {o.display for o in unlisted_blocked}
+        place = {rel: position for position, rel in enumerate(
+            rel for files in layout.attempt_files.values() for rel in files)
+            if rel in wanted} if wanted else {}
         total_files = sum(len(t.files) for t in tasks) + len(unlisted)
-        total_bytes = sum(entry.size or 0 for record in periods for spec in record.attempts
+        total_bytes = sum(entry.size or 0 for record in mine for spec in record.attempts
                           for entry in spec.evidence)
         # The inventory served planning: it goes before the reads bring their results in
         # (with it, and each file's path sent once, the reading's peak on 144k files fell
         # from 541 to 447 MB).
-        layout = replace(layout, attempt_files={}, regular_files=frozenset())
+        bare = replace(layout, attempt_files={}, regular_files=frozenset())
+        del layout, owned, wanted
         reading = self._pool.map(read_attempt, tasks, total_bytes)
         del tasks  # (a pool holds each chunk's tasks until it is read)
         yield Progress("read", 0, total_files)
@@ -187,20 +188,118 @@ class Auditor:
             done += len(read.files)
             read_bytes += read.bytes_read
             yield Progress("read", done, total_files, read_bytes)
-        unlisted_outcomes: list[FileOutcome] = list(unlisted_blocked)
+        outcomes = [((0, place.get(o.display, -1)), o) for o in unlisted_blocked]
         for outcome in self._pool.map(hash_only, unlisted, total_bytes):
-            unlisted_outcomes.append(outcome)
+            outcomes.append(((1, place.get(outcome.display, -1)), outcome))
             done += 1
             read_bytes += outcome.digest.size if outcome.digest else 0
             yield Progress("read", done, total_files, read_bytes)
+        period_evidence, _ = assemble(mine, pre, reads)
+        units = [PeriodUnit(index, evidence, tuple(periods[index][2]), periods[index][1])
+                 for index, evidence in zip(own, period_evidence, strict=True)]
+        return units, outcomes, bare
 
-        period_evidence, evidence = assemble(periods, pre, reads)
-        evidence.extend(unlisted_rows(unlisted_outcomes))
-        findings = [item for pe in period_evidence for attempt in pe.attempts
-                    for item in attempt.read.findings]
-        findings.extend(integrity_findings(evidence))
-        findings.extend(layout_findings(root, layout, period_evidence))
-        return layout, period_evidence, evidence, findings
+
+def _owner(attempt_dir: str, records: list[PeriodRecord], shards: int) -> int:
+    """The shard that hashes an attempt directory's unlisted files: that of the first
+    period naming it (shard 1 for a directory no period names)."""
+    for index, record in enumerate(records):
+        if any(spec.attempt_dir == attempt_dir for spec in record.attempts):
+            return index % shards + 1
+    return 1
+
+
+def assemble_collected(parts: CollectedParts) -> Collected:
+    """The study's :class:`Collected` from its parts (one audit's, or every shard's merged):
+    the periods in their order, the findings in the order collection reports them (the
+    study's inputs, each period's record, each attempt's reading, integrity, the layout,
+    the command line's inputs), the evidence rows and inputs sorted."""
+    units = sorted(parts.units, key=lambda unit: unit.index)
+    periods = [unit.evidence for unit in units]
+    findings = list(parts.study_findings)
+    for unit in units:
+        findings.extend(unit.problems)
+        findings.extend(unit.evidence.record.findings)
+    evidence = [row for period in periods for attempt in period.attempts
+                for row in attempt.files]
+    evidence.extend(unlisted_rows(outcome for _, outcome in sorted(
+        parts.unlisted, key=lambda item: item[0])))
+    findings.extend(item for period in periods for attempt in period.attempts
+                    for item in attempt.read.findings)
+    findings.extend(integrity_findings(evidence))
+    findings.extend(layout_findings(parts.root, parts.layout, periods))
+    findings.extend(parts.input_findings)
+    inputs = [*parts.study_inputs, *(unit.record_input for unit in units
+                                     if unit.record_input is not None)]
+    return Collected(
+        root=parts.root,
+        layout=parts.layout,
+        protocol=parts.protocol,
+        sacct=parts.sacct,
+        sacct_display=parts.sacct_display,
+        execution_commits=parts.execution_commits,
+        periods=tuple(periods),
+        evidence=tuple(sorted(evidence, key=lambda e: e.path)),
+        inputs=tuple(sorted(inputs, key=_input_order)),
+        findings=tuple(findings),
+    )
+
+
+def merge_parts(parts: list[tuple[dict[str, Any], CollectedParts]]) -> CollectedParts:
+    """One study's parts from its shards' (``part.json``, parts): refused (one line,
+    :class:`UsageError`) unless they are every shard 1..N of one study, once each, collected
+    with the same options from the same inputs."""
+    if not parts:
+        raise UsageError("merge: no parts given")
+    first, base = parts[0]
+    count = int(first["shard"][1])
+    for meta, _ in parts[1:]:
+        for key, what in (("root", "studies"), ("protocol_sha256", "protocols"),
+                          ("inputs_sha256", "study inputs (protocol, commits, sacct dump)"),
+                          ("collection", "collection options"),
+                          ("periods_total", "period counts")):
+            if meta.get(key) != first.get(key):
+                raise UsageError(f"merge: the parts are of different {what}: "
+                                 f"{first.get(key)!r} and {meta.get(key)!r}")
+        if int(meta["shard"][1]) != count:
+            raise UsageError(f"merge: the parts split the study in {count} and in "
+                             f"{meta['shard'][1]} shards")
+    seen = Counter(int(meta["shard"][0]) for meta, _ in parts)
+    repeated = sorted(shard for shard, times in seen.items() if times > 1)
+    missing = sorted(set(range(1, count + 1)) - set(seen))
+    if repeated or missing:
+        raise UsageError("merge: " + "; ".join(
+            [f"shard {', '.join(map(str, repeated))} given more than once"] * bool(repeated)
+            + [f"shard {', '.join(map(str, missing))} of {count} missing"] * bool(missing)))
+    units = [unit for _, part in parts for unit in part.units]
+    if sorted(unit.index for unit in units) != list(range(base.periods_total)):
+        raise UsageError(f"merge: the parts do not hold each of the study's "
+                         f"{base.periods_total} periods once")
+    return replace(base, units=tuple(units),
+                   unlisted=tuple(item for _, part in parts for item in part.unlisted),
+                   shard=None)
+
+
+def judge(collected: Collected, options: AuditOptions) -> Generator[Progress, None, AuditResult]:
+    """Validate and reason over a collected study: the audit's result."""
+    yield Progress("validate", 0, 1)
+    validation = validate(collected, options)
+    yield Progress("reason", 0, 1)
+    reasoning = reason(collected, validation, options)
+    findings, not_kept = apply_limits(
+        [*collected.findings, *validation, *reasoning.findings], options)
+    # ...and those a collector counted as it read (a trace of a million bad lines)
+    not_kept += sum(int(item.value("dropped", 0)) for item in collected.findings
+                    if item.rule_id == "AUD013")
+    return AuditResult(
+        collected=collected,
+        findings=findings,
+        verdicts=reasoning.verdicts,
+        reasoning=reasoning,
+        options=options,
+        partial=any(f.rule_id in CAP_SUMMARIES for f in findings),
+        findings_not_kept=not_kept,
+    )
 
 
 def apply_limits(findings: list[Finding], options: AuditOptions) -> tuple[tuple[Finding, ...],

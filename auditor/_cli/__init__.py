@@ -86,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("--quiet", action="store_true", help="no progress bar or summary table")
     audit.add_argument("--json", action="store_true",
                        help="print summary.json to stdout instead of the summary table")
+    audit.add_argument("--shard", metavar="I/N",
+                       help="audit shard I of N (every N-th period from the I-th) into a "
+                       "part for 'auditor merge' (needs --out)")
 
     verify = commands.add_parser("verify", help="re-hash an audit's outputs and inputs")
     verify.add_argument("out", type=Path, help="an audit's output directory (--out)")
@@ -113,7 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMAND_MODULES: tuple[str, ...] = ("example", "capture", "catalog", "causes")
+COMMAND_MODULES: tuple[str, ...] = ("example", "capture", "catalog", "causes", "shards")
 """Modules of ``auditor._cli`` that add commands: each has ``add_parsers(commands)`` (adds
 its sub-parsers) and ``HANDLERS`` (command name -> ``handler(args) -> int``). They import
 what their commands need inside the handlers, so ``auditor --help`` stays fast."""
@@ -342,6 +345,10 @@ def _audit(args: argparse.Namespace) -> int:
         max_findings=args.max_findings, max_findings_per_file=args.max_findings_per_file,
         max_quote=args.max_quote, executor=args.executor,
     )
+    if args.shard is not None:  # (a part for 'auditor merge', not a report)
+        from auditor._cli.shards import audit_shard
+
+        return audit_shard(args, options)
     if args.out is not None:
         from auditor.report.output import check_output_dir
 

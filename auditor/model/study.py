@@ -272,3 +272,46 @@ class Collected:
 
 def _input_order(item: InputFile) -> tuple[str, str]:
     return item.group, item.path
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodUnit:
+    """One period as collected: the unit a shard of an audit reads, and the study's
+    assembly folds in period order."""
+
+    index: int
+    """Its position among the study's period records (their natural order)."""
+    evidence: PeriodEvidence
+    problems: tuple[Finding, ...]
+    """Findings about opening its record (the record's own are ``evidence.record.findings``)."""
+    record_input: InputFile | None
+    """The record's input-manifest entry (None when it could not be read)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CollectedParts:
+    """What collection gathered, before the study's assembly into :class:`Collected`: the
+    study-wide inputs, and the period units (every one, or one shard's)."""
+
+    root: Path
+    layout: StudyLayout
+    """The study's inventory, its per-file listings let go."""
+    protocol: Protocol
+    sacct: SacctDump | None
+    sacct_display: str | None
+    execution_commits: dict[str, str] | None
+    study_findings: tuple[Finding, ...]
+    """Findings about the protocol, the commit pins and the scheduler's dump."""
+    input_findings: tuple[Finding, ...]
+    """Findings about the source inputs named on the command line."""
+    study_inputs: tuple[InputFile, ...]
+    """Inputs read besides the period records and the evidence they list."""
+    units: tuple[PeriodUnit, ...]
+    unlisted: tuple[tuple[tuple[int, int], FileOutcome], ...]
+    """Files no period record lists, each with its place in the single audit's order (an
+    unopenable one first, then by the walk)."""
+    periods_total: int
+    """How many period records the study holds (all shards together)."""
+    shard: tuple[int, int] | None = None
+    """(I, N) for shard I of N; None for the whole study."""
+

@@ -40,7 +40,7 @@ from auditor.errors import OutputError, VerifyError
 from auditor.model.paths import join_text
 
 if TYPE_CHECKING:
-    from auditor.model import AuditResult, FileDigest
+    from auditor.model import AuditResult, Collected, FileDigest
     from auditor.report.plots import Plotter
 
 MANIFEST = "output_manifest.json"
@@ -321,14 +321,17 @@ MANIFEST_CHUNK = 4096
 """Input entries serialised at a time."""
 
 
-def write_manifest(result: AuditResult, written: list[tuple[str, str, int]],
+def write_manifest(result: AuditResult | Collected, written: list[tuple[str, str, int]],
                    handle: BinaryIO) -> None:
     """Write the output manifest document to ``handle``.
 
     The input lists (one entry per evidence file: 10^5 or more) are streamed a chunk at
     a time, so the document is never whole in memory; the bytes are those of
-    ``orjson.dumps(document, option=OPT_INDENT_2)`` plus a newline."""
-    collected = result.collected
+    ``orjson.dumps(document, option=OPT_INDENT_2)`` plus a newline. ``result``: an audit's,
+    or (for a shard's part) the collected study alone."""
+    from auditor.model import Collected
+
+    collected = result if isinstance(result, Collected) else result.collected
     head = orjson.dumps({
         "schema": MANIFEST_SCHEMA,
         "created_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
@@ -382,8 +385,9 @@ def _regular_digest(location: str) -> FileDigest:
     return sha256_file(location)
 
 
-def verify_outputs(out: Path) -> tuple[list[Difference], int]:
+def verify_outputs(out: Path | str) -> tuple[list[Difference], int]:
     """Re-hash every output and input the manifest lists; (differences, files checked)."""
+    out = Path(out)
     manifest_path = out / MANIFEST
     if not out.is_dir():
         raise VerifyError(f"{out}: not a directory")

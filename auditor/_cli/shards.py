@@ -1,0 +1,133 @@
+"""Sharded audits: ``auditor audit ROOT --shard I/N --out PART`` and ``auditor merge``.
+
+A SLURM array of audits covers a study: element I audits every N-th period from the I-th
+into a part (the reading, the expensive half: every byte hashed and parsed); ``auditor merge
+PART... --out DIR`` verifies every part, refuses parts of different studies, protocols,
+inputs, options or versions and a set of shards with one missing or repeated, then runs
+the study-level half (cross-checks, verdicts, configurations, accounting, the gate) and
+writes the report: byte for byte what one ``auditor audit`` of the study writes with the
+same options (the output manifest's time aside).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from auditor.errors import UsageError
+from auditor.model import AuditOptions
+
+_SHARD = re.compile(r"^([0-9]+)/([0-9]+)$")
+MAX_SHARDS = 100_000
+
+
+def add_parsers(commands: Any) -> None:
+    """Add the ``merge`` sub-command to ``commands`` (an argparse sub-parsers action)."""
+    merge = commands.add_parser(
+        "merge", help="merge the parts of a sharded audit into one audit's outputs",
+        description="Verify the parts 'auditor audit ROOT --shard I/N --out PART' wrote and "
+        "write the study's audit from them, as one 'auditor audit' would.")
+    merge.add_argument("parts", type=Path, nargs="+", metavar="PART",
+                       help="the output directories of every shard 1..N")
+    merge.add_argument("--out", type=Path, required=True, help="the audit's output directory")
+    merge.add_argument("--force", action="store_true",
+                       help="replace an earlier audit's output directory, whole")
+    merge.add_argument("--waive", action="append", default=[], metavar="RULE_ID:SUBJECT",
+                       help="waive a gate reason (needs a matching --reason)")
+    merge.add_argument("--reason", action="append", default=[], metavar="TEXT",
+                       help="why the preceding --waive is acceptable")
+    merge.add_argument("--anchor", action="append", default=[], metavar="NAME=SHA256",
+                       help="expected SHA-256 of a protocol input the shards hashed")
+    merge.add_argument("--max-findings", type=int, default=10_000)
+    merge.add_argument("--max-findings-per-file", type=int, default=200)
+    merge.add_argument("--max-quote", type=int, default=300)
+    merge.add_argument("--no-plots", action="store_true", help="do not render PNG plots")
+    merge.add_argument("--quiet", action="store_true", help="no summary table")
+    merge.add_argument("--json", action="store_true", help="print summary.json to stdout")
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``I/N`` (1 <= I <= N) as a pair; a usage error otherwise."""
+    found = _SHARD.match(text.strip())
+    if found is None or not 1 <= int(found[1]) <= int(found[2]) <= MAX_SHARDS:
+        raise UsageError(f"--shard expects I/N with 1 <= I <= N (e.g. 2/8), got {text!r}")
+    return int(found[1]), int(found[2])
+
+
+def collection_options(options: AuditOptions) -> dict[str, Any]:
+    """The options that change what a shard collects (merge refuses parts that differ)."""
+    return {
+        "sacct": str(options.sacct) if options.sacct else None,
+        "sacct_format": list(options.sacct_format) if options.sacct_format else None,
+        "sacct_delimiter": options.sacct_delimiter,
+        "protocol_inputs": [[name, str(path)] for name, path in options.protocol_inputs],
+        "source_root": str(options.source_root) if options.source_root else None,
+        "sources": list(options.sources),
+    }
+
+
+def audit_shard(args: argparse.Namespace, options: AuditOptions) -> int:
+    """``auditor audit ROOT --shard I/N --out PART``: collect one shard into a part."""
+    from auditor.audit import Auditor, assemble_collected, drive, paused_gc
+    from auditor.report.parts import write_part
+
+    shard = parse_shard(args.shard)
+    if args.out is None:
+        raise UsageError("--shard needs --out PART (the part 'auditor merge' reads)")
+    if args.json:
+        raise UsageError("--shard writes a part, not a summary: --json is for the merge")
+    from auditor._cli import _progress
+
+    with paused_gc(), _progress(quiet=args.quiet) as show:
+        parts = drive(Auditor(args.root, options).collect(shard), show)
+        write_part(parts, assemble_collected(parts), args.out,
+                   collection_options(options), force=args.force)
+    if not args.quiet:
+        files = sum(len(attempt.files) for unit in parts.units
+                    for attempt in unit.evidence.attempts)
+        print(f"shard {shard[0]}/{shard[1]}: {len(parts.units):,} of {parts.periods_total:,} "
+              f"periods, {files:,} evidence files read; part: {args.out}")
+    return 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from auditor._cli import _split_pairs
+    from auditor.audit import assemble_collected, drive, judge, merge_parts, paused_gc
+    from auditor.catalogue import RULES
+    from auditor.model import Waiver
+    from auditor.report.output import check_output_dir, write_outputs
+    from auditor.report.parts import read_part
+    from auditor.report.summary import build_summary, dumps
+
+    if len(args.waive) != len(args.reason):
+        raise UsageError("every --waive RULE_ID:SUBJECT needs its own --reason TEXT")
+    waivers = []
+    for spec, why in zip(args.waive, args.reason, strict=True):
+        rule_id, sep, subject = spec.partition(":")
+        if not sep or rule_id not in RULES or not subject:
+            raise UsageError(f"--waive expects RULE_ID:SUBJECT of a known rule, got {spec!r}")
+        waivers.append(Waiver(rule_id, subject, why))
+    anchors = tuple((name, sha.lower()) for name, sha in _split_pairs(args.anchor, "--anchor"))
+    parts = merge_parts([read_part(path) for path in args.parts])
+    check_output_dir(args.out, parts.root, args.force)
+    options = AuditOptions(anchors=anchors, waivers=tuple(waivers),
+                           max_findings=args.max_findings,
+                           max_findings_per_file=args.max_findings_per_file,
+                           max_quote=args.max_quote)
+    with paused_gc():
+        result = drive(judge(assemble_collected(parts), options), lambda event: None)
+        summary = build_summary(result)
+        write_outputs(result, args.out, force=args.force, plots=not args.no_plots,
+                      summary=summary)
+    if args.json:
+        sys.stdout.write(dumps(summary).decode())
+    elif not args.quiet:
+        print(f"merged {len(args.parts)} parts: {result!r}; report: "
+              f"{args.out / 'diagnostic.md'}")
+    return 0
+
+
+HANDLERS = {"merge": _merge}

@@ -1,0 +1,156 @@
+"""Sharded audits (issue 21 item 2): ``auditor audit ROOT --shard I/N --out PART`` and
+``auditor merge PART... --out DIR`` write, byte for byte, what one audit of the study writes;
+merge refuses parts that are not every shard of one study, once each."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import orjson
+import pytest
+
+from auditor._cli import main
+from tests.helpers import copy_example, outcome_study
+
+OUTPUTS = ("diagnostic.md", "evidence.md", "summary.json", "periods.parquet",
+           "attempts.parquet", "findings.parquet", "evidence.parquet", "phases.parquet",
+           "devices.parquet")
+
+
+def _shards(root: Path, parts: Path, count: int, *extra: str) -> list[Path]:
+    paths = []
+    for shard in range(1, count + 1):
+        part = parts / f"part-{shard}"
+        assert main(["audit", str(root), "--shard", f"{shard}/{count}", "--out", str(part),
+                     "--quiet", *extra]) == 0
+        paths.append(part)
+    return paths
+
+
+def _manifest_without_time(out: Path) -> dict[str, object]:
+    manifest = orjson.loads((out / "output_manifest.json").read_bytes())
+    manifest.pop("created_utc")
+    return manifest
+
+
+def _damaged(tmp_path: Path) -> Path:
+    """A study with what sharding must keep in order: unlisted files in several attempt
+    directories, an attempt directory no period names, a file altered after sealing."""
+    root = outcome_study(tmp_path / "study", ["completed", "rollout_init_oom", "cancelled",
+                                              "terminal_missing", "sigkill_137"])
+    for number, attempt in enumerate(sorted(root.glob("*-4gpu/attempt-*"))):
+        (attempt / f"stray-{number}.txt").write_text("not listed\n")
+    orphan = root / "host-qwen25-7b-gsm8k-c2-s999-4gpu" / "attempt-999"
+    orphan.mkdir(parents=True)
+    (orphan / "trial-999.json").write_text("{}")
+    trace = next(root.glob("*-s163-4gpu/attempt-*/allocator-traces/*.jsonl"))
+    trace.write_bytes(trace.read_bytes() + b"\n")
+    return root
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_a_merge_of_every_shard_is_the_single_audit_byte_for_byte(
+        tmp_path: Path, count: int) -> None:
+    root = _damaged(tmp_path)
+    assert main(["audit", str(root), "--out", str(tmp_path / "single"), "--quiet",
+                 "--no-plots"]) == 0
+    parts = _shards(root, tmp_path / "parts", count)
+    assert main(["merge", *map(str, reversed(parts)), "--out", str(tmp_path / "merged"),
+                 "--quiet", "--no-plots"]) == 0
+    for name in OUTPUTS:
+        assert (tmp_path / "single" / name).read_bytes() == \
+            (tmp_path / "merged" / name).read_bytes(), name
+    assert _manifest_without_time(tmp_path / "single") == \
+        _manifest_without_time(tmp_path / "merged")
+    assert main(["verify", str(tmp_path / "merged"), "--quiet"]) == 0
+
+
+def test_the_example_study_merges_with_its_plots_and_waivers(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    waive = ["--waive", "AUD201:host-qwen25-7b-gsm8k-c2-s161/period-2", "--reason", "known"]
+    assert main(["audit", str(root), "--out", str(tmp_path / "single"), "--quiet",
+                 *waive]) == 0
+    parts = _shards(root, tmp_path / "parts", 2)
+    assert main(["merge", *map(str, parts), "--out", str(tmp_path / "merged"), "--quiet",
+                 *waive]) == 0
+    for name in (*OUTPUTS, "plots/phase_timeline.png", "plots/peak_memory.png"):
+        assert (tmp_path / "single" / name).read_bytes() == \
+            (tmp_path / "merged" / name).read_bytes(), name
+
+
+def _refused(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_merge_refuses_a_missing_or_repeated_shard_and_another_study(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_example(tmp_path)
+    parts = _shards(root, tmp_path / "parts", 3)
+    out = str(tmp_path / "merged")
+    assert "shard 3 of 3 missing" in _refused(capsys, "merge", str(parts[0]), str(parts[1]),
+                                               "--out", out)
+    assert "given more than once" in _refused(capsys, "merge", *map(str, parts),
+                                              str(parts[0]), "--out", out)
+    other = outcome_study(tmp_path / "other", ["completed"])
+    foreign = _shards(other, tmp_path / "other-parts", 3)
+    assert "different studies" in _refused(capsys, "merge", str(parts[0]), str(parts[1]),
+                                           str(foreign[2]), "--out", out)
+    halves = _shards(root, tmp_path / "halves", 2)
+    assert "split the study in 3 and in 2 shards" in _refused(
+        capsys, "merge", str(parts[0]), str(halves[1]), "--out", out)
+    assert not (tmp_path / "merged").exists()
+
+
+def test_merge_refuses_a_part_that_does_not_verify(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_example(tmp_path)
+    parts = _shards(root, tmp_path / "parts", 2)
+    meta = parts[1] / "part.json"
+    doc = json.loads(meta.read_text())
+    doc["periods"] = []
+    meta.write_text(json.dumps(doc))
+    err = _refused(capsys, "merge", *map(str, parts), "--out", str(tmp_path / "merged"))
+    assert "must verify before it is merged" in err
+    # evidence changed after a shard read it is caught too
+    shutil.rmtree(parts[1])
+    parts = _shards(root, tmp_path / "again", 2)
+    log = next(root.glob("*-4gpu/attempt-*/training-*.log"))
+    log.write_bytes(log.read_bytes() + b"x")
+    assert "difference" in _refused(capsys, "merge", *map(str, parts), "--out",
+                                    str(tmp_path / "merged"))
+
+
+def test_a_part_is_data_not_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A part's pickle may make only the model's types: one that would call a function is
+    refused (after its manifest is re-pinned, as a forger would)."""
+    import hashlib
+    import pickle
+
+    root = copy_example(tmp_path)
+    parts = _shards(root, tmp_path / "parts", 2)
+    import os
+
+    evil = pickle.dumps(os.getcwd)  # (a function of another module: anything but the model)
+    (parts[0] / "part.pickle").write_bytes(evil)
+    manifest = json.loads((parts[0] / "output_manifest.json").read_text())
+    for entry in manifest["outputs"]:
+        if entry["path"] == "part.pickle":
+            entry["sha256"] = hashlib.sha256(evil).hexdigest()
+            entry["size"] = len(evil)
+    (parts[0] / "output_manifest.json").write_text(json.dumps(manifest))
+    err = _refused(capsys, "merge", *map(str, parts), "--out", str(tmp_path / "merged"))
+    assert "cannot be read" in err and "refused to make" in err
+
+
+def test_shard_usage_errors_are_one_line(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_example(tmp_path)
+    for spec in ("0/2", "3/2", "a/b", "1"):
+        assert "--shard expects I/N" in _refused(capsys, "audit", str(root), "--shard", spec,
+                                                 "--out", str(tmp_path / "p"))
+    assert "needs --out" in _refused(capsys, "audit", str(root), "--shard", "1/2")
