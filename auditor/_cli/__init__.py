@@ -136,15 +136,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = _parser()
         args = parser.parse_args(args_list)
-        if args.command is None:  # (a usage error: one line, as every other)
-            raise UsageError("no command given: one of audit, verify, gate, sacct, validate, "
-                             "rules, example (see 'auditor --help')")
         handlers: dict[str, Callable[[argparse.Namespace], int]] = {
             "audit": _audit, "verify": _verify, "gate": _gate, "sacct": _sacct,
             "validate": _validate, "rules": _rules,
         }
         for module in _command_modules():
             handlers.update(module.HANDLERS)
+        if args.command is None:  # (a usage error: one line, as every other)
+            raise UsageError(f"no command given: one of {', '.join(handlers)} (see "
+                             "'auditor --help')")
         handler = handlers[args.command]
         _preload(args.command)
         return handler(args)
