@@ -57,7 +57,8 @@ def accounting_section(result: AuditResult, reasoning: Reasoning) -> str:
             "End,ElapsedRaw,AllocTRES,NodeList,Reason"]))
         lines.append("")
     uniform = len({(e.state, e.gpus) for e in acc.elements}) == 1 and all(
-        e.elapsed_s is not None and e.gpus is not None for e in acc.elements)
+        e.elapsed_s is not None and e.gpus is not None for e in acc.elements) \
+        and not outside_arrays(result, acc.elements)  # (else the table says which is which)
     if acc.elements and uniform and len(acc.elements) > 1:  # (the table would repeat itself)
         first, last = acc.elements[0], acc.elements[-1]
         lines.append(f"Elements {code_span(first.job_id)} to {code_span(last.job_id)}, all "
