@@ -95,9 +95,13 @@ def event_cause(event: LogEvent) -> str | None:
 def cause_of_log(events: tuple[LogEvent, ...], log_path: str) -> Cause | None:
     """The cause a training log alone shows (``auditor causes LOG``): None when it holds
     none (its run may have completed, or ended without a word)."""
-    found = sorted(_sources(None, None, None, False, "", (), events, log_path),
-                   key=lambda f: (f.tier or TIERS[f.word], f.order))
+    found = _ranked(_sources(None, None, None, False, "", (), events, log_path))
     return _decided(found) if found else None
+
+
+def _ranked(found: Iterator[_Found]) -> list[_Found]:
+    """Best first: the lowest tier (a knock-on's is below all), then the earliest."""
+    return sorted(found, key=lambda f: (f.tier or TIERS[f.word], f.order))
 
 
 def _decided(found: list[_Found]) -> Cause:
@@ -118,9 +122,8 @@ def cause_of(trial: TrialRecord | None, exit_class: ExitClass | None,
     """The cause of an attempt's end (None when it exited cleanly)."""
     if exit_class is not None and exit_class.clean:
         return None
-    found = sorted(_sources(trial, exit_class, element, is_last, sacct_path, traces, events,
-                            log_path),
-                   key=lambda f: (f.tier or TIERS[f.word], f.order))
+    found = _ranked(_sources(trial, exit_class, element, is_last, sacct_path, traces, events,
+                             log_path))
     if not found:
         return Cause("unknown", "nothing in the evidence says what ended the attempt", None)
     return _decided(found)
