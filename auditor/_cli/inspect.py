@@ -1,0 +1,192 @@
+"""The commands that inspect what is already there: ``verify`` and ``gate`` (an audit's
+outputs), ``sacct`` and ``validate`` (single files), ``rules`` (the catalogue)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+
+from auditor.errors import InputError, UsageError
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from auditor.report.output import verify_outputs
+
+    differences, checked = verify_outputs(args.out)
+    for diff in differences:
+        detail = f" ({diff.detail})" if diff.detail else ""
+        where = f"evidence root {diff.path}" if diff.group == "evidence_root" \
+            else f"{diff.group}/{diff.path}"
+        print(f"{diff.what}: {where}{detail}")
+    if differences:
+        print(f"verify: {len(differences)} difference(s) in {checked} files checked",
+              file=sys.stderr)
+        return 1
+    if not args.quiet:
+        print(f"verify: all {checked} listed outputs and inputs match")
+        print(f"output_manifest.json SHA-256: {_manifest_sha256(args.out)}")
+    return 0
+
+
+def _manifest_sha256(out: Path) -> str:
+    """The output manifest's own SHA-256 (it pins every other output, so no output can
+    hold it: the command line says it, as the seed's diagnostic states its own)."""
+    from auditor._io import sha256_file
+
+    return sha256_file(str(out / "output_manifest.json")).sha256
+
+
+def _gate(args: argparse.Namespace) -> int:
+    import hashlib
+
+    import orjson
+
+    from auditor.report.output import MANIFEST, manifest_outputs
+
+    path = args.out / "summary.json"
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{path}: not found; is {args.out} an audit output?") from None
+    except OSError as error:
+        raise UsageError(f"{path}: unreadable summary ({error.strerror})") from None
+    # the verdict is the audit's only as its manifest pins it (an edited summary is not)
+    listed = (manifest_outputs(args.out) or {}).get("summary.json")
+    if listed != (hashlib.sha256(data).hexdigest(), len(data)):
+        raise UsageError(f"{path}: does not match {args.out / MANIFEST} (changed since the "
+                         f"audit, or no audit's); run 'auditor verify {args.out}'")
+    try:
+        summary = orjson.loads(data)
+        gate = summary["gate_allow_partial" if args.allow_partial else "gate"]
+        passed = bool(gate["passed"])
+    except (orjson.JSONDecodeError, KeyError, TypeError) as error:
+        raise UsageError(f"{path}: unreadable summary ({error})") from None
+    mode = " (--allow-partial)" if args.allow_partial else ""
+    print(f"gate{mode}: {'PASS' if passed else 'FAIL'}")
+    included = gate.get("included_configurations", [])
+    print("included configurations: " + (", ".join(included) if included else "none"))
+    by_waiver = gate.get("included_by_waiver", [])
+    if by_waiver:
+        print("  unresolved, included by waiver: " + ", ".join(by_waiver))
+    for reason in gate.get("reasons", []):
+        print(f"  reason: {reason}")
+    for waived in gate.get("waived", []):
+        print(f"  waived: {waived}")
+    return 0 if passed else 1
+
+
+def _sacct(args: argparse.Namespace) -> int:
+    from auditor._io import HashingReader
+    from auditor.collect.sacct import parse_sacct, summary_json
+
+    fields = tuple(f.strip() for f in args.sacct_format.split(",")) if args.sacct_format else None
+    _regular_file(args.file)
+    try:
+        with open(args.file, "rb") as handle:
+            dump = parse_sacct(HashingReader(handle), str(args.file), fields, args.delimiter)
+    except IsADirectoryError:
+        raise InputError(f"{args.file}: is a directory") from None
+    except OSError as error:
+        raise InputError(f"{args.file}: cannot read ({error.strerror})") from None
+    refused = next((f for f in dump.findings if f.rule_id == "AUD009"), None)
+    if refused is not None and not dump.jobs:  # (as the audit refuses it: no records)
+        raise InputError(refused.message)
+    summary = summary_json(dump)
+    if args.json:
+        import orjson
+
+        sys.stdout.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    from rich.console import Console
+
+    from auditor.report.terminal import sacct_view
+
+    Console().print(sacct_view(dump, summary))
+    return 0
+
+
+def _regular_file(path: Path) -> None:
+    """Refuse (exit 2) a path that is not a regular file: a device such as /dev/zero would
+    be read for ever, a FIFO would wait for a writer."""
+    import stat
+
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as error:
+        raise InputError(f"{path}: cannot read ({error.strerror})") from None
+    if stat.S_ISDIR(mode):
+        raise InputError(f"{path}: is a directory")
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{path}: is not a regular file (a device, FIFO or socket)")
+
+
+_SCHEMALESS = {
+    "training-log": (re.compile(r"training-.*\.log"), "a training log is plain text, with no "
+                     "schema to check it against ('auditor audit' reads it)"),
+    "sacct": (re.compile(r".*\.psv"), "a sacct dump is no JSON, with no schema to check it "
+              "against ('auditor sacct FILE' reads one)"),
+}
+"""Kinds of evidence ``validate`` has no schema for: their files' names, and what reads
+them."""
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from auditor._io import HashingReader
+    from auditor.collect.allocator_trace import read_allocator_trace
+    from auditor.collect.jsondoc import load_json
+    from auditor.schema import KINDS, canonical_kind, kind_for_filename, validate_document
+
+    if args.kind is not None and canonical_kind(args.kind) not in KINDS:
+        schemaless = _SCHEMALESS.get(canonical_kind(args.kind))
+        raise UsageError(f"--kind must be one of {', '.join(sorted(KINDS))} (or a period "
+                         "record's device_evidence, allocator_trace)"
+                         + (f": {schemaless[1]}" if schemaless else ""))
+    problems = 0
+    for path in args.files:
+        kind = args.kind or kind_for_filename(path.name)
+        if kind is None:
+            why = next((why for pattern, why in _SCHEMALESS.values()
+                        if pattern.fullmatch(path.name)),
+                       "cannot tell its kind from the name; pass --kind")
+            raise UsageError(f"{path}: {why}")
+        kind = canonical_kind(kind)
+        _regular_file(path)
+        try:
+            with open(path, "rb") as handle:
+                reader = HashingReader(handle)
+                if kind == "allocator-record":
+                    found = list(read_allocator_trace(reader, str(path)).findings)
+                else:
+                    doc, found = load_json(reader, str(path), 64 << 20)
+                    if doc is not None:
+                        found = list(found) + validate_document(kind, doc, str(path))
+        except IsADirectoryError:
+            raise InputError(f"{path}: is a directory") from None
+        except OSError as error:
+            raise InputError(f"{path}: cannot read ({error.strerror})") from None
+        for item in found:
+            print(f"{item.rule_id} {item.message}")
+        problems += len(found)
+        if not found:
+            print(f"{path}: ok ({kind})")
+    return 1 if problems else 0
+
+
+def _rules(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from auditor.catalogue import RULES
+
+    table = Table(title="auditor rules", show_lines=False)
+    for column in ("id", "symbol", "severity", "title", "triggered by"):
+        table.add_column(column)
+    for rule in sorted(RULES.values(), key=lambda rule: rule.rule_id):
+        table.add_row(rule.rule_id, rule.symbol, rule.severity.value, rule.title,
+                      rule.description)
+    Console(width=max(120, int(os.environ.get("COLUMNS", "0") or 0))).print(table)
+    return 0
