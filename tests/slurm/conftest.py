@@ -1,4 +1,5 @@
-"""Fixtures for the real-Slurm tests: one cluster per session, one endings array run on it.
+"""Fixtures for the real-Slurm tests: one cluster per session, the endings array and the
+producer kit's array run on it, one after the other (each fills the node's GPUs).
 
 The cluster tests (marked ``slurm`` and ``slow``) run only when ``AUDITOR_SLURM=1`` (``.ci/run``
 sets it); anywhere else, or when this is not root, has no apt-get, or the install fails,
@@ -9,12 +10,16 @@ The harness's timings are printed at the end of the run.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.slurm.cluster import Cluster, Unavailable, ensure_installed, skip_reason
 from tests.slurm.endings import EndingsRun, run_endings
+from tests.slurm.kit import KitRun, run_kit
 
 TIMINGS: dict[str, float] = {}
 """Seconds spent installing, starting, running the array and stopping (for the summary)."""
@@ -51,3 +56,16 @@ def endings(slurm_cluster: Cluster) -> EndingsRun:
     run = run_endings(slurm_cluster)
     TIMINGS["array"] = run.seconds
     return run
+
+
+@pytest.fixture(scope="session")
+def kit(slurm_cluster: Cluster) -> Iterator[KitRun]:
+    """The producer kit's array (``tests/slurm/kit.py``) run once, its study in a temporary
+    directory (removed at the end)."""
+    root = Path(tempfile.mkdtemp(prefix="auditor-kit-"))
+    try:
+        run = run_kit(slurm_cluster, root / "study")
+        TIMINGS["kit array"] = run.seconds
+        yield run
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
