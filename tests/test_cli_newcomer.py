@@ -37,3 +37,13 @@ def test_verify_outputs_takes_a_str_path_as_run_audit_does(tmp_path: Path) -> No
     write_outputs(result, tmp_path / "out", plots=False)
     differences, checked = verify_outputs(str(tmp_path / "out"))
     assert differences == [] and checked > 0
+
+
+@pytest.mark.parametrize("jobs", ["0", "-1", "257"])
+def test_jobs_outside_1_to_256_is_a_usage_error_not_a_silent_default(
+        jobs: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--jobs 0`` was accepted in silence and meant "as many as the CPUs": a number of
+    readers is 1 or more; leaving the option out means the CPUs this process may use."""
+    assert main(["audit", str(EXAMPLE), "--jobs", jobs, "--quiet", "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--jobs must be 1 to 256" in err

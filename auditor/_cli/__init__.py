@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("--sacct-format", help="the --format the dump was captured with "
                        "(comma-separated field names)")
     audit.add_argument("--sacct-delimiter", help="the --delimiter the dump was captured with")
-    audit.add_argument("--jobs", type=int, default=0,
+    audit.add_argument("--jobs", type=int, default=None,
                        help="worker processes (default: the CPUs this process may use: a SLURM "
                        "job's, taskset's or a container quota's, not the whole node's; "
                        "1 reads in-process)")
@@ -293,10 +293,10 @@ def _split_pairs(values: Sequence[str], flag: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def _audit(args: argparse.Namespace) -> int:
-    from auditor.audit import Auditor, drive, paused_gc
-    from auditor.model import AuditOptions, Waiver
-    from auditor.report.summary import build_summary
+def waivers_of(args: argparse.Namespace) -> tuple[Any, ...]:
+    """``--waive RULE_ID:SUBJECT --reason TEXT`` pairs as :class:`~auditor.model.Waiver`."""
+    from auditor.catalogue import RULES
+    from auditor.model import Waiver
 
     if len(args.waive) != len(args.reason):
         raise UsageError("every --waive RULE_ID:SUBJECT needs its own --reason TEXT"
@@ -307,28 +307,45 @@ def _audit(args: argparse.Namespace) -> int:
         rule_id, sep, subject = spec.partition(":")
         if not sep or not rule_id or not subject:
             raise UsageError(f"--waive expects RULE_ID:SUBJECT, got {spec!r}")
-        from auditor.catalogue import RULES
-
         if rule_id not in RULES:
             raise UsageError(f"--waive: unknown rule id {rule_id!r} (see 'auditor rules')")
         waivers.append(Waiver(rule_id, subject, why))
+    return tuple(waivers)
+
+
+def anchors_of(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
+    """``--anchor NAME=SHA256`` values, the digests lower-cased."""
     anchors = []
     for name, sha in _split_pairs(args.anchor, "--anchor"):
         if len(sha) != 64 or any(c not in "0123456789abcdefABCDEF" for c in sha):
             raise UsageError(f"--anchor {name}: expected 64 hex digits")
         anchors.append((name, sha.lower()))
-    inputs = [(name, Path(path)) for name, path in
-              _split_pairs(args.protocol_input, "--protocol-input")]
-    if args.source and args.source_root is None:
-        raise UsageError("--source needs --source-root")
-    if not 0 <= args.jobs <= MAX_JOBS:
-        raise UsageError(f"--jobs must be 0 (the CPUs this process may use) to {MAX_JOBS} "
-                         "(each reader holds tens of MB)")
+    return tuple(anchors)
+
+
+def check_limits(args: argparse.Namespace) -> None:
+    """``--max-findings``, ``--max-findings-per-file`` and ``--max-quote`` at least 1."""
     for flag, value in (("--max-findings", args.max_findings),
                         ("--max-findings-per-file", args.max_findings_per_file),
                         ("--max-quote", args.max_quote)):
         if value < 1:
             raise UsageError(f"{flag} must be at least 1")
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from auditor.audit import Auditor, drive, paused_gc
+    from auditor.model import AuditOptions
+    from auditor.report.summary import build_summary
+
+    waivers, anchors = waivers_of(args), anchors_of(args)
+    inputs = [(name, Path(path)) for name, path in
+              _split_pairs(args.protocol_input, "--protocol-input")]
+    if args.source and args.source_root is None:
+        raise UsageError("--source needs --source-root")
+    if args.jobs is not None and not 1 <= args.jobs <= MAX_JOBS:
+        raise UsageError(f"--jobs must be 1 to {MAX_JOBS} (each reader holds tens of MB); "
+                         "leave it out for the CPUs this process may use")
+    check_limits(args)
     if args.sacct is not None and not args.sacct.is_file():
         raise UsageError(f"--sacct {args.sacct}: no such file")
     if args.executor is not None:
@@ -341,8 +358,8 @@ def _audit(args: argparse.Namespace) -> int:
     fields = tuple(f.strip() for f in args.sacct_format.split(",")) if args.sacct_format else None
     options = AuditOptions(
         sacct=args.sacct, sacct_format=fields, sacct_delimiter=args.sacct_delimiter,
-        jobs=args.jobs, anchors=tuple(anchors), protocol_inputs=tuple(inputs),
-        source_root=args.source_root, sources=tuple(args.source), waivers=tuple(waivers),
+        jobs=args.jobs or 0, anchors=anchors, protocol_inputs=tuple(inputs),
+        source_root=args.source_root, sources=tuple(args.source), waivers=waivers,
         max_findings=args.max_findings, max_findings_per_file=args.max_findings_per_file,
         max_quote=args.max_quote, executor=args.executor,
     )

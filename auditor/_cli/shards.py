@@ -94,26 +94,17 @@ def audit_shard(args: argparse.Namespace, options: AuditOptions) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from auditor._cli import _split_pairs
+    from auditor._cli import anchors_of, check_limits, waivers_of
     from auditor.audit import assemble_collected, drive, judge, merge_parts, paused_gc
-    from auditor.catalogue import RULES
-    from auditor.model import Waiver
     from auditor.report.output import check_output_dir, write_outputs
     from auditor.report.parts import read_part
     from auditor.report.summary import build_summary, dumps
 
-    if len(args.waive) != len(args.reason):
-        raise UsageError("every --waive RULE_ID:SUBJECT needs its own --reason TEXT")
-    waivers = []
-    for spec, why in zip(args.waive, args.reason, strict=True):
-        rule_id, sep, subject = spec.partition(":")
-        if not sep or rule_id not in RULES or not subject:
-            raise UsageError(f"--waive expects RULE_ID:SUBJECT of a known rule, got {spec!r}")
-        waivers.append(Waiver(rule_id, subject, why))
-    anchors = tuple((name, sha.lower()) for name, sha in _split_pairs(args.anchor, "--anchor"))
+    waivers, anchors = waivers_of(args), anchors_of(args)
+    check_limits(args)
     parts = merge_parts([read_part(path) for path in args.parts])
     check_output_dir(args.out, parts.root, args.force)
-    options = AuditOptions(anchors=anchors, waivers=tuple(waivers),
+    options = AuditOptions(anchors=anchors, waivers=waivers,
                            max_findings=args.max_findings,
                            max_findings_per_file=args.max_findings_per_file,
                            max_quote=args.max_quote)
