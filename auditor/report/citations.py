@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from auditor._io import clip
 from auditor.model import AuditResult, Citation, Verdict
+from auditor.report.groups import counted_attempt
 from auditor.report.mdformat import code_span
 
 QUOTED_PER_FILE = 3
@@ -41,14 +42,7 @@ class Names:
 
 def names_of(result: AuditResult, verdict: Verdict) -> Names:
     """The names of ``verdict``'s period: its counted attempt (else its last)."""
-    period = next((p for p in result.collected.periods if p.subject == verdict.subject), None)
-    outcomes = [o for o in result.reasoning.attempts if o.subject == verdict.subject]
-    counted = next((o for o in outcomes if o.counted), outcomes[-1] if outcomes else None)
-    attempt = None
-    if period is not None:
-        attempt = next((a for a in period.attempts
-                        if counted is not None and a.spec.index == counted.index),
-                       period.attempts[-1] if period.attempts else None)
+    period, attempt, counted = counted_attempt(result, verdict.subject)
     workers = attempt.spec.workers if attempt is not None else ()
     return Names(
         attempt_dir=(attempt.spec.attempt_dir or "") if attempt is not None else "",
@@ -67,11 +61,16 @@ def _abstract(path: str, names: Names) -> str:
         path = path[len(names.attempt_dir.rstrip("/")) + 1:]
     elif not path.startswith("/"):  # (an input given outside the root keeps its path)
         path = "BASE/" + path
+    placeholders = {str(pid): "<pid>" for pid in names.pids}
     if names.job:
-        path = re.sub(rf"(?<!\d){re.escape(names.job)}(?!\d)", "<job>", path)
-    for pid in names.pids:
-        path = re.sub(rf"(?<!\d){pid}(?!\d)", "<pid>", path)
-    return path
+        placeholders[names.job] = "<job>"
+    parts = _NUMBER.split(path)  # (text, number, text, ...: each whole number alone)
+    parts[1::2] = [placeholders.get(n, n) for n in parts[1::2]]
+    return "".join(parts)
+
+
+_NUMBER = re.compile(r"(\d+)")
+"""A whole number in a path: the job id or a pid it names becomes a placeholder."""
 
 
 def _where(cite: Citation) -> str:

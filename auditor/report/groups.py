@@ -5,8 +5,10 @@ traces reach. Each is one sentence for the report, from the result alone."""
 
 from __future__ import annotations
 
-from collections import Counter
+import weakref
+from collections import Counter, defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from auditor.model import (
     AttemptEvidence,
@@ -26,19 +28,69 @@ def every(n: int, noun: str) -> str:
     return f"Both {noun}s" if n == 2 else f"All {number(n)} {noun}s"
 
 
+@dataclass
+class _Index:
+    """A result's periods, attempt outcomes and sacct rows by key, made once per result
+    (a report looks every period up: a scan per look-up would be quadratic)."""
+
+    result: weakref.ref[AuditResult]
+    periods: dict[str, PeriodEvidence]
+    outcomes: dict[str, list[AttemptOutcome]]
+    by_raw: dict[str, SacctJob]
+    by_id: dict[str, SacctJob]
+    counted: dict[str, tuple[PeriodEvidence | None, AttemptEvidence | None,
+                             AttemptOutcome | None]] = field(default_factory=dict)
+    """:func:`counted_attempt`'s answers, as they are asked for."""
+
+
+_INDEX: dict[int, _Index] = {}
+
+
+def _indexed(result: AuditResult) -> _Index:
+    cached = _INDEX.get(id(result))
+    if cached is not None and cached.result() is result:
+        return cached
+    outcomes: dict[str, list[AttemptOutcome]] = defaultdict(list)
+    for outcome in result.reasoning.attempts:
+        outcomes[outcome.subject].append(outcome)
+    by_raw: dict[str, SacctJob] = {}
+    by_id: dict[str, SacctJob] = {}
+    for job in result.collected.sacct.jobs if result.collected.sacct else ():
+        if job.job_id_raw is not None:
+            by_raw.setdefault(job.job_id_raw, job)
+        else:
+            by_id.setdefault(job.job_id, job)
+    index = _Index(weakref.ref(result), {p.subject: p for p in result.collected.periods},
+                   dict(outcomes), by_raw, by_id)
+    _INDEX.clear()  # (the last result's only: nothing is kept alive)
+    _INDEX[id(result)] = index
+    return index
+
+
+def outcome_of(result: AuditResult, subject: str, index: int) -> AttemptOutcome | None:
+    """How attempt ``index`` of ``subject`` was judged."""
+    return next((o for o in _indexed(result).outcomes.get(subject, ()) if o.index == index),
+                None)
+
+
 def counted_attempt(result: AuditResult, subject: str
                     ) -> tuple[PeriodEvidence | None, AttemptEvidence | None,
                                AttemptOutcome | None]:
     """The period of ``subject``, the attempt its verdict rests on (else its last), and
     that attempt's outcome."""
-    period = next((p for p in result.collected.periods if p.subject == subject), None)
-    outcomes = [o for o in result.reasoning.attempts if o.subject == subject]
+    indexed = _indexed(result)
+    known = indexed.counted.get(subject)
+    if known is not None:
+        return known
+    period = indexed.periods.get(subject)
+    outcomes = indexed.outcomes.get(subject, [])
     outcome = next((o for o in outcomes if o.counted), outcomes[-1] if outcomes else None)
-    if period is None:
-        return None, None, outcome
-    attempt = next((a for a in period.attempts
-                    if outcome is not None and a.spec.index == outcome.index),
-                   period.attempts[-1] if period.attempts else None)
+    attempt = None
+    if period is not None:
+        attempt = next((a for a in period.attempts
+                        if outcome is not None and a.spec.index == outcome.index),
+                       period.attempts[-1] if period.attempts else None)
+    indexed.counted[subject] = (period, attempt, outcome)
     return period, attempt, outcome
 
 
@@ -74,12 +126,11 @@ def dispatch_sentence(result: AuditResult, members: Sequence[Verdict]) -> str:
 def _element(result: AuditResult, outcome: AttemptOutcome | None) -> SacctJob | None:
     """The sacct allocation row of the attempt's actual job (by ``JobIDRaw``, else
     ``JobID``), as the reasoning looked it up."""
-    sacct = result.collected.sacct
     job_id = outcome.job_id if outcome is not None else None
-    if sacct is None or not job_id:
+    if not job_id:
         return None
-    return next((job for job in sacct.jobs if job.job_id_raw == job_id), None) or next(
-        (job for job in sacct.jobs if job.job_id_raw is None and job.job_id == job_id), None)
+    indexed = _indexed(result)
+    return indexed.by_raw.get(job_id) or indexed.by_id.get(job_id)
 
 
 def scheduler_sentence(result: AuditResult, members: Sequence[Verdict]) -> str:

@@ -47,6 +47,7 @@ from auditor.report.groups import (
     completion_sentence,
     counted_attempt,
     dispatch_sentence,
+    outcome_of,
     reached_sentence,
     scheduler_sentence,
 )
@@ -428,7 +429,7 @@ def _period_rows(result: AuditResult, reasoning: Reasoning
     ordered = sorted(facts, key=lambda f: (f.gpus or 0, f.array_task_id if f.array_task_id
                                            is not None else 1 << 30, f.pair, f.period))
     periods = {p.subject: p for p in result.collected.periods}
-    rows = []
+    rows: list[tuple[list[str], str]] = []
     for f in ordered:
         verdict = verdicts[f.subject]
         cause = _cause_word(verdict)
@@ -453,8 +454,7 @@ def _period_rows(result: AuditResult, reasoning: Reasoning
                              + ",".join(str(p) for p in f.pids_by_rank)))
                 continue
             assert attempt is not None
-            other = next((o for o in reasoning.attempts if o.subject == f.subject
-                          and o.index == attempt.spec.index), None)
+            other = outcome_of(result, f.subject, attempt.spec.index)
             said = "not judged" if other is None else other.outcome + (
                 "" if other.reason in ("completed", "eligible_failure")
                 else f" (`{other.reason}`)") + (", wasted" if other.wasted else "")
