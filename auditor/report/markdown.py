@@ -382,14 +382,15 @@ def _diagnosis(result: AuditResult, reasoning: Reasoning, linked: bool) -> str:
         lines.append(f"Applies to{' (job / period)' if unique else ''}: "
                      f"{named}"
                      + (f", and {rest:,} more (see `periods.parquet`)." if rest > 0 else "."))
-        said = [prose(diagnosis, limit=4000)]
-        said += [s for s in (_cause_sentence(members), dispatch_sentence(result, members),
+        said = [s for s in (_cause_sentence(members), dispatch_sentence(result, members),
                              scheduler_sentence(result, members),
                              completion_sentence(result, members)
                              if facts[members[0].subject].actor_update_finished_ns else
                              reached_sentence(result, members) if kind == "unresolved" else "")
                  if s]
-        lines += ["", " ".join(said), "", f"**Limits.** {prose(limits, limit=4000)}", ""]
+        lines += ["", prose(diagnosis, limit=4000)]  # (the verdict's; what they share next)
+        lines += ["", " ".join(said)] if said else []
+        lines += ["", f"**Limits.** {prose(limits, limit=4000)}", ""]
         lines.append(_evidence_pattern(result, members, linked))
     return "\n".join(lines)
 
