@@ -370,7 +370,8 @@ class _Scanner:
                 self._add("signal", number, segment, f"{name} (the shell's report)")
         if ("ctor" in text or "actor" in text) and _ACTOR_DIED.search(text):
             self._add("actor_died", number, segment, "a Ray actor died")
-        elif "RayTaskError(" in text:
+        elif "RayTaskError(" in text and _EXCEPTION_STANDALONE.match(text) is None:
+            # (a line that is the exception itself is one already)
             task = _RAY_TASK_ERROR.search(text)
             if task and task.group(1) not in ("ActorDiedError", "RayActorError"):
                 self._add("exception", number, segment, f"RayTaskError({task.group(1)})")

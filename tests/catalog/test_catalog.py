@@ -94,11 +94,11 @@ def test_the_verdicts_view_counts_by_study_and_configuration(
     rows = query(cat, "SELECT study, configuration, verdict, reason, cause, periods "
                  "FROM verdicts", capsys)
     assert rows == [
-        {"study": s, "configuration": "gsm8k@2", "verdict": v, "reason": r, "cause": None,
+        {"study": s, "configuration": "gsm8k@2", "verdict": v, "reason": r, "cause": c,
          "periods": n}
         for s, done, failed in (("alpha", 12, 4), ("beta", 11, 5), ("gamma", 9, 1))
-        for v, r, n in (("resolved", "completed", done),
-                        ("unresolved", "infrastructure_failure", failed))]
+        for v, r, c, n in (("resolved", "completed", None, done),
+                           ("unresolved", "infrastructure_failure", "node_failure", failed))]
 
 
 def test_the_gpu_seconds_view_is_each_summarys_accounting(

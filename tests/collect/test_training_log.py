@@ -257,7 +257,9 @@ def _slurm_time_limit(path: Path) -> None:
 
 
 def _slurm_step_cancelled(path: Path) -> None:
-    assert kinds(scan_file(path, 1)) == [("slurm_cancelled", 4, "22051979.1")]
+    # srun's "task 0: Killed" after the cancellation: the shell's report of a SIGKILL
+    assert kinds(scan_file(path, 1)) == [("slurm_cancelled", 4, "22051979.1"),
+                                         ("signal", 5, "SIGKILL (the shell's report)")]
 
 
 def _nothing_relevant(path: Path) -> None:
@@ -478,6 +480,7 @@ def test_slurm_job_cancelled() -> None:
     assert kinds(defect("slurm_job_cancelled.log")) == [
         ("slurm_cancelled", 1, "5055845"),
         ("slurm_time_limit", 2, "5055845.0"),
+        ("signal", 3, "SIGKILL (the shell's report)"),  # srun's "task 0: Killed"
     ]
 
 
