@@ -137,7 +137,7 @@ def run_endings(cluster: Cluster) -> EndingsRun:
         cluster.wait_started(f"{array}_{task}", timeout=60)
     mark("tasks 0-11 started")
     # accounting lags the controller: wait until sacct shows them and the pending range
-    run.dumps["midrun"] = _poll(cluster, array, lambda text: text.count("|RUNNING|") >= 20
+    run.dumps["midrun"] = _poll(cluster, array, lambda text: _running(text, array, range(12))
                                 and f"{array}_[" in text, timeout=20)
     mark("midrun captured")
     cluster.wait_state(f"{array}_3", {"RUNNING"}, timeout=30)
@@ -188,6 +188,14 @@ def stale_tasks(text: str, array: str) -> set[int]:
         elif job_id.startswith(f"{array}_") and job_id[len(array) + 1:].isdigit():
             own.add(int(job_id[len(array) + 1:]))
     return own & named
+
+
+def _running(text: str, array: str, tasks: range) -> bool:
+    """Whether sacct shows each of ``tasks`` RUNNING as a row of its own (a task squeue
+    says started may still be pending, or absent, in sacct for a moment)."""
+    states = {line.split("|")[0]: line.split("|")[3] for line in text.splitlines()
+              if line.count("|") >= 3}
+    return all(states.get(f"{array}_{task}") == "RUNNING" for task in tasks)
 
 
 def _poll(cluster: Cluster, array: str, good: Callable[[str], bool], timeout: float,

@@ -204,6 +204,11 @@ class KitVerdicts:
         said(7, "AUD207", "SIGUSR1")
         said(9, "AUD204", "137", "SIGKILL")
 
+    def test_report_says_the_exit_code_may_have_lost_128(self, audited: Audited) -> None:
+        """sacct's 15:0, 10:0, 9:0 and 127:0 may be the attempts' 143, 138, 137 and 255."""
+        for printed, code in (("15:0", 143), ("10:0", 138), ("9:0", 137), ("127:0", 255)):
+            assert f"`{printed}` may be the attempt's {code}" in audited.diagnostic, printed
+
     def test_the_element_cancelled_while_pending_is_named(self, audited: Audited) -> None:
         """Its period record names task 11 of the array; sacct never showed it: AUD126,
         whose message says both causes, and the gate fails on it."""
@@ -258,13 +263,6 @@ class KitVerdicts:
         period = audited.periods[8]
         assert (period["verdict"], period["reason"]) == VERDICTS[8]
         assert "requeue@2" in audited.summary["gate"]["included_configurations"]
-
-    @pytest.mark.xfail(strict=True, reason="issue 19 (1): the report reads sacct's 15:0, "
-                       "10:0, 9:0 and 127:0 as they are printed, without saying they may be "
-                       "the attempts' 143, 138, 137 and 255")
-    def test_report_says_the_exit_code_may_have_lost_128(self, audited: Audited) -> None:
-        for printed, code in (("15:0", 143), ("10:0", 138), ("9:0", 137), ("127:0", 255)):
-            assert f"`{printed}` may be the attempt's {code}" in audited.diagnostic, printed
 
     @pytest.mark.xfail(strict=True, reason="exit 255 is read as 'killed by signal 127' "
                        "(reason killed, cause signal): no signal has number 127")
