@@ -86,6 +86,7 @@ class _Member:
     files: dict[str, dict[str, tuple[str, ...]]]
     """Abstract path -> concrete path -> its locations, in order."""
     quotes: dict[tuple[str, str], list[str]]
+    """(concrete path, location) -> the quotes cited there."""
     ranks: int
 
     def signature(self, general: set[str]) -> tuple[object, ...]:
@@ -104,7 +105,7 @@ def _member(result: AuditResult, verdict: Verdict) -> _Member:
         where = _where(cite)
         if where not in files[shown][cite.path]:
             files[shown][cite.path].append(where)
-        quotes[(shown, where)].append(cite.quote)
+        quotes[(cite.path, where)].append(cite.quote)
     return _Member(verdict, {p: {c: tuple(w) for c, w in f.items()} for p, f in files.items()},
                    quotes, names.ranks)
 
@@ -129,20 +130,24 @@ def group_pattern(result: AuditResult, members: Sequence[Verdict]) -> Pattern:
     first = following[0]
     parts = []
     for path, files in first.files.items():
-        wheres = next(iter(files.values()))
         if path in general:
+            wheres = next(iter(files.values()))
             located = ":<row>" if wheres and wheres[0].startswith(":") else ""
             parts.append(code_span(path + located) + " (the period's own row)")
             continue
-        quotes = {where: [q for m in following for q in m.quotes.get((path, where), [])]
-                  for where in wheres}
-        text = _locations(path, [(w, _quote(quotes[w])) for w in wheres])
-        if len(files) > 1:
-            same = len({tuple(w) for w in files.values()}) == 1
-            text += (" for every rank" if same and len(files) == first.ranks else
-                     f" for each of {len(files)} files" if same else
-                     f" ({len(files)} files)")
-        parts.append(text)
+        variants = Counter(files.values())  # (each file's locations: alike, or not)
+        for wheres, count in variants.items():
+            quotes = {where: [q for m in following
+                              for concrete, located in m.files.get(path, {}).items()
+                              if located == wheres for q in m.quotes.get((concrete, where), [])]
+                      for where in wheres}
+            text = _locations(path, [(w, _quote(quotes[w])) for w in wheres])
+            if len(variants) > 1:
+                text += f" for {count} {'file' if count == 1 else 'files'}"
+            elif count > 1:
+                text += " for every rank" if count == first.ranks else \
+                    f" for each of {count} files"
+            parts.append(text)
     return Pattern("; ".join(parts) or "no citation", exceptions)
 
 

@@ -123,6 +123,21 @@ def dispatch_sentence(result: AuditResult, members: Sequence[Verdict]) -> str:
     return text + "." if text else ""
 
 
+def dispatches_alike(result: AuditResult, members: Sequence[Verdict]) -> bool:
+    """Whether every period of ``members`` was dispatched with the same keys and values
+    (the report then says it once, for the study)."""
+    seen = set()
+    for verdict in members:
+        _, attempt, _ = counted_attempt(result, verdict.subject)
+        trial = attempt.read.trial if attempt is not None else None
+        if trial is None or not trial.dispatch:
+            return False
+        seen.add(tuple(sorted(trial.dispatch)))
+        if len(seen) > 1:
+            return False
+    return bool(seen)
+
+
 def _element(result: AuditResult, outcome: AttemptOutcome | None) -> SacctJob | None:
     """The sacct allocation row of the attempt's actual job (by ``JobIDRaw``, else
     ``JobID``), as the reasoning looked it up."""

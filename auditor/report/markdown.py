@@ -38,7 +38,6 @@ from auditor.report.appendix import (
     waivers_section,
 )
 from auditor.report.citations import (
-    cite_group,
     exception_lines,
     group_pattern,
     render_evidence,
@@ -47,6 +46,7 @@ from auditor.report.groups import (
     completion_sentence,
     counted_attempt,
     dispatch_sentence,
+    dispatches_alike,
     outcome_of,
     reached_sentence,
     scheduler_sentence,
@@ -372,6 +372,9 @@ def _cause_sentence(members: Sequence[Verdict]) -> str:
 def _diagnosis(result: AuditResult, reasoning: Reasoning, linked: bool) -> str:
     facts = {f.subject: f for f in reasoning.facts}
     lines = ["## Diagnosis and limits"]
+    alike = len(reasoning.verdicts) > 1 and dispatches_alike(result, reasoning.verdicts)
+    if alike:  # (said once for the study, not in every group)
+        lines += ["", dispatch_sentence(result, reasoning.verdicts)]
     names = Counter((f.job_id, f.period) for f in reasoning.facts)
     unique = all(n == 1 for n in names.values())  # (else periods are named by subject)
     for title, members, (kind, diagnosis, limits) in _groups(reasoning):
@@ -382,7 +385,8 @@ def _diagnosis(result: AuditResult, reasoning: Reasoning, linked: bool) -> str:
         lines.append(f"Applies to{' (job / period)' if unique else ''}: "
                      f"{named}"
                      + (f", and {rest:,} more (see `periods.parquet`)." if rest > 0 else "."))
-        said = [s for s in (_cause_sentence(members), dispatch_sentence(result, members),
+        said = [s for s in (_cause_sentence(members),
+                            "" if alike else dispatch_sentence(result, members),
                              scheduler_sentence(result, members),
                              completion_sentence(result, members)
                              if facts[members[0].subject].actor_update_finished_ns else
@@ -402,15 +406,14 @@ def _job_period(job: str | None, verdict: Verdict) -> str:
 
 def _evidence_pattern(result: AuditResult, members: Sequence[Verdict], linked: bool) -> str:
     """The group's evidence, once, as the pattern its periods share, then the exceptions."""
-    if len(members) == 1:  # (its own citations: there is no pattern to abstract)
-        return f"Evidence (paths under `BASE`): {cite_group(members[0].citations)}."
     pattern = group_pattern(result, members)
     where = ("each period's own in [`evidence.md`](evidence.md)" if linked
              else "each period's own in `findings.parquet`")
-    shared = ("the same in every period" if not pattern.exceptions else
-              f"the same in {len(members) - len(pattern.exceptions):,} of "
+    shared = ("" if len(members) == 1 else
+              ", the same in every period" if not pattern.exceptions else
+              f", the same in {len(members) - len(pattern.exceptions):,} of "
               f"{len(members):,} periods")
-    head = f"Evidence, {shared} (paths under `ATTEMPT` or `BASE`; {where}): "
+    head = f"Evidence{shared} (paths under `ATTEMPT` or `BASE`; {where}): "
     text = head + pattern.text + "."
     if pattern.exceptions:
         text += "\n\nExceptions (their citations differ from the pattern):\n\n" + \

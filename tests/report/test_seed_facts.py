@@ -58,7 +58,7 @@ FACTS: tuple[tuple[str, str], ...] = (
     ("phase sequence", r"phase sequence reaches `actor_update`, `weight_sync`, then `idle`"),
     ("limits of calls", r"completed calls, not independent proof that optimizer parameters "
                         r"changed"),
-    ("dispatch facts", r"All nine dispatches specify `TOTAL_TRAINING_STEPS=1`, "
+    ("dispatch facts", r"All (nine|18) dispatches specify `TOTAL_TRAINING_STEPS=1`, "
                        r"`TRAINER_LOGGER=\[\"console\"\]` and `RESUME_MODE=disable`"),
     ("payload exit", r"invocation exit 0"),
     ("exit pattern", r"`trial-<job>\.json#/invocation/exit_code` \(`0`\)"),
