@@ -350,6 +350,28 @@ class SacctStep:
     signal: int | None
     line: int
 
+    @property
+    def exit_code_may_be(self) -> tuple[int, ...] | None:
+        """The exit codes the printed one may stand for (see :func:`exit_code_may_be`)."""
+        return exit_code_may_be(self.exit_code, self.signal)
+
+
+def exit_code_may_be(exit_code: int | None, signal: int | None) -> tuple[int, ...] | None:
+    """What a printed ``ExitCode`` ``c:s`` may stand for: sacct prints an exit code of 128
+    or more minus 128 (``src/sacct/print.c``), so ``15:0`` is 15 or 143, ``127:0`` 127 or
+    255 (contract v1.1); a code of 0, a signal part, or a code of 128 or more is itself.
+    None when the code is unknown."""
+    if exit_code is None:
+        return None
+    if 1 <= exit_code <= 127 and not signal:
+        return (exit_code, exit_code + 128)
+    return (exit_code,)
+
+
+MAX_PENDING_TASKS = 1 << 20
+"""Most tasks a pending range is expanded into (Slurm's own ``MaxArraySize`` is at most
+4,000,001); a larger range lists none (``pending_tasks`` None)."""
+
 
 @fast_pickle
 @dataclass(frozen=True, slots=True)
@@ -381,19 +403,78 @@ class SacctJob:
     steps: tuple[SacctStep, ...] = ()
     history: tuple[str, ...] = ()
     """States of earlier records of the same job id (``sacct -D`` requeues), oldest first."""
+    attempts: tuple[SacctJob, ...] = ()
+    """The earlier records of the same job id (``sacct -D``: one per requeue or preemption,
+    each with its own steps), oldest first: the attempt ledger. This row is the latest."""
+    restarts: int | None = None
+    """sacct's ``Restarts`` (Slurm 24.11 and later); None without that column."""
+    own_rows: frozenset[int] = frozenset()
+    """For a pending range: the tasks of its array that have rows of their own (a range
+    printed after one of its tasks started covers only the others, contract v1.1)."""
 
     @property
     def gpu_seconds(self) -> int | None:
-        """ElapsedRaw x allocated GPUs, when both are known."""
+        """ElapsedRaw x allocated GPUs of this record, when both are known."""
         if self.elapsed_s is None or self.gpus is None:
             return None
         return self.elapsed_s * self.gpus
 
-    def covers(self, task: int) -> bool:
-        """Whether this pending range (``array_task_spec`` ``2-3``, ``4-8%2``, ``1,5-7:2``)
-        holds array task ``task``; False for any other row."""
+    @property
+    def exit_code_may_be(self) -> tuple[int, ...] | None:
+        """The exit codes the printed one may stand for: ``(15, 143)`` for ``15:0``."""
+        return exit_code_may_be(self.exit_code, self.signal)
+
+    def exit_shown(self, code: int | None) -> int | None:
+        """Which of :attr:`exit_code_may_be` a launcher's exit ``code`` (a trial record's) is:
+        ``code`` when the printed code may stand for it (143 against ``15:0``), else None
+        (the two disagree, or either is unknown). Never a contradiction by itself."""
+        possible = self.exit_code_may_be
+        return code if possible is not None and code in possible else None
+
+    @property
+    def records(self) -> tuple[SacctJob, ...]:
+        """Every record of this job id, oldest first (the attempts, then this one)."""
+        return (*self.attempts, self)
+
+    @property
+    def total_gpu_seconds(self) -> int | None:
+        """GPU-seconds of every record (each earlier attempt held the GPUs too); None when
+        any record's is unknown."""
+        values = [record.gpu_seconds for record in self.records]
+        return None if any(v is None for v in values) else sum(v for v in values if v)
+
+    @property
+    def requeued_gpu_seconds(self) -> int | None:
+        """The share of :attr:`total_gpu_seconds` lost to requeue or preemption: every
+        earlier record's, and this one's when it is ``PREEMPTED``."""
+        lost = [*self.attempts, *((self,) if self.state == "PREEMPTED" else ())]
+        values = [record.gpu_seconds for record in lost]
+        return None if any(v is None for v in values) else sum(v for v in values if v)
+
+    @property
+    def history_missing(self) -> bool:
+        """Whether sacct's ``Restarts`` says the job ran more times than the records present
+        (the dump was captured without ``-D``)."""
+        return self.restarts is not None and self.restarts > len(self.attempts)
+
+    def record_for_restart(self, restart: int, latest: int | None = None) -> SacctJob | None:
+        """The record of run ``restart`` (``SLURM_RESTART_COUNT``) of this job: this row for
+        the latest run (``latest``, by default ``Restarts`` or the records present), an
+        earlier record when the dump holds every one (``-D``), else None: the dump has no
+        record of that run of its own."""
+        if latest is None:
+            latest = self.restarts if self.restarts is not None else len(self.attempts)
+        latest = max(latest, len(self.attempts))
+        if restart == latest:
+            return self
+        if 0 <= restart < latest and len(self.attempts) == latest:
+            return self.attempts[restart]
+        return None
+
+    def _spans(self) -> list[tuple[int, int, int]]:
+        spans: list[tuple[int, int, int]] = []
         if self.array_task_spec is None:
-            return False
+            return spans
         for part in self.array_task_spec.split("%", 1)[0].split(","):
             span, _, step_text = part.partition(":")
             first, _, last = span.partition("-")
@@ -402,9 +483,31 @@ class SacctJob:
                 step = int(step_text or 1)
             except ValueError:
                 continue
-            if low <= task <= high and step > 0 and (task - low) % step == 0:
-                return True
-        return False
+            if step > 0 and low <= high:
+                spans.append((low, high, step))
+        return spans
+
+    def covers(self, task: int) -> bool:
+        """Whether this pending range (``array_task_spec`` ``2-3``, ``4-8%2``, ``1,5-7:2``)
+        still holds array task ``task``: in its spec and without a row of its own; False for
+        any other row."""
+        if task in self.own_rows:
+            return False
+        return any(low <= task <= high and (task - low) % step == 0
+                   for low, high, step in self._spans())
+
+    @property
+    def pending_tasks(self) -> tuple[int, ...] | None:
+        """The tasks this pending range still holds, ascending (its spec minus the tasks
+        with rows of their own); None for any other row, or a range of over
+        :data:`MAX_PENDING_TASKS` tasks."""
+        if self.array_task_spec is None:
+            return None
+        spans = self._spans()
+        if sum((high - low) // step + 1 for low, high, step in spans) > MAX_PENDING_TASKS:
+            return None
+        tasks = {task for low, high, step in spans for task in range(low, high + 1, step)}
+        return tuple(sorted(tasks - self.own_rows))
 
 
 @fast_pickle

@@ -152,6 +152,26 @@ class ElementCost:
     array_job_id: str | None = None
     """The array the row is an element of (as sacct's JobID says); None for a job of its
     own (a retry submitted outside the array)."""
+    attempts: tuple[ElementCost, ...] = ()
+    """The job's earlier records (``sacct -D``: each requeued or preempted run held the
+    GPUs too), oldest first; this row's own figures are its latest record's."""
+    outside_array: bool = False
+    """A job that is no element of the study's arrays (a retry submitted as a job of its
+    own): counted apart from the allocation scope, which the contract defines per element."""
+
+    @property
+    def total_gpu_seconds(self) -> int | None:
+        """GPU-seconds of every record (the attempts and this one); None when any is
+        unknown."""
+        values = [self.gpu_seconds, *(a.gpu_seconds for a in self.attempts)]
+        return None if any(v is None for v in values) else sum(v for v in values if v)
+
+    @property
+    def requeued_gpu_seconds(self) -> int:
+        """The share lost to requeue or preemption: the earlier records', and this one's when
+        it is ``PREEMPTED`` (unknown figures count 0)."""
+        lost = sum(a.gpu_seconds or 0 for a in self.attempts)
+        return lost + ((self.gpu_seconds or 0) if self.state == "PREEMPTED" else 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +192,15 @@ class Accounting:
     """Actual job ids of attempts that no element row of the scheduler's dump accounts for:
     their allocation is outside the allocation scope, and their reservation scope counts
     the period's own GPUs (the allocation's are unknown)."""
+    requeued_gpu_seconds: int | None = None
+    """The allocation scope's share held by runs lost to requeue or preemption (every
+    earlier ``sacct -D`` record of an element, and ``PREEMPTED`` ones); None when the
+    allocation scope is unknown."""
+    jobs_outside_array: tuple[str, ...] = ()
+    """Jobs that ran attempts but are no element of the study's arrays (a retry submitted as
+    a job of its own), by sacct's JobID: not in the allocation scope, counted apart."""
+    outside_array_gpu_seconds: int | None = None
+    """Their GPU-seconds (every record's); None when the allocation scope is unknown."""
 
 
 @dataclass(frozen=True, slots=True)

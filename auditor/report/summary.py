@@ -110,6 +110,9 @@ def build_summary(result: AuditResult) -> dict[str, Any]:
             "unresolved_gpu_seconds": accounting.unresolved_gpu_seconds,
             "wasted_attempts": accounting.wasted_attempts,
             "jobs_without_element": list(accounting.jobs_without_element),
+            "requeued_gpu_seconds": accounting.requeued_gpu_seconds,
+            "jobs_outside_array": list(accounting.jobs_outside_array),
+            "outside_array_gpu_seconds": accounting.outside_array_gpu_seconds,
             "allocation_gpu_hours": None if accounting.allocation_gpu_seconds is None
             else round(accounting.allocation_gpu_seconds / 3600, 9),
             "task_gpu_hours": round(accounting.task_gpu_seconds / 3600, 9),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -113,38 +114,96 @@ MAX_SACCT_ROWS = 200
 
 
 def sacct_view(dump: SacctDump, summary: dict[str, Any]) -> Group:
-    """``auditor sacct``: one row per allocation, steps folded in, then totals."""
-    table = Table(title=f"sacct: {dump.path}", show_header=True)
-    for column, justify in (("job", "left"), ("raw", "left"), ("state", "left"),
-                            ("exit", "right"), ("elapsed s", "right"), ("gpus", "right"),
-                            ("GPU-s", "right"), ("failing steps", "left")):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    """``auditor sacct``: one row per record (a job's earlier ``-D`` runs under it), steps
+    folded in, then totals. Ids, states and exit codes are never cut (a narrow terminal
+    folds the notes column instead); a code that may have lost 128 says what it may be."""
+    table = Table(title=f"sacct: {dump.path}", show_header=True, box=box.SIMPLE_HEAD,
+                  pad_edge=False)
     jobs = summary["jobs"]
-    for job in jobs[:MAX_SACCT_ROWS]:
-        bad_steps = [f"{s['step']} {s['state']}"
-                     + ("" if s["exit_code"] is None else f" {s['exit_code']}:{s['signal']}")
-                     for s in job["steps"] if s["state"] not in ("COMPLETED", "RUNNING",
-                                                                 "PENDING")]
-        exit_text = "" if job["exit_code"] is None else f"{job['exit_code']}:{job['signal']}"
-        style = "green" if job["state"] == "COMPLETED" else "yellow" if job["state"] in (
-            "PENDING", "RUNNING") else "red"
-        table.add_row(
-            safe(job["job_id"]), safe(job["job_id_raw"] or ""), Text(job["state"], style=style),
-            exit_text, "" if job["elapsed_s"] is None else str(job["elapsed_s"]),
-            "" if job["gpus"] is None else str(job["gpus"]),
-            "" if job["gpu_seconds"] is None else f"{job['gpu_seconds']:,}",
-            safe("; ".join(bad_steps)),
-        )
+    shown = jobs[:MAX_SACCT_ROWS]
+    rows: list[tuple[Any, ...]] = []
+    for job in shown:
+        for number, record in enumerate(job["attempts"], start=1):
+            rows.append((f"{job['job_id']} run {number}", job["job_id_raw"] or "", record,
+                         _sacct_notes(record, "earlier run (sacct -D)")))
+        runs = f" run {len(job['attempts']) + 1}" if job["attempts"] else ""
+        pending = job.get("pending_tasks")
+        rows.append((f"{job['job_id']}{runs}", job["job_id_raw"] or "", job, _sacct_notes(
+            job, "" if "pending_tasks" not in job else
+            "holds tasks " + (_task_list(pending) if pending is not None else "(too many)"))))
+    texts = [(safe(name), safe(raw), record["state"], _exit_text(record),
+              "" if record["elapsed_s"] is None else str(record["elapsed_s"]),
+              "" if record["gpus"] is None else str(record["gpus"]),
+              "" if record["gpu_seconds"] is None else f"{record['gpu_seconds']:,}", notes)
+             for name, raw, record, notes in rows]
+    headers = ("job", "raw", "state", "exit", "elapsed", "gpus", "GPU-s", "notes")
+    for position, header in enumerate(headers):
+        widest = max([len(header), *(len(str(row[position])) for row in texts)])
+        if header == "notes":
+            table.add_column(header, overflow="fold", min_width=12)
+        else:
+            table.add_column(header, justify="left" if position < 3 else "right",
+                             no_wrap=True, min_width=min(widest, 40))
+    for name, raw, state, exit_text, elapsed, gpus, gpu_s, notes in texts:
+        style = "green" if state == "COMPLETED" else "yellow" if state in (
+            "PENDING", "RUNNING", "REQUEUED") else "red"
+        table.add_row(name, raw, Text(state, style=style), exit_text, elapsed, gpus, gpu_s,
+                      safe(notes))
     totals = summary["totals"]
     states = ", ".join(f"{state} {n}" for state, n in sorted(totals["states"].items()))
-    footer = Text(f"{totals['jobs']:,} allocations; {totals['gpu_seconds']:,} GPU-seconds "
-                  f"({totals['gpu_seconds'] / 3600:.6f} GPU-hours); states: {states}")
-    notes = [safe(f"{f.rule_id} {f.message}") for f in dump.findings[:20]]
+    seconds = totals["gpu_seconds"]
+    gpu_text = ("GPU-seconds unknown (the dump lacks ElapsedRaw/Elapsed or AllocTRES)"
+                if seconds is None else
+                f"{seconds:,} GPU-seconds ({seconds / 3600:.6f} GPU-hours)")
+    if seconds is not None and totals.get("gpu_seconds_unknown"):
+        gpu_text += f", {counted(totals['gpu_seconds_unknown'], 'record')} unknown"
+    if totals.get("requeued_gpu_seconds"):
+        gpu_text += (f", {totals['requeued_gpu_seconds']:,} of them held by runs lost to "
+                     "requeue or preemption")
+    if totals.get("jobs_outside_array"):
+        outside = totals["jobs_outside_array"]
+        gpu_text += (f"; {counted(len(outside), 'job')} outside the arrays ("
+                     + ", ".join(outside[:5]) + (", ..." if len(outside) > 5 else "")
+                     + (f": {totals['outside_array_gpu_seconds']:,} GPU-seconds)"
+                        if totals.get("outside_array_gpu_seconds") is not None else ")"))
+    footer = safe(f"{totals['jobs']:,} allocations; {gpu_text}; states: {states}")
+    notes_after = [safe(f"{f.rule_id} {f.message}") for f in dump.findings[:20]]
     if len(jobs) > MAX_SACCT_ROWS:  # (a table of thousands is read by no one, and takes
         # rich seconds a thousand rows to lay out)
-        notes.insert(0, Text(f"the first {MAX_SACCT_ROWS} of {len(jobs):,} allocations are "
-                             "shown; --json gives them all"))
-    return Group(table, footer, *notes)
+        notes_after.insert(0, Text(f"the first {MAX_SACCT_ROWS} of {len(jobs):,} allocations "
+                                   "are shown; --json gives them all"))
+    return Group(table, footer, *notes_after)
+
+
+def _exit_text(record: dict[str, Any]) -> str:
+    return "" if record["exit_code"] is None else f"{record['exit_code']}:{record['signal']}"
+
+
+def _sacct_notes(record: dict[str, Any], first: str) -> str:
+    """A row's notes: what it is, what a code that lost 128 may be, its failing steps."""
+    notes = [first] if first else []
+    possible = record.get("exit_code_may_be") or []
+    if len(possible) == 2:
+        notes.append(f"exit {possible[0]} or {possible[1]}")
+    notes.extend(f"{s['step']} {s['state']}"
+                 + ("" if s["exit_code"] is None else f" {s['exit_code']}:{s['signal']}")
+                 for s in record["steps"] if s["state"] not in ("COMPLETED", "RUNNING",
+                                                                "PENDING"))
+    return "; ".join(notes)
+
+
+def _task_list(tasks: list[int]) -> str:
+    """``12-15``, ``15``, ``1, 3-5``: a task list as runs (the first 20 runs)."""
+    runs: list[str] = []
+    start = previous = None
+    for task in [*tasks, None]:
+        if task is not None and previous is not None and task == previous + 1:
+            previous = task
+            continue
+        if start is not None:
+            runs.append(str(start) if start == previous else f"{start}-{previous}")
+        start = previous = task
+    return ", ".join(runs[:20]) + (", ..." if len(runs) > 20 else "") if runs else "none"
 
 
 def _gpu_seconds(accounting: dict[str, Any], scope: str = "allocation") -> str:

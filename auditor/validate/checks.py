@@ -30,7 +30,9 @@ from auditor.model import (
 
 DEVICE_NAME_RE = re.compile(r"^worker-(?P<role>.+)-(?P<rank>\d+)-(?P<pid>\d+)\.json$")
 TRACE_NAME_RE = re.compile(r"^allocator-(?P<pid>\d+)\.jsonl$")
-ATTEMPT_NAME_RE = re.compile(r"(?:^|/)attempt-(?P<job>[^/]+)$")
+ATTEMPT_NAME_RE = re.compile(r"(?:^|/)attempt-(?P<job>[^/]+?)(?:-r(?P<restart>\d{1,9}))?$")
+"""An attempt directory: ``attempt-<job>`` (restart 0) or ``attempt-<job>-r<restart_count>``
+(a requeued job keeps its id, contract v1.1): ``job`` and ``restart`` (None: no suffix)."""
 NS = 1_000_000_000
 
 
@@ -42,7 +44,7 @@ def validate(collected: Collected, options: AuditOptions) -> list[Finding]:
         for attempt in period.attempts:
             findings.extend(_identity(period, attempt))
             findings.extend(_job_ids(period, attempt, collected.sacct))
-            findings.extend(_timeline(attempt, collected.sacct))
+            findings.extend(_timeline(attempt, collected.sacct, period))
     findings.extend(_scheduler_states(collected.sacct))
     findings.extend(_absent_elements(collected))
     findings.extend(_commits(collected))
@@ -314,7 +316,13 @@ def _job_ids(
                                  f"the period record says {record.array_task_id}")
 
 
-def _timeline(attempt: AttemptEvidence, sacct: SacctDump | None) -> Iterator[Finding]:
+def _timeline(attempt: AttemptEvidence, sacct: SacctDump | None,
+              period: PeriodEvidence | None = None) -> Iterator[Finding]:
+    """Allocator records inside the invocation (AUD116); the invocation inside its own
+    allocation record (AUD117): the ``sacct -D`` record of its run (by restart count) for
+    a requeued job, else the element's latest. Without ``-D`` an earlier run has no record
+    of its own: not compared, and said (AUD119). sacct's End is the second of the kill
+    request, truncated, so the invocation may end up to one second after it, no more."""
     trial = attempt.read.trial
     if trial is None or trial.started_ns is None or trial.finished_ns is None:
         return
@@ -343,6 +351,11 @@ def _timeline(attempt: AttemptEvidence, sacct: SacctDump | None) -> Iterator[Fin
                           detail="memory samples outside the invocation window")
     element = element_for(sacct, attempt.spec.job_id or trial.job_id)
     if element is not None and sacct is not None:
+        element, unmatched = _own_record(element, attempt, period)
+        if element is None:
+            yield finding("AUD119", subject, [Citation(sacct.path), Citation(
+                trial.path, pointer="/restart_count")], detail=unmatched)
+            return
         cite = [Citation(sacct.path, line=element.line), Citation(trial.path,
                                                                   pointer="/invocation")]
         if element.start is not None and start // NS < element.start:
@@ -353,6 +366,44 @@ def _timeline(attempt: AttemptEvidence, sacct: SacctDump | None) -> Iterator[Fin
             yield finding("AUD117", subject, cite,
                           detail=f"invocation ends after the allocation (sacct End "
                                  f"{element.end}, invocation {finish // NS})")
+
+
+def restart_of(attempt: AttemptEvidence) -> int | None:
+    """The attempt's run of its job (``SLURM_RESTART_COUNT``): the trial's
+    ``restart_count``, else the period record's, else its directory's ``-r<n>`` suffix;
+    None when nothing says (a v1 study)."""
+    trial = attempt.read.trial
+    if trial is not None and trial.restart_count is not None:
+        return trial.restart_count
+    if attempt.spec.restart_count is not None:
+        return attempt.spec.restart_count
+    match = ATTEMPT_NAME_RE.search(attempt.spec.attempt_dir or "")
+    return int(match["restart"]) if match is not None and match["restart"] else None
+
+
+def _own_record(element: SacctJob, attempt: AttemptEvidence, period: PeriodEvidence | None
+                ) -> tuple[SacctJob | None, str]:
+    """The record of the attempt's own run (the element itself when its run is unknown or
+    the latest), or None and why the dump has none."""
+    trial = attempt.read.trial
+    job = attempt.spec.job_id or (trial.job_id if trial else None)
+    siblings = [restart_of(other) for other in (period.attempts if period else ())
+                if other is not attempt and (other.spec.job_id or (
+                    other.read.trial.job_id if other.read.trial else None)) == job]
+    restart = restart_of(attempt)
+    match = ATTEMPT_NAME_RE.search(attempt.spec.attempt_dir or "")
+    if restart is None and match is not None and any(n is not None for n in siblings):
+        restart = 0  # (``attempt-<job>`` beside an ``attempt-<job>-r<n>``: the first run)
+    if restart is None:
+        return element, ""
+    latest = max([restart, *(n for n in siblings if n is not None), len(element.attempts),
+                  element.restarts or 0])
+    record = element.record_for_restart(restart, latest)
+    if record is not None:
+        return record, ""
+    return None, (f"job {job} restart {restart} has no record of its own in the sacct dump "
+                  f"(its latest record is restart {latest}'s; a dump captured without sacct "
+                  "-D keeps only that one): the invocation is not compared with an allocation")
 
 
 # ------------------------------------------------------------------ provenance

@@ -347,9 +347,11 @@ def test_real_seff_array_pending_throttled_range() -> None:
     assert (item.array_job_id, item.array_task_id) == ("123456", None)
     assert item.array_task_spec == "9201-10000%500"
     assert item.state == "PENDING"
-    assert summary_json(real("seff-array__issue15_pending_range_throttle.psv"))["totals"] == {
-        "jobs": 1, "gpu_seconds": 0, "states": {"PENDING": 1}
-    }
+    totals = summary_json(real("seff-array__issue15_pending_range_throttle.psv"))["totals"]
+    assert isinstance(totals, dict)
+    # captured without ElapsedRaw/AllocTRES: GPU-seconds unknown, not 0
+    assert (totals["jobs"], totals["gpu_seconds"], totals["states"]) == (1, None, {"PENDING": 1})
+    assert item.pending_tasks == tuple(range(9201, 10001))
 
 
 @needs_real
@@ -403,18 +405,23 @@ def test_real_frontier_step_only_oom() -> None:
 def test_seed_shaped_array_sums_to_20828_gpu_seconds() -> None:
     dump = defect("seed_array_gpu_seconds.psv")
     summary = summary_json(dump)
-    assert summary["totals"] == {"jobs": 9, "gpu_seconds": 20828, "states": {"FAILED": 9}}
+    assert summary["totals"] == {"jobs": 9, "gpu_seconds": 20828, "gpu_seconds_unknown": 0,
+                                 "requeued_gpu_seconds": 0, "jobs_outside_array": [],
+                                 "outside_array_gpu_seconds": 0, "states": {"FAILED": 9}}
     entries = summary["jobs"]
     assert isinstance(entries, list)
     assert [entry["array_task_id"] for entry in entries] == list(range(9))
     assert entries[8] == {
         "job_id": "5055845_8", "job_id_raw": "5055845", "array_job_id": "5055845",
-        "array_task_id": 8, "state": "FAILED", "exit_code": 2, "signal": 0, "elapsed_s": 565,
-        "gpus": 4, "gpu_seconds": 2260,
+        "array_task_id": 8, "state": "FAILED", "exit_code": 2, "exit_code_may_be": [2, 130],
+        "signal": 0, "elapsed_s": 565, "gpus": 4, "gpu_seconds": 2260,
         "steps": [
-            {"step": "batch", "state": "FAILED", "exit_code": 2, "signal": 0},
-            {"step": "extern", "state": "COMPLETED", "exit_code": 0, "signal": 0},
+            {"step": "batch", "state": "FAILED", "exit_code": 2, "exit_code_may_be": [2, 130],
+             "signal": 0},
+            {"step": "extern", "state": "COMPLETED", "exit_code": 0, "exit_code_may_be": [0],
+             "signal": 0},
         ],
+        "attempts": [],
     }
     found = job_for(dump, "5055846")
     assert found is not None and found.array_task_id == 0
@@ -497,9 +504,17 @@ def test_requeued_duplicates_keep_latest_with_history() -> None:
     # the earlier attempts' steps (.batch FAILED, .batch NODE_FAIL) left with them
     assert steps(item) == [("batch", "COMPLETED", 0, 0), ("extern", "COMPLETED", 0, 0)]
     assert worst_step(item) is None
-    assert summary_json(dump)["totals"] == {
-        "jobs": 1, "gpu_seconds": 2400, "states": {"COMPLETED": 1}
-    }
+    # the attempt ledger: each earlier record held the GPUs, with the steps that followed it
+    assert [(a.state, a.elapsed_s, a.gpus, a.node_list, a.line) for a in item.attempts] == [
+        ("REQUEUED", 300, 4, "gpu-node-3", 1), ("REQUEUED", 420, 4, "gpu-node-4", 3)]
+    assert [steps(a) for a in item.attempts] == [[("batch", "FAILED", 1, 0)],
+                                                 [("batch", "NODE_FAIL", 0, 9)]]
+    assert (item.total_gpu_seconds, item.requeued_gpu_seconds) == (5280, 2880)
+    assert [item.record_for_restart(n) for n in range(4)] == [*item.attempts, item, None]
+    totals = summary_json(dump)["totals"]
+    assert isinstance(totals, dict)
+    assert (totals["jobs"], totals["gpu_seconds"], totals["requeued_gpu_seconds"],
+            totals["states"]) == (1, 2400 + 1200 + 1680, 1200 + 1680, {"COMPLETED": 1})
 
 
 def test_header_in_other_order_case_insensitive_and_repeated() -> None:
@@ -684,7 +699,7 @@ def test_rows_each_a_field_short_are_refused_not_paired_up(kept: int, raw_first:
     with pytest.raises(SacctFormatError) as caught:
         parse_sacct(io.BytesIO(cut), "cut.psv", tuple(fields))
     assert "expected 11 fields" in str(caught.value)
-    assert f"found rows of {kept} fields" in str(caught.value)
+    assert f"but the rows have {kept} fields;" in str(caught.value)
 
 
 def test_a_newline_in_a_job_name_before_a_digit_still_joins() -> None:
@@ -703,7 +718,7 @@ def test_wrong_field_count_refused() -> None:
     with pytest.raises(SacctFormatError) as caught:
         defect("wrong_format.psv")
     message = str(caught.value)
-    assert "expected 11 fields" in message and "found rows of 4 fields" in message
+    assert "expected 11 fields" in message and "but the rows have 4 fields;" in message
     assert "--format" in message and "--delimiter" in message
     dump = defect("wrong_format.psv", fields="JobID,NodeList,State,ExitCode")
     assert steps(dump.jobs[0]) == [("batch", "COMPLETED", 0, 0)]
@@ -736,7 +751,12 @@ def test_empty_file_gives_empty_dump_with_finding() -> None:
     dump = parse_bytes(b"")
     assert dump.jobs == () and rules(dump) == ["AUD009"]
     assert dump.digest is not None and dump.digest.size == 0
-    assert summary_json(dump) == {"jobs": [], "totals": {"jobs": 0, "gpu_seconds": 0, "states": {}}}
+    summary = summary_json(dump)
+    assert summary["jobs"] == [] and summary["totals"] == {
+        "jobs": 0, "gpu_seconds": 0, "gpu_seconds_unknown": 0, "requeued_gpu_seconds": 0,
+        "jobs_outside_array": [], "outside_array_gpu_seconds": 0, "states": {}}
+    listed = summary["findings"]
+    assert isinstance(listed, list) and [f["rule_id"] for f in listed] == ["AUD009"]
 
 
 def test_comment_only_and_header_only_give_aud009() -> None:

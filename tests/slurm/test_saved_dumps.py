@@ -151,8 +151,6 @@ def test_table_shows_whole_states(capsys: pytest.CaptureFixture[str]) -> None:
 
 # ---------------------------------------------------------------- issue 19: read wrong today
 
-@pytest.mark.xfail(strict=True, reason="issue 19 (1): sacct prints exit codes of 128 or more "
-                   "minus 128; --json should add exit_code_may_be [c, c+128]")
 def test_exit_code_may_have_lost_128(capsys: pytest.CaptureFixture[str]) -> None:
     jobs = by_task(sacct_json(capsys, "contract"))
     for task, printed, possible in ((2, 15, [15, 143]), (10, 9, [9, 137]),
@@ -161,8 +159,6 @@ def test_exit_code_may_have_lost_128(capsys: pytest.CaptureFixture[str]) -> None
         assert jobs[task]["exit_code_may_be"] == possible, task
 
 
-@pytest.mark.xfail(strict=True, reason="issue 19 (2): with -D a requeued element's REQUEUED "
-                   "records vanish; they should be its attempts, their GPU-seconds counted")
 def test_requeued_attempts_are_kept_and_counted(capsys: pytest.CaptureFixture[str]) -> None:
     document = sacct_json(capsys, "contract-D")
     jobs = by_task(document)
@@ -176,15 +172,11 @@ def test_requeued_attempts_are_kept_and_counted(capsys: pytest.CaptureFixture[st
     assert document["totals"]["gpu_seconds"] == 476 + lost
 
 
-@pytest.mark.xfail(strict=True, reason="issue 19 (3): a pending range should list the tasks "
-                   "it still holds (pending_tasks), minus those with rows of their own")
 def test_pending_range_lists_its_tasks(capsys: pytest.CaptureFixture[str]) -> None:
     pending = by_task(sacct_json(capsys, "midrun"))[None]
     assert pending["pending_tasks"] == [12, 13, 14, 15]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 19 (3): a stale range (1_[14-15%12], left "
-                   "after task 14 got its own row) counts task 14 twice; it should list only 15")
 def test_stale_range_counts_each_task_once(capsys: pytest.CaptureFixture[str]) -> None:
     document = sacct_json(capsys, "contract")
     jobs = by_task(document)
@@ -193,13 +185,13 @@ def test_stale_range_counts_each_task_once(capsys: pytest.CaptureFixture[str]) -
     assert document["totals"]["states"]["CANCELLED"] == 2  # task 3, and 15 in the range
 
 
-@pytest.mark.xfail(strict=True, reason="issue 19 (5): a header that contradicts the --format "
-                   "given is preferred in silence; one line should say which was used")
 def test_header_against_format_says_which_was_used(capsys: pytest.CaptureFixture[str]) -> None:
     capsys.readouterr()
     assert main(["sacct", str(DUMPS / "header.psv"), "--json", "--format", OTHER_FORMAT]) == 0
     captured = capsys.readouterr()
-    jobs = by_task(orjson.loads(captured.out))
+    document = orjson.loads(captured.out)
+    jobs = by_task(document)
     assert jobs[2]["state"] == "FAILED"                  # read by its header, rightly
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and "header" in lines[0].lower(), captured.err
+    lines = [f["message"] for f in document["findings"] if "header" in f["message"].lower()]
+    assert len(lines) == 1 and "--format" in lines[0] and "header was used" in lines[0], lines
+    assert "\n" not in lines[0]

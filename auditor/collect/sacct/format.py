@@ -60,7 +60,7 @@ _KNOWN_FIELDS: tuple[str, ...] = (
     "Planned", "PlannedCPU", "PlannedCPURAW", "Priority", "QOS", "QOSRAW", "QOSREQ", "Reason",
     "ReqCPUFreq", "ReqCPUFreqGov", "ReqCPUFreqMax", "ReqCPUFreqMin", "ReqCPUS", "ReqGRES",
     "ReqMem", "ReqNodes", "ReqTRES", "Reservation", "ReservationId", "Reserved", "ResvCPU",
-    "ResvCPURAW", "SLUID", "Start", "State", "StdErr", "StdIn", "StdOut", "Submit",
+    "ResvCPURAW", "Restarts", "SLUID", "Start", "State", "StdErr", "StdIn", "StdOut", "Submit",
     "SubmitLine", "Suspended", "SystemComment", "SystemCPU", "Timelimit", "TimelimitRaw",
     "TotalCPU", *_TRES_USAGE, "UID", "User", "UserCPU", "WCKey", "WCKeyID", "WorkDir",
 )

@@ -132,6 +132,7 @@ class _Framer:
         if header is not None:
             names, delimiter = header
             fields: tuple[str, ...] = tuple(names)
+            self._header_against_format(fields, window)
         else:
             fields = self.fields_arg or DEFAULT_FORMAT
             delimiter = self.delimiter_arg or _sniff_delimiter(texts, len(fields))
@@ -165,6 +166,20 @@ class _Framer:
             checks=checks,
             core=core,
             open_last=fields[-1].lower() in _MULTILINE and index[fields[-1].lower()] == n - 1,
+        )
+
+    def _header_against_format(self, fields: tuple[str, ...], window: list[_Phys]) -> None:
+        """One finding when the dump's header names other fields than ``--format`` gave:
+        the header, what the file itself says, is used."""
+        given = self.fields_arg
+        if given is None or tuple(f.lower() for f in given) == tuple(f.lower() for f in fields):
+            return
+        line = next((p for p in window if not p.skip and not p.clipped), None)
+        self._find(
+            "AUD008", line.number if line is not None else 1, line.text if line else "",
+            error=f"the header line names {len(fields)} fields ({clip(','.join(fields), 200)}), "
+                  f"--format gave {len(given)} ({clip(','.join(given), 200)}): the header was "
+                  "used, --format ignored",
         )
 
     def _is_header_again(self, text: str) -> bool:
@@ -402,9 +417,13 @@ class _Framer:
         advice = "pass the --format (and --delimiter) the dump was captured with"
         counted = sum(self.bad_counts.values())
         if counted and counted >= self.bad_values:
-            found = ", ".join(str(count) for count, _ in self.bad_counts.most_common(3))
+            common = sorted(count for count, _ in self.bad_counts.most_common(3))
+            found = " or ".join([", ".join(str(c) for c in common[:-1]), str(common[-1])]
+                                if len(common) > 1 else [str(common[0])])
+            plural = "" if common == [1] else "s"
             raise SacctFormatError(
-                f"{self.path}: expected {shape}, found rows of {found} fields; {advice}"
+                f"{self.path}: expected {shape} in each row, but the rows have {found} "
+                f"field{plural}; {advice}"
             )
         raise SacctFormatError(
             f"{self.path}: rows have the {shape} but their values do not fit them "

@@ -19,6 +19,7 @@ from auditor.collect.sacct.framing import _Framer
 from auditor.collect.sacct.values import (
     _RE_JOBID,
     _RE_JOBIDRAW,
+    _count,
     _elapsed,
     _exit,
     _gpus,
@@ -34,7 +35,8 @@ class _Alloc:
 
     job: SacctJob
     steps: list[SacctStep] = field(default_factory=list)
-    history: list[str] = field(default_factory=list)
+    earlier: list[_Alloc] = field(default_factory=list)
+    """Earlier records of the same job id (``sacct -D``), oldest first."""
 
 
 @dataclass(slots=True)
@@ -151,6 +153,7 @@ class _Parser(_Framer):
         end = _time(get("end"), "End", errors)
         elapsed = _elapsed(get("elapsedraw"), get("elapsed"), errors)
         gpus = _gpus(get("alloctres"), errors)
+        restarts = _count(get("restarts"), "Restarts", errors)
         self._report_values(number, text, errors)
 
         job_id_raw = raw_match.group(0) if raw_match is not None else None
@@ -186,11 +189,15 @@ class _Parser(_Framer):
             node_list=get("nodelist"),
             reason=get("reason"),
             line=number,
+            restarts=restarts,
         )
         earlier = self.jobs.get(key)
         alloc = _Alloc(job)
         if earlier is not None:
-            alloc.history = [*earlier.history, earlier.job.state]
+            # sacct -D: the same job id again is its next run; the earlier record is an
+            # attempt of the ledger (with the steps that followed it)
+            alloc.earlier = [*earlier.earlier, earlier]
+            earlier.earlier = []
         self.jobs[key] = alloc
         if job_id_raw is not None:
             self.by_raw[job_id_raw] = key
@@ -239,32 +246,39 @@ class _Parser(_Framer):
                     "no allocation row in the dump; not attached"
                 ),
             )
+        own_rows: dict[str, set[int]] = {}
+        for alloc in self.jobs.values():
+            if alloc.job.array_job_id is not None and alloc.job.array_task_id is not None:
+                own_rows.setdefault(alloc.job.array_job_id, set()).add(alloc.job.array_task_id)
         jobs: list[SacctJob] = []
         for alloc in self.jobs.values():
-            job = alloc.job
-            steps = tuple(sorted(alloc.steps, key=lambda step: step.line))
-            jobs.append(SacctJob(
-                job_id=job.job_id,
-                job_id_raw=job.job_id_raw,
-                array_job_id=job.array_job_id,
-                array_task_id=job.array_task_id,
-                array_task_spec=job.array_task_spec,
-                job_name=job.job_name,
-                state=job.state,
-                state_raw=job.state_raw,
-                exit_code=job.exit_code,
-                signal=job.signal,
-                start=job.start,
-                end=job.end,
-                elapsed_s=job.elapsed_s,
-                gpus=job.gpus,
-                node_list=job.node_list,
-                reason=job.reason,
-                line=job.line,
-                steps=steps,
-                history=tuple(alloc.history),
-            ))
+            attempts = tuple(_finished(earlier, (), frozenset()) for earlier in alloc.earlier)
+            tasks = frozenset(own_rows.get(alloc.job.array_job_id or "", ())) \
+                if alloc.job.array_task_spec is not None else frozenset()
+            jobs.append(_finished(alloc, attempts, tasks))
+        self._history_missing(jobs)
         return tuple(jobs)
+
+    def _history_missing(self, jobs: list[SacctJob]) -> None:
+        """An ``AUD019`` when sacct's ``Restarts`` counts more runs than the records present:
+        the dump was captured without ``-D``, the earlier runs' records (and GPU-seconds)
+        are not in it."""
+        short = [job for job in jobs if job.history_missing]
+        if not short:
+            return
+        named = ", ".join(f"{job.job_id} (Restarts {job.restarts}, "
+                          f"{len(job.records)} record{'s' if len(job.records) > 1 else ''})"
+                          for job in short[:5]) + (", ..." if len(short) > 5 else "")
+        first = short[0]
+        self.findings.append(catalogue.finding(
+            "AUD019", self.path, (Citation(self.path, line=first.line,
+                                           quote=str(first.restarts)),),
+            fields="-D",
+            consequence=f"sacct's Restarts counts more runs than the dump has records for "
+                        f"{len(short)} job{'s' if len(short) > 1 else ''} ({named}): the "
+                        "earlier runs' records, and the GPU-seconds they held, are missing "
+                        "(capture with sacct -D)",
+        ))
 
     def _add_empty_finding(self) -> None:
         fmt = self.fmt
@@ -278,3 +292,33 @@ class _Parser(_Framer):
             "AUD009", self.path, (Citation(self.path),), error=error,
         ))
 
+
+def _finished(alloc: _Alloc, attempts: tuple[SacctJob, ...], own_rows: frozenset[int]
+              ) -> SacctJob:
+    """The record of ``alloc`` with its steps (in line order), its earlier records and, for
+    a pending range, the tasks of its array that have rows of their own."""
+    job = alloc.job
+    return SacctJob(
+        job_id=job.job_id,
+        job_id_raw=job.job_id_raw,
+        array_job_id=job.array_job_id,
+        array_task_id=job.array_task_id,
+        array_task_spec=job.array_task_spec,
+        job_name=job.job_name,
+        state=job.state,
+        state_raw=job.state_raw,
+        exit_code=job.exit_code,
+        signal=job.signal,
+        start=job.start,
+        end=job.end,
+        elapsed_s=job.elapsed_s,
+        gpus=job.gpus,
+        node_list=job.node_list,
+        reason=job.reason,
+        line=job.line,
+        steps=tuple(sorted(alloc.steps, key=lambda step: step.line)),
+        history=tuple(record.state for record in attempts),
+        attempts=attempts,
+        restarts=job.restarts,
+        own_rows=own_rows,
+    )

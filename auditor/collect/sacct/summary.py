@@ -6,51 +6,98 @@ import re
 from collections import Counter
 
 from auditor.collect.sacct.values import _RE_JOBID, _RE_UINT
-from auditor.model import SacctDump, SacctJob
+from auditor.model import Finding, SacctDump, SacctJob, SacctStep
 
 
 def summary_json(dump: SacctDump) -> dict[str, object]:
-    """The ``auditor sacct --json`` document: one entry per allocation row, and totals.
+    """The ``auditor sacct --json`` document: one entry per allocation, totals, findings.
 
     Entries are sorted by array job (a plain job is its own group), task id (a pending
-    range by its first task) and job id, numerically where the ids are numbers.
-    ``totals.gpu_seconds`` sums the jobs whose ElapsedRaw and GPUs are both known.
+    range by its first task) and job id, numerically where the ids are numbers. An entry's
+    ``exit_code`` is as sacct printed it; ``exit_code_may_be`` says what it may stand for
+    (``[15, 143]``: sacct drops 128). ``attempts`` are the job's earlier records
+    (``sacct -D``), oldest first; ``gpu_seconds`` is the latest record's. A pending range
+    lists the tasks it still holds (``pending_tasks``: not those with rows of their own).
+    ``totals.gpu_seconds`` sums every record of every job (attempts too), None when the
+    dump lacks ElapsedRaw/Elapsed or AllocTRES (unknown, not 0; ``gpu_seconds_unknown``
+    counts the records whose value is unknown in a dump that has both);
+    ``totals.requeued_gpu_seconds`` is the share lost to requeue or preemption;
+    ``totals.jobs_outside_array`` names the jobs of a dump with array elements that are
+    no element of any (a retry submitted on its own), ``outside_array_gpu_seconds`` their
+    share. ``findings`` are the dump's (one line each: a header that disagrees with
+    ``--format``, rows that could not be read, a dump captured without ``-D``).
     """
     jobs = sorted(dump.jobs, key=_sort_key)
-    entries: list[dict[str, object]] = [
-        {
-            "job_id": job.job_id,
-            "job_id_raw": job.job_id_raw,
-            "array_job_id": job.array_job_id,
-            "array_task_id": job.array_task_id,
-            "state": job.state,
-            "exit_code": job.exit_code,
-            "signal": job.signal,
-            "elapsed_s": job.elapsed_s,
-            "gpus": job.gpus,
-            "gpu_seconds": job.gpu_seconds,
-            "steps": [
-                {
-                    "step": step.step,
-                    "state": step.state,
-                    "exit_code": step.exit_code,
-                    "signal": step.signal,
-                }
-                for step in job.steps
-            ],
-        }
-        for job in jobs
-    ]
+    entries = [_entry(job) for job in jobs]
     states = Counter(job.state for job in jobs)
-    gpu_seconds = sum(value for job in jobs if (value := job.gpu_seconds) is not None)
+    names = {name.lower() for name in dump.fields}
+    known = bool(names & {"elapsedraw", "elapsed"}) and "alloctres" in names
+    records = [record for job in jobs for record in job.records]
+    gpu_seconds = sum(value for record in records if (value := record.gpu_seconds) is not None)
+    requeued = sum(value for job in jobs if (value := job.requeued_gpu_seconds) is not None)
+    arrays = any(job.array_job_id is not None for job in jobs)
+    outside = [job for job in jobs if arrays and job.array_job_id is None] \
+        if "jobid" in names else []
     return {
         "jobs": entries,
         "totals": {
             "jobs": len(entries),
-            "gpu_seconds": gpu_seconds,
+            "gpu_seconds": gpu_seconds if known else None,
+            "gpu_seconds_unknown": sum(1 for r in records if r.gpu_seconds is None)
+            if known else len(records),
+            "requeued_gpu_seconds": requeued if known else None,
+            "jobs_outside_array": [job.job_id for job in outside],
+            "outside_array_gpu_seconds": sum(job.total_gpu_seconds or 0 for job in outside)
+            if known else None,
             "states": dict(sorted(states.items())),
         },
+        "findings": [{"rule_id": f.rule_id, "line": _line(f), "message": f.message}
+                     for f in dump.findings],
     }
+
+
+def _entry(job: SacctJob) -> dict[str, object]:
+    entry: dict[str, object] = {
+        "job_id": job.job_id,
+        "job_id_raw": job.job_id_raw,
+        "array_job_id": job.array_job_id,
+        "array_task_id": job.array_task_id,
+        "state": job.state,
+        "exit_code": job.exit_code,
+        "exit_code_may_be": _possible(job.exit_code_may_be),
+        "signal": job.signal,
+        "elapsed_s": job.elapsed_s,
+        "gpus": job.gpus,
+        "gpu_seconds": job.gpu_seconds,
+        "steps": [_step(step) for step in job.steps],
+        "attempts": [
+            {"state": record.state, "exit_code": record.exit_code,
+             "exit_code_may_be": _possible(record.exit_code_may_be), "signal": record.signal,
+             "elapsed_s": record.elapsed_s, "gpus": record.gpus,
+             "gpu_seconds": record.gpu_seconds, "start": record.start, "end": record.end,
+             "line": record.line, "steps": [_step(step) for step in record.steps]}
+            for record in job.attempts
+        ],
+    }
+    if job.restarts is not None:
+        entry["restarts"] = job.restarts
+    if job.array_task_spec is not None:
+        tasks = job.pending_tasks
+        entry["pending_tasks"] = list(tasks) if tasks is not None else None
+    return entry
+
+
+def _step(step: SacctStep) -> dict[str, object]:
+    return {"step": step.step, "state": step.state, "exit_code": step.exit_code,
+            "exit_code_may_be": _possible(step.exit_code_may_be), "signal": step.signal}
+
+
+def _possible(codes: tuple[int, ...] | None) -> list[int] | None:
+    return None if codes is None else list(codes)
+
+
+def _line(item: Finding) -> int | None:
+    return item.citations[0].line if item.citations else None
 
 
 
@@ -72,4 +119,3 @@ def _sort_key(job: SacctJob) -> tuple[tuple[int, int, str], tuple[int, int], tup
     else:
         task = (-1, 0)
     return _number_key(group), task, _number_key(job.job_id)
-

@@ -65,6 +65,7 @@ _CHECKS: dict[str, re.Pattern[str]] = {
     "allocnodes": _CHECK_UINT,
     "ntasks": _CHECK_UINT,
     "uid": _CHECK_UINT,
+    "restarts": _CHECK_UINT,
     "gid": _CHECK_UINT,
     "elapsed": _CHECK_DURATION,
     "timelimit": _CHECK_DURATION,
@@ -98,6 +99,16 @@ def _exit(value: str | None, errors: list[str]) -> tuple[int | None, int | None]
         errors.append(f"ExitCode {clip(value, 40)!r}")
         return None, None
     return int(match.group(1)), int(match.group(2))
+
+
+def _count(value: str | None, column: str, errors: list[str]) -> int | None:
+    """A count column (``Restarts``): None when absent or empty."""
+    if value is None or not value.strip():
+        return None
+    if _RE_UINT.fullmatch(value.strip()):
+        return int(value.strip())
+    errors.append(f"{column} {clip(value, 40)!r}")
+    return None
 
 
 def _time(value: str | None, column: str, errors: list[str]) -> int | None:

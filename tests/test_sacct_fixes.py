@@ -1,0 +1,367 @@
+"""Issue 19's sacct fixes, each on a real Slurm 22.05 dump (``fixtures/slurm/``) and on
+generated studies audited through the CLI.
+
+- an exit code that lost 128 (``15:0`` is 15 or 143): never a contradiction with a trial's 143;
+- the attempt ledger of a ``-D`` dump: every record's GPU-seconds in the allocation scope,
+  the share lost to requeue or preemption named; ``Restarts`` above the records present is
+  a dump without ``-D``;
+- a requeued period (``attempt-<job>`` then ``attempt-<job>-r1``): one job, each attempt's
+  invocation inside its own record, none without ``-D`` (said, not a contradiction), with a
+  one-second tolerance on sacct's End and no more;
+- a pending range is what remains pending;
+- a header that disagrees with ``--format`` is one finding saying the header was used;
+- GPU-seconds unknown (not 0) without ElapsedRaw/AllocTRES; a plain message for a dump of
+  the wrong field count; a retry job outside the array counted apart.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pandas as pd
+import pytest
+
+from auditor._cli import main
+from auditor._io import HashingReader
+from auditor.collect.sacct import parse_sacct
+from auditor.model import SacctDump
+from tests.helpers import audit, edit_json, edit_record, outcome_study, period_records, rewrite
+
+DUMPS = Path(__file__).resolve().parent.parent / "fixtures" / "slurm"
+NS = 1_000_000_000
+RETRIED = "host-qwen25-7b-gsm8k-c2-s162/period-1"
+DIR = "host-qwen25-7b-gsm8k-c2-s162-4gpu"
+
+
+def real(name: str) -> SacctDump:
+    with open(DUMPS / f"{name}.psv", "rb") as handle:
+        return parse_sacct(HashingReader(handle), f"fixtures/slurm/{name}.psv")
+
+
+def task(dump: SacctDump, number: int | None) -> Any:
+    return next(job for job in dump.jobs if job.array_task_id == number)
+
+
+def findings(out: Path) -> pd.DataFrame:
+    return pd.read_parquet(out / "findings.parquet")
+
+
+def rules_of(summary: dict[str, Any], subject: str) -> set[str]:
+    period = next(p for p in summary["periods"] if f"{p['pair']}/period-{p['period']}" == subject)
+    return set(period["rule_ids"])
+
+
+def sacct_json(capsys: pytest.CaptureFixture[str], path: Path, *extra: str) -> dict[str, Any]:
+    capsys.readouterr()
+    assert main(["sacct", str(path), "--json", *extra]) == 0
+    document: dict[str, Any] = orjson.loads(capsys.readouterr().out)
+    return document
+
+
+# ---------------------------------------------------------------- 1. exit codes that lost 128
+
+
+def test_the_model_says_which_code_the_trial_shows() -> None:
+    """Task 2's script exited 143, sacct printed ``15:0``; task 8's ``0:9`` is a signal."""
+    dump = real("contract")
+    two, ten, eleven, eight = task(dump, 2), task(dump, 10), task(dump, 11), task(dump, 8)
+    assert (two.exit_code, two.exit_code_may_be) == (15, (15, 143))
+    assert two.exit_shown(143) == 143 and two.exit_shown(15) == 15 and two.exit_shown(1) is None
+    assert (ten.exit_code_may_be, eleven.exit_code_may_be) == ((9, 137), (127, 255))
+    assert eight.exit_code_may_be == (0,) and eight.exit_shown(137) is None
+    assert two.steps[0].exit_code_may_be == (15, 143)          # the .batch step too
+
+
+def test_a_trials_143_against_sacct_15_0_is_no_contradiction(tmp_path: Path) -> None:
+    """The generated flag-off 143 study with sacct's ``FAILED 143:0`` and with what a real
+    Slurm prints for it, ``FAILED 15:0``: the same verdicts, the same findings."""
+    root = outcome_study(tmp_path / "study", ["flag_off_143", "coordinated_shutdown"])
+    before = audit(root, tmp_path / "before")
+    rewrite(root, "accounting/sacct-raw.psv", lambda data: data.replace(b"|143:0|", b"|15:0|"))
+    assert b"|15:0|" in (root / "accounting/sacct-raw.psv").read_bytes()
+    after = audit(root, tmp_path / "after")
+    assert [(p["verdict"], p["reason"], p["rule_ids"]) for p in after["periods"]] == [
+        (p["verdict"], p["reason"], p["rule_ids"]) for p in before["periods"]]
+    assert sorted(findings(tmp_path / "after")["rule_id"]) == sorted(
+        findings(tmp_path / "before")["rule_id"])
+
+
+# ---------------------------------------------------------------- 2 and 3. a requeued period
+
+
+def requeued_study(root: Path, with_d: bool) -> Path:
+    """A period of two attempts of one job: job 7000002 ran (restart 0), was requeued and
+    ran again (restart 1, ``attempt-7000002-r1``), as contract v1.1 lays it out. Built from
+    the generated retried period (attempts 7000002 and 7000003): the second attempt becomes
+    the rerun, and sacct's element 1 gets the two records (``with_d``) or the latest only."""
+    outcome_study(root, ["completed", "retried"])
+    old, new = root / DIR / "attempt-7000003", root / DIR / "attempt-7000002-r1"
+    old.rename(new)
+    for name in ("trial", "training"):
+        suffix = "json" if name == "trial" else "log"
+        (new / f"{name}-7000003.{suffix}").rename(new / f"{name}-7000002.{suffix}")
+    record = next(p for p in period_records(root) if "s162" in str(p))
+
+    def relink(doc: Any) -> None:
+        first, second = doc["attempts"]
+        first["restart_count"] = 0
+        second.update(job_id="7000002", array_task_id=1, restart_count=1,
+                      attempt_dir=f"{DIR}/attempt-7000002-r1")
+        for entry in second["evidence"]:
+            entry["path"] = entry["path"].replace("7000003", "7000002")
+
+    edit_record(record, relink)
+    for path in sorted(p for p in new.rglob("*") if p.is_file()):
+        rewrite(root, path.relative_to(root).as_posix(),
+                lambda data: data.replace(b"7000003", b"7000002"))
+    for rel, restart in ((f"{DIR}/attempt-7000002/trial-7000002.json", 0),
+                         (f"{DIR}/attempt-7000002-r1/trial-7000002.json", 1)):
+        edit_json(root, rel, _restarted(restart))
+    lines = (root / "accounting/sacct-raw.psv").read_text().splitlines()
+    first = [line.replace("|COMPLETED|", "|REQUEUED|", 1) if line.startswith("7000000_1|")
+             else line for line in lines if line.startswith("7000000_1")]
+    rerun = [line.replace("7000000_2", "7000000_1").replace("7000003", "7000002")
+             for line in lines if line.startswith("7000000_2")]
+    kept = [line for line in lines if line.startswith("7000000_0")]
+    (root / "accounting/sacct-raw.psv").write_text(
+        "\n".join(kept + (first if with_d else []) + rerun) + "\n")
+    return root
+
+
+def _restarted(restart: int) -> Callable[[Any], None]:
+    def change(doc: Any) -> None:
+        doc.update(restart_count=restart, attempt=restart + 1)
+    return change
+
+
+def _no_restarts(doc: Any) -> None:
+    for attempt in doc["attempts"]:
+        attempt.pop("restart_count")
+
+
+def test_a_requeued_period_with_d_is_one_job_each_attempt_in_its_own_record(
+        tmp_path: Path) -> None:
+    root = requeued_study(tmp_path / "study", with_d=True)
+    summary = audit(root, tmp_path / "out")
+    rules = rules_of(summary, RETRIED)
+    assert not {"AUD111", "AUD117", "AUD119"} & rules, rules
+    accounting = summary["accounting"]
+    # every record held 4 GPUs: element 0 (430 s), element 1's requeued run (432 s), its rerun
+    assert accounting["allocation_gpu_seconds"] == 4 * (430 + 432 + 439)
+    assert accounting["requeued_gpu_seconds"] == 4 * 432
+    assert (accounting["jobs_outside_array"], accounting["outside_array_gpu_seconds"]) == ([], 0)
+
+
+def test_without_d_the_earlier_attempt_is_not_compared_and_that_is_said(tmp_path: Path) -> None:
+    root = requeued_study(tmp_path / "study", with_d=False)
+    summary = audit(root, tmp_path / "out")
+    rules = rules_of(summary, RETRIED)
+    assert "AUD117" not in rules and "AUD111" not in rules, rules
+    said = findings(tmp_path / "out")
+    said = said[said["rule_id"] == "AUD119"]
+    assert len(said) == 1
+    message = said["message"].iloc[0]
+    assert "restart 0" in message and "-D" in message and "not compared" in message
+    assert summary["accounting"]["allocation_gpu_seconds"] == 4 * (430 + 439)
+    assert summary["accounting"]["requeued_gpu_seconds"] == 0
+
+
+def test_the_attempt_directory_suffix_is_no_part_of_the_job_id(tmp_path: Path) -> None:
+    """``attempt-7000002-r1`` is job 7000002, restart 1: no job-id mismatch, and its
+    restart (the trial's restart_count removed) still picks its own record."""
+    root = requeued_study(tmp_path / "study", with_d=True)
+    for rel in (f"{DIR}/attempt-7000002/trial-7000002.json",
+                f"{DIR}/attempt-7000002-r1/trial-7000002.json"):
+        edit_json(root, rel, lambda doc: doc.pop("restart_count"))
+    edit_record(next(p for p in period_records(root) if "s162" in str(p)), _no_restarts)
+    summary = audit(root, tmp_path / "out")
+    assert not {"AUD111", "AUD117", "AUD119"} & rules_of(summary, RETRIED)
+
+
+@pytest.mark.parametrize(("late_ns", "outside"), [(0, False), (1, True)])
+def test_one_second_after_sacct_end_and_no_more(tmp_path: Path, late_ns: int,
+                                                outside: bool) -> None:
+    """sacct's End is the kill request's second, truncated: an invocation may finish up to
+    a second after it (End + 1 s exactly is inside), not a nanosecond more."""
+    root = requeued_study(tmp_path / "study", with_d=True)
+    end = next(job for job in parse_sacct(
+        HashingReader(open(root / "accounting/sacct-raw.psv", "rb")), "s").jobs
+        if job.array_task_id == 1).end
+    assert end is not None
+    edit_json(root, f"{DIR}/attempt-7000002-r1/trial-7000002.json",
+              lambda doc: doc["invocation"].update(finished_ns=(end + 1) * NS + late_ns))
+    summary = audit(root, tmp_path / "out")
+    assert ("AUD117" in rules_of(summary, RETRIED)) is outside
+
+
+def test_a_preempted_record_is_lost_to_preemption(tmp_path: Path) -> None:
+    root = outcome_study(tmp_path / "study", ["completed", "completed"])
+    rewrite(root, "accounting/sacct-raw.psv", lambda data: b"\n".join(
+        line.replace(b"|COMPLETED|", b"|PREEMPTED|", 1) if line.startswith(b"7000000_1|")
+        else line for line in data.split(b"\n")))
+    summary = audit(root, tmp_path / "out")
+    assert summary["accounting"]["requeued_gpu_seconds"] == 4 * 432
+    assert summary["accounting"]["allocation_gpu_seconds"] == 4 * (430 + 432)
+
+
+def test_restarts_above_the_records_present_says_the_dump_lacked_d(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Slurm 24.11's ``Restarts``: the real dump without ``-D`` (tasks 6 and 7 were
+    requeued once) with the count each task really had appended."""
+    lines = (DUMPS / "contract.psv").read_text().splitlines()
+    fmt = "JobID,JobIDRaw,JobName,State,ExitCode,Start,End,ElapsedRaw,AllocTRES,NodeList," \
+          "Reason,Restarts"
+    restarts = {"1_6": "1", "1_7": "1"}
+    dump = tmp_path / "restarts.psv"
+    dump.write_text("".join(
+        f"{line}|{restarts.get(line.split('|')[0], '0') if '.' not in line.split('|')[0] else ''}\n"
+        for line in lines))
+    document = sacct_json(capsys, dump, "--format", fmt)
+    said = [f for f in document["findings"] if f["rule_id"] == "AUD019"]
+    assert len(said) == 1 and "-D" in said[0]["message"]
+    assert "1_6 (Restarts 1, 1 record)" in said[0]["message"] and "1_7" in said[0]["message"]
+    jobs = {job["array_task_id"]: job for job in document["jobs"]}
+    assert (jobs[6]["restarts"], jobs[6]["attempts"]) == (1, [])
+    # with -D the records are all there: nothing to say
+    lines_d = (DUMPS / "contract-D.psv").read_text().splitlines()
+    seen: dict[str, int] = {}
+    rows = []
+    for line in lines_d:
+        job_id = line.split("|")[0]
+        if "." in job_id:
+            rows.append(f"{line}|\n")
+            continue
+        rows.append(f"{line}|{seen.get(job_id, 0)}\n")
+        seen[job_id] = seen.get(job_id, 0) + 1
+    (tmp_path / "restarts-D.psv").write_text("".join(rows))
+    document = sacct_json(capsys, tmp_path / "restarts-D.psv", "--format", fmt)
+    assert not [f for f in document["findings"] if f["rule_id"] == "AUD019"]
+    assert [a["state"] for a in {j["array_task_id"]: j for j in document["jobs"]}[6][
+        "attempts"]] == ["REQUEUED"]
+
+
+def test_the_attempt_ledger_keeps_each_records_times_and_line() -> None:
+    six = task(real("contract-D"), 6)
+    (first,) = six.attempts
+    assert (first.state, first.elapsed_s, first.gpus, first.line) == ("REQUEUED", 1, 2, 13)
+    assert first.end is not None and six.start is not None and first.end <= six.start
+    assert [s.state for s in first.steps] == ["FAILED"] and six.history == ("REQUEUED",)
+    assert (six.total_gpu_seconds, six.requeued_gpu_seconds) == (22, 2)
+    assert six.record_for_restart(0) is first and six.record_for_restart(1) is six
+    # without -D the requeued run has no record of its own
+    assert task(real("contract"), 6).record_for_restart(0, latest=1) is None
+
+
+# ---------------------------------------------------------------- 4. pending ranges
+
+
+def test_a_stale_range_holds_only_the_tasks_without_rows() -> None:
+    dump = real("contract")
+    stale = task(dump, None)
+    assert stale.job_id == "1_[14-15%12]"
+    assert (stale.covers(14), stale.covers(15), stale.pending_tasks) == (False, True, (15,))
+    midrun = task(real("midrun"), None)
+    assert midrun.pending_tasks == (12, 13, 14, 15) and midrun.covers(12)
+
+
+def test_a_range_of_every_task_with_a_row_holds_none(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``4_[7-10%3]`` printed after all of 7 to 10 got rows: it holds nothing."""
+    dump = tmp_path / "range.psv"
+    dump.write_text("".join(f"4_{n}|{20 + n}|x|RUNNING|0:0|2026-12-01T20:00:00|Unknown|5|"
+                            "gres/gpu=1|n|None\n" for n in range(7, 11))
+                    + "4_[7-10%3]|4|x|PENDING|0:0|None|None|0||None assigned|JobArrayTaskLimit\n")
+    jobs = {job["job_id"]: job for job in sacct_json(capsys, dump)["jobs"]}
+    assert jobs["4_[7-10%3]"]["pending_tasks"] == []
+
+
+# ---------------------------------------------------------------- 5. header against --format
+
+
+def test_a_header_against_sacct_format_is_one_finding_in_the_audit(tmp_path: Path) -> None:
+    root = outcome_study(tmp_path / "study", ["completed"])
+    header = (b"JobID|JobIDRaw|JobName|State|ExitCode|Start|End|ElapsedRaw|AllocTRES|NodeList|"
+              b"Reason\n")
+    rewrite(root, "accounting/sacct-raw.psv", lambda data: header + data)
+    audit(root, tmp_path / "out", "--sacct-format", "JobIDRaw,JobID,State")
+    said = findings(tmp_path / "out")
+    said = said[said["message"].str.contains("header")]
+    assert len(said) == 1
+    message = said["message"].iloc[0]
+    assert "header was used" in message and "--format gave 3 (JobIDRaw,JobID,State)" in message
+    # the same --format as the header: nothing to say
+    audit(root, tmp_path / "same", "--sacct-format", header.decode().strip().replace("|", ","))
+    assert not findings(tmp_path / "same")["message"].str.contains("header").any()
+
+
+# ---------------------------------------------------------------- 6. what a new user saw
+
+
+def test_gpu_seconds_unknown_without_elapsed_or_tres(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dump = tmp_path / "states.psv"
+    dump.write_text("900_1|1001|train|FAILED\n900_2|1002|train|COMPLETED\n")
+    document = sacct_json(capsys, dump, "--format", "JobID,JobIDRaw,JobName,State")
+    assert document["totals"]["gpu_seconds"] is None
+    assert document["totals"]["requeued_gpu_seconds"] is None
+    assert main(["sacct", str(dump), "--format", "JobID,JobIDRaw,JobName,State"]) == 0
+    shown = capsys.readouterr().out
+    assert "GPU-seconds unknown" in shown and "0 GPU-seconds" not in shown
+
+
+def test_a_dump_of_the_wrong_field_count_is_refused_plainly(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dump = tmp_path / "one.psv"
+    dump.write_text("5055845_0\n5055845_1\n")
+    capsys.readouterr()
+    assert main(["sacct", str(dump), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "expected 11 fields" in err and "but the rows have 1 field;" in err
+    assert "rows of 1 fields" not in err
+
+
+def test_the_table_never_cuts_states_ids_or_codes(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    capsys.readouterr()
+    assert main(["sacct", str(DUMPS / "contract-D.psv")]) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out
+    for word in ("CANCELLED", "REQUEUED", "TIMEOUT", "127:0", "1_[14-15%12]", "1_6 run 1",
+                 "exit 15 or", "holds tasks"):
+        assert word in out, word
+    assert "6 of them held by runs lost to requeue" in " ".join(out.split())
+
+
+def test_a_retry_job_outside_the_array_is_counted_apart(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The retried period's second attempt ran as job 7000003, submitted on its own (sacct
+    JobID ``7000003``, no array): not in the allocation scope, named and counted apart."""
+    root = outcome_study(tmp_path / "study", ["completed", "retried"])
+    rewrite(root, "accounting/sacct-raw.psv",
+            lambda data: data.replace(b"7000000_2|", b"7000003|")
+            .replace(b"7000000_2.", b"7000003."))
+    summary = audit(root, tmp_path / "out")
+    accounting = summary["accounting"]
+    assert accounting["jobs_outside_array"] == ["7000003"]
+    assert accounting["outside_array_gpu_seconds"] == 4 * 439
+    assert accounting["allocation_gpu_seconds"] == 4 * (430 + 432)
+    totals = sacct_json(capsys, root / "accounting/sacct-raw.psv")["totals"]
+    assert (totals["jobs_outside_array"], totals["outside_array_gpu_seconds"]) == (
+        ["7000003"], 4 * 439)
+    assert totals["gpu_seconds"] == 4 * (430 + 432 + 439)
+
+
+def test_the_example_study_accounting_is_unchanged(tmp_path: Path) -> None:
+    """No requeue, no job outside the array: the seed's 20828 GPU-seconds, nothing lost."""
+    example = Path(__file__).resolve().parent.parent / "fixtures" / "example_study"
+    root = tmp_path / "example"
+    shutil.copytree(example, root, symlinks=True)
+    accounting = audit(root, tmp_path / "out")["accounting"]
+    assert (accounting["allocation_gpu_seconds"], accounting["requeued_gpu_seconds"],
+            accounting["jobs_outside_array"], accounting["outside_array_gpu_seconds"]) == (
+        20828, 0, [], 0)
