@@ -10,8 +10,10 @@ bounded memory, any ``sacct --parsable``/``--parsable2`` output:
 
 * **Format.** A header line (``sacct`` without ``-n``; names are case-insensitive, so
   ``JobId``/``JobIdRaw`` work) overrides both :data:`DEFAULT_FORMAT` and a ``fields``
-  argument, since it is what the file itself says. Without a header the columns are
-  ``fields`` (``--format`` order; ``%NN`` width suffixes are ignored) or the default.
+  argument, since it is what the file itself says; a header naming other fields than
+  ``fields`` is one AUD008 finding saying the header was used. Without a header the
+  columns are ``fields`` (``--format`` order; ``%NN`` width suffixes are ignored) or the
+  default.
 * **Delimiter.** ``delimiter`` when given. Otherwise it is read off the header (the
   separator between the first two names, so ``☃`` or ``^|^`` work), or sniffed from
   the first rows: among ``^|^``, ``|``, ``☃`` and tab, the one that splits the most
@@ -34,32 +36,37 @@ bounded memory, any ``sacct --parsable``/``--parsable2`` output:
 * ``#`` comment lines, blank lines and repeated header lines are skipped; a UTF-8 BOM
   is dropped. Lines are decoded as UTF-8 with replacement (AUD005); NUL bytes are
   removed (AUD006); a line longer than :data:`MAX_LINE` bytes is skipped (AUD007).
-* **Values.** ``State`` is normalised to its first word without ``+``
-  (``CANCELLED by 12`` and ``CANCELLED+`` both give ``CANCELLED``; ``state_raw``
-  keeps the text); when the dump has no State column the state is ``UNKNOWN`` with
-  ``state_raw`` ``""``. ``ExitCode`` ``exit:signal`` gives two signed
-  ints. ``Start``/``End`` are UTC (the dump is captured with ``TZ=UTC``) epoch
-  seconds; ``Unknown``/``None``/empty give None. ``ElapsedRaw`` is taken as seconds,
-  else ``Elapsed`` (``[D-]HH:MM:SS`` or ``MM:SS.mmm``, fractions dropped) is
-  converted. GPUs come from ``AllocTRES``: the untyped ``gres/gpu=N`` when present,
-  else the sum over distinct types of ``gres/gpu:TYPE=N`` (MIG types included);
-  ``gres/gpumem``/``gres/gpuutil`` never count; None without an AllocTRES column, 0
-  when the column has no GPU.
+* **Values.** ``State`` is normalised to its first word without ``+`` (``CANCELLED by 12``
+  and ``CANCELLED+`` both give ``CANCELLED``; ``state_raw`` keeps the text); when the dump
+  has no State column the state is ``UNKNOWN`` with ``state_raw`` ``""``. ``ExitCode``
+  ``exit:signal`` gives two signed ints, as sacct printed them (an exit of 128 or more is
+  printed minus 128: ``exit_code_may_be`` gives ``(15, 143)`` for ``15:0``).
+  ``Start``/``End`` are UTC (the dump is captured with ``TZ=UTC``) epoch seconds;
+  ``Unknown``/``None``/empty give None. ``ElapsedRaw`` is taken as seconds, else
+  ``Elapsed`` (``[D-]HH:MM:SS`` or ``MM:SS.mmm``, fractions dropped) is converted;
+  ``Restarts`` (Slurm 24.11 and later) is a count. GPUs come from ``AllocTRES``: the
+  untyped ``gres/gpu=N`` when present, else the sum over distinct types of
+  ``gres/gpu:TYPE=N`` (MIG types included); ``gres/gpumem``/``gres/gpuutil`` never count;
+  None without an AllocTRES column, 0 when the column has no GPU.
 * **Shape checks.** A row whose id, State, ExitCode, count or TRES columns are
   malformed is not used (AUD008): its columns are not what the format says. An
   unreadable time or duration only becomes None (AUD008); the row is kept. So a dump
   read with a wrong ``--format`` of the same field count is refused, not misread.
 * **Rows.** A JobID without a ``.step`` is an allocation (:class:`SacctJob`); a
   pending range ``5055845_[4-8%2]`` is one job with ``array_task_id`` None and
-  ``array_task_spec`` ``"4-8%2"``. Step rows attach to their allocation by the JobID
+  ``array_task_spec`` ``"4-8%2"``; it holds only the tasks of its array without a row of
+  their own (``own_rows``; ``pending_tasks``, ``covers``): sacct may print a range after
+  one of its tasks started. Step rows attach to their allocation by the JobID
   before the dot, or by JobIDRaw (``5055846.batch``). A step that appears before its
   allocation waits for it; a step whose allocation never appears is reported
   (AUD008) and dropped: no allocation is invented for it, so the element counts as
-  missing from the dump. When a JobID appears again (``sacct -D``: one ``REQUEUED``
-  record per earlier attempt), the later record replaces the earlier one, whose
-  state goes into ``history``; steps belong to the record they follow, so an earlier
-  attempt's steps leave with it. A dump without JobID and JobIDRaw columns gives one
-  job per row with ``job_id`` ``""``.
+  missing from the dump. When a JobID appears again (``sacct -D``: one ``REQUEUED`` or
+  ``PREEMPTED`` record per earlier run), the latest record gives the job's state and each
+  earlier one is kept, in order, in its ``attempts`` (the ledger: state, times, elapsed,
+  GPUs, line; its state in ``history`` too); steps belong to the record they follow, so
+  an earlier run's steps stay with its record. A ``Restarts`` above the records present
+  is an AUD019 finding: the dump was captured without ``-D``. A dump without JobID and
+  JobIDRaw columns gives one job per row with ``job_id`` ``""``.
 * **Refusals** (:class:`~auditor.errors.SacctFormatError`, one line saying what to
   do): fixed-width output (``sacct`` without ``-P``), and a dump none of whose first
   rows fits the format (wrong ``--format``/``--delimiter``). An empty dump is not
