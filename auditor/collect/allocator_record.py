@@ -72,8 +72,9 @@ def _fits(checks: tuple[FieldCheck, ...], record: dict[str, Any]) -> bool:
     get = record.get
     for key, kind, minimum, nullable, required in checks:
         value: Any = get(key)
-        if value is None and (nullable or (not required and key not in record)):
-            continue
+        if value is None and ((nullable and key in record) or (not required
+                                                               and key not in record)):
+            continue  # (null where the schema allows it; a required key is never absent)
         if type(value) is not kind:
             return False
         if minimum is not None and cast(int, value) < minimum:
