@@ -269,7 +269,7 @@ def test_wrong_field_types_are_aud002_with_the_line(
 @pytest.mark.parametrize(
     ("field", "value"),
     [("pid", 0), ("pid", -5), ("sample_ns", -1), ("allocated_bytes", -1),
-     ("reserved_bytes", -2), ("pid", True), ("sample_ns", 1.0), ("seq", None)],
+     ("reserved_bytes", -2), ("pid", True), ("sample_ns", 1.0), ("sample_ns", None)],
 )
 def test_the_same_bad_value_on_every_line(field: str, value: Any) -> None:
     trace = read(b"".join(line(sample(seq, **{field: value})) for seq in range(3)))
