@@ -59,7 +59,7 @@ def test_sacct_preempted_is_its_own_reason_and_cause(study: Path, tmp_path: Path
     assert "AUD219" in period["rule_ids"]
 
 
-CAUSE_LOGS = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "causes").glob("*.log"))
+CAUSE_LOGS = sorted((Path(__file__).resolve().parents[2] / "fixtures" / "causes").glob("*.log"))
 
 
 @pytest.mark.parametrize("log", CAUSE_LOGS, ids=[p.name.split("__")[1][:40] for p in CAUSE_LOGS])
