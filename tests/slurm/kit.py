@@ -223,6 +223,7 @@ def run_kit(cluster: Cluster, root: Path) -> KitRun:
     cluster.run(["scancel", f"{array}_5"])
     mark("scancel 5 (hanging)")
     cluster.wait_done(array, timeout=300)
+    _wait_accounted(cluster, array, [task for task in ELEMENTS if task != 11])
     run.seconds = time.monotonic() - submitted
     mark("all ended in sacct")
     _seal_absent(root, array, 11)
@@ -235,6 +236,20 @@ def run_kit(cluster: Cluster, root: Path) -> KitRun:
         if out.is_file():
             run.logs[task] = out.read_text(errors="replace")
     return run
+
+
+def _wait_accounted(cluster: Cluster, array: str, tasks: list[int], timeout: float = 30) -> None:
+    """Wait until sacct has a row of its own for each of ``tasks`` (an element that ended a
+    moment ago may not be accounted yet)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        shown = {line.split("|", 1)[0] for line in cluster.sacct(array).splitlines()}
+        missing = [task for task in tasks if f"{array}_{task}" not in shown]
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise ClusterError(f"sacct has no row for {array}_{missing} after {timeout} s")
+        time.sleep(1)
 
 
 def _seal_absent(root: Path, array: str, task: int) -> None:

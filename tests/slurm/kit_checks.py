@@ -51,7 +51,7 @@ VERDICTS: dict[int, tuple[str, str]] = {
     5: ("unresolved", "cancelled"),
     6: ("unresolved", "time_limit"),      # SIGTERM received; sacct TIMEOUT says whose
     7: ("unresolved", "time_limit"),      # the pre-timeout SIGUSR1
-    8: ("resolved", "completed"),         # the rerun completed (xfail today)
+    8: ("resolved", "completed"),         # the rerun completed
     9: ("unresolved", "killed"),
     10: ("unresolved", "unclean_exit"),   # exit 255 is no signal (xfail today)
     12: ("resolved", "completed"),
@@ -59,11 +59,12 @@ VERDICTS: dict[int, tuple[str, str]] = {
 """The correct verdict and reason of each element's period (11: see the absent-element
 checks)."""
 
-FIXED_LATER = {8, 10}
+FIXED_LATER = {10}
 """Elements whose verdict is asserted only in their own xfail tests."""
 
-INCLUDED = {"completed@2", "coordinated-on@2", "oom@2", "throttled@2", "pending-cancelled@2"}
-"""The configurations that resolve today (requeue@2 joins them once fixed). The
+INCLUDED = {"completed@2", "coordinated-on@2", "oom@2", "throttled@2", "pending-cancelled@2",
+            "requeue@2"}
+"""The configurations that resolve. The
 pending-cancelled element's period resolves on its own evidence (a completed example run
 under a job sacct never showed, AUD119); the gate still fails on AUD126."""
 
@@ -229,40 +230,30 @@ class KitVerdicts:
                      "coordinated-off", "exit-255"):
             assert any(reason.startswith(f"configuration {name}@2 unresolved")
                        for reason in gate["reasons"]), name
-        assert set(gate["included_configurations"]) - {"requeue@2"} == INCLUDED
+        assert set(gate["included_configurations"]) == INCLUDED
         assert audited.summary["configurations_total"] == 13
 
-    def test_allocation_scope_today(self, audited: Audited) -> None:
-        """Sum of ElapsedRaw x GPUs over the latest record of every element: right for the
-        contract's dump; for -D, see the attempt-ledger xfail below."""
-        latest = {row[0]: row for row in elements(audited.dumps["contract"], audited.array)}
-        expected = sum(int(row[7]) * GPUS for row in latest.values())
+    def test_allocation_scope(self, audited: Audited) -> None:
+        """Sum of ElapsedRaw x GPUs over every record of every element in the dump read:
+        with -D the requeued element's first record too, named as lost to requeue."""
+        every = elements(audited.dumps[audited.dump], audited.array)
         accounting = audited.summary["accounting"]
-        if audited.dump == "contract":
-            assert accounting["allocation_gpu_seconds"] == expected
+        assert accounting["allocation_gpu_seconds"] == sum(int(row[7]) * GPUS for row in every)
+        if audited.dump == "contract-D":
+            first = records(audited.dumps["contract-D"], audited.array, 8)[0]
+            assert first[3] == "REQUEUED"
+            assert accounting["requeued_gpu_seconds"] == int(first[7]) * GPUS
         assert accounting["scopes_overlap"] is True
         assert accounting["wasted_gpu_seconds"] == 0       # no retry after a completion
 
-    # ------------------------------------------------------- wrong today (the fixes' spec)
-
-    @pytest.mark.xfail(strict=True, reason="issue 19 (8): the second attempt's directory "
-                       "suffix -r1 is read as part of its job id (AUD111 'attempt directory "
-                       "says 10-r1')")
-    def test_requeued_attempt_directory_is_its_job(self, audited: Audited) -> None:
-        assert "AUD111" not in rules_of(audited, subject(8)), rules_of(audited, subject(8))
-
-    @pytest.mark.xfail(strict=True, reason="issue 19 (8): the first attempt's invocation is "
-                       "compared with the element's latest sacct record (AUD117 'invocation "
-                       "starts before the allocation'), not its own -D record")
-    def test_requeued_attempts_timeline_per_record(self, audited: Audited) -> None:
-        assert "AUD117" not in rules_of(audited, subject(8)), rules_of(audited, subject(8))
-
-    @pytest.mark.xfail(strict=True, reason="issue 19 (8): a requeued period whose rerun "
-                       "completed is unresolved (timeline_inconsistent)")
-    def test_requeued_period_resolves(self, audited: Audited) -> None:
-        period = audited.periods[8]
-        assert (period["verdict"], period["reason"]) == VERDICTS[8]
+    def test_the_requeued_period(self, audited: Audited) -> None:
+        """Its second attempt's directory (``-r1``) is its own job's, and each attempt is
+        checked against its own record (no AUD111, no AUD117)."""
+        found = rules_of(audited, subject(8))
+        assert "AUD111" not in found and "AUD117" not in found, found
         assert "requeue@2" in audited.summary["gate"]["included_configurations"]
+
+    # ------------------------------------------------------- wrong today (the fixes' spec)
 
     @pytest.mark.xfail(strict=True, reason="exit 255 is read as 'killed by signal 127' "
                        "(reason killed, cause signal): no signal has number 127")
@@ -273,16 +264,3 @@ class KitVerdicts:
         assert not any("signal 127" in message
                        for messages in rules_of(audited, subject(10)).values()
                        for message in messages)
-
-    @pytest.mark.xfail(strict=True, reason="issue 19 (2): with -D the REQUEUED record's "
-                       "GPU-seconds are left out of the allocation scope, and "
-                       "requeued_gpu_seconds is missing")
-    def test_allocation_scope_counts_every_record(self, audited: Audited) -> None:
-        text = audited.dumps[audited.dump]
-        every = elements(text, audited.array)
-        first = records(audited.dumps["contract-D"], audited.array, 8)[0]
-        accounting = audited.summary["accounting"]
-        if audited.dump == "contract":
-            pytest.skip("without -D only latest records exist (checked above)")
-        assert accounting["allocation_gpu_seconds"] == sum(int(row[7]) * GPUS for row in every)
-        assert accounting["requeued_gpu_seconds"] == int(first[7]) * GPUS

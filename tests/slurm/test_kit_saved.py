@@ -80,8 +80,6 @@ def test_sacct_json_totals(capsys: pytest.CaptureFixture[str]) -> None:
     assert totals["states"] == {"COMPLETED": 4, "FAILED": 6, "CANCELLED": 1, "TIMEOUT": 1}
 
 
-@pytest.mark.xfail(strict=True, reason="issue 19 (1): sacct prints exit codes of 128 or more "
-                   "minus 128; --json should keep them and add exit_code_may_be [c, c+128]")
 def test_sacct_json_exit_code_may_have_lost_128(capsys: pytest.CaptureFixture[str]) -> None:
     jobs = by_task(sacct_json(capsys, "contract"))
     for task, printed in ((4, 15), (7, 10), (9, 9), (10, 127)):
@@ -89,8 +87,6 @@ def test_sacct_json_exit_code_may_have_lost_128(capsys: pytest.CaptureFixture[st
         assert jobs[task]["exit_code_may_be"] == [printed, printed + 128], task
 
 
-@pytest.mark.xfail(strict=True, reason="issue 19 (2): with -D the requeued element's REQUEUED "
-                   "record vanishes; it should be an attempt, its GPU-seconds counted")
 def test_sacct_json_keeps_the_requeued_attempt(capsys: pytest.CaptureFixture[str]) -> None:
     document = sacct_json(capsys, "contract-D")
     first = records(DUMPS["contract-D"], ARRAY, 8)[0]
