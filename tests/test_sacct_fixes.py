@@ -365,3 +365,29 @@ def test_the_example_study_accounting_is_unchanged(tmp_path: Path) -> None:
     assert (accounting["allocation_gpu_seconds"], accounting["requeued_gpu_seconds"],
             accounting["jobs_outside_array"], accounting["outside_array_gpu_seconds"]) == (
         20828, 0, [], 0)
+
+
+def test_auditor_sacct_says_on_stderr_that_the_header_was_used(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A header that disagrees with --format: one line on stderr saying which was used, for
+    the reader of the table (the figures are the header's)."""
+    from auditor._cli import main
+
+    dump = Path(__file__).resolve().parents[1] / "fixtures" / "slurm" / "header.psv"
+    assert main(["sacct", str(dump), "--format",
+                 "JobIDRaw,JobID,State,ExitCode,Elapsed,AllocTRES,Submit,Timelimit,JobName"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the header was used, --format ignored" in err
+
+
+def test_a_stale_pending_range_whose_tasks_all_have_rows_is_not_the_array_partial(
+        tmp_path: Path) -> None:
+    """sacct may still print ``7000000_[0-1]`` after both tasks have rows of their own: the
+    range holds no task, so the array is not partial (AUD210) on its account."""
+    root = outcome_study(tmp_path / "study", ["completed", "completed"])
+    rewrite(root, "accounting/sacct-raw.psv",
+            lambda b: b + b"7000000_[0-1]|7000000|host-capacity|PENDING|0:0|Unknown|Unknown|0||"
+                          b"None|(Priority)\n", update_manifest=False)
+    summary = audit(root, tmp_path / "out")
+    assert "AUD210" not in set(findings(tmp_path / "out")["rule_id"])
+    assert summary["gate"]["passed"] is True

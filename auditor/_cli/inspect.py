@@ -95,6 +95,11 @@ def _sacct(args: argparse.Namespace) -> int:
     if refused is not None and not dump.jobs:  # (as the audit refuses it: no records)
         raise InputError(refused.message)
     summary = summary_json(dump)
+    from auditor._io import printable
+
+    for item in dump.findings:  # (what a reader of the numbers must know, one line each)
+        if item.rule_id in SACCT_NOTICES:
+            print(f"auditor: note: {printable(item.message)}", file=sys.stderr)
     if args.json:
         import orjson
 
@@ -106,6 +111,11 @@ def _sacct(args: argparse.Namespace) -> int:
 
     Console().print(sacct_view(dump, summary))
     return 0
+
+
+SACCT_NOTICES = frozenset({"AUD008", "AUD019"})
+"""Findings ``auditor sacct`` also says on stderr: a header that disagrees with --format
+(which was used), a dump captured without -D or a field the figures need."""
 
 
 def _regular_file(path: Path) -> None:

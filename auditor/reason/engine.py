@@ -131,6 +131,8 @@ def _unfinished_elements(collected: Collected,
     covered = {o.job_id for o in outcomes if o.job_id}
     out = []
     for job in collected.sacct.jobs:
+        if job.array_task_spec is not None and job.pending_tasks == ():
+            continue  # (a stale range: every task it names has a row of its own)
         if job.array_job_id in arrays and job.state in UNFINISHED_STATES \
                 and job.job_id_raw not in covered and job.job_id not in covered:
             out.append(finding("AUD210", job.job_id,
