@@ -33,10 +33,52 @@ def gate_json(gate: GateResult) -> dict[str, Any]:
 def build_summary(result: AuditResult) -> dict[str, Any]:
     """The ``summary.json`` document."""
     reasoning = result.reasoning
-    collected = result.collected
     counts = {kind.value: 0 for kind in VerdictKind}
     for verdict in reasoning.verdicts:
         counts[verdict.verdict.value] += 1
+    severities = {s.value: 0 for s in Severity}
+    for item in result.findings:
+        severities[item.severity.value] += 1
+    return {
+        "schema": SCHEMA,
+        "auditor_version": __version__,
+        "study": _study_name(result),
+        "partial": result.partial,
+        "launches": len(reasoning.attempts),
+        "verdicts": counts,
+        "configurations": [
+            {"workload": c.workload, "gpus": c.gpus, "status": c.status, "outcome": c.outcome,
+             "periods": len(c.periods), "seeds": list(c.seeds),
+             "missing_seeds": list(c.missing_seeds),
+             "task_gpu_seconds": c.task_gpu_seconds,
+             "reservation_gpu_seconds": c.reservation_gpu_seconds}
+            for c in reasoning.configurations
+        ],
+        "configurations_resolved": sum(1 for c in reasoning.configurations
+                                       if c.status == "resolved"),
+        "configurations_total": len(reasoning.configurations),
+        "periods": _periods(result),
+        "accounting": _accounting(result),
+        "integrity": _integrity(result),
+        "findings": {"total": len(result.findings), **severities,
+                     "not_kept": result.findings_not_kept},
+        "gate": gate_json(reasoning.gate),
+        "gate_allow_partial": gate_json(reasoning.gate_partial),
+        "waivers": [
+            {"rule_id": w.rule_id, "subject": w.subject, "reason": w.reason,
+             "matched": w.matched}
+            for w in reasoning.waivers
+        ],
+        "disagreements": [
+            {"subject": s, "launcher_status": st, "launcher_error": err, "auditor_verdict": v}
+            for s, st, err, v in reasoning.disagreements
+        ],
+    }
+
+
+def _periods(result: AuditResult) -> list[dict[str, Any]]:
+    """``periods``: one entry per period, with every rule that said something about it."""
+    reasoning = result.reasoning
     by_subject = {a.subject: a for a in reasoning.attempts if a.counted}
     attempts_per_subject = Counter(a.subject for a in reasoning.attempts)
     said: dict[str, set[str]] = {}  # (every finding about the period: AUD212 names a retry)
@@ -59,6 +101,12 @@ def build_summary(result: AuditResult) -> dict[str, Any]:
             "rule_ids": sorted({f.rule_id for f in verdict.findings}
                                | said.get(verdict.subject, set())),
         })
+    return periods
+
+
+def _integrity(result: AuditResult) -> dict[str, int]:
+    """``integrity``: every listed file (and period record) by its status."""
+    collected = result.collected
     integrity = {"files_listed": 0, "verified": 0, "mismatched": 0, "missing": 0,
                  "unlisted": 0, "unsafe_paths": 0, "unreadable": 0}
     for row in collected.evidence:
@@ -79,61 +127,29 @@ def build_summary(result: AuditResult) -> dict[str, Any]:
     integrity["unsafe_paths"] += sum(1 for item in collected.findings if item.rule_id == "AUD022")
     integrity["period_records"] = len(collected.periods)
     integrity["period_records_unreadable"] = unreadable_records
-    accounting = reasoning.accounting
-    severities = {s.value: 0 for s in Severity}
-    for item in result.findings:
-        severities[item.severity.value] += 1
+    return integrity
+
+
+def _accounting(result: AuditResult) -> dict[str, Any]:
+    """``accounting``: the overlapping scopes (never added together), unknown ones null."""
+    accounting = result.reasoning.accounting
     return {
-        "schema": SCHEMA,
-        "auditor_version": __version__,
-        "study": _study_name(result),
-        "partial": result.partial,
-        "launches": len(reasoning.attempts),
-        "verdicts": counts,
-        "configurations": [
-            {"workload": c.workload, "gpus": c.gpus, "status": c.status, "outcome": c.outcome,
-             "periods": len(c.periods), "seeds": list(c.seeds),
-             "missing_seeds": list(c.missing_seeds),
-             "task_gpu_seconds": c.task_gpu_seconds,
-             "reservation_gpu_seconds": c.reservation_gpu_seconds}
-            for c in reasoning.configurations
-        ],
-        "configurations_resolved": sum(1 for c in reasoning.configurations
-                                       if c.status == "resolved"),
-        "configurations_total": len(reasoning.configurations),
-        "periods": periods,
-        "accounting": {
-            "allocation_gpu_seconds": accounting.allocation_gpu_seconds,
-            "task_gpu_seconds": accounting.task_gpu_seconds,
-            "reservation_gpu_seconds": accounting.reservation_gpu_seconds,
-            "wasted_gpu_seconds": accounting.wasted_gpu_seconds,
-            "unresolved_gpu_seconds": accounting.unresolved_gpu_seconds,
-            "wasted_attempts": accounting.wasted_attempts,
-            "jobs_without_element": list(accounting.jobs_without_element),
-            "requeued_gpu_seconds": accounting.requeued_gpu_seconds,
-            "jobs_outside_array": list(accounting.jobs_outside_array),
-            "outside_array_gpu_seconds": accounting.outside_array_gpu_seconds,
-            "allocation_gpu_hours": None if accounting.allocation_gpu_seconds is None
-            else round(accounting.allocation_gpu_seconds / 3600, 9),
-            "task_gpu_hours": round(accounting.task_gpu_seconds / 3600, 9),
-            "reservation_gpu_hours": None if accounting.reservation_gpu_seconds is None
-            else round(accounting.reservation_gpu_seconds / 3600, 9),
-            "scopes_overlap": True,
-        },
-        "integrity": integrity,
-        "findings": {"total": len(result.findings), **severities,
-                     "not_kept": result.findings_not_kept},
-        "gate": gate_json(reasoning.gate),
-        "gate_allow_partial": gate_json(reasoning.gate_partial),
-        "waivers": [
-            {"rule_id": w.rule_id, "subject": w.subject, "reason": w.reason,
-             "matched": w.matched}
-            for w in reasoning.waivers
-        ],
-        "disagreements": [
-            {"subject": s, "launcher_status": st, "launcher_error": err, "auditor_verdict": v}
-            for s, st, err, v in reasoning.disagreements
-        ],
+        "allocation_gpu_seconds": accounting.allocation_gpu_seconds,
+        "task_gpu_seconds": accounting.task_gpu_seconds,
+        "reservation_gpu_seconds": accounting.reservation_gpu_seconds,
+        "wasted_gpu_seconds": accounting.wasted_gpu_seconds,
+        "unresolved_gpu_seconds": accounting.unresolved_gpu_seconds,
+        "wasted_attempts": accounting.wasted_attempts,
+        "jobs_without_element": list(accounting.jobs_without_element),
+        "requeued_gpu_seconds": accounting.requeued_gpu_seconds,
+        "jobs_outside_array": list(accounting.jobs_outside_array),
+        "outside_array_gpu_seconds": accounting.outside_array_gpu_seconds,
+        "allocation_gpu_hours": None if accounting.allocation_gpu_seconds is None
+        else round(accounting.allocation_gpu_seconds / 3600, 9),
+        "task_gpu_hours": round(accounting.task_gpu_seconds / 3600, 9),
+        "reservation_gpu_hours": None if accounting.reservation_gpu_seconds is None
+        else round(accounting.reservation_gpu_seconds / 3600, 9),
+        "scopes_overlap": True,
     }
 
 
