@@ -16,7 +16,7 @@ import math
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -225,10 +225,6 @@ def run_batch(batch: Batch[T, R]) -> list[R]:
     return [batch.function(item) for item in batch.items]
 
 
-def _first(future: Future[list[R]]) -> R:
-    return future.result()[0]
-
-
 def scheduler_address(executor: str) -> str:
     """The scheduler address (``tcp://HOST:PORT``) of ``dask://HOST[:PORT]``; a
     :class:`~auditor.errors.UsageError` for anything else."""
@@ -273,6 +269,7 @@ class DaskPool:
         self._client: Any = None
         self._pool: Any = None  # (the client's executor)
         self._threads = 1
+        self._levels: list[tuple[Any, int]] = []  # (see _hush)
 
     def close(self) -> None:
         """Cancel the tasks not done yet and close the client (if it was opened)."""
@@ -280,15 +277,22 @@ class DaskPool:
             client, self._client = self._client, None
             pool, self._pool = self._pool, None
             with signals_deferred():  # (a client half closed leaves its thread behind)
-                pool.shutdown(wait=False)  # (cancels what it has not finished)
+                if pool is not None:
+                    pool.shutdown(wait=False)  # (cancels what it has not finished)
                 client.close(timeout=CLOSE_TIMEOUT)
+        while self._levels:  # (Dask's log lines as they were)
+            logger, level = self._levels.pop()
+            logger.setLevel(level)
 
     def soon(self, function: Callable[[T], R], item: T, tasks: int) -> Callable[[], R]:
         """Start ``function(item)`` on the cluster; the returned call gives its result."""
         pool = self._open()
         with signals_deferred():
             future = pool.submit(run_batch, Batch(function, (item,)))
-        return partial(_first, future)
+        return partial(self._first, future)
+
+    def _first(self, future: Future[list[R]]) -> R:
+        return self._result(future)[0]
 
     def map(self, function: Callable[[T], R], items: Iterable[T],
             total_bytes: int) -> Iterator[R]:
@@ -303,7 +307,26 @@ class DaskPool:
             futures = deque(pool.submit(run_batch, Batch(function, items[start:start + size]))
                             for start in range(0, len(items), size))
         del items
-        return _in_order(futures)
+        return self._in_order(futures)
+
+    def _in_order(self, futures: deque[Future[list[R]]]) -> Iterator[R]:
+        """The results of ``futures`` (batches), in order; each let go once taken."""
+        while futures:
+            yield from self._result(futures.popleft())
+
+    def _result(self, future: Future[list[R]]) -> list[R]:
+        """A batch's results; a cluster that lost it (its scheduler gone, its workers
+        killed) is a :class:`~auditor.errors.UsageError` saying so. An error of the task
+        itself is raised as it is."""
+        from distributed import KilledWorker
+
+        try:
+            return future.result()
+        except (CancelledError, KilledWorker) as error:
+            why = f": {error}" if str(error) else ""
+            raise UsageError(f"--executor {self.executor}: the Dask cluster lost the audit's "
+                             f"work (its scheduler or a worker went away; "
+                             f"{type(error).__name__}{why})") from None
 
     def _open(self) -> Any:
         """The client's executor, connected on first use."""
@@ -313,6 +336,7 @@ class DaskPool:
             with signals_deferred():
                 from distributed import Client
 
+                self._hush()
                 try:
                     self._client = Client(self.address, timeout=CONNECT_TIMEOUT,
                                           set_as_default=False)
@@ -325,8 +349,15 @@ class DaskPool:
                 self._threads = max(1, sum(self._client.nthreads().values()))
         return self._pool
 
+    def _hush(self) -> None:
+        """Hold back the log lines of Dask's client side (they go to stderr) until
+        :meth:`close`: a scheduler lost half-way would print tracebacks of its reconnection
+        attempts. What went wrong is this pool's exception, in one line."""
+        import logging
 
-def _in_order(futures: deque[Future[list[R]]]) -> Iterator[R]:
-    """The results of ``futures`` (batches), in order; each let go once taken."""
-    while futures:
-        yield from futures.popleft().result()
+        names = ["distributed", *(name for name in logging.root.manager.loggerDict
+                                  if name.startswith("distributed."))]
+        for name in names:
+            logger = logging.getLogger(name)
+            self._levels.append((logger, logger.level))
+            logger.setLevel(logging.CRITICAL + 1)

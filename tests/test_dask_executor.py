@@ -8,6 +8,7 @@ address, is one line and exit 2; Ctrl-C cancels what the cluster has not done an
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -196,6 +197,56 @@ def test_an_unreachable_scheduler_is_one_line_and_exit_2(tmp_path: Path) -> None
     assert "no Dask scheduler answered" in done.stderr and "within 10 s" in done.stderr
     assert 9 < time.monotonic() - started < 60
     assert not out.exists()
+
+
+CLUSTER = """
+import sys
+from distributed import LocalCluster
+cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                       dashboard_address="127.0.0.1:0")
+print(cluster.scheduler_address, flush=True)
+sys.stdin.read()
+"""
+"""A cluster in a process of its own (to be killed)."""
+
+
+@pytest.mark.slow
+def test_a_cluster_lost_half_way_is_one_line_and_exit_2(big_study: Path, tmp_path: Path) -> None:
+    """The cluster dies as it reads (its processes killed): one line (none of the client's
+    log lines of its reconnection attempts, no traceback), exit 2, no output."""
+    cluster = subprocess.Popen([sys.executable, "-c", CLUSTER], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    try:
+        assert cluster.stdout is not None
+        address = cluster.stdout.readline().decode().strip()
+        assert address.startswith("tcp://127.0.0.1:"), address
+        process = subprocess.Popen(
+            [sys.executable, "-m", "auditor", "audit", str(big_study), "--out",
+             str(tmp_path / "out"), "--quiet", "--no-plots", "--executor",
+             address.replace("tcp://", "dask://")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        with distributed.Client(address, set_as_default=False) as watcher:
+            deadline = time.monotonic() + 60
+            while not watcher.run_on_scheduler(_auditor_tasks):
+                assert process.poll() is None, process.communicate()
+                assert time.monotonic() < deadline, "the audit never sent its work"
+                time.sleep(0.02)
+        os.killpg(cluster.pid, signal.SIGKILL)
+        _, err = process.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(cluster.pid, signal.SIGKILL)
+        cluster.wait(timeout=30)
+    assert process.returncode == 2, err.decode()
+    assert err.decode().count("\n") == 1, err.decode()
+    assert "the Dask cluster lost the audit's work" in err.decode()
+    assert not (tmp_path / "out").exists()
+
+
+def _auditor_tasks(dask_scheduler: Any) -> int:
+    """(On the scheduler) how many of the auditor's batches it holds."""
+    return sum(str(key).startswith("run_batch-") for key in dask_scheduler.tasks)
 
 
 @pytest.mark.slow
