@@ -321,6 +321,15 @@ class Cluster:
                 raise ClusterError(f"sacct still shows {job} unfinished after {timeout} s")
             time.sleep(1)
 
+    def wait_queue_empty(self, timeout: float = 300) -> None:
+        """Wait until squeue shows no job at all (an earlier array still on the node would
+        change when a new one's elements start)."""
+        deadline = time.monotonic() + timeout
+        while self.run(["squeue", "-h", "-o", "%i"]).stdout.strip():
+            if time.monotonic() > deadline:
+                raise ClusterError(f"the queue is not empty after {timeout} s")
+            time.sleep(1)
+
     def _queued(self, jobs: Sequence[str]) -> bool:
         return bool(self.states(",".join(jobs)))
 

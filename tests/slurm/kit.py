@@ -200,6 +200,7 @@ def run_kit(cluster: Cluster, root: Path) -> KitRun:
     """Write the protocol, submit the array into ``root``, drive it, seal, capture."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "protocol.json").write_text(json.dumps(protocol(), indent=1) + "\n")
+    cluster.wait_queue_empty()  # (11 must still be pending once 0-10 have started)
     array = cluster.sbatch(_script(root), *SBATCH_OPTIONS)
     run = KitRun(array=array, root=root)
     submitted = time.monotonic()

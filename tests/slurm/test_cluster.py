@@ -154,9 +154,14 @@ def test_cancelled_while_pending_has_no_row(endings: EndingsRun) -> None:
 def test_mid_run_dump_shows_running_and_pending(endings: EndingsRun) -> None:
     midrun = rows(endings.dumps["midrun"])
     states = {row[0]: row[3] for row in midrun if "." not in row[0]}
-    assert all(states[f"{endings.array}_{task}"] == "RUNNING" for task in range(12))
+    assert all(states[f"{endings.array}_{task}"] == "RUNNING" for task in range(12)
+               if task != 7)
+    # task 7 requeues itself 2 s in: RUNNING, or already REQUEUED or PENDING again
+    seven = states[f"{endings.array}_7"]
+    assert seven in {"RUNNING", "REQUEUED", "PENDING"}
     pending = [job for job, state in states.items() if state == "PENDING"]
-    assert pending == [f"{endings.array}_[12-15%12]"]
+    assert pending == [f"{endings.array}_[12-15%12]"] + (
+        [f"{endings.array}_7"] if seven == "PENDING" else [])
 
 
 def test_auditor_reads_each_final_state(endings: EndingsRun, tmp_path: Path,
@@ -180,4 +185,6 @@ def test_auditor_reads_the_mid_run_dump(endings: EndingsRun, tmp_path: Path,
     document = auditor_json(tmp_path, capsys, "midrun", endings.dumps["midrun"])
     totals = document["totals"]
     assert isinstance(totals, dict)
-    assert totals["states"] == {"PENDING": 1, "RUNNING": 12}
+    states = [row[3] for row in rows(endings.dumps["midrun"]) if "." not in row[0]]
+    assert totals["states"] == {state: states.count(state) for state in set(states)}
+    assert totals["states"]["RUNNING"] >= 11 and totals["states"]["PENDING"] >= 1
