@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from auditor.model import Cause, Citation, LogEvent, PhaseRecord, SacctJob, TrialRecord
-from auditor.reason.exits import ExitClass, signal_name
+from auditor.reason.exits import ExitClass, killed_by_signal, signal_name
 
 TIERS: dict[str, int] = {
     "node_failure": 1, "preempted": 1, "time_limit": 1, "cancelled": 1,
@@ -154,7 +154,7 @@ def _sources(trial: TrialRecord | None, exit_class: ExitClass | None, element: S
                               quote=trial.received_signal), (4, 0))  # (after the log's
         # word: a node failure, a preemption or a time limit also signal the batch script)
     elif trial is not None and exit_class is not None and trial.exit_code is not None \
-            and trial.exit_code > 128:
+            and killed_by_signal(trial.exit_code):
         why = exit_class.detail if exit_class.kind == "sigterm" else (
             f"exit {trial.exit_code}: killed by {signal_name(trial.exit_code)} (sender not "
             "recorded)")

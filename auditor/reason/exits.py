@@ -33,6 +33,16 @@ def flag_is_on(value: str | None) -> bool:
     return value is not None and value.strip().strip('"').lower() in TRUTHY
 
 
+SIGNALS = frozenset(int(number) for number in signal.valid_signals())
+"""The signal numbers this system has (1 to 64 on Linux)."""
+
+
+def killed_by_signal(code: int) -> bool:
+    """Whether exit ``code`` is 128 + a signal's number: 255 is no signal (none has number
+    127), just the largest exit status a process can give."""
+    return code > 128 and code - 128 in SIGNALS
+
+
 def signal_name(code: int) -> str:
     """``SIGTERM`` for 143, ``signal 77`` for unknown numbers."""
     try:
@@ -140,7 +150,7 @@ def classify_exit(trial: TrialRecord, flag_name: str) -> ExitClass:
         why = _why_143_not_excused(trial, flag_name, flag_value)
         return ExitClass(False, "sigterm", f"exit 143 (SIGTERM) is not excused: {why}",
                          (code_cite,))
-    if code > 128:
+    if killed_by_signal(code):
         return ExitClass(False, "killed", f"exit {code}: killed by {signal_name(code)}",
                          (code_cite,))
     return ExitClass(False, "failure", f"exit {code}", (code_cite,))

@@ -314,3 +314,17 @@ def test_an_nccl_error_before_an_unclean_exit_is_an_infrastructure_failure(
     assert said["message"].iloc[0].startswith(f"{S.format(161)}: NCCL error (log line ")
     text = (tmp_path / "out" / "diagnostic.md").read_text()
     assert "The training log shows an NCCL communication failure at line " in text
+
+
+def test_exit_255_is_an_unclean_exit_not_a_signal() -> None:
+    """A batch script's ``exit 255`` (sacct prints ``127:0``) is no signal: none has number
+    127. It is an unclean exit; 137 is SIGKILL, 143 SIGTERM."""
+    from auditor.model import TrialRecord
+    from auditor.reason.exits import classify_exit
+
+    def kind(code: int) -> str:
+        trial = TrialRecord(path="trial-1.json", exit_code=code)
+        return classify_exit(trial, "COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS").kind
+
+    assert kind(255) == "failure" and kind(137) == "sigkill" and kind(143) == "sigterm"
+    assert kind(134) == "killed"  # SIGABRT

@@ -255,8 +255,6 @@ class KitVerdicts:
 
     # ------------------------------------------------------- wrong today (the fixes' spec)
 
-    @pytest.mark.xfail(strict=True, reason="exit 255 is read as 'killed by signal 127' "
-                       "(reason killed, cause signal): no signal has number 127")
     def test_exit_255_is_no_signal(self, audited: Audited) -> None:
         period = audited.periods[10]
         assert (period["verdict"], period["reason"]) == VERDICTS[10]
