@@ -47,3 +47,22 @@ def test_jobs_outside_1_to_256_is_a_usage_error_not_a_silent_default(
     assert main(["audit", str(EXAMPLE), "--jobs", jobs, "--quiet", "--no-plots"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--jobs must be 1 to 256" in err
+
+
+def test_audit_prints_the_output_manifests_own_sha256(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The report cannot hold the manifest's digest (the manifest pins the report): the
+    audit's terminal summary and its --json say it."""
+    import orjson
+
+    out = tmp_path / "out"
+    assert main(["audit", str(EXAMPLE), "--out", str(out), "--no-plots"]) == 0
+    digest = hashlib.sha256((out / "output_manifest.json").read_bytes()).hexdigest()
+    assert f"output_manifest.json SHA-256: {digest}" in capsys.readouterr().out
+    assert main(["audit", str(EXAMPLE), "--out", str(out), "--force", "--no-plots",
+                 "--json"]) == 0
+    printed = orjson.loads(capsys.readouterr().out)
+    digest = hashlib.sha256((out / "output_manifest.json").read_bytes()).hexdigest()
+    assert printed["output_manifest_sha256"] == digest
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    assert "output_manifest_sha256" not in summary  # (the file stays the contract's)

@@ -397,10 +397,14 @@ def _audit(args: argparse.Namespace) -> int:
     finally:
         if plotter is not None:
             plotter.close()
+    # the output manifest pins every other output (the report too), so none can hold its own
+    # SHA-256: the command says it, as the seed's diagnostic states its own
+    manifest = None if args.out is None else _manifest_sha256(args.out)
     if args.json:
         from auditor.report.summary import dumps
 
-        sys.stdout.write(dumps(summary).decode())
+        printed = summary if manifest is None else {**summary, "output_manifest_sha256": manifest}
+        sys.stdout.write(dumps(printed).decode())
     elif not args.quiet:
         from rich.console import Console
 
@@ -410,9 +414,18 @@ def _audit(args: argparse.Namespace) -> int:
         console.print(summary_view(summary, written=args.out is not None))
         if args.out is not None:
             # the path as it is, on one line whatever the width: a path is copied, not read
-            console.print(f"report: {args.out / 'diagnostic.md'}", highlight=False,
+            console.print(f"report: {args.out / 'diagnostic.md'}\n"
+                          f"output_manifest.json SHA-256: {manifest}", highlight=False,
                           markup=False, emoji=False, soft_wrap=True)
     return 0
+
+
+def _manifest_sha256(out: Path) -> str:
+    """The output manifest's own SHA-256 (it pins every other output, so no output can
+    hold it: the command line says it, as the seed's diagnostic states its own)."""
+    from auditor._io import sha256_file
+
+    return sha256_file(str(out / "output_manifest.json")).sha256
 
 
 def _may_be_a_study(root: Path) -> bool:

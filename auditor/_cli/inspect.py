@@ -27,16 +27,10 @@ def _verify(args: argparse.Namespace) -> int:
         return 1
     if not args.quiet:
         print(f"verify: all {checked} listed outputs and inputs match")
+        from auditor._cli import _manifest_sha256
+
         print(f"output_manifest.json SHA-256: {_manifest_sha256(args.out)}")
     return 0
-
-
-def _manifest_sha256(out: Path) -> str:
-    """The output manifest's own SHA-256 (it pins every other output, so no output can
-    hold it: the command line says it, as the seed's diagnostic states its own)."""
-    from auditor._io import sha256_file
-
-    return sha256_file(str(out / "output_manifest.json")).sha256
 
 
 def _gate(args: argparse.Namespace) -> int:
