@@ -594,7 +594,8 @@ def test_default_workers_respect_a_containers_cpu_quota(tmp_path: Path) -> None:
 def test_terminal_summary_says_what_the_report_would_hide(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The summary printed at the end names the findings by severity, a partial audit and
+    """The summary printed at the end says what the findings mean for the gate (by
+    severity), a partial audit and
     what it did not keep, and a waiver that matched nothing (a typo lifts no gate reason);
     the integrity table fits 80 columns."""
     monkeypatch.setenv("COLUMNS", "80")
@@ -604,8 +605,10 @@ def test_terminal_summary_says_what_the_report_would_hide(
     shown = capsys.readouterr().out
     summary = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
     counts = summary["findings"]
-    assert (f"findings: {counts['error']} errors, {counts['warning']} warning"
-            f"{'' if counts['warning'] == 1 else 's'}, {counts['info']} informational") in shown
+    said = " ".join(shown.split())  # (what the findings mean for the gate, wrapped at 80)
+    assert f"{counts['error']} error findings: " in said and "the gate fails on them" in said
+    assert (f"{counts['warning']} warning{'' if counts['warning'] == 1 else 's'} and "
+            f"{counts['info']} informational findings block nothing") in said
     assert f"partial audit: {counts['not_kept']} findings counted but not kept" in shown
     assert "waiver matched nothing: AUD201:nonexistent/period-9" in shown
     assert "…" not in shown.split("Integrity", 1)[1].split("gate:", 1)[0]

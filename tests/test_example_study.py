@@ -105,7 +105,7 @@ def test_diagnostic_carries_every_seed_fact(example_out: Path) -> None:
     assert "all 4 ranks recorded `actor_update` followed by a separate post-update " \
            "`weight_sync` at step 1" in text
     assert "not independent proof that optimizer parameters changed" in text
-    assert "TOTAL\\_TRAINING\\_STEPS=1" in text
+    assert "`TOTAL_TRAINING_STEPS=1`" in text
     assert "`infrastructure_invalid`" in text
     assert "The post-period idle check passed." in text
     assert "120e29a146294722a6668f55a1e7fed2878eb62a" in text

@@ -269,8 +269,8 @@ def provenance_section(result: AuditResult, outputs: Sequence[tuple[str, str, in
         lines += ["", code_block(f"{i.path}  {i.digest.sha256}" for i in sources)]
     if outputs:
         lines += ["", f"The output directory holds exactly {len(outputs) + 2:,} files: this "
-                      "report; `output_manifest.json`, which pins it (`auditor verify` prints its "
-                      "SHA-256); and these:", ""]
+                      "report; `output_manifest.json`, which pins it (`auditor audit` and "
+                      "`auditor verify` print its SHA-256); and these:", ""]
         lines.append(code_block(f"{name}  {sha}  {size}" for name, sha, size in outputs))
     lines += ["", _assertions(result)]
     return "\n".join(lines)

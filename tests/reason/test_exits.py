@@ -67,7 +67,8 @@ def test_retried_after_completion_is_wasted(every_outcome: tuple[Path, dict]) ->
 
 def test_the_timeline_plot_draws_the_attempt_a_verdict_rests_on(
         every_outcome: tuple[Path, dict]) -> None:
-    """A retried period's timeline row is its counted attempt's, not the wasted retry's."""
+    """A retried period's timeline draws both attempts: the one its verdict rests on in
+    full, the wasted retry faded and labelled not counted."""
     from auditor.audit import AuditOptions, run_audit
     from auditor.report.plots import plot_data
 
@@ -76,9 +77,10 @@ def test_the_timeline_plot_draws_the_attempt_a_verdict_rests_on(
     period = next(p for p in result.collected.periods
                   if p.subject == S.format(161 + OUTCOMES.index("retried")))
     counted, wasted = (a.spec.job_id for a in period.attempts)
-    labels = [row.label for row in plot_data(result).timeline if row.label]
-    assert any(label.startswith(f"{counted} p1 ") for label in labels)
-    assert not any(label.startswith(f"{wasted} p1 ") for label in labels)
+    rows = [row for row in plot_data(result).timeline if row.label]
+    assert any(row.label.startswith(f"{counted} / 1 ") and row.counted for row in rows)
+    assert any(row.label.startswith(f"{wasted} / 1 ") and not row.counted
+               and "not counted" in row.label for row in rows)
 
 
 def test_launcher_disagreement_is_reported(every_outcome: tuple[Path, dict]) -> None:

@@ -654,7 +654,7 @@ def test_a_study_without_its_scheduler_dump_says_so_and_fails_the_gate(
         assert any("scheduler dump unusable" in r and "sacct-raw.psv" in r
                    for r in summary[gate]["reasons"])
     text = (tmp_path / "out" / "diagnostic.md").read_text()
-    assert text.startswith("# Audit of test\\_study — 2026-09-15\n")  # (the last exit's day)
+    assert text.startswith("# Audit of `test_study` — 2026-09-15\n")  # (the last exit's day)
     assert "**unknown**: no scheduler dump was read" in text
     assert "Reservation scope (invocation time × the GPUs the allocation held): **unknown**" \
         in text

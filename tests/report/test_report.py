@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from auditor._cli import main
-from auditor.report.mdformat import code_block, code_span, md_escape
+from auditor.report.mdformat import code_block, code_span, md_escape, prose
 from tests.helpers import EXAMPLE, audit, copy_example, find, outcome_study, rewrite
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "example_diagnostic.md"
@@ -22,9 +22,12 @@ HOSTILE = ("torch.OutOfMemoryError: <img src=x> [click](http://evil.example) "
 
 
 def _without_output_hashes(text: str) -> str:
-    """Output hashes depend on library versions (Parquet writer, PNG encoder): mask them."""
-    return re.sub(r"^(\S+\.(?:parquet|png|json))  [0-9a-f]{64}  \d+$", r"\1  <sha256>  <size>",
-                  text, flags=re.MULTILINE)
+    """Output hashes depend on library versions (Parquet writer, PNG encoder) and, for
+    ``evidence.md``, on where the checkout is (it names the evidence root), as does the
+    locator's ``BASE``: mask them."""
+    text = re.sub(r"^(\S+\.(?:parquet|png|json|md))  [0-9a-f]{64}  \d+$",
+                  r"\1  <sha256>  <size>", text, flags=re.MULTILINE)
+    return re.sub(r"^BASE=.*$", "BASE=<evidence root>", text, flags=re.MULTILINE)
 
 
 def test_example_report_matches_golden_file(tmp_path: Path) -> None:
@@ -43,12 +46,11 @@ def test_each_quote_stands_beside_the_pointer_or_line_it_was_read_at(tmp_path: P
     each carry their own record."""
     out = tmp_path / "out"
     assert main(["audit", str(EXAMPLE), "--out", str(out), "--quiet", "--no-plots"]) == 0
-    text = (out / "diagnostic.md").read_text()
-    assert ("`trial-5055846.json#/invocation/exit_code` \\(1\\), "
-            "`#/dispatch/TOTAL_TRAINING_STEPS` \\(1\\), `#/status` \\(eligible\\_failure\\)"
-            in text)
-    assert ("`allocator-traces/allocator-758712.jsonl:7` \\(actor\\_update step 1\\), "
-            "`:8` \\(weight\\_sync step 1\\)" in text)
+    text = (out / "evidence.md").read_text()  # (every period's own citations)
+    assert ("`trial-5055846.json#/invocation/exit_code` (`1`), "
+            "`#/dispatch/TOTAL_TRAINING_STEPS` (`1`), `#/status` (`eligible_failure`)" in text)
+    assert ("`allocator-traces/allocator-758712.jsonl:7` (`actor_update step 1`), "
+            "`:8` (`weight_sync step 1`)" in text)
 
 
 def test_a_job_outside_the_array_is_not_called_one_of_its_elements(tmp_path: Path) -> None:
@@ -89,11 +91,15 @@ def test_untrusted_log_text_cannot_inject_markup(tmp_path: Path) -> None:
     rewrite(root, log, lambda b: b.replace(b"ray.exceptions.RayTaskError(OutOfMemoryError): ",
                                            HOSTILE.encode(), 1))
     audit(root, tmp_path / "out")
+    from markdown_it import MarkdownIt
+
     text = (tmp_path / "out" / "diagnostic.md").read_text()
-    assert "evil.example" in text  # the hostile line is quoted, inert
+    assert "evil.example" in text  # the hostile line is quoted, inert (in a code span)
     assert "\x1b" not in text
-    assert "<img" not in text and "<!--" not in text
-    assert "](http://evil" not in text
+    rendered = MarkdownIt("commonmark", {"html": True}).enable("table").render(text)
+    outside = re.sub(r"<code>.*?</code>", "", rendered, flags=re.DOTALL)
+    assert "<img" not in outside and "<!--" not in outside and "evil" not in outside
+    assert "<h1>Heading" not in rendered
     for line in text.splitlines():
         assert not line.startswith("# Heading")
 
@@ -223,7 +229,7 @@ def test_every_table_column_holds_what_its_name_says(tmp_path: Path) -> None:
         for column in ("workload", "seed", "gpus", "job_id", "verdict", "reason"):
             assert row[column] == expected[column], column
         assert list(row["rule_ids"]) == expected["rule_ids"]
-        assert f"**Limits.** {md_escape(row['limits'], limit=4000)}" in report
+        assert f"**Limits.** {prose(row['limits'], limit=4000)}" in report
         assert row["diagnosis"] != row["limits"]
         finished = (row["actor_update_finished"], row["post_update_sync_finished"])
         assert None in finished or finished[0] < finished[1]
