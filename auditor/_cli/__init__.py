@@ -425,7 +425,8 @@ def _manifest_sha256(out: Path) -> str:
     hold it: the command line says it, as the seed's diagnostic states its own)."""
     from auditor._io import sha256_file
 
-    return sha256_file(str(out / "output_manifest.json")).sha256
+    # (the directory as the outputs were written to it: "a/new/.." is "a")
+    return sha256_file(os.path.join(os.path.abspath(out), "output_manifest.json")).sha256
 
 
 def _may_be_a_study(root: Path) -> bool:

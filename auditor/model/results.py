@@ -286,6 +286,17 @@ class AuditResult:
                 f"({said}); gate {gate}, --allow-partial {partial}; "
                 f"{len(self.findings)} findings{'; partial' if self.partial else ''}>")
 
+    def rule_ids(self) -> dict[str, list[str]]:
+        """Each period's rules, sorted: those its verdict rests on and every other finding
+        about it (a retry's ``AUD212``, its cause's ``AUD218``), as summary.json and
+        periods.parquet give them."""
+        said: dict[str, set[str]] = {}
+        for item in self.findings:
+            said.setdefault(item.subject, set()).add(item.rule_id)
+        return {verdict.subject: sorted({f.rule_id for f in verdict.findings}
+                                        | said.get(verdict.subject, set()))
+                for verdict in self.verdicts}
+
     def anchor_status(self) -> list[tuple[str, str, str]]:
         """(name, expected sha256, status) for every anchor, for the report."""
         collected = self.collected

@@ -81,9 +81,7 @@ def _periods(result: AuditResult) -> list[dict[str, Any]]:
     reasoning = result.reasoning
     by_subject = {a.subject: a for a in reasoning.attempts if a.counted}
     attempts_per_subject = Counter(a.subject for a in reasoning.attempts)
-    said: dict[str, set[str]] = {}  # (every finding about the period: AUD212 names a retry)
-    for item in result.findings:
-        said.setdefault(item.subject, set()).add(item.rule_id)
+    rule_ids = result.rule_ids()
     periods = []
     for verdict, facts in zip(reasoning.verdicts, reasoning.facts, strict=True):
         counted = by_subject.get(verdict.subject)
@@ -98,8 +96,7 @@ def _periods(result: AuditResult) -> list[dict[str, Any]]:
             "reason": verdict.reason,
             "cause": verdict.cause.word if verdict.cause else None,
             "attempts": attempts_per_subject[verdict.subject],
-            "rule_ids": sorted({f.rule_id for f in verdict.findings}
-                               | said.get(verdict.subject, set())),
+            "rule_ids": rule_ids[verdict.subject],
         })
     return periods
 

@@ -163,6 +163,7 @@ SCHEMAS: dict[str, pa.Schema] = {
 
 def _periods(result: AuditResult) -> Iterable[tuple[Any, ...]]:
     reasoning = result.reasoning
+    rule_ids = result.rule_ids()
     for verdict, facts in zip(reasoning.verdicts, reasoning.facts, strict=True):
         yield (
             verdict.subject, verdict.pair, verdict.period,
@@ -172,7 +173,7 @@ def _periods(result: AuditResult) -> Iterable[tuple[Any, ...]]:
             verdict.cause.detail if verdict.cause else None,
             verdict.cause.citation.locator() if verdict.cause and verdict.cause.citation
             else None,
-            sorted({f.rule_id for f in verdict.findings}),  # rule_ids
+            rule_ids[verdict.subject],
             verdict.diagnosis, verdict.limits,
             facts.actor_update_finished_ns, facts.post_update_sync_finished_ns,
             facts.raw_peak_mib, list(facts.pids_by_rank), facts.log_lines, facts.last_step,
