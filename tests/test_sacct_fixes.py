@@ -391,3 +391,16 @@ def test_a_stale_pending_range_whose_tasks_all_have_rows_is_not_the_array_partia
     summary = audit(root, tmp_path / "out")
     assert "AUD210" not in set(findings(tmp_path / "out")["rule_id"])
     assert summary["gate"]["passed"] is True
+
+
+def test_the_report_names_the_share_requeued_runs_held(tmp_path: Path) -> None:
+    """The real kit study's -D dump: the allocation scope counts every record, and the
+    report says how much of it runs lost to requeue held, and by which element."""
+    study = Path(__file__).resolve().parents[1] / "fixtures" / "slurm" / "kit" / "study"
+    summary = audit(study, tmp_path / "out")
+    assert summary["accounting"]["requeued_gpu_seconds"] == 6
+    text = (tmp_path / "out" / "diagnostic.md").read_text()
+    assert ("summed over every record of each array element, `sacct -D`'s earlier runs "
+            "included)") in text
+    assert "of which **6 GPU-seconds were held by runs lost to requeue or preemption** " \
+           "(`1_8`)" in text

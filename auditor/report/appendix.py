@@ -26,6 +26,29 @@ def arrays_of(result: AuditResult) -> list[str]:
                             if e.array_job_id})
 
 
+def _requeued(gpu_seconds: int | None, elements: Sequence[ElementCost]) -> str:
+    """The allocation scope's share that runs lost to requeue or preemption held."""
+    if not gpu_seconds:
+        return ""
+    named = ", ".join(code_span(e.job_id) for e in elements[:MAX_NAMED_PERIODS])
+    return (f", of which **{gpu_seconds:,} GPU-seconds were held by runs lost to requeue or "
+            f"preemption** ({named})")
+
+
+def _outside(outside: Sequence[ElementCost], gpu_seconds: int | None) -> str:
+    """The jobs outside the array that ran attempts: not part of the allocation scope (the
+    contract defines it per array element), counted apart."""
+    if not outside:
+        return ""
+    jobs = ", ".join(code_span(e.job_id) for e in outside[:MAX_NAMED_PERIODS])
+    figure_text = "unknown" if gpu_seconds is None else f"{gpu_seconds:,} GPU-seconds"
+    many = len(outside) != 1
+    return (f". The {number(len(outside))} job{'s' if many else ''} outside the array that "
+            f"ran attempts ({jobs}, {'retries' if many else 'a retry'} submitted on "
+            f"{'their' if many else 'its'} own) {'are' if many else 'is'} not part of that "
+            f"scope: **{figure_text}**, counted apart")
+
+
 def outside_arrays(result: AuditResult, elements: Sequence[ElementCost]
                     ) -> tuple[ElementCost, ...]:
     """The accounted jobs that are no element of the study's arrays (a retry submitted as a
@@ -85,13 +108,13 @@ def accounting_section(result: AuditResult, reasoning: Reasoning) -> str:
         f"**{acc.allocation_gpu_seconds:,} GPU-seconds = "
         f"{acc.allocation_gpu_seconds / 3600:.9f} GPU-hours**")
     outside = outside_arrays(result, acc.elements)
-    over = "elements" if not outside else (
-        f"the array's elements and the {number(len(outside))} "
-        f"job{'s' if len(outside) != 1 else ''} outside it that ran "
-        f"attempts ({', '.join(code_span(e.job_id) for e in outside[:MAX_NAMED_PERIODS])})")
+    requeued = [e for e in acc.elements if e.attempts or e.state == "PREEMPTED"]
+    over = "elements" if not requeued else \
+        "every record of each array element, `sacct -D`'s earlier runs included"
     lines.append(
         f"Allocation scope (outer elapsed seconds × allocated GPUs, summed over {over}): "
-        f"{allocation}"
+        f"{allocation}" + _requeued(acc.requeued_gpu_seconds, requeued)
+        + _outside(outside, acc.outside_array_gpu_seconds)
         + (f", over the {number(len(acc.elements))} elements the scheduler's dump reports: "
            f"{counted(len(missing), 'attempt job')} without an element row "
            f"({', '.join(code_span(j) for j in missing[:MAX_NAMED_PERIODS])}"

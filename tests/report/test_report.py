@@ -66,8 +66,11 @@ def test_a_job_outside_the_array_is_not_called_one_of_its_elements(tmp_path: Pat
     assert ("All eight array elements of `5055845` ended `FAILED 2:0`, with no scheduler "
             "`OUT_OF_MEMORY` state. Outside the array, the job `5055845` `FAILED` also ran "
             "attempts. The last job, actual job `5055845`, ended at **19:27:18 UTC**.") in text
-    assert ("summed over the array's elements and the one job outside it that ran attempts "
-            "(`5055845`)): **20,828 GPU-seconds") in text
+    # the allocation scope is per array element (the contract's): the job outside the array
+    # is counted apart, named
+    assert ("summed over elements): **18,468 GPU-seconds = 5.130000000 GPU-hours**. The one job "
+            "outside the array that ran attempts (`5055845`, a retry submitted on its own) is "
+            "not part of that scope: **2,360 GPU-seconds**, counted apart") in text
 
 
 
