@@ -404,3 +404,18 @@ def test_the_report_names_the_share_requeued_runs_held(tmp_path: Path) -> None:
             "included)") in text
     assert "of which **6 GPU-seconds were held by runs lost to requeue or preemption** " \
            "(`1_8`)" in text
+
+
+def test_the_report_says_when_the_dump_lacks_the_requeued_runs(tmp_path: Path) -> None:
+    """Without -D, Restarts above the records present: the report says the earlier runs,
+    and the GPU-seconds they held, are missing from the dump."""
+    root = outcome_study(tmp_path / "study", ["completed"])
+    text = (root / "accounting" / "sacct-raw.psv").read_text().splitlines()
+    rows = [row + "|" + ("2" if i == 0 else "0") for i, row in enumerate(text)]
+    (tmp_path / "with-restarts.psv").write_text("\n".join(rows) + "\n")
+    fields = "JobID,JobIDRaw,JobName,State,ExitCode,Start,End,ElapsedRaw,AllocTRES,NodeList," \
+             "Reason,Restarts"
+    audit(root, tmp_path / "out", "--sacct", str(tmp_path / "with-restarts.psv"),
+          "--sacct-format", fields)
+    report = (tmp_path / "out" / "diagnostic.md").read_text()
+    assert "The dump was captured without `sacct -D`" in report

@@ -35,6 +35,17 @@ def _requeued(gpu_seconds: int | None, elements: Sequence[ElementCost]) -> str:
             f"preemption** ({named})")
 
 
+def _history_missing(result: AuditResult) -> str:
+    """Said when the dump lacks the earlier runs of requeued elements (captured without
+    ``sacct -D``: an element still REQUEUED, or Restarts above the records present)."""
+    sacct = result.collected.sacct
+    lacking = sacct is not None and (
+        any(f.rule_id == "AUD019" and f.value("fields") == "-D" for f in sacct.findings)
+        or any(job.state == "REQUEUED" for job in sacct.jobs))
+    return (" The dump was captured without `sacct -D`: the earlier runs of requeued elements "
+            "are missing from it, and so are the GPU-seconds they held." if lacking else "")
+
+
 def _outside(outside: Sequence[ElementCost], gpu_seconds: int | None) -> str:
     """The jobs outside the array that ran attempts: not part of the allocation scope (the
     contract defines it per array element), counted apart."""
@@ -128,6 +139,7 @@ def accounting_section(result: AuditResult, reasoning: Reasoning) -> str:
         + (f"**unknown**: {unknown}. " if acc.reservation_gpu_seconds is None else
            f"{figure(acc.reservation_gpu_seconds)} GPU-seconds. ")
         + "**These overlapping scopes must not be added.**"
+        + _history_missing(result)
     )
     lines.append("")
     lines.append(
