@@ -419,3 +419,22 @@ def test_the_report_says_when_the_dump_lacks_the_requeued_runs(tmp_path: Path) -
           "--sacct-format", fields)
     report = (tmp_path / "out" / "diagnostic.md").read_text()
     assert "The dump was captured without `sacct -D`" in report
+
+
+@pytest.mark.parametrize(("late_s", "outside"), [(10, False), (31, False), (32, True)])
+def test_a_scheduler_ended_job_may_run_on_for_kill_wait(tmp_path: Path, late_s: int,
+                                                        outside: bool) -> None:
+    """A cancelled job's End is the kill request's second; its processes had KillWait (30 s
+    by default) between SIGTERM and SIGKILL, and a launcher that traps the signal, forwards
+    it and writes its record ends inside that window (seen on a real Slurm under load)."""
+    root = outcome_study(tmp_path / "study", ["cancelled"])
+    end = next(job for job in parse_sacct(
+        HashingReader(open(root / "accounting/sacct-raw.psv", "rb")), "s").jobs
+        if job.array_task_id == 0).end
+    assert end is not None
+    trial = next(root.glob("*-4gpu/attempt-*/trial-*.json")).relative_to(root).as_posix()
+    edit_json(root, trial, lambda doc: doc["invocation"].update(
+        finished_ns=(end + late_s) * NS))
+    summary = audit(root, tmp_path / "out")
+    subject = summary["periods"][0]["pair"] + "/period-1"
+    assert ("AUD117" in rules_of(summary, subject)) is outside

@@ -47,7 +47,8 @@ def _causes(args: argparse.Namespace) -> int:
         raise InputError(f"causes: {path} is a directory, not a log") from None
     except OSError as error:
         raise InputError(f"causes: cannot read {path}: {error.strerror or error}") from None
-    found = [(event, word) for event in scan.events if (word := event_cause(event))]
+    found = list({(event.line, word): (event, word) for event in scan.events
+                  if (word := event_cause(event))}.values())  # (a line's cause once)
     completed = scan.terminal_event is not None
     cause = None if completed else cause_of_log(scan.events, str(path))
     if args.json:

@@ -321,8 +321,10 @@ def _timeline(attempt: AttemptEvidence, sacct: SacctDump | None,
     """Allocator records inside the invocation (AUD116); the invocation inside its own
     allocation record (AUD117): the ``sacct -D`` record of its run (by restart count) for
     a requeued job, else the element's latest. Without ``-D`` an earlier run has no record
-    of its own: not compared, and said (AUD119). sacct's End is the second of the kill
-    request, truncated, so the invocation may end up to one second after it, no more."""
+    of its own: not compared, and said (AUD119). sacct's End is truncated to its second, so
+    the invocation may end up to one second after it, no more; when the scheduler ended the
+    job (cancelled, timed out, preempted, requeued), End is the kill request's second and the
+    processes then had KillWait (:data:`KILL_WAIT_S`) to end."""
     trial = attempt.read.trial
     if trial is None or trial.started_ns is None or trial.finished_ns is None:
         return
@@ -362,10 +364,20 @@ def _timeline(attempt: AttemptEvidence, sacct: SacctDump | None,
             yield finding("AUD117", subject, cite,
                           detail=f"invocation starts before the allocation (sacct Start "
                                  f"{element.start}, invocation {start // NS})")
-        if element.end is not None and (finish + NS - 1) // NS > element.end + 1:
+        grace = KILL_WAIT_S if element.state in KILLED_BY_SCHEDULER else 0
+        if element.end is not None and (finish + NS - 1) // NS > element.end + 1 + grace:
             yield finding("AUD117", subject, cite,
                           detail=f"invocation ends after the allocation (sacct End "
                                  f"{element.end}, invocation {finish // NS})")
+
+
+KILLED_BY_SCHEDULER = frozenset({"CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE",
+                                 "NODE_FAIL", "REQUEUED"})
+"""States whose End is the scheduler's kill request: the job's processes were then sent
+SIGTERM and had KillWait to end before SIGKILL (a launcher that traps the signal, forwards
+it and writes its record ends inside that window, after End)."""
+KILL_WAIT_S = 30
+"""Slurm's default KillWait (slurm.conf), the seconds between SIGTERM and SIGKILL."""
 
 
 def restart_of(attempt: AttemptEvidence) -> int | None:
