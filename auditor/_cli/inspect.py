@@ -95,9 +95,10 @@ def _sacct(args: argparse.Namespace) -> int:
         if item.rule_id in SACCT_NOTICES:
             print(f"auditor: note: {printable(item.message)}", file=sys.stderr)
     if args.json:
-        import orjson
 
-        sys.stdout.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n")
+        from auditor.report.summary import dumps
+
+        sys.stdout.write(dumps(summary).decode())
         return 0
     from rich.console import Console
 

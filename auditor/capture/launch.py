@@ -117,6 +117,10 @@ def resolve_attempt(spec: RunSpec, environ: Mapping[str, str]) -> Attempt:
     """The attempt's identity and directory (``attempt-<job>`` for restart 0,
     ``attempt-<job>-r<restart_count>`` after); refuses without a usable job id."""
     given = spec.job_id if spec.job_id is not None else environ.get("SLURM_JOB_ID")
+    pair = spec.pair
+    if not pair or pair in (".", "..") or "/" in pair or "\\" in pair or "\0" in pair:
+        raise RunRefused(f"--pair {pair!r}: a pair's name is one directory name (no '/', "
+                         "no '..')")
     job = _digits(given)
     if job is None:
         where = "--job-id" if spec.job_id is not None else "SLURM_JOB_ID"

@@ -94,6 +94,7 @@ def _attempt_dir(spec: SealSpec) -> tuple[Path, str]:
         raise SealRefused(f"--attempt-dir {spec.attempt_dir!r}: must be relative to the root, "
                           "without '..'")
     directory = spec.root / relative
+    _no_link_on_the_way(spec.root, relative.parts)
     try:
         mode = os.lstat(directory).st_mode
     except OSError as error:
@@ -101,6 +102,23 @@ def _attempt_dir(spec: SealSpec) -> tuple[Path, str]:
     if not stat.S_ISDIR(mode):
         raise SealRefused(f"{directory}: not a directory (a link is not followed)")
     return directory, relative.as_posix()
+
+
+def _no_link_on_the_way(root: Path, parts: tuple[str, ...]) -> None:
+    """Refuse a path below ``root`` that passes through a link (it could lead out of the
+    root: seal reads and writes only inside it)."""
+    current = root
+    for part in parts[:-1]:
+        current = current / part
+        if current.is_symlink():
+            raise SealRefused(f"{current}: a link on the way; not followed, not sealed")
+
+
+def check_pair_name(pair: str) -> None:
+    """A pair's name is one path component (no ``/``, no ``..``): it names a directory."""
+    if not pair or pair in (".", "..") or "/" in pair or "\\" in pair or "\0" in pair:
+        raise SealRefused(f"--pair {pair!r}: a pair's name is one directory name (no '/', "
+                          "no '..')")
 
 
 def _files(directory: Path) -> list[str]:
@@ -240,10 +258,15 @@ def seal(spec: SealSpec) -> SealResult:
     if not _COMMIT.fullmatch(spec.commit):
         raise SealRefused(f"commit {spec.commit!r}: a git object id (7-64 lower-case hex "
                           "digits) expected")
+    check_pair_name(spec.pair)
     entry, trial = attempt_entry(spec)
     shared = _period_fields(spec, trial)
     idle = _check_idle_where(trial) if spec.idle_check else None
     path = spec.root / "pairs" / spec.pair / f"period-{spec.period}.json"
+    for place in (spec.root / "pairs", path.parent):  # (never written through a link)
+        if place.is_symlink():
+            raise SealRefused(f"{place}: a link; the period record is written only inside "
+                              "the root")
     missing = tuple(name for name in ("workload", "seed", "model") if name not in shared)
     existing = _existing(path)
     if existing is None:

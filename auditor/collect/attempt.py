@@ -11,6 +11,7 @@ from __future__ import annotations
 from auditor._io import HashingReader
 from auditor.collect.allocator_trace import read_allocator_trace
 from auditor.collect.device import read_device
+from auditor.collect.log_events import _compile_pattern as compile_pattern
 from auditor.collect.training_log import scan_training_log
 from auditor.collect.trial import read_trial
 from auditor.model import (
@@ -78,10 +79,13 @@ def _scan_log(
     """Scan the training log; a protocol pattern that will not compile falls back to the
     built-in matcher (the protocol collector already reported it)."""
     steps = trial.dispatched_int(task.steps_from) if trial is not None else None
-    try:
-        return scan_training_log(reader, display, steps, task.terminal_pattern)
-    except ValueError:
-        return scan_training_log(reader, display, steps, None)
+    pattern = task.terminal_pattern
+    if pattern is not None:
+        try:  # (refused before a byte is read; nothing else the scan raises is caught here)
+            compile_pattern(pattern)
+        except ValueError:
+            pattern = None
+    return scan_training_log(reader, display, steps, pattern)
 
 
 def _os_reason(error: OSError) -> str:

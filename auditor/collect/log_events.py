@@ -144,18 +144,19 @@ _TIMEOUT_WORD = re.compile(r"\bTimeout\b(?!\s*\(ms\))")
 _SEGFAULT = re.compile(r"Segmentation fault|\bSIGSEGV\b|return code = -11\b")
 """A worker's own crash report (torchrun's summary of a child killed by SIGSEGV is its
 ``child_failed``, read from that summary)."""
-_DEATH_SIGNAL = re.compile(r"Received (\d+) death signal|<Signals\.(SIG[A-Z0-9]+): \d+>"
-                           r"|SignalException: Process \d+ got signal: (\d+)"
-                           r"|exits with return code = -(\d+)")
+_DEATH_SIGNAL = re.compile(r"Received (\d{1,9}) death signal|<Signals\.(SIG[A-Z0-9]+): \d+>"
+                           r"|SignalException: Process \d+ got signal: (\d{1,9})\b"
+                           r"|exits with return code = -(\d{1,9})\b")
 _SHELL_KILL = re.compile(r"(?:^|\bline \d+:\s+\d+ |task \d+: )(Killed|Aborted|Bus error)\b")
 _ACTOR_DIED = re.compile(r"(?:ActorDiedError|RayActorError)(?:\)|:)|The actor died unexpectedly"
                          r"|The actor is dead because|A worker died or was killed while")
 _RAY_TASK_ERROR = re.compile(r"RayTaskError\((\w+)\)")
 _CHILD_FAILED = "ChildFailedError"
 _ROOT_CAUSE = "Root Cause (first observed failure)"
-_ROOT_FIELD = re.compile(r"^\s*(rank|exitcode)\s*: (-?\d+)(?: \((?:local_rank: (\d+)|pid: \d+)\))?"
-                         r"(?: \((SIG\w+)\))?")
-_AGENT_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: \d+\)")
+_ROOT_FIELD = re.compile(r"^\s*(rank|exitcode)\s*: (-?\d{1,9})\b")
+"""A field of torchrun's root-cause table (numbers of at most 9 digits: a longer one is no
+rank nor exit code, and never reaches int())."""
+_AGENT_FAILED = re.compile(r"failed \(exitcode: (-?\d{1,9})\) local_rank: (\d{1,9}) \(pid: \d+\)")
 _NODE_FAILURE = re.compile(r"\b(?:srun|salloc|sbatch): error: Node failure on (\S+)"
                            r"|DUE TO NODE FAILURE")
 _POTENTIAL_CAUSES = "There are some potential root causes"
