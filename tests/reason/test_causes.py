@@ -151,3 +151,27 @@ def test_the_periods_table_carries_the_cause_and_where_it_rests(study: Path,
     assert oom.cause == "gpu_oom" and "allocator-" in oom.cause_at and ".jsonl:" in oom.cause_at
     assert pd.isna(by_outcome["completed"].cause) and pd.isna(by_outcome["completed"].cause_at)
     assert by_outcome["node_failure"].cause_at.startswith("accounting/sacct-raw.psv:")
+
+
+def test_a_number_too_long_for_an_exit_code_is_no_crash_and_no_lost_log(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """torchrun-shaped lines holding a 5,000-digit number: auditor causes reads on, and an
+    audit still finds the terminal line after them (a ValueError from int() once made the
+    scan start over on the rest of the log, and a completed run read as unresolved)."""
+    from auditor._cli import main
+    from tests.helpers import find
+
+    huge = "9" * 5000
+    lines = (f"x failed (exitcode: -{huge}) local_rank: 0 (pid: 1) of binary\n"
+             f"Root Cause (first observed failure):\n  rank      : {huge} (local_rank: 0)\n"
+             "  exitcode  : -11 (pid: 1)\n====\n").encode()
+    log = tmp_path / "huge.log"
+    log.write_bytes(lines)
+    assert main(["causes", str(log)]) == 0
+    assert "exit code -11 (SIGSEGV)" in capsys.readouterr().out
+    root = outcome_study(tmp_path / "study", ["completed"])
+    training = find(root, "*-4gpu/attempt-*/training-*.log")
+    rewrite(root, training, lambda b: lines + b)
+    summary = audit(root, tmp_path / "out")
+    assert (summary["periods"][0]["verdict"], summary["periods"][0]["reason"]) == \
+        ("resolved", "completed")
