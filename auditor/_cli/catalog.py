@@ -74,8 +74,11 @@ def _query(args: argparse.Namespace) -> int:
     if args.json:
         import orjson
 
+        from auditor.report.summary import _bounded
+
         records = [dict(zip(columns, row, strict=True)) for row in rows]
-        sys.stdout.write(orjson.dumps(records, default=str, option=orjson.OPT_INDENT_2
+        sys.stdout.write(orjson.dumps(_bounded(records), default=str,
+                                      option=orjson.OPT_INDENT_2
                                       | orjson.OPT_NON_STR_KEYS).decode() + "\n")
     elif args.csv:
         writer = csv.writer(sys.stdout, lineterminator="\n")
@@ -84,13 +87,17 @@ def _query(args: argparse.Namespace) -> int:
     else:
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
+
+        from auditor._cli import _inert
 
         table = Table(show_lines=False)
         for column in columns:
-            table.add_column(column, overflow="fold")
-        for row in rows:
-            table.add_row(*("" if value is None else str(value) for value in row))
-        Console(width=max(120, int(os.environ.get("COLUMNS", "0") or 0))).print(table)
+            table.add_column(Text(_inert(column)), overflow="fold")
+        for row in rows:  # (as text, never markup nor emoji codes; control bytes escaped)
+            table.add_row(*(Text("" if value is None else _inert(str(value))) for value in row))
+        Console(width=max(120, int(os.environ.get("COLUMNS", "0") or 0)), markup=False,
+                emoji=False, highlight=False).print(table)
         print(f"{len(rows):,} row(s)")
     return 0
 

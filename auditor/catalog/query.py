@@ -77,11 +77,13 @@ def connect(catalog: Path) -> Any:
 def run_query(catalog: Path, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
     """Run ``sql`` over the catalogue; (column names, rows). Bad SQL is one line (exit 2)."""
     duckdb = load_duckdb()
+    if not sql.strip().strip(";").strip():
+        raise UsageError("query: no SQL statement given")
     con = None
     try:
         con = connect(catalog)  # (a part that cannot be read fails here, or in the query)
         cursor = con.execute(sql)
-        if cursor.description is None:
+        if cursor is None or cursor.description is None:
             return [], []
         return [d[0] for d in cursor.description], cursor.fetchall()
     except duckdb.Error as error:

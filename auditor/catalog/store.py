@@ -281,6 +281,7 @@ def _copy(reader: Any, schema: Any, version: int, folder: Path) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    shutil.rmtree(folder, ignore_errors=True)  # (a study given twice: the last wins)
     folder.mkdir(parents=True)
     rows = 0
     with pq.ParquetWriter(folder / PART, schema, compression="zstd") as writer:
@@ -320,6 +321,7 @@ def _write_studies(audit: Audit, folder: Path) -> int:
         "schema_version": SCHEMA_VERSION,
     }
     table = pa.Table.from_pylist([row], schema=studies_schema())
+    shutil.rmtree(folder, ignore_errors=True)  # (a study given twice: the last wins)
     folder.mkdir(parents=True)
     pq.write_table(table, folder / PART, compression="zstd")
     return 1

@@ -1,0 +1,46 @@
+"""What a review threw at the catalogue: text that looks like markup or holds control bytes,
+integers past 64 bits, no SQL at all, the same study given twice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from auditor._cli import main
+from tests.helpers import copy_example
+
+
+@pytest.fixture(scope="module")
+def cat(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("hostile")
+    root = copy_example(tmp)
+    assert main(["audit", str(root), "--out", str(tmp / "out"), "--quiet", "--no-plots"]) == 0
+    # the same audit twice in one call: the last of a name wins, no crash
+    assert main(["catalog", str(tmp / "out"), str(tmp / "out"), "--into", str(tmp / "cat")]) \
+        == 0
+    return tmp / "cat"
+
+
+def test_markup_emoji_and_control_bytes_print_as_they_are(
+        cat: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    sql = ("SELECT '[/pytorch/x.cpp:12] failed' AS a, 'root:x:0:0' AS b, "
+           "chr(27) || '[31mred' AS c")
+    assert main(["query", str(cat), sql]) == 0
+    out = capsys.readouterr().out
+    assert "[/pytorch/x.cpp:12] failed" in out and "root:x:0:0" in out
+    assert "\x1b" not in out and "\\x1b[31mred" in out
+
+
+def test_an_integer_past_64_bits_and_no_sql(cat: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main(["query", str(cat), "SELECT 170141183460469231731687303715884105727::hugeint "
+                 "AS h", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"h": "170141183460469231731687303715884105727"}]
+    for sql in ("", ";", "  ;  "):
+        assert main(["query", str(cat), sql]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "no SQL statement" in err
