@@ -154,3 +154,28 @@ def test_shard_usage_errors_are_one_line(tmp_path: Path,
         assert "--shard expects I/N" in _refused(capsys, "audit", str(root), "--shard", spec,
                                                  "--out", str(tmp_path / "p"))
     assert "needs --out" in _refused(capsys, "audit", str(root), "--shard", "1/2")
+
+
+def _repin(part: Path, name: str) -> None:
+    """Re-pin ``name`` in the part's manifest, as a forger would (so it verifies)."""
+    import hashlib
+
+    data = (part / name).read_bytes()
+    manifest = json.loads((part / "output_manifest.json").read_text())
+    for entry in manifest["outputs"]:
+        if entry["path"] == name:
+            entry["sha256"], entry["size"] = hashlib.sha256(data).hexdigest(), len(data)
+    (part / "output_manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("shard", [None, "ab", [1], [1, "three"], [3, 2]])
+def test_a_part_json_of_the_wrong_shape_is_refused_even_when_pinned(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], shard: object) -> None:
+    root = copy_example(tmp_path)
+    parts = _shards(root, tmp_path / "parts", 2)
+    meta = json.loads((parts[1] / "part.json").read_text())
+    meta["shard"] = shard
+    (parts[1] / "part.json").write_text(json.dumps(meta))
+    _repin(parts[1], "part.json")
+    err = _refused(capsys, "merge", *map(str, parts), "--out", str(tmp_path / "merged"))
+    assert "has no shard I/N" in err

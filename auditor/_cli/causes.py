@@ -40,6 +40,9 @@ def _causes(args: argparse.Namespace) -> int:
         from auditor.collect.training_log import scan_training_log
         from auditor.reason.causes import cause_of_log, event_cause
     path: Path = args.log
+    from auditor._cli.inspect import _regular_file
+
+    _regular_file(path)  # (a FIFO would wait for a writer, a device be read for ever)
     try:
         with open(path, "rb") as handle:
             scan = scan_training_log(handle, str(path), args.steps)

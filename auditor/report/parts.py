@@ -23,7 +23,7 @@ import orjson
 
 from auditor import __version__
 from auditor.errors import InputError
-from auditor.model import Collected, CollectedParts
+from auditor.model import Collected, CollectedParts, PeriodUnit
 from auditor.report.output import (
     MANIFEST,
     _HashingWriter,
@@ -109,6 +109,11 @@ def read_part(path: Path) -> tuple[dict[str, Any], CollectedParts]:
         raise InputError(f"merge: {path}: not a shard part ({error})") from None
     if not isinstance(meta, dict) or meta.get("schema") != PART_SCHEMA:
         raise InputError(f"merge: {path}: not a shard part (no {META} of {PART_SCHEMA})")
+    shard = meta.get("shard")
+    if not (isinstance(shard, list) and len(shard) == 2
+            and all(type(n) is int for n in shard) and 1 <= shard[0] <= shard[1]) \
+            or type(meta.get("periods_total")) is not int:
+        raise InputError(f"merge: {path}: {META} has no shard I/N and period count")
     if meta.get("auditor_version") != __version__:
         raise InputError(f"merge: {path}: written by auditor {meta.get('auditor_version')}, "
                          f"this is {__version__}; audit the shard again")
@@ -116,7 +121,8 @@ def read_part(path: Path) -> tuple[dict[str, Any], CollectedParts]:
         parts = _ModelUnpickler(io.BytesIO(data)).load()
     except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError) as error:
         raise InputError(f"merge: {path}: {PART} cannot be read ({error})") from None
-    if not isinstance(parts, CollectedParts):
+    if not isinstance(parts, CollectedParts) or not all(
+            isinstance(unit, PeriodUnit) and type(unit.index) is int for unit in parts.units):
         raise InputError(f"merge: {path}: {PART} holds no collected study")
     return meta, parts
 

@@ -175,3 +175,17 @@ def test_a_number_too_long_for_an_exit_code_is_no_crash_and_no_lost_log(
     summary = audit(root, tmp_path / "out")
     assert (summary["periods"][0]["verdict"], summary["periods"][0]["reason"]) == \
         ("resolved", "completed")
+
+
+def test_causes_refuses_what_is_not_a_regular_file(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A FIFO with no writer would be waited on for ever: one line, exit 2."""
+    import os
+
+    from auditor._cli import main
+
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    assert main(["causes", str(fifo)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a regular file" in err
