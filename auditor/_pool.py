@@ -34,6 +34,8 @@ SMALL_STUDY_BYTES = 64 << 20
 CHUNK_BYTES = 16 << 20
 """About the most listed bytes of tasks sent to a worker at once (see :func:`chunk_size`)."""
 CONNECT_TIMEOUT = 10
+CONNECT_MARGIN = 5
+"""Seconds past the connect timeout the connecting thread is waited on."""
 """Seconds a :class:`DaskPool` waits for its scheduler to answer before giving up."""
 CLOSE_TIMEOUT = 10
 """Seconds a :class:`DaskPool` waits for its client to close."""
@@ -337,17 +339,42 @@ class DaskPool:
                 from distributed import Client
 
                 self._hush()
-                try:
-                    self._client = Client(self.address, timeout=CONNECT_TIMEOUT,
-                                          set_as_default=False)
-                except (OSError, TimeoutError) as error:
-                    why = "" if str(error).startswith("Timed out") else f" ({error})"
-                    raise UsageError(
-                        f"--executor {self.executor}: no Dask scheduler answered at "
-                        f"{self.address} within {CONNECT_TIMEOUT} s{why}") from None
+                self._client = self._connect(Client)
                 self._pool = self._client.get_executor(pure=False)
                 self._threads = max(1, sum(self._client.nthreads().values()))
         return self._pool
+
+    def _connect(self, client_class: Any) -> Any:
+        """A client of the scheduler, made in a thread waited on for at most the connect
+        timeout (and a margin): a port that accepts but speaks no Dask (a silent server, a
+        web server) would otherwise hold the handshake for ever, past Dask's own timeout."""
+        import threading
+
+        made: dict[str, Any] = {}
+
+        def connect() -> None:
+            try:
+                made["client"] = client_class(self.address, timeout=CONNECT_TIMEOUT,
+                                              set_as_default=False)
+            except BaseException as error:  # noqa: BLE001 - handed to the waiting thread
+                made["error"] = error
+
+        thread = threading.Thread(target=connect, name="auditor-dask-connect", daemon=True)
+        thread.start()
+        thread.join(CONNECT_TIMEOUT + CONNECT_MARGIN)
+        error = made.get("error")
+        if thread.is_alive() or (error is None and "client" not in made):
+            raise UsageError(f"--executor {self.executor}: no Dask scheduler answered at "
+                             f"{self.address} within {CONNECT_TIMEOUT} s (something listens "
+                             "there, but it speaks no Dask)")
+        if isinstance(error, OSError | TimeoutError):
+            why = "" if str(error).startswith("Timed out") else f" ({error})"
+            raise UsageError(f"--executor {self.executor}: no Dask scheduler answered at "
+                             f"{self.address} within {CONNECT_TIMEOUT} s{why}") from None
+        if error is not None:
+            raise UsageError(f"--executor {self.executor}: what answered at {self.address} is "
+                             f"no Dask scheduler ({type(error).__name__}: {error})") from None
+        return made["client"]
 
     def _hush(self) -> None:
         """Hold back the log lines of Dask's client side (they go to stderr) until

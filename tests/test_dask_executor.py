@@ -199,6 +199,24 @@ def test_an_unreachable_scheduler_is_one_line_and_exit_2(tmp_path: Path) -> None
     assert not out.exists()
 
 
+@pytest.mark.slow
+def test_a_port_that_speaks_no_dask_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """Something accepts there but never answers (a silent server on 127.0.0.1): the
+    handshake is not waited on for ever; one line and exit 2 within the stated time."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        port = int(server.getsockname()[1])
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "auditor", "audit", str(EXAMPLE), "--out",
+             str(tmp_path / "out"), "--quiet", "--executor", f"dask://127.0.0.1:{port}"],
+            capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "speaks no Dask" in done.stderr, done.stderr
+    assert time.monotonic() - started < 40
+
+
 CLUSTER = """
 import sys
 from distributed import LocalCluster
