@@ -57,6 +57,7 @@ def connect(catalog: Path) -> Any:
         raise InputError(f"query: {catalog}: no {CATALOG_JSON}; is this a catalogue made by "
                          "'auditor catalog'?")
     con = duckdb.connect(":memory:")
+    everything = [str(part) for table in CATALOG_TABLES for part in _parts(catalog / table)]
     for table in CATALOG_TABLES:
         parts = _parts(catalog / table)
         if parts:
@@ -71,6 +72,11 @@ def connect(catalog: Path) -> Any:
     con.execute(verdicts_sql("cause" in columns))
     con.execute(GPU_SECONDS_SQL)
     con.execute(SUSPECT_HARDWARE_SQL)
+    # A query reads the catalogue's own parts and nothing else, and writes no file: no
+    # COPY ... TO, read_csv('/etc/passwd') or ATTACH (and the settings cannot be undone)
+    con.execute(f"SET allowed_paths = [{', '.join(_literal(p) for p in everything)}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
     return con
 
 

@@ -44,3 +44,19 @@ def test_an_integer_past_64_bits_and_no_sql(cat: Path,
         assert main(["query", str(cat), sql]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "no SQL statement" in err
+
+
+@pytest.mark.parametrize("sql", [
+    "COPY (SELECT 1 AS x) TO '{tmp}/written.csv'",
+    "SELECT * FROM read_csv('/etc/passwd')",
+    "ATTACH '{tmp}/other.db' AS other",
+    "SET enable_external_access = true",
+])
+def test_a_query_reads_the_catalogue_only_and_writes_nothing(
+        cat: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], sql: str) -> None:
+    capsys.readouterr()
+    assert main(["query", str(cat), sql.format(tmp=tmp_path)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert not any(tmp_path.iterdir())
+    assert main(["query", str(cat), "SELECT count(*) AS n FROM periods", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"n": 18}]
