@@ -3,7 +3,7 @@
 Usage (from the repository root, with the project's virtualenv)::
 
     python benchmarks/run.py [--sizes small,medium,large,many] [--workdir DIR] [--keep]
-                             [--jobs N] [--repeat R] [--profile N] [--timeout S]
+                             [--jobs N] [--repeat R] [--profile N] [--timeout S] [--shards N]
 
 ``--profile N`` also runs ``python -m cProfile -m auditor audit ... --jobs 1`` on the first
 selected study and prints the top N functions by own time.
@@ -36,6 +36,9 @@ For each selected study this script
      every file once in 1 MiB chunks, feeding SHA-256 and a line splitter from the same
      buffers, ``orjson``-parsing every JSONL line and every ``.json`` document;
    * ``sha256sum`` over the same files (``xargs -0 -P1 sha256sum``, one core);
+   * with ``--shards N``: ``audit --shard I/N --out PART`` for each I (one after another;
+     a SLURM array would run them side by side), then ``merge PART... --out DIR``, and
+     whether the merged files are byte-identical to the single audit's;
 
 3. prints a markdown table and writes every measurement to ``WORKDIR/results.json``.
 
@@ -143,6 +146,12 @@ class Row:
     floor_lines: int | None = None
     floor_records: int | None = None
     sha256sum_s: float | None = None
+    shards: list[AuditRun] = field(default_factory=list)
+    """``--shards N``: each ``audit --shard I/N`` run one after another (a SLURM array runs
+    them side by side on N machines)."""
+    merge: AuditRun | None = None
+    merge_identical: bool | None = None
+    """Whether the merged output's files are byte-identical to the single audit's."""
     load_before: list[float] = field(default_factory=list)
     """1/5/15-minute load averages before the timed runs (other work skews every number)."""
     error: str | None = None
@@ -444,26 +453,23 @@ class TreeSampler(threading.Thread):
 
 
 def run_audit(study: Study, out: Path, jobs: int | None, timeout: float,
-              env: dict[str, str] | None = None) -> AuditRun:
+              env: dict[str, str] | None = None, extra: Sequence[str] = ()) -> AuditRun:
     """Run ``auditor audit`` once on ``study`` and measure it (``env``: the process's
-    environment, e.g. a ``PYTHONPATH`` naming another checkout's sources)."""
-    shutil.rmtree(out, ignore_errors=True)
-    usage_path = out.parent / "audit-usage.json"
-    usage_path.unlink(missing_ok=True)
-    command = [
-        sys.executable,
-        "-c",
-        _WRAPPER,
-        str(usage_path),
-        "audit",
-        str(study.root),
-        "--out",
-        str(out),
-        "--quiet",
-        "--no-plots",
-    ]
+    environment, e.g. a ``PYTHONPATH`` naming another checkout's sources; ``extra``: more
+    audit options, e.g. ``--shard 1/2``)."""
+    arguments = ["audit", str(study.root), "--out", str(out), "--quiet", "--no-plots", *extra]
     if jobs is not None:
-        command += ["--jobs", str(jobs)]
+        arguments += ["--jobs", str(jobs)]
+    return run_cli(arguments, out, timeout, env)
+
+
+def run_cli(arguments: Sequence[str], out: Path, timeout: float,
+            env: dict[str, str] | None = None) -> AuditRun:
+    """Run ``auditor ARGUMENTS`` (writing ``out``, removed first) and measure it."""
+    shutil.rmtree(out, ignore_errors=True)
+    usage_path = out.parent / f"{out.name}-usage.json"
+    usage_path.unlink(missing_ok=True)
+    command = [sys.executable, "-c", _WRAPPER, str(usage_path), *arguments]
     with tempfile.TemporaryFile() as stderr:
         started = time.perf_counter()
         process = subprocess.Popen(
@@ -593,11 +599,71 @@ def table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def _output_digests(out: Path) -> dict[str, str]:
+    """SHA-256 of every output file but the manifest (whose audit time differs per run)."""
+    return {
+        str(path.relative_to(out)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(out.rglob("*"))
+        if path.is_file() and path.name != "output_manifest.json"
+    }
+
+
+def measure_sharded(study: Study, row: Row, out: Path, shards: int, jobs: int | None,
+                    timeout: float) -> None:
+    """``audit --shard I/N`` for every I, then ``merge``; compare with the single audit in
+    ``out`` (its last run)."""
+    single = _output_digests(out)
+    parts = []
+    for index in range(1, shards + 1):
+        part = out.parent / f"part-{index}"
+        print(f"[{study.name}] audit --shard {index}/{shards}", flush=True)
+        run = run_audit(study, part, jobs, timeout, extra=["--shard", f"{index}/{shards}"])
+        row.shards.append(run)
+        if not run.ok:
+            row.error = f"shard {index}/{shards} failed: {run.stderr[-2000:]}"
+            return
+        print(f"[{study.name}]   {run.wall_s:.2f} s", flush=True)
+        parts.append(str(part))
+    merged = out.parent / "merged"
+    print(f"[{study.name}] merge of {shards} parts", flush=True)
+    row.merge = run_cli(["merge", *parts, "--out", str(merged), "--no-plots"], merged, timeout)
+    if not row.merge.ok:
+        row.error = f"merge failed: {row.merge.stderr[-2000:]}"
+        return
+    print(f"[{study.name}]   {row.merge.wall_s:.2f} s", flush=True)
+    row.merge_identical = _output_digests(merged) == single
+
+
+def sharded_table(rows: Sequence[Row]) -> str:
+    """The sharded-audit table (only rows measured with ``--shards``)."""
+    lines = [
+        "| size | audit s | shards s (each) | longest shard + merge s | merge s "
+        "| shards' sum + merge s | merge peak RSS MB | identical |",
+        "|" + " --- |" * 8,
+    ]
+    for row in rows:
+        if not row.shards or row.audit is None:
+            continue
+        each = ", ".join(_fmt(run.wall_s) for run in row.shards)
+        merge = row.merge.wall_s if row.merge and row.merge.ok else None
+        longest = max(run.wall_s for run in row.shards)
+        total = sum(run.wall_s for run in row.shards)
+        lines.append(
+            f"| {row.size} | {_fmt(row.audit.wall_s)} | {each} "
+            f"| {_fmt(None if merge is None else longest + merge)} | {_fmt(merge)} "
+            f"| {_fmt(None if merge is None else total + merge)} "
+            f"| {_fmt(row.merge.tree_max_rss_mb if row.merge else None, 0)} "
+            f"| {row.merge_identical} |"
+        )
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------- driver
 
 
 def measure(
-    study: Study, jobs: int | None, repeat: int, timeout: float, profile: int
+    study: Study, jobs: int | None, repeat: int, timeout: float, profile: int,
+    shards: int = 0,
 ) -> tuple[Row, str | None]:
     """All measurements of one study (best of ``repeat`` for each timing)."""
     params = study.params
@@ -653,6 +719,8 @@ def measure(
             row.sha256sum_s = (
                 elapsed_sum if row.sha256sum_s is None else min(row.sha256sum_s, elapsed_sum)
             )
+    if shards > 1 and row.status == "ok":
+        measure_sharded(study, row, out, shards, jobs, timeout)
     profile_text = None
     if profile > 0:
         print(f"[{study.name}] profiling audit --jobs 1", flush=True)
@@ -703,6 +771,14 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="N",
         help="also cProfile 'audit --jobs 1' on the first study and print the top N by tottime",
     )
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also audit each study as N shards (--shard I/N, one after another) and merge "
+             "them, checking the merged output is byte-identical to the single audit",
+    )
     args = parser.parse_args(argv)
     sizes = [size.strip() for size in args.sizes.split(",") if size.strip()]
     unknown = [size for size in sizes if size not in PLANS]
@@ -733,7 +809,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         try:
             top = args.profile if name == args.sizes[0] else 0
-            row, profile_text = measure(study, args.jobs, args.repeat, args.timeout, top)
+            row, profile_text = measure(
+                study, args.jobs, args.repeat, args.timeout, top, args.shards
+            )
         except Exception as error:
             print(f"[{name}] measurement failed: {error!r}", file=sys.stderr)
             row = Row(
@@ -772,6 +850,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(table(rows))
     print()
+    if args.shards > 1:
+        print(sharded_table(rows))
+        print()
     for text in profiles:
         print(text)
     print(f"results: {results_path}")
