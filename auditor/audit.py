@@ -160,9 +160,13 @@ class Auditor:
         own = [index for index in range(len(periods))
                if shard is None or index % shard[1] == shard[0] - 1]
         mine = [records[index] for index in own]
-        owned = layout if shard is None else replace(layout, attempt_files={
-            rel: files for rel, files in layout.attempt_files.items()
-            if _owner(rel, records, shard[1]) == shard[0]})
+        if shard is None:
+            owned = layout
+        else:
+            owner = _owners(records, shard[1])
+            owned = replace(layout, attempt_files={
+                rel: files for rel, files in layout.attempt_files.items()
+                if owner.get(rel, 1) == shard[0]})
         tasks, pre = plan_reads(root, mine, protocol, layout.regular_files)
         unlisted, unlisted_blocked = plan_unlisted(root, owned, records)
         wanted = {task.display for task in unlisted} | {o.display for o in unlisted_blocked}
@@ -200,13 +204,16 @@ class Auditor:
         return units, outcomes, bare
 
 
-def _owner(attempt_dir: str, records: list[PeriodRecord], shards: int) -> int:
-    """The shard that hashes an attempt directory's unlisted files: that of the first
-    period naming it (shard 1 for a directory no period names)."""
+def _owners(records: list[PeriodRecord], shards: int) -> dict[str, int]:
+    """The shard that hashes each attempt directory's unlisted files: that of the first
+    period naming it (shard 1, by the caller, for a directory no period names). One pass
+    over the records: a scan of them per directory made a shard of 144k files take 3.5x
+    the whole audit."""
+    owner: dict[str, int] = {}
     for index, record in enumerate(records):
-        if any(spec.attempt_dir == attempt_dir for spec in record.attempts):
-            return index % shards + 1
-    return 1
+        for spec in record.attempts:
+            owner.setdefault(spec.attempt_dir, index % shards + 1)
+    return owner
 
 
 def assemble_collected(parts: CollectedParts) -> Collected:

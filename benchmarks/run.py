@@ -3,7 +3,8 @@
 Usage (from the repository root, with the project's virtualenv)::
 
     python benchmarks/run.py [--sizes small,medium,large,many] [--workdir DIR] [--keep]
-                             [--jobs N] [--repeat R] [--profile N] [--timeout S] [--shards N]
+                             [--jobs N] [--repeat R] [--profile N] [--timeout S]
+                             [--shards N] [--bagit]
 
 ``--profile N`` also runs ``python -m cProfile -m auditor audit ... --jobs 1`` on the first
 selected study and prints the top N functions by own time.
@@ -22,6 +23,8 @@ For each selected study this script
    * ``many``: 2,000 elements with tiny traces and logs, about 36k small files, for files/s;
    * ``many-4x`` (not run by default): the same with 8,000 elements, about 144k files, to
      see how time and memory grow with the number of files;
+   * ``million`` (not run by default): the same with 55,556 elements, 1,000,011 files
+     (about 1.3 GB; generating it takes a few minutes), for the peak memory at a million;
 
 2. reads every file once (warm page cache), then measures, ``--repeat`` times keeping the
    fastest run:
@@ -39,6 +42,8 @@ For each selected study this script
    * with ``--shards N``: ``audit --shard I/N --out PART`` for each I (one after another;
      a SLURM array would run them side by side), then ``merge PART... --out DIR``, and
      whether the merged files are byte-identical to the single audit's;
+   * with ``--bagit``: bagit-python's ``--validate`` of a bag of the same files (hard
+     links in a scratch folder; SHA-256 only; ``--jobs`` processes);
 
 3. prints a markdown table and writes every measurement to ``WORKDIR/results.json``.
 
@@ -98,6 +103,7 @@ PLANS: dict[str, Plan] = {
     "large": Plan("large", trace_samples=5_000, log_lines=20_000, target_bytes=4 * GB),
     "many": Plan("many", trace_samples=2, log_lines=0, elements=2_000),
     "many-4x": Plan("many-4x", trace_samples=2, log_lines=0, elements=8_000),
+    "million": Plan("million", trace_samples=2, log_lines=0, elements=55_556),
 }
 
 
@@ -150,6 +156,8 @@ class Row:
     """``--shards N``: each ``audit --shard I/N`` run one after another (a SLURM array runs
     them side by side on N machines)."""
     merge: AuditRun | None = None
+    bagit_s: float | None = None
+    """``--bagit``: ``bagit.py --validate --processes J`` of a bag of the same files."""
     merge_identical: bool | None = None
     """Whether the merged output's files are byte-identical to the single audit's."""
     load_before: list[float] = field(default_factory=list)
@@ -608,6 +616,38 @@ def _output_digests(out: Path) -> dict[str, str]:
     }
 
 
+def measure_bagit(study: Study, row: Row, jobs: int) -> None:
+    """Time bagit-python's ``--validate`` of the study's files made into a bag (hard links
+    of the evidence in a scratch folder, so the study itself is untouched), SHA-256 only,
+    ``jobs`` processes, the best of ``repeat``."""
+    try:
+        import bagit  # noqa: F401  (only to say it is missing)
+    except ImportError:
+        row.error = "bagit-python is not installed (pip install bagit)"
+        return
+    bag = study.root.parent / "bag"
+    shutil.rmtree(bag, ignore_errors=True)
+    subprocess.run(["cp", "-al", str(study.root), str(bag)], check=True)
+    try:
+        print(f"[{study.name}] bagit: making the bag", flush=True)
+        subprocess.run(
+            [sys.executable, "-m", "bagit", "--quiet", "--sha256", "--processes", str(jobs),
+             str(bag)], check=True,
+        )
+        _warm([str(path) for path in bag.rglob("*") if path.is_file()])
+        print(f"[{study.name}] bagit --validate", flush=True)
+        started = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "bagit", "--quiet", "--validate", "--processes", str(jobs),
+             str(bag)], check=True,
+        )
+        row.bagit_s = time.perf_counter() - started
+    except subprocess.CalledProcessError as error:
+        row.error = f"bagit failed: {error}"
+    finally:
+        shutil.rmtree(bag, ignore_errors=True)
+
+
 def measure_sharded(study: Study, row: Row, out: Path, shards: int, jobs: int | None,
                     timeout: float) -> None:
     """``audit --shard I/N`` for every I, then ``merge``; compare with the single audit in
@@ -663,7 +703,7 @@ def sharded_table(rows: Sequence[Row]) -> str:
 
 def measure(
     study: Study, jobs: int | None, repeat: int, timeout: float, profile: int,
-    shards: int = 0,
+    shards: int = 0, bagit: bool = False,
 ) -> tuple[Row, str | None]:
     """All measurements of one study (best of ``repeat`` for each timing)."""
     params = study.params
@@ -719,6 +759,8 @@ def measure(
             row.sha256sum_s = (
                 elapsed_sum if row.sha256sum_s is None else min(row.sha256sum_s, elapsed_sum)
             )
+    if bagit:
+        measure_bagit(study, row, pool_jobs)
     if shards > 1 and row.status == "ok":
         measure_sharded(study, row, out, shards, jobs, timeout)
     profile_text = None
@@ -779,6 +821,11 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="also audit each study as N shards (--shard I/N, one after another) and merge "
              "them, checking the merged output is byte-identical to the single audit",
     )
+    parser.add_argument(
+        "--bagit",
+        action="store_true",
+        help="also time bagit-python's --validate of the same files (pip install bagit)",
+    )
     args = parser.parse_args(argv)
     sizes = [size.strip() for size in args.sizes.split(",") if size.strip()]
     unknown = [size for size in sizes if size not in PLANS]
@@ -810,7 +857,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             top = args.profile if name == args.sizes[0] else 0
             row, profile_text = measure(
-                study, args.jobs, args.repeat, args.timeout, top, args.shards
+                study, args.jobs, args.repeat, args.timeout, top, args.shards, args.bagit
             )
         except Exception as error:
             print(f"[{name}] measurement failed: {error!r}", file=sys.stderr)
@@ -853,6 +900,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.shards > 1:
         print(sharded_table(rows))
         print()
+    for row in rows:
+        if row.bagit_s is not None and row.audit is not None:
+            print(
+                f"{row.size}: bagit --validate {row.bagit_s:.2f} s, audit {row.audit.wall_s:.2f} s "
+                f"({_fmt(_ratio(row.audit.wall_s, row.bagit_s))}x), floor {_fmt(row.floor_s)} s"
+            )
     for text in profiles:
         print(text)
     print(f"results: {results_path}")
