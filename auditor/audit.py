@@ -212,7 +212,8 @@ def _owners(records: list[PeriodRecord], shards: int) -> dict[str, int]:
     owner: dict[str, int] = {}
     for index, record in enumerate(records):
         for spec in record.attempts:
-            owner.setdefault(spec.attempt_dir, index % shards + 1)
+            if spec.attempt_dir is not None:
+                owner.setdefault(spec.attempt_dir, index % shards + 1)
     return owner
 
 
