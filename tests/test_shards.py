@@ -125,6 +125,29 @@ def test_merge_refuses_a_part_that_does_not_verify(
                                     str(tmp_path / "merged"))
 
 
+
+def test_trust_inputs_skips_the_evidence_rehash_but_not_the_parts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``merge --trust-inputs`` reads the parts, not the study: evidence changed after the
+    shards read it is not looked at (the merge is the shards' reading), yet a part changed
+    after it was written is still refused."""
+    root = copy_example(tmp_path)
+    parts = _shards(root, tmp_path / "parts", 2)
+    single = tmp_path / "single"
+    assert main(["audit", str(root), "--out", str(single), "--quiet"]) in (0, 1)
+    log = next(root.glob("*-4gpu/attempt-*/training-*.log"))
+    log.write_bytes(log.read_bytes() + b"x")
+    merged = tmp_path / "merged"
+    assert "difference" in _refused(capsys, "merge", *map(str, parts), "--out", str(merged))
+    assert main(["merge", *map(str, parts), "--out", str(merged), "--trust-inputs",
+                 "--quiet"]) in (0, 1)
+    for name in ("diagnostic.md", "summary.json", "periods.parquet"):
+        assert (merged / name).read_bytes() == (single / name).read_bytes(), name
+    meta = parts[0] / "part.json"
+    meta.write_bytes(meta.read_bytes() + b" ")
+    assert "must verify before it is merged" in _refused(
+        capsys, "merge", *map(str, parts), "--out", str(tmp_path / "again"), "--trust-inputs")
+
 def test_a_part_is_data_not_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A part's pickle may make only the model's types: one that would call a function is
     refused (after its manifest is re-pinned, as a forger would)."""

@@ -44,6 +44,10 @@ def add_parsers(commands: Any) -> None:
     merge.add_argument("--max-findings", type=int, default=10_000)
     merge.add_argument("--max-findings-per-file", type=int, default=200)
     merge.add_argument("--max-quote", type=int, default=300)
+    merge.add_argument("--trust-inputs", action="store_true",
+                       help="do not re-hash the evidence and inputs the parts pin (their "
+                       "shards hashed them; each part's own files are still verified): the "
+                       "merge then reads the parts, not the study")
     merge.add_argument("--no-plots", action="store_true", help="do not render PNG plots")
     merge.add_argument("--quiet", action="store_true", help="no summary table")
     merge.add_argument("--json", action="store_true", help="print summary.json to stdout")
@@ -102,7 +106,8 @@ def _merge(args: argparse.Namespace) -> int:
 
     waivers, anchors = waivers_of(args), anchors_of(args)
     check_limits(args)
-    parts = merge_parts([read_part(path) for path in args.parts])
+    parts = merge_parts([read_part(path, inputs=not args.trust_inputs)
+                         for path in args.parts])
     check_output_dir(args.out, parts.root, args.force)
     options = AuditOptions(anchors=anchors, waivers=waivers,
                            max_findings=args.max_findings,

@@ -385,8 +385,9 @@ def _regular_digest(location: str) -> FileDigest:
     return sha256_file(location)
 
 
-def verify_outputs(out: Path | str) -> tuple[list[Difference], int]:
-    """Re-hash every output and input the manifest lists; (differences, files checked)."""
+def verify_outputs(out: Path | str, inputs: bool = True) -> tuple[list[Difference], int]:
+    """Re-hash every output and (unless not ``inputs``) every input the manifest lists;
+    (differences, files checked)."""
     out = Path(out)
     manifest_path = out / MANIFEST
     if not out.is_dir():
@@ -415,13 +416,13 @@ def verify_outputs(out: Path | str) -> tuple[list[Difference], int]:
         entries.append(("outputs", item["path"], str(out / inside), item["sha256"],
                         item["size"]))
     root, raw = manifest.get("root", ""), manifest.get("raw_evidence", [])
-    root_gone = bool(raw) and not os.path.isdir(root)
+    root_gone = inputs and bool(raw) and not os.path.isdir(root)
     if root_gone:  # one line, not one "missing" per file of a study moved or deleted
         differences.append(Difference(
             "evidence_root", root, "missing",
             f"moved, deleted or no longer a directory: none of the {len(raw):,} evidence "
             "files read from it was checked"))
-    for group in ("raw_evidence", "source_inputs", "protocol_inputs"):
+    for group in ("raw_evidence", "source_inputs", "protocol_inputs") if inputs else ():
         for item in manifest.get(group, []) if not (root_gone and group == "raw_evidence") \
                 else ():
             location = item.get("absolute") or str(Path(root) / item["path"])

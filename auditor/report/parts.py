@@ -93,10 +93,11 @@ def write_part(parts: CollectedParts, collected: Collected, out: Path,
         raise
 
 
-def read_part(path: Path) -> tuple[dict[str, Any], CollectedParts]:
+def read_part(path: Path, inputs: bool = True) -> tuple[dict[str, Any], CollectedParts]:
     """A part's ``part.json`` and its collected study, after its manifest verified (every
-    output and input it pins unchanged); one line (:class:`InputError`) otherwise."""
-    differences, _ = verify_outputs(path)
+    output and, unless not ``inputs``, every input it pins unchanged); one line
+    (:class:`InputError`) otherwise."""
+    differences, _ = verify_outputs(path, inputs=inputs)
     if differences:
         first = differences[0]
         raise InputError(f"merge: {path}: {len(differences)} difference(s) against its output "
