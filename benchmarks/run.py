@@ -41,7 +41,8 @@ For each selected study this script
    * ``sha256sum`` over the same files (``xargs -0 -P1 sha256sum``, one core);
    * with ``--shards N``: ``audit --shard I/N --out PART`` for each I (one after another;
      a SLURM array would run them side by side), then ``merge PART... --out DIR``, and
-     whether the merged files are byte-identical to the single audit's;
+     whether the merged files are byte-identical to the single audit's, then the same
+     merge with ``--trust-inputs``;
    * with ``--bagit``: bagit-python's ``--validate`` of a bag of the same files (hard
      links in a scratch folder; SHA-256 only; ``--jobs`` processes);
 
@@ -158,6 +159,8 @@ class Row:
     merge: AuditRun | None = None
     bagit_s: float | None = None
     """``--bagit``: ``bagit.py --validate --processes J`` of a bag of the same files."""
+    merge_trusted: AuditRun | None = None
+    """``merge --trust-inputs`` (the parts verified, the evidence not re-hashed)."""
     merge_identical: bool | None = None
     """Whether the merged output's files are byte-identical to the single audit's."""
     load_before: list[float] = field(default_factory=list)
@@ -672,26 +675,34 @@ def measure_sharded(study: Study, row: Row, out: Path, shards: int, jobs: int | 
         return
     print(f"[{study.name}]   {row.merge.wall_s:.2f} s", flush=True)
     row.merge_identical = _output_digests(merged) == single
+    print(f"[{study.name}] merge --trust-inputs", flush=True)
+    row.merge_trusted = run_cli(["merge", *parts, "--out", str(merged), "--no-plots",
+                                 "--trust-inputs"], merged, timeout)
+    if row.merge_trusted.ok:
+        print(f"[{study.name}]   {row.merge_trusted.wall_s:.2f} s", flush=True)
+        row.merge_identical = row.merge_identical and _output_digests(merged) == single
 
 
 def sharded_table(rows: Sequence[Row]) -> str:
     """The sharded-audit table (only rows measured with ``--shards``)."""
     lines = [
         "| size | audit s | shards s (each) | longest shard + merge s | merge s "
-        "| shards' sum + merge s | merge peak RSS MB | identical |",
-        "|" + " --- |" * 8,
+        "| merge --trust-inputs s | shards' sum + merge s | merge peak RSS MB | identical |",
+        "|" + " --- |" * 9,
     ]
     for row in rows:
         if not row.shards or row.audit is None:
             continue
         each = ", ".join(_fmt(run.wall_s) for run in row.shards)
         merge = row.merge.wall_s if row.merge and row.merge.ok else None
+        trusted = row.merge_trusted.wall_s if row.merge_trusted and row.merge_trusted.ok \
+            else None
         longest = max(run.wall_s for run in row.shards)
         total = sum(run.wall_s for run in row.shards)
         lines.append(
             f"| {row.size} | {_fmt(row.audit.wall_s)} | {each} "
             f"| {_fmt(None if merge is None else longest + merge)} | {_fmt(merge)} "
-            f"| {_fmt(None if merge is None else total + merge)} "
+            f"| {_fmt(trusted)} | {_fmt(None if merge is None else total + merge)} "
             f"| {_fmt(row.merge.tree_max_rss_mb if row.merge else None, 0)} "
             f"| {row.merge_identical} |"
         )
