@@ -422,9 +422,10 @@ def verify_outputs(out: Path | str, inputs: bool = True) -> tuple[list[Differenc
             "evidence_root", root, "missing",
             f"moved, deleted or no longer a directory: none of the {len(raw):,} evidence "
             "files read from it was checked"))
-    for group in ("raw_evidence", "source_inputs", "protocol_inputs") if inputs else ():
-        for item in manifest.get(group, []) if not (root_gone and group == "raw_evidence") \
-                else ():
+    groups = [group for group in ("raw_evidence", "source_inputs", "protocol_inputs")
+              if inputs and not (root_gone and group == "raw_evidence")]
+    for group in groups:
+        for item in manifest.get(group, []):
             location = item.get("absolute") or str(Path(root) / item["path"])
             entries.append((group, item["path"], location, item["sha256"], item["size"]))
     for group, path, location, sha256, size in entries:
