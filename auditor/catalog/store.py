@@ -109,6 +109,9 @@ def _verified(out: Path, name: str | None) -> Audit:
         manifest = orjson.loads((out / MANIFEST).read_bytes())
     except (OSError, orjson.JSONDecodeError) as error:
         raise InputError(f"catalog: {out}: unreadable summary or manifest ({error})") from None
+    problem = summary_problem(summary)
+    if problem is not None:  # (its manifest may pin it: a forger can re-pin what he edits)
+        raise InputError(f"catalog: {out / 'summary.json'}: {problem}; nothing was added")
     chosen = name if name is not None else summary.get("study")
     if not isinstance(chosen, str) or not NAME.fullmatch(chosen):
         raise UsageError(f"catalog: {out}: the study name {chosen!r} cannot name a partition "
@@ -119,6 +122,56 @@ def _verified(out: Path, name: str | None) -> Audit:
             inputs.update(orjson.dumps([group, item["path"], item["sha256"], item["size"]]))
     return Audit(Path(os.path.abspath(out)), chosen, summary, hashlib.sha256(data).hexdigest(),
                  inputs.hexdigest(), str(manifest.get("root", "")))
+
+
+COUNT_MAX = (1 << 63) - 1
+"""The largest count a ``studies`` column (int64) holds."""
+SUMMARY_FIELDS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("study",), "string"), (("auditor_version",), "string"), (("partial",), "boolean"),
+    (("launches",), "count"), (("periods",), "array"),
+    (("verdicts",), "object"),
+    *((("verdicts", verdict), "count") for verdict in ("resolved", "failed", "unresolved")),
+    (("configurations_resolved",), "count"), (("configurations_total",), "count"),
+    (("accounting",), "object"),
+    *((("accounting", f"{scope}_gpu_seconds"), "number") for scope in (
+        "allocation", "task", "reservation", "wasted", "unresolved")),
+    (("accounting", "wasted_attempts"), "count"),
+    (("gate",), "object"), (("gate", "passed"), "boolean"),
+    (("gate_allow_partial",), "object"), (("gate_allow_partial", "passed"), "boolean"),
+)
+"""Every field of ``summary.json`` the catalogue reads (a JSON pointer's keys) and what it
+must be when present and not null (an older audit's summary may lack one)."""
+WANTED = {"string": "a string", "boolean": "a boolean", "array": "an array",
+          "object": "an object", "number": "a number",
+          "count": f"a whole number from 0 to {COUNT_MAX}"}
+
+
+def summary_problem(summary: Any) -> str | None:
+    """What is wrong with the fields of ``summary`` the catalogue reads (the first, as
+    ``<JSON pointer>: expected ..., found ...``); None when nothing is."""
+    from auditor.schema import json_text, json_type, pointer_of
+
+    if not isinstance(summary, dict):
+        return f"expected an object, found {json_type(summary)}"
+    for keys, kind in SUMMARY_FIELDS:
+        parent = summary
+        for key in keys[:-1]:
+            parent = parent.get(key) or {}  # (an ill-typed parent was refused first)
+        value = parent.get(keys[-1])
+        if value is None or _is_kind(value, kind):
+            continue
+        return (f"{pointer_of(keys)}: expected {WANTED[kind]} or null, found "
+                f"{json_type(value)} {json_text(value, 40)}")
+    return None
+
+
+def _is_kind(value: Any, kind: str) -> bool:
+    if kind == "count":
+        return type(value) is int and 0 <= value <= COUNT_MAX
+    if kind == "number":
+        return type(value) in (int, float)
+    types = {"string": str, "boolean": bool, "array": list, "object": dict}
+    return type(value) is types[kind]
 
 
 def _check_batch(audits: list[Audit]) -> None:

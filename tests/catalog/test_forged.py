@@ -1,0 +1,120 @@
+"""Audits whose files were edited and re-pinned in their output manifest (so that
+``auditor verify`` passes) into something no audit writes: an ill-typed ``summary.json``
+for ``auditor catalog``. Each is refused in one line naming the file and what is wrong,
+exit 2 (they crashed, exit 3)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from auditor._cli import main
+from tests.catalog.studies import audited, repin
+from tests.helpers import copy_example
+
+
+@pytest.fixture(scope="module")
+def audit_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("forged")
+    return audited(copy_example(tmp), tmp / "out")
+
+
+def forged(audit_out: Path, tmp_path: Path, name: str, change: Callable[[Path], None],
+           capsys: pytest.CaptureFixture[str]) -> Path:
+    """A copy of ``audit_out`` whose ``name`` was changed then re-pinned: it verifies."""
+    out = tmp_path / "out"
+    shutil.copytree(audit_out, out)
+    change(out / name)
+    repin(out, name)
+    assert main(["verify", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    return out
+
+
+def refused(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert main(list(argv)) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured.err
+    assert "internal error" not in captured.err and "Traceback" not in captured.err
+    return captured.err
+
+
+def _set(pointer: tuple[str, ...], value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(summary: dict[str, Any]) -> None:
+        for key in pointer[:-1]:
+            summary = summary[key]
+        summary[pointer[-1]] = value
+    return change
+
+
+@pytest.mark.parametrize(("pointer", "value", "said"), [
+    (("study",), 5, "/study: expected a string or null, found integer 5"),
+    (("verdicts",), "many", '/verdicts: expected an object or null, found string "many"'),
+    (("verdicts", "resolved"), "x", "/verdicts/resolved: expected a whole number"),
+    (("verdicts", "failed"), True, "/verdicts/failed: expected a whole number"),
+    (("verdicts", "unresolved"), -1, "/verdicts/unresolved: expected a whole number"),
+    (("launches",), 1.5, "/launches: expected a whole number"),
+    (("periods",), 18, "/periods: expected an array or null, found integer 18"),
+    (("accounting",), [1], "/accounting: expected an object or null, found array [1]"),
+    (("accounting", "task_gpu_seconds"), "lots", "/accounting/task_gpu_seconds: expected a "
+     "number or null"),
+    (("accounting", "wasted_attempts"), {}, "/accounting/wasted_attempts: expected a whole"),
+    (("gate",), "passed", '/gate: expected an object or null, found string "passed"'),
+    (("gate", "passed"), "yes", '/gate/passed: expected a boolean or null, found string'),
+    (("gate_allow_partial", "passed"), 1, "/gate_allow_partial/passed: expected a boolean"),
+    (("partial",), "no", "/partial: expected a boolean or null"),
+    (("auditor_version",), 3, "/auditor_version: expected a string or null"),
+    (("configurations_total",), [6], "/configurations_total: expected a whole number"),
+])
+def test_catalog_refuses_an_ill_typed_summary_even_when_re_pinned(
+        audit_out: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        pointer: tuple[str, ...], value: Any, said: str) -> None:
+    def change(path: Path) -> None:
+        summary = orjson.loads(path.read_bytes())
+        _set(pointer, value)(summary)
+        path.write_bytes(orjson.dumps(summary))
+
+    out = forged(audit_out, tmp_path, "summary.json", change, capsys)
+    err = refused(capsys, "catalog", str(out), "--into", str(tmp_path / "cat"))
+    assert f"catalog: {out / 'summary.json'}: {said}" in err, err
+    assert "nothing was added" in err
+    assert not (tmp_path / "cat" / "catalog.json").exists()
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    (b"[1, 2]", "summary.json: expected an object, found array"),
+    (b'{"launches": 9223372036854775808}', "/launches: expected a whole number from 0 to "
+     "9223372036854775807 or null, found integer 9223372036854775808"),
+])
+def test_catalog_refuses_a_summary_no_audit_writes(
+        audit_out: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        text: bytes, said: str) -> None:
+    out = forged(audit_out, tmp_path, "summary.json", lambda p: p.write_bytes(text), capsys)
+    err = refused(capsys, "catalog", str(out), "--into", str(tmp_path / "cat"),
+                  "--name", "forged")
+    assert said in err, err
+
+
+def test_a_well_typed_summary_of_an_older_audit_is_still_added(
+        audit_out: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Fields absent or null (an older auditor's summary) are not ill-typed."""
+    def change(path: Path) -> None:
+        summary = orjson.loads(path.read_bytes())
+        for key in ("partial", "gate_allow_partial", "auditor_version"):
+            summary.pop(key)
+        summary["accounting"]["task_gpu_seconds"] = None
+        summary["accounting"]["wasted_gpu_seconds"] = 7  # (an integer is a number)
+        path.write_bytes(orjson.dumps(summary))
+
+    out = forged(audit_out, tmp_path, "summary.json", change, capsys)
+    assert main(["catalog", str(out), "--into", str(tmp_path / "cat")]) == 0
+    capsys.readouterr()
+    assert main(["query", str(tmp_path / "cat"), "SELECT partial, task_gpu_seconds, "
+                 "wasted_gpu_seconds FROM studies", "--json"]) == 0
+    assert orjson.loads(capsys.readouterr().out) == [
+        {"partial": None, "task_gpu_seconds": None, "wasted_gpu_seconds": 7.0}]
