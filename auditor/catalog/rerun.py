@@ -1,7 +1,8 @@
 """A rerun plan: an audit's unresolved periods, grouped by why, as ``--array=`` specs.
 
 Read from the audit's ``periods.parquet`` (pinned by its output manifest: a table changed
-since the audit is refused). Resolved and failed periods are never listed: a failed one is
+since the audit is refused, and so is one of columns or values no audit writes, re-pinned
+or not). Resolved and failed periods are never listed: a failed one is
 a measurement. Each group's elements are the array task ids of its periods, compressed
 into ranges (``3,7,12-14``); a period without an array task id (a retry outside the array)
 is named instead. One array element may run several periods: rerunning it reruns them all.
@@ -70,16 +71,8 @@ def array_spec(task_ids: Iterable[int]) -> str:
 
 def rerun_plan(out: Path) -> list[RerunGroup]:
     """The plan of the audit in ``out``: one group per reason group with periods in it."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     path = out / "periods.parquet"
-    _check_pinned(out, path)
-    try:
-        rows = pq.read_table(path, columns=["subject", "array_task_id", "verdict",
-                                            "reason"]).to_pylist()
-    except (OSError, pa.ArrowException, KeyError) as error:
-        raise InputError(f"rerun: {path}: unreadable ({error})") from None
+    rows = _periods(path, _check_pinned(out, path))
     named = {reason: group for group, _, reasons in GROUPS for reason in reasons}
     members: dict[str, list[dict[str, object]]] = {}
     for row in rows:
@@ -101,8 +94,58 @@ def rerun_plan(out: Path) -> list[RerunGroup]:
     return plan
 
 
-def _check_pinned(out: Path, path: Path) -> None:
-    """Refuse a ``periods.parquet`` its output manifest does not pin as it is."""
+COLUMNS = ("subject", "array_task_id", "verdict", "reason")
+"""The columns of ``periods.parquet`` the plan reads."""
+VERDICTS = frozenset({"resolved", "failed", "unresolved"})
+
+
+def _periods(path: Path, data: bytes) -> list[dict[str, object]]:
+    """The rows (:data:`COLUMNS`) of ``data``, the bytes of ``path``; refused in one line
+    when a column is missing or of another type than the audit writes, or a value is not
+    one an audit writes (its manifest may pin it: a forger can re-pin what he edits)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from auditor.report.tables import SCHEMAS
+
+    try:
+        reader = pq.ParquetFile(pa.BufferReader(data))
+        schema = reader.schema_arrow
+    except (OSError, pa.ArrowException) as error:
+        raise InputError(f"rerun: {path}: unreadable ({_first_line(error)})") from None
+    for name in COLUMNS:
+        wanted = SCHEMAS["periods"].field(name).type
+        found = len(schema.get_all_field_indices(name))
+        if found != 1:
+            raise InputError(f"rerun: {path}: {'no' if not found else 'more than one'} "
+                             f"column {name!r}; is it an audit's periods table?")
+        if schema.field(name).type != wanted:
+            raise InputError(f"rerun: {path}: column {name!r} is {schema.field(name).type}, "
+                             f"not {wanted}; is it an audit's periods table?")
+    try:
+        rows: list[dict[str, object]] = reader.read(columns=list(COLUMNS)).to_pylist()
+    except (OSError, pa.ArrowException) as error:
+        raise InputError(f"rerun: {path}: unreadable ({_first_line(error)})") from None
+    for number, row in enumerate(rows):
+        task = row["array_task_id"]
+        problem = ("no subject" if row["subject"] is None
+                   else f"verdict {row['verdict']!r}" if row["verdict"] not in VERDICTS
+                   else "no reason" if row["reason"] is None
+                   else f"array_task_id {task}" if isinstance(task, int) and task < 0
+                   else None)
+        if problem is not None:
+            raise InputError(f"rerun: {path}: row {number}: {problem} is not what an audit "
+                             "writes; is it an audit's periods table?")
+    return rows
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def _check_pinned(out: Path, path: Path) -> bytes:
+    """The bytes of ``periods.parquet``; refused when its output manifest does not pin them
+    as they are."""
     from auditor.report.output import MANIFEST, manifest_outputs
 
     if not out.is_dir():
@@ -117,3 +160,4 @@ def _check_pinned(out: Path, path: Path) -> None:
     if listed != (hashlib.sha256(data).hexdigest(), len(data)):
         raise UsageError(f"rerun: {path}: does not match {out / MANIFEST} (changed since the "
                          f"audit, or no audit's); run 'auditor verify {out}'")
+    return data

@@ -1,7 +1,7 @@
 """Audits whose files were edited and re-pinned in their output manifest (so that
 ``auditor verify`` passes) into something no audit writes: an ill-typed ``summary.json``
-for ``auditor catalog``. Each is refused in one line naming the file and what is wrong,
-exit 2 (they crashed, exit 3)."""
+for ``auditor catalog``, an ill-typed ``periods.parquet`` for ``auditor rerun``. Each is
+refused in one line naming the file and what is wrong, exit 2 (they crashed, exit 3)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from auditor._cli import main
@@ -118,3 +120,54 @@ def test_a_well_typed_summary_of_an_older_audit_is_still_added(
                  "wasted_gpu_seconds FROM studies", "--json"]) == 0
     assert orjson.loads(capsys.readouterr().out) == [
         {"partial": None, "task_gpu_seconds": None, "wasted_gpu_seconds": 7.0}]
+
+
+def _column(name: str, values: Callable[[int], Any]) -> Callable[[Path], None]:
+    """Replace ``name`` in the Parquet file by ``values(rows)``, or drop it (``None``)."""
+    def change(path: Path) -> None:
+        table = pq.read_table(path)
+        replaced = values(table.num_rows)
+        index = table.schema.get_field_index(name)
+        table = table.remove_column(index) if replaced is None else \
+            table.set_column(index, name, replaced)
+        pq.write_table(table, path)
+    return change
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    (_column("verdict", lambda n: None), "no column 'verdict'"),
+    (_column("array_task_id", lambda n: None), "no column 'array_task_id'"),
+    (_column("array_task_id", lambda n: pa.array(["x"] * n)),
+     "column 'array_task_id' is string, not int64"),
+    (_column("array_task_id", lambda n: pa.array([1.5] * n)),
+     "column 'array_task_id' is double, not int64"),
+    (_column("verdict", lambda n: pa.array(range(n))), "column 'verdict' is int64, not string"),
+    (_column("reason", lambda n: pa.array([["a"]] * n)),
+     "column 'reason' is list<element: string>, not string"),
+    (_column("verdict", lambda n: pa.array(["unresolved"] * (n - 1) + [None])),
+     "row 17: verdict None is not what an audit writes"),
+    (_column("verdict", lambda n: pa.array(["maybe"] * n)),
+     "row 0: verdict 'maybe' is not what an audit writes"),
+    (_column("subject", lambda n: pa.array([None] * n, pa.string())),
+     "row 0: no subject is not what an audit writes"),
+    (_column("reason", lambda n: pa.array([None] * n, pa.string())),
+     "row 0: no reason is not what an audit writes"),
+    (_column("array_task_id", lambda n: pa.array([-1] * n)),
+     "row 0: array_task_id -1 is not what an audit writes"),
+    (lambda path: path.write_bytes(b"PAR1 not a table"), "unreadable (Parquet magic bytes"),
+])
+def test_rerun_refuses_an_ill_typed_periods_table_even_when_re_pinned(
+        audit_out: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        change: Callable[[Path], None], said: str) -> None:
+    out = forged(audit_out, tmp_path, "periods.parquet", change, capsys)
+    for argv in (["rerun", str(out)], ["rerun", str(out), "--json"]):
+        err = refused(capsys, *argv)
+        assert f"rerun: {out / 'periods.parquet'}: {said}" in err, err
+
+
+def test_rerun_reads_the_bytes_it_checked_against_the_manifest(
+        audit_out: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The pinned table still plans (the guard refuses only what no audit writes)."""
+    capsys.readouterr()
+    assert main(["rerun", str(audit_out), "--json"]) == 0
+    assert [g["array"] for g in orjson.loads(capsys.readouterr().out)] == ["0-8"]
