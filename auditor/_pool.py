@@ -229,22 +229,45 @@ def run_batch(batch: Batch[T, R]) -> list[R]:
 
 def scheduler_address(executor: str) -> str:
     """The scheduler address (``tcp://HOST:PORT``) of ``dask://HOST[:PORT]``; a
-    :class:`~auditor.errors.UsageError` for anything else."""
-    from urllib.parse import urlsplit
+    :class:`~auditor.errors.UsageError` for anything else, before any connection is tried:
+    no host, a port that is not a number from 1 to 65535 (port 0 would mean "any port",
+    never a scheduler's), a path, query, fragment or user. HOST is a name, an IPv4 address
+    or a bracketed IPv6 one; without ``:PORT`` the port is Dask's usual 8786."""
+    import ipaddress
+    import re
 
     usage = f"--executor {executor!r}: expected dask://HOST:PORT (a Dask scheduler's address)"
+
+    def refused(why: str = "") -> UsageError:
+        return UsageError(f"{usage}{'; ' + why if why else ''}")
+
     if not executor.startswith(DASK_SCHEME):
-        raise UsageError(usage)
-    try:
-        parts = urlsplit(executor)
-        port = parts.port or DASK_PORT
-    except ValueError:
-        raise UsageError(usage) from None
-    host = parts.hostname
-    if not host or parts.path not in ("", "/") or parts.query or parts.fragment \
-            or parts.username is not None:
-        raise UsageError(usage)
-    return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+        raise refused()
+    authority, _, path = executor[len(DASK_SCHEME):].partition("/")
+    if path or any(c in authority for c in "?#@"):
+        raise refused()
+    shape = re.fullmatch(r"(?:\[(?P<ipv6>[^\]]*)\]|(?P<name>[^:\[\]]*))(?::(?P<port>.*))?",
+                         authority, re.DOTALL)
+    if shape is None:
+        raise refused()
+    host = shape["name"] if shape["ipv6"] is None else shape["ipv6"]
+    if not host:
+        raise refused("no host" + (" (an IPv6 address goes in brackets: dask://[ADDRESS]:PORT)"
+                                   if authority.count(":") > 1 else ""))
+    if shape["ipv6"] is not None:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise refused(f"[{host}] is not an IPv6 address") from None
+    elif not re.fullmatch(r"[A-Za-z0-9_.-]+", host):
+        raise refused(f"{host!r} is not a host name or address")
+    port = DASK_PORT
+    if shape["port"] is not None:
+        if not re.fullmatch(r"[0-9]{1,5}", shape["port"]) \
+                or not 1 <= int(shape["port"]) <= 65535:
+            raise refused(f"the port {shape['port']!r} is not a number from 1 to 65535")
+        port = int(shape["port"])
+    return f"tcp://[{host}]:{port}" if shape["ipv6"] is not None else f"tcp://{host}:{port}"
 
 
 class DaskPool:

@@ -164,6 +164,43 @@ def test_a_malformed_executor_is_one_line_and_exit_2(
     assert not out.exists()
 
 
+@pytest.mark.parametrize(("executor", "said"), [
+    ("dask://127.0.0.1:0", "the port '0' is not a number from 1 to 65535"),
+    ("dask://host:0", "the port '0' is not a number from 1 to 65535"),
+    ("dask://host:65536", "the port '65536' is not a number from 1 to 65535"),
+    ("dask://host:", "the port '' is not a number from 1 to 65535"),
+    ("dask://host:+80", "the port '+80' is not a number from 1 to 65535"),
+    ("dask://host:\u0668\u0660", "is not a number from 1 to 65535"),  # (Arabic-Indic 80)
+    ("dask://host:-1", "the port '-1' is not a number from 1 to 65535"),
+    ("dask://:8786", "; no host"),
+    ("dask://[]:8786", "; no host"),
+    ("dask://::1", "an IPv6 address goes in brackets"),
+    ("dask://[zz]:8786", "[zz] is not an IPv6 address"),
+    ("dask://ho st:8786", "'ho st' is not a host name or address"),
+])
+def test_a_port_or_host_no_scheduler_has_is_refused_before_any_connection(
+        executor: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Port 0 (which would mean "any port") was taken for Dask's usual 8786."""
+    def no_connection(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a connection was attempted")
+
+    monkeypatch.setattr(distributed, "Client", no_connection)
+    out = tmp_path / "out"
+    assert main(["audit", str(EXAMPLE), "--out", str(out), "--executor", executor]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "expected dask://HOST:PORT" in err and said in err, err
+    assert not out.exists()
+    with pytest.raises(UsageError, match="expected dask://HOST:PORT"):
+        make_pool(AuditOptions(executor=executor))
+
+
+def test_the_ports_at_the_ends_of_the_range_and_a_bracketed_address_are_taken() -> None:
+    assert DaskPool("dask://127.0.0.1:1").address == "tcp://127.0.0.1:1"
+    assert DaskPool("dask://head:65535/").address == "tcp://head:65535"
+    assert DaskPool("dask://[::1]").address == "tcp://[::1]:8786"
+
+
 def test_executor_and_jobs_are_one_or_the_other(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["audit", str(EXAMPLE), "--executor", "dask://h:1", "--jobs", "2"]) == 2
     assert "--jobs" in capsys.readouterr().err
