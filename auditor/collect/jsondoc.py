@@ -123,13 +123,15 @@ def _invalid(
 def has_duplicate_keys(data: bytes, doc: object) -> bool:
     """Whether the text ``data`` (parsed into ``doc``) repeats a key in some object.
 
-    Fast way, for text without a backslash: outside strings JSON has one colon per
-    key, and inside them (with no escapes) the same colons as the parsed strings, so
-    the text holds exactly as many colons as ``doc`` written back, unless a repeated
-    key (at least its colon) was dropped by the parser. Otherwise (escapes, or
-    nesting orjson will not write back) the keys are counted token by token.
+    Fast way, for text without a ``\\u`` escape: outside strings JSON has one colon per
+    key, and inside them the same colons as the parsed strings (only a ``\\u003a`` could
+    spell one otherwise: the other escapes are of quotes, backslashes, slashes and control
+    characters), so the text holds exactly as many colons as ``doc`` written back, unless
+    a repeated key (at least its colon) was dropped by the parser. Otherwise (``\\u``
+    escapes, or nesting orjson will not write back) the keys are counted token by token.
+    (A trial record's ``dispatch`` holds escaped quotes: the token count took 20 us.)
     """
-    if b"\\" not in data:
+    if b"\\u" not in data:
         try:
             return data.count(b":") != orjson.dumps(doc).count(b":")
         except orjson.JSONEncodeError:
@@ -137,9 +139,10 @@ def has_duplicate_keys(data: bytes, doc: object) -> bool:
     return _key_count(doc) != _key_tokens(data)
 
 
-_STRING_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"\s*(:?)')
+_STRING_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"\s*(:?)')
 """A JSON string token, and the colon that makes it a key. Outside strings JSON has no
-quote, and each match consumes a whole string, so matches stay aligned to tokens."""
+quote, and each match consumes a whole string, so matches stay aligned to tokens. (Runs
+of plain characters are taken at once: an alternation per character ran 2.5x slower.)"""
 
 
 def _key_tokens(data: bytes) -> int:

@@ -657,6 +657,9 @@ def test_duplicate_keys_are_found_exactly(tree: _Obj, escape: bool, colon: str) 
     (b'{"a" :1,"a":2}', True), (b'{"a":1,\n "a"\t: 2}', True), (b'{"a":{"b" :1,"b":2}}', True),
     (b'{"k":"x:y","k" :"z"}', True), (b'{"a:":1,"a:" :2}', True), (b'{"a" :1,"b":2}', False),
     (b'{"a:b" : "c:d", "e":[{"f" :"g"}]}', False), (b'{"\\u0061":1,"a":2}', True),
+    (b'{"k":"x\\"y:","k":1}', True), (b'{"k":"x\\"y:","j":"\\\\:"}', False),
+    (b'{"k\\u003a":1,"k:":2}', True), (b'{"k":"\\u003a","j":1}', False),
+    (b'{"a":1,"a":2,"b":"\\u003a"}', True),  # (colons as many as written back)
 ])
 def test_duplicate_keys_whatever_the_spacing(text: bytes, repeated: bool) -> None:
     doc, findings = load_json(reader(text), "t.json")
