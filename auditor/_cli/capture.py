@@ -104,6 +104,7 @@ def _run(args: argparse.Namespace) -> int:
             drain_s=launch.DEFAULT_DRAIN_S if args.drain is None else args.drain,
             echo_fd=_stdout_fd())
         attempt = launch.resolve_attempt(spec, _environ())
+        _check_attempt(attempt)  # (a refusal is then the only line: no banner before it)
         print(f"auditor run: job {attempt.job_id} restart {attempt.restart_count}, attempt "
               f"{attempt.directory}; a trapped SIGTERM/SIGUSR1/SIGINT is forwarded to the "
               f"command's process group, SIGKILL {spec.grace_s:g} s later", file=sys.stderr,
@@ -111,11 +112,49 @@ def _run(args: argparse.Namespace) -> int:
         result = launch.run(spec)
     except launch.RunRefused as error:
         raise UsageError(f"run: {error}") from None
+    except OSError as error:  # (the log or the trial record could not be written)
+        raise UsageError(f"run: {error.filename or attempt.directory}: "
+                         f"{error.strerror or error}") from None
     signalled = f", received {result.received_signal}" if result.received_signal else ""
     print(f"auditor run: command exited {result.child_exit}{signalled}; "
           f"{result.exit_class.kind}: {result.exit_class.detail}; exit {result.exit_status}; "
           f"trial record {result.trial_path}", file=sys.stderr)
     return result.exit_status
+
+
+def _check_attempt(attempt: Any) -> None:
+    """Refuse, before anything is printed, what :func:`auditor.capture.launch.run` would
+    refuse once started, and a directory where its files cannot be written: the attempt's
+    trial record or log already there (or a link in its place, which would be written
+    through), a directory that cannot be made or written in (run from the main thread)."""
+    import os
+    import tempfile
+    import threading
+
+    from auditor.capture import launch
+
+    if threading.current_thread() is not threading.main_thread():
+        raise launch.RunRefused("auditor run must run in the main thread (it traps signals)")
+    directory = attempt.directory
+    for name, what in ((f"trial-{attempt.job_id}.json", "trial record"),
+                       (f"training-{attempt.job_id}.log", "training log")):
+        if os.path.lexists(directory / name):
+            raise launch.RunRefused(f"{directory}: already holds this job's {what} (an "
+                                    "attempt is never overwritten; a requeue has its own "
+                                    "restart count)")
+    if directory.exists() and not directory.is_dir():
+        raise launch.RunRefused(f"{directory}: exists and is not a directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise launch.RunRefused(f"{directory}: cannot create ({error.strerror})") from None
+    try:  # (the only proof a file can be made there: /proc or /sys say yes to access())
+        handle, probe = tempfile.mkstemp(prefix=".auditor-run-", dir=directory)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as error:
+        raise launch.RunRefused(f"{directory}: cannot write there "
+                                f"({error.strerror or error})") from None
 
 
 def _environ() -> dict[str, str]:
