@@ -114,7 +114,8 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"run: {error}") from None
     except OSError as error:  # (the log or the trial record could not be written)
         raise UsageError(f"run: {error.filename or attempt.directory}: "
-                         f"{error.strerror or error}") from None
+                         f"{error.strerror or error} (the attempt's log or trial record could "
+                         "not be written)") from None
     signalled = f", received {result.received_signal}" if result.received_signal else ""
     print(f"auditor run: command exited {result.child_exit}{signalled}; "
           f"{result.exit_class.kind}: {result.exit_class.detail}; exit {result.exit_status}; "

@@ -91,3 +91,16 @@ def test_a_run_that_starts_still_says_where_its_attempt_goes_first(
     # (the probe of the directory leaves nothing behind)
     assert sorted(p.name for p in attempt_of(tmp_path, "5002").iterdir()) == [
         "training-5002.log", "trial-5002.json"]
+
+
+def test_a_trial_record_that_cannot_be_written_is_one_line_not_an_internal_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The command itself puts a directory where its trial record goes: after the banner
+    and the run, one line and exit 2 (it was an internal error, exit 3)."""
+    assert main([*run_args(tmp_path, "5003"), "--", "sh", "-c",
+                 'mkdir "$AUDITOR_ATTEMPT_DIR/trial-5003.json"']) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and lines[0].startswith(BANNER), lines
+    assert lines[1].startswith(f"auditor: error: run: {attempt_of(tmp_path, '5003')}/")
+    assert "Is a directory (the attempt's log or trial record could not be written)" \
+        in lines[1]
