@@ -14,7 +14,7 @@ import contextlib
 import gc
 import os
 from collections import Counter
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,14 +45,14 @@ from auditor.model import (
     FileOutcome,
     Finding,
     InputFile,
+    PeriodEvidence,
     PeriodRecord,
     PeriodUnit,
     Progress,
     Protocol,
     StudyLayout,
 )
-from auditor.reason.engine import reason
-from auditor.validate.checks import validate
+from auditor.reason.engine import PERIOD_RANKS, StudyJudge
 from auditor.validate.integrity import (
     assemble,
     integrity_findings,
@@ -80,7 +80,7 @@ class Auditor:
         the generator itself leaves the collector alone, so one that is abandoned
         half-way can never leave it switched off."""
         parts = yield from self.collect()
-        return (yield from judge(assemble_collected(parts), self.options))
+        return (yield from judge(parts, self.options))
 
     def collect(self, shard: tuple[int, int] | None = None
                 ) -> Generator[Progress, None, CollectedParts]:
@@ -217,24 +217,26 @@ def _owners(records: list[PeriodRecord], shards: int) -> dict[str, int]:
     return owner
 
 
-def assemble_collected(parts: CollectedParts) -> Collected:
+def assemble_collected(parts: CollectedParts,
+                       pieces: Sequence[Sequence[list[Finding]]] | None = None) -> Collected:
     """The study's :class:`Collected` from its parts (one audit's, or every shard's merged):
     the periods in their order, the findings in the order collection reports them (the
     study's inputs, each period's record, each attempt's reading, integrity, the layout,
-    the command line's inputs), the evidence rows and inputs sorted."""
+    the command line's inputs), the evidence rows and inputs sorted. ``pieces``: each
+    unit's :func:`unit_findings`, in the units' order, when made already."""
     units = sorted(parts.units, key=lambda unit: unit.index)
+    if pieces is None:
+        pieces = [unit_findings(unit) for unit in units]
     periods = [unit.evidence for unit in units]
     findings = list(parts.study_findings)
-    for unit in units:
-        findings.extend(unit.problems)
-        findings.extend(unit.evidence.record.findings)
+    for kind in range(len(PERIOD_RANKS)):
+        findings.extend(item for piece in pieces for item in piece[kind])
     evidence = [row for period in periods for attempt in period.attempts
                 for row in attempt.files]
-    evidence.extend(unlisted_rows(outcome for _, outcome in sorted(
-        parts.unlisted, key=lambda item: item[0])))
-    findings.extend(item for period in periods for attempt in period.attempts
-                    for item in attempt.read.findings)
-    findings.extend(integrity_findings(evidence))
+    unlisted = unlisted_rows(outcome for _, outcome in sorted(
+        parts.unlisted, key=lambda item: item[0]))
+    evidence.extend(unlisted)
+    findings.extend(integrity_findings(unlisted))
     findings.extend(layout_findings(parts.root, parts.layout, periods))
     findings.extend(parts.input_findings)
     inputs = [*parts.study_inputs, *(unit.record_input for unit in units
@@ -251,6 +253,26 @@ def assemble_collected(parts: CollectedParts) -> Collected:
         inputs=tuple(sorted(inputs, key=_input_order)),
         findings=tuple(findings),
     )
+
+
+def unit_findings(unit: PeriodUnit) -> tuple[list[Finding], list[Finding], list[Finding]]:
+    """A period's collection findings (:data:`~auditor.reason.engine.PERIOD_RANKS`): its
+    record's (opening it, then its own), its attempts' reading's, its files' integrity."""
+    attempts = unit.evidence.attempts
+    return ([*unit.problems, *unit.evidence.record.findings],
+            [item for attempt in attempts for item in attempt.read.findings],
+            integrity_findings(row for attempt in attempts for row in attempt.files))
+
+
+def _before_reading(parts: CollectedParts) -> Collected:
+    """The study as the judge first sees it: its inputs, the scheduler's dump and each
+    period's record, no evidence read."""
+    records = tuple(PeriodEvidence(unit.evidence.record, ())
+                    for unit in sorted(parts.units, key=lambda unit: unit.index))
+    return Collected(root=parts.root, layout=parts.layout, protocol=parts.protocol,
+                     sacct=parts.sacct, sacct_display=parts.sacct_display,
+                     execution_commits=parts.execution_commits, periods=records,
+                     evidence=(), inputs=parts.study_inputs, findings=parts.study_findings)
 
 
 def merge_parts(parts: list[tuple[dict[str, Any], CollectedParts]]) -> CollectedParts:
@@ -288,12 +310,23 @@ def merge_parts(parts: list[tuple[dict[str, Any], CollectedParts]]) -> Collected
                    shard=None)
 
 
-def judge(collected: Collected, options: AuditOptions) -> Generator[Progress, None, AuditResult]:
-    """Validate and reason over a collected study: the audit's result."""
-    yield Progress("validate", 0, 1)
-    validation = validate(collected, options)
-    yield Progress("reason", 0, 1)
-    reasoning = reason(collected, validation, options)
+def judge(parts: CollectedParts, options: AuditOptions
+          ) -> Generator[Progress, None, AuditResult]:
+    """Validate and reason over a collected study, a period at a time: the audit's result."""
+    units = sorted(parts.units, key=lambda unit: unit.index)
+    study = _before_reading(parts)
+    judge = StudyJudge(study, options, (
+        list(parts.study_findings), layout_findings(parts.root, parts.layout, study.periods),
+        list(parts.input_findings)))
+    yield Progress("reason", 0, len(units))
+    pieces = []
+    for done, unit in enumerate(units, 1):
+        pieces.append(unit_findings(unit))
+        judge.add(unit.evidence, pieces[-1])
+        if done % 1024 == 0:
+            yield Progress("reason", done, len(units))
+    collected = assemble_collected(parts, pieces)
+    validation, reasoning = judge.finish(collected)
     findings, not_kept = apply_limits(
         [*collected.findings, *validation, *reasoning.findings], options)
     # ...and those a collector counted as it read (a trace of a million bad lines)

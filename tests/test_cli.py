@@ -362,7 +362,7 @@ def test_ctrl_c_pressed_again_while_the_command_exits_changes_nothing(tmp_path: 
         "def reason(*args, **kwargs):\n"
         "    threading.Thread(target=again).start()\n"
         "    raise KeyboardInterrupt\n"
-        "engine.reason = reason\n")
+        "engine.StudyJudge.finish = reason\n")
     done = _audit_example_customised(tmp_path)
     assert done.returncode == 130, done.stderr
     assert done.stderr == "auditor: interrupted; no output was left half-written\n"
@@ -397,7 +397,7 @@ def test_interrupted_under_python_m_exits_130(tmp_path: Path) -> None:
         "import auditor.reason.engine as engine\n"
         "def reason(*args, **kwargs):\n"
         "    exec('raise KeyboardInterrupt')\n"
-        "engine.reason = reason\n")
+        "engine.StudyJudge.finish = reason\n")
     done = _audit_example_customised(tmp_path)
     assert done.returncode == 130, done.stderr
     assert done.stderr.count("\n") == 1 and "interrupted" in done.stderr

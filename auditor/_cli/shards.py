@@ -99,7 +99,7 @@ def audit_shard(args: argparse.Namespace, options: AuditOptions) -> int:
 
 def _merge(args: argparse.Namespace) -> int:
     from auditor._cli import anchors_of, check_limits, waivers_of
-    from auditor.audit import assemble_collected, drive, judge, merge_parts, paused_gc
+    from auditor.audit import drive, judge, merge_parts, paused_gc
     from auditor.report.output import check_output_dir, write_outputs
     from auditor.report.parts import read_part
     from auditor.report.summary import build_summary, dumps
@@ -114,7 +114,7 @@ def _merge(args: argparse.Namespace) -> int:
                            max_findings_per_file=args.max_findings_per_file,
                            max_quote=args.max_quote)
     with paused_gc():
-        result = drive(judge(assemble_collected(parts), options), lambda event: None)
+        result = drive(judge(parts, options), lambda event: None)
         summary = build_summary(result)
         write_outputs(result, args.out, force=args.force, plots=not args.no_plots,
                       summary=summary)

@@ -24,7 +24,8 @@ A retried period counts its first completed attempt (every attempt after it is
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from dataclasses import dataclass
 
 from auditor.catalogue import finding
 from auditor.model import (
@@ -48,7 +49,7 @@ from auditor.reason.exits import EXIT_KINDS
 from auditor.reason.facts import period_facts
 from auditor.reason.gate import apply_waivers, decide_gate, gate_reasons
 from auditor.reason.verdict import UNFINISHED_STATES, Context, Judgement, judge_attempt
-from auditor.validate.checks import element_for
+from auditor.validate.checks import element_for, period_checks, study_checks
 
 LAUNCHER_STATUS = {
     "resolved": VerdictKind.RESOLVED, "completed": VerdictKind.RESOLVED,
@@ -60,65 +61,197 @@ LAUNCHER_STATUS = {
 }
 
 
-def reason(collected: Collected, validation: list[Finding], options: AuditOptions) -> Reasoning:
-    """Judge every period, then configurations, accounting and the gate."""
-    protocol = collected.protocol
-    all_findings = list(collected.findings) + list(validation)
-    by_subject: dict[str, list[Finding]] = defaultdict(list)
-    by_path: dict[str, list[Finding]] = defaultdict(list)
-    for item in all_findings:
-        by_subject[item.subject].append(item)
-        for cite in item.citations:
-            by_path[cite.path].append(item)
-    context = Context(collected, protocol, by_subject, by_path, _last_attempt_per_job(collected))
-    known = {id(item) for item in all_findings}
-    new_findings: list[Finding] = []
-    verdicts: list[Verdict] = []
-    outcomes: list[AttemptOutcome] = []
-    facts: list[PeriodFacts] = []
-    disagreements: list[tuple[str, str, str, str]] = []
-    for period in collected.periods:
-        verdict, period_outcomes, produced = _judge_period(period, context)
-        verdicts.append(verdict)
-        outcomes.extend(period_outcomes)
+STUDY, RECORD, READ, INTEGRITY, LAYOUT, INPUT, CHECKS, SCHEDULER, COMMIT, ANCHORS = range(10)
+"""The lists of findings a whole-study index holds, in its order: the study's inputs', each
+period's record's, each attempt's reading's, each file's integrity, the layout's, the
+command line's inputs', each period's cross-checks, the scheduler's, each commit pin's, the
+protocol anchors'. A period's own lists are merged into the study's by this rank."""
+PERIOD_RANKS = (RECORD, READ, INTEGRITY)
+"""The collection findings of one period, as :meth:`StudyJudge.add` takes them."""
+
+
+class FindingIndex:
+    """Findings by key (a subject, or a cited path), as one index over every finding of the
+    study would list them: the study's, indexed once, merged by rank with one period's own."""
+
+    def __init__(self, study: dict[str, list[tuple[int, Finding]]],
+                 own: dict[str, list[tuple[int, Finding]]]) -> None:
+        self.study = study
+        self.own = own
+
+    def get(self, key: str, default: list[Finding] | None = None, /) -> list[Finding]:
+        """The findings under ``key`` (``[]`` for none: ``default`` is ignored)."""
+        theirs, own = self.study.get(key), self.own.get(key)
+        if not own:
+            return [item for _, item in theirs] if theirs else []
+        if not theirs:
+            return [item for _, item in own]
+        return [item for _, item in sorted(theirs + own, key=lambda pair: pair[0])]
+
+
+def index(ranked: list[tuple[int, list[Finding]]]
+          ) -> tuple[dict[str, list[tuple[int, Finding]]], dict[str, list[tuple[int, Finding]]]]:
+    """(by subject, by cited path) of lists of findings, each with its list's rank."""
+    by_subject: dict[str, list[tuple[int, Finding]]] = defaultdict(list)
+    by_path: dict[str, list[tuple[int, Finding]]] = defaultdict(list)
+    for rank, items in ranked:
+        for item in items:
+            by_subject[item.subject].append((rank, item))
+            for cite in item.citations:
+                by_path[cite.path].append((rank, item))
+    return by_subject, by_path
+
+
+@dataclass
+class _Judged:
+    """One period's share of the study's reasoning and validation."""
+
+    verdict: Verdict
+    outcomes: list[AttemptOutcome]
+    facts: PeriodFacts
+    findings: list[Finding]
+    disagreement: tuple[str, str, str, str] | None
+
+
+@dataclass
+class _Waiting:
+    """A period judged only once every period is in: an attempt of it shares its job with
+    another period's (which of them the job launched last is the study's to say)."""
+
+    slot: int
+    period: PeriodEvidence
+    by_subject: dict[str, list[tuple[int, Finding]]]
+    by_path: dict[str, list[tuple[int, Finding]]]
+    known: set[int]
+
+
+class StudyJudge:
+    """Validates and judges a study one period at a time, as the periods are collected, then
+    the study as a whole (:meth:`finish`): the same verdicts and findings, in the same
+    order, as one pass over the whole study, without holding every period's evidence.
+
+    ``study`` is the study before its evidence is read: its inputs, the scheduler's dump,
+    and each period's record (``periods`` without attempts read). ``findings`` are the
+    study-level lists of collection: its inputs', the layout's, the command line's inputs'."""
+
+    def __init__(self, study: Collected, options: AuditOptions, findings: tuple[
+            list[Finding], list[Finding], list[Finding]]) -> None:
+        self.study = study
+        self.options = options
+        scheduler, anchors = study_checks(study, options)
+        self.scheduler, self.anchors = scheduler, anchors
+        ranked = [(STUDY, findings[0]), (LAYOUT, findings[1]), (INPUT, findings[2]),
+                  (SCHEDULER, scheduler), (ANCHORS, anchors)]
+        self._subject, self._path = index(ranked)
+        self._known = {id(item) for _, items in ranked for item in items}
+        self.checks: list[Finding] = []
+        self.pins: list[Finding] = []
+        self._judged: list[_Judged | None] = []
+        self._waiting: list[_Waiting] = []
+        self._shared = _shared_jobs(study)
+
+    def add(self, period: PeriodEvidence, collection: tuple[list[Finding], ...]) -> None:
+        """Validate and judge ``period`` (the next in the study's order) with its collection
+        findings (:data:`PERIOD_RANKS`: its record's, its reading's, its files')."""
+        checks, pins = period_checks(period, self.study)
+        self.checks.extend(checks)
+        self.pins.extend(pins)
+        ranked = [*zip(PERIOD_RANKS, collection, strict=True), (CHECKS, checks),
+                  (COMMIT, pins)]
+        by_subject, by_path = index(ranked)
+        known = {id(item) for _, items in ranked for item in items}
+        if self._shared is None or any(spec.job_id in self._shared
+                                       for spec in period.record.attempts):
+            self._waiting.append(_Waiting(len(self._judged), period, by_subject, by_path,
+                                          known))
+            self._judged.append(None)
+            return
+        self._judged.append(self._judge(period, by_subject, by_path, known,
+                                        _last_attempt_per_job([period])))
+
+    def _judge(self, period: PeriodEvidence, by_subject: dict[str, list[tuple[int, Finding]]],
+               by_path: dict[str, list[tuple[int, Finding]]], known: set[int],
+               last: dict[str, str]) -> _Judged:
+        context = Context(self.study, self.study.protocol,
+                          FindingIndex(self._subject, by_subject),
+                          FindingIndex(self._path, by_path), last)
+        verdict, outcomes, produced = _judge_period(period, context)
+        findings: list[Finding] = []
         for item in produced:  # decisive findings may be ones collection already reported
-            if id(item) not in known:
+            if id(item) not in known and id(item) not in self._known:
                 known.add(id(item))
-                new_findings.append(item)
-        facts.append(period_facts(period, protocol, period_outcomes))
-        counted = next((o for o in period_outcomes if o.counted), None)
-        trial = _counted_trial(period, counted)
-        if trial is not None and trial.status is not None \
-                and trial.status.lower() not in EXIT_KINDS:  # (how it exited: no verdict)
-            said = LAUNCHER_STATUS.get(trial.status.lower(), VerdictKind.UNRESOLVED)
-            if said != verdict.verdict:
-                error = f" ({trial.validation_error})" if trial.validation_error else ""
-                new_findings.append(finding(
-                    "AUD211", period.subject, [Citation(trial.path, pointer="/status",
-                                                        quote=trial.status)],
-                    status=trial.status, error=error, verdict=verdict.verdict.value,
-                ))
-                disagreements.append((period.subject, trial.status,
-                                      trial.validation_error or "", verdict.verdict.value))
-    new_findings.extend(_unfinished_elements(collected, outcomes))
-    cells, config_findings = configurations(collected, verdicts, outcomes)
-    new_findings.extend(config_findings)
-    reasons = gate_reasons(collected, verdicts, validation + new_findings, cells)
-    lifted, waiver_uses, waived = apply_waivers(reasons, options.waivers)
-    new_findings.extend(waived)
-    return Reasoning(
-        verdicts=tuple(verdicts),
-        attempts=tuple(outcomes),
-        facts=tuple(facts),
-        configurations=tuple(cells),
-        accounting=accounting(collected, outcomes, verdicts),
-        gate=decide_gate(cells, reasons, lifted, verdicts, allow_partial=False),
-        gate_partial=decide_gate(cells, reasons, lifted, verdicts, allow_partial=True),
-        gate_reasons=tuple(reasons),
-        waivers=tuple(waiver_uses),
-        findings=tuple(new_findings),
-        disagreements=tuple(disagreements),
-    )
+                findings.append(item)
+        disagreement = _disagreement(period, verdict, outcomes)
+        if disagreement is not None:
+            findings.append(disagreement[0])
+        return _Judged(verdict, outcomes, period_facts(period, self.study.protocol, outcomes),
+                       findings, disagreement[1] if disagreement else None)
+
+    def finish(self, collected: Collected) -> tuple[list[Finding], Reasoning]:
+        """The study's validation findings and reasoning, once every period is in
+        (``collected``: the study as collected, its ``periods`` those added, in order)."""
+        last = _last_attempt_per_job([waiting.period for waiting in self._waiting])
+        for waiting in self._waiting:
+            self._judged[waiting.slot] = self._judge(waiting.period, waiting.by_subject,
+                                                     waiting.by_path, waiting.known, last)
+        self._waiting = []
+        judged = [item for item in self._judged if item is not None]
+        verdicts = [item.verdict for item in judged]
+        outcomes = [outcome for item in judged for outcome in item.outcomes]
+        new_findings = [finding for item in judged for finding in item.findings]
+        validation = [*self.checks, *self.scheduler, *self.pins, *self.anchors]
+        new_findings.extend(_unfinished_elements(collected, outcomes))
+        cells, config_findings = configurations(collected, verdicts, outcomes)
+        new_findings.extend(config_findings)
+        reasons = gate_reasons(collected, verdicts, validation + new_findings, cells)
+        lifted, waiver_uses, waived = apply_waivers(reasons, self.options.waivers)
+        new_findings.extend(waived)
+        return validation, Reasoning(
+            verdicts=tuple(verdicts),
+            attempts=tuple(outcomes),
+            facts=tuple(item.facts for item in judged),
+            configurations=tuple(cells),
+            accounting=accounting(collected, outcomes, verdicts),
+            gate=decide_gate(cells, reasons, lifted, verdicts, allow_partial=False),
+            gate_partial=decide_gate(cells, reasons, lifted, verdicts, allow_partial=True),
+            gate_reasons=tuple(reasons),
+            waivers=tuple(waiver_uses),
+            findings=tuple(new_findings),
+            disagreements=tuple(item.disagreement for item in judged
+                                if item.disagreement is not None),
+        )
+
+
+def _shared_jobs(study: Collected) -> set[str] | None:
+    """The job ids that attempts of more than one period name (their periods wait for the
+    study: :class:`_Waiting`); None when an attempt names none (its job is its trial
+    record's, known only once read: every period waits)."""
+    periods: Counter[str] = Counter()
+    for period in study.periods:
+        jobs = {spec.job_id for spec in period.record.attempts}
+        if None in jobs:
+            return None
+        periods.update(job for job in jobs if job is not None)
+    return {job for job, count in periods.items() if count > 1}
+
+
+def _disagreement(period: PeriodEvidence, verdict: Verdict, outcomes: list[AttemptOutcome]
+                  ) -> tuple[Finding, tuple[str, str, str, str]] | None:
+    """An ``AUD211`` when the launcher's status for the counted attempt says other than the
+    verdict, with the row the report lists it by."""
+    counted = next((o for o in outcomes if o.counted), None)
+    trial = _counted_trial(period, counted)
+    if trial is None or trial.status is None or trial.status.lower() in EXIT_KINDS:
+        return None  # (a status that says how it exited is no verdict)
+    said = LAUNCHER_STATUS.get(trial.status.lower(), VerdictKind.UNRESOLVED)
+    if said == verdict.verdict:
+        return None
+    error = f" ({trial.validation_error})" if trial.validation_error else ""
+    item = finding("AUD211", period.subject, [Citation(trial.path, pointer="/status",
+                                                       quote=trial.status)],
+                   status=trial.status, error=error, verdict=verdict.verdict.value)
+    return item, (period.subject, trial.status, trial.validation_error or "",
+                  verdict.verdict.value)
 
 
 def _unfinished_elements(collected: Collected,
@@ -153,10 +286,10 @@ def _counted_trial(period: PeriodEvidence,
     return None
 
 
-def _last_attempt_per_job(collected: Collected) -> dict[str, str]:
+def _last_attempt_per_job(periods: list[PeriodEvidence]) -> dict[str, str]:
     """For each job id, the key of the attempt launched last in it (by invocation start)."""
     latest: dict[str, tuple[int, str]] = {}
-    for period in collected.periods:
+    for period in periods:
         for attempt in period.attempts:
             trial = attempt.read.trial
             job = attempt.spec.job_id or (trial.job_id if trial else None)

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field
 
 from auditor.catalogue import RULES, finding
@@ -51,14 +52,23 @@ EVENT_KINDS_CITED = ("coordinated_shutdown", "slurm_time_limit", "slurm_cancelle
                      "nccl_timeout", "nccl_error", "host_oom", "gpu_oom", "kv_cache_init_failure")
 
 
+class FindingLookup(typing.Protocol):
+    """Findings by a key (a subject, or a cited path): a dict of lists, or an index that
+    merges the study's with one period's (:class:`auditor.reason.engine.FindingIndex`)."""
+
+    def get(self, key: str, default: list[Finding], /) -> list[Finding]:
+        """The findings under ``key``, ``default`` for none."""
+        ...
+
+
 @dataclass(frozen=True)
 class Context:
     """What judging any period needs: the study, its rules and the findings, indexed."""
 
     collected: Collected
     protocol: Protocol
-    by_subject: dict[str, list[Finding]]
-    by_path: dict[str, list[Finding]]
+    by_subject: FindingLookup
+    by_path: FindingLookup
     last_attempt_of_job: dict[str, str]
     """Job id -> ``subject#index`` of the attempt launched last in that job."""
 

@@ -24,6 +24,7 @@ from auditor.model import (
     Collected,
     Finding,
     PeriodEvidence,
+    PeriodRecord,
     SacctDump,
     SacctJob,
 )
@@ -37,19 +38,38 @@ NS = 1_000_000_000
 
 
 def validate(collected: Collected, options: AuditOptions) -> list[Finding]:
-    """Every cross-check over the collected study."""
-    findings: list[Finding] = []
+    """Every cross-check over the collected study, in the order a report lists them: each
+    period's (:func:`period_checks`), the scheduler's (:func:`study_checks`), each period's
+    commit pin, then the protocol's anchors."""
+    own: list[Finding] = []
+    pins: list[Finding] = []
     for period in collected.periods:
-        findings.extend(_period_checks(period, collected))
-        for attempt in period.attempts:
-            findings.extend(_identity(period, attempt))
-            findings.extend(_job_ids(period, attempt, collected.sacct))
-            findings.extend(_timeline(attempt, collected.sacct, period))
-    findings.extend(_scheduler_states(collected.sacct))
-    findings.extend(_absent_elements(collected))
-    findings.extend(_commits(collected))
-    findings.extend(_anchors(collected, options))
-    return findings
+        checks, pin = period_checks(period, collected)
+        own.extend(checks)
+        pins.extend(pin)
+    scheduler, anchors = study_checks(collected, options)
+    return [*own, *scheduler, *pins, *anchors]
+
+
+def period_checks(period: PeriodEvidence, collected: Collected
+                  ) -> tuple[list[Finding], list[Finding]]:
+    """One period's cross-checks (its record, then each attempt's identities, job ids and
+    timeline), and its commit pin's (``AUD121``, listed apart: after the scheduler's)."""
+    findings = list(_period_checks(period, collected))
+    for attempt in period.attempts:
+        findings.extend(_identity(period, attempt))
+        findings.extend(_job_ids(period, attempt, collected.sacct))
+        findings.extend(_timeline(attempt, collected.sacct, period))
+    return findings, list(_commit(period.record, collected))
+
+
+def study_checks(collected: Collected, options: AuditOptions
+                 ) -> tuple[list[Finding], list[Finding]]:
+    """The checks of the study as a whole, which need no period's evidence (only the period
+    records): (the scheduler dump's states and the elements it does not show, the
+    protocol's anchors)."""
+    return ([*_scheduler_states(collected.sacct), *_absent_elements(collected)],
+            list(_anchors(collected, options)))
 
 
 def element_for(sacct: SacctDump | None, job_id: str | None) -> SacctJob | None:
@@ -439,8 +459,8 @@ def _absent_elements(collected: Collected) -> Iterator[Finding]:
         if (array, task) in shown or any(job.array_job_id == array and job.covers(task)
                                          for job in sacct.jobs):
             continue
-        if any(element_for(sacct, attempt.spec.job_id) is not None
-               for period in periods for attempt in period.attempts):
+        if any(element_for(sacct, spec.job_id) is not None
+               for period in periods for spec in period.record.attempts):
             continue  # (known by its job id: AUD111 says where the two disagree)
         yield finding("AUD126", f"{array}_{task}",
                       [Citation(sacct.path), *(Citation(p.record.path, pointer="/array_task_id",
@@ -468,24 +488,22 @@ def _scheduler_states(sacct: SacctDump | None) -> Iterator[Finding]:
                       state=state, job=name, more=more)
 
 
-def _commits(collected: Collected) -> Iterator[Finding]:
+def _commit(record: PeriodRecord, collected: Collected) -> Iterator[Finding]:
+    """An ``AUD121`` when the period ran another commit than the pinned one."""
     pinned = collected.execution_commits
-    if pinned is None:
+    if pinned is None or not record.readable:
         return
     cite_path = collected.layout.execution_commits or "execution_commits.json"
-    for period in collected.periods:
-        record = period.record
-        expected = pinned.get(record.pair)
-        if not record.readable:
-            continue
-        if expected is None:
-            yield finding("AUD121", period.subject, [Citation(cite_path)],
-                          actual=record.commit, expected="nothing (pair not listed)")
-        elif record.commit != expected:
-            yield finding("AUD121", period.subject,
-                          [Citation(record.path, pointer="/commit", quote=str(record.commit)),
-                           Citation(cite_path, pointer="/" + record.pair)],
-                          actual=record.commit, expected=expected)
+    subject = f"{record.pair}/period-{record.period}"
+    expected = pinned.get(record.pair)
+    if expected is None:
+        yield finding("AUD121", subject, [Citation(cite_path)],
+                      actual=record.commit, expected="nothing (pair not listed)")
+    elif record.commit != expected:
+        yield finding("AUD121", subject,
+                      [Citation(record.path, pointer="/commit", quote=str(record.commit)),
+                       Citation(cite_path, pointer="/" + record.pair)],
+                      actual=record.commit, expected=expected)
 
 
 def _anchors(collected: Collected, options: AuditOptions) -> Iterator[Finding]:

@@ -143,7 +143,7 @@ def layout_findings(root: Path, layout: StudyLayout,
             detail="under pairs/ but not named pairs/<pair>/period-<n>.json, so not read "
                    "as a period record (were it one, its period is missing from this "
                    "audit)"))
-    referenced = {a.spec.attempt_dir for pe in periods for a in pe.attempts}
+    referenced = {spec.attempt_dir for pe in periods for spec in pe.record.attempts}
     for rel_dir in layout.attempt_dirs:
         if rel_dir not in referenced:
             findings.append(finding("AUD106", rel_dir, [Citation(rel_dir)]))

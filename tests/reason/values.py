@@ -204,7 +204,7 @@ def collected(*periods: PeriodEvidence, dump: SacctDump | None = None,
 
 
 def context(study: Collected, findings: Iterable[Finding] = ()) -> Context:
-    """The judging context, indexed as :func:`auditor.reason.engine.reason` indexes it."""
+    """The judging context, indexed as one pass over the whole study indexes it."""
     by_subject: dict[str, list[Finding]] = defaultdict(list)
     by_path: dict[str, list[Finding]] = defaultdict(list)
     for item in (*study.findings, *findings):
