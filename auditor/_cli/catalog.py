@@ -34,7 +34,9 @@ def add_parsers(commands: Any) -> None:
         "query", help="run SQL (DuckDB) over a catalogue",
         description="Tables: periods, attempts, findings, evidence, phases, devices, "
         "studies (each with study and schema_version). Built-in views: verdicts, "
-        "gpu_seconds, suspect_hardware (binomial test, p < 0.01 Bonferroni).")
+        "gpu_seconds, suspect_hardware (binomial test, p < 0.01 Bonferroni). Only reading "
+        "statements run (SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE, PIVOT, "
+        "EXPLAIN): the catalogue is never written.")
     query.add_argument("catalog", type=Path, metavar="CAT")
     query.add_argument("sql", metavar="SQL")
     form = query.add_mutually_exclusive_group()

@@ -3,7 +3,8 @@
 Each table is a view over its parts, read with ``hive_partitioning`` (the ``study`` column
 comes from ``study=<name>``, always text) and ``union_by_name`` (a part of an earlier
 layout reads its absent columns as null); a table no study has yet is an empty view of
-its schema. The built-in views:
+its schema. A query runs reading statements only (:func:`check_read_only`): it never writes
+a file, the catalogue's parts included. The built-in views:
 
 ``verdicts``
     periods by study, configuration (``workload@gpus``), verdict, reason and cause (the
@@ -27,6 +28,7 @@ its schema. The built-in views:
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +74,9 @@ def connect(catalog: Path) -> Any:
     con.execute(verdicts_sql("cause" in columns))
     con.execute(GPU_SECONDS_SQL)
     con.execute(SUSPECT_HARDWARE_SQL)
-    # A query reads the catalogue's own parts and nothing else, and writes no file: no
-    # COPY ... TO, read_csv('/etc/passwd') or ATTACH (and the settings cannot be undone)
+    # A query reads the catalogue's own parts and nothing else: no read_csv('/etc/passwd')
+    # or ATTACH (and the settings cannot be undone). The allowed paths could be written
+    # (COPY ... TO a part): run_query runs reading statements only (check_read_only)
     con.execute(f"SET allowed_paths = [{', '.join(_literal(p) for p in everything)}]")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
@@ -87,6 +90,7 @@ def run_query(catalog: Path, sql: str) -> tuple[list[str], list[tuple[Any, ...]]
         raise UsageError("query: no SQL statement given")
     con = None
     try:
+        check_read_only(sql)
         con = connect(catalog)  # (a part that cannot be read fails here, or in the query)
         cursor = con.execute(sql)
         if cursor is None or cursor.description is None:
@@ -98,6 +102,33 @@ def run_query(catalog: Path, sql: str) -> tuple[list[str], list[tuple[Any, ...]]
     finally:
         if con is not None:
             con.close()
+
+
+READING = ("SELECT", "MULTI")
+"""The statement types a query may hold (DuckDB's ``StatementType``): SELECT (also WITH,
+FROM ..., VALUES, DESCRIBE, SHOW, SUMMARIZE) and MULTI (PIVOT); EXPLAIN [ANALYZE] of one of
+them too."""
+EXPLAIN = re.compile(r"\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^()]*\)\s*)?", re.IGNORECASE)
+
+
+def check_read_only(sql: str) -> None:
+    """Refuse SQL holding a statement that is not a reading one (:data:`READING`), in one
+    line. DuckDB's allowed paths, which let a query read the parts, let it write them too:
+    ``COPY ... TO '<a part>' (USE_TMP_FILE false)`` overwrote one; so no COPY, EXPORT,
+    ATTACH, PRAGMA, CALL, CREATE, INSERT, SET... is run at all."""
+    duckdb = load_duckdb()
+    for statement in duckdb.extract_statements(sql):  # (a syntax error: duckdb.Error)
+        kind = statement.type.name
+        if kind == "EXPLAIN":
+            shown = EXPLAIN.match(statement.query)
+            inner = duckdb.extract_statements(statement.query[shown.end():]) if shown else []
+            if len(inner) == 1 and inner[0].type.name in READING:
+                continue
+            kind = "EXPLAIN of anything but a SELECT"
+        if kind not in READING:
+            raise UsageError(f"query: {kind.replace('_', ' ')} statement refused: a query only "
+                             "reads the catalogue (SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, "
+                             "SUMMARIZE, PIVOT, EXPLAIN), it never writes a file")
 
 
 def _parts(folder: Path) -> list[Path]:

@@ -60,3 +60,57 @@ def test_a_query_reads_the_catalogue_only_and_writes_nothing(
     assert not any(tmp_path.iterdir())
     assert main(["query", str(cat), "SELECT count(*) AS n FROM periods", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == [{"n": 18}]
+
+
+def _digests(cat: Path) -> dict[str, str]:
+    import hashlib
+
+    return {str(p.relative_to(cat)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(cat.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("sql", [
+    # DuckDB's allowed paths (the parts, so that they can be read) let these write them:
+    # without its temporary file, a COPY went straight to the part and overwrote it
+    "COPY (SELECT 1 AS x) TO '{part}' (FORMAT parquet, USE_TMP_FILE false)",
+    "COPY (SELECT 1 AS x) TO '{part}' (FORMAT csv, USE_TMP_FILE false)",
+    "COPY periods TO '{part}' (FORMAT parquet)",
+    "SELECT 1; COPY (SELECT 1 AS x) TO '{part}' (FORMAT parquet, USE_TMP_FILE false)",
+    "EXPLAIN ANALYZE COPY (SELECT 1 AS x) TO '{part}' (FORMAT parquet, USE_TMP_FILE false)",
+    "EXPORT DATABASE '{cat}/periods'",
+    "ATTACH '{part}' AS part",
+    "COPY FROM DATABASE memory TO memory",
+    "CALL pragma_version()",
+    "CREATE TABLE t AS SELECT 1 AS x",
+    "PRAGMA table_info('periods')",
+])
+def test_a_query_cannot_write_the_catalogues_own_parts(
+        cat: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], sql: str) -> None:
+    import shutil
+
+    cat = Path(shutil.copytree(cat, tmp_path / "cat"))  # (one that might be overwritten)
+    part = cat / "periods" / "study=estimation_host_capacity" / "part-0.parquet"
+    before = _digests(cat)
+    capsys.readouterr()
+    assert main(["query", str(cat), sql.format(part=part, cat=cat), "--csv"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and captured.out == "", captured.err
+    assert "statement refused: a query only reads the catalogue" in captured.err
+    assert _digests(cat) == before
+    assert main(["query", str(cat), "SELECT count(*) AS n FROM verdicts", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"n": 6}]
+
+
+@pytest.mark.parametrize(("sql", "first"), [
+    ("DESCRIBE periods", "column_name"), ("SHOW TABLES", "name"),
+    ("SUMMARIZE studies", "column_name"), ("FROM periods SELECT count(*) AS n", "n"),
+    ("VALUES (1)", "col0"), ("WITH x AS (SELECT 1 AS y) SELECT * FROM x", "y"),
+    ("PIVOT (SELECT verdict, gpus FROM periods) ON verdict USING count(*)", "gpus"),
+    ("EXPLAIN SELECT count(*) FROM periods", "explain_key"),
+    ("explain analyze SELECT count(*) FROM periods", "explain_key"),
+])
+def test_reading_statements_still_run(cat: Path, capsys: pytest.CaptureFixture[str],
+                                      sql: str, first: str) -> None:
+    capsys.readouterr()
+    assert main(["query", str(cat), sql, "--csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].split(",")[0] == first
