@@ -1,8 +1,9 @@
 """``auditor catalog``, ``auditor query`` and ``auditor rerun``: across studies, and what to rerun.
 
 ``catalog OUT... --into CAT [--name NAME]`` adds finished audits (verified first) to a
-catalogue of hive-partitioned Parquet tables; ``query CAT "SQL" [--json|--csv]`` runs DuckDB
-over it and prints the result (a table by default); ``rerun DIR [--json]`` prints one line
+catalogue of hive-partitioned Parquet tables; ``query CAT "SQL" [--json|--csv] [--limit N]``
+runs DuckDB over it and prints the result (a table of at most 1,000 rows by default, then a
+line saying how many it did not show); ``rerun DIR [--json]`` prints one line
 per reason group of an audit's unresolved periods with the ``--array=`` spec of its
 elements. The work is :mod:`auditor.catalog`'s; this module only parses and prints.
 """
@@ -42,6 +43,10 @@ def add_parsers(commands: Any) -> None:
     form = query.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="print the rows as a JSON list")
     form.add_argument("--csv", action="store_true", help="print the rows as CSV")
+    query.add_argument("--limit", type=_rows, default=None, metavar="N",
+                       help=f"print at most N rows, 0 for all (default: the table "
+                       f"{TABLE_LIMIT:,}, then a line saying how many were not shown; "
+                       "--json and --csv every row)")
 
     rerun = commands.add_parser(
         "rerun", help="print what to rerun of an audit, as --array= specs",
@@ -49,6 +54,20 @@ def add_parsers(commands: Any) -> None:
         "(never a resolved or failed one): the group and its elements' --array= spec.")
     rerun.add_argument("out", type=Path, metavar="DIR", help="an audit's output directory")
     rerun.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+
+TABLE_LIMIT = 1000
+"""Rows the table shows by default (a rich table of 100,000 rows takes minutes to draw)."""
+
+
+def _rows(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of rows") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is not a number of rows (0: all)")
+    return value
 
 
 def _catalog(args: argparse.Namespace) -> int:
@@ -72,7 +91,10 @@ def _query(args: argparse.Namespace) -> int:
         from auditor.catalog.query import load_duckdb, run_query
 
         load_duckdb()
-    columns, rows = run_query(args.catalog, args.sql)
+    machine = args.json or args.csv
+    limit = (None if machine else TABLE_LIMIT) if args.limit is None else args.limit or None
+    result = run_query(args.catalog, args.sql, limit)
+    columns, rows = result.columns, result.rows
     if args.json:
         import orjson
 
@@ -100,7 +122,15 @@ def _query(args: argparse.Namespace) -> int:
             table.add_row(*(Text("" if value is None else _inert(str(value))) for value in row))
         Console(width=max(120, int(os.environ.get("COLUMNS", "0") or 0)), markup=False,
                 emoji=False, highlight=False).print(table)
-        print(f"{len(rows):,} row(s)")
+        if result.total > len(rows):
+            print(f"{len(rows):,} of {result.total:,} row(s) shown, "
+                  f"{result.total - len(rows):,} not shown (--limit 0 shows them all; "
+                  "--csv and --json print every row)")
+        else:
+            print(f"{len(rows):,} row(s)")
+    if machine and result.total > len(rows):  # (stdout holds the rows only)
+        print(f"query: {len(rows):,} of {result.total:,} row(s) printed (--limit "
+              f"{args.limit})", file=sys.stderr)
     return 0
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,8 +84,24 @@ def connect(catalog: Path) -> Any:
     return con
 
 
-def run_query(catalog: Path, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """Run ``sql`` over the catalogue; (column names, rows). Bad SQL is one line (exit 2)."""
+@dataclass(frozen=True, slots=True)
+class QueryResult:
+    """One query's result: its columns, its first rows, how many it has in all."""
+
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+    """Every row, or the first ``limit`` of them."""
+    total: int
+    """How many rows the query gave (``len(rows)`` when none was left out)."""
+
+
+COUNT_BATCH = 65_536
+"""Rows fetched at a time when only counted (past the limit)."""
+
+
+def run_query(catalog: Path, sql: str, limit: int | None = None) -> QueryResult:
+    """Run ``sql`` over the catalogue: its columns and rows (the first ``limit`` rows, when
+    given; the rest are counted, never kept). Bad SQL is one line (exit 2)."""
     duckdb = load_duckdb()
     if not sql.strip().strip(";").strip():
         raise UsageError("query: no SQL statement given")
@@ -94,8 +111,16 @@ def run_query(catalog: Path, sql: str) -> tuple[list[str], list[tuple[Any, ...]]
         con = connect(catalog)  # (a part that cannot be read fails here, or in the query)
         cursor = con.execute(sql)
         if cursor is None or cursor.description is None:
-            return [], []
-        return [d[0] for d in cursor.description], cursor.fetchall()
+            return QueryResult([], [], 0)
+        columns = [d[0] for d in cursor.description]
+        if limit is None:
+            rows = cursor.fetchall()
+            return QueryResult(columns, rows, len(rows))
+        rows = cursor.fetchmany(limit) if limit > 0 else []
+        total = len(rows)
+        while batch := cursor.fetchmany(COUNT_BATCH):
+            total += len(batch)
+        return QueryResult(columns, rows, total)
     except duckdb.Error as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise UsageError(f"query: {first}") from None
