@@ -37,7 +37,8 @@ def add_parsers(commands: Any) -> None:
         "studies (each with study and schema_version). Built-in views: verdicts, "
         "gpu_seconds, suspect_hardware (binomial test, p < 0.01 Bonferroni). Only reading "
         "statements run (SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE, PIVOT, "
-        "EXPLAIN): the catalogue is never written.")
+        "EXPLAIN): the catalogue is never written. A column name given twice is made "
+        "unique as DuckDB makes a subquery's (a, a_1, a_2...), in every format.")
     query.add_argument("catalog", type=Path, metavar="CAT")
     query.add_argument("sql", metavar="SQL")
     form = query.add_mutually_exclusive_group()

@@ -112,7 +112,7 @@ def run_query(catalog: Path, sql: str, limit: int | None = None) -> QueryResult:
         cursor = con.execute(sql)
         if cursor is None or cursor.description is None:
             return QueryResult([], [], 0)
-        columns = [d[0] for d in cursor.description]
+        columns = unique_names([str(d[0]) for d in cursor.description])
         if limit is None:
             rows = cursor.fetchall()
             return QueryResult(columns, rows, len(rows))
@@ -154,6 +154,28 @@ def check_read_only(sql: str) -> None:
             raise UsageError(f"query: {kind.replace('_', ' ')} statement refused: a query only "
                              "reads the catalogue (SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, "
                              "SUMMARIZE, PIVOT, EXPLAIN), it never writes a file")
+
+
+def unique_names(names: list[str]) -> list[str]:
+    """``names`` made unique as DuckDB makes a subquery's (``SELECT * FROM (SELECT 1 AS a,
+    2 AS a)`` has ``a``, ``a_1``): a name already taken, whatever the case of its ASCII
+    letters, gets the first free ``_<n>`` from 1. So a query's result has the names the same
+    query has wrapped in ``SELECT * FROM (...)``, and no JSON object loses a value to a
+    repeated key."""
+    taken: set[str] = set()
+    unique = []
+    for name in names:
+        chosen, number = name, 0
+        while chosen.translate(_ASCII_LOWER) in taken:
+            number += 1
+            chosen = f"{name}_{number}"
+        taken.add(chosen.translate(_ASCII_LOWER))
+        unique.append(chosen)
+    return unique
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+"""DuckDB's identifiers are case-insensitive in their ASCII letters only."""
 
 
 def _parts(folder: Path) -> list[Path]:

@@ -106,3 +106,33 @@ def test_the_help_says_the_limit(capsys: pytest.CaptureFixture[str]) -> None:
     text = " ".join(capsys.readouterr().out.split())
     assert "--limit N print at most N rows, 0 for all (default: the table 1,000, then a " \
         "line saying how many were not shown; --json and --csv every row)" in text
+
+
+def test_a_repeated_column_name_is_made_unique_so_no_json_value_is_lost(
+        cat: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, _ = query(capsys, str(cat), "SELECT 1 AS a, 2 AS a, 3 AS a", "--json")
+    assert json.loads(out) == [{"a": 1, "a_1": 2, "a_2": 3}]
+    join = ("SELECT p.study, a.study, p.subject FROM periods p JOIN attempts a USING "
+            "(subject) ORDER BY p.subject LIMIT 1")
+    out, _ = query(capsys, str(cat), join, "--json")
+    assert json.loads(out) == [{"study": "estimation_host_capacity",
+                                "study_1": "estimation_host_capacity",
+                                "subject": "host-qwen25-7b-code_heavy_tail-c2-s161/period-1"}]
+    out, _ = query(capsys, str(cat), "SELECT 1 AS a, 2 AS a", "--csv")
+    assert out.splitlines() == ["a,a_1", "1,2"]
+    out, _ = query(capsys, str(cat), "SELECT 1 AS a, 2 AS a")
+    assert [cell.strip() for cell in out.splitlines()[1].split("┃")[1:-1]] == ["a", "a_1"]
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT 1 AS a, 2 AS a, 3 AS a_1",  # (a_1 taken by the second a: a_1_1)
+    "SELECT 1 AS a_1, 2 AS a, 3 AS a",  # (a_1 taken first: a_2)
+    "SELECT 1 AS a, 2 AS A",  # (DuckDB's names are case-insensitive: A_1)
+    'SELECT 1 AS "Ä", 2 AS "ä", 3 AS ss, 4 AS "SS"',  # (in their ASCII letters only)
+])
+def test_the_names_are_those_of_the_same_query_as_a_subquery(
+        cat: Path, capsys: pytest.CaptureFixture[str], sql: str) -> None:
+    out, _ = query(capsys, str(cat), sql, "--json")
+    wrapped, _ = query(capsys, str(cat), f"SELECT * FROM ({sql})", "--json")
+    assert json.loads(out) == json.loads(wrapped)
+    assert len(json.loads(out)[0]) == sql.count(" AS ")
