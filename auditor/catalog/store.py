@@ -320,6 +320,9 @@ def _stage(audit: Audit, where: Path) -> dict[str, tuple[int, int, list[str]]]:
         except (OSError, pa.ArrowException) as error:
             raise InputError(f"catalog: {source}: unreadable table ({error})") from None
         names = reader.schema_arrow.names
+        problem = _column_problem(reader.schema_arrow, SCHEMAS[table])
+        if problem is not None:  # (its manifest may pin it: a forger can re-pin what he edits)
+            raise InputError(f"catalog: {source}: {problem}; nothing was added")
         missing = [n for n in SCHEMAS[table].names if n not in names]
         version = 0 if missing else SCHEMA_VERSION
         schema = reader.schema_arrow.append(pa.field("schema_version", pa.int64(), False))
@@ -327,6 +330,28 @@ def _stage(audit: Audit, where: Path) -> dict[str, tuple[int, int, list[str]]]:
         written[table] = (rows, version, missing)
     written["studies"] = (_write_studies(audit, where / "studies"), SCHEMA_VERSION, [])
     return written
+
+
+OWN_COLUMNS = ("study", "schema_version")
+"""Columns the catalogue gives every part (``study`` from the partition's name)."""
+
+
+def _column_problem(found: Any, expected: Any) -> str | None:
+    """What keeps a table of schema ``found`` out of the catalogue, where the audit writes
+    ``expected``: a column of another type (one study's would change the column's type for
+    every study: DuckDB reads ``union_by_name`` a column of text and one of numbers as
+    text), a name given twice, or a column the catalogue adds itself. A column absent (an
+    older audit's) or unknown (a newer one's) is not a problem."""
+    names = found.names
+    for name in names:
+        if names.count(name) > 1:
+            return f"column {name!r} is there more than once; is it an audit's table?"
+        if name in OWN_COLUMNS:
+            return f"a column {name!r}, which the catalogue adds itself; is it an audit's table?"
+        if name in expected.names and found.field(name).type != expected.field(name).type:
+            return (f"column {name!r} is {found.field(name).type}, not "
+                    f"{expected.field(name).type}; is it an audit's table?")
+    return None
 
 
 def _copy(reader: Any, schema: Any, version: int, folder: Path) -> int:

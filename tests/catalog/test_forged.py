@@ -171,3 +171,33 @@ def test_rerun_reads_the_bytes_it_checked_against_the_manifest(
     capsys.readouterr()
     assert main(["rerun", str(audit_out), "--json"]) == 0
     assert [g["array"] for g in orjson.loads(capsys.readouterr().out)] == ["0-8"]
+
+
+@pytest.mark.parametrize(("table", "change", "said"), [
+    ("periods", _column("gpus", lambda n: pa.array(["x"] * n)),
+     "column 'gpus' is string, not int64"),
+    ("attempts", _column("attempt", lambda n: pa.array([1.5] * n)),
+     "column 'attempt' is double, not int64"),
+    ("devices", _column("hostname", lambda n: pa.array(range(n))),
+     "column 'hostname' is int64, not string"),
+    ("periods", lambda path: pq.write_table(
+        pq.read_table(path).append_column("study", pa.array(["other"] * 18)), path),
+     "a column 'study', which the catalogue adds itself"),
+    ("findings", lambda path: pq.write_table(pa.Table.from_arrays(
+        [pa.array([1]), pa.array([2])], names=["rule_id", "rule_id"]), path),
+     "column 'rule_id' is there more than once"),
+])
+def test_catalog_refuses_a_table_of_another_column_type_even_when_re_pinned(
+        audit_out: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], table: str,
+        change: Callable[[Path], None], said: str) -> None:
+    """One study's column of text would make the column text for every study (DuckDB
+    reads union_by_name): sum(gpus) failed over the whole catalogue."""
+    assert main(["catalog", str(audit_out), "--into", str(tmp_path / "cat")]) == 0
+    out = forged(audit_out, tmp_path, f"{table}.parquet", change, capsys)
+    err = refused(capsys, "catalog", str(out), "--into", str(tmp_path / "cat"), "--name",
+                  "forged")
+    assert f"catalog: {out / f'{table}.parquet'}: {said}" in err and "nothing was added" in err
+    assert main(["query", str(tmp_path / "cat"), "SELECT DISTINCT study, sum(gpus) AS gpus "
+                 "FROM periods GROUP BY study", "--json"]) == 0
+    assert orjson.loads(capsys.readouterr().out) == [
+        {"study": "estimation_host_capacity", "gpus": 54}]
