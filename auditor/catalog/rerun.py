@@ -151,13 +151,33 @@ def _check_pinned(out: Path, path: Path) -> bytes:
     if not out.is_dir():
         raise UsageError(f"rerun: {out}: not a directory (give an audit's --out)")
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise UsageError(f"rerun: {path}: not found; is {out} an audit output?") from None
+        data = _regular_bytes(path)
+        _regular_bytes(out / MANIFEST, read=False)
+    except FileNotFoundError as error:
+        raise UsageError(f"rerun: {error.filename}: not found; is {out} an audit "
+                         "output?") from None
     except OSError as error:
-        raise InputError(f"rerun: {path}: unreadable ({error.strerror})") from None
+        raise InputError(f"rerun: {error.filename}: unreadable ({error.strerror})") from None
     listed = (manifest_outputs(out) or {}).get("periods.parquet")
     if listed != (hashlib.sha256(data).hexdigest(), len(data)):
         raise UsageError(f"rerun: {path}: does not match {out / MANIFEST} (changed since the "
                          f"audit, or no audit's); run 'auditor verify {out}'")
     return data
+
+
+def _regular_bytes(path: Path, read: bool = True) -> bytes:
+    """The bytes of the regular file ``path`` (links followed; none unless ``read``);
+    anything else is an ``OSError`` saying what it is: a FIFO put in its place would block
+    the read for ever, a device never end it."""
+    import errno
+    import os
+    import stat
+
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # (a FIFO: opened, not waited)
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        with os.fdopen(os.dup(descriptor), "rb") as handle:
+            return handle.read() if read else b""
+    finally:
+        os.close(descriptor)

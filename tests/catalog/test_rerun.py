@@ -114,3 +114,40 @@ def test_a_period_without_an_array_task_id_is_named(
         ("time_limit", "", [f"{period.pair}/period-1"])]
     assert main(["rerun", str(out)]) == 0
     assert capsys.readouterr().out.startswith("time_limit (no array task id)  # 1 period(s)")
+
+
+@pytest.mark.parametrize("name", ["periods.parquet", "output_manifest.json"])
+def test_a_fifo_in_place_of_a_file_is_refused_not_waited_on(
+        mixed_out: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        name: str) -> None:
+    """A FIFO blocked the read for ever (a writer opening it after 10 s ends the wait, so
+    without the guard this fails instead of hanging)."""
+    import os
+    import shutil
+    import threading
+    import time
+
+    out = tmp_path / "out"
+    shutil.copytree(mixed_out, out)
+    (out / name).unlink()
+    os.mkfifo(out / name)
+    done = threading.Event()
+
+    def unblock() -> None:
+        deadline = time.monotonic() + 10
+        while not done.is_set() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not done.is_set():
+            fd = os.open(out / name, os.O_WRONLY | os.O_NONBLOCK)
+            os.close(fd)
+
+    watchdog = threading.Thread(target=unblock, daemon=True)
+    watchdog.start()
+    try:
+        assert main(["rerun", str(out)]) == 2
+    finally:
+        done.set()
+        watchdog.join()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"rerun: {out / name}: unreadable (not a regular file)" \
+        in err, err
