@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from auditor.catalog._files import regular_bytes
 from auditor.errors import InputError, UsageError
 
 GROUPS: tuple[tuple[str, str, frozenset[str]], ...] = (
@@ -151,8 +152,8 @@ def _check_pinned(out: Path, path: Path) -> bytes:
     if not out.is_dir():
         raise UsageError(f"rerun: {out}: not a directory (give an audit's --out)")
     try:
-        data = _regular_bytes(path)
-        _regular_bytes(out / MANIFEST, read=False)
+        data = regular_bytes(path)
+        regular_bytes(out / MANIFEST, read=False)
     except FileNotFoundError as error:
         raise UsageError(f"rerun: {error.filename}: not found; is {out} an audit "
                          "output?") from None
@@ -164,20 +165,3 @@ def _check_pinned(out: Path, path: Path) -> bytes:
                          f"audit, or no audit's); run 'auditor verify {out}'")
     return data
 
-
-def _regular_bytes(path: Path, read: bool = True) -> bytes:
-    """The bytes of the regular file ``path`` (links followed; none unless ``read``);
-    anything else is an ``OSError`` saying what it is: a FIFO put in its place would block
-    the read for ever, a device never end it."""
-    import errno
-    import os
-    import stat
-
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # (a FIFO: opened, not waited)
-    try:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
-        with os.fdopen(os.dup(descriptor), "rb") as handle:
-            return handle.read() if read else b""
-    finally:
-        os.close(descriptor)

@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 
 from auditor._process import signals_deferred
+from auditor.catalog._files import regular_bytes
 from auditor.errors import InputError, OutputError, UsageError
 
 AUDIT_TABLES = ("periods", "attempts", "findings", "evidence", "phases", "devices")
@@ -96,6 +97,12 @@ def _verified(out: Path, name: str | None) -> Audit:
     """``out`` verified and read; refused with one line when it fails verification."""
     from auditor.report.output import MANIFEST, verify_outputs
 
+    try:  # (verify would wait for ever on a FIFO put in the manifest's place)
+        regular_bytes(out / MANIFEST, read=False)
+    except FileNotFoundError:
+        pass  # (verify says so)
+    except OSError as error:
+        raise InputError(f"catalog: {out / MANIFEST}: unreadable ({error.strerror})") from None
     differences, _ = verify_outputs(out)
     if differences:
         first = differences[0]
@@ -104,9 +111,9 @@ def _verified(out: Path, name: str | None) -> Audit:
             f"{first.what} {first.group}/{first.path}); nothing was added (see 'auditor "
             f"verify {out}')")
     try:
-        data = (out / "summary.json").read_bytes()
+        data = regular_bytes(out / "summary.json")
         summary = orjson.loads(data)
-        manifest = orjson.loads((out / MANIFEST).read_bytes())
+        manifest = orjson.loads(regular_bytes(out / MANIFEST))
     except (OSError, orjson.JSONDecodeError) as error:
         raise InputError(f"catalog: {out}: unreadable summary or manifest ({error})") from None
     problem = summary_problem(summary)

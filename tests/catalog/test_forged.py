@@ -201,3 +201,36 @@ def test_catalog_refuses_a_table_of_another_column_type_even_when_re_pinned(
                  "FROM periods GROUP BY study", "--json"]) == 0
     assert orjson.loads(capsys.readouterr().out) == [
         {"study": "estimation_host_capacity", "gpus": 54}]
+
+
+def test_catalog_refuses_a_fifo_in_place_of_the_manifest_not_waited_on(
+        audit_out: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Verification waited for ever for a writer (one opening it after 10 s ends the wait,
+    so without the guard this fails instead of hanging)."""
+    import os
+    import threading
+    import time
+
+    out = tmp_path / "out"
+    shutil.copytree(audit_out, out)
+    fifo = out / "output_manifest.json"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    done = threading.Event()
+
+    def unblock() -> None:
+        deadline = time.monotonic() + 10
+        while not done.is_set() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not done.is_set():
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    watchdog = threading.Thread(target=unblock, daemon=True)
+    watchdog.start()
+    try:
+        err = refused(capsys, "catalog", str(out), "--into", str(tmp_path / "cat"))
+    finally:
+        done.set()
+        watchdog.join()
+    assert f"catalog: {fifo}: unreadable (not a regular file)" in err
+    assert not (tmp_path / "cat").exists()
