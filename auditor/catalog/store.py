@@ -22,6 +22,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -215,13 +216,25 @@ def _check_clash(audit: Audit, entry: dict[str, Any] | None, into: Path) -> None
 
 @contextlib.contextmanager
 def _locked(into: Path) -> Iterator[None]:
-    """Hold the catalogue's lock (``CAT/.lock``): one writer at a time."""
-    with open(into / ".lock", "a+b") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+    """Hold the catalogue's lock (``CAT/.lock``, a regular file, never a link followed out
+    of the catalogue): one writer at a time."""
+    path = into / ".lock"
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK,
+                             0o644)
+    except OSError as error:
+        raise InputError(f"catalog: {path}: cannot be opened ({error.strerror}); is it a "
+                         "link? remove it") from None
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise InputError(f"catalog: {path}: not a regular file; remove it")
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            fcntl.flock(descriptor, fcntl.LOCK_UN)
+    finally:
+        os.close(descriptor)
 
 
 def _check_stranger(into: Path) -> None:
@@ -241,15 +254,23 @@ def _read_catalog(into: Path) -> dict[str, dict[str, Any]]:
     """The catalogue's entries by name (none for a new, empty one)."""
     path = into / CATALOG_JSON
     try:
-        document = orjson.loads(path.read_bytes())
+        document = orjson.loads(regular_bytes(path))
     except FileNotFoundError:
         _check_stranger(into)  # (again: under the lock)
         return {}
-    except (OSError, orjson.JSONDecodeError) as error:
+    except OSError as error:
+        raise InputError(f"catalog: {path}: unreadable ({error.strerror})") from None
+    except orjson.JSONDecodeError as error:
         raise InputError(f"catalog: {path}: unreadable ({error})") from None
     if not isinstance(document, dict) or document.get("schema") != CATALOG_SCHEMA:
         raise InputError(f"catalog: {path}: not an auditor catalogue")
-    return {entry["name"]: entry for entry in document.get("studies", [])}
+    studies = document.get("studies", [])
+    if not isinstance(studies, list) or not all(
+            isinstance(entry, dict) and isinstance(entry.get("name"), str)
+            and NAME.fullmatch(entry["name"]) for entry in studies):
+        raise InputError(f"catalog: {path}: its 'studies' are not a list of entries each "
+                         "with a study's name; not a catalogue 'auditor catalog' wrote")
+    return {entry["name"]: entry for entry in studies}
 
 
 def catalog_entries(into: Path) -> list[dict[str, Any]]:

@@ -7,7 +7,12 @@ failures planted on one node are failures of its GPUs as well.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -92,3 +97,29 @@ def three_studies(tmp: Path) -> list[Path]:
         outs.append(audited(root, tmp / f"{name}-out"))
     drop_column(outs[2], "periods", "last_step")
     return outs
+
+
+@contextlib.contextmanager
+def fifo_in_place_of(path: Path, after_s: float = 10) -> Iterator[Path]:
+    """A FIFO at ``path`` (what was there removed); if the block still runs ``after_s`` s
+    later, a writer opens it and the read waiting on it ends: a test of a guard against
+    FIFOs then fails instead of hanging for ever."""
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+    done = threading.Event()
+
+    def unblock() -> None:
+        deadline = time.monotonic() + after_s
+        while not done.is_set() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not done.is_set():
+            with contextlib.suppress(OSError):
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+
+    watchdog = threading.Thread(target=unblock, daemon=True)
+    watchdog.start()
+    try:
+        yield path
+    finally:
+        done.set()
+        watchdog.join()

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from auditor._cli import main
-from tests.catalog.studies import audited, repin
+from tests.catalog.studies import audited, fifo_in_place_of, repin
 from tests.helpers import copy_example
 
 
@@ -207,30 +207,9 @@ def test_catalog_refuses_a_fifo_in_place_of_the_manifest_not_waited_on(
         audit_out: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Verification waited for ever for a writer (one opening it after 10 s ends the wait,
     so without the guard this fails instead of hanging)."""
-    import os
-    import threading
-    import time
-
     out = tmp_path / "out"
     shutil.copytree(audit_out, out)
-    fifo = out / "output_manifest.json"
-    fifo.unlink()
-    os.mkfifo(fifo)
-    done = threading.Event()
-
-    def unblock() -> None:
-        deadline = time.monotonic() + 10
-        while not done.is_set() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if not done.is_set():
-            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-
-    watchdog = threading.Thread(target=unblock, daemon=True)
-    watchdog.start()
-    try:
+    with fifo_in_place_of(out / "output_manifest.json") as fifo:
         err = refused(capsys, "catalog", str(out), "--into", str(tmp_path / "cat"))
-    finally:
-        done.set()
-        watchdog.join()
     assert f"catalog: {fifo}: unreadable (not a regular file)" in err
     assert not (tmp_path / "cat").exists()

@@ -114,3 +114,56 @@ def test_reading_statements_still_run(cat: Path, capsys: pytest.CaptureFixture[s
     capsys.readouterr()
     assert main(["query", str(cat), sql, "--csv"]) == 0
     assert capsys.readouterr().out.splitlines()[0].split(",")[0] == first
+
+
+def _catalogue_holding(tmp_path: Path, cat: Path, name: str, what: str) -> Path:
+    """A copy of ``cat`` whose ``name`` is ``what``: a link out of it, or a JSON text."""
+    import shutil
+
+    own = Path(shutil.copytree(cat, tmp_path / "cat"))
+    (own / name).unlink()
+    if what == "link":
+        (own / name).symlink_to(tmp_path / "outside")
+    else:
+        (own / name).write_text(what)
+    return own
+
+
+@pytest.mark.parametrize(("name", "what", "said"), [
+    ("catalog.json", '{"schema": "auditor/catalog/v1", "studies": [{"x": 1}]}',
+     "its 'studies' are not a list of entries each with a study's name"),
+    ("catalog.json", '{"schema": "auditor/catalog/v1", "studies": 5}',
+     "its 'studies' are not a list of entries each with a study's name"),
+    ("catalog.json", '{"schema": "auditor/catalog/v1", "studies": [{"name": "../x"}]}',
+     "its 'studies' are not a list of entries each with a study's name"),
+    (".lock", "link", "cannot be opened (Too many levels of symbolic links); is it a link?"),
+])
+def test_a_catalogue_whose_own_files_were_tampered_with_is_one_line(
+        cat: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        name: str, what: str, said: str) -> None:
+    """They crashed (KeyError, TypeError: exit 3); a .lock linked out of the catalogue
+    made the file it points to."""
+    own = _catalogue_holding(tmp_path, cat, name, what)
+    capsys.readouterr()
+    assert main(["catalog", str(cat.parent / "out"), "--into", str(own)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"catalog: {own / name}: {said}" in err, err
+    assert not (tmp_path / "outside").exists()
+
+
+@pytest.mark.parametrize(("name", "said"), [
+    ("catalog.json", "unreadable (not a regular file)"), (".lock", "not a regular file")])
+def test_a_fifo_in_the_catalogue_is_one_line_not_waited_on(
+        cat: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        name: str, said: str) -> None:
+    """A FIFO catalog.json waited for ever; a FIFO .lock crashed (not seekable: exit 3)."""
+    import shutil
+
+    from tests.catalog.studies import fifo_in_place_of
+
+    own = Path(shutil.copytree(cat, tmp_path / "cat"))
+    capsys.readouterr()
+    with fifo_in_place_of(own / name):
+        assert main(["catalog", str(cat.parent / "out"), "--into", str(own)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"catalog: {own / name}: {said}" in err, err

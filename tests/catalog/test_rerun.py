@@ -10,7 +10,7 @@ import pytest
 
 from auditor._cli import main
 from auditor.catalog.rerun import array_spec
-from tests.catalog.studies import audited, hardware_study
+from tests.catalog.studies import audited, fifo_in_place_of, hardware_study
 from tests.helpers import rewrite
 
 
@@ -122,32 +122,12 @@ def test_a_fifo_in_place_of_a_file_is_refused_not_waited_on(
         name: str) -> None:
     """A FIFO blocked the read for ever (a writer opening it after 10 s ends the wait, so
     without the guard this fails instead of hanging)."""
-    import os
     import shutil
-    import threading
-    import time
 
     out = tmp_path / "out"
     shutil.copytree(mixed_out, out)
-    (out / name).unlink()
-    os.mkfifo(out / name)
-    done = threading.Event()
-
-    def unblock() -> None:
-        deadline = time.monotonic() + 10
-        while not done.is_set() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if not done.is_set():
-            fd = os.open(out / name, os.O_WRONLY | os.O_NONBLOCK)
-            os.close(fd)
-
-    watchdog = threading.Thread(target=unblock, daemon=True)
-    watchdog.start()
-    try:
+    with fifo_in_place_of(out / name):
         assert main(["rerun", str(out)]) == 2
-    finally:
-        done.set()
-        watchdog.join()
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"rerun: {out / name}: unreadable (not a regular file)" \
         in err, err
