@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterator
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, BinaryIO, NamedTuple, Protocol
 
 from auditor.model import FileDigest
 
@@ -24,6 +24,12 @@ DEFAULT_MAX_LINE = 1 << 16
 """Longest line (bytes) kept for parsing; longer lines are clipped, still hashed in full."""
 
 
+class Readable(Protocol):
+    """What :class:`HashingReader` reads from: a binary file, or anything with its ``read``."""
+
+    def read(self, size: int = ..., /) -> bytes: ...
+
+
 class HashingReader:
     """Wraps a binary file: every byte read through it feeds one SHA-256 and a size count.
 
@@ -31,7 +37,7 @@ class HashingReader:
     stopped early) are still hashed, then :meth:`digest`.
     """
 
-    def __init__(self, raw: BinaryIO) -> None:
+    def __init__(self, raw: BinaryIO | Readable) -> None:
         self._raw = raw
         self._hash = hashlib.sha256()
         self._size = 0
