@@ -26,7 +26,7 @@ def audit_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return audited(copy_example(tmp), tmp / "out")
 
 
-def forged(audit_out: Path, tmp_path: Path, name: str, change: Callable[[Path], None],
+def forged(audit_out: Path, tmp_path: Path, name: str, change: Callable[[Path], object],
            capsys: pytest.CaptureFixture[str]) -> Path:
     """A copy of ``audit_out`` whose ``name`` was changed then re-pinned: it verifies."""
     out = tmp_path / "out"
