@@ -190,20 +190,44 @@ class LocalPool:
     def map(self, function: Callable[[T], R], items: Iterable[T],
              total_bytes: int) -> Iterator[R]:
         """Run ``function`` over ``items`` inline or in a process pool, in order. In a
-        pool, every task is sent at once (the results wait for the caller); inline, each
-        runs as its result is taken."""
-        items = list(items)
-        if not self._pooled(len(items), total_bytes):
-            pending = deque(items)  # each task is let go once done
-            del items
+        pool, chunks of tasks go out :data:`AHEAD` per worker ahead of the caller (the next
+        as each result is taken: a caller slower than the workers holds no more results
+        than that); inline, each runs as its result is taken."""
+        pending = deque(items)  # each task is let go once sent (or done)
+        if not self._pooled(len(pending), total_bytes):
             return (function(pending.popleft()) for _ in range(len(pending)))
-        chunksize = chunk_size(len(items), total_bytes, self._jobs)
-        pool = self._open_pool()
-        # submitting is not cut short by a signal either (like starting and shutting the
-        # pool down): the pool's bookkeeping is not built to be interrupted half-way
-        with signals_deferred():
-            return pool.map(function, items, chunksize=chunksize)
+        chunksize = chunk_size(len(pending), total_bytes, self._jobs)
+        return self._ahead(function, pending, chunksize)
 
+    def _ahead(self, function: Callable[[T], R], pending: deque[T], chunksize: int
+               ) -> Iterator[R]:
+        pool = self._open_pool()
+        sent: deque[Future[list[R]]] = deque()
+
+        def send() -> None:
+            chunk = [pending.popleft() for _ in range(min(chunksize, len(pending)))]
+            # submitting is not cut short by a signal either (like starting and shutting
+            # the pool down): the pool's bookkeeping is not built to be interrupted
+            with signals_deferred():
+                sent.append(pool.submit(_each, function, chunk))
+
+        while pending and len(sent) < AHEAD * self._jobs:
+            send()
+        while sent:
+            results = sent.popleft().result()
+            if pending:
+                send()
+            yield from results
+
+
+
+AHEAD = 2
+"""Chunks of tasks sent ahead per worker: one it works on, one waiting for it."""
+
+
+def _each(function: Callable[[T], R], chunk: list[T]) -> list[R]:
+    """``function`` over a chunk of tasks, in a worker."""
+    return [function(item) for item in chunk]
 
 
 class Batch(Generic[T, R]):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -42,6 +42,7 @@ from auditor.model import (
     Citation,
     Collected,
     CollectedParts,
+    EvidenceFile,
     FileOutcome,
     Finding,
     InputFile,
@@ -51,8 +52,13 @@ from auditor.model import (
     Progress,
     Protocol,
     StudyLayout,
+    TraceDigest,
+    completes_cleanly,
+    phases_reached,
 )
 from auditor.reason.engine import PERIOD_RANKS, StudyJudge
+from auditor.report.plots import MAX_TIMELINE_PERIODS
+from auditor.report.tables import SpilledRows, device_rows, phase_rows
 from auditor.validate.integrity import (
     assemble,
     integrity_findings,
@@ -79,21 +85,28 @@ class Auditor:
         Drive it inside :func:`paused_gc` (:func:`run_audit` and the command line do):
         the generator itself leaves the collector alone, so one that is abandoned
         half-way can never leave it switched off."""
-        parts = yield from self.collect()
-        return (yield from judge(parts, self.options))
+        try:
+            parts, fold = yield from self._collect(None, fold=True)
+        finally:
+            self._pool.close()
+        assert fold is not None
+        return (yield from fold.finish(parts))
 
     def collect(self, shard: tuple[int, int] | None = None
                 ) -> Generator[Progress, None, CollectedParts]:
         """Collect the study, or shard ``(I, N)`` of it (every N-th period from the I-th:
-        a deterministic share), into parts :func:`assemble_collected` folds."""
+        a deterministic share), into parts :func:`assemble_collected` folds: every
+        period's records whole, for a merge to judge."""
         try:
-            return (yield from self._collect(shard))
+            parts, _ = yield from self._collect(shard, fold=False)
+            return parts
         finally:
             self._pool.close()
 
-    def _collect(self, shard: tuple[int, int] | None
-                 ) -> Generator[Progress, None, CollectedParts]:
-        """Read the study's inputs and period records, then every attempt's evidence."""
+    def _collect(self, shard: tuple[int, int] | None, fold: bool
+                 ) -> Generator[Progress, None, tuple[CollectedParts, Fold | None]]:
+        """Read the study's inputs and period records, then every attempt's evidence
+        (with ``fold``, each period is judged as soon as it is read: :class:`Fold`)."""
         root = _resolve_root(self.root_arg)
         regular: set[str] = set()
         period_paths = find_period_records(root, regular)
@@ -127,35 +140,38 @@ class Auditor:
         for item in loaded:
             periods.append(item)
             yield Progress("periods", len(periods), len(period_tasks))
-        # (the inventory goes once planned: the reads hold its box's only reference)
-        box = [layout]
-        del layout
-        units, unlisted, layout = yield from self._read_evidence(root, box, periods,
-                                                                 protocol, shard)
         input_findings: list[Finding] = []
         read_protocol_inputs(self.options, inputs, input_findings)
-        return CollectedParts(
-            root=root,
-            layout=layout,
+        head = CollectedParts(
+            root=root, layout=replace(layout, attempt_files={}, regular_files=frozenset()),
             protocol=protocol, sacct=sacct, sacct_display=sacct_display,
             execution_commits=commits, study_findings=tuple(findings),
             input_findings=tuple(input_findings), study_inputs=tuple(inputs),
-            units=tuple(units), unlisted=tuple(unlisted), periods_total=len(periods),
-            shard=shard,
+            units=(), unlisted=(), periods_total=len(periods), shard=shard,
         )
+        folding = Fold(head, [without_entries(record) for record, _, _ in periods],
+                       self.options) if fold else None
+        # (the inventory and the records go once planned and joined: the reads hold their
+        # boxes' only references)
+        box, records = [layout], [periods]
+        del layout, periods
+        units, unlisted = yield from self._read_evidence(root, box, records, protocol, shard,
+                                                         folding)
+        return replace(head, units=tuple(units), unlisted=tuple(unlisted)), folding
 
     def _read_evidence(
         self, root: Path, box: list[StudyLayout],
-        periods: list[tuple[PeriodRecord, InputFile | None, list[Finding]]],
-        protocol: Protocol, shard: tuple[int, int] | None,
+        records_box: list[list[tuple[PeriodRecord, InputFile | None, list[Finding]]]],
+        protocol: Protocol, shard: tuple[int, int] | None, fold: Fold | None,
     ) -> Generator[Progress, None, tuple[list[PeriodUnit],
-                                         list[tuple[tuple[int, int], FileOutcome]],
-                                         StudyLayout]]:
+                                         list[tuple[tuple[int, int], FileOutcome]]]]:
         """Plan, read and hash the evidence of every period (of the shard's), and the
         files no period record lists (in the attempt directories the shard owns); join
-        what was read with the manifests. ``box`` holds the layout (taken out: its
-        listings go once planned); the layout is given back without them."""
+        what was read with the manifests, a period as soon as its attempts are read (and
+        hand it to ``fold``). ``box`` holds the layout and ``records_box`` the period
+        records (taken out: the listings go once planned, each record once joined)."""
         layout = box.pop()
+        periods = records_box.pop()
         records = [record for record, _, _ in periods]
         own = [index for index in range(len(periods))
                if shard is None or index % shard[1] == shard[0] - 1]
@@ -179,16 +195,15 @@ class Auditor:
         # The inventory served planning: it goes before the reads bring their results in
         # (with it, and each file's path sent once, the reading's peak on 144k files fell
         # from 541 to 447 MB).
-        bare = replace(layout, attempt_files={}, regular_files=frozenset())
-        del layout, owned, wanted
+        joining = _Joining(deque((index, *periods[index]) for index in own), pre, fold)
+        del layout, owned, wanted, records, mine, periods
         reading = self._pool.map(read_attempt, tasks, total_bytes)
         del tasks  # (a pool holds each chunk's tasks until it is read)
         yield Progress("read", 0, total_files)
-        reads: dict[str, AttemptRead] = {}
         done = 0
         read_bytes = 0
         for read in reading:
-            reads[read.key] = read
+            joining.add(read)
             done += len(read.files)
             read_bytes += read.bytes_read
             yield Progress("read", done, total_files, read_bytes)
@@ -198,10 +213,53 @@ class Auditor:
             done += 1
             read_bytes += outcome.digest.size if outcome.digest else 0
             yield Progress("read", done, total_files, read_bytes)
-        period_evidence, _ = assemble(mine, pre, reads)
-        units = [PeriodUnit(index, evidence, tuple(periods[index][2]), periods[index][1])
-                 for index, evidence in zip(own, period_evidence, strict=True)]
-        return units, outcomes, bare
+        return joining.units(), outcomes
+
+
+class _Joining:
+    """Joins each period's manifest with its attempts' reads as they arrive (in the
+    periods' order), a period as soon as the last of its attempts is in; each joined
+    period goes to the fold, if any, which keeps what is left of it. ``queue``: the
+    periods to join, (index, record, its input, the problems opening it), each let go
+    once joined."""
+
+    def __init__(self, queue: deque[tuple[int, PeriodRecord, InputFile | None, list[Finding]]],
+                 pre: dict[str, list[EvidenceFile]], fold: Fold | None) -> None:
+        self.queue, self.pre, self.fold = queue, pre, fold
+        self.reads: dict[str, AttemptRead] = {}
+        self.units_read: list[PeriodUnit] = []
+        """The periods joined, when there is no fold (which keeps them itself)."""
+
+    def add(self, read: AttemptRead) -> None:
+        """One attempt's read; every period now complete is joined."""
+        self.reads[read.key] = read
+        self._join_ready()
+
+    def _join_ready(self) -> None:
+        while self.queue:
+            index, record, record_input, problems = self.queue[0]
+            keys = [f"{record.pair}/period-{record.period}#{spec.index}"
+                    for spec in record.attempts]
+            if not all(key in self.reads for key in keys):
+                return
+            self.queue.popleft()
+            (evidence,), _ = assemble([record], self.pre, self.reads)
+            for key in keys:
+                del self.reads[key]
+                self.pre.pop(key, None)
+            unit = PeriodUnit(index, evidence, tuple(problems), record_input)
+            if self.fold is not None:
+                self.fold.add(unit)
+            else:
+                self.units_read.append(unit)
+
+    def units(self) -> list[PeriodUnit]:
+        """Every period, joined (those after the last read need none: no attempt); with
+        a fold, as it keeps them."""
+        self._join_ready()
+        if self.queue:
+            raise RuntimeError("an attempt's evidence was never read")
+        return self.fold.units if self.fold is not None else self.units_read
 
 
 def _owners(records: list[PeriodRecord], shards: int) -> dict[str, int]:
@@ -264,15 +322,125 @@ def unit_findings(unit: PeriodUnit) -> tuple[list[Finding], list[Finding], list[
             integrity_findings(row for attempt in attempts for row in attempt.files))
 
 
-def _before_reading(parts: CollectedParts) -> Collected:
+def _before_reading(head: CollectedParts, records: Sequence[PeriodRecord]) -> Collected:
     """The study as the judge first sees it: its inputs, the scheduler's dump and each
     period's record, no evidence read."""
-    records = tuple(PeriodEvidence(unit.evidence.record, ())
-                    for unit in sorted(parts.units, key=lambda unit: unit.index))
-    return Collected(root=parts.root, layout=parts.layout, protocol=parts.protocol,
-                     sacct=parts.sacct, sacct_display=parts.sacct_display,
-                     execution_commits=parts.execution_commits, periods=records,
-                     evidence=(), inputs=parts.study_inputs, findings=parts.study_findings)
+    return Collected(root=head.root, layout=head.layout, protocol=head.protocol,
+                     sacct=head.sacct, sacct_display=head.sacct_display,
+                     execution_commits=head.execution_commits,
+                     periods=tuple(PeriodEvidence(record, ()) for record in records),
+                     evidence=(), inputs=head.study_inputs, findings=head.study_findings)
+
+
+KEPT_WHOLE = MAX_TIMELINE_PERIODS
+"""Periods kept with every record they were read with (the timeline plot draws their
+phases); every later one keeps only what the report says of it (:func:`let_go`)."""
+
+
+class Fold:
+    """A study's periods folded one at a time, in the study's order, as they are
+    collected: each is validated and judged (:class:`StudyJudge`), its phase and device
+    rows are spilled to their tables, and its records are let go (:func:`let_go`): kept
+    whole only for the first :data:`KEPT_WHOLE` and for one that waits for the study.
+    ``head``: the study's parts before any period (its inputs, layout, findings)."""
+
+    def __init__(self, head: CollectedParts, records: Sequence[PeriodRecord],
+                 options: AuditOptions) -> None:
+        study = _before_reading(head, records)
+        self.options = options
+        self.protocol = head.protocol
+        self.judge = StudyJudge(study, options, (
+            list(head.study_findings), layout_findings(head.root, head.layout, study.periods),
+            list(head.input_findings)))
+        self.pieces: list[tuple[list[Finding], list[Finding], list[Finding]]] = []
+        self.tables = {name: SpilledRows(name) for name in ("phases", "devices")}
+        self.units: list[PeriodUnit] = []
+        """The periods folded, in order: each judged one as :func:`let_go` leaves it."""
+
+    def add(self, unit: PeriodUnit) -> None:
+        """Fold the study's next period."""
+        self.pieces.append(unit_findings(unit))
+        period = unit.evidence
+        for attempt in period.attempts:
+            self.tables["phases"].extend(phase_rows(period, attempt))
+            self.tables["devices"].extend(device_rows(period, attempt))
+        self.units.append(unit)
+        for slot in self.judge.add(period, self.pieces[-1]):
+            if slot >= KEPT_WHOLE:  # (judged: what the report needs of it is kept)
+                kept = self.units[slot]
+                self.units[slot] = replace(kept, evidence=let_go(kept.evidence,
+                                                                 self.protocol))
+
+    def finish(self, parts: CollectedParts) -> Generator[Progress, None, AuditResult]:
+        """The audit's result, once every period is folded (``parts``: the study's, its
+        units those :meth:`add` gave back)."""
+        yield Progress("validate", 0, 1)
+        collected = replace(assemble_collected(replace(parts, units=tuple(self.units)),
+                                               self.pieces), tables=self.tables)
+        yield Progress("reason", 0, 1)
+        validation, reasoning = self.judge.finish(collected)
+        findings, not_kept = apply_limits(
+            [*collected.findings, *validation, *reasoning.findings], self.options)
+        # ...and those a collector counted as it read (a trace of a million bad lines)
+        not_kept += sum(int(item.value("dropped", 0)) for item in collected.findings
+                        if item.rule_id == "AUD013")
+        return AuditResult(
+            collected=collected,
+            findings=findings,
+            verdicts=reasoning.verdicts,
+            reasoning=reasoning,
+            options=self.options,
+            partial=any(f.rule_id in CAP_SUMMARIES for f in findings),
+            findings_not_kept=not_kept,
+        )
+
+
+def let_go(period: PeriodEvidence, protocol: Protocol) -> PeriodEvidence:
+    """What the report still needs of a judged period: its records but the manifest
+    entries (each file is an evidence row), the log's events and the traces' phase
+    records (rows of the ``phases`` table; each trace keeps its digest)."""
+    phases = protocol.completion_phases
+    first, last = (phases[0], phases[-1]) if len(phases) >= 2 else ("", "")
+    attempts = []
+    for attempt in period.attempts:
+        read = attempt.read
+        steps = read.trial.dispatched_int(protocol.steps_from) if read.trial else None
+        traces = tuple(replace(trace, phases=(), digest=_shared(TraceDigest(
+            phases_reached(trace), completes_cleanly(trace, steps, first, last))))
+            for trace in read.traces)
+        log = replace(read.log, events=()) if read.log is not None else None
+        attempts.append(replace(attempt, spec=replace(attempt.spec, evidence=()),
+                                read=replace(read, traces=traces, log=log)))
+    return PeriodEvidence(replace(period.record, attempts=tuple(a.spec for a in attempts)),
+                          tuple(attempts))
+
+
+def without_entries(record: PeriodRecord) -> PeriodRecord:
+    """``record`` without its attempts' manifest entries (what judging the study needs of
+    a period before its evidence is read)."""
+    return replace(record, attempts=tuple(replace(spec, evidence=())
+                                          for spec in record.attempts))
+
+
+def _shared(digest: TraceDigest) -> TraceDigest:
+    """One digest for each that is alike (most traces reach the same phases)."""
+    return _DIGESTS.setdefault(digest, digest)
+
+
+_DIGESTS: dict[TraceDigest, TraceDigest] = {}
+
+
+def judge(parts: CollectedParts, options: AuditOptions
+          ) -> Generator[Progress, None, AuditResult]:
+    """Validate and reason over a collected study's parts (every shard's, merged), a
+    period at a time: the audit's result."""
+    units = sorted(parts.units, key=lambda unit: unit.index)
+    fold = Fold(replace(parts, units=()), [unit.evidence.record for unit in units], options)
+    for done, unit in enumerate(units, 1):
+        fold.add(unit)
+        if done % 1024 == 0:
+            yield Progress("validate", done, len(units))
+    return (yield from fold.finish(parts))
 
 
 def merge_parts(parts: list[tuple[dict[str, Any], CollectedParts]]) -> CollectedParts:
@@ -308,39 +476,6 @@ def merge_parts(parts: list[tuple[dict[str, Any], CollectedParts]]) -> Collected
     return replace(base, units=tuple(units),
                    unlisted=tuple(item for _, part in parts for item in part.unlisted),
                    shard=None)
-
-
-def judge(parts: CollectedParts, options: AuditOptions
-          ) -> Generator[Progress, None, AuditResult]:
-    """Validate and reason over a collected study, a period at a time: the audit's result."""
-    units = sorted(parts.units, key=lambda unit: unit.index)
-    study = _before_reading(parts)
-    judge = StudyJudge(study, options, (
-        list(parts.study_findings), layout_findings(parts.root, parts.layout, study.periods),
-        list(parts.input_findings)))
-    yield Progress("reason", 0, len(units))
-    pieces = []
-    for done, unit in enumerate(units, 1):
-        pieces.append(unit_findings(unit))
-        judge.add(unit.evidence, pieces[-1])
-        if done % 1024 == 0:
-            yield Progress("reason", done, len(units))
-    collected = assemble_collected(parts, pieces)
-    validation, reasoning = judge.finish(collected)
-    findings, not_kept = apply_limits(
-        [*collected.findings, *validation, *reasoning.findings], options)
-    # ...and those a collector counted as it read (a trace of a million bad lines)
-    not_kept += sum(int(item.value("dropped", 0)) for item in collected.findings
-                    if item.rule_id == "AUD013")
-    return AuditResult(
-        collected=collected,
-        findings=findings,
-        verdicts=reasoning.verdicts,
-        reasoning=reasoning,
-        options=options,
-        partial=any(f.rule_id in CAP_SUMMARIES for f in findings),
-        findings_not_kept=not_kept,
-    )
 
 
 def apply_limits(findings: list[Finding], options: AuditOptions) -> tuple[tuple[Finding, ...],

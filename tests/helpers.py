@@ -132,3 +132,15 @@ def verdicts(summary: dict[str, Any]) -> dict[str, tuple[str, str]]:
     """pair/period -> (verdict, reason)."""
     return {f"{p['pair']}/period-{p['period']}": (p["verdict"], p["reason"])
             for p in summary["periods"]}
+
+
+def note_task(task: tuple[str, int]) -> int:
+    """A pool task for the tests (a top-level function: workers import it): appends its
+    number to the log file ``task[0]`` as it starts, and gives it back."""
+    log, number = task
+    descriptor = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(descriptor, f"{number}\n".encode())
+    finally:
+        os.close(descriptor)
+    return number

@@ -306,12 +306,12 @@ def test_sacct_command_on_real_dumps(capsys: pytest.CaptureFixture[str]) -> None
 
 def test_internal_error_is_one_line_exit_3(monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    import auditor.audit as engine  # (where the audit calls the reason stage)
+    from auditor.reason.engine import StudyJudge  # (the study's reasoning)
 
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("simulated bug")
 
-    monkeypatch.setattr(engine, "reason", boom)
+    monkeypatch.setattr(StudyJudge, "finish", boom)
     assert main(["audit", str(EXAMPLE), "--quiet"]) == 3
     _one_line_error(capsys, "internal error: RuntimeError: simulated bug")
     assert main(["audit", str(EXAMPLE), "--quiet", "--debug"]) == 3
@@ -322,7 +322,7 @@ def test_an_interrupt_wrapped_in_another_error_is_an_interrupt(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Ctrl-C while Python makes a class comes out as a RuntimeError caused by the
     KeyboardInterrupt: still exit 130, not an internal error."""
-    import auditor.audit as engine  # (where the audit calls the reason stage)
+    from auditor.reason.engine import StudyJudge  # (the study's reasoning)
 
     def interrupted(*args: object, **kwargs: object) -> None:
         try:
@@ -330,7 +330,7 @@ def test_an_interrupt_wrapped_in_another_error_is_an_interrupt(
         except KeyboardInterrupt as error:
             raise RuntimeError("Error calling __set_name__ on 'Field' instance") from error
 
-    monkeypatch.setattr(engine, "reason", interrupted)
+    monkeypatch.setattr(StudyJudge, "finish", interrupted)
     assert main(["audit", str(EXAMPLE), "--quiet"]) == 130
     _one_line_error(capsys, "interrupted")
 

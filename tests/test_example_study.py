@@ -236,21 +236,22 @@ def test_the_cyclic_collector_rests_during_an_audit_and_resumes_after(
     """Collections would re-scan every record yet free none (they hold no cycles)."""
     import gc
 
-    import auditor.audit
     from auditor import run_audit
+    from auditor.reason.engine import StudyJudge
 
     seen: list[tuple[str, bool]] = []
-    for module, name in ((auditor.audit, "validate"), (auditor.audit, "reason")):
-        original = getattr(module, name)
+    for name in ("add", "finish"):  # (each period validated and judged; then the study)
+        original = getattr(StudyJudge, name)
 
         def spy(*args: object, _original: object = original, _name: str = name) -> object:
             seen.append((_name, gc.isenabled()))
             return _original(*args)  # type: ignore[operator]
 
-        monkeypatch.setattr(module, name, spy)
+        monkeypatch.setattr(StudyJudge, name, spy)
     before = gc.isenabled()
     result = run_audit(copy_example(tmp_path))
-    assert result.verdicts and seen == [("validate", False), ("reason", False)]
+    assert result.verdicts and seen == [("add", False)] * len(result.verdicts) + [
+        ("finish", False)]
     assert gc.isenabled() == before
 
 

@@ -42,9 +42,12 @@ from auditor.model.evidence import (
     SacctDump,
     SacctJob,
     SacctStep,
+    TraceDigest,
     TrainingLogScan,
     TrialRecord,
     Worker,
+    completes_cleanly,
+    phases_reached,
 )
 from auditor.model.results import (
     Accounting,
@@ -74,6 +77,7 @@ from auditor.model.study import (
     PeriodEvidence,
     PeriodUnit,
     StudyLayout,
+    TableRows,
     Waiver,
 )
 
@@ -86,6 +90,7 @@ __all__ = [
     "GateResult", "IdleCheck", "InputFile", "LogEvent", "PeriodEvidence", "PeriodFacts",
     "PeriodRecord", "PeriodUnit", "PhaseRecord", "ProcessExit",
     "Progress", "Protocol", "Reason", "Reasoning", "SacctDump", "SacctJob", "SacctStep",
-    "Severity", "StudyLayout", "TrainingLogScan", "TrialRecord", "Verdict", "VerdictKind",
-    "Waiver", "WaiverUse", "Worker", "fast_pickle",
+    "Severity", "StudyLayout", "TableRows", "TraceDigest", "TrainingLogScan", "TrialRecord",
+    "Verdict", "VerdictKind", "Waiver", "WaiverUse", "Worker", "completes_cleanly",
+    "fast_pickle", "phases_reached",
 ]

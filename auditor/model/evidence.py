@@ -238,6 +238,50 @@ class AllocatorTrace:
     last_ns: int | None
     """Latest ``finished_ns``/``sample_ns`` of any record."""
     findings: tuple[Finding, ...] = ()
+    digest: TraceDigest | None = None
+    """What the report says of the phases once they are let go (``phases`` is then empty:
+    its rows are the ``phases`` table's); None while they are kept."""
+
+
+@fast_pickle
+@dataclass(frozen=True, slots=True)
+class TraceDigest:
+    """What a diagnosis group's sentences say of one trace's phase records."""
+
+    reached: tuple[str, ...]
+    """:func:`phases_reached`."""
+    completes: bool
+    """:func:`completes_cleanly` at the attempt's final step."""
+
+
+def phases_reached(trace: AllocatorTrace) -> tuple[str, ...]:
+    """The phases a trace's records reach, in time order, each with its error if any
+    (``rollout_init (OOM)``), a repeat folded into one."""
+    if trace.digest is not None:
+        return trace.digest.reached
+    names: list[str] = []
+    for record in sorted(trace.phases, key=lambda r: (r.started_ns or 0, r.line)):
+        label = record.phase + (f" ({record.error_type})" if record.error_type else "")
+        if not names or names[-1] != label:
+            names.append(label)
+    return tuple(names)
+
+
+def completes_cleanly(trace: AllocatorTrace, steps: int | None, first: str, last: str
+                      ) -> bool:
+    """Whether a trace holds exactly one error-free ``first`` record at step ``steps`` and
+    one ``last`` record after it, with ordered timestamps (the completion phases)."""
+    if trace.digest is not None:
+        return trace.digest.completes
+    updates = [r for r in trace.phases if r.phase == first and r.step == steps]
+    if len(updates) != 1 or updates[0].error_type or updates[0].finished_ns is None:
+        return False
+    update = updates[0]
+    syncs = [r for r in trace.phases if r.phase == last and r.step == steps
+             and (r.started_ns or 0) >= (update.finished_ns or 0)]
+    ordered = all(r.started_ns is not None and r.finished_ns is not None
+                  and r.started_ns <= r.finished_ns for r in (update, *syncs))
+    return len(syncs) == 1 and not syncs[0].error_type and ordered
 
 
 @fast_pickle

@@ -8,10 +8,12 @@ Nothing here imports a stage or does I/O.
 from __future__ import annotations
 
 import heapq
+import typing
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from auditor.model.core import Finding, fast_pickle
 from auditor.model.evidence import (
@@ -208,6 +210,18 @@ class InputFile:
     digest: FileDigest
 
 
+class TableRows(typing.Protocol):
+    """Rows of an output table kept out of the records (spilled as the audit went):
+    :func:`auditor.report.tables.write_table` reads them back a batch at a time."""
+
+    rows: int
+    """How many rows there are."""
+
+    def batches(self) -> Iterator[Any]:
+        """The rows as Arrow record batches, in order."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Collected:
     """The output of collection and integrity checks, before reasoning."""
@@ -226,6 +240,10 @@ class Collected:
     """Inputs read besides the evidence files the period records list (those are in
     ``evidence``); :meth:`all_inputs` gives both."""
     findings: tuple[Finding, ...]
+    tables: Mapping[str, TableRows] = field(default_factory=dict)
+    """Output tables whose rows were spilled as each period was judged (``phases``,
+    ``devices``): their records are let go from ``periods`` (each trace keeps only its
+    :class:`~auditor.model.TraceDigest`), but for the first few the plots draw."""
 
     def scheduler_usable(self) -> bool:
         """Whether a scheduler dump was read with records in it (not missing, ``AUD123``,

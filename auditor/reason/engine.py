@@ -24,7 +24,8 @@ A retried period counts its first completed attempt (every attempt after it is
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from auditor.catalogue import finding
@@ -115,14 +116,16 @@ class _Judged:
 
 @dataclass
 class _Waiting:
-    """A period judged only once every period is in: an attempt of it shares its job with
-    another period's (which of them the job launched last is the study's to say)."""
+    """A period judged only once every period naming one of its attempts' jobs is in
+    (which attempt a job launched last, the one its scheduler state is of, is theirs)."""
 
     slot: int
     period: PeriodEvidence
     by_subject: dict[str, list[tuple[int, Finding]]]
     by_path: dict[str, list[tuple[int, Finding]]]
     known: set[int]
+    ready: int
+    """How many periods must be in (this one's slot + 1 at least)."""
 
 
 class StudyJudge:
@@ -130,9 +133,12 @@ class StudyJudge:
     the study as a whole (:meth:`finish`): the same verdicts and findings, in the same
     order, as one pass over the whole study, without holding every period's evidence.
 
-    ``study`` is the study before its evidence is read: its inputs, the scheduler's dump,
-    and each period's record (``periods`` without attempts read). ``findings`` are the
-    study-level lists of collection: its inputs', the layout's, the command line's inputs'."""
+    A period is judged once every period that names one of its attempts' jobs is in: a
+    job's scheduler state is that of the attempt it launched last, which may be a later
+    period's (the arms of a pair often share their array element). ``study`` is the study
+    before its evidence is read: its inputs, the scheduler's dump, and each period's record
+    (``periods`` without attempts read). ``findings`` are the study-level lists of
+    collection: its inputs', the layout's, the command line's inputs'."""
 
     def __init__(self, study: Collected, options: AuditOptions, findings: tuple[
             list[Finding], list[Finding], list[Finding]]) -> None:
@@ -148,11 +154,16 @@ class StudyJudge:
         self.pins: list[Finding] = []
         self._judged: list[_Judged | None] = []
         self._waiting: list[_Waiting] = []
-        self._shared = _shared_jobs(study)
+        self._ready = _ready_at(study)
+        self._latest: dict[str, tuple[int, str]] = {}
+        """Job id -> (start, ``subject#index``) of the attempt it launched last so far."""
 
-    def add(self, period: PeriodEvidence, collection: tuple[list[Finding], ...]) -> None:
-        """Validate and judge ``period`` (the next in the study's order) with its collection
-        findings (:data:`PERIOD_RANKS`: its record's, its reading's, its files')."""
+    def add(self, period: PeriodEvidence, collection: tuple[list[Finding], ...]
+            ) -> list[int]:
+        """Validate ``period`` (the next in the study's order) with its collection findings
+        (:data:`PERIOD_RANKS`: its record's, its reading's, its files'), and judge every
+        period now ready (this one, or earlier ones that waited for it): their slots (the
+        periods' places, from 0); a period not among them waits, its records needed."""
         checks, pins = period_checks(period, self.study)
         self.checks.extend(checks)
         self.pins.extend(pins)
@@ -160,18 +171,31 @@ class StudyJudge:
                   (COMMIT, pins)]
         by_subject, by_path = index(ranked)
         known = {id(item) for _, items in ranked for item in items}
-        if self._shared is None or any(spec.job_id in self._shared
-                                       for spec in period.record.attempts):
-            self._waiting.append(_Waiting(len(self._judged), period, by_subject, by_path,
-                                          known))
-            self._judged.append(None)
-            return
-        self._judged.append(self._judge(period, by_subject, by_path, known,
-                                        _last_attempt_per_job([period])))
+        _launched_last([period], self._latest)
+        slot = len(self._judged)
+        self._judged.append(None)
+        self._waiting.append(_Waiting(slot, period, by_subject, by_path, known,
+                                      self._ready[slot] if self._ready is not None else -1))
+        return self._judge_ready(slot + 1)
+
+    def _judge_ready(self, added: int) -> list[int]:
+        """Judge the waiting periods that ``added`` periods in make ready (-1: at the end)."""
+        done = []
+        waiting = []
+        last = _LastAttempts(self._latest)
+        for item in self._waiting:
+            if item.ready < 0 or item.ready > added:
+                waiting.append(item)
+                continue
+            self._judged[item.slot] = self._judge(item.period, item.by_subject, item.by_path,
+                                                  item.known, last)
+            done.append(item.slot)
+        self._waiting = waiting
+        return done
 
     def _judge(self, period: PeriodEvidence, by_subject: dict[str, list[tuple[int, Finding]]],
                by_path: dict[str, list[tuple[int, Finding]]], known: set[int],
-               last: dict[str, str]) -> _Judged:
+               last: Mapping[str, str]) -> _Judged:
         context = Context(self.study, self.study.protocol,
                           FindingIndex(self._subject, by_subject),
                           FindingIndex(self._path, by_path), last)
@@ -190,11 +214,9 @@ class StudyJudge:
     def finish(self, collected: Collected) -> tuple[list[Finding], Reasoning]:
         """The study's validation findings and reasoning, once every period is in
         (``collected``: the study as collected, its ``periods`` those added, in order)."""
-        last = _last_attempt_per_job([waiting.period for waiting in self._waiting])
         for waiting in self._waiting:
-            self._judged[waiting.slot] = self._judge(waiting.period, waiting.by_subject,
-                                                     waiting.by_path, waiting.known, last)
-        self._waiting = []
+            waiting.ready = 0
+        self._judge_ready(len(self._judged))
         judged = [item for item in self._judged if item is not None]
         verdicts = [item.verdict for item in judged]
         outcomes = [outcome for item in judged for outcome in item.outcomes]
@@ -222,17 +244,36 @@ class StudyJudge:
         )
 
 
-def _shared_jobs(study: Collected) -> set[str] | None:
-    """The job ids that attempts of more than one period name (their periods wait for the
-    study: :class:`_Waiting`); None when an attempt names none (its job is its trial
-    record's, known only once read: every period waits)."""
-    periods: Counter[str] = Counter()
-    for period in study.periods:
-        jobs = {spec.job_id for spec in period.record.attempts}
-        if None in jobs:
-            return None
-        periods.update(job for job in jobs if job is not None)
-    return {job for job, count in periods.items() if count > 1}
+class _LastAttempts(Mapping[str, str]):
+    """Job id -> ``subject#index`` of the attempt it launched last (a view of the
+    judge's running fold, which the jobs of a period ready to be judged have finished)."""
+
+    def __init__(self, latest: dict[str, tuple[int, str]]) -> None:
+        self.latest = latest
+
+    def __getitem__(self, job: str) -> str:
+        return self.latest[job][1]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.latest)
+
+    def __len__(self) -> int:
+        return len(self.latest)
+
+
+def _ready_at(study: Collected) -> list[int] | None:
+    """For each period, how many periods must be in before it is judged: up to the last
+    period that names one of its attempts' jobs. None when an attempt names no job (its
+    job is its trial record's, known only once read: every period waits for the end)."""
+    last: dict[str, int] = {}
+    for slot, period in enumerate(study.periods):
+        for spec in period.record.attempts:
+            if spec.job_id is None:
+                return None
+            last[spec.job_id] = slot
+    return [max((last[spec.job_id] + 1 for spec in period.record.attempts
+                 if spec.job_id is not None), default=slot + 1)
+            for slot, period in enumerate(study.periods)]
 
 
 def _disagreement(period: PeriodEvidence, verdict: Verdict, outcomes: list[AttemptOutcome]
@@ -286,9 +327,10 @@ def _counted_trial(period: PeriodEvidence,
     return None
 
 
-def _last_attempt_per_job(periods: list[PeriodEvidence]) -> dict[str, str]:
-    """For each job id, the key of the attempt launched last in it (by invocation start)."""
-    latest: dict[str, tuple[int, str]] = {}
+def _launched_last(periods: list[PeriodEvidence], latest: dict[str, tuple[int, str]]) -> None:
+    """Fold ``periods`` (in the study's order) into ``latest``: for each job id, the start
+    and ``subject#index`` of the attempt launched last in it (by invocation start; of equal
+    starts, the later in order)."""
     for period in periods:
         for attempt in period.attempts:
             trial = attempt.read.trial
@@ -296,10 +338,8 @@ def _last_attempt_per_job(periods: list[PeriodEvidence]) -> dict[str, str]:
             if not job:
                 continue
             start = trial.started_ns if trial and trial.started_ns is not None else -1
-            key = f"{period.subject}#{attempt.spec.index}"
             if job not in latest or start >= latest[job][0]:
-                latest[job] = (start, key)
-    return {job: key for job, (_, key) in latest.items()}
+                latest[job] = (start, f"{period.subject}#{attempt.spec.index}")
 
 
 def _judge_period(

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from auditor.catalogue import RULES, finding
@@ -69,7 +70,7 @@ class Context:
     protocol: Protocol
     by_subject: FindingLookup
     by_path: FindingLookup
-    last_attempt_of_job: dict[str, str]
+    last_attempt_of_job: Mapping[str, str]
     """Job id -> ``subject#index`` of the attempt launched last in that job."""
 
 

@@ -17,6 +17,8 @@ from auditor.model import (
     PeriodEvidence,
     SacctJob,
     Verdict,
+    completes_cleanly,
+    phases_reached,
 )
 from auditor.report.mdformat import code_span, number
 
@@ -234,15 +236,7 @@ def completion_sentence(result: AuditResult, members: Sequence[Verdict]) -> str:
         steps = attempt.read.trial.dispatched_int(result.collected.protocol.steps_from)
         for trace in attempt.read.traces:
             total += 1
-            updates = [r for r in trace.phases if r.phase == first and r.step == steps]
-            if len(updates) != 1 or updates[0].error_type or updates[0].finished_ns is None:
-                continue
-            update = updates[0]
-            syncs = [r for r in trace.phases if r.phase == last and r.step == steps
-                     and (r.started_ns or 0) >= (update.finished_ns or 0)]
-            ordered = all(r.started_ns is not None and r.finished_ns is not None
-                          and r.started_ns <= r.finished_ns for r in (update, *syncs))
-            if len(syncs) == 1 and not syncs[0].error_type and ordered:
+            if completes_cleanly(trace, steps, first, last):
                 good += 1
                 steps_seen.add(steps or 0)
     if not good:
@@ -265,13 +259,9 @@ def reached_sentence(result: AuditResult, members: Sequence[Verdict]) -> str:
         if attempt is None:
             continue
         for trace in attempt.read.traces:
-            names: list[str] = []
-            for record in sorted(trace.phases, key=lambda r: (r.started_ns or 0, r.line)):
-                label = record.phase + (f" ({record.error_type})" if record.error_type else "")
-                if not names or names[-1] != label:
-                    names.append(label)
-            if names:
-                sequences[tuple(names)] += 1
+            reached = phases_reached(trace)
+            if reached:
+                sequences[reached] += 1
                 ranks += 1
     if not sequences:
         return ""

@@ -16,15 +16,16 @@ Tables are written with fixed writer options so the same result gives the same b
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterable
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
-from typing import Any
+from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from auditor._io import printable_json
-from auditor.model import AuditResult
+from auditor.model import AttemptEvidence, AuditResult, PeriodEvidence
 
 TS = pa.timestamp("ns", tz="UTC")
 
@@ -215,33 +216,43 @@ def _evidence(result: AuditResult) -> Iterable[tuple[Any, ...]]:
 
 def _phases(result: AuditResult) -> Iterable[tuple[Any, ...]]:
     for period in result.collected.periods:
-        subject = period.subject
         for attempt in period.attempts:
-            index = attempt.spec.index + 1  # (1-based, as in the trial record)
-            for trace in attempt.read.traces:
-                for r in trace.phases:
-                    yield (
-                        subject, index, r.path, r.line, r.pid, r.rank, r.role, r.seq,
-                        r.phase, r.step,
-                        r.started_ns, r.finished_ns,  # started, finished
-                        r.error_type, r.peak_allocated_bytes, r.peak_reserved_bytes,
-                    )
+            yield from phase_rows(period, attempt)
+
+
+def phase_rows(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[tuple[Any, ...]]:
+    """The ``phases`` rows of one attempt of ``period``."""
+    subject = period.subject
+    index = attempt.spec.index + 1  # (1-based, as in the trial record)
+    for trace in attempt.read.traces:
+        for r in trace.phases:
+            yield (
+                subject, index, r.path, r.line, r.pid, r.rank, r.role, r.seq,
+                r.phase, r.step,
+                r.started_ns, r.finished_ns,  # started, finished
+                r.error_type, r.peak_allocated_bytes, r.peak_reserved_bytes,
+            )
 
 
 def _devices(result: AuditResult) -> Iterable[tuple[Any, ...]]:
     for period in result.collected.periods:
-        record = period.record
         for attempt in period.attempts:
-            index = attempt.spec.index + 1  # (1-based, as in the trial record)
-            for d in attempt.read.devices:
-                yield (
-                    period.subject, record.pair, record.period, index, d.job_id,
-                    d.rank, d.role, d.pid, d.hostname, d.cuda_visible_devices, d.local_device,
-                    d.gpu_uuid, d.gpu_name, d.gpu_pci_bus_id, d.memory_total_mib,
-                    d.peak_allocated_mib, d.peak_reserved_mib,
-                    d.captured_ns,  # captured
-                    d.gpu_unavailable, d.path,
-                )
+            yield from device_rows(period, attempt)
+
+
+def device_rows(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[tuple[Any, ...]]:
+    """The ``devices`` rows of one attempt of ``period``."""
+    record = period.record
+    index = attempt.spec.index + 1  # (1-based, as in the trial record)
+    for d in attempt.read.devices:
+        yield (
+            period.subject, record.pair, record.period, index, d.job_id,
+            d.rank, d.role, d.pid, d.hostname, d.cuda_visible_devices, d.local_device,
+            d.gpu_uuid, d.gpu_name, d.gpu_pci_bus_id, d.memory_total_mib,
+            d.peak_allocated_mib, d.peak_reserved_mib,
+            d.captured_ns,  # captured
+            d.gpu_unavailable, d.path,
+        )
 
 
 def sorted_findings(result: AuditResult) -> list[Any]:
@@ -272,7 +283,8 @@ table's size (and the same rows always give the same row groups: deterministic b
 def write_table(name: str, result: AuditResult, sink: io.RawIOBase) -> int:
     """Write one table to ``sink`` as Parquet, typed by its schema; returns its row count.
 
-    Streams: rows become Arrow a batch of :data:`BATCH_ROWS` at a time, and each
+    Streams: rows become Arrow a batch of :data:`BATCH_ROWS` at a time (or are read back a
+    batch at a time from where the audit spilled them, :class:`SpilledRows`), and each
     :data:`ROW_GROUP_ROWS` rows are written as one row group before the next are built,
     so memory stays bounded on a table of millions of rows. Writer options are fixed,
     so the same result gives the same bytes."""
@@ -280,18 +292,16 @@ def write_table(name: str, result: AuditResult, sink: io.RawIOBase) -> int:
         **(SCHEMAS[name].metadata or {}),
         b"auditor.partial": b"true" if result.partial else b"false",
     })
-    rows = iter(ROWS[name](result))
+    spilled = result.collected.tables.get(name)
+    batches = spilled.batches() if spilled is not None else _batches(ROWS[name](result),
+                                                                     SCHEMAS[name])
     pending: list[pa.RecordBatch] = []
     pending_rows = total = 0
     with pq.ParquetWriter(sink, schema, compression="zstd", use_dictionary=True,
                           write_statistics=True, store_schema=True) as writer:
-        while chunk := list(islice(rows, BATCH_ROWS)):
-            columns = zip(*chunk, strict=True)
-            pending.append(pa.RecordBatch.from_arrays(
-                [_array(column, column_field.type)
-                 for column, column_field in zip(columns, schema, strict=True)],
-                schema=schema))
-            pending_rows += len(chunk)
+        for batch in batches:
+            pending.append(pa.RecordBatch.from_arrays(batch.columns, schema=schema))
+            pending_rows += batch.num_rows
             if pending_rows >= ROW_GROUP_ROWS:
                 _write_group(writer, pending, schema)
                 total += pending_rows
@@ -300,6 +310,63 @@ def write_table(name: str, result: AuditResult, sink: io.RawIOBase) -> int:
             _write_group(writer, pending, schema)
             total += pending_rows
     return total
+
+
+def _batches(rows: Iterable[tuple[Any, ...]], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """``rows`` as record batches of :data:`BATCH_ROWS` rows (only that many row tuples
+    exist at once)."""
+    rows = iter(rows)
+    while chunk := list(islice(rows, BATCH_ROWS)):
+        yield _batch(chunk, schema)
+
+
+def _batch(chunk: list[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
+    columns = zip(*chunk, strict=True)
+    return pa.RecordBatch.from_arrays(
+        [_array(column, column_field.type)
+         for column, column_field in zip(columns, schema, strict=True)], schema=schema)
+
+
+class SpilledRows:
+    """One table's rows as an audit makes them, kept out of memory: every
+    :data:`BATCH_ROWS` rows become an Arrow record batch, written (IPC, LZ4) to an unnamed
+    temporary file, which :meth:`batches` reads back for :func:`write_table` (the same
+    batches it would have built: the same bytes). The file has no name on disk and goes
+    when this object does. Once read, no row can be added."""
+
+    def __init__(self, name: str) -> None:
+        self.schema = SCHEMAS[name]
+        self.rows = 0
+        self._pending: list[tuple[Any, ...]] = []
+        self._file: IO[bytes] = tempfile.TemporaryFile()
+        self._writer: pa.ipc.RecordBatchStreamWriter | None = pa.ipc.new_stream(
+            self._file, self.schema, options=pa.ipc.IpcWriteOptions(compression="lz4"))
+
+    def extend(self, rows: Iterable[tuple[Any, ...]]) -> None:
+        """Add ``rows`` (tuples in the table's column order)."""
+        if self._writer is None:
+            raise ValueError("rows added to a table already read")
+        before = len(self._pending)
+        self._pending.extend(rows)
+        self.rows += len(self._pending) - before
+        while len(self._pending) >= BATCH_ROWS:
+            self._spill(self._pending[:BATCH_ROWS])
+            del self._pending[:BATCH_ROWS]
+
+    def _spill(self, chunk: list[tuple[Any, ...]]) -> None:
+        assert self._writer is not None
+        self._writer.write_batch(_batch(chunk, self.schema))
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """Every row, a batch of :data:`BATCH_ROWS` at a time, in the order added."""
+        if self._writer is not None:
+            if self._pending:
+                self._spill(self._pending)
+                self._pending = []
+            self._writer.close()
+            self._writer = None
+        self._file.seek(0)
+        yield from pa.ipc.open_stream(self._file)
 
 
 def _array(column: tuple[Any, ...], kind: pa.DataType) -> pa.Array:

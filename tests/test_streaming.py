@@ -1,0 +1,85 @@
+"""The audit as a stream of periods: each is judged as soon as its evidence is read, its
+phase and device rows are spilled, and what the report does not need of it is let go; the
+pool reads only a little ahead of that. The report is the same as if nothing were let go."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+import auditor.audit
+from auditor._cli import main
+from auditor._pool import AHEAD, LocalPool, chunk_size
+from auditor.audit import KEPT_WHOLE, Auditor, drive, paused_gc, run_audit
+from tests.helpers import note_task
+
+PERIODS = 2 * 20  # (two arms of a pair a element: both periods of an element share its job)
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("streaming") / "study"
+    assert main(["example", str(root), "--kind", "scale", "--elements", str(PERIODS // 2),
+                 "--trace-samples", "2", "--log-lines", "3"]) == 0
+    return root
+
+
+def _outputs(out: Path) -> dict[str, bytes]:
+    return {path.relative_to(out).as_posix(): path.read_bytes()
+            for path in sorted(out.rglob("*")) if path.is_file()
+            and path.name != "output_manifest.json"}
+
+
+def test_a_judged_period_keeps_only_what_the_report_needs(study: Path) -> None:
+    """Past the first periods (the timeline plot's), a judged period keeps no phase record
+    (its traces their digests), no manifest entry and no log event; the first keep all."""
+    result = run_audit(study)
+    periods = result.collected.periods
+    assert len(periods) == PERIODS > KEPT_WHOLE
+    for period in periods[KEPT_WHOLE:]:
+        assert all(spec.evidence == () for spec in period.record.attempts)
+        for attempt in period.attempts:
+            assert attempt.spec.evidence == ()
+            assert attempt.read.log is None or attempt.read.log.events == ()
+            assert attempt.read.traces and all(
+                t.phases == () and t.digest is not None for t in attempt.read.traces)
+    assert all(t.phases and t.digest is None for p in periods[:KEPT_WHOLE]
+               for a in p.attempts for t in a.read.traces)
+    whole = drive(Auditor(study).collect(), lambda event: None)  # (no fold: all kept)
+    phases = sum(len(t.phases) for unit in whole.units for a in unit.evidence.attempts
+                 for t in a.read.traces)
+    assert result.collected.tables["phases"].rows == phases > 0
+
+
+def test_letting_go_changes_no_byte_of_the_report(study: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every output of an audit that lets judged periods go is that of one keeping them
+    all: the tables from the spilled rows, the diagnosis groups from the digests."""
+    assert main(["audit", str(study), "--out", str(tmp_path / "lean"), "--quiet"]) == 0
+    monkeypatch.setattr(auditor.audit, "KEPT_WHOLE", 10**9)
+    assert main(["audit", str(study), "--out", str(tmp_path / "whole"), "--quiet"]) == 0
+    lean, whole = _outputs(tmp_path / "lean"), _outputs(tmp_path / "whole")
+    assert lean.keys() == whole.keys() and len(lean) > 8
+    assert [name for name in lean if lean[name] != whole[name]] == []
+
+
+def test_the_pool_reads_only_a_little_ahead_of_the_audit(tmp_path: Path) -> None:
+    """A caller slower than the workers (each period judged as it comes) holds the results
+    of a few chunks, not of every task: the next chunk goes out as one is taken."""
+    log = tmp_path / "started.log"
+    tasks = [(str(log), number) for number in range(400)]
+    pool = LocalPool(2)
+    try:
+        with paused_gc():
+            results = pool.map(note_task, tasks, 400 << 20)
+            first = next(results)
+            time.sleep(1.5)  # (the workers would have started every task by now)
+            started = len(log.read_text().splitlines())
+            rest = list(results)
+    finally:
+        pool.close()
+    assert [first, *rest] == list(range(400))
+    chunk = chunk_size(400, 400 << 20, 2)
+    assert started <= (AHEAD * 2 + 1) * chunk < 400
