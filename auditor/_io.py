@@ -10,9 +10,13 @@ and it never holds more than one chunk plus one clipped line in memory.
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
 import re
+import stat
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple, Protocol
 
 from auditor.model import FileDigest
@@ -239,3 +243,17 @@ def counted(n: int, thing: str) -> str:
 def clip(text: str, limit: int = 200) -> str:
     """Clip ``text`` to ``limit`` characters, marking the cut with an ellipsis."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def regular_bytes(path: Path | str, read: bool = True, limit: int = -1) -> bytes:
+    """The bytes of the regular file ``path`` (links followed; none unless ``read``; at most
+    ``limit``, -1 for all); anything else is an ``OSError`` saying what it is: a FIFO put in
+    its place would block the read for ever, a device never end it."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # (a FIFO: opened, not waited)
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        with os.fdopen(os.dup(descriptor), "rb") as handle:
+            return handle.read(limit) if read else b""
+    finally:
+        os.close(descriptor)

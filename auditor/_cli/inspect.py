@@ -38,11 +38,12 @@ def _gate(args: argparse.Namespace) -> int:
 
     import orjson
 
+    from auditor._io import regular_bytes
     from auditor.report.output import MANIFEST, manifest_outputs
 
     path = args.out / "summary.json"
     try:
-        data = path.read_bytes()
+        data = regular_bytes(path)  # (a FIFO in its place: refused, never waited on)
     except FileNotFoundError:
         raise UsageError(f"{path}: not found; is {args.out} an audit output?") from None
     except OSError as error:

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from auditor.catalog._files import regular_bytes
+from auditor._io import regular_bytes
 from auditor.errors import InputError, UsageError
 
 GROUPS: tuple[tuple[str, str, frozenset[str]], ...] = (

@@ -32,8 +32,8 @@ from typing import Any
 
 import orjson
 
+from auditor._io import regular_bytes
 from auditor._process import signals_deferred
-from auditor.catalog._files import regular_bytes
 from auditor.errors import InputError, OutputError, UsageError
 
 AUDIT_TABLES = ("periods", "attempts", "findings", "evidence", "phases", "devices")

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import orjson
 
 from auditor import __version__
-from auditor._io import printable, printable_json, sha256_file, unprintable
+from auditor._io import printable, printable_json, regular_bytes, sha256_file, unprintable
 from auditor._process import signals_deferred
 from auditor.errors import OutputError, VerifyError
 from auditor.model.paths import join_text
@@ -107,8 +107,7 @@ def manifest_outputs(out: Path) -> dict[str, tuple[str, int]] | None:
     ``out`` holds no manifest this auditor wrote. Only the manifest's head is read: the
     outputs come before the (long) input lists."""
     try:
-        with open(out / MANIFEST, "rb") as handle:
-            head = handle.read(MANIFEST_HEAD)
+        head = regular_bytes(out / MANIFEST, limit=MANIFEST_HEAD)  # (a FIFO is no manifest)
     except OSError:
         return None
     cut = head.find(b',\n  "raw_evidence": [')  # (the head, closed where the inputs start)
@@ -393,7 +392,7 @@ def verify_outputs(out: Path | str, inputs: bool = True) -> tuple[list[Differenc
     if not out.is_dir():
         raise VerifyError(f"{out}: not a directory")
     try:
-        manifest = orjson.loads(manifest_path.read_bytes())
+        manifest = orjson.loads(regular_bytes(manifest_path))  # (a FIFO: never waited on)
     except FileNotFoundError:
         raise VerifyError(f"{out}: no {MANIFEST}; is this an audit output directory?") from None
     except (OSError, orjson.JSONDecodeError) as error:
