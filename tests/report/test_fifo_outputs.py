@@ -14,7 +14,6 @@ from auditor._cli import main
 from tests.catalog.studies import fifo_in_place_of
 from tests.helpers import copy_example
 
-
 WATCHDOG_S = 10
 """When a writer opens the FIFO, ending a read that waits on it."""
 
