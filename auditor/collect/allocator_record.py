@@ -68,10 +68,43 @@ and ``json.dumps``'s default (``{"pid": , "seq": , ... }``), keys in :data:`SAMP
 order."""
 
 
-def _fits(checks: tuple[FieldCheck, ...], record: dict[str, Any]) -> bool:
+class _Form(NamedTuple):
+    """A form's field checks grouped by what each needs (a phase record is checked in
+    1.0 us so, 1.5 us field by field with every check's every flag)."""
+
+    bounded: tuple[tuple[str, int], ...]
+    """The required, never null integers with a minimum: ``(key, minimum)``."""
+    typed: tuple[tuple[str, type], ...]
+    """The other required, never null fields: ``(key, type)``."""
+    rest: tuple[FieldCheck, ...]
+    """The optional or nullable fields."""
+
+
+def _form(checks: tuple[FieldCheck, ...]) -> _Form:
+    strict = [check for check in checks if check.required and not check.nullable]
+    return _Form(
+        tuple((check.key, cast(int, check.minimum)) for check in strict
+              if check.kind is int and check.minimum is not None),
+        tuple((check.key, check.kind) for check in strict
+              if check.kind is not int or check.minimum is None),
+        tuple(check for check in checks if check not in strict))
+
+
+_PHASE_FORM = _form(PHASE_CHECKS)
+_SAMPLE_FORM = _form(SAMPLE_CHECKS)
+
+
+def _fits(form: _Form, record: dict[str, Any]) -> bool:
     get = record.get
-    for key, kind, minimum, nullable, required in checks:
-        value: Any = get(key)
+    for key, least in form.bounded:
+        value = get(key)
+        if type(value) is not int or value < least:
+            return False
+    for key, kind in form.typed:
+        if type(get(key)) is not kind:
+            return False
+    for key, kind, minimum, nullable, required in form.rest:
+        value = get(key)
         if value is None and ((nullable and key in record) or (not required
                                                                and key not in record)):
             continue  # (null where the schema allows it; a required key is never absent)
@@ -84,12 +117,12 @@ def _fits(checks: tuple[FieldCheck, ...], record: dict[str, Any]) -> bool:
 
 def phase_ok(record: dict[str, Any]) -> bool:
     """True when a phase record matches the ``phase`` form of the schema."""
-    return _fits(PHASE_CHECKS, record)
+    return _fits(_PHASE_FORM, record)
 
 
 def sample_ok(record: dict[str, Any]) -> bool:
     """True when a record without ``phase`` matches the ``sample`` form of the schema."""
-    return _fits(SAMPLE_CHECKS, record)
+    return _fits(_SAMPLE_FORM, record)
 
 
 def count(value: object) -> int | None:
