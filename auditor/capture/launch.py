@@ -180,9 +180,9 @@ def run(spec: RunSpec, environ: Mapping[str, str] | None = None) -> RunResult:
     directory = attempt.directory
     trial_path = directory / f"trial-{attempt.job_id}.json"
     log_path = directory / f"training-{attempt.job_id}.log"
-    if trial_path.exists() or log_path.exists():
+    if os.path.lexists(trial_path) or os.path.lexists(log_path):  # (a link, dangling too)
         raise RunRefused(f"{directory}: already holds this job's "
-                         f"{'trial record' if trial_path.exists() else 'training log'} "
+                         f"{'trial record' if os.path.lexists(trial_path) else 'training log'} "
                          "(an attempt is never overwritten; a requeue has its own restart count)")
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -204,7 +204,9 @@ def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
     directory = attempt.directory
     trial_path = directory / f"trial-{attempt.job_id}.json"
     log_path = directory / f"training-{attempt.job_id}.log"
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    # (made here, never through a link put in its place since the check: O_EXCL, O_NOFOLLOW)
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
+                     | os.O_NOFOLLOW, 0o644)
     try:
         started_ns = time.time_ns()
         _note(log_fd, f"{' '.join(spec.command)!s} (job {attempt.job_id}, restart "

@@ -57,8 +57,8 @@ class Trace:
         directory = attempt_dir_of(attempt_dir) / TRACE_DIR
         directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / f"allocator-{self.pid}.jsonl"
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                                       0o644)
+        self._fd: int | None = os.open(  # (never through a link put in its place)
+            self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
         self._seq = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()

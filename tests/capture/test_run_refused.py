@@ -104,3 +104,20 @@ def test_a_trial_record_that_cannot_be_written_is_one_line_not_an_internal_error
     assert lines[1].startswith(f"auditor: error: run: {attempt_of(tmp_path, '5003')}/")
     assert "Is a directory (the attempt's log or trial record could not be written)" \
         in lines[1]
+
+
+def test_the_library_run_never_writes_through_a_link_in_the_logs_place(
+        tmp_path: Path) -> None:
+    """``auditor.capture.launch.run`` (the library, not the CLI's checks) refuses a dangling
+    link where the training log goes: ``exists()`` said no, and opening the log followed
+    the link and made the file it points to."""
+    from auditor.capture.launch import RunRefused, RunSpec, run
+
+    attempt = tmp_path / "attempt"
+    attempt.mkdir()
+    (attempt / "training-5001.log").symlink_to(tmp_path / "elsewhere.log")
+    marker = tmp_path / "started"
+    spec = RunSpec("pair", 1, 2, ("touch", str(marker)), attempt_dir=attempt, job_id="5001")
+    with pytest.raises(RunRefused, match="already holds this job's training log"):
+        run(spec, {})
+    assert not (tmp_path / "elsewhere.log").exists() and not marker.exists()
