@@ -522,6 +522,8 @@ class _Scanner:
 
     def _expire_tracebacks(self, number: int) -> None:
         horizon = number - TRACEBACK_HORIZON
+        if horizon <= 1:  # (no traceback's last line, at least 1, lies before it)
+            return
         stale = [key for key, last in self.open_tracebacks.items() if last < horizon]
         for key in stale:
             del self.open_tracebacks[key]

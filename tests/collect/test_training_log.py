@@ -893,3 +893,18 @@ def test_an_nccl_communication_failure_is_told_from_the_code_s_and_the_gpu_s(
         line: str, fault: bool) -> None:
     scan = scan_training_log(io.BytesIO(f"(TaskRunner pid=1) {line}\n".encode()), "t.log", 1)
     assert any(event.kind == "nccl_error" for event in scan.events) is fault
+
+
+@pytest.mark.parametrize(("gap", "kept"), [(10, True), (999, True), (1000, False)])
+def test_a_traceback_is_forgotten_past_its_horizon(gap: int, kept: bool) -> None:
+    """Its exception line is read as the traceback's within TRACEBACK_HORIZON lines of its
+    last frame (an exception named anything), not after (nothing then names it one)."""
+    lines = [b"(A pid=1) Traceback (most recent call last):",
+             b'(A pid=1)   File "x.py", line 1, in <module>',
+             *(b"(B pid=2) filler %d" % index for index in range(gap)),
+             b"(A pid=1) KeyboardInterrupt"]
+    scan = scan_training_log(io.BytesIO(b"\n".join(lines) + b"\n"), "t.log", None)
+    exceptions = [(event.line, event.detail) for event in scan.events
+                  if event.kind == "exception"]
+    assert exceptions == ([(len(lines), "KeyboardInterrupt")] if kept else [])
+    assert log_events.TRACEBACK_HORIZON == 1000
