@@ -39,25 +39,37 @@ def _evidence(out: Path) -> dict[str, str]:
 
 @contextlib.contextmanager
 def _opened_files() -> Iterator[list[str]]:
-    """Every path passed to ``open`` inside the block, in this process and in the workers
-    it forks meanwhile (each writes its paths to one log, appending); the list is filled
-    as the block ends."""
+    """Every path passed to ``open`` or ``os.open`` inside the block, in this process and in
+    the workers it forks meanwhile (each writes its paths to one log, appending); the list
+    is filled as the block ends."""
     opened: list[str] = []
     real_open = builtins.open
+    real_os_open = os.open
     log_fd, log_path = tempfile.mkstemp(prefix="opened-", suffix=".log")
     os.close(log_fd)
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND)
 
-    def spy(file: Any, *args: Any, **kwargs: Any) -> Any:
-        path = os.fspath(file) if isinstance(file, (str, os.PathLike)) else ""
+    def note(file: Any) -> None:
+        path = os.fspath(file) if isinstance(file, (str, bytes, os.PathLike)) else ""
+        if isinstance(path, bytes):
+            path = os.fsdecode(path)
         os.write(log, path.encode("utf-8", "surrogateescape") + b"\0")
+
+    def spy(file: Any, *args: Any, **kwargs: Any) -> Any:
+        note(file)
         return real_open(file, *args, **kwargs)
 
+    def os_spy(file: Any, *args: Any, **kwargs: Any) -> Any:
+        note(file)
+        return real_os_open(file, *args, **kwargs)
+
     builtins.open = spy
+    os.open = os_spy
     try:
         yield opened
     finally:
         builtins.open = real_open
+        os.open = real_os_open
         os.close(log)
         with real_open(log_path, "rb") as handle:
             opened.extend(p.decode("utf-8", "surrogateescape")
