@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from auditor._io import clip
 from auditor._pool import make_pool
+from auditor._spill import EvidenceSpill
 from auditor.catalogue import finding
 from auditor.collect.attempt import hash_only, read_attempt
 from auditor.collect.discover import SACCT_PATH, discover, find_period_records
@@ -43,6 +44,7 @@ from auditor.model import (
     Collected,
     CollectedParts,
     EvidenceFile,
+    EvidenceRows,
     FileOutcome,
     Finding,
     InputFile,
@@ -276,12 +278,14 @@ def _owners(records: list[PeriodRecord], shards: int) -> dict[str, int]:
 
 
 def assemble_collected(parts: CollectedParts,
-                       pieces: Sequence[Sequence[list[Finding]]] | None = None) -> Collected:
+                       pieces: Sequence[Sequence[list[Finding]]] | None = None,
+                       spilled: EvidenceSpill | None = None) -> Collected:
     """The study's :class:`Collected` from its parts (one audit's, or every shard's merged):
     the periods in their order, the findings in the order collection reports them (the
     study's inputs, each period's record, each attempt's reading, integrity, the layout,
     the command line's inputs), the evidence rows and inputs sorted. ``pieces``: each
-    unit's :func:`unit_findings`, in the units' order, when made already."""
+    unit's :func:`unit_findings`, in the units' order, when made already; ``spilled``: the
+    periods' evidence rows, when kept there as they came (the periods then hold none)."""
     units = sorted(parts.units, key=lambda unit: unit.index)
     if pieces is None:
         pieces = [unit_findings(unit) for unit in units]
@@ -289,11 +293,17 @@ def assemble_collected(parts: CollectedParts,
     findings = list(parts.study_findings)
     for kind in range(len(PERIOD_RANKS)):
         findings.extend(item for piece in pieces for item in piece[kind])
-    evidence = [row for period in periods for attempt in period.attempts
-                for row in attempt.files]
     unlisted = unlisted_rows(outcome for _, outcome in sorted(
         parts.unlisted, key=lambda item: item[0]))
-    evidence.extend(unlisted)
+    rows: EvidenceRows
+    if spilled is not None:
+        spilled.extend(unlisted)
+        rows = spilled
+    else:
+        evidence = [row for period in periods for attempt in period.attempts
+                    for row in attempt.files]
+        evidence.extend(unlisted)
+        rows = tuple(sorted(evidence, key=lambda e: e.path))
     findings.extend(integrity_findings(unlisted))
     findings.extend(layout_findings(parts.root, parts.layout, periods))
     findings.extend(parts.input_findings)
@@ -307,7 +317,7 @@ def assemble_collected(parts: CollectedParts,
         sacct_display=parts.sacct_display,
         execution_commits=parts.execution_commits,
         periods=tuple(periods),
-        evidence=tuple(sorted(evidence, key=lambda e: e.path)),
+        evidence=rows,
         inputs=tuple(sorted(inputs, key=_input_order)),
         findings=tuple(findings),
     )
@@ -354,6 +364,7 @@ class Fold:
             list(head.input_findings)))
         self.pieces: list[tuple[list[Finding], list[Finding], list[Finding]]] = []
         self.tables = {name: SpilledRows(name) for name in ("phases", "devices")}
+        self.evidence = EvidenceSpill()
         self.units: list[PeriodUnit] = []
         """The periods folded, in order: each judged one as :func:`let_go` leaves it."""
 
@@ -364,6 +375,7 @@ class Fold:
         for attempt in period.attempts:
             self.tables["phases"].extend(phase_rows(period, attempt))
             self.tables["devices"].extend(device_rows(period, attempt))
+            self.evidence.extend(attempt.files)
         self.units.append(unit)
         for slot in self.judge.add(period, self.pieces[-1]):
             if slot >= KEPT_WHOLE:  # (judged: what the report needs of it is kept)
@@ -376,7 +388,7 @@ class Fold:
         units those :meth:`add` gave back)."""
         yield Progress("validate", 0, 1)
         collected = replace(assemble_collected(replace(parts, units=tuple(self.units)),
-                                               self.pieces), tables=self.tables)
+                                               self.pieces, self.evidence), tables=self.tables)
         yield Progress("reason", 0, 1)
         validation, reasoning = self.judge.finish(collected)
         findings, not_kept = apply_limits(
@@ -397,8 +409,9 @@ class Fold:
 
 def let_go(period: PeriodEvidence, protocol: Protocol) -> PeriodEvidence:
     """What the report still needs of a judged period: its records but the manifest
-    entries (each file is an evidence row), the log's events and the traces' phase
-    records (rows of the ``phases`` table; each trace keeps its digest)."""
+    entries and evidence rows (the study's :class:`EvidenceSpill` keeps the rows), the
+    log's events and the traces' phase records (rows of the ``phases`` table; each trace
+    keeps its digest)."""
     phases = protocol.completion_phases
     first, last = (phases[0], phases[-1]) if len(phases) >= 2 else ("", "")
     attempts = []
@@ -410,7 +423,7 @@ def let_go(period: PeriodEvidence, protocol: Protocol) -> PeriodEvidence:
             for trace in read.traces)
         log = replace(read.log, events=()) if read.log is not None else None
         attempts.append(replace(attempt, spec=replace(attempt.spec, evidence=()),
-                                read=replace(read, traces=traces, log=log)))
+                                read=replace(read, traces=traces, log=log), files=()))
     return PeriodEvidence(replace(period.record, attempts=tuple(a.spec for a in attempts)),
                           tuple(attempts))
 

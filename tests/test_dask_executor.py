@@ -137,7 +137,7 @@ def test_the_library_api_reads_on_the_cluster(cluster: tuple[Any, Runs]) -> None
     on_cluster = run_audit(EXAMPLE, AuditOptions(executor=_url(local)))
     here = run_audit(EXAMPLE, AuditOptions(jobs=1))
     assert set(runs.done) - before
-    assert on_cluster.collected.evidence == here.collected.evidence
+    assert list(on_cluster.collected.evidence) == list(here.collected.evidence)
     assert on_cluster.findings == here.findings
     assert on_cluster.verdicts == here.verdicts
 

@@ -64,6 +64,7 @@ from auditor.model.results import (
     WaiverUse,
 )
 from auditor.model.study import (
+    HASHED_STATUSES,
     AttemptEvidence,
     AttemptRead,
     AttemptTask,
@@ -71,6 +72,7 @@ from auditor.model.study import (
     Collected,
     CollectedParts,
     EvidenceFile,
+    EvidenceRows,
     FileOutcome,
     FileTask,
     InputFile,
@@ -82,15 +84,15 @@ from auditor.model.study import (
 )
 
 __all__ = [
-    "DEFAULT_PROTOCOL", "SLURM_STATES", "Accounting", "AllocatorTrace", "AttemptEvidence",
-    "AttemptOutcome", "AttemptRead", "AttemptSpec", "AttemptTask", "AuditOptions",
-    "AuditResult", "Cause", "Citation", "Collected", "CollectedParts", "Configuration",
-    "ConfigurationResult", "DeviceEvidence", "EligibleFailure", "ElementCost", "EvidenceEntry",
-    "EvidenceFile", "FileDigest", "FileOutcome", "FileTask", "Finding", "GateReason",
-    "GateResult", "IdleCheck", "InputFile", "LogEvent", "PeriodEvidence", "PeriodFacts",
-    "PeriodRecord", "PeriodUnit", "PhaseRecord", "ProcessExit",
-    "Progress", "Protocol", "Reason", "Reasoning", "SacctDump", "SacctJob", "SacctStep",
-    "Severity", "StudyLayout", "TableRows", "TraceDigest", "TrainingLogScan", "TrialRecord",
-    "Verdict", "VerdictKind", "Waiver", "WaiverUse", "Worker", "completes_cleanly",
-    "fast_pickle", "phases_reached",
+    "DEFAULT_PROTOCOL", "HASHED_STATUSES", "SLURM_STATES", "Accounting", "AllocatorTrace",
+    "AttemptEvidence", "AttemptOutcome", "AttemptRead", "AttemptSpec", "AttemptTask",
+    "AuditOptions", "AuditResult", "Cause", "Citation", "Collected", "CollectedParts",
+    "Configuration", "ConfigurationResult", "DeviceEvidence", "ElementCost",
+    "EligibleFailure", "EvidenceEntry", "EvidenceFile", "EvidenceRows", "FileDigest",
+    "FileOutcome", "FileTask", "Finding", "GateReason", "GateResult", "IdleCheck",
+    "InputFile", "LogEvent", "PeriodEvidence", "PeriodFacts", "PeriodRecord", "PeriodUnit",
+    "PhaseRecord", "ProcessExit", "Progress", "Protocol", "Reason", "Reasoning",
+    "SacctDump", "SacctJob", "SacctStep", "Severity", "StudyLayout", "TableRows",
+    "TraceDigest", "TrainingLogScan", "TrialRecord", "Verdict", "VerdictKind", "Waiver",
+    "WaiverUse", "Worker", "completes_cleanly", "fast_pickle", "phases_reached",
 ]

@@ -210,6 +210,21 @@ class InputFile:
     digest: FileDigest
 
 
+HASHED_STATUSES = frozenset({"verified", "mismatched", "unlisted"})
+"""The statuses of evidence rows whose files were read and hashed (``auditor verify``
+re-checks them: they are inputs of the output manifest)."""
+
+
+class EvidenceRows(typing.Protocol):
+    """A study's evidence rows, sorted by path: a tuple, or rows kept out of memory
+    (:class:`auditor._spill.EvidenceSpill`, which also knows :meth:`Collected.evidence_statuses`
+    and :meth:`Collected.unusual_evidence` without a pass over them)."""
+
+    def __iter__(self) -> Iterator[EvidenceFile]: ...
+
+    def __len__(self) -> int: ...
+
+
 class TableRows(typing.Protocol):
     """Rows of an output table kept out of the records (spilled as the audit went):
     :func:`auditor.report.tables.write_table` reads them back a batch at a time."""
@@ -235,7 +250,7 @@ class Collected:
     sacct_display: str | None
     execution_commits: dict[str, str] | None
     periods: tuple[PeriodEvidence, ...]
-    evidence: tuple[EvidenceFile, ...]
+    evidence: EvidenceRows
     inputs: tuple[InputFile, ...]
     """Inputs read besides the evidence files the period records list (those are in
     ``evidence``); :meth:`all_inputs` gives both."""
@@ -278,14 +293,28 @@ class Collected:
     def input_counts(self) -> Counter[str]:
         """How many inputs :meth:`all_inputs` gives per group (without making them)."""
         counts = Counter(item.group for item in self.inputs)
-        counts["raw_evidence"] += sum(1 for _ in self._hashed_evidence())
+        hashed = getattr(self.evidence, "hashed", None)
+        counts["raw_evidence"] += hashed if hashed is not None \
+            else sum(1 for _ in self._hashed_evidence())
         return counts
+
+    def evidence_statuses(self) -> Counter[str]:
+        """How many evidence rows have each status."""
+        known = getattr(self.evidence, "statuses", None)
+        return Counter(known) if known is not None \
+            else Counter(row.status for row in self.evidence)
+
+    def unusual_evidence(self) -> list[EvidenceFile]:
+        """The evidence rows that are not verified, by path (the few the report names)."""
+        known = getattr(self.evidence, "unusual", None)
+        return list(known) if known is not None \
+            else [row for row in self.evidence if row.status != "verified"]
 
     def _hashed_evidence(self) -> Iterator[EvidenceFile]:
         """The evidence rows of files that were read and hashed: listed ones, and those
         no period record lists (read too, so ``auditor verify`` re-checks them)."""
         return (ef for ef in self.evidence if ef.actual_sha256 is not None
-                and ef.status in ("verified", "mismatched", "unlisted"))
+                and ef.status in HASHED_STATUSES)
 
 
 def _input_order(item: InputFile) -> tuple[str, str]:

@@ -286,8 +286,9 @@ def _gpus(gpus: int | None) -> str:
 
 
 def _problems(result: AuditResult, reasoning: Reasoning) -> str:
-    bad = [e for e in result.collected.evidence if e.status not in ("verified", "unlisted")]
-    unlisted = [e for e in result.collected.evidence if e.status == "unlisted"]
+    unusual = result.collected.unusual_evidence()
+    bad = [e for e in unusual if e.status != "unlisted"]
+    unlisted = [e for e in unusual if e.status == "unlisted"]
     unreadable = [p for p in result.collected.periods if not p.record.readable]
     if not (bad or unlisted or unreadable):
         return ""
@@ -500,7 +501,7 @@ def _period_table(result: AuditResult, reasoning: Reasoning) -> str:
 
 def _locator(result: AuditResult) -> str:
     collected = result.collected
-    integrity = Counter(e.status for e in collected.evidence)
+    integrity = collected.evidence_statuses()
     listed = sum(n for s, n in integrity.items() if s != "unlisted")
     lines = ["## Evidence locator", ""]
     lines.append(code_block([

@@ -106,13 +106,13 @@ def _integrity(result: AuditResult) -> dict[str, int]:
     collected = result.collected
     integrity = {"files_listed": 0, "verified": 0, "mismatched": 0, "missing": 0,
                  "unlisted": 0, "unsafe_paths": 0, "unreadable": 0}
-    for row in collected.evidence:
-        if row.status == "unlisted":
-            integrity["unlisted"] += 1
+    for status, count in sorted(collected.evidence_statuses().items()):
+        if status == "unlisted":
+            integrity["unlisted"] += count
             continue
-        integrity["files_listed"] += 1
-        key = {"unsafe": "unsafe_paths"}.get(row.status, row.status)
-        integrity[key] = integrity.get(key, 0) + 1
+        integrity["files_listed"] += count
+        key = {"unsafe": "unsafe_paths"}.get(status, status)
+        integrity[key] = integrity.get(key, 0) + count
     # The period records are evidence too (the seed's locator names them beside the files
     # they list, and the contract's seed summary counts them: 162 = 144 files + 18 records):
     # listed, and verified when read and parsed.
