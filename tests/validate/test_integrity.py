@@ -64,7 +64,7 @@ def _opened_files() -> Iterator[list[str]]:
         return real_os_open(file, *args, **kwargs)
 
     builtins.open = spy
-    os.open = os_spy
+    os.open = os_spy  # type: ignore[assignment]
     try:
         yield opened
     finally:
