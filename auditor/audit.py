@@ -410,8 +410,8 @@ class Fold:
 def let_go(period: PeriodEvidence, protocol: Protocol) -> PeriodEvidence:
     """What the report still needs of a judged period: its records but the manifest
     entries and evidence rows (the study's :class:`EvidenceSpill` keeps the rows), the
-    log's events and the traces' phase records (rows of the ``phases`` table; each trace
-    keeps its digest)."""
+    log's events, the device files (rows of the ``devices`` table) and the traces' phase
+    records (rows of the ``phases`` table; each trace keeps its digest)."""
     phases = protocol.completion_phases
     first, last = (phases[0], phases[-1]) if len(phases) >= 2 else ("", "")
     attempts = []
@@ -422,8 +422,8 @@ def let_go(period: PeriodEvidence, protocol: Protocol) -> PeriodEvidence:
             phases_reached(trace), completes_cleanly(trace, steps, first, last))))
             for trace in read.traces)
         log = replace(read.log, events=()) if read.log is not None else None
-        attempts.append(replace(attempt, spec=replace(attempt.spec, evidence=()),
-                                read=replace(read, traces=traces, log=log), files=()))
+        attempts.append(replace(attempt, spec=replace(attempt.spec, evidence=()), files=(),
+                                read=replace(read, traces=traces, log=log, devices=())))
     return PeriodEvidence(replace(period.record, attempts=tuple(a.spec for a in attempts)),
                           tuple(attempts))
 

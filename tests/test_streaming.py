@@ -13,6 +13,7 @@ import auditor.audit
 from auditor._cli import main
 from auditor._pool import AHEAD, LocalPool, chunk_size
 from auditor.audit import KEPT_WHOLE, Auditor, drive, paused_gc, run_audit
+from auditor.report.tables import device_values
 from tests.helpers import note_task
 
 PERIODS = 2 * 20  # (two arms of a pair a element: both periods of an element share its job)
@@ -34,7 +35,8 @@ def _outputs(out: Path) -> dict[str, bytes]:
 
 def test_a_judged_period_keeps_only_what_the_report_needs(study: Path) -> None:
     """Past the first periods (the timeline plot's), a judged period keeps no phase record
-    (its traces their digests), no manifest entry and no log event; the first keep all."""
+    (its traces their digests), no manifest entry, evidence row, device file or log event;
+    the first keep all."""
     result = run_audit(study)
     periods = result.collected.periods
     assert len(periods) == PERIODS > KEPT_WHOLE
@@ -43,6 +45,7 @@ def test_a_judged_period_keeps_only_what_the_report_needs(study: Path) -> None:
         for attempt in period.attempts:
             assert attempt.spec.evidence == ()
             assert attempt.read.log is None or attempt.read.log.events == ()
+            assert attempt.files == () and attempt.read.devices == ()
             assert attempt.read.traces and all(
                 t.phases == () and t.digest is not None for t in attempt.read.traces)
     assert all(t.phases and t.digest is None for p in periods[:KEPT_WHOLE]
@@ -51,6 +54,10 @@ def test_a_judged_period_keeps_only_what_the_report_needs(study: Path) -> None:
     phases = sum(len(t.phases) for unit in whole.units for a in unit.evidence.attempts
                  for t in a.read.traces)
     assert result.collected.tables["phases"].rows == phases > 0
+    for column, field in (("role", "role"), ("memory_total_mib", "memory_total_mib")):
+        assert device_values(result, column) == {  # (what the report reads of devices)
+            getattr(d, field) for unit in whole.units for a in unit.evidence.attempts
+            for d in a.read.devices} != set()
 
 
 def test_letting_go_changes_no_byte_of_the_report(study: Path, tmp_path: Path,

@@ -60,6 +60,7 @@ from auditor.report.mdformat import (
     utc,
     utc_seconds,
 )
+from auditor.report.tables import device_values
 
 PHASE_WORDS = {"rollout_init": "rollout-initialization", "init_model": "model-initialization",
                "actor_update": "actor-update", "weight_sync": "weight-synchronization",
@@ -575,8 +576,7 @@ def _attempt_pattern(result: AuditResult) -> str:
 
 
 def _role(result: AuditResult) -> str:
-    roles = {d.role for p in result.collected.periods for a in p.attempts
-             for d in a.read.devices}
+    roles = device_values(result, "role")
     role = next(iter(roles)) if len(roles) == 1 else None
     return role or "<role>"
 

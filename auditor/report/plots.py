@@ -288,8 +288,10 @@ def _peak_points(result: AuditResult) -> tuple[
                     (trial.peak_mib, "attempt not counted"))
     if not by_config:
         return (), ()
-    capacities = sorted({d.memory_total_mib for p in result.collected.periods
-                         for a in p.attempts for d in a.read.devices if d.memory_total_mib})
+    from auditor.report.tables import device_values  # (pyarrow: not before the audit)
+
+    capacities = sorted(value for value in device_values(result, "memory_total_mib")
+                        if value)
     keys = sorted(by_config, key=lambda k: (k.rsplit("@", 1)[1].zfill(6), k))
     return tuple((key, tuple(by_config[key])) for key in keys), tuple(capacities)
 

@@ -240,6 +240,17 @@ def _devices(result: AuditResult) -> Iterable[tuple[Any, ...]]:
             yield from device_rows(period, attempt)
 
 
+def device_values(result: AuditResult, column: str) -> set[Any]:
+    """Every value of one column of the ``devices`` table (read back from its spilled rows
+    when the audit let the periods' devices go, else from the periods)."""
+    spilled = result.collected.tables.get("devices")
+    if spilled is not None:
+        return {value for batch in spilled.batches()
+                for value in batch.column(column).to_pylist()}
+    index = SCHEMAS["devices"].names.index(column)
+    return {row[index] for row in _devices(result)}
+
+
 def device_rows(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[tuple[Any, ...]]:
     """The ``devices`` rows of one attempt of ``period``."""
     record = period.record
