@@ -411,14 +411,15 @@ def let_go(period: PeriodEvidence, protocol: Protocol) -> PeriodEvidence:
     """What the report still needs of a judged period: its records but the manifest
     entries and evidence rows (the study's :class:`EvidenceSpill` keeps the rows), the
     log's events, the device files (rows of the ``devices`` table) and the traces' phase
-    records (rows of the ``phases`` table; each trace keeps its digest)."""
+    records (rows of the ``phases`` table) and identities (which judging checked): each
+    trace keeps its digest."""
     phases = protocol.completion_phases
     first, last = (phases[0], phases[-1]) if len(phases) >= 2 else ("", "")
     attempts = []
     for attempt in period.attempts:
         read = attempt.read
         steps = read.trial.dispatched_int(protocol.steps_from) if read.trial else None
-        traces = tuple(replace(trace, phases=(), digest=_shared(TraceDigest(
+        traces = tuple(replace(trace, phases=(), pids=(), ranks=(), digest=_shared(TraceDigest(
             phases_reached(trace), completes_cleanly(trace, steps, first, last))))
             for trace in read.traces)
         log = replace(read.log, events=()) if read.log is not None else None

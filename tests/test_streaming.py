@@ -47,7 +47,8 @@ def test_a_judged_period_keeps_only_what_the_report_needs(study: Path) -> None:
             assert attempt.read.log is None or attempt.read.log.events == ()
             assert attempt.files == () and attempt.read.devices == ()
             assert attempt.read.traces and all(
-                t.phases == () and t.digest is not None for t in attempt.read.traces)
+                t.phases == t.pids == t.ranks == () and t.digest is not None
+                for t in attempt.read.traces)
     assert all(t.phases and t.digest is None for p in periods[:KEPT_WHOLE]
                for a in p.attempts for t in a.read.traces)
     whole = drive(Auditor(study).collect(), lambda event: None)  # (no fold: all kept)

@@ -239,8 +239,9 @@ class AllocatorTrace:
     """Latest ``finished_ns``/``sample_ns`` of any record."""
     findings: tuple[Finding, ...] = ()
     digest: TraceDigest | None = None
-    """What the report says of the phases once they are let go (``phases`` is then empty:
-    its rows are the ``phases`` table's); None while they are kept."""
+    """What the report says of the phases once the records are let go (``phases``, ``pids``
+    and ``ranks`` are then empty: the phases are rows of the ``phases`` table, the
+    identities were checked when the period was judged); None while they are kept."""
 
 
 @fast_pickle
