@@ -45,3 +45,17 @@ def test_a_period_alone_in_its_job_is_judged_as_it_comes() -> None:
     """A job of its own: the period's attempt is its job's last, so the TIMEOUT is its end."""
     study = collected(_shutdown(1), dump=sacct(sacct_job("TIMEOUT")))
     assert [reason for _, _, reason in _judged(study)] == [Reason.TIME_LIMIT]
+
+
+def test_an_attempt_no_record_names_the_job_of_waits_for_the_study() -> None:
+    """Period 1's record names no job for its attempt (its trial record does: the same as
+    period 2's): which attempt the job launched last is known only once every period is
+    read, so period 1 waits for the end, and the TIMEOUT is period 2's."""
+    first = _shutdown(1)
+    spec = replace(first.attempts[0].spec, job_id=None)
+    first = PeriodEvidence(replace(first.record, attempts=(spec,)),
+                           (replace(first.attempts[0], spec=spec),))
+    second = _shutdown(2)
+    study = collected(first, second, dump=sacct(sacct_job("TIMEOUT")))
+    assert [reason for _, _, reason in _judged(study)] == [Reason.COMPLETED,
+                                                            Reason.TIME_LIMIT]
