@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-import auditor.audit
+import auditor.fold
 from auditor._cli import main
 from auditor._pool import AHEAD, LocalPool, chunk_size
-from auditor.audit import KEPT_WHOLE, Auditor, drive, paused_gc, run_audit
+from auditor.audit import Auditor, drive, paused_gc, run_audit
+from auditor.fold import KEPT_WHOLE
 from auditor.report.tables import device_values
 from tests.helpers import note_task
 
@@ -66,7 +67,7 @@ def test_letting_go_changes_no_byte_of_the_report(study: Path, tmp_path: Path,
     """Every output of an audit that lets judged periods go is that of one keeping them
     all: the tables from the spilled rows, the diagnosis groups from the digests."""
     assert main(["audit", str(study), "--out", str(tmp_path / "lean"), "--quiet"]) == 0
-    monkeypatch.setattr(auditor.audit, "KEPT_WHOLE", 10**9)
+    monkeypatch.setattr(auditor.fold, "KEPT_WHOLE", 10**9)
     assert main(["audit", str(study), "--out", str(tmp_path / "whole"), "--quiet"]) == 0
     lean, whole = _outputs(tmp_path / "lean"), _outputs(tmp_path / "whole")
     assert lean.keys() == whole.keys() and len(lean) > 8

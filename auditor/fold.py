@@ -1,0 +1,304 @@
+"""Folding a study's collected periods into the audit's result, a period at a time.
+
+:class:`Joining` joins each period's manifest with its attempts' reads as they arrive;
+:class:`Fold` validates and judges each period as it comes (:class:`StudyJudge`), spills
+its per-file rows (evidence, phases, devices) out of memory and lets go of what the report
+does not need of it (:func:`let_go`); :meth:`Fold.finish` assembles the study
+(:func:`assemble_collected`), runs the study-level checks and applies the findings' limits.
+A single audit folds its periods as they are read, a merge those of its shards: the same
+code, the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Generator, Sequence
+from dataclasses import replace
+
+from auditor._io import clip
+from auditor._spill import EvidenceSpill
+from auditor.catalogue import finding
+from auditor.model import (
+    AttemptRead,
+    AuditOptions,
+    AuditResult,
+    Citation,
+    Collected,
+    CollectedParts,
+    EvidenceFile,
+    EvidenceRows,
+    Finding,
+    InputFile,
+    PeriodEvidence,
+    PeriodRecord,
+    PeriodUnit,
+    Progress,
+    Protocol,
+    TraceDigest,
+    completes_cleanly,
+    phases_reached,
+)
+from auditor.reason.engine import PERIOD_RANKS, StudyJudge
+from auditor.report.plots import MAX_TIMELINE_PERIODS
+from auditor.report.tables import SpilledRows, device_rows, phase_rows
+from auditor.validate.integrity import (
+    assemble,
+    integrity_findings,
+    layout_findings,
+    unlisted_rows,
+)
+
+CAP_SUMMARIES = frozenset({"AUD013", "AUD016"})
+"""Findings that report a cap: never dropped by the per-file cap (the study's counts them)."""
+
+
+class Joining:
+    """Joins each period's manifest with its attempts' reads as they arrive (in the
+    periods' order), a period as soon as the last of its attempts is in; each joined
+    period goes to the fold, if any, which keeps what is left of it. ``queue``: the
+    periods to join, (index, record, its input, the problems opening it), each let go
+    once joined."""
+
+    def __init__(self, queue: deque[tuple[int, PeriodRecord, InputFile | None, list[Finding]]],
+                 pre: dict[str, list[EvidenceFile]], fold: Fold | None) -> None:
+        self.queue, self.pre, self.fold = queue, pre, fold
+        self.reads: dict[str, AttemptRead] = {}
+        self.units_read: list[PeriodUnit] = []
+        """The periods joined, when there is no fold (which keeps them itself)."""
+
+    def add(self, read: AttemptRead) -> None:
+        """One attempt's read; every period now complete is joined."""
+        self.reads[read.key] = read
+        self._join_ready()
+
+    def _join_ready(self) -> None:
+        while self.queue:
+            index, record, record_input, problems = self.queue[0]
+            keys = [f"{record.pair}/period-{record.period}#{spec.index}"
+                    for spec in record.attempts]
+            if not all(key in self.reads for key in keys):
+                return
+            self.queue.popleft()
+            (evidence,), _ = assemble([record], self.pre, self.reads)
+            for key in keys:
+                del self.reads[key]
+                self.pre.pop(key, None)
+            unit = PeriodUnit(index, evidence, tuple(problems), record_input)
+            if self.fold is not None:
+                self.fold.add(unit)
+            else:
+                self.units_read.append(unit)
+
+    def units(self) -> list[PeriodUnit]:
+        """Every period, joined (those after the last read need none: no attempt); with
+        a fold, as it keeps them."""
+        self._join_ready()
+        if self.queue:
+            raise RuntimeError("an attempt's evidence was never read")
+        return self.fold.units if self.fold is not None else self.units_read
+
+
+def assemble_collected(parts: CollectedParts,
+                       pieces: Sequence[Sequence[list[Finding]]] | None = None,
+                       spilled: EvidenceSpill | None = None) -> Collected:
+    """The study's :class:`Collected` from its parts (one audit's, or every shard's merged):
+    the periods in their order, the findings in the order collection reports them (the
+    study's inputs, each period's record, each attempt's reading, integrity, the layout,
+    the command line's inputs), the evidence rows and inputs sorted. ``pieces``: each
+    unit's :func:`unit_findings`, in the units' order, when made already; ``spilled``: the
+    periods' evidence rows, when kept there as they came (the periods then hold none)."""
+    units = sorted(parts.units, key=lambda unit: unit.index)
+    if pieces is None:
+        pieces = [unit_findings(unit) for unit in units]
+    periods = [unit.evidence for unit in units]
+    findings = list(parts.study_findings)
+    for kind in range(len(PERIOD_RANKS)):
+        findings.extend(item for piece in pieces for item in piece[kind])
+    unlisted = unlisted_rows(outcome for _, outcome in sorted(
+        parts.unlisted, key=lambda item: item[0]))
+    rows: EvidenceRows
+    if spilled is not None:
+        spilled.extend(unlisted)
+        rows = spilled
+    else:
+        evidence = [row for period in periods for attempt in period.attempts
+                    for row in attempt.files]
+        evidence.extend(unlisted)
+        rows = tuple(sorted(evidence, key=lambda e: e.path))
+    findings.extend(integrity_findings(unlisted))
+    findings.extend(layout_findings(parts.root, parts.layout, periods))
+    findings.extend(parts.input_findings)
+    inputs = [*parts.study_inputs, *(unit.record_input for unit in units
+                                     if unit.record_input is not None)]
+    return Collected(
+        root=parts.root,
+        layout=parts.layout,
+        protocol=parts.protocol,
+        sacct=parts.sacct,
+        sacct_display=parts.sacct_display,
+        execution_commits=parts.execution_commits,
+        periods=tuple(periods),
+        evidence=rows,
+        inputs=tuple(sorted(inputs, key=_input_order)),
+        findings=tuple(findings),
+    )
+
+
+def unit_findings(unit: PeriodUnit) -> tuple[list[Finding], list[Finding], list[Finding]]:
+    """A period's collection findings (:data:`~auditor.reason.engine.PERIOD_RANKS`): its
+    record's (opening it, then its own), its attempts' reading's, its files' integrity."""
+    attempts = unit.evidence.attempts
+    return ([*unit.problems, *unit.evidence.record.findings],
+            [item for attempt in attempts for item in attempt.read.findings],
+            integrity_findings(row for attempt in attempts for row in attempt.files))
+
+
+def _before_reading(head: CollectedParts, records: Sequence[PeriodRecord]) -> Collected:
+    """The study as the judge first sees it: its inputs, the scheduler's dump and each
+    period's record, no evidence read."""
+    return Collected(root=head.root, layout=head.layout, protocol=head.protocol,
+                     sacct=head.sacct, sacct_display=head.sacct_display,
+                     execution_commits=head.execution_commits,
+                     periods=tuple(PeriodEvidence(record, ()) for record in records),
+                     evidence=(), inputs=head.study_inputs, findings=head.study_findings)
+
+
+KEPT_WHOLE = MAX_TIMELINE_PERIODS
+"""Periods kept with every record they were read with (the timeline plot draws their
+phases); every later one keeps only what the report says of it (:func:`let_go`)."""
+
+
+class Fold:
+    """A study's periods folded one at a time, in the study's order, as they are
+    collected: each is validated and judged (:class:`StudyJudge`), its phase and device
+    rows are spilled to their tables, and its records are let go (:func:`let_go`): kept
+    whole only for the first :data:`KEPT_WHOLE` and for one that waits for the study.
+    ``head``: the study's parts before any period (its inputs, layout, findings)."""
+
+    def __init__(self, head: CollectedParts, records: Sequence[PeriodRecord],
+                 options: AuditOptions) -> None:
+        study = _before_reading(head, records)
+        self.options = options
+        self.protocol = head.protocol
+        self.judge = StudyJudge(study, options, (
+            list(head.study_findings), layout_findings(head.root, head.layout, study.periods),
+            list(head.input_findings)))
+        self.pieces: list[tuple[list[Finding], list[Finding], list[Finding]]] = []
+        self.tables = {name: SpilledRows(name) for name in ("phases", "devices")}
+        self.evidence = EvidenceSpill()
+        self.units: list[PeriodUnit] = []
+        """The periods folded, in order: each judged one as :func:`let_go` leaves it."""
+
+    def add(self, unit: PeriodUnit) -> None:
+        """Fold the study's next period."""
+        self.pieces.append(unit_findings(unit))
+        period = unit.evidence
+        for attempt in period.attempts:
+            self.tables["phases"].extend(phase_rows(period, attempt))
+            self.tables["devices"].extend(device_rows(period, attempt))
+            self.evidence.extend(attempt.files)
+        self.units.append(unit)
+        for slot in self.judge.add(period, self.pieces[-1]):
+            if slot >= KEPT_WHOLE:  # (judged: what the report needs of it is kept)
+                kept = self.units[slot]
+                self.units[slot] = replace(kept, evidence=let_go(kept.evidence,
+                                                                 self.protocol))
+
+    def finish(self, parts: CollectedParts) -> Generator[Progress, None, AuditResult]:
+        """The audit's result, once every period is folded (``parts``: the study's, its
+        units those :meth:`add` gave back)."""
+        yield Progress("validate", 0, 1)
+        collected = replace(assemble_collected(replace(parts, units=tuple(self.units)),
+                                               self.pieces, self.evidence), tables=self.tables)
+        yield Progress("reason", 0, 1)
+        validation, reasoning = self.judge.finish(collected)
+        findings, not_kept = apply_limits(
+            [*collected.findings, *validation, *reasoning.findings], self.options)
+        # ...and those a collector counted as it read (a trace of a million bad lines)
+        not_kept += sum(int(item.value("dropped", 0)) for item in collected.findings
+                        if item.rule_id == "AUD013")
+        return AuditResult(
+            collected=collected,
+            findings=findings,
+            verdicts=reasoning.verdicts,
+            reasoning=reasoning,
+            options=self.options,
+            partial=any(f.rule_id in CAP_SUMMARIES for f in findings),
+            findings_not_kept=not_kept,
+        )
+
+
+def let_go(period: PeriodEvidence, protocol: Protocol) -> PeriodEvidence:
+    """What the report still needs of a judged period: its records but the manifest
+    entries and evidence rows (the study's :class:`EvidenceSpill` keeps the rows), the
+    log's events, the device files (rows of the ``devices`` table) and the traces' phase
+    records (rows of the ``phases`` table) and identities (which judging checked): each
+    trace keeps its digest."""
+    phases = protocol.completion_phases
+    first, last = (phases[0], phases[-1]) if len(phases) >= 2 else ("", "")
+    attempts = []
+    for attempt in period.attempts:
+        read = attempt.read
+        steps = read.trial.dispatched_int(protocol.steps_from) if read.trial else None
+        traces = tuple(replace(trace, phases=(), pids=(), ranks=(), digest=_shared(TraceDigest(
+            phases_reached(trace), completes_cleanly(trace, steps, first, last))))
+            for trace in read.traces)
+        log = replace(read.log, events=()) if read.log is not None else None
+        attempts.append(replace(attempt, spec=replace(attempt.spec, evidence=()), files=(),
+                                read=replace(read, traces=traces, log=log, devices=())))
+    return PeriodEvidence(replace(period.record, attempts=tuple(a.spec for a in attempts)),
+                          tuple(attempts))
+
+
+def without_entries(record: PeriodRecord) -> PeriodRecord:
+    """``record`` without its attempts' manifest entries (what judging the study needs of
+    a period before its evidence is read)."""
+    return replace(record, attempts=tuple(replace(spec, evidence=())
+                                          for spec in record.attempts))
+
+
+def _shared(digest: TraceDigest) -> TraceDigest:
+    """One digest for each that is alike (most traces reach the same phases)."""
+    return _DIGESTS.setdefault(digest, digest)
+
+
+_DIGESTS: dict[TraceDigest, TraceDigest] = {}
+
+
+def apply_limits(findings: list[Finding], options: AuditOptions) -> tuple[tuple[Finding, ...],
+                                                                         int]:
+    """Cap findings per cited file and in all, clip quotes: (the findings kept, how many
+    were counted but not kept). Each cap reached is summed up in an ``AUD013``: a file's
+    among the warnings, the study's (at most ``max_findings`` kept before it) last."""
+    per_file: Counter[str] = Counter()
+    dropped_per_file: Counter[str] = Counter()
+    kept: list[Finding] = []
+    order = {"error": 0, "warning": 1, "info": 2}
+    for item in sorted(findings, key=lambda f: order[f.severity.value]):
+        path = item.citations[0].path if item.citations else item.subject
+        if item.rule_id not in CAP_SUMMARIES and per_file[path] >= options.max_findings_per_file:
+            dropped_per_file[path] += 1
+            continue
+        per_file[path] += 1
+        if any(len(c.quote) > options.max_quote for c in item.citations):
+            item = replace(item, citations=tuple(
+                replace(c, quote=clip(c.quote, options.max_quote)) for c in item.citations))
+        kept.append(item)
+    # each file's cap summed up among the warnings (the study's cap may cut them too: one a
+    # file, they could be thousands)
+    kept = sorted([*kept, *(finding("AUD013", path, [Citation(path)], dropped=dropped,
+                                    cap=options.max_findings_per_file)
+                            for path, dropped in sorted(dropped_per_file.items()))],
+                  key=lambda f: order[f.severity.value])
+    not_kept = sum(dropped_per_file.values())
+    if len(kept) > options.max_findings:
+        dropped = len(kept) - options.max_findings
+        kept = kept[: options.max_findings]
+        kept.append(finding("AUD013", "study", [], path="all files", dropped=dropped,
+                            cap=options.max_findings))
+        not_kept += dropped
+    return tuple(kept), not_kept
+
+
+def _input_order(item: InputFile) -> tuple[str, str]:
+    return item.group, item.path
