@@ -51,6 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [s for s in sizes if s not in bench.PLANS]
     if unknown or args.repeat < 1:
         parser.error(f"unknown size(s) {unknown}" if unknown else "--repeat must be >= 1")
+    args.workdir = args.workdir.resolve()  # (the audits run elsewhere: run.run_cli)
     args.workdir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(dir=args.workdir, prefix="ab-"))
     tree = _worktree(args.against, scratch)

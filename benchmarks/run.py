@@ -483,9 +483,10 @@ def run_cli(arguments: Sequence[str], out: Path, timeout: float,
     command = [sys.executable, "-c", _WRAPPER, str(usage_path), *arguments]
     with tempfile.TemporaryFile() as stderr:
         started = time.perf_counter()
-        process = subprocess.Popen(
+        process = subprocess.Popen(  # (not run from the checkout: "python -c" puts the
+            # working directory first on sys.path, before a PYTHONPATH naming other sources)
             command, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
-            env=env,
+            env=env, cwd=out.parent,
         )
         sampler = TreeSampler(process.pid)
         sampler.start()
