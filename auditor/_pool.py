@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from functools import partial
+from itertools import islice
 from typing import Any, Generic, Protocol, TypeVar
 
 from auditor._process import helper_args, helper_context, helper_signals, signals_deferred
@@ -51,8 +52,9 @@ class Pool(Protocol):
         """Start ``function(item)``; the returned call gives its result."""
 
     def map(self, function: Callable[[T], R], items: Iterable[T],
-            total_bytes: int) -> Iterator[R]:
-        """``function`` over ``items``, the results in order."""
+            total_bytes: int, count: int | None = None) -> Iterator[R]:
+        """``function`` over ``items``, the results in order (``count``: how many items
+        there are, when ``items`` is made as it is taken)."""
 
     def close(self) -> None:
         """Let go of the workers, cancelling what they have not done."""
@@ -188,37 +190,41 @@ class LocalPool:
         return self._pool
 
     def map(self, function: Callable[[T], R], items: Iterable[T],
-             total_bytes: int) -> Iterator[R]:
+            total_bytes: int, count: int | None = None) -> Iterator[R]:
         """Run ``function`` over ``items`` inline or in a process pool, in order. In a
         pool, chunks of tasks go out :data:`AHEAD` per worker ahead of the caller (the next
         as each result is taken: a caller slower than the workers holds no more results
-        than that); inline, each runs as its result is taken."""
-        pending = deque(items)  # each task is let go once sent (or done)
-        if not self._pooled(len(pending), total_bytes):
-            return (function(pending.popleft()) for _ in range(len(pending)))
-        chunksize = chunk_size(len(pending), total_bytes, self._jobs)
-        return self._ahead(function, pending, chunksize)
+        than that); inline, each runs as its result is taken. ``items`` is taken only as
+        tasks go out (a generator of them is made as it goes) when ``count`` says how many
+        there are."""
+        if count is None:
+            items = deque(items)  # each task is let go once sent (or done)
+            count = len(items)
+        pending = iter(items)
+        if not self._pooled(count, total_bytes):
+            return (function(item) for item in pending)
+        return self._ahead(function, pending, chunk_size(count, total_bytes, self._jobs))
 
-    def _ahead(self, function: Callable[[T], R], pending: deque[T], chunksize: int
+    def _ahead(self, function: Callable[[T], R], pending: Iterator[T], chunksize: int
                ) -> Iterator[R]:
         pool = self._open_pool()
         sent: deque[Future[list[R]]] = deque()
 
-        def send() -> None:
-            chunk = [pending.popleft() for _ in range(min(chunksize, len(pending)))]
-            # submitting is not cut short by a signal either (like starting and shutting
-            # the pool down): the pool's bookkeeping is not built to be interrupted
-            with signals_deferred():
-                sent.append(pool.submit(_each, function, chunk))
+        def send() -> bool:
+            chunk = list(islice(pending, chunksize))
+            if chunk:
+                # submitting is not cut short by a signal either (like starting and
+                # shutting the pool down): its bookkeeping is not built to be interrupted
+                with signals_deferred():
+                    sent.append(pool.submit(_each, function, chunk))
+            return bool(chunk)
 
-        while pending and len(sent) < AHEAD * self._jobs:
-            send()
+        while len(sent) < AHEAD * self._jobs and send():
+            pass
         while sent:
             results = sent.popleft().result()
-            if pending:
-                send()
+            send()
             yield from results
-
 
 
 AHEAD = 2
@@ -344,9 +350,9 @@ class DaskPool:
         return self._result(future)[0]
 
     def map(self, function: Callable[[T], R], items: Iterable[T],
-            total_bytes: int) -> Iterator[R]:
+            total_bytes: int, count: int | None = None) -> Iterator[R]:
         """Run ``function`` over ``items`` on the cluster, every batch sent at once; the
-        results in order."""
+        results in order (``count`` is not needed: every item is made before it goes)."""
         items = list(items)
         if not items:
             return iter(())

@@ -5,6 +5,7 @@ pool reads only a little ahead of that. The report is the same as if nothing wer
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,27 @@ def test_the_pool_reads_only_a_little_ahead_of_the_audit(tmp_path: Path) -> None
     assert [first, *rest] == list(range(400))
     chunk = chunk_size(400, 400 << 20, 2)
     assert started <= (AHEAD * 2 + 1) * chunk < 400
+
+
+def test_the_tasks_are_made_only_as_the_pool_sends_them(tmp_path: Path) -> None:
+    """Told how many there are, the pool takes tasks from a generator only as it sends
+    them: the audit plans an attempt's reading as it goes (a million files' tasks, made at
+    once, held 0.3 GB)."""
+    log = tmp_path / "started.log"
+    made: list[int] = []
+
+    def tasks() -> Iterator[tuple[str, int]]:
+        for number in range(400):
+            made.append(number)
+            yield str(log), number
+
+    pool = LocalPool(2)
+    try:
+        results = pool.map(note_task, tasks(), 400 << 20, count=400)
+        first = next(results)
+        planned = len(made)
+        rest = list(results)
+    finally:
+        pool.close()
+    assert [first, *rest] == list(range(400)) and len(made) == 400
+    assert planned <= (AHEAD * 2 + 1) * chunk_size(400, 400 << 20, 2) < 400

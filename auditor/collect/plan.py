@@ -8,7 +8,7 @@ too (hashed only), so ``auditor verify`` re-checks them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from auditor.collect.attempt import PARSED_KINDS
@@ -30,15 +30,13 @@ from auditor.model.paths import join_text
 
 def plan_reads(
     root: Path, periods: Iterable[PeriodRecord], protocol: Protocol,
-    regular_files: frozenset[str],
-) -> tuple[list[AttemptTask], dict[str, list[EvidenceFile]]]:
-    """Path-check every listed file; build one read task per attempt.
+    regular_files: frozenset[str], pre: dict[str, list[EvidenceFile]],
+) -> Iterator[AttemptTask]:
+    """Path-check every listed file; one read task per attempt, made as it is wanted (a
+    study's tasks need not all exist at once).
 
-    Returns the tasks and, per attempt key, the evidence rows decided before
-    reading (unsafe, missing, unreadable); readable files get their row after.
-    """
-    tasks: list[AttemptTask] = []
-    pre: dict[str, list[EvidenceFile]] = {}
+    The evidence rows decided before reading (unsafe, missing, unreadable) go to ``pre``,
+    by the attempt's key, as its task is made; readable files get their row after."""
     for record in periods:
         for spec in record.attempts:
             key = f"{record.pair}/period-{record.period}#{spec.index}"
@@ -57,9 +55,8 @@ def plan_reads(
                         else check.resolved
                     files.append(FileTask(check.display, kind, resolved))
             pre[key] = rows
-            tasks.append(AttemptTask(key, str(root), tuple(files), protocol.steps_from,
-                                     protocol.terminal_pattern))
-    return tasks, pre
+            yield AttemptTask(key, str(root), tuple(files), protocol.steps_from,
+                              protocol.terminal_pattern)
 
 
 def evidence_row(record: PeriodRecord, spec: AttemptSpec, entry: EvidenceEntry, display: str,
