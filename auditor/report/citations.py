@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from auditor._io import clip
@@ -245,18 +245,19 @@ def _cite_file(shown: str, group: Sequence[Citation]) -> str:
 
 
 def render_evidence(result: AuditResult, groups: Sequence[tuple[str, Sequence[Verdict]]]
-                    ) -> str:
-    """``evidence.md``: every period's citations, under its diagnosis group's title."""
+                    ) -> Iterator[str]:
+    """``evidence.md``, a line at a time (each ending its line): every period's citations,
+    under its diagnosis group's title (a million periods' lines are never held at once)."""
     root = str(result.collected.root)
-    lines = ["# Evidence cited", "",
-             "Every period's citations (file: lines or JSON pointers), by diagnosis group as "
-             "in [`diagnostic.md`](diagnostic.md). Paths are relative to the evidence root "
-             f"{code_span(root, 400)}; the attempt directory is named first. The same "
-             "citations, one row each, are in `findings.parquet` and `evidence.parquet`."]
+    yield from ("# Evidence cited\n", "\n",
+                "Every period's citations (file: lines or JSON pointers), by diagnosis group as "
+                "in [`diagnostic.md`](diagnostic.md). Paths are relative to the evidence root "
+                f"{code_span(root, 400)}; the attempt directory is named first. The same "
+                "citations, one row each, are in `findings.parquet` and `evidence.parquet`.\n")
     for title, members in groups:
-        lines += ["", f"## {title}", ""]
-        lines.extend(f"- {code_span(v.subject)}: {cite_group(v.citations)}" for v in members)
-    return "\n".join(lines) + "\n"
+        yield from ("\n", f"## {title}\n", "\n")
+        for verdict in members:
+            yield f"- {code_span(verdict.subject)}: {cite_group(verdict.citations)}\n"
 
 
 def exception_lines(exceptions: Sequence[Verdict]) -> list[str]:

@@ -16,7 +16,7 @@ The output is a pure function of the result: byte-identical for the same evidenc
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from auditor._io import counted
 from auditor.catalogue import in_family
@@ -91,6 +91,11 @@ def render_markdown(result: AuditResult, outputs: Sequence[tuple[str, str, int]]
 
 def render_evidence_md(result: AuditResult) -> str:
     """``evidence.md``: every period's citations, by the report's diagnosis groups."""
+    return "".join(evidence_md_lines(result))
+
+
+def evidence_md_lines(result: AuditResult) -> Iterator[str]:
+    """``evidence.md`` a line at a time (what :func:`render_evidence_md` joins)."""
     return render_evidence(result, [(title, members)
                                     for title, members, _ in _groups(result.reasoning)])
 

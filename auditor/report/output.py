@@ -22,7 +22,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import BrokenExecutor, Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -161,7 +161,7 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
     plots in its helper process while the tables are written (else they are drawn here,
     after them)."""
     with signals_deferred():  # (pyarrow, a compiled extension, is not to be cut short)
-        from auditor.report.markdown import render_evidence_md, render_markdown
+        from auditor.report.markdown import evidence_md_lines, render_markdown
         from auditor.report.summary import build_summary, dumps
         from auditor.report.tables import write_table
 
@@ -203,7 +203,7 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
         if plots:
             for name, png in _drawn(drawing) or draw_plots(data):
                 put(name, png)
-        put("evidence.md", printable(render_evidence_md(result)).encode("utf-8"))
+        put("evidence.md", partial(_write_lines, evidence_md_lines(result)))
         put("diagnostic.md", printable(render_markdown(result, written)).encode("utf-8"))
         with open(staging / MANIFEST, "wb") as handle:
             write_manifest(result, written, handle)
@@ -216,6 +216,13 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
             with signals_deferred():
                 shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def _write_lines(lines: Iterator[str], sink: io.RawIOBase, batch: int = 4096) -> None:
+    """Write text a batch of lines at a time, :func:`auditor._io.printable` (a long
+    report's text is never held whole: nor as text, nor as its bytes)."""
+    while chunk := "".join(islice(lines, batch)):
+        sink.write(printable(chunk).encode("utf-8"))
 
 
 def _drawn(drawing: Future[list[tuple[str, bytes]]] | None) -> list[tuple[str, bytes]] | None:
