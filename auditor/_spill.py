@@ -10,6 +10,7 @@ keeps a study's evidence rows so, and counts what the report says of them as the
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import pickle
 import tempfile
@@ -19,12 +20,26 @@ from dataclasses import fields
 from operator import attrgetter, itemgetter
 from typing import IO, Any
 
+from auditor.errors import OutputError
 from auditor.model import HASHED_STATUSES, EvidenceFile
 
 RUN_ROWS = 16_384
 """Rows sorted together before they go to disk (a run)."""
 PIECE_ROWS = 1024
 """Rows of a run read back at a time while the runs are merged."""
+
+
+@contextlib.contextmanager
+def spilling() -> Iterator[None]:
+    """Around making and writing a temporary file of rows: a temporary directory that is
+    full or cannot be written is the user's one line (exit 2), not a bug."""
+    try:
+        yield
+    except OSError as error:
+        raise OutputError(
+            f"cannot keep the audit's rows in the temporary directory "
+            f"{tempfile.gettempdir()} ({error.strerror or error}); point TMPDIR at a "
+            "directory with room") from None
 
 
 class SortedSpill:
@@ -57,14 +72,16 @@ class SortedSpill:
     def _spill(self) -> None:
         run = sorted(self._pending, key=self._key)  # (stable: equal keys in order added)
         self._pending = []
-        if self._file is None:
-            self._file = tempfile.TemporaryFile()
-        self._file.seek(0, 2)
-        pieces = []
-        for start in range(0, len(run), self._piece_rows):
-            data = pickle.dumps(run[start:start + self._piece_rows], protocol=5)
-            pieces.append((self._file.tell(), len(data)))
-            self._file.write(data)
+        with spilling():
+            if self._file is None:
+                self._file = tempfile.TemporaryFile()
+            self._file.seek(0, 2)
+            pieces = []
+            for start in range(0, len(run), self._piece_rows):
+                data = pickle.dumps(run[start:start + self._piece_rows], protocol=5)
+                pieces.append((self._file.tell(), len(data)))
+                self._file.write(data)
+            self._file.flush()
         self._runs.append(pieces)
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:

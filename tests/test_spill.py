@@ -44,3 +44,21 @@ def test_a_studys_spilled_evidence_is_the_sorted_rows(
     assert spilled.unusual_evidence() == whole.unusual_evidence() != []
     assert spilled.input_counts() == whole.input_counts()
     assert list(spilled.all_inputs()) == list(whole.all_inputs())
+
+
+def test_a_temporary_directory_it_cannot_use_is_one_line_not_a_bug(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The rows go to the temporary directory: one that is gone (or full: ENOSPC, seen on a
+    64 KiB tmpfs) is the user's to fix, one line and exit 2, no output left."""
+    import tempfile
+
+    from auditor._cli import main
+    from tests.helpers import copy_example
+
+    root = copy_example(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "gone"))
+    assert main(["audit", str(root), "--out", str(tmp_path / "out"), "--quiet", "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "temporary directory" in err and "TMPDIR" in err
+    assert not (tmp_path / "out").exists()

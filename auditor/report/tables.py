@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from auditor._io import printable_json
+from auditor._spill import spilling
 from auditor.model import AttemptEvidence, AuditResult, PeriodEvidence
 
 TS = pa.timestamp("ns", tz="UTC")
@@ -349,9 +350,10 @@ class SpilledRows:
         self.schema = SCHEMAS[name]
         self.rows = 0
         self._pending: list[tuple[Any, ...]] = []
-        self._file: IO[bytes] = tempfile.TemporaryFile()
-        self._writer: pa.ipc.RecordBatchStreamWriter | None = pa.ipc.new_stream(
-            self._file, self.schema, options=pa.ipc.IpcWriteOptions(compression="lz4"))
+        with spilling():
+            self._file: IO[bytes] = tempfile.TemporaryFile()
+            self._writer: pa.ipc.RecordBatchStreamWriter | None = pa.ipc.new_stream(
+                self._file, self.schema, options=pa.ipc.IpcWriteOptions(compression="lz4"))
 
     def extend(self, rows: Iterable[tuple[Any, ...]]) -> None:
         """Add ``rows`` (tuples in the table's column order)."""
@@ -366,7 +368,9 @@ class SpilledRows:
 
     def _spill(self, chunk: list[tuple[Any, ...]]) -> None:
         assert self._writer is not None
-        self._writer.write_batch(_batch(chunk, self.schema))
+        batch = _batch(chunk, self.schema)
+        with spilling():
+            self._writer.write_batch(batch)
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         """Every row, a batch of :data:`BATCH_ROWS` at a time, in the order added."""
@@ -374,7 +378,8 @@ class SpilledRows:
             if self._pending:
                 self._spill(self._pending)
                 self._pending = []
-            self._writer.close()
+            with spilling():
+                self._writer.close()
             self._writer = None
         self._file.seek(0)
         yield from pa.ipc.open_stream(self._file)
