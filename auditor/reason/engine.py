@@ -24,6 +24,7 @@ A retried period counts its first completed attempt (every attempt after it is
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -124,8 +125,6 @@ class _Waiting:
     by_subject: dict[str, list[tuple[int, Finding]]]
     by_path: dict[str, list[tuple[int, Finding]]]
     known: set[int]
-    ready: int
-    """How many periods must be in (this one's slot + 1 at least)."""
 
 
 class StudyJudge:
@@ -153,7 +152,10 @@ class StudyJudge:
         self.checks: list[Finding] = []
         self.pins: list[Finding] = []
         self._judged: list[_Judged | None] = []
-        self._waiting: list[_Waiting] = []
+        self._waiting: list[tuple[int, int, _Waiting]] = []
+        """A heap of (periods needed, slot, period): the next ready on top."""
+        self._at_end: list[_Waiting] = []
+        """Periods that wait for the end (an attempt no record names the job of)."""
         self._ready = _ready_at(study)
         self._latest: dict[str, tuple[int, str]] = {}
         """Job id -> (start, ``subject#index``) of the attempt it launched last so far."""
@@ -174,23 +176,22 @@ class StudyJudge:
         _launched_last([period], self._latest)
         slot = len(self._judged)
         self._judged.append(None)
-        self._waiting.append(_Waiting(slot, period, by_subject, by_path, known,
-                                      self._ready[slot] if self._ready is not None else -1))
+        waiting = _Waiting(slot, period, by_subject, by_path, known)
+        if self._ready is None:
+            self._at_end.append(waiting)
+            return []
+        heapq.heappush(self._waiting, (self._ready[slot], slot, waiting))
         return self._judge_ready(slot + 1)
 
     def _judge_ready(self, added: int) -> list[int]:
-        """Judge the waiting periods that ``added`` periods in make ready (-1: at the end)."""
+        """Judge the waiting periods that ``added`` periods in make ready: their slots."""
         done = []
-        waiting = []
         last = _LastAttempts(self._latest)
-        for item in self._waiting:
-            if item.ready < 0 or item.ready > added:
-                waiting.append(item)
-                continue
-            self._judged[item.slot] = self._judge(item.period, item.by_subject, item.by_path,
-                                                  item.known, last)
-            done.append(item.slot)
-        self._waiting = waiting
+        while self._waiting and self._waiting[0][0] <= added:
+            _, slot, item = heapq.heappop(self._waiting)
+            self._judged[slot] = self._judge(item.period, item.by_subject, item.by_path,
+                                             item.known, last)
+            done.append(slot)
         return done
 
     def _judge(self, period: PeriodEvidence, by_subject: dict[str, list[tuple[int, Finding]]],
@@ -214,9 +215,12 @@ class StudyJudge:
     def finish(self, collected: Collected) -> tuple[list[Finding], Reasoning]:
         """The study's validation findings and reasoning, once every period is in
         (``collected``: the study as collected, its ``periods`` those added, in order)."""
-        for waiting in self._waiting:
-            waiting.ready = 0
         self._judge_ready(len(self._judged))
+        last = _LastAttempts(self._latest)
+        for item in self._at_end:
+            self._judged[item.slot] = self._judge(item.period, item.by_subject, item.by_path,
+                                                  item.known, last)
+        self._at_end = []
         judged = [item for item in self._judged if item is not None]
         verdicts = [item.verdict for item in judged]
         outcomes = [outcome for item in judged for outcome in item.outcomes]
