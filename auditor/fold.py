@@ -188,6 +188,8 @@ class Fold:
         self.evidence = EvidenceSpill()
         self.units: list[PeriodUnit] = []
         """The periods folded, in order: each judged one as :func:`let_go` leaves it."""
+        self.digests: dict[TraceDigest, TraceDigest] = {}
+        """One of each trace digest that is alike (most traces reach the same phases)."""
 
     def add(self, unit: PeriodUnit) -> None:
         """Fold the study's next period."""
@@ -202,7 +204,7 @@ class Fold:
             if slot >= KEPT_WHOLE:  # (judged: what the report needs of it is kept)
                 kept = self.units[slot]
                 self.units[slot] = replace(kept, evidence=let_go(kept.evidence,
-                                                                 self.protocol))
+                                                                 self.protocol, self.digests))
 
     def finish(self, parts: CollectedParts) -> Generator[Progress, None, AuditResult]:
         """The audit's result, once every period is folded (``parts``: the study's, its
@@ -228,26 +230,30 @@ class Fold:
         )
 
 
-def let_go(period: PeriodEvidence, protocol: Protocol) -> PeriodEvidence:
+def let_go(period: PeriodEvidence, protocol: Protocol,
+           digests: dict[TraceDigest, TraceDigest]) -> PeriodEvidence:
     """What the report still needs of a judged period: its records but the manifest
     entries and evidence rows (the study's :class:`EvidenceSpill` keeps the rows), the
     log's events, the device files (rows of the ``devices`` table) and the traces' phase
     records (rows of the ``phases`` table) and identities (which judging checked): each
-    trace keeps its digest."""
+    trace keeps its digest (one of each alike, from ``digests``)."""
     phases = protocol.completion_phases
     first, last = (phases[0], phases[-1]) if len(phases) >= 2 else ("", "")
+    record = without_entries(period.record)
     attempts = []
-    for attempt in period.attempts:
+    for attempt, spec in zip(period.attempts, record.attempts, strict=True):
         read = attempt.read
         steps = read.trial.dispatched_int(protocol.steps_from) if read.trial else None
-        traces = tuple(replace(trace, phases=(), pids=(), ranks=(), digest=_shared(TraceDigest(
-            phases_reached(trace), completes_cleanly(trace, steps, first, last))))
-            for trace in read.traces)
+        traces = []
+        for trace in read.traces:
+            digest = TraceDigest(phases_reached(trace),
+                                 completes_cleanly(trace, steps, first, last))
+            traces.append(replace(trace, phases=(), pids=(), ranks=(),
+                                  digest=digests.setdefault(digest, digest)))
         log = replace(read.log, events=()) if read.log is not None else None
-        attempts.append(replace(attempt, spec=replace(attempt.spec, evidence=()), files=(),
-                                read=replace(read, traces=traces, log=log, devices=())))
-    return PeriodEvidence(replace(period.record, attempts=tuple(a.spec for a in attempts)),
-                          tuple(attempts))
+        attempts.append(replace(attempt, spec=spec, files=(), read=replace(
+            read, traces=tuple(traces), log=log, devices=())))
+    return PeriodEvidence(record, tuple(attempts))
 
 
 def without_entries(record: PeriodRecord) -> PeriodRecord:
@@ -255,14 +261,6 @@ def without_entries(record: PeriodRecord) -> PeriodRecord:
     a period before its evidence is read)."""
     return replace(record, attempts=tuple(replace(spec, evidence=())
                                           for spec in record.attempts))
-
-
-def _shared(digest: TraceDigest) -> TraceDigest:
-    """One digest for each that is alike (most traces reach the same phases)."""
-    return _DIGESTS.setdefault(digest, digest)
-
-
-_DIGESTS: dict[TraceDigest, TraceDigest] = {}
 
 
 def apply_limits(findings: list[Finding], options: AuditOptions) -> tuple[tuple[Finding, ...],
