@@ -282,13 +282,17 @@ class Collected:
         """Every input the audit read and hashed, sorted by group and path: ``inputs``,
         and a raw-evidence input per evidence file read (made on demand, so a study of
         many files keeps no second copy of their paths and digests)."""
+        return heapq.merge(self.inputs, self.hashed_inputs(), key=_input_order)
+
+    def hashed_inputs(self) -> Iterator[InputFile]:
+        """The raw-evidence inputs of the evidence files read and hashed, by path (those of
+        :meth:`all_inputs` not held in ``inputs``), made as they are given."""
         root = str(self.root)
-        hashed = (
+        return (
             InputFile("raw_evidence", ef.path, f"{root}/{ef.path}",
                       FileDigest(ef.actual_sha256 or "", ef.actual_size or 0))
             for ef in self._hashed_evidence()
         )
-        return heapq.merge(self.inputs, hashed, key=_input_order)
 
     def input_counts(self) -> Counter[str]:
         """How many inputs :meth:`all_inputs` gives per group (without making them)."""

@@ -4,12 +4,21 @@ disagreements, waivers, findings, plots and provenance."""
 from __future__ import annotations
 
 import hashlib
+import heapq
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from itertools import islice
 
 from auditor._io import counted, printable
 from auditor.catalogue import describe
-from auditor.model import DEFAULT_PROTOCOL, AuditResult, ElementCost, Reasoning, Severity
+from auditor.model import (
+    DEFAULT_PROTOCOL,
+    AuditResult,
+    ElementCost,
+    InputFile,
+    Reasoning,
+    Severity,
+)
 from auditor.report.mdformat import code_block, code_span, figure, number, prose, table
 from auditor.report.tables import sorted_findings
 
@@ -314,11 +323,37 @@ def provenance_section(result: AuditResult, outputs: Sequence[tuple[str, str, in
 def inputs_digest(result: AuditResult) -> str:
     """One digest of every input: SHA-256 of the sorted ``path\tsha256\tsize\n`` lines of
     the inputs the output manifest lists (paths as it writes them)."""
-    lines = sorted(f"{printable(item.path)}\t{item.digest.sha256}\t{item.digest.size}\n"
-                   for item in result.collected.all_inputs())
-    digest = hashlib.sha256()
+    collected = result.collected
+    try:  # (the evidence files' lines come by path: in the lines' order, nearly always)
+        return _digest(heapq.merge(sorted(map(_input_line, collected.inputs)),
+                                   _in_order(map(_input_line, collected.hashed_inputs()))))
+    except _OutOfOrder:  # (a name whose line sorts apart from its path: all sorted)
+        return _digest(iter(sorted(map(_input_line, collected.all_inputs()))))
+
+
+def _input_line(item: InputFile) -> str:
+    return f"{printable(item.path)}\t{item.digest.sha256}\t{item.digest.size}\n"
+
+
+class _OutOfOrder(Exception):
+    """A line came before the one it follows."""
+
+
+def _in_order(lines: Iterator[str]) -> Iterator[str]:
+    """``lines``, checked to be sorted (else :class:`_OutOfOrder`): a path that is not
+    UTF-8, or holds a control character below TAB, may sort apart from its line."""
+    previous = ""
     for line in lines:
-        digest.update(line.encode("utf-8"))
+        if line < previous:
+            raise _OutOfOrder
+        previous = line
+        yield line
+
+
+def _digest(lines: Iterator[str]) -> str:
+    digest = hashlib.sha256()
+    while chunk := "".join(islice(lines, 4096)):
+        digest.update(chunk.encode("utf-8"))
     return digest.hexdigest()
 
 
