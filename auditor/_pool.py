@@ -208,23 +208,36 @@ class LocalPool:
     def _ahead(self, function: Callable[[T], R], pending: Iterator[T], chunksize: int
                ) -> Iterator[R]:
         pool = self._open_pool()
-        sent: deque[Future[list[R]]] = deque()
 
-        def send() -> bool:
-            chunk = list(islice(pending, chunksize))
-            if chunk:
-                # submitting is not cut short by a signal either (like starting and
-                # shutting the pool down): its bookkeeping is not built to be interrupted
-                with signals_deferred():
-                    sent.append(pool.submit(_each, function, chunk))
-            return bool(chunk)
+        def send(chunk: list[T]) -> Future[list[R]]:
+            return pool.submit(_each, function, chunk)
 
-        while len(sent) < AHEAD * self._jobs and send():
-            pass
-        while sent:
-            results = sent.popleft().result()
-            send()
-            yield from results
+        return windowed(send, Future.result, pending, chunksize, AHEAD * self._jobs)
+
+
+def windowed(send: Callable[[list[T]], Future[list[R]]],
+             take: Callable[[Future[list[R]]], list[R]], pending: Iterator[T], size: int,
+             window: int) -> Iterator[R]:
+    """The results of ``pending``'s tasks, in order: chunks of ``size`` tasks go out
+    (``send``) at most ``window`` ahead of the caller, the next as each chunk's results are
+    taken (``take``); a task is made only as its chunk goes."""
+    sent: deque[Future[list[R]]] = deque()
+
+    def more() -> bool:
+        chunk = list(islice(pending, size))
+        if chunk:
+            # submitting is not cut short by a signal (like starting and shutting a pool
+            # down): its bookkeeping is not built to be interrupted
+            with signals_deferred():
+                sent.append(send(chunk))
+        return bool(chunk)
+
+    while len(sent) < window and more():
+        pass
+    while sent:
+        results = take(sent.popleft())
+        more()
+        yield from results
 
 
 AHEAD = 8
@@ -353,23 +366,22 @@ class DaskPool:
 
     def map(self, function: Callable[[T], R], items: Iterable[T],
             total_bytes: int, count: int | None = None) -> Iterator[R]:
-        """Run ``function`` over ``items`` on the cluster, every batch sent at once; the
-        results in order (``count`` is not needed: every item is made before it goes)."""
-        items = list(items)
-        if not items:
+        """Run ``function`` over ``items`` on the cluster, in order: batches go out
+        :data:`AHEAD` per worker thread ahead of the caller, as a process pool's chunks
+        do (``items`` is taken only as they go when ``count`` says how many there are;
+        the cluster is reached at this call, its first use)."""
+        if count is None:
+            items = deque(items)
+            count = len(items)
+        if not count:
             return iter(())
         pool = self._open()
-        size = chunk_size(len(items), total_bytes, self._threads)
-        with signals_deferred():  # (the client's bookkeeping is not built to be cut short)
-            futures = deque(pool.submit(run_batch, Batch(function, items[start:start + size]))
-                            for start in range(0, len(items), size))
-        del items
-        return self._in_order(futures)
+        size = chunk_size(count, total_bytes, self._threads)
 
-    def _in_order(self, futures: deque[Future[list[R]]]) -> Iterator[R]:
-        """The results of ``futures`` (batches), in order; each let go once taken."""
-        while futures:
-            yield from self._result(futures.popleft())
+        def send(chunk: list[T]) -> Future[list[R]]:
+            return pool.submit(run_batch, Batch(function, chunk))
+
+        return windowed(send, self._result, iter(items), size, AHEAD * self._threads)
 
     def _result(self, future: Future[list[R]]) -> list[R]:
         """A batch's results; a cluster that lost it (its scheduler gone, its workers

@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 
 from auditor._cli import main
-from auditor._pool import DaskPool, LocalPool, make_pool
+from auditor._pool import AHEAD, DaskPool, LocalPool, chunk_size, make_pool
 from auditor.errors import UsageError
 from auditor.model import AuditOptions
 from fixtures.generate import scale_spec, write_study
-from tests.helpers import EXAMPLE
+from tests.helpers import EXAMPLE, note_task
 
 distributed = pytest.importorskip("distributed")
 
@@ -140,6 +140,33 @@ def test_the_library_api_reads_on_the_cluster(cluster: tuple[Any, Runs]) -> None
     assert list(on_cluster.collected.evidence) == list(here.collected.evidence)
     assert on_cluster.findings == here.findings
     assert on_cluster.verdicts == here.verdicts
+
+
+def test_batches_go_to_the_cluster_only_a_little_ahead(cluster: tuple[Any, Runs],
+                                                       tmp_path: Path) -> None:
+    """Told how many tasks there are, the pool makes them only as their batches go out, a
+    few per worker thread ahead of the caller (a million files' batches, made and sent at
+    once, were all held here and on the scheduler before the first result came back)."""
+    local, _ = cluster
+    log = tmp_path / "started.log"
+    made: list[int] = []
+
+    def tasks() -> Iterator[tuple[str, int]]:
+        for number in range(400):
+            made.append(number)
+            yield str(log), number
+
+    pool = DaskPool(_url(local))
+    try:
+        results = pool.map(note_task, tasks(), 400 << 20, count=400)
+        first = next(results)
+        time.sleep(1.0)  # (a cluster sent every batch would have started them all by now)
+        planned, started = len(made), len(log.read_text().splitlines())
+        rest = list(results)
+    finally:
+        pool.close()
+    assert [first, *rest] == list(range(400)) and len(made) == 400
+    assert max(planned, started) <= (AHEAD * 2 + 1) * chunk_size(400, 400 << 20, 2) < 400
 
 
 def test_make_pool_picks_the_executor_asked_for() -> None:
@@ -315,7 +342,7 @@ def test_an_abandoned_audit_cancels_the_clusters_work(cluster: tuple[Any, Runs],
     before = set(runs.seen)
     run = Auditor(big_study, AuditOptions(executor=_url(local))).run()
     for event in run:
-        if event.stage == "read":  # (every batch of the reading sent)
+        if event.stage == "read" and event.done:  # (the first read: more batches in hand)
             break
     run.close()
     _drained(local, runs, before)
