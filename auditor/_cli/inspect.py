@@ -109,9 +109,10 @@ def _sacct(args: argparse.Namespace) -> int:
     return 0
 
 
-SACCT_NOTICES = frozenset({"AUD008", "AUD019"})
-"""Findings ``auditor sacct`` also says on stderr: a header that disagrees with --format
-(which was used), a dump captured without -D or a field the figures need."""
+SACCT_NOTICES = frozenset({"AUD008", "AUD019", "AUD127", "AUD128"})
+"""Findings ``auditor sacct`` also says on stderr: a row it could not read, a field the
+figures need, a header that disagrees with --format (which was used), a dump captured
+without -D."""
 
 
 def _regular_file(path: Path) -> None:

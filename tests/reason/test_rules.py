@@ -321,6 +321,27 @@ SCENARIOS["AUD019"] = partial(_dump_without, "JobIDRaw")
 SCENARIOS["AUD021"] = partial(_dump_without, "State")
 
 
+@scenario("AUD127")
+def _header_against_format(root: Path, tmp: Path) -> list[str]:
+    """The dump saved with its header line, the audit told a format of other fields."""
+    dump = tmp / "with-header.psv"
+    dump.write_bytes("|".join(SACCT_FIELDS).encode() + b"\n"
+                     + (root / "accounting/sacct-raw.psv").read_bytes())
+    return ["--sacct", str(dump), "--sacct-format", ",".join(SACCT_FIELDS[:-1] + ["Comment"])]
+
+
+@scenario("AUD128")
+def _history_missing(root: Path, tmp: Path) -> list[str]:
+    """Captured with Restarts but without -D: an element that ran twice has one record."""
+    dump = tmp / "restarts.psv"
+    lines = (root / "accounting/sacct-raw.psv").read_bytes().splitlines()
+    first = next(line.split(b"|")[0] for line in lines if b"_" in line.split(b"|")[0]
+                 and b"." not in line.split(b"|")[0])
+    dump.write_bytes(b"".join(
+        line + (b"|1" if line.split(b"|")[0] == first else b"|0") + b"\n" for line in lines))
+    return ["--sacct", str(dump), "--sacct-format", ",".join([*SACCT_FIELDS, "Restarts"])]
+
+
 @scenario("AUD020")
 def _pattern_backtracks(root: Path, tmp: Path) -> list[str]:
     protocol = orjson.loads((root / "protocol.json").read_bytes())
