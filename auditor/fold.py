@@ -19,6 +19,7 @@ from auditor._io import clip
 from auditor._spill import EvidenceSpill
 from auditor.catalogue import finding
 from auditor.model import (
+    AllocatorTrace,
     AttemptRead,
     AuditOptions,
     AuditResult,
@@ -188,8 +189,8 @@ class Fold:
         self.evidence = EvidenceSpill()
         self.units: list[PeriodUnit] = []
         """The periods folded, in order: each judged one as :func:`let_go` leaves it."""
-        self.digests: dict[TraceDigest, TraceDigest] = {}
-        """One of each trace digest that is alike (most traces reach the same phases)."""
+        self.digests: dict[TraceDigest, AllocatorTrace] = {}
+        """One let-go trace for each alike digest (most traces reach the same phases)."""
 
     def add(self, unit: PeriodUnit) -> None:
         """Fold the study's next period."""
@@ -231,28 +232,36 @@ class Fold:
 
 
 def let_go(period: PeriodEvidence, protocol: Protocol,
-           digests: dict[TraceDigest, TraceDigest]) -> PeriodEvidence:
+           digests: dict[TraceDigest, AllocatorTrace]) -> PeriodEvidence:
     """What the report still needs of a judged period: its records but the manifest
-    entries and evidence rows (the study's :class:`EvidenceSpill` keeps the rows), the
-    log's events, the device files (rows of the ``devices`` table) and the traces' phase
-    records (rows of the ``phases`` table) and identities (which judging checked): each
-    trace keeps its digest (one of each alike, from ``digests``)."""
+    entries and evidence rows (the study's :class:`EvidenceSpill` keeps the rows), and of
+    what its attempts' reading gave only what the reporters read: the trial record but its
+    environment, processes and findings (the study's findings hold those), and of each
+    trace its digest (a trace with no more than that, one for each alike digest, from
+    ``digests``: its phase records are rows of the ``phases`` table, its identities were
+    checked when the period was judged). The log's scan (judging read it) and the device
+    files (rows of the ``devices`` table) go."""
     phases = protocol.completion_phases
     first, last = (phases[0], phases[-1]) if len(phases) >= 2 else ("", "")
     record = without_entries(period.record)
     attempts = []
     for attempt, spec in zip(period.attempts, record.attempts, strict=True):
         read = attempt.read
-        steps = read.trial.dispatched_int(protocol.steps_from) if read.trial else None
+        trial = read.trial
+        steps = trial.dispatched_int(protocol.steps_from) if trial else None
         traces = []
         for trace in read.traces:
             digest = TraceDigest(phases_reached(trace),
                                  completes_cleanly(trace, steps, first, last))
-            traces.append(replace(trace, phases=(), pids=(), ranks=(),
-                                  digest=digests.setdefault(digest, digest)))
-        log = replace(read.log, events=()) if read.log is not None else None
+            known = digests.get(digest)
+            if known is None:
+                known = digests[digest] = AllocatorTrace("", 0, (), 0, None, None, (), (),
+                                                         None, None, digest=digest)
+            traces.append(known)
+        if trial is not None:
+            trial = replace(trial, env=(), processes=(), findings=())
         attempts.append(replace(attempt, spec=spec, files=(), read=replace(
-            read, traces=tuple(traces), log=log, devices=())))
+            read, trial=trial, traces=tuple(traces), log=None, devices=())))
     return PeriodEvidence(record, tuple(attempts))
 
 

@@ -37,20 +37,31 @@ def _outputs(out: Path) -> dict[str, bytes]:
 
 def test_a_judged_period_keeps_only_what_the_report_needs(study: Path) -> None:
     """Past the first periods (the timeline plot's), a judged period keeps no phase record
-    (its traces their digests), no manifest entry, evidence row, device file or log event;
-    the first keep all."""
+    (its traces their digests, one shared trace for each alike digest), no manifest entry,
+    evidence row, device file, log scan, nor its trial's environment and processes; the
+    first keep all."""
     result = run_audit(study)
     periods = result.collected.periods
     assert len(periods) == PERIODS > KEPT_WHOLE
+    shared: dict[object, object] = {}
     for period in periods[KEPT_WHOLE:]:
         assert all(spec.evidence == () for spec in period.record.attempts)
         for attempt in period.attempts:
             assert attempt.spec.evidence == ()
-            assert attempt.read.log is None or attempt.read.log.events == ()
+            assert attempt.read.log is None
             assert attempt.files == () and attempt.read.devices == ()
+            trial = attempt.read.trial
+            assert trial is not None and trial.env == trial.processes == () and trial.dispatch
             assert attempt.read.traces and all(
-                t.phases == t.pids == t.ranks == () and t.digest is not None
-                for t in attempt.read.traces)
+                t.phases == t.pids == t.ranks == () and t.digest is not None and t.path == ""
+                and shared.setdefault(t.digest, t) is t for t in attempt.read.traces)
+    assert 0 < len(shared) < len(periods) - KEPT_WHOLE
+    # the texts the verdicts repeat are one object each (a group's diagnosis, its quotes)
+    texts = [text for v in result.verdicts
+             for text in (v.diagnosis, v.limits, *(c.quote for c in v.citations))]
+    assert len({id(text) for text in texts}) == len(set(texts)) < len(texts) // 4
+    assert all(a.read.log is not None and a.read.trial and a.read.trial.env
+               for p in periods[:KEPT_WHOLE] for a in p.attempts)
     assert all(t.phases and t.digest is None for p in periods[:KEPT_WHOLE]
                for a in p.attempts for t in a.read.traces)
     whole = drive(Auditor(study).collect(), lambda event: None)  # (no fold: all kept)

@@ -19,6 +19,7 @@ it): the id is unambiguous and identity checks keep working.
 from __future__ import annotations
 
 import re
+from sys import intern
 from pathlib import PurePosixPath
 from typing import Any, BinaryIO
 
@@ -171,11 +172,12 @@ def _attempt(value: object, index: int, pointer: str) -> AttemptSpec:
 
 def _worker(value: object, pointer: str) -> Worker:
     obj = as_obj(value)
+    role = as_str(obj.get("role"))
     return Worker(
-        role=as_str(obj.get("role")),
+        role=intern(role) if role is not None else None,
         rank=as_int(obj.get("rank")),
         pid=as_int(obj.get("pid")),
-        pointer=pointer,
+        pointer=intern(pointer),
     )
 
 
@@ -188,10 +190,10 @@ def _evidence(value: object, pointer: str) -> EvidenceEntry | None:
     sha256 = as_str(obj.get("sha256"))
     return EvidenceEntry(
         path=path,
-        kind=as_str(obj.get("kind")) or "",
+        kind=intern(as_str(obj.get("kind")) or ""),
         sha256=sha256.lower() if sha256 is not None else None,
         size=as_int(obj.get("size")),
-        pointer=pointer,
+        pointer=intern(pointer),
     )
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from auditor.catalogue import finding
 from auditor.model import (
@@ -159,6 +159,8 @@ class StudyJudge:
         self._ready = _ready_at(study)
         self._latest: dict[str, tuple[int, str]] = {}
         """Job id -> (start, ``subject#index``) of the attempt it launched last so far."""
+        self._texts: dict[str, str] = {}
+        """One of each text the verdicts repeat (see :func:`_sharing`)."""
 
     def add(self, period: PeriodEvidence, collection: tuple[list[Finding], ...]
             ) -> list[int]:
@@ -201,6 +203,7 @@ class StudyJudge:
                           FindingIndex(self._subject, by_subject),
                           FindingIndex(self._path, by_path), last)
         verdict, outcomes, produced = _judge_period(period, context)
+        verdict = _sharing(verdict, self._texts)
         findings: list[Finding] = []
         for item in produced:  # decisive findings may be ones collection already reported
             if id(item) not in known and id(item) not in self._known:
@@ -246,6 +249,22 @@ class StudyJudge:
             disagreements=tuple(item.disagreement for item in judged
                                 if item.disagreement is not None),
         )
+
+
+def _sharing(verdict: Verdict, texts: dict[str, str]) -> Verdict:
+    """``verdict`` with the texts that recur from period to period one object each across
+    the study (``texts`` keeps one of each): the diagnosis and limits a group's periods
+    share, and its citations' quotes and pointers. A study's verdicts are held until the
+    report is written; four thousand periods' diagnoses were four thousand copies of three
+    texts."""
+    share = texts.setdefault
+    citations = tuple(
+        Citation(cite.path, cite.line,
+                 share(cite.pointer, cite.pointer) if cite.pointer else cite.pointer,
+                 share(cite.quote, cite.quote))
+        for cite in verdict.citations)
+    return replace(verdict, diagnosis=share(verdict.diagnosis, verdict.diagnosis),
+                   limits=share(verdict.limits, verdict.limits), citations=citations)
 
 
 class _LastAttempts(Mapping[str, str]):
