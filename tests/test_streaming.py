@@ -60,6 +60,10 @@ def test_a_judged_period_keeps_only_what_the_report_needs(study: Path) -> None:
     texts = [text for v in result.verdicts
              for text in (v.diagnosis, v.limits, *(c.quote for c in v.citations))]
     assert len({id(text) for text in texts}) == len(set(texts)) < len(texts) // 4
+    # ...and each period's name one string, in its verdict, outcomes and attempts
+    outcomes = {o.subject: o for o in result.reasoning.attempts}
+    assert all(v.subject is p.subject is outcomes[p.subject].subject is a.subject
+               for v, p in zip(result.verdicts, periods, strict=True) for a in p.attempts)
     assert all(a.read.log is not None and a.read.trial and a.read.trial.env
                for p in periods[:KEPT_WHOLE] for a in p.attempts)
     assert all(t.phases and t.digest is None for p in periods[:KEPT_WHOLE]

@@ -19,8 +19,8 @@ it): the id is unambiguous and identity checks keep working.
 from __future__ import annotations
 
 import re
-from sys import intern
 from pathlib import PurePosixPath
+from sys import intern
 from typing import Any, BinaryIO
 
 from auditor import catalogue

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from sys import intern
 from typing import Any
 
 from auditor.model.core import Finding, fast_pickle
@@ -184,8 +185,9 @@ class PeriodEvidence:
 
     @property
     def subject(self) -> str:
-        """``pair/period-N``."""
-        return f"{self.record.pair}/period-{self.record.period}"
+        """``pair/period-N`` (one string for each period, however often it is asked: a
+        study's verdicts, outcomes, findings and attempts each name their period)."""
+        return intern(f"{self.record.pair}/period-{self.record.period}")
 
     def seal_delay_ns(self) -> int | None:
         """How long after its last attempt's invocation ended the period was sealed (None:

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
+from sys import intern
 
 from auditor.catalogue import finding
 from auditor.collect.inputs import pair_link_hides_periods
@@ -70,7 +71,7 @@ def assemble(
             evidence.extend(rows)
             # the file outcomes now live in the rows: keep them once
             attempts.append(AttemptEvidence(
-                f"{record.pair}/period-{record.period}", spec, replace(read, files=()),
+                intern(f"{record.pair}/period-{record.period}"), spec, replace(read, files=()),
                 tuple(rows),
             ))
         period_evidence.append(PeriodEvidence(record, tuple(attempts)))
