@@ -231,7 +231,8 @@ def judge(parts: CollectedParts, options: AuditOptions
     """Validate and reason over a collected study's parts (every shard's, merged), a
     period at a time: the audit's result."""
     units = sorted(parts.units, key=lambda unit: unit.index)
-    fold = Fold(replace(parts, units=()), [unit.evidence.record for unit in units], options)
+    fold = Fold(replace(parts, units=()),
+                [without_entries(unit.evidence.record) for unit in units], options)
     for done, unit in enumerate(units, 1):
         fold.add(unit)
         if done % 1024 == 0:

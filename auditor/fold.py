@@ -204,8 +204,20 @@ class Fold:
         for slot in self.judge.add(period, self.pieces[-1]):
             if slot >= KEPT_WHOLE:  # (judged: what the report needs of it is kept)
                 kept = self.units[slot]
-                self.units[slot] = replace(kept, evidence=let_go(kept.evidence,
-                                                                 self.protocol, self.digests))
+                self.units[slot] = replace(kept, evidence=let_go(
+                    kept.evidence, self.protocol, self.digests, self._judged_record(kept)))
+
+    def _judged_record(self, unit: PeriodUnit) -> PeriodRecord | None:
+        """The judge's copy of ``unit``'s record (without its manifest entries, as the
+        judge holds every period's until the end), for the period to keep instead of a
+        second copy; None when the judge's is not that period's."""
+        periods = self.judge.study.periods
+        if not 0 <= unit.index < len(periods):
+            return None
+        record, own = periods[unit.index].record, unit.evidence.record
+        same = record.pair == own.pair and record.period == own.period \
+            and record.path == own.path and not any(spec.evidence for spec in record.attempts)
+        return record if same else None
 
     def finish(self, parts: CollectedParts) -> Generator[Progress, None, AuditResult]:
         """The audit's result, once every period is folded (``parts``: the study's, its
@@ -232,7 +244,8 @@ class Fold:
 
 
 def let_go(period: PeriodEvidence, protocol: Protocol,
-           digests: dict[TraceDigest, AllocatorTrace]) -> PeriodEvidence:
+           digests: dict[TraceDigest, AllocatorTrace],
+           record: PeriodRecord | None = None) -> PeriodEvidence:
     """What the report still needs of a judged period: its records but the manifest
     entries and evidence rows (the study's :class:`EvidenceSpill` keeps the rows), and of
     what its attempts' reading gave only what the reporters read: the trial record but its
@@ -240,10 +253,12 @@ def let_go(period: PeriodEvidence, protocol: Protocol,
     trace its digest (a trace with no more than that, one for each alike digest, from
     ``digests``: its phase records are rows of the ``phases`` table, its identities were
     checked when the period was judged). The log's scan (judging read it) and the device
-    files (rows of the ``devices`` table) go."""
+    files (rows of the ``devices`` table) go. ``record``: the period's record without its
+    entries, when one is held already (the judge's)."""
     phases = protocol.completion_phases
     first, last = (phases[0], phases[-1]) if len(phases) >= 2 else ("", "")
-    record = without_entries(period.record)
+    if record is None:
+        record = without_entries(period.record)
     attempts = []
     for attempt, spec in zip(period.attempts, record.attempts, strict=True):
         read = attempt.read

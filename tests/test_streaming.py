@@ -132,3 +132,25 @@ def test_the_tasks_are_made_only_as_the_pool_sends_them(tmp_path: Path) -> None:
         pool.close()
     assert [first, *rest] == list(range(400)) and len(made) == 400
     assert planned <= (AHEAD * 2 + 1) * chunk_size(400, 400 << 20, 2) < 400
+
+
+def test_a_judged_period_keeps_the_judges_copy_of_its_record(study: Path) -> None:
+    """The judge holds every period's record (without its manifest entries) until the end:
+    a judged period keeps that one, not a second copy of its own."""
+    from dataclasses import replace
+
+    from auditor.fold import Fold, without_entries
+    from auditor.model import AuditOptions
+
+    parts = drive(Auditor(study).collect(), lambda event: None)
+    units = sorted(parts.units, key=lambda unit: unit.index)
+    fold = Fold(replace(parts, units=()), [without_entries(u.evidence.record) for u in units],
+                AuditOptions())
+    for unit in units:
+        fold.add(unit)
+    judged = fold.judge.study.periods
+    assert len(fold.units) == len(judged) == PERIODS
+    for slot, unit in enumerate(fold.units):
+        same = unit.evidence.record is judged[slot].record
+        assert same is (slot >= KEPT_WHOLE), slot
+        assert unit.evidence.record == without_entries(units[slot].evidence.record) or not same
