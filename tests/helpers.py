@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +132,14 @@ def verdicts(summary: dict[str, Any]) -> dict[str, tuple[str, str]]:
     """pair/period -> (verdict, reason)."""
     return {f"{p['pair']}/period-{p['period']}": (p["verdict"], p["reason"])
             for p in summary["periods"]}
+
+
+def noted_tasks(log: Path, count: int, made: list[int]) -> Iterator[tuple[str, int]]:
+    """``count`` :func:`note_task` tasks logging to ``log``, each one's number appended to
+    ``made`` as it is taken (what a pool made of a generator, and when)."""
+    for number in range(count):
+        made.append(number)
+        yield str(log), number
 
 
 def note_task(task: tuple[str, int]) -> int:

@@ -26,7 +26,7 @@ from auditor._pool import AHEAD, DaskPool, LocalPool, chunk_size, make_pool
 from auditor.errors import UsageError
 from auditor.model import AuditOptions
 from fixtures.generate import scale_spec, write_study
-from tests.helpers import EXAMPLE, note_task
+from tests.helpers import EXAMPLE, note_task, noted_tasks
 
 distributed = pytest.importorskip("distributed")
 
@@ -150,15 +150,9 @@ def test_batches_go_to_the_cluster_only_a_little_ahead(cluster: tuple[Any, Runs]
     local, _ = cluster
     log = tmp_path / "started.log"
     made: list[int] = []
-
-    def tasks() -> Iterator[tuple[str, int]]:
-        for number in range(400):
-            made.append(number)
-            yield str(log), number
-
     pool = DaskPool(_url(local))
     try:
-        results = pool.map(note_task, tasks(), 400 << 20, count=400)
+        results = pool.map(note_task, noted_tasks(log, 400, made), 400 << 20, count=400)
         first = next(results)
         time.sleep(1.0)  # (a cluster sent every batch would have started them all by now)
         planned, started = len(made), len(log.read_text().splitlines())

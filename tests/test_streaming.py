@@ -5,7 +5,6 @@ pool reads only a little ahead of that. The report is the same as if nothing wer
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from auditor._pool import AHEAD, LocalPool, chunk_size
 from auditor.audit import Auditor, drive, paused_gc, run_audit
 from auditor.fold import KEPT_WHOLE
 from auditor.report.tables import device_values
-from tests.helpers import note_task
+from tests.helpers import note_task, noted_tasks
 
 PERIODS = 2 * 20  # (two arms of a pair a element: both periods of an element share its job)
 
@@ -116,15 +115,9 @@ def test_the_tasks_are_made_only_as_the_pool_sends_them(tmp_path: Path) -> None:
     once, held 0.3 GB)."""
     log = tmp_path / "started.log"
     made: list[int] = []
-
-    def tasks() -> Iterator[tuple[str, int]]:
-        for number in range(400):
-            made.append(number)
-            yield str(log), number
-
     pool = LocalPool(2)
     try:
-        results = pool.map(note_task, tasks(), 400 << 20, count=400)
+        results = pool.map(note_task, noted_tasks(log, 400, made), 400 << 20, count=400)
         first = next(results)
         planned = len(made)
         rest = list(results)
