@@ -438,3 +438,21 @@ def test_a_scheduler_ended_job_may_run_on_for_kill_wait(tmp_path: Path, late_s: 
     summary = audit(root, tmp_path / "out")
     subject = summary["periods"][0]["pair"] + "/period-1"
     assert ("AUD117" in rules_of(summary, subject)) is outside
+
+
+def test_auditor_sacct_counts_unreadable_rows_past_the_first_few(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A dump of a thousand rows it cannot read: the first few named on stderr, the rest
+    counted in one line, and the reader's cap said (it was 200 lines, and no count)."""
+    from auditor._cli import main
+    from auditor._cli.inspect import NOTES_PER_RULE
+
+    dump = tmp_path / "garbage.psv"
+    head = "".join((DUMPS / "contract.psv").read_text().splitlines(keepends=True)[:3])
+    dump.write_text(head + "".join(f"7000000_{n}|x|y\n" for n in range(1000)))
+    assert main(["sacct", str(dump)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    named = [line for line in err if "fields where the format has" in line]
+    assert len(named) == NOTES_PER_RULE < len(err) <= NOTES_PER_RULE + 2, err
+    assert any(f"and {200 - NOTES_PER_RULE:,} more AUD008" in line for line in err), err
+    assert any("800 further findings not kept" in line for line in err), err

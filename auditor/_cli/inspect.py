@@ -7,6 +7,7 @@ import argparse
 import os
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 from auditor.errors import InputError, UsageError
@@ -91,9 +92,20 @@ def _sacct(args: argparse.Namespace) -> int:
         raise InputError(refused.message)
     summary = summary_json(dump)
     from auditor._io import printable
+    from auditor.catalogue import RULES
 
+    said: Counter[str] = Counter()
     for item in dump.findings:  # (what a reader of the numbers must know, one line each)
         if item.rule_id in SACCT_NOTICES:
+            said[item.rule_id] += 1
+            if said[item.rule_id] <= NOTES_PER_RULE:
+                print(f"auditor: note: {printable(item.message)}", file=sys.stderr)
+    for rule_id, count in sorted(said.items()):
+        if count > NOTES_PER_RULE:
+            print(f"auditor: note: and {count - NOTES_PER_RULE:,} more {rule_id} "
+                  f"({RULES[rule_id].title}); --json lists them", file=sys.stderr)
+    for item in dump.findings:  # (the reader's cap: how many it did not keep at all)
+        if item.rule_id == "AUD013":
             print(f"auditor: note: {printable(item.message)}", file=sys.stderr)
     if args.json:
 
@@ -110,9 +122,12 @@ def _sacct(args: argparse.Namespace) -> int:
 
 
 SACCT_NOTICES = frozenset({"AUD008", "AUD019", "AUD127", "AUD128"})
-"""Findings ``auditor sacct`` also says on stderr: a row it could not read, a field the
-figures need, a header that disagrees with --format (which was used), a dump captured
-without -D."""
+"""Findings ``auditor sacct`` also says on stderr: a row it could not read (and how many
+more were not kept), a field the figures need, a header that disagrees with --format (which
+was used), a dump captured without -D."""
+NOTES_PER_RULE = 5
+"""Notes said of one rule; the rest are counted in one line (a dump of garbage has
+thousands of unreadable rows)."""
 
 
 def _regular_file(path: Path) -> None:
