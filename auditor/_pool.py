@@ -446,11 +446,15 @@ class DaskPool:
     def _hush(self) -> None:
         """Hold back the log lines of Dask's client side (they go to stderr) until
         :meth:`close`: a scheduler lost half-way would print tracebacks of its reconnection
-        attempts. What went wrong is this pool's exception, in one line."""
+        attempts, and cancelling the batches not done (an interrupted audit) may make the
+        client's event loop log one per batch, through tornado's logger (a batch cancelled
+        while its result is awaited raises there). What went wrong is this pool's
+        exception, in one line."""
         import logging
 
-        names = ["distributed", *(name for name in logging.root.manager.loggerDict
-                                  if name.startswith("distributed."))]
+        names = ["distributed", "tornado", *(
+            name for name in logging.root.manager.loggerDict
+            if name.startswith(("distributed.", "tornado.")))]
         for name in names:
             logger = logging.getLogger(name)
             self._levels.append((logger, logger.level))

@@ -163,6 +163,27 @@ def test_batches_go_to_the_cluster_only_a_little_ahead(cluster: tuple[Any, Runs]
     assert max(planned, started) <= (AHEAD * 2 + 1) * chunk_size(400, 400 << 20, 2) < 400
 
 
+def test_the_clients_log_lines_are_held_back_until_the_pool_closes(
+        cluster: tuple[Any, Runs], tmp_path: Path) -> None:
+    """Dask's client logs through its own loggers and tornado's: a batch cancelled while
+    its result is awaited (Ctrl-C) raised in the client's event loop, which logged a
+    traceback per batch to stderr through ``tornado.application``. Both are quiet while the
+    pool is open, and as they were once it closes."""
+    import logging
+
+    local, _ = cluster
+    loggers = [logging.getLogger(name) for name in ("distributed.client", "tornado.application")]
+    before = [logger.level for logger in loggers]
+    pool = DaskPool(_url(local))
+    try:
+        assert list(pool.map(note_task, noted_tasks(tmp_path / "log", 4, []), 4, count=4)) \
+            == [0, 1, 2, 3]
+        assert not any(logger.isEnabledFor(logging.CRITICAL) for logger in loggers)
+    finally:
+        pool.close()
+    assert [logger.level for logger in loggers] == before
+
+
 def test_make_pool_picks_the_executor_asked_for() -> None:
     assert isinstance(make_pool(AuditOptions()), LocalPool)
     pool = make_pool(AuditOptions(executor="dask://scheduler.example:9000"))
