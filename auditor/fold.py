@@ -249,7 +249,7 @@ def let_go(period: PeriodEvidence, protocol: Protocol,
     """What the report still needs of a judged period: its records but the manifest
     entries and evidence rows (the study's :class:`EvidenceSpill` keeps the rows), and of
     what its attempts' reading gave only what the reporters read: the trial record but its
-    environment, processes and findings (the study's findings hold those), and of each
+    processes and findings (the study's findings hold those), and of each
     trace its digest (a trace with no more than that, one for each alike digest, from
     ``digests``: its phase records are rows of the ``phases`` table, its identities were
     checked when the period was judged). The log's scan (judging read it) and the device
@@ -273,8 +273,8 @@ def let_go(period: PeriodEvidence, protocol: Protocol,
                 known = digests[digest] = AllocatorTrace("", 0, (), 0, None, None, (), (),
                                                          None, None, digest=digest)
             traces.append(known)
-        if trial is not None:
-            trial = replace(trial, env=(), processes=(), findings=())
+        if trial is not None:  # (its env stays: a step count may be given there alone)
+            trial = replace(trial, processes=(), findings=())
         attempts.append(replace(attempt, spec=spec, files=(), read=replace(
             read, trial=trial, traces=tuple(traces), log=None, devices=())))
     return PeriodEvidence(record, tuple(attempts))

@@ -50,7 +50,7 @@ def test_a_judged_period_keeps_only_what_the_report_needs(study: Path) -> None:
             assert attempt.read.log is None
             assert attempt.files == () and attempt.read.devices == ()
             trial = attempt.read.trial
-            assert trial is not None and trial.env == trial.processes == () and trial.dispatch
+            assert trial is not None and trial.processes == () and trial.dispatch
             assert attempt.read.traces and all(
                 t.phases == t.pids == t.ranks == () and t.digest is not None and t.path == ""
                 and shared.setdefault(t.digest, t) is t for t in attempt.read.traces)
@@ -63,7 +63,7 @@ def test_a_judged_period_keeps_only_what_the_report_needs(study: Path) -> None:
     outcomes = {o.subject: o for o in result.reasoning.attempts}
     assert all(v.subject is p.subject is outcomes[p.subject].subject is a.subject
                for v, p in zip(result.verdicts, periods, strict=True) for a in p.attempts)
-    assert all(a.read.log is not None and a.read.trial and a.read.trial.env
+    assert all(a.read.log is not None and a.read.trial and a.read.trial.processes
                for p in periods[:KEPT_WHOLE] for a in p.attempts)
     assert all(t.phases and t.digest is None for p in periods[:KEPT_WHOLE]
                for a in p.attempts for t in a.read.traces)
@@ -77,16 +77,47 @@ def test_a_judged_period_keeps_only_what_the_report_needs(study: Path) -> None:
             for d in a.read.devices} != set()
 
 
+def _steps_in_env(study: Path, root: Path) -> Path:
+    """A copy of ``study`` whose trial records give the step count in ``env`` alone (the
+    contract lets a launcher say it there), the manifests refitted."""
+    import hashlib
+    import json
+    import shutil
+
+    shutil.copytree(study, root)
+    for path in sorted((root / "pairs").glob("*/period-*.json")):
+        record = json.loads(path.read_text())
+        for attempt in record.get("attempts") or [record]:
+            for entry in attempt["evidence"]:
+                if entry["kind"] == "trial":
+                    trial_path = root / attempt["attempt_dir"] / entry["path"]
+                    trial = json.loads(trial_path.read_text())
+                    trial["env"]["TOTAL_TRAINING_STEPS"] = \
+                        trial["dispatch"].pop("TOTAL_TRAINING_STEPS")
+                    data = (json.dumps(trial, indent=2) + "\n").encode()
+                    trial_path.write_bytes(data)
+                    entry["sha256"], entry["size"] = hashlib.sha256(data).hexdigest(), len(data)
+        path.write_text(json.dumps(record, indent=2) + "\n")
+    return root
+
+
+@pytest.mark.parametrize("steps_in", ["dispatch", "env"])
 def test_letting_go_changes_no_byte_of_the_report(study: Path, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  steps_in: str) -> None:
     """Every output of an audit that lets judged periods go is that of one keeping them
-    all: the tables from the spilled rows, the diagnosis groups from the digests."""
+    all: the tables from the spilled rows, the diagnosis groups from the digests (a step
+    count in the trial's env alone included: the groups' sentences read it after)."""
+    if steps_in == "env":
+        study = _steps_in_env(study, tmp_path / "study")
     assert main(["audit", str(study), "--out", str(tmp_path / "lean"), "--quiet"]) == 0
     monkeypatch.setattr(auditor.fold, "KEPT_WHOLE", 10**9)
     assert main(["audit", str(study), "--out", str(tmp_path / "whole"), "--quiet"]) == 0
     lean, whole = _outputs(tmp_path / "lean"), _outputs(tmp_path / "whole")
     assert lean.keys() == whole.keys() and len(lean) > 8
     assert [name for name in lean if lean[name] != whole[name]] == []
+    if steps_in == "env":  # (the sentence the env's steps feed is there)
+        assert b"at step " in lean["diagnostic.md"]
 
 
 def test_the_pool_reads_only_a_little_ahead_of_the_audit(tmp_path: Path) -> None:
