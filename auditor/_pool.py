@@ -219,8 +219,10 @@ def windowed(send: Callable[[list[T]], Future[list[R]]],
              take: Callable[[Future[list[R]]], list[R]], pending: Iterator[T], size: int,
              window: int) -> Iterator[R]:
     """The results of ``pending``'s tasks, in order: chunks of ``size`` tasks go out
-    (``send``) at most ``window`` ahead of the caller, the next as each chunk's results are
-    taken (``take``); a task is made only as its chunk goes."""
+    (``send``) at most ``window`` ahead of the caller, the first ``window`` at this call
+    (the pool works while the caller does something else: the audit walks the study as
+    its period records are read), the next as each chunk's results are taken (``take``);
+    a task is made only as its chunk goes."""
     sent: deque[Future[list[R]]] = deque()
 
     def more() -> bool:
@@ -234,6 +236,11 @@ def windowed(send: Callable[[list[T]], Future[list[R]]],
 
     while len(sent) < window and more():
         pass
+    return _taken(sent, take, more)
+
+
+def _taken(sent: deque[Future[list[R]]], take: Callable[[Future[list[R]]], list[R]],
+           more: Callable[[], bool]) -> Iterator[R]:
     while sent:
         results = take(sent.popleft())
         more()

@@ -178,3 +178,22 @@ def test_a_judged_period_keeps_the_judges_copy_of_its_record(study: Path) -> Non
         same = unit.evidence.record is judged[slot].record
         assert same is (slot >= KEPT_WHOLE), slot
         assert unit.evidence.record == without_entries(units[slot].evidence.record) or not same
+
+
+@pytest.mark.parametrize("count", [None, 400])
+def test_the_pool_starts_working_when_asked_not_when_the_first_result_is(
+        tmp_path: Path, count: int | None) -> None:
+    """The first chunks go out as ``map`` is called: the audit walks the study while the
+    workers read its period records (a pool that waited for the first result to be asked
+    for read nothing during the walk)."""
+    log = tmp_path / "started.log"
+    pool = LocalPool(2)
+    try:
+        results = pool.map(note_task, noted_tasks(log, 400, []), 400 << 20, count=count)
+        deadline = time.monotonic() + 10
+        while not (log.exists() and log.read_text()):  # (no result asked for yet)
+            assert time.monotonic() < deadline, "nothing started before a result was asked for"
+            time.sleep(0.01)
+        assert list(results) == list(range(400))
+    finally:
+        pool.close()
