@@ -122,6 +122,16 @@ _RULES: tuple[Rule, ...] = (
          "waived.",
          "{path}: captured without {fields}: {consequence}; the gate fails unless waived", E,
          gate=SCHEDULER),
+    Rule("AUD023", "sacct-header-mismatch", "sacct dump's header differs from --format",
+         "The dump's header line (sacct run without -n) names other fields than the format "
+         "the audit was given (--sacct-format, or --format of auditor sacct): the header, "
+         "what the file itself says, is read, and the given format is ignored.",
+         "{path}:{line}: {error}", W),
+    Rule("AUD024", "sacct-history-missing", "sacct dump lacks the earlier runs' records",
+         "sacct's Restarts counts more runs of an element than the dump has records for: it "
+         "was captured without -D, so the earlier runs' records, and the GPU-seconds they "
+         "held, are not in it (the allocation scope misses them).",
+         "{path}: {consequence}", W),
     Rule("AUD019", "sacct-fields-missing", "sacct dump lacks fields the audit uses",
          "The dump was captured without a field the audit relies on (JobIDRaw, ExitCode, "
          "ElapsedRaw or Elapsed, AllocTRES, Start, End): what it would show is unknown.",
@@ -274,16 +284,6 @@ _RULES: tuple[Rule, ...] = (
          "when it was captured (capture again), or cancelled while pending (never a row); "
          "its final state is unknown", E,
          gate=GatePolicy(1, True, "scheduler dump incomplete: {message}")),
-    Rule("AUD127", "sacct-header-mismatch", "sacct dump's header differs from --format",
-         "The dump's header line (sacct run without -n) names other fields than the format "
-         "the audit was given (--sacct-format, or --format of auditor sacct): the header, "
-         "what the file itself says, is read, and the given format is ignored.",
-         "{path}:{line}: {error}", W),
-    Rule("AUD128", "sacct-history-missing", "sacct dump lacks the earlier runs' records",
-         "sacct's Restarts counts more runs of an element than the dump has records for: it "
-         "was captured without -D, so the earlier runs' records, and the GPU-seconds they "
-         "held, are not in it (the allocation scope misses them).",
-         "{path}: {consequence}", W),
     # ----------------------------------------------------------------- reason
     Rule("AUD201", "terminal-event-missing", "Clean exit without the terminal event",
          "The attempt exited cleanly but its training log lacks the terminal event for the "

@@ -221,7 +221,7 @@ def test_restarts_above_the_records_present_says_the_dump_lacked_d(
         f"{line}|{restarts.get(line.split('|')[0], '0') if '.' not in line.split('|')[0] else ''}\n"
         for line in lines))
     document = sacct_json(capsys, dump, "--format", fmt)
-    said = [f for f in document["findings"] if f["rule_id"] == "AUD128"]
+    said = [f for f in document["findings"] if f["rule_id"] == "AUD024"]
     assert len(said) == 1 and "-D" in said[0]["message"]
     assert "1_6 (Restarts 1, 1 record)" in said[0]["message"] and "1_7" in said[0]["message"]
     jobs = {job["array_task_id"]: job for job in document["jobs"]}
@@ -239,7 +239,7 @@ def test_restarts_above_the_records_present_says_the_dump_lacked_d(
         seen[job_id] = seen.get(job_id, 0) + 1
     (tmp_path / "restarts-D.psv").write_text("".join(rows))
     document = sacct_json(capsys, tmp_path / "restarts-D.psv", "--format", fmt)
-    assert not [f for f in document["findings"] if f["rule_id"] == "AUD128"]
+    assert not [f for f in document["findings"] if f["rule_id"] == "AUD024"]
     assert [a["state"] for a in {j["array_task_id"]: j for j in document["jobs"]}[6][
         "attempts"]] == ["REQUEUED"]
 

@@ -121,7 +121,7 @@ def _sacct(args: argparse.Namespace) -> int:
     return 0
 
 
-SACCT_NOTICES = frozenset({"AUD008", "AUD019", "AUD127", "AUD128"})
+SACCT_NOTICES = frozenset({"AUD008", "AUD019", "AUD023", "AUD024"})
 """Findings ``auditor sacct`` also says on stderr: a row it could not read (and how many
 more were not kept), a field the figures need, a header that disagrees with --format (which
 was used), a dump captured without -D."""

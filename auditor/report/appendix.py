@@ -49,7 +49,7 @@ def _history_missing(result: AuditResult) -> str:
     ``sacct -D``: an element still REQUEUED, or Restarts above the records present)."""
     sacct = result.collected.sacct
     lacking = sacct is not None and (
-        any(f.rule_id == "AUD128" for f in sacct.findings)
+        any(f.rule_id == "AUD024" for f in sacct.findings)
         or any(job.state == "REQUEUED" for job in sacct.jobs))
     return (" The dump was captured without `sacct -D`: the earlier runs of requeued elements "
             "are missing from it, and so are the GPU-seconds they held." if lacking else "")

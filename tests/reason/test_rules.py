@@ -321,7 +321,7 @@ SCENARIOS["AUD019"] = partial(_dump_without, "JobIDRaw")
 SCENARIOS["AUD021"] = partial(_dump_without, "State")
 
 
-@scenario("AUD127")
+@scenario("AUD023")
 def _header_against_format(root: Path, tmp: Path) -> list[str]:
     """The dump saved with its header line, the audit told a format of other fields."""
     dump = tmp / "with-header.psv"
@@ -330,7 +330,7 @@ def _header_against_format(root: Path, tmp: Path) -> list[str]:
     return ["--sacct", str(dump), "--sacct-format", ",".join(SACCT_FIELDS[:-1] + ["Comment"])]
 
 
-@scenario("AUD128")
+@scenario("AUD024")
 def _history_missing(root: Path, tmp: Path) -> list[str]:
     """Captured with Restarts but without -D: an element that ran twice has one record."""
     dump = tmp / "restarts.psv"

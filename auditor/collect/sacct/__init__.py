@@ -11,7 +11,7 @@ bounded memory, any ``sacct --parsable``/``--parsable2`` output:
 * **Format.** A header line (``sacct`` without ``-n``; names are case-insensitive, so
   ``JobId``/``JobIdRaw`` work) overrides both :data:`DEFAULT_FORMAT` and a ``fields``
   argument, since it is what the file itself says; a header naming other fields than
-  ``fields`` is one AUD008 finding saying the header was used. Without a header the
+  ``fields`` is one AUD023 finding saying the header was used. Without a header the
   columns are ``fields`` (``--format`` order; ``%NN`` width suffixes are ignored) or the
   default.
 * **Delimiter.** ``delimiter`` when given. Otherwise it is read off the header (the
@@ -65,7 +65,7 @@ bounded memory, any ``sacct --parsable``/``--parsable2`` output:
   earlier one is kept, in order, in its ``attempts`` (the ledger: state, times, elapsed,
   GPUs, line; its state in ``history`` too); steps belong to the record they follow, so
   an earlier run's steps stay with its record. A ``Restarts`` above the records present
-  is an AUD019 finding: the dump was captured without ``-D``. A dump without JobID and
+  is an AUD024 finding: the dump was captured without ``-D``. A dump without JobID and
   JobIDRaw columns gives one job per row with ``job_id`` ``""``.
 * **Refusals** (:class:`~auditor.errors.SacctFormatError`, one line saying what to
   do): fixed-width output (``sacct`` without ``-P``), and a dump none of whose first

@@ -176,7 +176,7 @@ class _Framer:
             return
         line = next((p for p in window if not p.skip and not p.clipped), None)
         self._find(
-            "AUD127", line.number if line is not None else 1, line.text if line else "",
+            "AUD023", line.number if line is not None else 1, line.text if line else "",
             error=f"the header line names {len(fields)} fields ({clip(','.join(fields), 200)}), "
                   f"--format gave {len(given)} ({clip(','.join(given), 200)}): the header was "
                   "used, --format ignored",

@@ -260,7 +260,7 @@ class _Parser(_Framer):
         return tuple(jobs)
 
     def _history_missing(self, jobs: list[SacctJob]) -> None:
-        """An ``AUD128`` when sacct's ``Restarts`` counts more runs than the records present:
+        """An ``AUD024`` when sacct's ``Restarts`` counts more runs than the records present:
         the dump was captured without ``-D``, the earlier runs' records (and GPU-seconds)
         are not in it."""
         short = [job for job in jobs if job.history_missing]
@@ -271,7 +271,7 @@ class _Parser(_Framer):
                           for job in short[:5]) + (", ..." if len(short) > 5 else "")
         first = short[0]
         self.findings.append(catalogue.finding(
-            "AUD128", self.path, (Citation(self.path, line=first.line,
+            "AUD024", self.path, (Citation(self.path, line=first.line,
                                            quote=str(first.restarts)),),
             consequence=f"sacct's Restarts counts more runs than the dump has records for "
                         f"{len(short)} job{'s' if len(short) > 1 else ''} ({named}): the "
