@@ -8,9 +8,11 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
+import pytest
 
 from auditor._cli import main
 from tests.helpers import copy_example
@@ -48,4 +50,26 @@ def test_the_usual_names_give_the_sorted_lines_digest(tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert main(["audit", str(copy_example(tmp_path)), "--out", str(out), "--quiet",
                  "--no-plots"]) == 0
+    assert _stated(out) == _recomputed(out)
+
+
+def test_the_usual_names_are_digested_as_they_stream(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Names whose lines sort as their paths do (every usual name) are digested in one
+    streamed pass, in order: the fallback that sorts every line is not taken."""
+    import auditor.report.appendix as appendix
+
+    passes: list[str] = []
+    real = appendix._in_order
+
+    def watched(lines: Iterator[str]) -> Iterator[str]:
+        passes.append("started")
+        yield from real(lines)
+        passes.append("finished")
+
+    monkeypatch.setattr(appendix, "_in_order", watched)
+    out = tmp_path / "out"
+    assert main(["audit", str(copy_example(tmp_path)), "--out", str(out), "--quiet",
+                 "--no-plots"]) == 0
+    assert passes == ["started", "finished"]
     assert _stated(out) == _recomputed(out)
