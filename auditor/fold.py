@@ -37,6 +37,7 @@ from auditor.model import (
     Protocol,
     TraceDigest,
     completes_cleanly,
+    input_order,
     phases_reached,
 )
 from auditor.reason.engine import PERIOD_RANKS, StudyJudge
@@ -75,8 +76,7 @@ class Joining:
     def _join_ready(self) -> None:
         while self.queue:
             index, record, record_input, problems = self.queue[0]
-            keys = [f"{record.pair}/period-{record.period}#{spec.index}"
-                    for spec in record.attempts]
+            keys = [record.attempt_key(spec.index) for spec in record.attempts]
             if not all(key in self.reads for key in keys):
                 return
             self.queue.popleft()
@@ -140,7 +140,7 @@ def assemble_collected(parts: CollectedParts,
         execution_commits=parts.execution_commits,
         periods=tuple(periods),
         evidence=rows,
-        inputs=tuple(sorted(inputs, key=_input_order)),
+        inputs=tuple(sorted(inputs, key=input_order)),
         findings=tuple(findings),
     )
 
@@ -320,7 +320,3 @@ def apply_limits(findings: list[Finding], options: AuditOptions) -> tuple[tuple[
                             cap=options.max_findings))
         not_kept += dropped
     return tuple(kept), not_kept
-
-
-def _input_order(item: InputFile) -> tuple[str, str]:
-    return item.group, item.path

@@ -39,7 +39,7 @@ def plan_reads(
     by the attempt's key, as its task is made; readable files get their row after."""
     for record in periods:
         for spec in record.attempts:
-            key = f"{record.pair}/period-{record.period}#{spec.index}"
+            key = record.attempt_key(spec.index)
             rows: list[EvidenceFile] = []
             files: list[FileTask] = []
             for entry in spec.evidence:

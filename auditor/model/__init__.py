@@ -81,6 +81,7 @@ from auditor.model.study import (
     StudyLayout,
     TableRows,
     Waiver,
+    input_order,
 )
 
 __all__ = [
@@ -94,5 +95,6 @@ __all__ = [
     "PhaseRecord", "ProcessExit", "Progress", "Protocol", "Reason", "Reasoning",
     "SacctDump", "SacctJob", "SacctStep", "Severity", "StudyLayout", "TableRows",
     "TraceDigest", "TrainingLogScan", "TrialRecord", "Verdict", "VerdictKind", "Waiver",
-    "WaiverUse", "Worker", "completes_cleanly", "fast_pickle", "phases_reached",
+    "WaiverUse", "Worker", "completes_cleanly", "fast_pickle", "input_order",
+    "phases_reached",
 ]

@@ -7,6 +7,7 @@ whichever directory the root was mounted on. Nothing here does I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from sys import intern
 
 from auditor.model.core import Finding, fast_pickle
 
@@ -106,6 +107,16 @@ class PeriodRecord:
     """When ``auditor seal`` wrote the record (None: not sealed by it)."""
     sealed_by: str | None = None
     """``tool version`` of the sealer."""
+
+    @property
+    def subject(self) -> str:
+        """``pair/period-N`` (one string for each period, however often it is asked: a
+        study's verdicts, outcomes, findings and attempts each name their period)."""
+        return intern(f"{self.pair}/period-{self.period}")
+
+    def attempt_key(self, index: int) -> str:
+        """``pair/period-N#index``: the key of attempt ``index``'s read."""
+        return f"{self.subject}#{index}"
 
 
 @fast_pickle

@@ -13,7 +13,6 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from sys import intern
 from typing import Any
 
 from auditor.model.core import Finding, fast_pickle
@@ -185,9 +184,8 @@ class PeriodEvidence:
 
     @property
     def subject(self) -> str:
-        """``pair/period-N`` (one string for each period, however often it is asked: a
-        study's verdicts, outcomes, findings and attempts each name their period)."""
-        return intern(f"{self.record.pair}/period-{self.record.period}")
+        """``pair/period-N`` (:attr:`PeriodRecord.subject`)."""
+        return self.record.subject
 
     def seal_delay_ns(self) -> int | None:
         """How long after its last attempt's invocation ended the period was sealed (None:
@@ -284,7 +282,7 @@ class Collected:
         """Every input the audit read and hashed, sorted by group and path: ``inputs``,
         and a raw-evidence input per evidence file read (made on demand, so a study of
         many files keeps no second copy of their paths and digests)."""
-        return heapq.merge(self.inputs, self.hashed_inputs(), key=_input_order)
+        return heapq.merge(self.inputs, self.hashed_inputs(), key=input_order)
 
     def hashed_inputs(self) -> Iterator[InputFile]:
         """The raw-evidence inputs of the evidence files read and hashed, by path (those of
@@ -323,7 +321,9 @@ class Collected:
                 and ef.status in HASHED_STATUSES)
 
 
-def _input_order(item: InputFile) -> tuple[str, str]:
+def input_order(item: InputFile) -> tuple[str, str]:
+    """How inputs are sorted (in :attr:`Collected.inputs` and the output manifest): by
+    group, then path."""
     return item.group, item.path
 
 

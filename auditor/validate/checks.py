@@ -494,7 +494,7 @@ def _commit(record: PeriodRecord, collected: Collected) -> Iterator[Finding]:
     if pinned is None or not record.readable:
         return
     cite_path = collected.layout.execution_commits or "execution_commits.json"
-    subject = f"{record.pair}/period-{record.period}"
+    subject = record.subject
     expected = pinned.get(record.pair)
     if expected is None:
         yield finding("AUD121", subject, [Citation(cite_path)],

@@ -13,7 +13,6 @@ import re
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
-from sys import intern
 
 from auditor.catalogue import finding
 from auditor.collect.inputs import pair_link_hides_periods
@@ -48,7 +47,7 @@ def assemble(
     for record in periods:
         attempts = []
         for spec in record.attempts:
-            key = f"{record.pair}/period-{record.period}#{spec.index}"
+            key = record.attempt_key(spec.index)
             read = reads[key]
             outcomes = {o.display: o for o in read.files}
             rows = list(pre[key])
@@ -71,7 +70,7 @@ def assemble(
             evidence.extend(rows)
             # the file outcomes now live in the rows: keep them once
             attempts.append(AttemptEvidence(
-                intern(f"{record.pair}/period-{record.period}"), spec, replace(read, files=()),
+                record.subject, spec, replace(read, files=()),
                 tuple(rows),
             ))
         period_evidence.append(PeriodEvidence(record, tuple(attempts)))
