@@ -24,11 +24,13 @@ from auditor._pool import make_pool
 from auditor.collect.attempt import hash_only, read_attempt
 from auditor.collect.discover import SACCT_PATH, discover, find_period_records
 from auditor.collect.inputs import (
-    load_period,
+    LoadedPeriod,
+    load_period_packed,
     read_commits,
     read_input,
     read_protocol_inputs,
     read_sacct,
+    unpack_entries,
 )
 from auditor.collect.plan import plan_reads, plan_unlisted
 from auditor.collect.protocol import read_protocol
@@ -114,7 +116,7 @@ class Auditor:
         sacct_rel = SACCT_PATH if os.path.lexists(root / SACCT_PATH) else None
         sacct_read = self._pool.soon(read_sacct, (root, sacct_rel, self.options),
                                      len(period_tasks))
-        loaded = self._pool.map(load_period, period_tasks, 0)
+        loaded = self._pool.map(load_period_packed, period_tasks, 0)
         layout = yield from discover(root, period_paths)
         findings: list[Finding] = []
         inputs: list[InputFile] = []
@@ -128,10 +130,12 @@ class Auditor:
         sacct, sacct_display, sacct_inputs, sacct_findings = sacct_read()
         inputs.extend(sacct_inputs)
         findings.extend(sacct_findings)
-        periods: list[tuple[PeriodRecord, InputFile | None, list[Finding]]] = []
+        periods: list[LoadedPeriod] = []
+        listed: set[str] = set()  # (what each record lists, kept once: not in its record)
         yield Progress("periods", 0, len(period_tasks))
         for item in loaded:
-            periods.append(item)
+            listed.update(item.listed)
+            periods.append(replace(item, listed=()))
             yield Progress("periods", len(periods), len(period_tasks))
         input_findings: list[Finding] = []
         read_protocol_inputs(self.options, inputs, input_findings)
@@ -142,30 +146,32 @@ class Auditor:
             input_findings=tuple(input_findings), study_inputs=tuple(inputs),
             units=(), unlisted=(), periods_total=len(periods), shard=shard,
         )
-        folding = Fold(head, [without_entries(record) for record, _, _ in periods],
-                       self.options) if fold else None
+        folding = Fold(head, [item.record for item in periods], self.options) \
+            if fold else None
         # (the inventory and the records go once planned and joined: the reads hold their
         # boxes' only references)
         box, records = [layout], [periods]
         del layout, periods
-        units, unlisted = yield from self._read_evidence(root, box, records, protocol, shard,
-                                                         folding)
+        units, unlisted = yield from self._read_evidence(root, box, records, listed, protocol,
+                                                         shard, folding)
         return replace(head, units=tuple(units), unlisted=tuple(unlisted)), folding
 
     def _read_evidence(
-        self, root: Path, box: list[StudyLayout],
-        records_box: list[list[tuple[PeriodRecord, InputFile | None, list[Finding]]]],
-        protocol: Protocol, shard: tuple[int, int] | None, fold: Fold | None,
+        self, root: Path, box: list[StudyLayout], records_box: list[list[LoadedPeriod]],
+        listed: set[str], protocol: Protocol, shard: tuple[int, int] | None,
+        fold: Fold | None,
     ) -> Generator[Progress, None, tuple[list[PeriodUnit],
                                          list[tuple[tuple[int, int], FileOutcome]]]]:
         """Plan, read and hash the evidence of every period (of the shard's), and the
         files no period record lists (in the attempt directories the shard owns); join
         what was read with the manifests, a period as soon as its attempts are read (and
         hand it to ``fold``). ``box`` holds the layout and ``records_box`` the period
-        records (taken out: the listings go once planned, each record once joined)."""
+        records (taken out: the listings go once planned, each record once joined; a
+        record's manifest entries are unpacked as its reads are planned, and go once it is
+        joined); ``listed``: the paths they list."""
         layout = box.pop()
         periods = records_box.pop()
-        records = [record for record, _, _ in periods]
+        records = [item.record for item in periods]
         own = [index for index in range(len(periods))
                if shard is None or index % shard[1] == shard[0] - 1]
         mine = [records[index] for index in own]
@@ -176,23 +182,26 @@ class Auditor:
             owned = replace(layout, attempt_files={
                 rel: files for rel, files in layout.attempt_files.items()
                 if owner.get(rel, 1) == shard[0]})
-        unlisted, unlisted_blocked = plan_unlisted(root, owned, records)
+        unlisted, unlisted_blocked = plan_unlisted(root, owned, listed)
+        listed.clear()
         wanted = {task.display for task in unlisted} | {o.display for o in unlisted_blocked}
         place = {rel: position for position, rel in enumerate(
             rel for files in layout.attempt_files.values() for rel in files)
             if rel in wanted} if wanted else {}
         attempts = sum(len(record.attempts) for record in mine)
-        total_files = sum(len(spec.evidence) for record in mine for spec in record.attempts) \
-            + len(unlisted)
-        total_bytes = sum(entry.size or 0 for record in mine for spec in record.attempts
-                          for entry in spec.evidence)
+        total_files = sum(periods[index].files for index in own) + len(unlisted)
+        total_bytes = sum(periods[index].size for index in own)
         # Each attempt's task is made as the pool sends it (the tasks of a million files
         # took 0.3 GB), with the rows decided before reading put in ``pre``; of the
         # inventory, only the regular files' names stay for it (with it, and each file's
         # path sent once, the reading's peak on 144k files fell from 541 to 447 MB).
         pre: dict[str, list[EvidenceFile]] = {}
-        tasks = plan_reads(root, mine, protocol, layout.regular_files, pre)
-        joining = Joining(deque((index, *periods[index]) for index in own), pre, fold)
+        whole: dict[int, PeriodRecord] = {}
+        tasks = plan_reads(root, _unpacked(deque((index, periods[index]) for index in own),
+                                           whole), protocol, layout.regular_files, pre)
+        joining = Joining(deque((index, periods[index].record, periods[index].record_input,
+                                 list(periods[index].problems)) for index in own),
+                          pre, fold, whole)
         del layout, owned, wanted, records, mine, periods
         reading = self._pool.map(read_attempt, tasks, total_bytes, attempts)
         del tasks
@@ -211,6 +220,19 @@ class Auditor:
             read_bytes += outcome.digest.size if outcome.digest else 0
             yield Progress("read", done, total_files, read_bytes)
         return joining.units(), outcomes
+
+
+def _unpacked(pending: deque[tuple[int, LoadedPeriod]], whole: dict[int, PeriodRecord]
+              ) -> Iterator[PeriodRecord]:
+    """The records of the ``pending`` periods (index, as loaded), in order, each with its
+    manifest entries unpacked as the reading's planner comes to it (and kept in ``whole``,
+    by its index, for the joining, which lets it go); each packed one goes as it is."""
+    while pending:
+        index, loaded = pending.popleft()
+        record = unpack_entries(loaded)
+        if record.attempts:  # (a period without any is joined as loaded, maybe before)
+            whole[index] = record
+        yield record
 
 
 def _owners(records: list[PeriodRecord], shards: int) -> dict[str, int]:

@@ -59,11 +59,14 @@ class Joining:
     periods' order), a period as soon as the last of its attempts is in; each joined
     period goes to the fold, if any, which keeps what is left of it. ``queue``: the
     periods to join, (index, record, its input, the problems opening it), each let go
-    once joined."""
+    once joined; ``whole``: by index, the records with their manifest entries, when the
+    queue's are without (put there as a period's reads are planned, taken once joined)."""
 
     def __init__(self, queue: deque[tuple[int, PeriodRecord, InputFile | None, list[Finding]]],
-                 pre: dict[str, list[EvidenceFile]], fold: Fold | None) -> None:
+                 pre: dict[str, list[EvidenceFile]], fold: Fold | None,
+                 whole: dict[int, PeriodRecord] | None = None) -> None:
         self.queue, self.pre, self.fold = queue, pre, fold
+        self.whole = whole if whole is not None else {}
         self.reads: dict[str, AttemptRead] = {}
         self.units_read: list[PeriodUnit] = []
         """The periods joined, when there is no fold (which keeps them itself)."""
@@ -80,6 +83,7 @@ class Joining:
             if not all(key in self.reads for key in keys):
                 return
             self.queue.popleft()
+            record = self.whole.pop(index, record)
             (evidence,), _ = assemble([record], self.pre, self.reads)
             for key in keys:
                 del self.reads[key]
@@ -283,8 +287,7 @@ def let_go(period: PeriodEvidence, protocol: Protocol,
 def without_entries(record: PeriodRecord) -> PeriodRecord:
     """``record`` without its attempts' manifest entries (what judging the study needs of
     a period before its evidence is read)."""
-    return replace(record, attempts=tuple(replace(spec, evidence=())
-                                          for spec in record.attempts))
+    return record.without_entries()
 
 
 def apply_limits(findings: list[Finding], options: AuditOptions) -> tuple[tuple[Finding, ...],

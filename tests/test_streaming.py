@@ -197,3 +197,29 @@ def test_the_pool_starts_working_when_asked_not_when_the_first_result_is(
         assert list(results) == list(range(400))
     finally:
         pool.close()
+
+
+def test_the_manifest_entries_wait_packed_until_their_period_is_planned(study: Path) -> None:
+    """Until a period's reads are planned, the process that plans them holds its manifest
+    entries packed (one ``bytes`` a record), not as records: when the reading starts, none
+    is alive; while it goes, only those of the periods planned and not yet joined."""
+    import gc
+
+    from auditor.model import EvidenceEntry, Progress
+
+    def alive() -> int:
+        return sum(1 for item in gc.get_objects() if type(item) is EvidenceEntry)
+
+    listed = sum(len(spec.evidence) for period in run_audit(study).collected.periods[:1]
+                 for spec in period.record.attempts)
+    gc.collect()
+    before = alive()  # (the first periods of the result just made, kept whole)
+    seen: list[int] = []
+
+    def show(event: Progress) -> None:
+        if event.stage == "read" and not seen:
+            seen.append(alive() - before)
+
+    with paused_gc():
+        drive(Auditor(study).run(), show)
+    assert listed > 0 and seen == [0]

@@ -25,7 +25,6 @@ from auditor.model import (
     Protocol,
     StudyLayout,
 )
-from auditor.model.paths import join_text
 
 
 def plan_reads(
@@ -71,17 +70,11 @@ def evidence_row(record: PeriodRecord, spec: AttemptSpec, entry: EvidenceEntry, 
     )
 
 
-def plan_unlisted(root: Path, layout: StudyLayout, periods: Iterable[PeriodRecord]
+def plan_unlisted(root: Path, layout: StudyLayout, listed: set[str]
                   ) -> tuple[list[FileTask], list[FileOutcome]]:
-    """The files below attempt directories that no period record lists: those to hash, and
-    those that may not be opened (a link out of the root), with why."""
-    listed = {
-        joined
-        for record in periods
-        for spec in record.attempts
-        for entry in spec.evidence
-        if (joined := join_text(spec.attempt_dir or "", entry.path)) is not None
-    }
+    """The files below attempt directories that no period record lists (``listed``: the
+    root-relative paths the records list): those to hash, and those that may not be
+    opened (a link out of the root), with why."""
     unlisted: list[FileTask] = []
     blocked: list[FileOutcome] = []
     for files in layout.attempt_files.values():

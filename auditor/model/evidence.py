@@ -6,7 +6,7 @@ whichever directory the root was mounted on. Nothing here does I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from sys import intern
 
 from auditor.model.core import Finding, fast_pickle
@@ -117,6 +117,17 @@ class PeriodRecord:
     def attempt_key(self, index: int) -> str:
         """``pair/period-N#index``: the key of attempt ``index``'s read."""
         return f"{self.subject}#{index}"
+
+    def without_entries(self) -> PeriodRecord:
+        """This record without its attempts' manifest entries (what judging the study
+        needs of a period before its evidence is read)."""
+        return replace(self, attempts=tuple(replace(spec, evidence=())
+                                            for spec in self.attempts))
+
+    def with_entries(self, entries: tuple[tuple[EvidenceEntry, ...], ...]) -> PeriodRecord:
+        """This record (without entries) with each attempt's manifest ``entries`` back."""
+        return replace(self, attempts=tuple(replace(spec, evidence=given) for spec, given
+                                            in zip(self.attempts, entries, strict=True)))
 
 
 @fast_pickle
