@@ -381,7 +381,9 @@ def _audit(args: argparse.Namespace) -> int:
         # the collector is held to the writing's end: re-enabled, it would re-scan every record
         with paused_gc(), _progress(quiet=args.quiet or args.json) as show:
             result = drive(Auditor(args.root, options).run(), show)
-            summary = build_summary(result)
+            # (what the terminal shows: the periods' entries go to summary.json, a batch at
+            # a time, and to --json)
+            summary = build_summary(result, periods=False)
             if args.out is not None:
                 from auditor.errors import OutputError
                 from auditor.model import Progress
@@ -390,7 +392,7 @@ def _audit(args: argparse.Namespace) -> int:
                 show(Progress("write", 0, 1))
                 try:
                     write_outputs(result, args.out, force=args.force, plots=not args.no_plots,
-                                  summary=summary, plotter=plotter)
+                                  plotter=plotter)
                 except OSError as error:
                     raise OutputError(f"{args.out}: cannot write the outputs "
                                       f"({error.strerror or error})") from None
@@ -403,7 +405,8 @@ def _audit(args: argparse.Namespace) -> int:
     if args.json:
         from auditor.report.summary import dumps
 
-        printed = summary if manifest is None else {**summary, "output_manifest_sha256": manifest}
+        whole = build_summary(result)
+        printed = whole if manifest is None else {**whole, "output_manifest_sha256": manifest}
         sys.stdout.write(dumps(printed).decode())
     elif not args.quiet:
         from rich.console import Console

@@ -115,11 +115,9 @@ def _merge(args: argparse.Namespace) -> int:
                            max_quote=args.max_quote)
     with paused_gc():
         result = drive(judge(parts, options), lambda event: None)
-        summary = build_summary(result)
-        write_outputs(result, args.out, force=args.force, plots=not args.no_plots,
-                      summary=summary)
+        write_outputs(result, args.out, force=args.force, plots=not args.no_plots)
     if args.json:
-        sys.stdout.write(dumps(summary).decode())
+        sys.stdout.write(dumps(build_summary(result)).decode())
     elif not args.quiet:
         print(f"merged {len(args.parts)} parts: {result!r}; report: "
               f"{args.out / 'diagnostic.md'}")

@@ -156,13 +156,14 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
                   plotter: Plotter | None = None) -> None:
     """Write every output of ``result`` to ``out`` atomically.
 
-    ``summary`` is :func:`auditor.report.summary.build_summary` of ``result`` when the
-    caller has it already (else it is built here). ``plotter``, when given, draws the
+    ``summary``, when given, is written as ``summary.json`` (:func:`auditor.report.summary.
+    build_summary` of ``result``); else that is written from ``result``, its periods a
+    batch at a time. ``plotter``, when given, draws the
     plots in its helper process while the tables are written (else they are drawn here,
     after them)."""
     with signals_deferred():  # (pyarrow, a compiled extension, is not to be cut short)
         from auditor.report.markdown import evidence_md_lines, render_markdown
-        from auditor.report.summary import build_summary, dumps
+        from auditor.report.summary import dumps, summary_chunks
         from auditor.report.tables import write_table
 
     check_output_dir(out, result.collected.root, force)
@@ -199,7 +200,8 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
             drawing = plotter.draw(data) if plotter is not None else None
         for name in TABLES:
             put(f"{name}.parquet", partial(write_table, name, result))
-        put("summary.json", dumps(build_summary(result) if summary is None else summary))
+        put("summary.json", dumps(summary) if summary is not None
+            else partial(_write_chunks, summary_chunks(result)))
         if plots:
             for name, png in _drawn(drawing) or draw_plots(data):
                 put(name, png)
@@ -223,6 +225,11 @@ def _write_lines(lines: Iterator[str], sink: io.RawIOBase, batch: int = 4096) ->
     report's text is never held whole: nor as text, nor as its bytes)."""
     while chunk := "".join(islice(lines, batch)):
         sink.write(printable(chunk).encode("utf-8"))
+
+
+def _write_chunks(chunks: Iterator[bytes], sink: io.RawIOBase) -> None:
+    for chunk in chunks:
+        sink.write(chunk)
 
 
 def _drawn(drawing: Future[list[tuple[str, bytes]]] | None) -> list[tuple[str, bytes]] | None:
