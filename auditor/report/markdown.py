@@ -16,7 +16,7 @@ The output is a pure function of the result: byte-identical for the same evidenc
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from auditor._io import counted
 from auditor.catalogue import in_family
@@ -57,6 +57,7 @@ from auditor.report.mdformat import (
     number,
     prose,
     table,
+    table_lines,
     utc,
     utc_seconds,
 )
@@ -71,22 +72,50 @@ MAX_FINDINGS_LISTED = 200
 def render_markdown(result: AuditResult, outputs: Sequence[tuple[str, str, int]] = ()) -> str:
     """The whole report. ``outputs`` lists (name, sha256, size) of the other outputs (with
     ``evidence.md`` among them when it was written: the report links it)."""
+    return "".join(markdown_chunks(result, outputs))
+
+
+def markdown_chunks(result: AuditResult, outputs: Sequence[tuple[str, str, int]] = ()
+                    ) -> Iterator[str]:
+    """:func:`render_markdown`'s text in pieces, its sections one after another, made as
+    they are wanted, the period table a line at a time (a million periods' table was
+    about 80 MB while it was made)."""
     reasoning = result.reasoning
     linked = any(name == "evidence.md" for name, _, _ in outputs)
-    parts = [
-        _headline(result, reasoning),
-        _problems(result, reasoning),
-        _diagnosis(result, reasoning, linked),
-        _period_table(result, reasoning),
-        _locator(result),
-        accounting_section(result, reasoning),
-        disagreements_section(reasoning),
-        waivers_section(reasoning),
-        findings_section(result),
-        plots_section(outputs),
-        provenance_section(result, outputs),
+    sections: list[Callable[[], str | Iterator[str]]] = [
+        lambda: _headline(result, reasoning),
+        lambda: _problems(result, reasoning),
+        lambda: _diagnosis(result, reasoning, linked),
+        lambda: _period_table_lines(result, reasoning),
+        lambda: _locator(result),
+        lambda: accounting_section(result, reasoning),
+        lambda: disagreements_section(reasoning),
+        lambda: waivers_section(reasoning),
+        lambda: findings_section(result),
+        lambda: plots_section(outputs),
+        lambda: provenance_section(result, outputs),
     ]
-    return "\n\n".join(p.strip("\n") for p in parts if p.strip()) + "\n"
+    gap = ""  # (the sections a blank line apart, each without its own leading and
+    # trailing newlines; an empty one left out)
+    for section in sections:
+        made = section()
+        if isinstance(made, str):
+            if made.strip():
+                yield gap + made.strip("\n")
+                gap = "\n\n"
+            continue
+        yield gap  # (lines: never empty, none starting or ending the section with "\n")
+        gap = "\n\n"
+        yield from _joined(made)
+    yield "\n"
+
+
+def _joined(lines: Iterator[str]) -> Iterator[str]:
+    """``lines`` with a newline between each two (what ``"\\n".join`` makes, in pieces)."""
+    yield next(lines, "")
+    for line in lines:
+        yield "\n"
+        yield line
 
 
 def render_evidence_md(result: AuditResult) -> str:
@@ -429,9 +458,9 @@ def _evidence_pattern(result: AuditResult, members: Sequence[Verdict], linked: b
 
 
 def _period_rows(result: AuditResult, reasoning: Reasoning
-                 ) -> list[tuple[list[str], str]]:
+                 ) -> Iterator[tuple[list[str], str]]:
     """The table's rows, one per attempt (a retried period's every attempt), with each
-    attempt's PIDs line."""
+    attempt's PIDs line, made as they are wanted."""
     facts = reasoning.facts
     verdicts = {v.subject: v for v in reasoning.verdicts}
     dates = {utc(ns, with_date=True)[:10] for f in facts
@@ -440,7 +469,6 @@ def _period_rows(result: AuditResult, reasoning: Reasoning
     ordered = sorted(facts, key=lambda f: (f.gpus or 0, f.array_task_id if f.array_task_id
                                            is not None else 1 << 30, f.pair, f.period))
     periods = {p.subject: p for p in result.collected.periods}
-    rows: list[tuple[list[str], str]] = []
     for f in ordered:
         verdict = verdicts[f.subject]
         cause = _cause_word(verdict)
@@ -457,12 +485,12 @@ def _period_rows(result: AuditResult, reasoning: Reasoning
         for attempt in sorted(attempts, key=lambda a: a.spec.index) if retried else [chosen]:
             which = f", attempt {attempt.spec.index + 1}" if retried and attempt else ""
             if attempt is chosen:
-                rows.append(([index, workload, f"{f.job_id or '?'} / {f.period}{which}", gpus,
-                              outcome_text, utc(f.actor_update_finished_ns, with_date=dated),
-                              utc(f.post_update_sync_finished_ns, with_date=dated),
-                              str(f.raw_peak_mib) if f.raw_peak_mib is not None else "—"],
-                             f"{f.job_id or '?'} / {f.period}{which}: "
-                             + ",".join(str(p) for p in f.pids_by_rank)))
+                yield ([index, workload, f"{f.job_id or '?'} / {f.period}{which}", gpus,
+                        outcome_text, utc(f.actor_update_finished_ns, with_date=dated),
+                        utc(f.post_update_sync_finished_ns, with_date=dated),
+                        str(f.raw_peak_mib) if f.raw_peak_mib is not None else "—"],
+                       f"{f.job_id or '?'} / {f.period}{which}: "
+                       + ",".join(str(p) for p in f.pids_by_rank))
                 continue
             assert attempt is not None
             other = outcome_of(result, f.subject, attempt.spec.index)
@@ -472,21 +500,28 @@ def _period_rows(result: AuditResult, reasoning: Reasoning
             job = attempt.spec.job_id or "?"
             pids = ",".join(str(w.pid) for w in sorted(
                 attempt.spec.workers, key=lambda w: (w.rank is None, w.rank or 0)))
-            rows.append(([index, workload, f"{job} / {f.period}{which}", gpus,
-                          f"{said}; not counted", "—", "—", "—"],
-                         f"{job} / {f.period}{which}: {pids}"))
-    return rows
+            yield ([index, workload, f"{job} / {f.period}{which}", gpus,
+                    f"{said}; not counted", "—", "—", "—"],
+                   f"{job} / {f.period}{which}: {pids}")
 
 
-def _period_table(result: AuditResult, reasoning: Reasoning) -> str:
+def _period_table_lines(result: AuditResult, reasoning: Reasoning) -> Iterator[str]:
+    """The period table's section a line at a time (the table's a row at a time; of each
+    row, only its PIDs line is kept, for the block after the table)."""
     dates = {utc(ns, with_date=True)[:10] for f in reasoning.facts
              for ns in (f.actor_update_finished_ns, f.post_update_sync_finished_ns) if ns}
     one_date = next(iter(dates)) if len(dates) == 1 else None
-    rows = _period_rows(result, reasoning)
-    retried = any(", attempt " in pids for _, pids in rows)
-    lines = ["## Periods", ""]
+    periods = {p.subject: p for p in result.collected.periods}
+    # a row's PIDs line names its attempt when its period has more than one (the test the
+    # rows themselves were put to, once held whole: a job id may say ", attempt " too)
+    retried = any(len(periods[f.subject].attempts) > 1 if f.subject in periods else False
+                  for f in reasoning.facts) \
+        or any(", attempt " in f"{f.job_id or '?'} / {f.period}" for f in reasoning.facts)
+    del periods
     when = f"rendered as UTC on {one_date}" if one_date else "rendered as UTC"
-    lines.append(
+    yield "## Periods"
+    yield ""
+    yield (
         f"Times are the exact latest `finished_ns` across ranks, {when}. “Sync” is the weight "
         "synchronization **after** the final-step actor update, excluding initialization "
         "synchronization. Peaks are the launcher's raw trial peaks (or the highest device "
@@ -494,15 +529,21 @@ def _period_table(result: AuditResult, reasoning: Reasoning) -> str:
         + (" A retried period has a row per attempt; the times and peak are those of the "
            "attempt its verdict rests on." if retried else "")
     )
-    lines.append("")
-    lines.append(table(
+    yield ""
+    pids: list[str] = []
+
+    def cells() -> Iterator[list[str]]:
+        for row, line in _period_rows(result, reasoning):
+            pids.append(line)
+            yield row
+
+    yield from table_lines(
         ["Index", "Workload / seed", "Actual job / period", "GPUs", "Verdict",
          "Actor update finished", "Post-update sync finished", "Raw peak MiB"],
-        (row for row, _ in rows), ["---", "---", "---", "---:", "---", "---", "---", "---:"],
-    ))
-    lines += ["", "Worker PIDs in rank order:", ""]
-    lines.append(code_block(pids for _, pids in rows))
-    return "\n".join(lines)
+        cells(), ["---", "---", "---", "---:", "---", "---", "---", "---:"],
+    )
+    yield from ("", "Worker PIDs in rank order:", "")
+    yield code_block(pids)
 
 
 def _locator(result: AuditResult) -> str:

@@ -10,7 +10,7 @@ backticks than they hold), and the rest is plain words, which need no escape.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 
 from auditor._io import clip
@@ -39,8 +39,14 @@ def md_escape(text: str, limit: int = 300) -> str:
 
 def code_span(text: str, limit: int = 200) -> str:
     """Untrusted text as an inline code span (fenced by enough backticks)."""
+    if text and len(text) <= limit and _SPAN_AS_IS.search(text) is None:
+        return f"`{text}`"  # the common case (a path, a name): one backtick, nothing removed
     text = clip(_CONTROL.sub("", text.replace("\r", " ").replace("\n", " ")), limit)
     return _span(text)
+
+
+_SPAN_AS_IS = re.compile(_CONTROL.pattern[:-1] + "\n`]")
+"""What a code span may not show as it is: a control character, a newline, a backtick."""
 
 
 def _span(text: str) -> str:
@@ -138,10 +144,17 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]],
           align: Sequence[str] | None = None) -> str:
     """A markdown table; cells must already be inert (:func:`prose`, :func:`code_span`).
     A ``|`` in a cell (in a code span too: GitHub splits cells first) is escaped."""
+    return "\n".join(table_lines(header, rows, align))
+
+
+def table_lines(header: Sequence[str], rows: Iterable[Sequence[str]],
+                align: Sequence[str] | None = None) -> Iterator[str]:
+    """:func:`table`'s lines, a row's as it comes."""
     align = align or ["---"] * len(header)
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
-    lines.extend("| " + " | ".join(_cell(cell) for cell in row) + " |" for row in rows)
-    return "\n".join(lines)
+    yield "| " + " | ".join(header) + " |"
+    yield "| " + " | ".join(align) + " |"
+    for row in rows:
+        yield "| " + " | ".join(_cell(cell) for cell in row) + " |"
 
 
 def _cell(text: str) -> str:

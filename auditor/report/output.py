@@ -162,7 +162,7 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
     plots in its helper process while the tables are written (else they are drawn here,
     after them)."""
     with signals_deferred():  # (pyarrow, a compiled extension, is not to be cut short)
-        from auditor.report.markdown import evidence_md_lines, render_markdown
+        from auditor.report.markdown import evidence_md_lines, markdown_chunks
         from auditor.report.summary import dumps, summary_chunks
         from auditor.report.tables import write_table
 
@@ -206,7 +206,7 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
             for name, png in _drawn(drawing) or draw_plots(data):
                 put(name, png)
         put("evidence.md", partial(_write_lines, evidence_md_lines(result)))
-        put("diagnostic.md", printable(render_markdown(result, written)).encode("utf-8"))
+        put("diagnostic.md", partial(_write_lines, markdown_chunks(result, written)))
         with open(staging / MANIFEST, "wb") as handle:
             write_manifest(result, written, handle)
             handle.flush()
