@@ -106,6 +106,8 @@ class LoadedPeriod:
 def load_period_packed(task: tuple[str, str, bool]) -> LoadedPeriod:
     """:func:`load_period`, its manifest entries packed (:class:`LoadedPeriod`)."""
     record, record_input, problems = load_period(task)
+    if record_input is not None and record_input.digest == record.digest:
+        record_input = replace(record_input, digest=record.digest)  # (one object, not two)
     entries = tuple(spec.evidence for spec in record.attempts)
     listed = tuple(joined for spec in record.attempts for entry in spec.evidence
                    if (joined := join_text(spec.attempt_dir or "", entry.path)) is not None)

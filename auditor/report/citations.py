@@ -12,6 +12,7 @@ citations in full. Reporters see only the :class:`~auditor.model.AuditResult`.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections import Counter, defaultdict
@@ -39,6 +40,14 @@ class Names:
     record: str
     ranks: int
 
+    @functools.cached_property
+    def placeholders(self) -> dict[str, str]:
+        """The numbers in a path that are this period's names, by their placeholder."""
+        placeholders = {str(pid): "<pid>" for pid in self.pids}
+        if self.job:
+            placeholders[self.job] = "<job>"
+        return placeholders
+
 
 def names_of(result: AuditResult, verdict: Verdict) -> Names:
     """The names of ``verdict``'s period: its counted attempt (else its last)."""
@@ -61,9 +70,7 @@ def _abstract(path: str, names: Names) -> str:
         path = path[len(names.attempt_dir.rstrip("/")) + 1:]
     elif not path.startswith("/"):  # (an input given outside the root keeps its path)
         path = "BASE/" + path
-    placeholders = {str(pid): "<pid>" for pid in names.pids}
-    if names.job:
-        placeholders[names.job] = "<job>"
+    placeholders = names.placeholders
     parts = _NUMBER.split(path)  # (text, number, text, ...: each whole number alone)
     parts[1::2] = [placeholders.get(n, n) for n in parts[1::2]]
     return "".join(parts)

@@ -243,12 +243,13 @@ def _identity(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[Find
                 yield finding("AUD110", subject, [Citation(trace.path, line=line)],
                               detail=f"{name}: line {line} has rank {rank}, the period lists "
                                      f"pid {pid} as rank {owner.rank}")
+    listed_for = _listed_pids(attempt)
     for pid, worker in sorted(by_pid.items()):
         worker_cite = Citation(record.path, pointer=worker.pointer)
-        if not _listed_for_pid(attempt, "device_evidence", pid):
+        if ("device_evidence", pid) not in listed_for:
             yield finding("AUD107", subject, [worker_cite], kind="device evidence",
                           detail=f" for pid {pid} (rank {worker.rank})")
-        if not _listed_for_pid(attempt, "allocator_trace", pid):
+        if ("allocator_trace", pid) not in listed_for:
             yield finding("AUD107", subject, [worker_cite], kind="allocator trace",
                           detail=f" for pid {pid} (rank {worker.rank})")
     gpus: dict[str, list[tuple[int | None, str]]] = defaultdict(list)
@@ -263,16 +264,21 @@ def _identity(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[Find
                           uuid=uuid, ranks=", ".join(str(r) for r in ranks))
 
 
-def _listed_for_pid(attempt: AttemptEvidence, kind: str, pid: int) -> bool:
-    """Whether the manifest lists a file of ``kind`` named for ``pid`` (read or not)."""
+_NAMED_FOR_PID = {"device_evidence": DEVICE_NAME_RE, "allocator_trace": TRACE_NAME_RE}
+"""The file kinds named for their worker's pid, and how their names give it."""
+
+
+def _listed_pids(attempt: AttemptEvidence) -> set[tuple[str, int]]:
+    """(kind, pid) of each device file and allocator trace the manifest lists named for a
+    pid (read or not)."""
+    listed = set()
     for row in attempt.files:
-        if row.kind != kind:
+        if row.kind not in _NAMED_FOR_PID:
             continue
-        name = row.path.rsplit("/", 1)[-1]
-        match = (DEVICE_NAME_RE if kind == "device_evidence" else TRACE_NAME_RE).match(name)
-        if match is not None and int(match["pid"]) == pid:
-            return True
-    return False
+        match = _NAMED_FOR_PID[row.kind].match(row.path.rsplit("/", 1)[-1])
+        if match is not None:
+            listed.add((row.kind, int(match["pid"])))
+    return listed
 
 
 def _job_ids(
