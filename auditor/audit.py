@@ -137,6 +137,7 @@ class Auditor:
             listed.update(item.listed)
             periods.append(replace(item, listed=()))
             yield Progress("periods", len(periods), len(period_tasks))
+        del item  # (the last one's listed paths and entries: not held through the reading)
         input_findings: list[Finding] = []
         read_protocol_inputs(self.options, inputs, input_findings)
         head = CollectedParts(
@@ -223,7 +224,7 @@ class Auditor:
 
 
 def _unpacked(pending: deque[tuple[int, LoadedPeriod]], whole: dict[int, PeriodRecord]
-              ) -> Iterator[PeriodRecord]:
+              ) -> Iterator[tuple[int, PeriodRecord]]:
     """The records of the ``pending`` periods (index, as loaded), in order, each with its
     manifest entries unpacked as the reading's planner comes to it (and kept in ``whole``,
     by its index, for the joining, which lets it go); each packed one goes as it is."""
@@ -232,7 +233,7 @@ def _unpacked(pending: deque[tuple[int, LoadedPeriod]], whole: dict[int, PeriodR
         record = unpack_entries(loaded)
         if record.attempts:  # (a period without any is joined as loaded, maybe before)
             whole[index] = record
-        yield record
+        yield index, record
 
 
 def _owners(records: list[PeriodRecord], shards: int) -> dict[str, int]:

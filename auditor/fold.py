@@ -66,7 +66,7 @@ class Joining:
                  pre: dict[str, list[EvidenceFile]], fold: Fold | None,
                  whole: dict[int, PeriodRecord] | None = None) -> None:
         self.queue, self.pre, self.fold = queue, pre, fold
-        self.whole = whole if whole is not None else {}
+        self.whole = whole
         self.reads: dict[str, AttemptRead] = {}
         self.units_read: list[PeriodUnit] = []
         """The periods joined, when there is no fold (which keeps them itself)."""
@@ -79,12 +79,13 @@ class Joining:
     def _join_ready(self) -> None:
         while self.queue:
             index, record, record_input, problems = self.queue[0]
-            keys = [record.attempt_key(spec.index) for spec in record.attempts]
+            keys = [record.attempt_key(spec.index, index) for spec in record.attempts]
             if not all(key in self.reads for key in keys):
                 return
             self.queue.popleft()
-            record = self.whole.pop(index, record)
-            (evidence,), _ = assemble([record], self.pre, self.reads)
+            if self.whole is not None and record.attempts:  # (unpacked when planned)
+                record = self.whole.pop(index)
+            (evidence,), _ = assemble([record], self.pre, self.reads, index)
             for key in keys:
                 del self.reads[key]
                 self.pre.pop(key, None)

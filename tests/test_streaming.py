@@ -201,8 +201,9 @@ def test_the_pool_starts_working_when_asked_not_when_the_first_result_is(
 
 def test_the_manifest_entries_wait_packed_until_their_period_is_planned(study: Path) -> None:
     """Until a period's reads are planned, the process that plans them holds its manifest
-    entries packed (one ``bytes`` a record), not as records: when the reading starts, none
-    is alive; while it goes, only those of the periods planned and not yet joined."""
+    entries packed (one ``bytes`` a record), not as records: when this study's reading
+    starts (read in this process: nothing is planned ahead of it), none is alive; while it
+    goes, only those of the periods planned and not yet joined."""
     import gc
 
     from auditor.model import EvidenceEntry, Progress
@@ -223,3 +224,24 @@ def test_the_manifest_entries_wait_packed_until_their_period_is_planned(study: P
     with paused_gc():
         drive(Auditor(study).run(), show)
     assert listed > 0 and seen == [0]
+
+
+def test_two_records_of_one_period_read_ahead_are_each_joined_with_their_own(
+        tmp_path: Path) -> None:
+    """A record copied under another pair names the same period as its original: read by
+    the pool, which plans ahead of the joining, each is still joined with its own reads
+    (once a KeyError: the two shared their reads' keys), as when read one at a time."""
+    import shutil
+
+    root = tmp_path / "study"
+    assert main(["example", str(root), "--kind", "mixed"]) == 0
+    original = sorted((root / "pairs").glob("*/period-1.json"))[0]
+    (root / "pairs" / "aaa-copy").mkdir()
+    shutil.copy(original, root / "pairs" / "aaa-copy" / "period-1.json")
+    outs = {}
+    for jobs in ("1", "2"):
+        outs[jobs] = tmp_path / f"out-{jobs}"
+        assert main(["audit", str(root), "--out", str(outs[jobs]), "--quiet", "--no-plots",
+                     "--jobs", jobs]) in (0, 1)
+    assert _outputs(outs["1"]) == _outputs(outs["2"])
+    assert "pair is " in (outs["2"] / "diagnostic.md").read_text()  # (the copy's mismatch)

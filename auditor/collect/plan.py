@@ -28,17 +28,19 @@ from auditor.model import (
 
 
 def plan_reads(
-    root: Path, periods: Iterable[PeriodRecord], protocol: Protocol,
+    root: Path, periods: Iterable[tuple[int, PeriodRecord]], protocol: Protocol,
     regular_files: frozenset[str], pre: dict[str, list[EvidenceFile]],
 ) -> Iterator[AttemptTask]:
-    """Path-check every listed file; one read task per attempt, made as it is wanted (a
-    study's tasks need not all exist at once).
+    """Path-check every listed file; one read task per attempt of the ``periods`` (each
+    with its place among the study's records), made as it is wanted (a study's tasks need
+    not all exist at once).
 
     The evidence rows decided before reading (unsafe, missing, unreadable) go to ``pre``,
-    by the attempt's key, as its task is made; readable files get their row after."""
-    for record in periods:
+    by the attempt's key (:meth:`~auditor.model.PeriodRecord.attempt_key`, with the
+    record's place), as its task is made; readable files get their row after."""
+    for position, record in periods:
         for spec in record.attempts:
-            key = record.attempt_key(spec.index)
+            key = record.attempt_key(spec.index, position)
             rows: list[EvidenceFile] = []
             files: list[FileTask] = []
             for entry in spec.evidence:

@@ -114,9 +114,12 @@ class PeriodRecord:
         study's verdicts, outcomes, findings and attempts each name their period)."""
         return intern(f"{self.pair}/period-{self.period}")
 
-    def attempt_key(self, index: int) -> str:
-        """``pair/period-N#index``: the key of attempt ``index``'s read."""
-        return f"{self.subject}#{index}"
+    def attempt_key(self, index: int, position: int | None = None) -> str:
+        """``pair/period-N#index``: the key of attempt ``index``'s read; ``position``: the
+        record's place among the study's (``position:pair/period-N#index``), when reads
+        are planned ahead of their joining (two records may name one period)."""
+        key = f"{self.subject}#{index}"
+        return key if position is None else f"{position}:{key}"
 
     def without_entries(self) -> PeriodRecord:
         """This record without its attempts' manifest entries (what judging the study

@@ -39,15 +39,17 @@ def assemble(
     periods: list[PeriodRecord],
     pre: dict[str, list[EvidenceFile]],
     reads: dict[str, AttemptRead],
+    position: int | None = None,
 ) -> tuple[list[PeriodEvidence], list[EvidenceFile]]:
     """Each period with its attempts' evidence rows, and every row (``pre``: the rows the
-    plan decided; ``reads``: what reading each attempt gave, by its key)."""
+    plan decided; ``reads``: what reading each attempt gave, by its key, with the record's
+    ``position`` when the plan gave one)."""
     evidence: list[EvidenceFile] = []
     period_evidence: list[PeriodEvidence] = []
     for record in periods:
         attempts = []
         for spec in record.attempts:
-            key = record.attempt_key(spec.index)
+            key = record.attempt_key(spec.index, position)
             read = reads[key]
             outcomes = {o.display: o for o in read.files}
             rows = list(pre[key])
