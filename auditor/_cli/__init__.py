@@ -396,6 +396,8 @@ def _audit(args: argparse.Namespace) -> int:
                 except OSError as error:
                     raise OutputError(f"{args.out}: cannot write the outputs "
                                       f"({error.strerror or error})") from None
+            if args.json:  # (the whole document, made while the collector still rests)
+                summary = build_summary(result)
     finally:
         if plotter is not None:
             plotter.close()
@@ -405,8 +407,8 @@ def _audit(args: argparse.Namespace) -> int:
     if args.json:
         from auditor.report.summary import dumps
 
-        whole = build_summary(result)
-        printed = whole if manifest is None else {**whole, "output_manifest_sha256": manifest}
+        printed = summary if manifest is None else {**summary,
+                                                    "output_manifest_sha256": manifest}
         sys.stdout.write(dumps(printed).decode())
     elif not args.quiet:
         from rich.console import Console

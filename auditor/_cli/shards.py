@@ -116,8 +116,9 @@ def _merge(args: argparse.Namespace) -> int:
     with paused_gc():
         result = drive(judge(parts, options), lambda event: None)
         write_outputs(result, args.out, force=args.force, plots=not args.no_plots)
-    if args.json:
-        sys.stdout.write(dumps(build_summary(result)).decode())
+        summary = build_summary(result) if args.json else None
+    if summary is not None:
+        sys.stdout.write(dumps(summary).decode())
     elif not args.quiet:
         print(f"merged {len(args.parts)} parts: {result!r}; report: "
               f"{args.out / 'diagnostic.md'}")

@@ -179,6 +179,8 @@ def summary_chunks(result: AuditResult, batch: int = 1024) -> Iterator[bytes]:
     """``summary.json``, byte for byte :func:`dumps` of :func:`build_summary`, in pieces:
     the periods' entries ``batch`` at a time (a million periods' entries were about 60 MB
     as a document, 160 MB while it was written, held through the whole report)."""
+    if batch < 1:
+        raise ValueError(f"batch must be at least 1, not {batch}")
     head = dumps(build_summary(result, periods=False))
     entries = _period_entries(result)
     chunk = list(islice(entries, batch))

@@ -29,8 +29,13 @@ from auditor.model import (
     SacctJob,
 )
 
-DEVICE_NAME_RE = re.compile(r"^worker-(?P<role>.+)-(?P<rank>\d+)-(?P<pid>\d+)\.json$")
-TRACE_NAME_RE = re.compile(r"^allocator-(?P<pid>\d+)\.jsonl$")
+DEVICE_NAME_RE = re.compile(
+    r"^worker-(?P<role>.+)-(?P<rank>\d{1,20})-(?P<pid>\d{1,20})\.json$")
+TRACE_NAME_RE = re.compile(r"^allocator-(?P<pid>\d{1,20})\.jsonl$")
+"""A device file's and an allocator trace's names. A rank or pid of more than 20 digits
+(past 64 bits: no worker's, which a JSON number gives) makes no such name: a manifest
+naming a file for a pid of thousands of digits once crashed the audit turning it into
+a number."""
 ATTEMPT_NAME_RE = re.compile(r"(?:^|/)attempt-(?P<job>[^/]+?)(?:-r(?P<restart>\d{1,9}))?$")
 """An attempt directory: ``attempt-<job>`` (restart 0) or ``attempt-<job>-r<restart_count>``
 (a requeued job keeps its id, contract v1.1): ``job`` and ``restart`` (None: no suffix)."""

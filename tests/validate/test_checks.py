@@ -11,6 +11,7 @@ import pytest
 from auditor.model import AuditOptions, Collected, Finding, IdleCheck, TrialRecord
 from auditor.validate.checks import validate
 from tests.reason.values import (
+    ATTEMPT_DIR,
     PAIR,
     PIDS,
     SUBJECT,
@@ -21,6 +22,7 @@ from tests.reason.values import (
     device,
     period,
     phase,
+    row,
     sacct,
     sacct_job,
     trace,
@@ -121,3 +123,18 @@ def test_a_period_that_ran_another_commit_is_aud121() -> None:
     found: list[Finding] = validate(study, AuditOptions())
     assert [(f.rule_id, f.value("actual"), f.value("expected")) for f in found] == [
         ("AUD121", "c", "d")]
+
+
+def test_a_file_named_for_a_pid_of_thousands_of_digits_is_no_workers_file() -> None:
+    """A manifest may name a file anything: a device file or trace named for a pid past
+    64 bits (5,000 digits here, which Python will not even turn into a number) is no
+    worker's file, and the workers' own are still found; nothing raises."""
+    huge = "9" * 5000
+    clean = attempt()
+    odd = replace(clean, files=(*clean.files,
+                                row(f"{ATTEMPT_DIR}/device-evidence/worker-policy-0-{huge}.json",
+                                    "device_evidence", "missing"),
+                                row(f"{ATTEMPT_DIR}/allocator-traces/allocator-{huge}.jsonl",
+                                    "allocator_trace", "missing")))
+    study = collected(period(odd), dump=sacct(sacct_job()), commits={PAIR: "c"})
+    assert checked(study) == checked(one())
