@@ -41,7 +41,6 @@ from auditor.fold import (
     apply_limits,
     assemble_collected,
     unit_findings,
-    without_entries,
 )
 from auditor.model import (
     DEFAULT_PROTOCOL,
@@ -255,7 +254,7 @@ def judge(parts: CollectedParts, options: AuditOptions
     period at a time: the audit's result."""
     units = sorted(parts.units, key=lambda unit: unit.index)
     fold = Fold(replace(parts, units=()),
-                [without_entries(unit.evidence.record) for unit in units], options)
+                [unit.evidence.record.without_entries() for unit in units], options)
     for done, unit in enumerate(units, 1):
         fold.add(unit)
         if done % 1024 == 0:

@@ -263,7 +263,7 @@ def let_go(period: PeriodEvidence, protocol: Protocol,
     phases = protocol.completion_phases
     first, last = (phases[0], phases[-1]) if len(phases) >= 2 else ("", "")
     if record is None:
-        record = without_entries(period.record)
+        record = period.record.without_entries()
     attempts = []
     for attempt, spec in zip(period.attempts, record.attempts, strict=True):
         read = attempt.read
@@ -283,12 +283,6 @@ def let_go(period: PeriodEvidence, protocol: Protocol,
         attempts.append(replace(attempt, spec=spec, files=(), read=replace(
             read, trial=trial, traces=tuple(traces), log=None, devices=())))
     return PeriodEvidence(record, tuple(attempts))
-
-
-def without_entries(record: PeriodRecord) -> PeriodRecord:
-    """``record`` without its attempts' manifest entries (what judging the study needs of
-    a period before its evidence is read)."""
-    return record.without_entries()
 
 
 def apply_limits(findings: list[Finding], options: AuditOptions) -> tuple[tuple[Finding, ...],

@@ -163,12 +163,12 @@ def test_a_judged_period_keeps_the_judges_copy_of_its_record(study: Path) -> Non
     a judged period keeps that one, not a second copy of its own."""
     from dataclasses import replace
 
-    from auditor.fold import Fold, without_entries
+    from auditor.fold import Fold
     from auditor.model import AuditOptions
 
     parts = drive(Auditor(study).collect(), lambda event: None)
     units = sorted(parts.units, key=lambda unit: unit.index)
-    fold = Fold(replace(parts, units=()), [without_entries(u.evidence.record) for u in units],
+    fold = Fold(replace(parts, units=()), [u.evidence.record.without_entries() for u in units],
                 AuditOptions())
     for unit in units:
         fold.add(unit)
@@ -177,7 +177,7 @@ def test_a_judged_period_keeps_the_judges_copy_of_its_record(study: Path) -> Non
     for slot, unit in enumerate(fold.units):
         same = unit.evidence.record is judged[slot].record
         assert same is (slot >= KEPT_WHOLE), slot
-        assert unit.evidence.record == without_entries(units[slot].evidence.record) or not same
+        assert unit.evidence.record == units[slot].evidence.record.without_entries() or not same
 
 
 @pytest.mark.parametrize("count", [None, 400])

@@ -201,7 +201,7 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
         for name in TABLES:
             put(f"{name}.parquet", partial(write_table, name, result))
         put("summary.json", dumps(summary) if summary is not None
-            else partial(_write_chunks, summary_chunks(result)))
+            else lambda sink: sink.writelines(summary_chunks(result)))
         if plots:
             for name, png in _drawn(drawing) or draw_plots(data):
                 put(name, png)
@@ -225,11 +225,6 @@ def _write_lines(lines: Iterator[str], sink: io.RawIOBase, batch: int = 4096) ->
     report's text is never held whole: nor as text, nor as its bytes)."""
     while chunk := "".join(islice(lines, batch)):
         sink.write(printable(chunk).encode("utf-8"))
-
-
-def _write_chunks(chunks: Iterator[bytes], sink: io.RawIOBase) -> None:
-    for chunk in chunks:
-        sink.write(chunk)
 
 
 def _drawn(drawing: Future[list[tuple[str, bytes]]] | None) -> list[tuple[str, bytes]] | None:
