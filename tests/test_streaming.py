@@ -158,9 +158,10 @@ def test_the_tasks_are_made_only_as_the_pool_sends_them(tmp_path: Path) -> None:
     assert planned <= (AHEAD * 2 + 1) * chunk_size(400, 400 << 20, 2) < 400
 
 
-def test_a_judged_period_keeps_the_judges_copy_of_its_record(study: Path) -> None:
-    """The judge holds every period's record (without its manifest entries) until the end:
-    a judged period keeps that one, not a second copy of its own."""
+def test_a_judged_periods_record_is_held_once(study: Path) -> None:
+    """The judge lets go of the periods' records once its study-level checks have read
+    them (it judged each period from the one it is given): the fold's judged period holds
+    the only copy, without its manifest entries."""
     from dataclasses import replace
 
     from auditor.fold import Fold
@@ -170,14 +171,14 @@ def test_a_judged_period_keeps_the_judges_copy_of_its_record(study: Path) -> Non
     units = sorted(parts.units, key=lambda unit: unit.index)
     fold = Fold(replace(parts, units=()), [u.evidence.record.without_entries() for u in units],
                 AuditOptions())
+    assert fold.judge.study.periods == ()
     for unit in units:
         fold.add(unit)
-    judged = fold.judge.study.periods
-    assert len(fold.units) == len(judged) == PERIODS
-    for slot, unit in enumerate(fold.units):
-        same = unit.evidence.record is judged[slot].record
-        assert same is (slot >= KEPT_WHOLE), slot
-        assert unit.evidence.record == units[slot].evidence.record.without_entries() or not same
+    assert len(fold.periods) == PERIODS
+    for slot, period in enumerate(fold.periods):
+        whole = units[slot].evidence.record
+        assert period.record == (whole if slot < KEPT_WHOLE else whole.without_entries())
+        assert any(spec.evidence for spec in period.record.attempts) is (slot < KEPT_WHOLE)
 
 
 @pytest.mark.parametrize("count", [None, 400])

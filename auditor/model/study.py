@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import typing
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -249,7 +249,8 @@ class Collected:
     sacct: SacctDump | None
     sacct_display: str | None
     execution_commits: dict[str, str] | None
-    periods: tuple[PeriodEvidence, ...]
+    periods: Sequence[PeriodEvidence]
+    """In the study's order; a long study's may be packed (each unpacked as it is read)."""
     evidence: EvidenceRows
     inputs: tuple[InputFile, ...]
     """Inputs read besides the evidence files the period records list (those are in

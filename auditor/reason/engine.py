@@ -157,6 +157,10 @@ class StudyJudge:
         self._at_end: list[_Waiting] = []
         """Periods that wait for the end (an attempt no record names the job of)."""
         self._ready = _ready_at(study)
+        # each period's record went into the checks above; judging one reads only the
+        # study's inputs and scheduler's dump, and the period it is given (the records
+        # would be a second copy of what the fold keeps)
+        self.study = replace(study, periods=())
         self._latest: dict[str, tuple[int, str]] = {}
         """Job id -> (start, ``subject#index``) of the attempt it launched last so far."""
         self._texts: dict[str, str] = {}

@@ -36,13 +36,21 @@ class _Index:
     (a report looks every period up: a scan per look-up would be quadratic)."""
 
     result: weakref.ref[AuditResult]
-    periods: dict[str, PeriodEvidence]
+    places: dict[str, int]
+    """Each period's place among the result's (of two records of one period, the later's):
+    the periods themselves may be packed, each unpacked as it is read."""
     outcomes: dict[str, list[AttemptOutcome]]
     by_raw: dict[str, SacctJob]
     by_id: dict[str, SacctJob]
     counted: dict[str, tuple[PeriodEvidence | None, AttemptEvidence | None,
                              AttemptOutcome | None]] = field(default_factory=dict)
-    """:func:`counted_attempt`'s answers, as they are asked for."""
+    """:func:`counted_attempt`'s answers, as they are asked for (the last
+    :data:`COUNTED_KEPT`)."""
+
+
+COUNTED_KEPT = 4096
+"""How many of :func:`counted_attempt`'s answers are kept for the next ask (a group's
+members are asked for several times in a row): each holds its period."""
 
 
 _INDEX: dict[int, _Index] = {}
@@ -62,10 +70,12 @@ def _indexed(result: AuditResult) -> _Index:
             by_raw.setdefault(job.job_id_raw, job)
         else:
             by_id.setdefault(job.job_id, job)
-    index = _Index(weakref.ref(result), {p.subject: p for p in result.collected.periods},
+    index = _Index(weakref.ref(result),
+                   {p.subject: at for at, p in enumerate(result.collected.periods)},
                    dict(outcomes), by_raw, by_id)
-    _INDEX.clear()  # (the last result's only: nothing is kept alive)
+    _INDEX.clear()  # (the last result's only, and only while it lives)
     _INDEX[id(result)] = index
+    weakref.finalize(result, _INDEX.pop, id(result), None)
     return index
 
 
@@ -84,7 +94,8 @@ def counted_attempt(result: AuditResult, subject: str
     known = indexed.counted.get(subject)
     if known is not None:
         return known
-    period = indexed.periods.get(subject)
+    at = indexed.places.get(subject)
+    period = result.collected.periods[at] if at is not None else None
     outcomes = indexed.outcomes.get(subject, [])
     outcome = next((o for o in outcomes if o.counted), outcomes[-1] if outcomes else None)
     attempt = None
@@ -92,6 +103,8 @@ def counted_attempt(result: AuditResult, subject: str
         attempt = next((a for a in period.attempts
                         if outcome is not None and a.spec.index == outcome.index),
                        period.attempts[-1] if period.attempts else None)
+    if len(indexed.counted) >= COUNTED_KEPT:
+        indexed.counted.clear()
     indexed.counted[subject] = (period, attempt, outcome)
     return period, attempt, outcome
 

@@ -22,6 +22,7 @@ from auditor._io import counted
 from auditor.catalogue import in_family
 from auditor.model import (
     AuditResult,
+    PeriodEvidence,
     Reasoning,
     Verdict,
     VerdictKind,
@@ -468,7 +469,8 @@ def _period_rows(result: AuditResult, reasoning: Reasoning
     dated = len(dates) > 1
     ordered = sorted(facts, key=lambda f: (f.gpus or 0, f.array_task_id if f.array_task_id
                                            is not None else 1 << 30, f.pair, f.period))
-    periods = {p.subject: p for p in result.collected.periods}
+    periods = result.collected.periods
+    place = _places(periods)  # (a period read only when retried: it may be packed)
     for f in ordered:
         verdict = verdicts[f.subject]
         cause = _cause_word(verdict)
@@ -479,12 +481,14 @@ def _period_rows(result: AuditResult, reasoning: Reasoning
         workload = prose(f"{f.workload or '?'} / {f.seed if f.seed is not None else '?'}")
         gpus = str(f.gpus) if f.gpus is not None else "—"
         _, chosen, _ = counted_attempt(result, f.subject)
-        period = periods.get(f.subject)
-        attempts = period.attempts if period is not None else ()
-        retried = len(attempts) > 1
+        at, count = place.get(f.subject, (-1, 0))
+        retried = count > 1
+        attempts = periods[at].attempts if retried else ()
         for attempt in sorted(attempts, key=lambda a: a.spec.index) if retried else [chosen]:
             which = f", attempt {attempt.spec.index + 1}" if retried and attempt else ""
-            if attempt is chosen:
+            if attempt is chosen or (attempt is not None and chosen is not None
+                                     and attempt.spec.index == chosen.spec.index):
+                # (by place: a packed period's attempts are new copies each time it is read)
                 yield ([index, workload, f"{f.job_id or '?'} / {f.period}{which}", gpus,
                         outcome_text, utc(f.actor_update_finished_ns, with_date=dated),
                         utc(f.post_update_sync_finished_ns, with_date=dated),
@@ -505,19 +509,24 @@ def _period_rows(result: AuditResult, reasoning: Reasoning
                    f"{job} / {f.period}{which}: {pids}")
 
 
+def _places(periods: Sequence[PeriodEvidence]) -> dict[str, tuple[int, int]]:
+    """Each period's place among ``periods`` and how many attempts it has, by subject (of
+    two records of one period, the later's)."""
+    return {period.subject: (at, len(period.attempts)) for at, period in enumerate(periods)}
+
+
 def _period_table_lines(result: AuditResult, reasoning: Reasoning) -> Iterator[str]:
     """The period table's section a line at a time (the table's a row at a time; of each
     row, only its PIDs line is kept, for the block after the table)."""
     dates = {utc(ns, with_date=True)[:10] for f in reasoning.facts
              for ns in (f.actor_update_finished_ns, f.post_update_sync_finished_ns) if ns}
     one_date = next(iter(dates)) if len(dates) == 1 else None
-    periods = {p.subject: p for p in result.collected.periods}
+    place = _places(result.collected.periods)
     # a row's PIDs line names its attempt when its period has more than one (the test the
     # rows themselves were put to, once held whole: a job id may say ", attempt " too)
-    retried = any(len(periods[f.subject].attempts) > 1 if f.subject in periods else False
-                  for f in reasoning.facts) \
+    retried = any(place.get(f.subject, (-1, 0))[1] > 1 for f in reasoning.facts) \
         or any(", attempt " in f"{f.job_id or '?'} / {f.period}" for f in reasoning.facts)
-    del periods
+    del place
     when = f"rendered as UTC on {one_date}" if one_date else "rendered as UTC"
     yield "## Periods"
     yield ""
