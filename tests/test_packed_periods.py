@@ -57,3 +57,17 @@ def test_no_period_is_held_live_once_packed(mixed: Path,
 def test_a_short_study_keeps_its_periods_live(mixed: Path) -> None:
     result = run_audit(mixed)
     assert isinstance(result.collected.periods, tuple)
+
+
+def test_a_packed_audits_verdicts_keep_their_citations_packed(
+        mixed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """...and equal to the live audit's, citation for citation."""
+    live = run_audit(mixed)
+    monkeypatch.setattr(auditor.fold, "PACKED_ABOVE", 0)
+    packed = run_audit(mixed)
+    assert all(isinstance(v.citations, tuple) for v in live.verdicts)
+    assert all(isinstance(v.citations, PackedSequence) for v in packed.verdicts)
+    assert sum(len(v.citations) for v in packed.verdicts) > 20
+    assert [list(v.citations) for v in packed.verdicts] \
+        == [list(v.citations) for v in live.verdicts]
+    assert packed.verdicts == live.verdicts

@@ -6,6 +6,7 @@ I/O.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from auditor.model.core import Citation, Finding, Reason, VerdictKind, fast_pickle
@@ -49,7 +50,8 @@ class Verdict:
     limits: str
     """What the evidence does not prove."""
     findings: tuple[Finding, ...] = ()
-    citations: tuple[Citation, ...] = field(default=())
+    citations: Sequence[Citation] = field(default=())
+    """What it rests on, in order (a long study's may be packed: each read unpacks them)."""
     cause: Cause | None = None
     """What ended the counted attempt when it did not complete (None: it exited cleanly)."""
 

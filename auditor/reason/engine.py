@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from auditor._spill import PackedSequence
 from auditor.catalogue import finding
 from auditor.model import (
     AttemptEvidence,
@@ -91,7 +92,7 @@ class FindingIndex:
         return [item for _, item in sorted(theirs + own, key=lambda pair: pair[0])]
 
 
-def index(ranked: list[tuple[int, list[Finding]]]
+def index(ranked: list[tuple[int, Sequence[Finding]]]
           ) -> tuple[dict[str, list[tuple[int, Finding]]], dict[str, list[tuple[int, Finding]]]]:
     """(by subject, by cited path) of lists of findings, each with its list's rank."""
     by_subject: dict[str, list[tuple[int, Finding]]] = defaultdict(list)
@@ -140,13 +141,16 @@ class StudyJudge:
     collection: its inputs', the layout's, the command line's inputs'."""
 
     def __init__(self, study: Collected, options: AuditOptions, findings: tuple[
-            list[Finding], list[Finding], list[Finding]]) -> None:
+            list[Finding], list[Finding], list[Finding]], pack: bool = False) -> None:
         self.study = study
         self.options = options
+        self._pack = pack
+        """Keep each verdict's citations packed (:class:`~auditor._spill.PackedSequence`)."""
         scheduler, anchors = study_checks(study, options)
         self.scheduler, self.anchors = scheduler, anchors
-        ranked = [(STUDY, findings[0]), (LAYOUT, findings[1]), (INPUT, findings[2]),
-                  (SCHEDULER, scheduler), (ANCHORS, anchors)]
+        ranked: list[tuple[int, Sequence[Finding]]] = [
+            (STUDY, findings[0]), (LAYOUT, findings[1]), (INPUT, findings[2]),
+            (SCHEDULER, scheduler), (ANCHORS, anchors)]
         self._subject, self._path = index(ranked)
         self._known = {id(item) for _, items in ranked for item in items}
         self.checks: list[Finding] = []
@@ -166,7 +170,7 @@ class StudyJudge:
         self._texts: dict[str, str] = {}
         """One of each text the verdicts repeat (see :func:`_sharing`)."""
 
-    def add(self, period: PeriodEvidence, collection: tuple[list[Finding], ...]
+    def add(self, period: PeriodEvidence, collection: tuple[Sequence[Finding], ...]
             ) -> list[int]:
         """Validate ``period`` (the next in the study's order) with its collection findings
         (:data:`PERIOD_RANKS`: its record's, its reading's, its files'), and judge every
@@ -207,7 +211,7 @@ class StudyJudge:
                           FindingIndex(self._subject, by_subject),
                           FindingIndex(self._path, by_path), last)
         verdict, outcomes, produced = _judge_period(period, context)
-        verdict = _sharing(verdict, self._texts)
+        verdict = _sharing(verdict, self._texts, self._pack)
         findings: list[Finding] = []
         for item in produced:  # decisive findings may be ones collection already reported
             if id(item) not in known and id(item) not in self._known:
@@ -255,13 +259,18 @@ class StudyJudge:
         )
 
 
-def _sharing(verdict: Verdict, texts: dict[str, str]) -> Verdict:
+def _sharing(verdict: Verdict, texts: dict[str, str], pack: bool = False) -> Verdict:
     """``verdict`` with the texts that recur from period to period one object each across
     the study (``texts`` keeps one of each): the diagnosis and limits a group's periods
     share, and its citations' quotes and pointers. A study's verdicts are held until the
     report is written; four thousand periods' diagnoses were four thousand copies of three
-    texts."""
+    texts. With ``pack``, its citations are packed instead (1.8 KB of live objects a
+    period at a million files; only the report's citations section reads them)."""
     share = texts.setdefault
+    if pack:
+        return replace(verdict, diagnosis=share(verdict.diagnosis, verdict.diagnosis),
+                       limits=share(verdict.limits, verdict.limits),
+                       citations=PackedSequence(verdict.citations))
     citations = tuple(
         Citation(cite.path, cite.line,
                  share(cite.pointer, cite.pointer) if cite.pointer else cite.pointer,
