@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import NamedTuple
 
 from auditor._io import counted
 from auditor.catalogue import finding
@@ -12,10 +13,17 @@ from auditor.model import (
     Collected,
     ConfigurationResult,
     Finding,
-    PeriodEvidence,
     Verdict,
     VerdictKind,
 )
+
+
+class _Member(NamedTuple):
+    """What a configuration's results read of one of its periods."""
+
+    subject: str
+    path: str
+    seed: int | None
 
 
 def configurations(
@@ -24,12 +32,15 @@ def configurations(
     """Every configuration the periods ran or the protocol lists, with what it costs, and
     the findings of missing seeds (``AUD213``) and unlisted configurations (``AUD217``)."""
     findings: list[Finding] = []
-    cells: dict[tuple[str, int], list[tuple[PeriodEvidence, Verdict]]] = defaultdict(list)
+    # (of each period only what is asked of it here: a long study's are packed, and its
+    # cells held every period unpacked at once)
+    cells: dict[tuple[str, int], list[tuple[_Member, Verdict]]] = defaultdict(list)
     for period, verdict in zip(collected.periods, verdicts, strict=True):
         record = period.record
         if record.workload is None or record.gpus is None:
             continue
-        cells[(record.workload, record.gpus)].append((period, verdict))
+        cells[(record.workload, record.gpus)].append(
+            (_Member(period.subject, record.path, record.seed), verdict))
     expected = {(c.workload, c.gpus): c.seeds for c in collected.protocol.configurations}
     cost: dict[str, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
     for attempt in outcomes:
@@ -39,14 +50,14 @@ def configurations(
     results = []
     for key in sorted(set(cells) | set(expected), key=lambda k: (k[1], k[0])):
         members = cells.get(key, [])
-        seeds = tuple(sorted({p.record.seed for p, _ in members if p.record.seed is not None}))
+        seeds = tuple(sorted({p.seed for p, _ in members if p.seed is not None}))
         missing = tuple(s for s in expected.get(key, ()) if s not in seeds)
         subject = f"{key[0]}@{key[1]}"
         unexpected = bool(expected) and key not in expected \
             and collected.protocol.path is not None  # (a protocol.json says what is run)
         if unexpected:  # (a renamed or mistyped workload: never in the inclusion list)
             findings.append(finding(
-                "AUD217", subject, [Citation(members[0][0].record.path, pointer="/workload",
+                "AUD217", subject, [Citation(members[0][0].path, pointer="/workload",
                                              quote=key[0])],
                 detail=f"{counted(len(members), 'period')} of {key[0]} with {key[1]} GPUs, "
                        f"a configuration {collected.protocol.path} does not list"))
