@@ -284,3 +284,23 @@ def test_signals_are_never_swallowed_by_a_deferral_cut_short() -> None:
     done = subprocess.run([sys.executable, "-c", STORM, "2"], capture_output=True, text=True,
                           check=False, timeout=120)
     assert done.stdout.split() == ["int", "term", "True", "True"], done.stdout + done.stderr
+
+
+def test_a_signal_before_the_command_handles_its_own_is_still_one_line(tmp_path: Path) -> None:
+    """A SIGTERM that lands once the entry point has set its handler but before ``main``
+    is inside its own handling (seen under load: a traceback and death by SIGINT) is the
+    same one line and exit 130."""
+    import subprocess
+    import sys
+
+    code = ("import os, signal, auditor._cli as cli\n"
+            "def early():\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            "    return 0\n"
+            "cli.main = early\n"
+            "cli.entry()\n")
+    process = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60,
+                             cwd=tmp_path)
+    err = process.stderr.decode()
+    assert process.returncode == 130, err
+    assert err.count("\n") == 1 and "interrupted" in err

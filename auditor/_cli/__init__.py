@@ -248,7 +248,10 @@ def entry() -> NoReturn:
     sys.meta_path.insert(0, _NoPandas())
     gc.disable()
     _ONLY_EXITING = True
-    code = main()
+    try:
+        code = main()
+    except KeyboardInterrupt:  # (a signal before main's own handling is set up)
+        code = _interrupted_exit()
     # the command is done: a Ctrl-C now would only break the interpreter's shutdown (which
     # joins helpers' threads) into a traceback, and end the process by the signal
     _ignore_signals()
