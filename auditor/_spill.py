@@ -6,8 +6,6 @@ until the report is written costs about 400 bytes a row. :class:`SortedSpill` wr
 merged: the order ``sorted()`` would give the whole list (stable: of equal keys, the one
 added first), with only a piece of each run in memory at a time. :class:`EvidenceSpill`
 keeps a study's evidence rows so, and counts what the report says of them as they pass.
-:class:`PackedSequence` keeps a long sequence of records packed in memory, each unpacked
-when it is read.
 """
 
 from __future__ import annotations
@@ -16,12 +14,11 @@ import contextlib
 import heapq
 import pickle
 import tempfile
-import zlib
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import fields
 from operator import attrgetter, itemgetter
-from typing import IO, Any, TypeVar, overload
+from typing import IO, Any
 
 from auditor.errors import OutputError
 from auditor.model import HASHED_STATUSES, EvidenceFile
@@ -30,11 +27,6 @@ RUN_ROWS = 16_384
 """Rows sorted together before they go to disk (a run)."""
 PIECE_ROWS = 1024
 """Rows of a run read back at a time while the runs are merged."""
-PACK_LEVEL = 1
-"""zlib's level for a packed item: its fastest (a judged period: 1.3 KB pickled, 0.8 KB
-packed, against about 3 KB of live objects)."""
-
-T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -145,49 +137,3 @@ class EvidenceSpill:
         """The rows not verified, by path (stable)."""
         return sorted(self._unusual, key=attrgetter("path"))
 
-
-class PackedSequence(Sequence[T]):
-    """A sequence of picklable items kept packed in memory (each pickled and compressed
-    on its own), unpacked each time one is read: a fresh copy, equal to the item added.
-    Read in order or at random alike (no item costs another's unpacking); reading is
-    slower than a list's, so it is for items many and seldom read. Equal to any sequence
-    of equal items, as a tuple would be."""
-
-    def __init__(self, items: Iterable[T] = ()) -> None:
-        self._packed: list[bytes] = []
-        for item in items:
-            self.append(item)
-
-    def append(self, item: T) -> None:
-        """Add ``item`` at the end."""
-        self._packed.append(zlib.compress(pickle.dumps(item, protocol=5), PACK_LEVEL))
-
-    def __len__(self) -> int:
-        return len(self._packed)
-
-    @overload
-    def __getitem__(self, index: int) -> T: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[T]: ...
-
-    def __getitem__(self, index: int | slice) -> T | list[T]:
-        if isinstance(index, slice):
-            return [_unpack(data) for data in self._packed[index]]
-        return _unpack(self._packed[index])
-
-    def __iter__(self) -> Iterator[T]:
-        return (_unpack(data) for data in self._packed)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence) or isinstance(other, str | bytes):
-            return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other,
-                                                                      strict=True))
-
-    def __repr__(self) -> str:
-        return f"PackedSequence(<{len(self)} items>)"
-
-
-def _unpack(data: bytes) -> Any:
-    return pickle.loads(zlib.decompress(data))

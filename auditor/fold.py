@@ -16,7 +16,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import replace
 
 from auditor._io import clip
-from auditor._spill import EvidenceSpill, PackedSequence
+from auditor._spill import EvidenceSpill
 from auditor.catalogue import finding
 from auditor.model import (
     AllocatorTrace,
@@ -152,7 +152,7 @@ def assemble_collected(parts: CollectedParts,
         sacct=parts.sacct,
         sacct_display=parts.sacct_display,
         execution_commits=parts.execution_commits,
-        periods=periods if isinstance(periods, PackedSequence) else tuple(periods),
+        periods=tuple(periods),
         evidence=rows,
         inputs=tuple(sorted(inputs, key=input_order)),
         findings=tuple(findings),
@@ -185,39 +185,28 @@ period)."""
 KEPT_WHOLE = MAX_TIMELINE_PERIODS
 """Periods kept with every record they were read with (the timeline plot draws their
 phases); every later one keeps only what the report says of it (:func:`let_go`)."""
-PACKED_ABOVE = 32_768
-"""Above this many periods a study's judged periods, and its verdicts' citations, are kept
-packed (:class:`~auditor._spill.PackedSequence`: a period 0.8 KB instead of about 3 KB of
-live objects, a verdict's citations about 0.5 KB instead of 1.8), each unpacked as the
-report reads it. Below it they stay as they are: unpacking costs the report about 0.1 ms
-a period each time it reads one, more than the memory is worth there."""
-
-
 class Fold:
     """A study's periods folded one at a time, in the study's order, as they are
     collected: each is validated and judged (:class:`StudyJudge`), its phase and device
     rows are spilled to their tables, and its records are let go (:func:`let_go`): kept
     whole only for the first :data:`KEPT_WHOLE` and for one that waits for the study.
-    The judged periods are kept in order (:attr:`periods`; packed above
-    :data:`PACKED_ABOVE`). ``head``: the study's parts before any period (its inputs,
-    layout, findings)."""
+    The judged periods are kept in order (:attr:`periods`). ``head``: the study's parts
+    before any period (its inputs, layout, findings)."""
 
     def __init__(self, head: CollectedParts, records: Sequence[PeriodRecord],
                  options: AuditOptions) -> None:
         study = _before_reading(head, records)
         self.options = options
         self.protocol = head.protocol
-        pack = len(records) > PACKED_ABOVE
         self.judge = StudyJudge(study, options, (
             list(head.study_findings), layout_findings(head.root, head.layout, study.periods),
-            list(head.input_findings)), pack)
+            list(head.input_findings)))
         self.pieces: list[tuple[Sequence[Finding], ...]] = []
         """Each period's collection findings (:func:`unit_findings`; one shared
         :data:`NO_FINDINGS` for the many periods without any)."""
         self.tables = {name: SpilledRows(name) for name in ("phases", "devices")}
         self.evidence = EvidenceSpill()
-        self.periods: list[PeriodEvidence] | PackedSequence[PeriodEvidence] = \
-            PackedSequence() if pack else []
+        self.periods: list[PeriodEvidence] = []
         """The periods folded and judged, in order, as :func:`let_go` leaves them."""
         self.record_inputs: list[InputFile] = []
         """The period records' inputs (hashed as read), in the periods' order."""

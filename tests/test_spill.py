@@ -63,28 +63,3 @@ def test_a_temporary_directory_it_cannot_use_is_one_line_not_a_bug(
     assert err.count("\n") == 1 and "temporary directory" in err and "TMPDIR" in err
     assert not (tmp_path / "out").exists()
 
-
-def test_a_packed_sequence_gives_back_equal_copies_in_order_and_at_random() -> None:
-    """Each item is packed on its own: read in order, by index (from either end) or by
-    slice, it is an equal copy, never the object added; the sequence equals a tuple of
-    the same items and is unhashable, as a list."""
-    from auditor._spill import PackedSequence
-    from auditor.model import Citation
-
-    items = [Citation(f"pairs/p/period-{i}.json", i or None, "/x", "q" * (i % 7))
-             for i in range(300)]
-    packed = PackedSequence(items[:100])
-    for item in items[100:]:
-        packed.append(item)
-    assert len(packed) == 300
-    assert list(packed) == items and packed == tuple(items) and packed == items
-    assert packed != tuple(items[:-1]) and packed != (*items[:-1], Citation("other"))
-    assert packed[0] == items[0] and packed[-1] == items[-1] and packed[123] == items[123]
-    assert packed[10:20] == items[10:20] and packed[::-50] == items[::-50]
-    assert packed[5] is not packed[5]
-    with pytest.raises(IndexError):
-        packed[300]
-    with pytest.raises(TypeError):
-        hash(packed)
-    assert (packed == "not a sequence of citations") is False
-    assert repr(packed) == "PackedSequence(<300 items>)"

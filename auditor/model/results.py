@@ -51,7 +51,7 @@ class Verdict:
     """What the evidence does not prove."""
     findings: tuple[Finding, ...] = ()
     citations: Sequence[Citation] = field(default=())
-    """What it rests on, in order (a long study's may be packed: each read unpacks them)."""
+    """What it rests on, in order."""
     cause: Cause | None = None
     """What ended the counted attempt when it did not complete (None: it exited cleanly)."""
 

@@ -250,7 +250,7 @@ class Collected:
     sacct_display: str | None
     execution_commits: dict[str, str] | None
     periods: Sequence[PeriodEvidence]
-    """In the study's order; a long study's may be packed (each unpacked as it is read)."""
+    """In the study's order."""
     evidence: EvidenceRows
     inputs: tuple[InputFile, ...]
     """Inputs read besides the evidence files the period records list (those are in

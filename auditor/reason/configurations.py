@@ -32,8 +32,7 @@ def configurations(
     """Every configuration the periods ran or the protocol lists, with what it costs, and
     the findings of missing seeds (``AUD213``) and unlisted configurations (``AUD217``)."""
     findings: list[Finding] = []
-    # (of each period only what is asked of it here: a long study's are packed, and its
-    # cells held every period unpacked at once)
+    # (of each period only what is asked of it here)
     cells: dict[tuple[str, int], list[tuple[_Member, Verdict]]] = defaultdict(list)
     for period, verdict in zip(collected.periods, verdicts, strict=True):
         record = period.record

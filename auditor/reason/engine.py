@@ -29,7 +29,6 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from auditor._spill import PackedSequence
 from auditor.catalogue import finding
 from auditor.model import (
     AttemptEvidence,
@@ -141,11 +140,9 @@ class StudyJudge:
     collection: its inputs', the layout's, the command line's inputs'."""
 
     def __init__(self, study: Collected, options: AuditOptions, findings: tuple[
-            list[Finding], list[Finding], list[Finding]], pack: bool = False) -> None:
+            list[Finding], list[Finding], list[Finding]]) -> None:
         self.study = study
         self.options = options
-        self._pack = pack
-        """Keep each verdict's citations packed (:class:`~auditor._spill.PackedSequence`)."""
         scheduler, anchors = study_checks(study, options)
         self.scheduler, self.anchors = scheduler, anchors
         ranked: list[tuple[int, Sequence[Finding]]] = [
@@ -211,7 +208,7 @@ class StudyJudge:
                           FindingIndex(self._subject, by_subject),
                           FindingIndex(self._path, by_path), last)
         verdict, outcomes, produced = _judge_period(period, context)
-        verdict = _sharing(verdict, self._texts, self._pack)
+        verdict = _sharing(verdict, self._texts)
         findings: list[Finding] = []
         for item in produced:  # decisive findings may be ones collection already reported
             if id(item) not in known and id(item) not in self._known:
@@ -259,18 +256,13 @@ class StudyJudge:
         )
 
 
-def _sharing(verdict: Verdict, texts: dict[str, str], pack: bool = False) -> Verdict:
+def _sharing(verdict: Verdict, texts: dict[str, str]) -> Verdict:
     """``verdict`` with the texts that recur from period to period one object each across
     the study (``texts`` keeps one of each): the diagnosis and limits a group's periods
     share, and its citations' quotes and pointers. A study's verdicts are held until the
     report is written; four thousand periods' diagnoses were four thousand copies of three
-    texts. With ``pack``, its citations are packed instead (1.8 KB of live objects a
-    period at a million files; only the report's citations section reads them)."""
+    texts."""
     share = texts.setdefault
-    if pack:
-        return replace(verdict, diagnosis=share(verdict.diagnosis, verdict.diagnosis),
-                       limits=share(verdict.limits, verdict.limits),
-                       citations=PackedSequence(verdict.citations))
     citations = tuple(
         Citation(cite.path, cite.line,
                  share(cite.pointer, cite.pointer) if cite.pointer else cite.pointer,

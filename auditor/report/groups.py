@@ -38,7 +38,8 @@ class _Index:
     result: weakref.ref[AuditResult]
     places: dict[str, int]
     """Each period's place among the result's (of two records of one period, the later's):
-    the periods themselves may be packed, each unpacked as it is read."""
+    a look-up reads the period there (a dict of the periods would be a second whole index
+    of them)."""
     outcomes: dict[str, list[AttemptOutcome]]
     by_raw: dict[str, SacctJob]
     by_id: dict[str, SacctJob]

@@ -470,7 +470,7 @@ def _period_rows(result: AuditResult, reasoning: Reasoning
     ordered = sorted(facts, key=lambda f: (f.gpus or 0, f.array_task_id if f.array_task_id
                                            is not None else 1 << 30, f.pair, f.period))
     periods = result.collected.periods
-    place = _places(periods)  # (a period read only when retried: it may be packed)
+    place = _places(periods)  # (a period read again only when retried)
     for f in ordered:
         verdict = verdicts[f.subject]
         cause = _cause_word(verdict)
@@ -488,7 +488,6 @@ def _period_rows(result: AuditResult, reasoning: Reasoning
             which = f", attempt {attempt.spec.index + 1}" if retried and attempt else ""
             if attempt is chosen or (attempt is not None and chosen is not None
                                      and attempt.spec.index == chosen.spec.index):
-                # (by place: a packed period's attempts are new copies each time it is read)
                 yield ([index, workload, f"{f.job_id or '?'} / {f.period}{which}", gpus,
                         outcome_text, utc(f.actor_update_finished_ns, with_date=dated),
                         utc(f.post_update_sync_finished_ns, with_date=dated),
@@ -640,7 +639,7 @@ def _cross_checks(result: AuditResult) -> str:
     """One sentence per cross-check family: what was checked and how it came out."""
     fired = Counter(f.rule_id for f in result.findings)
     traces = idle_ok = readable = 0
-    for period in result.collected.periods:  # (one pass, none held: they may be packed)
+    for period in result.collected.periods:  # (one pass, none held)
         record = period.record
         if record.readable:
             readable += 1
