@@ -72,16 +72,16 @@ def evidence_row(record: PeriodRecord, spec: AttemptSpec, entry: EvidenceEntry, 
     )
 
 
-def plan_unlisted(root: Path, layout: StudyLayout, listed: set[str]
+def plan_unlisted(root: Path, layout: StudyLayout, unnamed: set[str]
                   ) -> tuple[list[FileTask], list[FileOutcome]]:
-    """The files below attempt directories that no period record lists (``listed``: the
-    root-relative paths the records list): those to hash, and those that may not be
-    opened (a link out of the root), with why."""
+    """The files below the layout's attempt directories that no period record lists
+    (``unnamed``: those of every attempt directory, root-relative), in the layout's order:
+    those to hash, and those that may not be opened (a link out of the root), with why."""
     unlisted: list[FileTask] = []
     blocked: list[FileOutcome] = []
     for files in layout.attempt_files.values():
         for rel in files:
-            if rel in listed:
+            if rel not in unnamed:
                 continue
             if rel in layout.regular_files:  # (its name as it is: never re-read as a
                 # manifest path, whose backslashes would be separators)
