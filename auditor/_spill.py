@@ -136,4 +136,3 @@ class EvidenceSpill:
     def unusual(self) -> list[EvidenceFile]:
         """The rows not verified, by path (stable)."""
         return sorted(self._unusual, key=attrgetter("path"))
-

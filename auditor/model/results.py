@@ -6,7 +6,6 @@ I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from auditor.model.core import Citation, Finding, Reason, VerdictKind, fast_pickle
@@ -50,7 +49,7 @@ class Verdict:
     limits: str
     """What the evidence does not prove."""
     findings: tuple[Finding, ...] = ()
-    citations: Sequence[Citation] = field(default=())
+    citations: tuple[Citation, ...] = field(default=())
     """What it rests on, in order."""
     cause: Cause | None = None
     """What ended the counted attempt when it did not complete (None: it exited cleanly)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import typing
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -249,7 +249,7 @@ class Collected:
     sacct: SacctDump | None
     sacct_display: str | None
     execution_commits: dict[str, str] | None
-    periods: Sequence[PeriodEvidence]
+    periods: tuple[PeriodEvidence, ...]
     """In the study's order."""
     evidence: EvidenceRows
     inputs: tuple[InputFile, ...]

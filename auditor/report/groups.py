@@ -36,10 +36,8 @@ class _Index:
     (a report looks every period up: a scan per look-up would be quadratic)."""
 
     result: weakref.ref[AuditResult]
-    places: dict[str, int]
-    """Each period's place among the result's (of two records of one period, the later's):
-    a look-up reads the period there (a dict of the periods would be a second whole index
-    of them)."""
+    periods: dict[str, PeriodEvidence]
+    """Each period by subject (of two records of one period, the later)."""
     outcomes: dict[str, list[AttemptOutcome]]
     by_raw: dict[str, SacctJob]
     by_id: dict[str, SacctJob]
@@ -72,7 +70,7 @@ def _indexed(result: AuditResult) -> _Index:
         else:
             by_id.setdefault(job.job_id, job)
     index = _Index(weakref.ref(result),
-                   {p.subject: at for at, p in enumerate(result.collected.periods)},
+                   {p.subject: p for p in result.collected.periods},
                    dict(outcomes), by_raw, by_id)
     _INDEX.clear()  # (the last result's only, and only while it lives)
     _INDEX[id(result)] = index
@@ -95,8 +93,7 @@ def counted_attempt(result: AuditResult, subject: str
     known = indexed.counted.get(subject)
     if known is not None:
         return known
-    at = indexed.places.get(subject)
-    period = result.collected.periods[at] if at is not None else None
+    period = indexed.periods.get(subject)
     outcomes = indexed.outcomes.get(subject, [])
     outcome = next((o for o in outcomes if o.counted), outcomes[-1] if outcomes else None)
     attempt = None

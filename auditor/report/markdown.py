@@ -22,7 +22,6 @@ from auditor._io import counted
 from auditor.catalogue import in_family
 from auditor.model import (
     AuditResult,
-    PeriodEvidence,
     Reasoning,
     Verdict,
     VerdictKind,
@@ -469,8 +468,6 @@ def _period_rows(result: AuditResult, reasoning: Reasoning
     dated = len(dates) > 1
     ordered = sorted(facts, key=lambda f: (f.gpus or 0, f.array_task_id if f.array_task_id
                                            is not None else 1 << 30, f.pair, f.period))
-    periods = result.collected.periods
-    place = _places(periods)  # (a period read again only when retried)
     for f in ordered:
         verdict = verdicts[f.subject]
         cause = _cause_word(verdict)
@@ -480,14 +477,12 @@ def _period_rows(result: AuditResult, reasoning: Reasoning
         index = str(f.array_task_id) if f.array_task_id is not None else "—"
         workload = prose(f"{f.workload or '?'} / {f.seed if f.seed is not None else '?'}")
         gpus = str(f.gpus) if f.gpus is not None else "—"
-        _, chosen, _ = counted_attempt(result, f.subject)
-        at, count = place.get(f.subject, (-1, 0))
-        retried = count > 1
-        attempts = periods[at].attempts if retried else ()
+        period, chosen, _ = counted_attempt(result, f.subject)
+        attempts = period.attempts if period is not None else ()
+        retried = len(attempts) > 1
         for attempt in sorted(attempts, key=lambda a: a.spec.index) if retried else [chosen]:
             which = f", attempt {attempt.spec.index + 1}" if retried and attempt else ""
-            if attempt is chosen or (attempt is not None and chosen is not None
-                                     and attempt.spec.index == chosen.spec.index):
+            if attempt is chosen:
                 yield ([index, workload, f"{f.job_id or '?'} / {f.period}{which}", gpus,
                         outcome_text, utc(f.actor_update_finished_ns, with_date=dated),
                         utc(f.post_update_sync_finished_ns, with_date=dated),
@@ -508,24 +503,17 @@ def _period_rows(result: AuditResult, reasoning: Reasoning
                    f"{job} / {f.period}{which}: {pids}")
 
 
-def _places(periods: Sequence[PeriodEvidence]) -> dict[str, tuple[int, int]]:
-    """Each period's place among ``periods`` and how many attempts it has, by subject (of
-    two records of one period, the later's)."""
-    return {period.subject: (at, len(period.attempts)) for at, period in enumerate(periods)}
-
-
 def _period_table_lines(result: AuditResult, reasoning: Reasoning) -> Iterator[str]:
     """The period table's section a line at a time (the table's a row at a time; of each
     row, only its PIDs line is kept, for the block after the table)."""
     dates = {utc(ns, with_date=True)[:10] for f in reasoning.facts
              for ns in (f.actor_update_finished_ns, f.post_update_sync_finished_ns) if ns}
     one_date = next(iter(dates)) if len(dates) == 1 else None
-    place = _places(result.collected.periods)
     # a row's PIDs line names its attempt when its period has more than one (the test the
     # rows themselves were put to, once held whole: a job id may say ", attempt " too)
-    retried = any(place.get(f.subject, (-1, 0))[1] > 1 for f in reasoning.facts) \
+    retried = any(len(period.attempts) > 1 for period in (
+        counted_attempt(result, f.subject)[0] for f in reasoning.facts) if period is not None) \
         or any(", attempt " in f"{f.job_id or '?'} / {f.period}" for f in reasoning.facts)
-    del place
     when = f"rendered as UTC on {one_date}" if one_date else "rendered as UTC"
     yield "## Periods"
     yield ""
