@@ -13,6 +13,7 @@ command's process is gone).
 from __future__ import annotations
 
 import contextlib
+import gc
 import multiprocessing
 import os
 import signal
@@ -141,3 +142,22 @@ def _follow(read_end: int) -> None:
         while os.read(read_end, 1):
             pass
     os._exit(0)
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for the block.
+
+    An audit builds millions of small records that hold no reference cycles and
+    live until the report is written; each collection re-scans them (about 10% of
+    the time of a many-file study, measured with ``gc.callbacks``; writing the report
+    of the 144,003-file study took 16-18 s with the collector on, 13.6 s paused) yet
+    can free nothing. Reference counting still frees everything as usual.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -11,8 +11,6 @@ pool (:mod:`auditor._pool`), and hands each period, as soon as it is read, to th
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 from collections import Counter, deque
 from collections.abc import Callable, Generator, Iterator
@@ -21,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from auditor._pool import make_pool
+from auditor._process import paused_gc
 from auditor.collect.attempt import hash_only, read_attempt
 from auditor.collect.discover import SACCT_PATH, discover, find_period_records
 from auditor.collect.inputs import (
@@ -299,24 +298,6 @@ def merge_parts(parts: list[tuple[dict[str, Any], CollectedParts]]) -> Collected
     return replace(base, units=tuple(units),
                    unlisted=tuple(item for _, part in parts for item in part.unlisted),
                    shard=None)
-
-
-@contextlib.contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for the block.
-
-    An audit builds millions of small records that hold no reference cycles and
-    live until the report is written; each collection re-scans them (about 10% of
-    the time of a many-file study, measured with ``gc.callbacks``) yet can free
-    nothing. Reference counting still frees everything as usual.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def run_audit(root: Path | str, options: AuditOptions | None = None) -> AuditResult:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from types import FrameType
 
 import pandas as pd
 
@@ -40,3 +41,42 @@ def test_import_auditor_loads_no_stage_and_names_its_api() -> None:
         assert "no_such_name" in str(error)
     else:  # pragma: no cover
         raise AssertionError("an unknown name must raise AttributeError")
+
+
+def test_write_outputs_pauses_the_garbage_collector_and_restores_it(tmp_path: Path) -> None:
+    """A library caller's collector is on after ``run_audit``; writing the report runs no
+    cyclic collection (each would scan every object of a large study's result, 16-18 s
+    against 13.6 s of writing on 144k files) and leaves the collector as it found it."""
+    import gc
+
+    result = run_audit(str(copy_example(tmp_path)), AuditOptions(jobs=1))
+    collections: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        # (one started by the work of writing, not by entering or leaving the pause)
+        if phase != "start":
+            return
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None:
+            code = frame.f_code
+            if "/auditor/" in code.co_filename and code.co_name not in ("write_outputs",
+                                                                        "paused_gc"):
+                collections.append(info["generation"])
+                return
+            frame = frame.f_back
+
+    thresholds = gc.get_threshold()
+    was_enabled = gc.isenabled()
+    gc.enable()
+    gc.set_threshold(1, 1, 1)  # (any allocation would start one)
+    gc.callbacks.append(count)
+    try:
+        write_outputs(result, tmp_path / "out", plots=False)
+        assert gc.isenabled()
+    finally:
+        gc.callbacks.remove(count)
+        gc.set_threshold(*thresholds)
+        if not was_enabled:
+            gc.disable()
+    assert collections == []
+    assert (tmp_path / "out" / "diagnostic.md").is_file()

@@ -35,7 +35,7 @@ import orjson
 
 from auditor import __version__
 from auditor._io import printable, printable_json, regular_bytes, sha256_file, unprintable
-from auditor._process import signals_deferred
+from auditor._process import paused_gc, signals_deferred
 from auditor.errors import OutputError, VerifyError
 from auditor.model.paths import join_text
 
@@ -160,7 +160,15 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
     build_summary` of ``result``); else that is written from ``result``, its periods a
     batch at a time. ``plotter``, when given, draws the
     plots in its helper process while the tables are written (else they are drawn here,
-    after them)."""
+    after them). The cyclic garbage collector is paused while they are written
+    (:func:`~auditor._process.paused_gc`): a result of a large study is millions of objects
+    without cycles, which each of its collections would scan."""
+    with paused_gc():
+        _write_outputs(result, out, force, plots, summary, plotter)
+
+
+def _write_outputs(result: AuditResult, out: Path, force: bool, plots: bool,
+                   summary: dict[str, Any] | None, plotter: Plotter | None) -> None:
     with signals_deferred():  # (pyarrow, a compiled extension, is not to be cut short)
         from auditor.report.markdown import evidence_md_lines, markdown_chunks
         from auditor.report.summary import dumps, summary_chunks
