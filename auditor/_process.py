@@ -8,6 +8,9 @@ die in a way that leaves the command waiting for it. Helpers are therefore
 started inside :func:`signals_deferred` (they are born with both signals held)
 and begin with :func:`helper_signals` (they ignore both, and end when the
 command's process is gone).
+
+:func:`paused_gc` is the other process-wide state the audit and the report set: the cyclic
+garbage collector, paused while they build and write a result.
 """
 
 from __future__ import annotations
