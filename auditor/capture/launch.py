@@ -52,6 +52,13 @@ SIGKILL reaches this process."""
 DEFAULT_DRAIN_S = 5.0
 """Seconds the command's output is still read after it exited (a grandchild holding the
 pipe), before its group's stragglers are SIGKILLed."""
+SIGNAL_SETTLE_S = 1.0
+"""Seconds the wrapper waits for a signal of its own after its command ended as a trapped
+signal ends one (exit 143, 138 or 130) while none had reached the wrapper: scancel and
+slurmstepd signal every process of the job, and the command can die of its signal before the
+wrapper's arrives (once on the live cluster the record then said no signal was received, and
+the audit could not say the attempt was signalled). A command that exits 143 of itself (a
+coordinated shutdown) pays this once."""
 NOTE = b"[auditor run] "
 
 
@@ -213,6 +220,7 @@ def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
                       f"{attempt.restart_count}, grace {spec.grace_s:g} s)")
         child_exit, child_pid, held = _launch_and_wait(spec, child_env, log_fd, state)
         finished_ns = time.time_ns()
+        _await_own_signal(state, child_exit)
         received = state.signals[0] if state.signals else None
         _note(log_fd, f"command exited {child_exit}")
     finally:
@@ -232,6 +240,16 @@ def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
     write_atomic(trial_path, dumps(document))
     return RunResult(status, attempt, trial_path, log_path, child_exit, received, exit_class,
                      state.killed_after_grace, held)
+
+
+def _await_own_signal(state: _Supervision, child_exit: int | None) -> None:
+    """Wait up to :data:`SIGNAL_SETTLE_S` for a trapped signal to reach the wrapper, when the
+    command ended as that signal ends one but none has come yet."""
+    if state.signals or child_exit not in {128 + int(signum) for signum in TRAPPED}:
+        return
+    deadline = time.monotonic() + SIGNAL_SETTLE_S
+    while not state.signals and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _note(log_fd: int, text: str) -> None:

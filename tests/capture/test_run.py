@@ -280,3 +280,23 @@ def test_no_command_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_a_command_that_cannot_start_is_127(tmp_path: Path) -> None:
     assert main([*run_args(tmp_path, "5013", "--"), str(tmp_path / "no-such-program")]) == 127
     assert _trial(tmp_path, "5013")["invocation"]["exit_code"] == 127
+
+
+def test_a_signal_that_reaches_the_wrapper_after_its_command_died_is_recorded(
+        tmp_path: Path) -> None:
+    """scancel signals every process of the job: the command may die of its SIGTERM before
+    the wrapper's own arrives. The command here exits 143 and has the wrapper signalled
+    0.15 s later, from outside its group; the record still says SIGTERM was received."""
+    code = ("import os, subprocess; subprocess.Popen(['sh', '-c', 'sleep 0.15; kill -TERM "
+            "%d' % os.getppid()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, "
+            "stderr=subprocess.DEVNULL, start_new_session=True); os._exit(143)")
+    wrapper = start_auditor([*run_args(tmp_path, "5011", "--"), sys.executable, "-c", code],
+                            clean_env())
+    try:
+        wrapper.communicate(timeout=30)
+    finally:
+        wrapper.kill()
+    assert wrapper.returncode == 143
+    trial = _trial(tmp_path, "5011")
+    assert trial["invocation"]["received_signal"] == "SIGTERM"
+    assert trial["status"] == "signalled"
