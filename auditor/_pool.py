@@ -12,8 +12,11 @@ workers import.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import pickle
+import tempfile
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
@@ -22,10 +25,11 @@ from itertools import islice
 from typing import Any, Generic, Protocol, TypeVar
 
 from auditor._process import helper_args, helper_context, helper_signals, signals_deferred
-from auditor.errors import UsageError
+from auditor.errors import OutputError, UsageError
 
 T = TypeVar("T")
 R = TypeVar("R")
+S = TypeVar("S")
 
 SMALL_STUDY_TASKS = 1000
 """...and below this many attempts (many small files pay for a pool too)."""
@@ -55,6 +59,16 @@ class Pool(Protocol):
             total_bytes: int, count: int | None = None) -> Iterator[R]:
         """``function`` over ``items``, the results in order (``count``: how many items
         there are, when ``items`` is made as it is taken)."""
+
+    def map_shared(self, function: Callable[[S, T], R], shared: S, items: Iterable[T],
+                   tasks: int, total_bytes: int) -> Iterator[R]:
+        """``function(shared, item)`` over ``items``, each item one task, the results in
+        order; ``shared`` goes to each worker once (``tasks`` and ``total_bytes``: the
+        work the items hold, which decides whether they go to workers at all)."""
+
+    def width(self, tasks: int, total_bytes: int) -> int:
+        """How many tasks at once ``tasks`` tasks over ``total_bytes`` would run (1 when
+        they run in this process)."""
 
     def close(self) -> None:
         """Let go of the workers, cancelling what they have not done."""
@@ -150,15 +164,57 @@ class LocalPool:
         self._jobs = jobs or usable_cpus()
         """Readers (the CPUs this process may use unless ``--jobs`` says): settled once."""
         self._pool: ProcessPoolExecutor | None = None
+        self._shared: list[str] = []
+        """The temporary files of what :meth:`map_shared` sent to the workers."""
 
     def close(self) -> None:
-        """Shut the pool down (if one was started), cancelling what it has not begun."""
+        """Shut the pool down (if one was started), cancelling what it has not begun, and
+        remove what was shared with its workers."""
         if self._pool is not None:
             pool, self._pool = self._pool, None
             # never cut short by a signal: a pool half shut down at exit makes
             # Python's own exit hook fail on a closed pipe (and print a traceback)
             with signals_deferred():
                 pool.shutdown(cancel_futures=True)
+        while self._shared:
+            with contextlib.suppress(OSError):
+                os.unlink(self._shared.pop())
+
+    def width(self, tasks: int, total_bytes: int) -> int:
+        """The workers ``tasks`` tasks over ``total_bytes`` would go to (1: inline)."""
+        return self._jobs if self._pooled(tasks, total_bytes) else 1
+
+    def map_shared(self, function: Callable[[S, T], R], shared: S, items: Iterable[T],
+                   tasks: int, total_bytes: int) -> Iterator[R]:
+        """``function(shared, item)`` over ``items``, inline or in the pool (as
+        :meth:`map` decides for ``tasks`` tasks over ``total_bytes``), each item one task
+        sent :data:`AHEAD` per worker ahead of the caller. ``shared`` is pickled once to a
+        temporary file (removed by :meth:`close`) that each worker loads once: a study's
+        scheduler dump is not sent with every batch."""
+        pending = iter(items)
+        if not self._pooled(tasks, total_bytes):
+            return (function(shared, item) for item in pending)
+        pool = self._open_pool()
+        path = self._share(shared)
+
+        def send(chunk: list[T]) -> Future[list[R]]:
+            return pool.submit(_each_shared, function, path, chunk)
+
+        return windowed(send, Future.result, pending, 1, AHEAD * self._jobs)
+
+    def _share(self, shared: object) -> str:
+        """``shared`` pickled to a temporary file of this process's own (mode 0600)."""
+        try:
+            handle, path = tempfile.mkstemp(prefix="auditor-shared-", suffix=".pickle")
+            self._shared.append(path)
+            with os.fdopen(handle, "wb") as file:
+                pickle.dump(shared, file, protocol=5)
+        except OSError as error:
+            raise OutputError(
+                f"cannot keep what the audit's workers share in the temporary directory "
+                f"{tempfile.gettempdir()} ({error.strerror or error}); point TMPDIR at a "
+                "directory with room") from None
+        return path
 
     def soon(self, function: Callable[[T], R], item: T, tasks: int) -> Callable[[], R]:
         """Start ``function(item)`` in the pool when the ``tasks`` that follow it go to one
@@ -258,6 +314,21 @@ def _each(function: Callable[[T], R], chunk: list[T]) -> list[R]:
     return [function(item) for item in chunk]
 
 
+_SHARED: list[tuple[str, Any]] = []
+"""In a worker: what :meth:`LocalPool.map_shared` shared last, by its file (loaded once)."""
+
+
+def _each_shared(function: Callable[[Any, T], R], path: str, chunk: list[T]) -> list[R]:
+    """``function(shared, item)`` over a chunk of tasks, in a worker, ``shared`` loaded
+    from ``path`` the first time it is named."""
+    if not _SHARED or _SHARED[0][0] != path:
+        _SHARED.clear()
+        with open(path, "rb") as handle:
+            _SHARED.append((path, pickle.load(handle)))  # noqa: S301 - this audit's own file
+    shared = _SHARED[0][1]
+    return [function(shared, item) for item in chunk]
+
+
 class Batch(Generic[T, R]):
     """Tasks sent to a Dask worker as one: ``function`` over each of ``items``.
 
@@ -274,8 +345,13 @@ class Batch(Generic[T, R]):
         return Batch, (self.function, self.items)
 
 
-def run_batch(batch: Batch[T, R]) -> list[R]:
-    """On a Dask worker: the results of a :class:`Batch`, in order."""
+def run_batch(batch: Batch[Any, R], *shared: Any) -> list[R]:
+    """On a Dask worker: the results of a :class:`Batch`, in order; with ``shared`` (the
+    cluster's copy of what :meth:`DaskPool.map_shared` scattered), of ``function(shared,
+    item)`` for each item."""
+    if shared:
+        function: Callable[[Any, Any], R] = batch.function  # type: ignore[assignment]
+        return [function(shared[0], item) for item in batch.items]
     return [batch.function(item) for item in batch.items]
 
 
@@ -389,6 +465,25 @@ class DaskPool:
             return pool.submit(run_batch, Batch(function, chunk))
 
         return windowed(send, self._result, iter(items), size, AHEAD * self._threads)
+
+    def width(self, tasks: int, total_bytes: int) -> int:
+        """The cluster's worker threads (it is reached at this call, its first use)."""
+        self._open()
+        return self._threads
+
+    def map_shared(self, function: Callable[[S, T], R], shared: S, items: Iterable[T],
+                   tasks: int, total_bytes: int) -> Iterator[R]:
+        """``function(shared, item)`` over ``items`` on the cluster, each item one task
+        sent :data:`AHEAD` per worker thread ahead of the caller; ``shared`` is scattered
+        to every worker once."""
+        pool = self._open()
+        with signals_deferred():
+            future = self._client.scatter(shared, broadcast=True, hash=False)
+
+        def send(chunk: list[T]) -> Future[list[R]]:
+            return pool.submit(run_batch, Batch(function, chunk), future)  # type: ignore[arg-type]
+
+        return windowed(send, self._result, iter(items), 1, AHEAD * self._threads)
 
     def _result(self, future: Future[list[R]]) -> list[R]:
         """A batch's results; a cluster that lost it (its scheduler gone, its workers

@@ -5,8 +5,9 @@ it works (the CLI turns them into a progress bar) and returns the
 :class:`~auditor.model.AuditResult` (``result = yield from auditor.run()``, or use
 :func:`run_audit`). Nothing here prints, and nothing is written anywhere: reporters are
 pure functions of the result. This module plans and orders the reading, sends it to the
-pool (:mod:`auditor._pool`), and hands each period, as soon as it is read, to the fold
-(:mod:`auditor.fold`), which judges it and keeps what the report needs.
+pool (:mod:`auditor._pool`) a batch of whole periods a task, which the workers read and
+judge (:func:`auditor.fold.fold_batch`), and folds what comes back (:mod:`auditor.fold`),
+keeping what the report needs.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from auditor._pool import make_pool
+from auditor._pool import chunk_size, make_pool
 from auditor._process import paused_gc
 from auditor.collect.attempt import hash_only, read_attempt
 from auditor.collect.discover import SACCT_PATH, discover, find_period_records
@@ -37,8 +38,10 @@ from auditor.errors import UsageError
 from auditor.fold import (
     Fold,
     Joining,
+    PeriodTask,
     apply_limits,
     assemble_collected,
+    fold_batch,
     unit_findings,
 )
 from auditor.model import (
@@ -48,6 +51,7 @@ from auditor.model import (
     CollectedParts,
     EvidenceFile,
     FileOutcome,
+    FileTask,
     Finding,
     InputFile,
     PeriodRecord,
@@ -154,9 +158,67 @@ class Auditor:
         # boxes' only references)
         box, records = [layout], [periods]
         del layout, periods
-        units, unlisted = yield from self._read_evidence(root, box, records, unnamed, protocol,
-                                                         shard, folding)
+        if folding is not None and folding.judge.ends is not None:
+            # (the workers judge: each batch of periods is closed under its jobs)
+            units, unlisted = yield from self._read_periods(root, box, records, unnamed,
+                                                            protocol, folding)
+        else:
+            units, unlisted = yield from self._read_evidence(root, box, records, unnamed,
+                                                             protocol, shard, folding)
         return replace(head, units=tuple(units), unlisted=tuple(unlisted)), folding
+
+    def _read_periods(
+        self, root: Path, box: list[StudyLayout], records_box: list[list[LoadedPeriod]],
+        unnamed: set[str], protocol: Protocol, fold: Fold,
+    ) -> Generator[Progress, None, tuple[list[PeriodUnit],
+                                         list[tuple[tuple[int, int], FileOutcome]]]]:
+        """Read, validate and judge every period in the workers, a batch of whole periods a
+        task (:func:`~auditor.fold.fold_batch`: consecutive periods, cut only where no
+        later period names an earlier one's job, so each batch is judged on its own), and
+        fold what comes back; then hash the files no period record lists. The arguments
+        are :meth:`_read_evidence`'s; the periods' reads are planned here as each batch
+        goes out (a record's entries unpacked to plan them, then sent packed)."""
+        assert fold.judge.ends is not None
+        layout = box.pop()
+        periods: list[LoadedPeriod | None] = list(records_box.pop())
+        unlisted, unlisted_blocked = plan_unlisted(root, layout, unnamed)
+        unnamed.clear()
+        place = _places(layout, unlisted, unlisted_blocked)
+        attempts = sum(len(item.record.attempts) for item in periods if item is not None)
+        total_files = sum(item.files for item in periods if item is not None) + len(unlisted)
+        total_bytes = sum(item.size for item in periods if item is not None)
+        size = chunk_size(attempts, total_bytes, self._pool.width(attempts, total_bytes))
+        ranges = _batch_ranges(fold.judge.ends, [
+            len(item.record.attempts) if item is not None else 0 for item in periods], size)
+        regular = layout.regular_files
+        del layout
+
+        def batches() -> Iterator[list[PeriodTask]]:
+            for start, end in ranges:
+                batch = []
+                for index in range(start, end):
+                    loaded, periods[index] = periods[index], None
+                    assert loaded is not None
+                    pre: dict[str, list[EvidenceFile]] = {}
+                    tasks = tuple(plan_reads(root, [(index, unpack_entries(loaded))],
+                                             protocol, regular, pre))
+                    batch.append(PeriodTask(index, index, loaded, tasks, tuple(
+                        (key, tuple(rows)) for key, rows in pre.items())))
+                yield batch
+
+        yield Progress("read", 0, total_files)
+        done = 0
+        read_bytes = 0
+        for folded in self._pool.map_shared(fold_batch, fold.judge.context, batches(),
+                                            attempts, total_bytes):
+            for one in folded:
+                fold.add_folded(one)
+                done += one.files_read
+                read_bytes += one.bytes_read
+            yield Progress("read", done, total_files, read_bytes)
+        outcomes = yield from self._hash_unlisted(unlisted, unlisted_blocked, place,
+                                                  total_bytes, done, total_files, read_bytes)
+        return [], outcomes
 
     def _read_evidence(
         self, root: Path, box: list[StudyLayout], records_box: list[list[LoadedPeriod]],
@@ -187,10 +249,7 @@ class Auditor:
                 if owner.get(rel, 1) == shard[0]})
         unlisted, unlisted_blocked = plan_unlisted(root, owned, unnamed)
         unnamed.clear()
-        wanted = {task.display for task in unlisted} | {o.display for o in unlisted_blocked}
-        place = {rel: position for position, rel in enumerate(
-            rel for files in layout.attempt_files.values() for rel in files)
-            if rel in wanted} if wanted else {}
+        place = _places(layout, unlisted, unlisted_blocked)
         attempts = sum(len(record.attempts) for record in mine)
         total_files = sum(periods[index].files for index in own) + len(unlisted)
         total_bytes = sum(periods[index].size for index in own)
@@ -205,7 +264,7 @@ class Auditor:
         joining = Joining(deque((index, periods[index].record, periods[index].record_input,
                                  list(periods[index].problems)) for index in own),
                           pre, fold, whole)
-        del layout, owned, wanted, records, mine, periods
+        del layout, owned, records, mine, periods
         reading = self._pool.map(read_attempt, tasks, total_bytes, attempts)
         del tasks
         yield Progress("read", 0, total_files)
@@ -216,13 +275,24 @@ class Auditor:
             joining.add(read)
             read_bytes += read.bytes_read
             yield Progress("read", done, total_files, read_bytes)
-        outcomes = [((0, place.get(o.display, -1)), o) for o in unlisted_blocked]
+        outcomes = yield from self._hash_unlisted(unlisted, unlisted_blocked, place,
+                                                  total_bytes, done, total_files, read_bytes)
+        return joining.units(), outcomes
+
+    def _hash_unlisted(self, unlisted: list[FileTask], blocked: list[FileOutcome],
+                       place: dict[str, int], total_bytes: int, done: int, total_files: int,
+                       read_bytes: int
+                       ) -> Generator[Progress, None, list[tuple[tuple[int, int], FileOutcome]]]:
+        """Hash the files no period record lists (``blocked``: those not to be opened),
+        each with its place in the walk's order (``place``), counting on from the reading's
+        progress (``done`` of ``total_files``, ``read_bytes``)."""
+        outcomes = [((0, place.get(o.display, -1)), o) for o in blocked]
         for outcome in self._pool.map(hash_only, unlisted, total_bytes):
             outcomes.append(((1, place.get(outcome.display, -1)), outcome))
             done += 1
             read_bytes += outcome.digest.size if outcome.digest else 0
             yield Progress("read", done, total_files, read_bytes)
-        return joining.units(), outcomes
+        return outcomes
 
 
 def _unpacked(pending: deque[tuple[int, LoadedPeriod]], whole: dict[int, PeriodRecord]
@@ -236,6 +306,35 @@ def _unpacked(pending: deque[tuple[int, LoadedPeriod]], whole: dict[int, PeriodR
         if record.attempts:  # (a period without any is joined as loaded, maybe before)
             whole[index] = record
         yield index, record
+
+
+def _places(layout: StudyLayout, unlisted: list[FileTask], blocked: list[FileOutcome]
+            ) -> dict[str, int]:
+    """Each unlisted file's place in the walk's order (what the unlisted rows are sorted
+    by), of the files ``unlisted`` (to hash) and ``blocked`` (not to open) name."""
+    wanted = {task.display for task in unlisted} | {o.display for o in blocked}
+    if not wanted:
+        return {}
+    return {rel: position for position, rel in enumerate(
+        rel for files in layout.attempt_files.values() for rel in files) if rel in wanted}
+
+
+def _batch_ranges(ends: list[int], attempts: list[int], size: int) -> list[tuple[int, int]]:
+    """The periods cut into batches of about ``size`` attempts each (``attempts``: each
+    period's; a period without any counts as one), each cut at one of ``ends``
+    (:func:`~auditor.reason.engine.batch_ends`): (first, past the last) of each."""
+    ranges: list[tuple[int, int]] = []
+    cuts = set(ends)
+    start = 0
+    held = 0
+    for slot, count in enumerate(attempts):
+        held += max(count, 1)
+        if held >= size and slot + 1 in cuts:
+            ranges.append((start, slot + 1))
+            start, held = slot + 1, 0
+    if start < len(attempts):
+        ranges.append((start, len(attempts)))
+    return ranges
 
 
 def _owners(records: list[PeriodRecord], shards: int) -> dict[str, int]:

@@ -1,26 +1,35 @@
 """Folding a study's collected periods into the audit's result, a period at a time.
 
-:class:`Joining` joins each period's manifest with its attempts' reads as they arrive;
-:class:`Fold` validates and judges each period as it comes (:class:`StudyJudge`), spills
+:func:`fold_batch` is what a worker does with a batch of periods: read, join, validate and
+judge them, and send back what the fold keeps (:class:`FoldedPeriod`,
+:meth:`Fold.add_folded`). Without workers judging (a merge, or a study whose records leave
+a job unnamed), :class:`Joining` joins each period's manifest with its attempts' reads as
+they arrive, and :class:`Fold` validates and judges each period as it comes
+(:class:`StudyJudge`). Either way the fold spills
 its per-file rows (evidence, phases, devices) out of memory and lets go of what the report
 does not need of it (:func:`let_go`); :meth:`Fold.finish` assembles the study
 (:func:`assemble_collected`), runs the study-level checks and applies the findings' limits.
 A single audit folds its periods as they are read, a merge those of its shards: the same
-code, the same bytes.
+judge, the same bytes.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter, deque
 from collections.abc import Generator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 from auditor._io import clip
 from auditor._spill import EvidenceSpill
 from auditor.catalogue import finding
+from auditor.collect.attempt import read_attempt
+from auditor.collect.inputs import LoadedPeriod, unpack_entries
 from auditor.model import (
     AllocatorTrace,
     AttemptRead,
+    AttemptTask,
     AuditOptions,
     AuditResult,
     Citation,
@@ -40,7 +49,15 @@ from auditor.model import (
     input_order,
     phases_reached,
 )
-from auditor.reason.engine import PERIOD_RANKS, StudyJudge
+from auditor.model.core import fast_pickle
+from auditor.reason.engine import (
+    PERIOD_RANKS,
+    JudgeContext,
+    Judged,
+    PeriodJudge,
+    StudyJudge,
+    judge_together,
+)
 from auditor.report.plots import MAX_TIMELINE_PERIODS
 from auditor.report.tables import SpilledRows, device_rows, phase_rows
 from auditor.validate.integrity import (
@@ -218,22 +235,38 @@ class Fold:
         """One let-go trace for each alike digest (most traces reach the same phases)."""
 
     def add(self, unit: PeriodUnit) -> None:
-        """Fold the study's next period."""
-        piece = unit_findings(unit)
-        self.pieces.append(piece if any(piece) else NO_FINDINGS)
+        """Fold the study's next period, read but not judged (it is judged here)."""
+        rows = unit_rows(unit)
+        self._add_rows(rows, unit.record_input)
         period = unit.evidence
-        for attempt in period.attempts:
-            self.tables["phases"].extend(phase_rows(period, attempt))
-            self.tables["devices"].extend(device_rows(period, attempt))
-            self.evidence.extend(attempt.files)
-        if unit.record_input is not None:
-            self.record_inputs.append(unit.record_input)
         self._held[len(self.pieces) - 1] = period
         for slot in self.judge.add(period, self.pieces[-1]):
             self._judged.add(slot)
             if slot >= KEPT_WHOLE:  # (judged: what the report needs of it is kept)
                 self._held[slot] = let_go(self._held[slot], self.protocol, self.digests)
         self._keep(every=False)
+
+    def add_folded(self, folded: FoldedPeriod) -> None:
+        """Fold the study's next period, judged and let go already (:func:`fold_batch`,
+        in a worker); its traces become this fold's one of each alike digest."""
+        if self._held:
+            raise RuntimeError("a period judged apart after one waiting to be judged here")
+        self._add_rows((folded.piece, folded.phases, folded.devices, folded.files),
+                       folded.record_input)
+        self.judge.add_judged(folded.judged)
+        period = folded.period
+        if len(self.periods) >= KEPT_WHOLE:
+            period = shared_traces(period, self.digests)
+        self.periods.append(period)
+
+    def _add_rows(self, rows: UnitRows, record_input: InputFile | None) -> None:
+        piece, phases, devices, files = rows
+        self.pieces.append(piece if any(piece) else NO_FINDINGS)
+        self.tables["phases"].extend(phases)
+        self.tables["devices"].extend(devices)
+        self.evidence.extend(files)
+        if record_input is not None:
+            self.record_inputs.append(record_input)
 
     def _keep(self, every: bool) -> None:
         """Move the held periods, in order, into :attr:`periods`: as far as every one is
@@ -268,6 +301,123 @@ class Fold:
             partial=any(f.rule_id in CAP_SUMMARIES for f in findings),
             findings_not_kept=not_kept,
         )
+
+
+UnitRows = tuple[tuple[Sequence[Finding], ...], list[tuple[Any, ...]], list[tuple[Any, ...]],
+                 list[EvidenceFile]]
+"""A period's collection findings (:func:`unit_findings`), its rows of the ``phases`` and
+``devices`` tables, and its evidence rows."""
+
+
+def unit_rows(unit: PeriodUnit) -> UnitRows:
+    """What a study's fold keeps of a collected period besides its verdict: its collection
+    findings and its table rows (:data:`UnitRows`)."""
+    period = unit.evidence
+    phases: list[tuple[Any, ...]] = []
+    devices: list[tuple[Any, ...]] = []
+    files: list[EvidenceFile] = []
+    for attempt in period.attempts:
+        phases.extend(phase_rows(period, attempt))
+        devices.extend(device_rows(period, attempt))
+        files.extend(attempt.files)
+    return unit_findings(unit), phases, devices, files
+
+
+@fast_pickle
+@dataclass(frozen=True, slots=True)
+class PeriodTask:
+    """One period for a worker to read and judge (:func:`fold_batch`): its place among
+    the study's records (``index``) and in the fold (``slot``), its record as loaded (the
+    manifest entries packed), the read tasks of its attempts and, by each one's key, the
+    evidence rows decided before reading."""
+
+    index: int
+    slot: int
+    loaded: LoadedPeriod
+    attempts: tuple[AttemptTask, ...]
+    pre: tuple[tuple[str, tuple[EvidenceFile, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FoldedPeriod:
+    """A period read, validated and judged in a worker: all a study's fold keeps of it
+    (:meth:`Fold.add_folded`). ``period`` is let go (:func:`let_go`) unless among the
+    first :data:`KEPT_WHOLE`; ``files_read`` and ``bytes_read`` are for the progress."""
+
+    judged: Judged
+    piece: tuple[Sequence[Finding], ...]
+    phases: list[tuple[Any, ...]]
+    devices: list[tuple[Any, ...]]
+    files: list[EvidenceFile]
+    record_input: InputFile | None
+    period: PeriodEvidence
+    files_read: int
+    bytes_read: int
+
+
+_JUDGES: list[tuple[weakref.ref[JudgeContext], PeriodJudge]] = []
+"""The judge of the context last given to :func:`fold_batch` in this process (a worker is
+given one per audit: built once, not once a batch)."""
+_DIGESTS: dict[TraceDigest, AllocatorTrace] = {}
+"""This process's one let-go trace for each alike digest (see :func:`let_go`)."""
+
+
+def _judge_of(context: JudgeContext) -> PeriodJudge:
+    if _JUDGES and _JUDGES[0][0]() is context:
+        return _JUDGES[0][1]
+    judge = PeriodJudge(context)
+    _JUDGES[:] = [(weakref.ref(context), judge)]
+    return judge
+
+
+def fold_batch(context: JudgeContext, batch: Sequence[PeriodTask]) -> list[FoldedPeriod]:
+    """Read, join, validate and judge a batch of the study's periods, consecutive and
+    closed under their jobs (:func:`~auditor.reason.engine.batch_ends`), in a worker: what
+    the study's fold keeps of each (the same as folding them one by one in the audit's
+    own process would keep)."""
+    judge = _judge_of(context)
+    protocol = context.study.protocol
+    units: list[PeriodUnit] = []
+    sizes: list[tuple[int, int]] = []
+    for task in batch:
+        reads = {read.key: read for read in map(read_attempt, task.attempts)}
+        pre = {key: list(rows) for key, rows in task.pre}
+        record = unpack_entries(task.loaded)
+        (evidence,), _ = assemble([record], pre, reads, task.index)
+        units.append(PeriodUnit(task.index, evidence, task.loaded.problems,
+                                task.loaded.record_input))
+        sizes.append((sum(len(read.files) for read in reads.values())
+                       + sum(len(rows) for rows in pre.values()),
+                       sum(read.bytes_read for read in reads.values())))
+        del reads, pre, record, evidence
+    rows = [unit_rows(unit) for unit in units]
+    judged = judge_together(judge, [unit.evidence for unit in units],
+                            [piece for piece, *_ in rows])
+    folded = []
+    for task, unit, (piece, phases, devices, files), one, (count, size) in zip(
+            batch, units, rows, judged, sizes, strict=True):
+        period = unit.evidence if task.slot < KEPT_WHOLE \
+            else let_go(unit.evidence, protocol, _DIGESTS)
+        folded.append(FoldedPeriod(one, piece, phases, devices, files, unit.record_input,
+                                   period, count, size))
+    return folded
+
+
+def shared_traces(period: PeriodEvidence, digests: dict[TraceDigest, AllocatorTrace]
+                  ) -> PeriodEvidence:
+    """``period`` (let go) with each of its traces ``digests``' one of its digest (each
+    is kept there when it is the first of its digest)."""
+    attempts = []
+    changed = False
+    for attempt in period.attempts:
+        read = attempt.read
+        traces = tuple(digests.setdefault(trace.digest, trace) if trace.digest is not None
+                       else trace for trace in read.traces)
+        if any(a is not b for a, b in zip(traces, read.traces, strict=True)):
+            changed = True
+            attempt = replace(attempt, read=replace(read, traces=traces))
+        attempts.append(attempt)
+    return replace(period, attempts=tuple(attempts)) if changed else period
 
 
 def let_go(period: PeriodEvidence, protocol: Protocol,

@@ -142,6 +142,12 @@ def noted_tasks(log: Path, count: int, made: list[int]) -> Iterator[tuple[str, i
         yield str(log), number
 
 
+def shared_task(shared: dict[str, int], number: int) -> tuple[int, int, int]:
+    """A pool task for the tests taking what the pool shares: (the worker's pid, the
+    shared object's id there, ``number`` plus its ``add``)."""
+    return os.getpid(), id(shared), number + shared["add"]
+
+
 def note_task(task: tuple[str, int]) -> int:
     """A pool task for the tests (a top-level function: workers import it): appends its
     number to the log file ``task[0]`` as it starts, and gives it back."""

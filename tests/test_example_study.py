@@ -237,20 +237,22 @@ def test_the_cyclic_collector_rests_during_an_audit_and_resumes_after(
     import gc
 
     from auditor import run_audit
-    from auditor.reason.engine import StudyJudge
+    from auditor.reason.engine import PeriodJudge, StudyJudge
 
     seen: list[tuple[str, bool]] = []
-    for name in ("add", "finish"):  # (each period validated and judged; then the study)
-        original = getattr(StudyJudge, name)
+    # (each period validated and judged, here: the study is read in this process; then
+    # the study)
+    for owner, name in ((PeriodJudge, "judge"), (StudyJudge, "finish")):
+        original = getattr(owner, name)
 
         def spy(*args: object, _original: object = original, _name: str = name) -> object:
             seen.append((_name, gc.isenabled()))
             return _original(*args)  # type: ignore[operator]
 
-        monkeypatch.setattr(StudyJudge, name, spy)
+        monkeypatch.setattr(owner, name, spy)
     before = gc.isenabled()
     result = run_audit(copy_example(tmp_path))
-    assert result.verdicts and seen == [("add", False)] * len(result.verdicts) + [
+    assert result.verdicts and seen == [("judge", False)] * len(result.verdicts) + [
         ("finish", False)]
     assert gc.isenabled() == before
 

@@ -12,7 +12,17 @@ import orjson
 import pytest
 
 from auditor._cli import main
-from tests.helpers import copy_example, outcome_study
+from tests.helpers import (
+    MODEL,
+    SEED_COMMIT,
+    ElementSpec,
+    PeriodSpec,
+    StudySpec,
+    copy_example,
+    default_protocol,
+    outcome_study,
+    write_study,
+)
 
 OUTPUTS = ("diagnostic.md", "evidence.md", "summary.json", "periods.parquet",
            "attempts.parquet", "findings.parquet", "evidence.parquet", "phases.parquet",
@@ -202,3 +212,54 @@ def test_a_part_json_of_the_wrong_shape_is_refused_even_when_pinned(
     _repin(parts[1], "part.json")
     err = _refused(capsys, "merge", *map(str, parts), "--out", str(tmp_path / "merged"))
     assert "has no shard I/N" in err
+
+
+def _pooled_is_merged(root: Path, tmp_path: Path) -> dict[str, object]:
+    """Audit ``root`` with two workers and merge its two shards (judged in the merging
+    process): the same bytes. The pooled audit's summary."""
+    assert main(["audit", str(root), "--out", str(tmp_path / "pooled"), "--quiet",
+                 "--no-plots", "--jobs", "2"]) == 0
+    parts = _shards(root, tmp_path / "parts", 2)
+    assert main(["merge", *map(str, parts), "--out", str(tmp_path / "merged"), "--quiet",
+                 "--no-plots"]) == 0
+    for name in OUTPUTS:
+        assert (tmp_path / "pooled" / name).read_bytes() == \
+            (tmp_path / "merged" / name).read_bytes(), name
+    summary: dict[str, object] = orjson.loads(
+        (tmp_path / "pooled" / "summary.json").read_bytes())
+    return summary
+
+
+def test_periods_judged_in_the_workers_are_those_the_merge_judges(tmp_path: Path) -> None:
+    """With ``--jobs 2`` the example study is read, validated and judged in two worker
+    processes, a batch of periods a task (its pairs' arms share their array elements, so
+    each batch holds both arms of a pair: one attempt a batch asked for, two taken); a
+    merge of its shards judges every period in the merging process. The same bytes."""
+    _pooled_is_merged(copy_example(tmp_path), tmp_path)
+
+
+def _one_job_two_periods(root: Path) -> Path:
+    """Two periods run one after the other by one element, which hit its time limit:
+    the first shut down cleanly (143, flag on, terminal event), the second was the
+    limit's. The limit is the second's alone: the attempt its job launched last."""
+    periods = [PeriodSpec(pair=f"host-{MODEL}-gsm8k-c2-s{seed}", workload="gsm8k",
+                          seed=seed, model=MODEL, period=1, gpus=4, outcome=outcome)
+               for seed, outcome in ((161, "coordinated_shutdown"), (162, "timed_out"))]
+    spec = StudySpec(study="test_study", array_job_id="7000000", elements=[
+        ElementSpec(array_task_id=0, job_id="7000001", periods=periods, node="gpu-node-10")],
+        protocol=default_protocol(periods),
+        execution_commits={p.pair: SEED_COMMIT for p in periods})
+    write_study(spec, root)
+    return root
+
+
+def test_a_batch_holds_every_period_of_a_job(tmp_path: Path) -> None:
+    """Asked for one attempt a task (two workers, two attempts), the audit still sends
+    the two periods of one job as one batch: judged apart, the first would take the
+    job's TIMEOUT for its own end. The single audit, the merge of its shards (judged in
+    the merging process) and the verdicts agree."""
+    summary = _pooled_is_merged(_one_job_two_periods(tmp_path / "study"), tmp_path)
+    periods = summary["periods"]
+    assert isinstance(periods, list)
+    reasons = sorted((row["seed"], row["reason"]) for row in periods)
+    assert [reason for _, reason in reasons] == ["completed", "time_limit"], reasons

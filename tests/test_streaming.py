@@ -15,7 +15,7 @@ from auditor._pool import AHEAD, LocalPool, chunk_size
 from auditor.audit import Auditor, drive, paused_gc, run_audit
 from auditor.fold import KEPT_WHOLE
 from auditor.report.tables import device_values
-from tests.helpers import note_task, noted_tasks
+from tests.helpers import note_task, noted_tasks, shared_task
 
 PERIODS = 2 * 20  # (two arms of a pair a element: both periods of an element share its job)
 
@@ -246,3 +246,59 @@ def test_two_records_of_one_period_read_ahead_are_each_joined_with_their_own(
                      "--jobs", jobs]) in (0, 1)
     assert _outputs(outs["1"]) == _outputs(outs["2"])
     assert "pair is " in (outs["2"] / "diagnostic.md").read_text()  # (the copy's mismatch)
+
+
+def test_what_the_pool_shares_reaches_each_worker_once(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """``map_shared`` sends its shared object to each worker once (a file loaded once a
+    worker: one object there for every task), each item one task, the results in order;
+    the file goes when the pool closes. Inline, the caller's own object is used."""
+    import os
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    pool = LocalPool(2)
+    try:
+        results = list(pool.map_shared(shared_task, {"add": 1000}, iter(range(200)),
+                                       200, 400 << 20))
+        assert len(list(tmp_path.iterdir())) == 1  # (the shared file, while the pool is open)
+    finally:
+        pool.close()
+    assert [value for _, _, value in results] == list(range(1000, 1200))
+    workers = {pid for pid, _, _ in results}
+    assert os.getpid() not in workers and 1 <= len(workers) <= 2
+    assert len({(pid, shared) for pid, shared, _ in results}) == len(workers)
+    assert list(tmp_path.iterdir()) == []
+    shared = {"add": 1}
+    inline = LocalPool(1)
+    assert list(inline.map_shared(shared_task, shared, iter(range(3)), 3, 0)) == [
+        (os.getpid(), id(shared), n + 1) for n in range(3)]
+
+
+def test_with_workers_the_periods_are_judged_there(study: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """With two workers, no period is judged in the audit's own process (each is read,
+    validated and judged in a worker, a batch of periods a task), and the report is
+    that of an audit judging them all here, inline."""
+    import os
+
+    from auditor.reason.engine import PeriodJudge
+
+    here: list[int] = []
+    original = PeriodJudge.judge
+
+    def spy(*args: object, **kwargs: object) -> object:
+        here.append(os.getpid())
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(PeriodJudge, "judge", spy)
+    assert main(["audit", str(study), "--out", str(tmp_path / "inline"), "--quiet",
+                 "--jobs", "1"]) == 0
+    assert here.count(os.getpid()) == PERIODS
+    here.clear()
+    assert main(["audit", str(study), "--out", str(tmp_path / "pooled"), "--quiet",
+                 "--jobs", "2"]) == 0
+    assert here == []  # (the workers' calls were noted in their own copies)
+    inline, pooled = _outputs(tmp_path / "inline"), _outputs(tmp_path / "pooled")
+    assert inline.keys() == pooled.keys() and len(inline) > 8
+    assert [name for name in inline if inline[name] != pooled[name]] == []

@@ -55,6 +55,7 @@ class Verdict:
     """What ended the counted attempt when it did not complete (None: it exited cleanly)."""
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class AttemptOutcome:
     """How one attempt was judged, and what it cost."""
@@ -95,6 +96,7 @@ class AttemptOutcome:
         return self.seconds * (self.allocation_gpus or self.gpus or 0)
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class PeriodFacts:
     """The figures the report's per-period table shows."""

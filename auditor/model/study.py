@@ -142,6 +142,7 @@ class AttemptRead:
         return sum(f.digest.size for f in self.files if f.digest is not None)
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class EvidenceFile:
     """One row of ``evidence.parquet``: a listed (or unlisted) file and its status."""
@@ -163,6 +164,7 @@ class EvidenceFile:
     detail: str = ""
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class AttemptEvidence:
     """One attempt of a period: its manifest entry and what reading its files gave."""
@@ -175,6 +177,7 @@ class AttemptEvidence:
     files: tuple[EvidenceFile, ...]
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class PeriodEvidence:
     """One period record with its attempts."""

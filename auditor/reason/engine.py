@@ -105,14 +105,100 @@ def index(ranked: list[tuple[int, Sequence[Finding]]]
 
 
 @dataclass
-class _Judged:
-    """One period's share of the study's reasoning and validation."""
+class Judged:
+    """One period's share of the study's reasoning and validation: what judging it gave
+    (its cross-checks and commit pin's findings among them), all a study's fold needs of
+    it once it is judged (a worker's result, when the workers judge)."""
 
     verdict: Verdict
     outcomes: list[AttemptOutcome]
     facts: PeriodFacts
     findings: list[Finding]
     disagreement: tuple[str, str, str, str] | None
+    checks: list[Finding]
+    pins: list[Finding]
+
+
+@dataclass(frozen=True)
+class JudgeContext:
+    """What judging any one period needs of its study, sendable to the workers once: the
+    study as first seen (its inputs and the scheduler's dump, no period), the options,
+    and the study-level findings by their rank (the study's inputs', the layout's, the
+    command line's inputs', the scheduler's, the anchors')."""
+
+    study: Collected
+    options: AuditOptions
+    ranked: tuple[tuple[int, tuple[Finding, ...]], ...]
+
+
+class PeriodJudge:
+    """Validates and judges one period at a time against a :class:`JudgeContext` (in this
+    process, or in a worker given the context once): its cross-checks, its verdict and
+    outcomes, the findings judging it made that no one reported before."""
+
+    def __init__(self, context: JudgeContext) -> None:
+        self.context = context
+        self.study = context.study
+        self._subject, self._path = index(list(context.ranked))
+        self._known = {id(item) for _, items in context.ranked for item in items}
+
+    def judge(self, period: PeriodEvidence, collection: Sequence[Sequence[Finding]],
+              last: Mapping[str, str], share: dict[str, str] | None = None) -> Judged:
+        """``period`` validated and judged, with its collection findings
+        (:data:`PERIOD_RANKS`) and ``last``, the attempt each of its jobs launched last
+        (``share``: the texts its verdict may share with the study's others, see
+        :func:`_sharing`)."""
+        checks, pins = period_checks(period, self.study)
+        ranked = [*zip(PERIOD_RANKS, collection, strict=True), (CHECKS, checks),
+                  (COMMIT, pins)]
+        by_subject, by_path = index(ranked)
+        known = {id(item) for _, items in ranked for item in items}
+        context = Context(self.study, self.study.protocol,
+                          FindingIndex(self._subject, by_subject),
+                          FindingIndex(self._path, by_path), last)
+        verdict, outcomes, produced = _judge_period(period, context)
+        if share is not None:
+            verdict = _sharing(verdict, share)
+        findings: list[Finding] = []
+        for item in produced:  # decisive findings may be ones collection already reported
+            if id(item) not in known and id(item) not in self._known:
+                known.add(id(item))
+                findings.append(item)
+        disagreement = _disagreement(period, verdict, outcomes)
+        if disagreement is not None:
+            findings.append(disagreement[0])
+        return Judged(verdict, outcomes, period_facts(period, self.study.protocol, outcomes),
+                      findings, disagreement[1] if disagreement else None, checks, pins)
+
+
+def judge_together(judge: PeriodJudge, periods: Sequence[PeriodEvidence],
+                   collections: Sequence[Sequence[Sequence[Finding]]]) -> list[Judged]:
+    """Judge ``periods``, consecutive in the study's order and closed under their jobs
+    (no period outside them names one of their attempts' jobs: :func:`batch_ends`), each
+    with its collection findings: what :class:`StudyJudge` gives them."""
+    latest: dict[str, tuple[int, str]] = {}
+    _launched_last(list(periods), latest)
+    last = _LastAttempts(latest)
+    return [judge.judge(period, collection, last)
+            for period, collection in zip(periods, collections, strict=True)]
+
+
+def batch_ends(study: Collected) -> list[int] | None:
+    """Where the study's periods (``study.periods``, records only) may be cut into
+    batches that :func:`judge_together` judges apart: each end (a count of periods, the
+    last the number of periods) after which no later period names a job of an earlier
+    one. None when an attempt names no job (it is known only from its trial record, once
+    read: the periods can then only be judged together, as the study's fold does)."""
+    ready = _ready_at(study)
+    if ready is None:
+        return None
+    ends: list[int] = []
+    reach = 0
+    for slot, needed in enumerate(ready):
+        reach = max(reach, needed)
+        if reach == slot + 1:
+            ends.append(slot + 1)
+    return ends
 
 
 @dataclass
@@ -122,9 +208,7 @@ class _Waiting:
 
     slot: int
     period: PeriodEvidence
-    by_subject: dict[str, list[tuple[int, Finding]]]
-    by_path: dict[str, list[tuple[int, Finding]]]
-    known: set[int]
+    collection: tuple[Sequence[Finding], ...]
 
 
 class StudyJudge:
@@ -137,31 +221,31 @@ class StudyJudge:
     period's (the arms of a pair often share their array element). ``study`` is the study
     before its evidence is read: its inputs, the scheduler's dump, and each period's record
     (``periods`` without attempts read). ``findings`` are the study-level lists of
-    collection: its inputs', the layout's, the command line's inputs'."""
+    collection: its inputs', the layout's, the command line's inputs'. Periods judged
+    elsewhere (by the workers, :meth:`add_judged`) are folded in as they are."""
 
     def __init__(self, study: Collected, options: AuditOptions, findings: tuple[
             list[Finding], list[Finding], list[Finding]]) -> None:
-        self.study = study
         self.options = options
         scheduler, anchors = study_checks(study, options)
         self.scheduler, self.anchors = scheduler, anchors
-        ranked: list[tuple[int, Sequence[Finding]]] = [
-            (STUDY, findings[0]), (LAYOUT, findings[1]), (INPUT, findings[2]),
-            (SCHEDULER, scheduler), (ANCHORS, anchors)]
-        self._subject, self._path = index(ranked)
-        self._known = {id(item) for _, items in ranked for item in items}
-        self.checks: list[Finding] = []
-        self.pins: list[Finding] = []
-        self._judged: list[_Judged | None] = []
-        self._waiting: list[tuple[int, int, _Waiting]] = []
-        """A heap of (periods needed, slot, period): the next ready on top."""
-        self._at_end: list[_Waiting] = []
-        """Periods that wait for the end (an attempt no record names the job of)."""
+        self.ends = batch_ends(study)
+        """Where the periods may be cut for judging apart (:func:`batch_ends`)."""
         self._ready = _ready_at(study)
         # each period's record went into the checks above; judging one reads only the
         # study's inputs and scheduler's dump, and the period it is given (the records
         # would be a second copy of what the fold keeps)
-        self.study = replace(study, periods=())
+        self.context = JudgeContext(replace(study, periods=()), options, (
+            (STUDY, tuple(findings[0])), (LAYOUT, tuple(findings[1])),
+            (INPUT, tuple(findings[2])), (SCHEDULER, tuple(scheduler)),
+            (ANCHORS, tuple(anchors))))
+        self.judge = PeriodJudge(self.context)
+        self.study = self.context.study
+        self._judged: list[Judged | None] = []
+        self._waiting: list[tuple[int, int, _Waiting]] = []
+        """A heap of (periods needed, slot, period): the next ready on top."""
+        self._at_end: list[_Waiting] = []
+        """Periods that wait for the end (an attempt no record names the job of)."""
         self._latest: dict[str, tuple[int, str]] = {}
         """Job id -> (start, ``subject#index``) of the attempt it launched last so far."""
         self._texts: dict[str, str] = {}
@@ -173,22 +257,21 @@ class StudyJudge:
         (:data:`PERIOD_RANKS`: its record's, its reading's, its files'), and judge every
         period now ready (this one, or earlier ones that waited for it): their slots (the
         periods' places, from 0); a period not among them waits, its records needed."""
-        checks, pins = period_checks(period, self.study)
-        self.checks.extend(checks)
-        self.pins.extend(pins)
-        ranked = [*zip(PERIOD_RANKS, collection, strict=True), (CHECKS, checks),
-                  (COMMIT, pins)]
-        by_subject, by_path = index(ranked)
-        known = {id(item) for _, items in ranked for item in items}
         _launched_last([period], self._latest)
         slot = len(self._judged)
         self._judged.append(None)
-        waiting = _Waiting(slot, period, by_subject, by_path, known)
+        waiting = _Waiting(slot, period, collection)
         if self._ready is None:
             self._at_end.append(waiting)
             return []
         heapq.heappush(self._waiting, (self._ready[slot], slot, waiting))
         return self._judge_ready(slot + 1)
+
+    def add_judged(self, judged: Judged) -> None:
+        """The study's next period, judged already (:func:`judge_together`, in a worker):
+        its verdict's texts shared with the study's others."""
+        judged.verdict = _sharing(judged.verdict, self._texts)
+        self._judged.append(judged)
 
     def _judge_ready(self, added: int) -> list[int]:
         """Judge the waiting periods that ``added`` periods in make ready: their slots."""
@@ -196,29 +279,10 @@ class StudyJudge:
         last = _LastAttempts(self._latest)
         while self._waiting and self._waiting[0][0] <= added:
             _, slot, item = heapq.heappop(self._waiting)
-            self._judged[slot] = self._judge(item.period, item.by_subject, item.by_path,
-                                             item.known, last)
+            self._judged[slot] = self.judge.judge(item.period, item.collection, last,
+                                                  self._texts)
             done.append(slot)
         return done
-
-    def _judge(self, period: PeriodEvidence, by_subject: dict[str, list[tuple[int, Finding]]],
-               by_path: dict[str, list[tuple[int, Finding]]], known: set[int],
-               last: Mapping[str, str]) -> _Judged:
-        context = Context(self.study, self.study.protocol,
-                          FindingIndex(self._subject, by_subject),
-                          FindingIndex(self._path, by_path), last)
-        verdict, outcomes, produced = _judge_period(period, context)
-        verdict = _sharing(verdict, self._texts)
-        findings: list[Finding] = []
-        for item in produced:  # decisive findings may be ones collection already reported
-            if id(item) not in known and id(item) not in self._known:
-                known.add(id(item))
-                findings.append(item)
-        disagreement = _disagreement(period, verdict, outcomes)
-        if disagreement is not None:
-            findings.append(disagreement[0])
-        return _Judged(verdict, outcomes, period_facts(period, self.study.protocol, outcomes),
-                       findings, disagreement[1] if disagreement else None)
 
     def finish(self, collected: Collected) -> tuple[list[Finding], Reasoning]:
         """The study's validation findings and reasoning, once every period is in
@@ -226,14 +290,16 @@ class StudyJudge:
         self._judge_ready(len(self._judged))
         last = _LastAttempts(self._latest)
         for item in self._at_end:
-            self._judged[item.slot] = self._judge(item.period, item.by_subject, item.by_path,
-                                                  item.known, last)
+            self._judged[item.slot] = self.judge.judge(item.period, item.collection, last,
+                                                       self._texts)
         self._at_end = []
         judged = [item for item in self._judged if item is not None]
         verdicts = [item.verdict for item in judged]
         outcomes = [outcome for item in judged for outcome in item.outcomes]
         new_findings = [finding for item in judged for finding in item.findings]
-        validation = [*self.checks, *self.scheduler, *self.pins, *self.anchors]
+        checks = [item for one in judged for item in one.checks]
+        pins = [item for one in judged for item in one.pins]
+        validation = [*checks, *self.scheduler, *pins, *self.anchors]
         new_findings.extend(_unfinished_elements(collected, outcomes))
         cells, config_findings = configurations(collected, verdicts, outcomes)
         new_findings.extend(config_findings)

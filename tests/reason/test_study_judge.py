@@ -3,10 +3,11 @@ verdicts as one pass over the whole study, periods sharing a job included."""
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import replace
 
 from auditor.model import AuditOptions, Collected, PeriodEvidence, Reason, VerdictKind
-from auditor.reason.engine import StudyJudge
+from auditor.reason.engine import PeriodJudge, StudyJudge, batch_ends, judge_together
 from tests.reason.values import attempt, collected, period, sacct, sacct_job, trial
 
 
@@ -59,3 +60,37 @@ def test_an_attempt_no_record_names_the_job_of_waits_for_the_study() -> None:
     study = collected(first, second, dump=sacct(sacct_job("TIMEOUT")))
     assert [reason for _, _, reason in _judged(study)] == [Reason.COMPLETED,
                                                             Reason.TIME_LIMIT]
+
+
+def _records(study: Collected) -> Collected:
+    return replace(study, periods=tuple(PeriodEvidence(p.record, ()) for p in study.periods))
+
+
+def test_batches_end_only_where_no_later_period_names_an_earlier_job() -> None:
+    """Jobs A, B, A, C: periods 1-3 go together (period 3 names period 1's job), period 4
+    stands alone; a period whose record names no job leaves nothing to cut."""
+    jobs = ["7000001", "7000002", "7000001", "7000003"]
+    periods = [period(attempt(job_id=job), number=n) for n, job in enumerate(jobs, 1)]
+    assert batch_ends(_records(collected(*periods))) == [3, 4]
+    assert batch_ends(_records(collected(*periods[1:2], *periods[3:]))) == [1, 2]
+    first = periods[0]
+    spec = replace(first.attempts[0].spec, job_id=None)
+    nameless = PeriodEvidence(replace(first.record, attempts=(spec,)),
+                              (replace(first.attempts[0], spec=spec),))
+    assert batch_ends(_records(collected(nameless, *periods[1:]))) is None
+
+
+def test_a_batch_judged_apart_gives_the_study_judge_s_verdicts() -> None:
+    """The periods sharing a job, judged together on the study's context alone (as a
+    worker does): the verdicts of the study's own fold. Cut between them, the first would
+    take the job's TIMEOUT for its end."""
+    first, second = _shutdown(1), _shutdown(2)
+    study = collected(first, second, dump=sacct(sacct_job("TIMEOUT")))
+    judge = StudyJudge(_records(study), AuditOptions(), ([], [], []))
+    assert judge.ends == [2]
+    alone = PeriodJudge(pickle.loads(pickle.dumps(judge.context)))  # (as a worker gets it)
+    together = judge_together(alone, [first, second], [([], [], [])] * 2)
+    assert [(one.verdict.verdict, one.verdict.reason) for one in together] == [
+        (verdict, reason) for _, verdict, reason in _judged(study)]
+    cut = judge_together(alone, [first], [([], [], [])])
+    assert cut[0].verdict.reason == Reason.TIME_LIMIT
