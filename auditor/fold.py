@@ -281,6 +281,7 @@ class Fold:
         """The audit's result, once every period is folded (``parts``: the study's, its
         units those :meth:`add` gave back)."""
         yield Progress("validate", 0, 1)
+        _JUDGES.clear()  # (read inline, this process judged: its study's context goes)
         self._keep(every=True)
         collected = replace(assemble_collected(parts, self.pieces, self.evidence,
                                                (self.periods, self.record_inputs)),

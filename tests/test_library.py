@@ -83,3 +83,17 @@ def test_write_outputs_pauses_the_garbage_collector_and_restores_it(tmp_path: Pa
             gc.disable()
     assert collections == []
     assert (tmp_path / "out" / "diagnostic.md").is_file()
+
+
+def test_an_audit_read_in_this_process_keeps_no_study_context_after(tmp_path: Path) -> None:
+    """Read inline, the audit judged its periods here, on its study's context (the
+    scheduler's dump, the study-level findings): once the result is made, nothing holds
+    that context, so a caller auditing study after study keeps none of them."""
+    import gc
+
+    from auditor.reason.engine import JudgeContext
+
+    result = run_audit(copy_example(tmp_path))
+    assert result.verdicts
+    gc.collect()
+    assert [item for item in gc.get_objects() if isinstance(item, JudgeContext)] == []
