@@ -202,7 +202,7 @@ class Auditor:
                     pre: dict[str, list[EvidenceFile]] = {}
                     tasks = tuple(plan_reads(root, [(index, unpack_entries(loaded))],
                                              protocol, regular, pre))
-                    batch.append(PeriodTask(index, index, loaded, tasks, tuple(
+                    batch.append(PeriodTask(index, loaded, tasks, tuple(
                         (key, tuple(rows)) for key, rows in pre.items())))
                 yield batch
 

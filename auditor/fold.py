@@ -328,12 +328,11 @@ def unit_rows(unit: PeriodUnit) -> UnitRows:
 @dataclass(frozen=True, slots=True)
 class PeriodTask:
     """One period for a worker to read and judge (:func:`fold_batch`): its place among
-    the study's records (``index``) and in the fold (``slot``), its record as loaded (the
-    manifest entries packed), the read tasks of its attempts and, by each one's key, the
-    evidence rows decided before reading."""
+    the study's records (``index``: a whole study's, so its place in the fold too), its
+    record as loaded (the manifest entries packed), the read tasks of its attempts and, by
+    each one's key, the evidence rows decided before reading."""
 
     index: int
-    slot: int
     loaded: LoadedPeriod
     attempts: tuple[AttemptTask, ...]
     pre: tuple[tuple[str, tuple[EvidenceFile, ...]], ...]
@@ -390,14 +389,13 @@ def fold_batch(context: JudgeContext, batch: Sequence[PeriodTask]) -> list[Folde
         sizes.append((sum(len(read.files) for read in reads.values())
                        + sum(len(rows) for rows in pre.values()),
                        sum(read.bytes_read for read in reads.values())))
-        del reads, pre, record, evidence
     rows = [unit_rows(unit) for unit in units]
     judged = judge_together(judge, [unit.evidence for unit in units],
                             [piece for piece, *_ in rows])
     folded = []
     for task, unit, (piece, phases, devices, files), one, (count, size) in zip(
             batch, units, rows, judged, sizes, strict=True):
-        period = unit.evidence if task.slot < KEPT_WHOLE \
+        period = unit.evidence if task.index < KEPT_WHOLE \
             else let_go(unit.evidence, protocol, _DIGESTS)
         folded.append(FoldedPeriod(one, piece, phases, devices, files, unit.record_input,
                                    period, count, size))

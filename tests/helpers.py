@@ -142,10 +142,29 @@ def noted_tasks(log: Path, count: int, made: list[int]) -> Iterator[tuple[str, i
         yield str(log), number
 
 
-def shared_task(shared: dict[str, int], number: int) -> tuple[int, int, int]:
-    """A pool task for the tests taking what the pool shares: (the worker's pid, the
-    shared object's id there, ``number`` plus its ``add``)."""
-    return os.getpid(), id(shared), number + shared["add"]
+SHARED_LOADS: list[int] = []
+"""How many times this process unpickled a :class:`SharedValue`."""
+
+
+class SharedValue:
+    """What a test's pool shares: it counts, in each process, the times it is unpickled."""
+
+    def __init__(self, add: int) -> None:
+        self.add = add
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _unpickled_shared, (self.add,)
+
+
+def _unpickled_shared(add: int) -> SharedValue:
+    SHARED_LOADS.append(add)
+    return SharedValue(add)
+
+
+def shared_task(shared: SharedValue, number: int) -> tuple[int, int, int]:
+    """A pool task for the tests taking what the pool shares: (the worker's pid, how many
+    times it unpickled a shared value so far, ``number`` plus the value's ``add``)."""
+    return os.getpid(), len(SHARED_LOADS), number + shared.add
 
 
 def note_task(task: tuple[str, int]) -> int:

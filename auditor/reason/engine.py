@@ -104,7 +104,7 @@ def index(ranked: list[tuple[int, Sequence[Finding]]]
     return by_subject, by_path
 
 
-@dataclass
+@dataclass(frozen=True)
 class Judged:
     """One period's share of the study's reasoning and validation: what judging it gave
     (its cross-checks and commit pin's findings among them), all a study's fold needs of
@@ -189,7 +189,11 @@ def batch_ends(study: Collected) -> list[int] | None:
     last the number of periods) after which no later period names a job of an earlier
     one. None when an attempt names no job (it is known only from its trial record, once
     read: the periods can then only be judged together, as the study's fold does)."""
-    ready = _ready_at(study)
+    return _ends(_ready_at(study))
+
+
+def _ends(ready: list[int] | None) -> list[int] | None:
+    """:func:`batch_ends` from :func:`_ready_at`'s counts."""
     if ready is None:
         return None
     ends: list[int] = []
@@ -229,9 +233,9 @@ class StudyJudge:
         self.options = options
         scheduler, anchors = study_checks(study, options)
         self.scheduler, self.anchors = scheduler, anchors
-        self.ends = batch_ends(study)
-        """Where the periods may be cut for judging apart (:func:`batch_ends`)."""
         self._ready = _ready_at(study)
+        self.ends = _ends(self._ready)
+        """Where the periods may be cut for judging apart (:func:`batch_ends`)."""
         # each period's record went into the checks above; judging one reads only the
         # study's inputs and scheduler's dump, and the period it is given (the records
         # would be a second copy of what the fold keeps)
@@ -270,8 +274,7 @@ class StudyJudge:
     def add_judged(self, judged: Judged) -> None:
         """The study's next period, judged already (:func:`judge_together`, in a worker):
         its verdict's texts shared with the study's others."""
-        judged.verdict = _sharing(judged.verdict, self._texts)
-        self._judged.append(judged)
+        self._judged.append(replace(judged, verdict=_sharing(judged.verdict, self._texts)))
 
     def _judge_ready(self, added: int) -> list[int]:
         """Judge the waiting periods that ``added`` periods in make ready: their slots."""
