@@ -6,6 +6,9 @@ until the report is written costs about 400 bytes a row. :class:`SortedSpill` wr
 merged: the order ``sorted()`` would give the whole list (stable: of equal keys, the one
 added first), with only a piece of each run in memory at a time. :class:`EvidenceSpill`
 keeps a study's evidence rows so, and counts what the report says of them as they pass.
+:class:`PackedList` keeps a sequence of records (a large study's judged periods and
+verdicts) pickled and compressed in memory, a block at a time, and gives them back made
+anew as they are read.
 """
 
 from __future__ import annotations
@@ -14,11 +17,12 @@ import contextlib
 import heapq
 import pickle
 import tempfile
+import zlib
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import fields
 from operator import attrgetter, itemgetter
-from typing import IO, Any
+from typing import IO, Any, TypeVar, overload
 
 from auditor.errors import OutputError
 from auditor.model import HASHED_STATUSES, EvidenceFile
@@ -27,6 +31,13 @@ RUN_ROWS = 16_384
 """Rows sorted together before they go to disk (a run)."""
 PIECE_ROWS = 1024
 """Rows of a run read back at a time while the runs are merged."""
+PACK_BLOCK = 64
+"""Records a :class:`PackedList` pickles and compresses together (a judged period's
+verdict and records took 8.7 KB as objects, 2.1 KB pickled in blocks of 64 and 0.4 KB
+compressed; a block is remade in about 3 ms)."""
+
+T = TypeVar("T")
+U = TypeVar("U")
 
 
 @contextlib.contextmanager
@@ -136,3 +147,106 @@ class EvidenceSpill:
     def unusual(self) -> list[EvidenceFile]:
         """The rows not verified, by path (stable)."""
         return sorted(self._unusual, key=attrgetter("path"))
+
+
+class PackedList(Sequence[T]):
+    """A list of records (picklable, immutable) kept pickled and zlib-compressed in memory
+    in blocks of :data:`PACK_BLOCK`, appended in order, given back as a sequence: each one
+    read is made anew from its block (the last block read is kept made, so reading in
+    order, or near it, remakes each block once a pass). For what a study holds a record
+    per period of until its report is written: at a hundred thousand periods, about a
+    twentieth of the memory the objects took, at about 45 us a record each pass. Records
+    that were one object are one object again only within a block (values are equal, not
+    identical): nothing is to compare them by identity."""
+
+    def __init__(self, items: Iterable[T] = (), block: int | None = None) -> None:
+        self._block = block or PACK_BLOCK
+        self._blocks: list[bytes] = []
+        self._tail: list[T] = []
+        self._made: tuple[int, list[T]] = (-1, [])
+        for item in items:
+            self.append(item)
+
+    def append(self, item: T) -> None:
+        """Add ``item`` at the end (a full block is packed)."""
+        self._tail.append(item)
+        if len(self._tail) >= self._block:
+            self._blocks.append(zlib.compress(pickle.dumps(self._tail, protocol=5), 1))
+            self._tail = []
+
+    def extend(self, items: Iterable[T]) -> None:
+        """Add ``items`` at the end, in order."""
+        for item in items:
+            self.append(item)
+
+    def __len__(self) -> int:
+        return len(self._blocks) * self._block + len(self._tail)
+
+    def _made_block(self, number: int) -> list[T]:
+        if number == len(self._blocks):
+            return self._tail
+        if self._made[0] != number:
+            self._made = (number, pickle.loads(zlib.decompress(self._blocks[number])))
+        return self._made[1]
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[T]: ...
+
+    def __getitem__(self, index: int | slice) -> T | list[T]:
+        if isinstance(index, slice):
+            return [self[at] for at in range(*index.indices(len(self)))]
+        size = len(self)
+        if index < 0:
+            index += size
+        if not 0 <= index < size:
+            raise IndexError("PackedList index out of range")
+        number, at = divmod(index, self._block)
+        return self._made_block(number)[at]
+
+    def __iter__(self) -> Iterator[T]:
+        for number in range(len(self._blocks)):
+            # (made apart from the one-block cache: passes that interleave stay cheap)
+            yield from pickle.loads(zlib.decompress(self._blocks[number]))
+        yield from self._tail
+
+    def drain(self) -> Iterator[T]:
+        """Every record, in order, each block let go once read: the list is empty from
+        the first call on."""
+        blocks, tail = self._blocks, self._tail
+        self._blocks, self._tail, self._made = [], [], (-1, [])
+        blocks.reverse()
+        while blocks:
+            yield from pickle.loads(zlib.decompress(blocks.pop()))
+        yield from tail
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PackedList, (list(self), self._block))
+
+
+class MappedSequence(Sequence[U]):
+    """``function`` of each item of ``base``, made as each is read (a part of each of a
+    :class:`PackedList`'s records, say, with no second copy of them held)."""
+
+    def __init__(self, base: Sequence[T], function: Callable[[T], U]) -> None:
+        self._base = base
+        self._function = function
+
+    def __len__(self) -> int:
+        return len(self._base)
+
+    @overload
+    def __getitem__(self, index: int) -> U: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[U]: ...
+
+    def __getitem__(self, index: int | slice) -> U | list[U]:
+        if isinstance(index, slice):
+            return [self[at] for at in range(*index.indices(len(self)))]
+        return self._function(self._base[index])
+
+    def __iter__(self) -> Iterator[U]:
+        return map(self._function, self._base)

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import os
 from collections import Counter, deque
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from auditor._pool import chunk_size, make_pool
 from auditor._process import paused_gc
+from auditor._spill import MappedSequence, PackedList
 from auditor.collect.attempt import hash_only, read_attempt
 from auditor.collect.discover import SACCT_PATH, discover, find_period_records
 from auditor.collect.inputs import (
@@ -42,6 +43,7 @@ from auditor.fold import (
     apply_limits,
     assemble_collected,
     fold_batch,
+    packs,
     unit_findings,
 )
 from auditor.model import (
@@ -132,7 +134,10 @@ class Auditor:
         sacct, sacct_display, sacct_inputs, sacct_findings = sacct_read()
         inputs.extend(sacct_inputs)
         findings.extend(sacct_findings)
-        periods: list[LoadedPeriod] = []
+        # (a large study's records are kept packed until they go to the workers: as
+        # objects, 3 KB a period, 340 MB of a million files' before any evidence was read)
+        periods: list[LoadedPeriod] | PackedList[LoadedPeriod] = \
+            PackedList() if packs(len(period_tasks)) else []
         # the walked files below attempt directories that no record read so far lists: the
         # walk's own strings, so the paths the records list are never held (at a million
         # files a set of them was about 150 MB of this process before any evidence was read)
@@ -152,11 +157,12 @@ class Auditor:
             input_findings=tuple(input_findings), study_inputs=tuple(inputs),
             units=(), unlisted=(), periods_total=len(periods), shard=shard,
         )
-        folding = Fold(head, [item.record for item in periods], self.options) \
+        folding = Fold(head, MappedSequence(periods, _record), self.options) \
             if fold else None
         # (the inventory and the records go once planned and joined: the reads hold their
         # boxes' only references)
-        box, records = [layout], [periods]
+        box = [layout]
+        records: list[Sequence[LoadedPeriod]] = [periods]
         del layout, periods
         if folding is not None and folding.judge.ends is not None:
             # (the workers judge: each batch of periods is closed under its jobs)
@@ -168,7 +174,7 @@ class Auditor:
         return replace(head, units=tuple(units), unlisted=tuple(unlisted)), folding
 
     def _read_periods(
-        self, root: Path, box: list[StudyLayout], records_box: list[list[LoadedPeriod]],
+        self, root: Path, box: list[StudyLayout], records_box: list[Sequence[LoadedPeriod]],
         unnamed: set[str], protocol: Protocol, fold: Fold,
     ) -> Generator[Progress, None, tuple[list[PeriodUnit],
                                          list[tuple[tuple[int, int], FileOutcome]]]]:
@@ -180,25 +186,31 @@ class Auditor:
         goes out (a record's entries unpacked to plan them, then sent packed)."""
         assert fold.judge.ends is not None
         layout = box.pop()
-        periods: list[LoadedPeriod | None] = list(records_box.pop())
+        periods = records_box.pop()
         unlisted, unlisted_blocked = plan_unlisted(root, layout, unnamed)
         unnamed.clear()
         place = _places(layout, unlisted, unlisted_blocked)
-        attempts = sum(len(item.record.attempts) for item in periods if item is not None)
-        total_files = sum(item.files for item in periods if item is not None) + len(unlisted)
-        total_bytes = sum(item.size for item in periods if item is not None)
+        counts: list[int] = []
+        total_files = len(unlisted)
+        total_bytes = 0
+        for item in periods:  # (one pass: a large study's are kept packed)
+            counts.append(len(item.record.attempts))
+            total_files += item.files
+            total_bytes += item.size
+        attempts = sum(counts)
         size = chunk_size(attempts, total_bytes, self._pool.width(attempts, total_bytes))
-        ranges = _batch_ranges(fold.judge.ends, [
-            len(item.record.attempts) if item is not None else 0 for item in periods], size)
+        ranges = _batch_ranges(fold.judge.ends, counts, size)
         regular = layout.regular_files
         del layout
+        # (each goes as it is sent: the batches are in order)
+        records = periods.drain() if isinstance(periods, PackedList) else iter(periods)
+        del periods
 
         def batches() -> Iterator[list[PeriodTask]]:
             for start, end in ranges:
                 batch = []
                 for index in range(start, end):
-                    loaded, periods[index] = periods[index], None
-                    assert loaded is not None
+                    loaded = next(records)
                     pre: dict[str, list[EvidenceFile]] = {}
                     tasks = tuple(plan_reads(root, [(index, unpack_entries(loaded))],
                                              protocol, regular, pre))
@@ -221,7 +233,7 @@ class Auditor:
         return [], outcomes
 
     def _read_evidence(
-        self, root: Path, box: list[StudyLayout], records_box: list[list[LoadedPeriod]],
+        self, root: Path, box: list[StudyLayout], records_box: list[Sequence[LoadedPeriod]],
         unnamed: set[str], protocol: Protocol, shard: tuple[int, int] | None,
         fold: Fold | None,
     ) -> Generator[Progress, None, tuple[list[PeriodUnit],
@@ -293,6 +305,10 @@ class Auditor:
             read_bytes += outcome.digest.size if outcome.digest else 0
             yield Progress("read", done, total_files, read_bytes)
         return outcomes
+
+
+def _record(loaded: LoadedPeriod) -> PeriodRecord:
+    return loaded.record
 
 
 def _unpacked(pending: deque[tuple[int, LoadedPeriod]], whole: dict[int, PeriodRecord]

@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from auditor._cli import main
+from auditor.model import AuditOptions, Finding
 from tests.helpers import EXAMPLE, SHARED, audit, copy_example
 
 
@@ -627,6 +628,76 @@ def test_the_findings_limit_holds_however_many_files_reach_their_own() -> None:
     assert len(kept) == 10 + 1 and kept[-1].subject == "study"
     assert [f.rule_id for f in kept[:10]] == ["AUD101"] * 10  # (errors before the summaries)
     assert not_kept == 3000 + (3000 + 3000 - 10)
+
+
+def _limits_as_one_sort(findings: list[Finding], options: AuditOptions
+                        ) -> tuple[tuple[Finding, ...], int]:
+    """The limits as first written: every finding held and sorted by severity (the
+    reading a severity at a time that replaced it must keep the same, in the same order)."""
+    from collections import Counter
+    from dataclasses import replace
+
+    from auditor._io import clip
+    from auditor.catalogue import finding
+    from auditor.fold import CAP_SUMMARIES
+    from auditor.model import Citation
+
+    order = {"error": 0, "warning": 1, "info": 2}
+    per_file: Counter[str] = Counter()
+    dropped_per_file: Counter[str] = Counter()
+    kept = []
+    for item in sorted(findings, key=lambda f: order[f.severity.value]):
+        path = item.citations[0].path if item.citations else item.subject
+        if item.rule_id not in CAP_SUMMARIES and per_file[path] >= options.max_findings_per_file:
+            dropped_per_file[path] += 1
+            continue
+        per_file[path] += 1
+        if any(len(c.quote) > options.max_quote for c in item.citations):
+            item = replace(item, citations=tuple(
+                replace(c, quote=clip(c.quote, options.max_quote)) for c in item.citations))
+        kept.append(item)
+    kept = sorted([*kept, *(finding("AUD013", path, [Citation(path)], dropped=dropped,
+                                    cap=options.max_findings_per_file)
+                            for path, dropped in sorted(dropped_per_file.items()))],
+                  key=lambda f: order[f.severity.value])
+    not_kept = sum(dropped_per_file.values())
+    if len(kept) > options.max_findings:
+        dropped = len(kept) - options.max_findings
+        kept = kept[: options.max_findings]
+        kept.append(finding("AUD013", "study", [], path="all files", dropped=dropped,
+                            cap=options.max_findings))
+        not_kept += dropped
+    return tuple(kept), not_kept
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_limits_keep_what_one_sort_of_every_finding_kept(seed: int) -> None:
+    """The limits read the findings a severity at a time and hold at most the study's cap
+    of each (a million-file study's were all held, then sorted): what they keep, in what
+    order, and how many they count but do not keep are one stable sort's, for every cap,
+    errors, warnings and infos interleaved, quotes to clip, files past their own cap."""
+    import random
+
+    from auditor.audit import AuditOptions, apply_limits
+    from auditor.catalogue import finding
+    from auditor.model import Citation
+
+    draw = random.Random(seed)
+    rules = ["AUD101", "AUD102", "AUD203", "AUD218", "AUD013", "AUD016", "AUD201"]
+    found = []
+    for _ in range(400):
+        path = f"f{draw.randrange(12)}.json"
+        rule = draw.choice(rules)
+        made = finding(rule, path, [Citation(path, quote="q" * draw.randrange(0, 30))],
+                       manifest="m", detail="d", dropped=1, cap=1, path=path, verdict="v",
+                       status="s", error="", word="w")
+        found.append(made)
+    for max_findings, per_file in [(5, 3), (50, 10), (1000, 1000), (120, 2), (1, 1)]:
+        options = AuditOptions(max_findings=max_findings, max_findings_per_file=per_file,
+                               max_quote=12)
+        expected = _limits_as_one_sort(found, options)
+        assert apply_limits(found, options) == expected
+        assert apply_limits(lambda: iter(found), options) == expected
 
 
 def test_sacct_table_of_a_long_dump_shows_its_first_rows(

@@ -63,3 +63,87 @@ def test_a_temporary_directory_it_cannot_use_is_one_line_not_a_bug(
     assert err.count("\n") == 1 and "temporary directory" in err and "TMPDIR" in err
     assert not (tmp_path / "out").exists()
 
+
+
+@pytest.mark.parametrize("block", [1, 3, 64])
+def test_a_packed_list_gives_back_the_records_it_was_given(block: int) -> None:
+    """Records kept packed a block at a time come back equal, in order, however they are
+    read: through, by place (from either end, in any order), by slice, and after a
+    pickle's round trip (what a worker's result crosses)."""
+    import pickle
+
+    from auditor.model import Citation
+
+    records = [Citation(f"a/{number}.jsonl", number or None, None, "\udcff" * (number % 3))
+               for number in range(150)]
+    packed: spill.PackedList[Citation] = spill.PackedList(block=block)
+    for item in records:
+        packed.append(item)
+    assert len(packed) == 150 and list(packed) == records and list(packed) == records
+    draw = random.Random(block)
+    for place in [*range(150), *(draw.randrange(-150, 150) for _ in range(300))]:
+        assert packed[place] == records[place]
+    assert packed[::7] == records[::7] and packed[-5:] == records[-5:] and packed[3:3] == []
+    with pytest.raises(IndexError):
+        packed[150]
+    with pytest.raises(IndexError):
+        packed[-151]
+    again = pickle.loads(pickle.dumps(packed))
+    assert isinstance(again, spill.PackedList) and list(again) == records
+    assert records[40] in packed and packed.index(records[40]) == 40
+    assert list(spill.PackedList(records[:0])) == []
+    drained = again.drain()
+    assert next(drained) == records[0] and len(again) == 0  # (let go as it is read)
+    assert [records[0], *drained] == records
+
+
+def test_a_large_studys_periods_and_verdicts_are_kept_packed_and_report_the_same(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``PACK_PERIODS`` periods the study's judged periods and verdicts are kept
+    packed until the report is written, read in the workers (two) or in the audit's own
+    process: every output is the bytes of the audit that keeps them as objects, a retried
+    period's rows among them."""
+    import auditor.fold as fold
+    from auditor._cli import main
+    from tests.helpers import outcome_study
+    from tests.test_shards import OUTPUTS
+
+    root = outcome_study(tmp_path / "study", ["completed", "retried", "rollout_init_oom",
+                                              "cancelled", "terminal_missing", "retried"])
+    assert main(["audit", str(root), "--out", str(tmp_path / "objects"), "--quiet",
+                 "--no-plots"]) == 0
+    plain = run_audit(root)
+    assert isinstance(plain.collected.periods, tuple) and isinstance(plain.verdicts, tuple)
+    monkeypatch.setattr(fold, "PACK_PERIODS", 0)
+    kinds: set[str] = set()
+    append = spill.PackedList.append
+
+    def noting(self: spill.PackedList[object], item: object) -> None:
+        kinds.add(type(item).__name__)
+        append(self, item)
+
+    monkeypatch.setattr(spill.PackedList, "append", noting)
+    packed = run_audit(root)
+    # (the records as loaded, what judging each gave, the periods judged, and the study's
+    # verdicts, attempt outcomes, facts and reasoning's findings)
+    assert kinds == {"LoadedPeriod", "Judged", "PeriodEvidence", "Verdict", "AttemptOutcome",
+                     "PeriodFacts", "Finding"}
+    for kept in (packed.reasoning.attempts, packed.reasoning.facts, packed.reasoning.findings):
+        assert isinstance(kept, spill.PackedList) and len(kept) > 0
+    assert isinstance(packed.collected.periods, spill.PackedList)
+    assert isinstance(packed.verdicts, spill.PackedList) and packed.reasoning.verdicts is \
+        packed.verdicts
+    assert list(packed.verdicts) == list(plain.verdicts)
+    assert packed.findings == plain.findings
+    for name in ("attempts", "facts", "findings"):
+        assert list(getattr(packed.reasoning, name)) == list(getattr(plain.reasoning, name))
+    assert list(packed.collected.periods) == list(plain.collected.periods)
+    diagnostic = (tmp_path / "objects" / "diagnostic.md").read_text()
+    assert diagnostic.count(", attempt 2") >= 2  # (the retried periods' second rows)
+    for jobs in ("1", "2"):
+        out = tmp_path / f"packed-{jobs}"
+        assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots",
+                     "--jobs", jobs]) == 0
+        for name in OUTPUTS:
+            assert (out / name).read_bytes() == (tmp_path / "objects" / name).read_bytes(), \
+                (jobs, name)

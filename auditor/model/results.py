@@ -6,6 +6,7 @@ I/O.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from auditor.model.core import Citation, Finding, Reason, VerdictKind, fast_pickle
@@ -245,16 +246,21 @@ class WaiverUse:
 class Reasoning:
     """The reason stage's output."""
 
-    verdicts: tuple[Verdict, ...]
-    attempts: tuple[AttemptOutcome, ...]
-    facts: tuple[PeriodFacts, ...]
+    verdicts: Sequence[Verdict]
+    """A tuple; a large study's are kept packed (a sequence that remakes each as read)."""
+    attempts: Sequence[AttemptOutcome]
+    facts: Sequence[PeriodFacts]
+    """Each period's, in the verdicts' order (as are ``attempts``: packed too, when they
+    are)."""
     configurations: tuple[ConfigurationResult, ...]
     accounting: Accounting
     gate: GateResult
     gate_partial: GateResult
     gate_reasons: tuple[GateReason, ...]
     waivers: tuple[WaiverUse, ...]
-    findings: tuple[Finding, ...] = field(default=())
+    findings: Sequence[Finding] = field(default=())
+    """Every finding reasoning made, before the audit's limits (:attr:`AuditResult.findings`
+    keeps those kept)."""
     disagreements: tuple[tuple[str, str, str, str], ...] = ()
     """(subject, launcher status, launcher validation error, auditor verdict)."""
 
@@ -265,7 +271,8 @@ class AuditResult:
 
     collected: Collected
     findings: tuple[Finding, ...]
-    verdicts: tuple[Verdict, ...]
+    verdicts: Sequence[Verdict]
+    """The reasoning's (:attr:`Reasoning.verdicts`)."""
     reasoning: Reasoning
     options: AuditOptions = field(default_factory=AuditOptions)
     partial: bool = False

@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import typing
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -252,8 +252,9 @@ class Collected:
     sacct: SacctDump | None
     sacct_display: str | None
     execution_commits: dict[str, str] | None
-    periods: tuple[PeriodEvidence, ...]
-    """In the study's order."""
+    periods: Sequence[PeriodEvidence]
+    """In the study's order: a tuple, or for a large study a sequence kept packed that
+    remakes each period as it is read (look one up by its place, never hold them all)."""
     evidence: EvidenceRows
     inputs: tuple[InputFile, ...]
     """Inputs read besides the evidence files the period records list (those are in

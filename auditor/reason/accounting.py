@@ -8,6 +8,8 @@ of the study's arrays (a retry submitted as a job of its own) is counted apart, 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from auditor.model import (
     Accounting,
     AttemptOutcome,
@@ -19,8 +21,8 @@ from auditor.model import (
 )
 
 
-def accounting(collected: Collected, outcomes: list[AttemptOutcome],
-                verdicts: list[Verdict]) -> Accounting:
+def accounting(collected: Collected, outcomes: Sequence[AttemptOutcome],
+                verdicts: Sequence[Verdict]) -> Accounting:
     """The study's accounting: the scopes never add up, and unknown ones are None."""
     elements: list[ElementCost] = []
     if collected.sacct is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from auditor._io import counted
@@ -27,19 +28,20 @@ class _Member(NamedTuple):
 
 
 def configurations(
-    collected: Collected, verdicts: list[Verdict], outcomes: list[AttemptOutcome]
+    collected: Collected, verdicts: Sequence[Verdict], outcomes: Sequence[AttemptOutcome]
 ) -> tuple[list[ConfigurationResult], list[Finding]]:
     """Every configuration the periods ran or the protocol lists, with what it costs, and
     the findings of missing seeds (``AUD213``) and unlisted configurations (``AUD217``)."""
     findings: list[Finding] = []
-    # (of each period only what is asked of it here)
-    cells: dict[tuple[str, int], list[tuple[_Member, Verdict]]] = defaultdict(list)
+    # (of each period only what is asked of it here: a large study's verdicts and periods
+    # are kept packed, and all held at once were most of its memory)
+    cells: dict[tuple[str, int], list[tuple[_Member, VerdictKind]]] = defaultdict(list)
     for period, verdict in zip(collected.periods, verdicts, strict=True):
         record = period.record
         if record.workload is None or record.gpus is None:
             continue
         cells[(record.workload, record.gpus)].append(
-            (_Member(period.subject, record.path, record.seed), verdict))
+            (_Member(period.subject, record.path, record.seed), verdict.verdict))
     expected = {(c.workload, c.gpus): c.seeds for c in collected.protocol.configurations}
     cost: dict[str, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
     for attempt in outcomes:
@@ -67,7 +69,7 @@ def configurations(
                 detail=f"no period covers seed(s) {', '.join(map(str, missing))}" if missing
                 else "no period covers this configuration",
             ))
-        kinds = {v.verdict for _, v in members}
+        kinds = {kind for _, kind in members}
         resolved = bool(members) and not missing and not unexpected \
             and VerdictKind.UNRESOLVED not in kinds
         outcome: str | None = None

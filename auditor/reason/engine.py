@@ -28,7 +28,10 @@ import heapq
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import chain
+from typing import TypeVar
 
+from auditor._spill import PackedList
 from auditor.catalogue import finding
 from auditor.model import (
     AttemptEvidence,
@@ -52,6 +55,8 @@ from auditor.reason.facts import period_facts
 from auditor.reason.gate import apply_waivers, decide_gate, gate_reasons
 from auditor.reason.verdict import UNFINISHED_STATES, Context, Judgement, judge_attempt
 from auditor.validate.checks import element_for, period_checks, study_checks
+
+T = TypeVar("T")
 
 LAUNCHER_STATUS = {
     "resolved": VerdictKind.RESOLVED, "completed": VerdictKind.RESOLVED,
@@ -229,8 +234,11 @@ class StudyJudge:
     elsewhere (by the workers, :meth:`add_judged`) are folded in as they are."""
 
     def __init__(self, study: Collected, options: AuditOptions, findings: tuple[
-            list[Finding], list[Finding], list[Finding]]) -> None:
+            list[Finding], list[Finding], list[Finding]], pack: bool = False) -> None:
         self.options = options
+        self.pack = pack
+        """Keep the periods judged elsewhere, and the study's verdicts, packed
+        (:class:`~auditor._spill.PackedList`: a large study's)."""
         scheduler, anchors = study_checks(study, options)
         self.scheduler, self.anchors = scheduler, anchors
         self._ready = _ready_at(study)
@@ -246,6 +254,8 @@ class StudyJudge:
         self.judge = PeriodJudge(self.context)
         self.study = self.context.study
         self._judged: list[Judged | None] = []
+        self._packed: PackedList[Judged] = PackedList()
+        """The periods judged elsewhere, in order, when :attr:`pack`."""
         self._waiting: list[tuple[int, int, _Waiting]] = []
         """A heap of (periods needed, slot, period): the next ready on top."""
         self._at_end: list[_Waiting] = []
@@ -274,7 +284,10 @@ class StudyJudge:
     def add_judged(self, judged: Judged) -> None:
         """The study's next period, judged already (:func:`judge_together`, in a worker):
         its verdict's texts shared with the study's others."""
-        self._judged.append(replace(judged, verdict=_sharing(judged.verdict, self._texts)))
+        if self.pack:  # (its texts are one object each within a block: none to share)
+            self._packed.append(judged)
+        else:
+            self._judged.append(replace(judged, verdict=_sharing(judged.verdict, self._texts)))
 
     def _judge_ready(self, added: int) -> list[int]:
         """Judge the waiting periods that ``added`` periods in make ready: their slots."""
@@ -296,33 +309,53 @@ class StudyJudge:
             self._judged[item.slot] = self.judge.judge(item.period, item.collection, last,
                                                        self._texts)
         self._at_end = []
-        judged = [item for item in self._judged if item is not None]
-        verdicts = [item.verdict for item in judged]
-        outcomes = [outcome for item in judged for outcome in item.outcomes]
-        new_findings = [finding for item in judged for finding in item.findings]
-        checks = [item for one in judged for item in one.checks]
-        pins = [item for one in judged for item in one.pins]
+        judged: Sequence[Judged] = self._packed if self._packed \
+            else [item for item in self._judged if item is not None]
+        # (a large study's are kept packed, as its periods are, until the report is made)
+        verdicts: list[Verdict] | PackedList[Verdict] = PackedList() if self.pack else []
+        outcomes: list[AttemptOutcome] | PackedList[AttemptOutcome] = \
+            PackedList() if self.pack else []
+        facts: list[PeriodFacts] | PackedList[PeriodFacts] = PackedList() if self.pack else []
+        new_findings: list[Finding] | PackedList[Finding] = PackedList() if self.pack else []
+        checks: list[Finding] = []
+        pins: list[Finding] = []
+        disagreements = []
+        for one in judged:  # (one pass: a packed period is remade each)
+            verdicts.append(one.verdict)
+            outcomes.extend(one.outcomes)
+            facts.append(one.facts)
+            new_findings.extend(one.findings)
+            checks.extend(one.checks)
+            pins.extend(one.pins)
+            if one.disagreement is not None:
+                disagreements.append(one.disagreement)
+        del judged
+        self._packed = PackedList()
         validation = [*checks, *self.scheduler, *pins, *self.anchors]
         new_findings.extend(_unfinished_elements(collected, outcomes))
         cells, config_findings = configurations(collected, verdicts, outcomes)
         new_findings.extend(config_findings)
-        reasons = gate_reasons(collected, verdicts, validation + new_findings, cells)
+        reasons = gate_reasons(collected, verdicts, chain(validation, new_findings), cells)
         lifted, waiver_uses, waived = apply_waivers(reasons, self.options.waivers)
         new_findings.extend(waived)
         return validation, Reasoning(
-            verdicts=tuple(verdicts),
-            attempts=tuple(outcomes),
-            facts=tuple(item.facts for item in judged),
+            verdicts=_kept(verdicts),
+            attempts=_kept(outcomes),
+            facts=_kept(facts),
             configurations=tuple(cells),
             accounting=accounting(collected, outcomes, verdicts),
             gate=decide_gate(cells, reasons, lifted, verdicts, allow_partial=False),
             gate_partial=decide_gate(cells, reasons, lifted, verdicts, allow_partial=True),
             gate_reasons=tuple(reasons),
             waivers=tuple(waiver_uses),
-            findings=tuple(new_findings),
-            disagreements=tuple(item.disagreement for item in judged
-                                if item.disagreement is not None),
+            findings=_kept(new_findings),
+            disagreements=tuple(disagreements),
         )
+
+
+def _kept(items: list[T] | PackedList[T]) -> Sequence[T]:
+    """``items`` as the reasoning keeps them: a tuple, or packed as they are."""
+    return items if isinstance(items, PackedList) else tuple(items)
 
 
 def _sharing(verdict: Verdict, texts: dict[str, str]) -> Verdict:
@@ -393,7 +426,7 @@ def _disagreement(period: PeriodEvidence, verdict: Verdict, outcomes: list[Attem
 
 
 def _unfinished_elements(collected: Collected,
-                         outcomes: list[AttemptOutcome]) -> list[Finding]:
+                         outcomes: Sequence[AttemptOutcome]) -> list[Finding]:
     """Elements of the study's arrays that sacct still shows unfinished and that no attempt
     covers (a pending range, a requeued element): the array is partial."""
     if collected.sacct is None:

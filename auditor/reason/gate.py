@@ -8,7 +8,8 @@ a missing seed) come from the configurations themselves.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from itertools import chain
 
 from auditor.catalogue import FROZEN_GATE, FROZEN_INPUTS, RULES, GatePolicy, finding
 from auditor.model import (
@@ -25,7 +26,7 @@ from auditor.model import (
 )
 
 
-def gate_reasons(collected: Collected, verdicts: list[Verdict], findings: list[Finding],
+def gate_reasons(collected: Collected, verdicts: Sequence[Verdict], findings: Iterable[Finding],
                  configurations: list[ConfigurationResult]) -> list[GateReason]:
     """Every gate reason: the rules' own (integrity ones first), then each unresolved
     configuration's, then the other rules'. ``findings``: those of validation and
@@ -33,7 +34,7 @@ def gate_reasons(collected: Collected, verdicts: list[Verdict], findings: list[F
     periods = {v.subject for v in verdicts}
     ruled: list[tuple[GatePolicy, GateReason]] = []
     seen: set[tuple[str, str]] = set()
-    for item in (*collected.findings, *findings):
+    for item in chain(collected.findings, findings):
         policy = RULES[item.rule_id].gate
         if policy is None or (item.rule_id, item.subject) in seen:
             continue
@@ -66,17 +67,17 @@ def _frozen(collected: Collected) -> list[Finding]:
     return [item for _, item in sorted(frozen.items())]
 
 
-def _configuration_reasons(verdicts: list[Verdict],
+def _configuration_reasons(verdicts: Sequence[Verdict],
                            configurations: list[ConfigurationResult]) -> list[GateReason]:
     """An unresolved configuration's reasons: each unresolved period (named by its
     verdict's first finding), and its missing seeds."""
-    by_subject = {v.subject: v for v in verdicts}
+    at = {v.subject: place for place, v in enumerate(verdicts)}  # (kept packed, when many)
     reasons = []
     for config in configurations:
         if config.status == "resolved":
             continue
         for subject in config.periods:
-            verdict = by_subject[subject]
+            verdict = verdicts[at[subject]]
             if verdict.verdict is VerdictKind.UNRESOLVED:
                 rule = verdict.findings[0].rule_id if verdict.findings else "AUD214"
                 reasons.append(GateReason(
@@ -109,7 +110,7 @@ def apply_waivers(reasons: list[GateReason], waivers: Iterable[Waiver]
 
 
 def decide_gate(configurations: list[ConfigurationResult], reasons: list[GateReason],
-                lifted: set[int], verdicts: list[Verdict], *, allow_partial: bool
+                lifted: set[int], verdicts: Sequence[Verdict], *, allow_partial: bool
                 ) -> GateResult:
     """The gate's decision in one mode, the ``lifted`` reasons set aside."""
     active = [r for i, r in enumerate(reasons) if i not in lifted]

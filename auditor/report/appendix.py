@@ -19,6 +19,7 @@ from auditor.model import (
     Reasoning,
     Severity,
 )
+from auditor.report.groups import named_arrays
 from auditor.report.mdformat import code_block, code_span, figure, number, prose, table
 from auditor.report.tables import sorted_findings
 
@@ -30,7 +31,7 @@ NS = 1_000_000_000
 def arrays_of(result: AuditResult) -> list[str]:
     """The study's arrays: as its period records name them, else as the accounted sacct
     rows do (records without an ``array_job_id``)."""
-    named = {p.record.array_job_id for p in result.collected.periods if p.record.array_job_id}
+    named = named_arrays(result)
     return sorted(named or {e.array_job_id for e in result.reasoning.accounting.elements
                             if e.array_job_id})
 

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from auditor._io import clip
+from auditor._spill import MappedSequence
 from auditor.model import AuditResult, Citation, Verdict
 from auditor.report.groups import counted_attempt
 from auditor.report.mdformat import code_span
@@ -122,19 +123,47 @@ class Pattern:
     """A group's shared citations (rendered) and the periods that differ from them."""
 
     text: str
-    exceptions: tuple[Verdict, ...]
+    exceptions: Sequence[Verdict]
+    """In the group's order (each made again as it is read)."""
 
 
 def group_pattern(result: AuditResult, members: Sequence[Verdict]) -> Pattern:
     """The citations most of ``members`` share, as one line of placeholders, and the
-    members whose citations differ."""
-    items = [_member(result, v) for v in members]
-    general = _varying_lines(items)
-    signatures = [m.signature(general) for m in items]
-    common, _ = Counter(signatures).most_common(1)[0]
-    following = [m for m, s in zip(items, signatures, strict=True) if s == common]
-    exceptions = tuple(m.verdict for m, s in zip(items, signatures, strict=True) if s != common)
-    first = following[0]
+    members whose citations differ.
+
+    Read in three passes over the members, each made again as it is read (a large
+    group's members held at once, with their citations abstracted, were hundreds of MB):
+    which abstract paths are cited at a row of each period's own, the members' most
+    common signature, then what those that have it share."""
+    lines = _LineTally()
+    for verdict in members:
+        lines.add(_member(result, verdict))
+    general = lines.varying()
+    signatures: Counter[tuple[object, ...]] = Counter(
+        _member(result, verdict).signature(general) for verdict in members)
+    common, _ = signatures.most_common(1)[0]
+    del signatures
+    first: _Member | None = None
+    quotes: dict[tuple[str, tuple[str, ...], str], _QuoteTally] = {}
+    exceptions: list[int] = []
+    for place, verdict in enumerate(members):
+        member = _member(result, verdict)
+        if member.signature(general) != common:
+            exceptions.append(place)
+            continue
+        if first is None:
+            first = member
+            for path, files in first.files.items():
+                if path not in general:
+                    for wheres in files.values():
+                        for where in wheres:
+                            quotes.setdefault((path, wheres, where), _QuoteTally())
+        for (path, wheres, where), tally in quotes.items():
+            for concrete, cited_at in member.files.get(path, {}).items():
+                if cited_at == wheres:
+                    for quote in member.quotes.get((concrete, where), []):
+                        tally.add(quote)
+    assert first is not None
     parts = []
     for path, files in first.files.items():
         if path in general:
@@ -144,43 +173,72 @@ def group_pattern(result: AuditResult, members: Sequence[Verdict]) -> Pattern:
             continue
         variants = Counter(files.values())  # (each file's locations: alike, or not)
         for wheres, count in variants.items():
-            quotes = {where: [q for m in following
-                              for concrete, located in m.files.get(path, {}).items()
-                              if located == wheres for q in m.quotes.get((concrete, where), [])]
-                      for where in wheres}
-            text = _locations(path, [(w, _quote(quotes[w])) for w in wheres])
+            text = _locations(path, [(w, quotes[(path, wheres, w)].shown()) for w in wheres])
             if len(variants) > 1:
                 text += f" for {count} {'file' if count == 1 else 'files'}"
             elif count > 1:
                 text += " for every rank" if count == first.ranks else \
                     f" for each of {count} files"
             parts.append(text)
-    return Pattern("; ".join(parts) or "no citation", exceptions)
+    return Pattern("; ".join(parts) or "no citation",
+                   MappedSequence(exceptions, members.__getitem__))
 
 
-def _varying_lines(items: Sequence[_Member]) -> set[str]:
-    """The abstract paths cited at a line that differs from period to period, most of them
-    at their own (a scheduler dump's row of each element): written ``:<row>``."""
-    general = set()
-    paths = {path for m in items for path in m.files}
-    for path in paths:
-        located = [tuple(sorted(m.files[path].values())) for m in items if path in m.files]
-        if len(located) < 2 or not all(len(w) == 1 and len(w[0]) == 1 and w[0][0][:1] == ":"
-                                       for w in located):
-            continue
-        top = Counter(located).most_common(1)[0][1]
-        if top * 2 < len(located):
-            general.add(path)
-    return general
+class _LineTally:
+    """Of each abstract path the members cite: how many cite it, whether every one cites
+    it at one line of its own file, and how often each such line recurs (what
+    :meth:`varying` needs of them, gathered a member at a time)."""
+
+    def __init__(self) -> None:
+        self.cited: Counter[str] = Counter()
+        self.lines: dict[str, Counter[tuple[tuple[str, ...], ...]] | None] = {}
+
+    def add(self, member: _Member) -> None:
+        for path, files in member.files.items():
+            self.cited[path] += 1
+            located = tuple(sorted(files.values()))
+            seen = self.lines.setdefault(path, Counter())
+            if seen is None:
+                continue
+            if not (len(located) == 1 and len(located[0]) == 1
+                    and located[0][0][:1] == ":"):
+                self.lines[path] = None  # (not at a line of each one's own: never general)
+                continue
+            seen[located] += 1
+
+    def varying(self) -> set[str]:
+        """The abstract paths cited at a line that differs from period to period, most of
+        them at their own (a scheduler dump's row of each element): written ``:<row>``."""
+        general = set()
+        for path, seen in self.lines.items():
+            count = self.cited[path]
+            if seen is None or count < 2:
+                continue
+            if seen.most_common(1)[0][1] * 2 < count:
+                general.add(path)
+        return general
 
 
-def _quote(quotes: list[str]) -> str:
-    """The quote a pattern shows: the one every period gives (quotes that differ from
-    period to period are each period's own, in ``evidence.md``)."""
-    kinds = {q for q in quotes if q}
-    if len(kinds) == 1 and all(quotes):
-        return code_span(clip(next(iter(kinds)), 100), 120)
-    return ""
+class _QuoteTally:
+    """The quotes a pattern's location is cited with, as :meth:`shown` needs them: the
+    one every period gives, if they all give one."""
+
+    def __init__(self) -> None:
+        self.one: str | None = None
+        self.alike = True
+
+    def add(self, quote: str) -> None:
+        if not quote or (self.one is not None and quote != self.one):
+            self.alike = False
+        elif self.one is None:
+            self.one = quote
+
+    def shown(self) -> str:
+        """The quote shown (quotes that differ from period to period are each period's own,
+        in ``evidence.md``)."""
+        if self.alike and self.one is not None:
+            return code_span(clip(self.one, 100), 120)
+        return ""
 
 
 def _locations(shown: str, located: Sequence[tuple[str, str]]) -> str:

@@ -36,11 +36,15 @@ class _Index:
     (a report looks every period up: a scan per look-up would be quadratic)."""
 
     result: weakref.ref[AuditResult]
-    periods: dict[str, PeriodEvidence]
-    """Each period by subject (of two records of one period, the later)."""
-    outcomes: dict[str, list[AttemptOutcome]]
+    periods: dict[str, int]
+    """Each period's place in the study's by subject (of two records of one period, the
+    later): a large study's periods are kept packed, remade as they are read."""
+    outcomes: dict[str, list[int]]
+    """Each period's attempt outcomes' places among the reasoning's, by subject."""
     by_raw: dict[str, SacctJob]
     by_id: dict[str, SacctJob]
+    arrays: frozenset[str]
+    """The arrays the period records name."""
     counted: dict[str, tuple[PeriodEvidence | None, AttemptEvidence | None,
                              AttemptOutcome | None]] = field(default_factory=dict)
     """:func:`counted_attempt`'s answers, as they are asked for (the last
@@ -59,9 +63,9 @@ def _indexed(result: AuditResult) -> _Index:
     cached = _INDEX.get(id(result))
     if cached is not None and cached.result() is result:
         return cached
-    outcomes: dict[str, list[AttemptOutcome]] = defaultdict(list)
-    for outcome in result.reasoning.attempts:
-        outcomes[outcome.subject].append(outcome)
+    outcomes: dict[str, list[int]] = defaultdict(list)
+    for place, outcome in enumerate(result.reasoning.attempts):
+        outcomes[outcome.subject].append(place)
     by_raw: dict[str, SacctJob] = {}
     by_id: dict[str, SacctJob] = {}
     for job in result.collected.sacct.jobs if result.collected.sacct else ():
@@ -69,19 +73,34 @@ def _indexed(result: AuditResult) -> _Index:
             by_raw.setdefault(job.job_id_raw, job)
         else:
             by_id.setdefault(job.job_id, job)
-    index = _Index(weakref.ref(result),
-                   {p.subject: p for p in result.collected.periods},
-                   dict(outcomes), by_raw, by_id)
+    places: dict[str, int] = {}
+    arrays: set[str] = set()
+    for at, period in enumerate(result.collected.periods):  # (one pass: maybe packed)
+        places[period.subject] = at
+        if period.record.array_job_id:
+            arrays.add(period.record.array_job_id)
+    index = _Index(weakref.ref(result), places, dict(outcomes), by_raw, by_id,
+                   frozenset(arrays))
     _INDEX.clear()  # (the last result's only, and only while it lives)
     _INDEX[id(result)] = index
     weakref.finalize(result, _INDEX.pop, id(result), None)
     return index
 
 
+def named_arrays(result: AuditResult) -> frozenset[str]:
+    """The arrays ``result``'s period records name (``array_job_id``)."""
+    return _indexed(result).arrays
+
+
 def outcome_of(result: AuditResult, subject: str, index: int) -> AttemptOutcome | None:
     """How attempt ``index`` of ``subject`` was judged."""
-    return next((o for o in _indexed(result).outcomes.get(subject, ()) if o.index == index),
+    return next((o for o in _outcomes(result, _indexed(result), subject) if o.index == index),
                 None)
+
+
+def _outcomes(result: AuditResult, indexed: _Index, subject: str) -> list[AttemptOutcome]:
+    attempts = result.reasoning.attempts
+    return [attempts[place] for place in indexed.outcomes.get(subject, ())]
 
 
 def counted_attempt(result: AuditResult, subject: str
@@ -93,8 +112,9 @@ def counted_attempt(result: AuditResult, subject: str
     known = indexed.counted.get(subject)
     if known is not None:
         return known
-    period = indexed.periods.get(subject)
-    outcomes = indexed.outcomes.get(subject, [])
+    at = indexed.periods.get(subject)
+    period = result.collected.periods[at] if at is not None else None
+    outcomes = _outcomes(result, indexed, subject)
     outcome = next((o for o in outcomes if o.counted), outcomes[-1] if outcomes else None)
     attempt = None
     if period is not None:

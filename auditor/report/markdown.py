@@ -19,6 +19,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 
 from auditor._io import counted
+from auditor._spill import MappedSequence
 from auditor.catalogue import in_family
 from auditor.model import (
     AuditResult,
@@ -235,13 +236,13 @@ def _exits(result: AuditResult) -> dict[str, str]:
 
 
 def _reconstruction(reasoning: Reasoning) -> str:
-    facts = {f.subject: f for f in reasoning.facts}
+    gpus_of = {f.subject: f.gpus for f in reasoning.facts}
     launches = len(reasoning.attempts)
     failed: Counter[tuple[int | None, str]] = Counter()
     unresolved: Counter[int | None] = Counter()
     completed: Counter[int | None] = Counter()
     for verdict in reasoning.verdicts:
-        gpus = facts[verdict.subject].gpus
+        gpus = gpus_of[verdict.subject]
         if verdict.verdict is VerdictKind.FAILED:
             failed[(gpus, _failure_words(verdict))] += 1
         elif verdict.verdict is VerdictKind.UNRESOLVED:
@@ -358,30 +359,40 @@ def _problems(result: AuditResult, reasoning: Reasoning) -> str:
     return "\n".join(lines)
 
 
-def _groups(reasoning: Reasoning) -> list[tuple[str, list[Verdict], tuple[str, str, str]]]:
+def _groups(reasoning: Reasoning
+            ) -> list[tuple[str, Sequence[Verdict], tuple[str, str, str]]]:
     """The diagnosis groups (periods with the same verdict, reason, diagnosis and limits),
-    unresolved first: (title, members, (kind, diagnosis, limits))."""
-    facts = {f.subject: f for f in reasoning.facts}
-    groups: dict[tuple[str, str, str, str], list[Verdict]] = defaultdict(list)
-    for verdict in reasoning.verdicts:
+    unresolved first: (title, members, (kind, diagnosis, limits)). A group's members are
+    its verdicts' places, each verdict read as it is wanted (a large study's are kept
+    packed: all of them held at once were most of its memory)."""
+    gpus_of = {f.subject: f.gpus for f in reasoning.facts}
+    verdicts = reasoning.verdicts
+    groups: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
+    first: dict[tuple[str, str, str, str], str] = {}
+    gpus: dict[tuple[str, str, str, str], set[int]] = defaultdict(set)
+    causes: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
+    for place, verdict in enumerate(verdicts):
         key = (verdict.verdict.value, verdict.reason, verdict.diagnosis, verdict.limits)
-        groups[key].append(verdict)
+        groups[key].append(place)
+        first.setdefault(key, verdict.subject)
+        if (g := gpus_of[verdict.subject]) is not None:
+            gpus[key].add(g)
+        causes[key].add(_cause_word(verdict))
     order = {"unresolved": 0, "failed": 1, "resolved": 2}
-    out = []
-    for (kind, reason_word, diagnosis, limits), members in sorted(
-        groups.items(), key=lambda item: (order[item[0][0]], item[0][1], item[1][0].subject)
-    ):
-        gpus = sorted({g for v in members if (g := facts[v.subject].gpus) is not None})
-        gpu_text = "/".join(f"{g}-GPU" for g in gpus)
-        title = f"{number(len(members)).capitalize()} {gpu_text} {kind} period" \
-                f"{'s' if len(members) != 1 else ''}"
+    out: list[tuple[str, Sequence[Verdict], tuple[str, str, str]]] = []
+    for group, places in sorted(groups.items(),
+                              key=lambda item: (order[item[0][0]], item[0][1], first[item[0]])):
+        kind, reason_word, diagnosis, limits = group
+        gpu_text = "/".join(f"{g}-GPU" for g in sorted(gpus[group]))
+        title = f"{number(len(places)).capitalize()} {gpu_text} {kind} period" \
+                f"{'s' if len(places) != 1 else ''}"
         if kind == "unresolved":
             title += f": `{reason_word}`"
         elif kind == "failed":
             title += ": eligible failure"
-        causes = {_cause_word(v) for v in members}
-        if len(causes) == 1 and (word := next(iter(causes))):
+        if len(causes[group]) == 1 and (word := next(iter(causes[group]))):
             title += f", cause {word}"
+        members: Sequence[Verdict] = MappedSequence(places, verdicts.__getitem__)
         out.append((title, members, (kind, diagnosis, limits)))
     return out
 
@@ -406,7 +417,7 @@ def _cause_sentence(members: Sequence[Verdict]) -> str:
 
 
 def _diagnosis(result: AuditResult, reasoning: Reasoning, linked: bool) -> str:
-    facts = {f.subject: f for f in reasoning.facts}
+    facts = {f.subject: (f.job_id, f.actor_update_finished_ns) for f in reasoning.facts}
     lines = ["## Diagnosis and limits"]
     alike = len(reasoning.verdicts) > 1 and dispatches_alike(result, reasoning.verdicts)
     if alike:  # (said once for the study, not in every group)
@@ -415,7 +426,7 @@ def _diagnosis(result: AuditResult, reasoning: Reasoning, linked: bool) -> str:
     unique = all(n == 1 for n in names.values())  # (else periods are named by subject)
     for title, members, (kind, diagnosis, limits) in _groups(reasoning):
         lines += ["", f"### {title}", ""]
-        named = ", ".join(_job_period(facts[v.subject].job_id if unique else None, v)
+        named = ", ".join(_job_period(facts[v.subject][0] if unique else None, v)
                           for v in members[:MAX_NAMED_PERIODS])
         rest = len(members) - MAX_NAMED_PERIODS
         lines.append(f"Applies to{' (job / period)' if unique else ''}: "
@@ -425,7 +436,7 @@ def _diagnosis(result: AuditResult, reasoning: Reasoning, linked: bool) -> str:
                             "" if alike else dispatch_sentence(result, members),
                              scheduler_sentence(result, members),
                              completion_sentence(result, members)
-                             if facts[members[0].subject].actor_update_finished_ns else
+                             if facts[members[0].subject][1] else
                              reached_sentence(result, members) if kind == "unresolved" else "")
                  if s]
         lines += ["", prose(diagnosis, limit=4000)]  # (the verdict's; what they share next)
@@ -460,29 +471,49 @@ def _evidence_pattern(result: AuditResult, members: Sequence[Verdict], linked: b
 def _period_rows(result: AuditResult, reasoning: Reasoning
                  ) -> Iterator[tuple[list[str], str]]:
     """The table's rows, one per attempt (a retried period's every attempt), with each
-    attempt's PIDs line, made as they are wanted."""
+    attempt's PIDs line, made as they are wanted. What a row says of its verdict and
+    period is made first, in the study's order (a large study's are kept packed: read in
+    the table's order, each look-up would remake a block of them)."""
     facts = reasoning.facts
-    verdicts = {v.subject: v for v in reasoning.verdicts}
     dates = {utc(ns, with_date=True)[:10] for f in facts
              for ns in (f.actor_update_finished_ns, f.post_update_sync_finished_ns) if ns}
     dated = len(dates) > 1
+    said: dict[str, tuple[str, list[tuple[int, str, str, str] | int] | None]] = {}
+    """By subject: the verdict's words, and for a retried period each attempt in order
+    (the counted one's index, or an other's index, job, outcome and PIDs)."""
+    texts: dict[str, str] = {}
+    for verdict in reasoning.verdicts:
+        cause = _cause_word(verdict)
+        text = verdict.verdict.value + (
+            f" (`{verdict.reason}`{', ' + cause if cause else ''})"
+            if verdict.verdict is VerdictKind.UNRESOLVED else f" ({cause})" if cause else "")
+        period, chosen, _ = counted_attempt(result, verdict.subject)
+        attempts = period.attempts if period is not None else ()
+        each: list[tuple[int, str, str, str] | int] | None = None
+        if len(attempts) > 1:
+            each = []
+            for attempt in sorted(attempts, key=lambda a: a.spec.index):
+                if attempt is chosen:
+                    each.append(attempt.spec.index)
+                    continue
+                other = outcome_of(result, verdict.subject, attempt.spec.index)
+                outcome = "not judged" if other is None else other.outcome + (
+                    "" if other.reason in ("completed", "eligible_failure")
+                    else f" (`{other.reason}`)") + (", wasted" if other.wasted else "")
+                pids = ",".join(str(w.pid) for w in sorted(
+                    attempt.spec.workers, key=lambda w: (w.rank is None, w.rank or 0)))
+                each.append((attempt.spec.index, attempt.spec.job_id or "?", outcome, pids))
+        said[verdict.subject] = (texts.setdefault(text, text), each)
     ordered = sorted(facts, key=lambda f: (f.gpus or 0, f.array_task_id if f.array_task_id
                                            is not None else 1 << 30, f.pair, f.period))
     for f in ordered:
-        verdict = verdicts[f.subject]
-        cause = _cause_word(verdict)
-        outcome_text = verdict.verdict.value + (
-            f" (`{verdict.reason}`{', ' + cause if cause else ''})"
-            if verdict.verdict is VerdictKind.UNRESOLVED else f" ({cause})" if cause else "")
+        outcome_text, each = said[f.subject]
         index = str(f.array_task_id) if f.array_task_id is not None else "—"
         workload = prose(f"{f.workload or '?'} / {f.seed if f.seed is not None else '?'}")
         gpus = str(f.gpus) if f.gpus is not None else "—"
-        period, chosen, _ = counted_attempt(result, f.subject)
-        attempts = period.attempts if period is not None else ()
-        retried = len(attempts) > 1
-        for attempt in sorted(attempts, key=lambda a: a.spec.index) if retried else [chosen]:
-            which = f", attempt {attempt.spec.index + 1}" if retried and attempt else ""
-            if attempt is chosen:
+        for entry in each if each is not None else [None]:
+            if entry is None or isinstance(entry, int):
+                which = f", attempt {entry + 1}" if entry is not None else ""
                 yield ([index, workload, f"{f.job_id or '?'} / {f.period}{which}", gpus,
                         outcome_text, utc(f.actor_update_finished_ns, with_date=dated),
                         utc(f.post_update_sync_finished_ns, with_date=dated),
@@ -490,16 +521,10 @@ def _period_rows(result: AuditResult, reasoning: Reasoning
                        f"{f.job_id or '?'} / {f.period}{which}: "
                        + ",".join(str(p) for p in f.pids_by_rank))
                 continue
-            assert attempt is not None
-            other = outcome_of(result, f.subject, attempt.spec.index)
-            said = "not judged" if other is None else other.outcome + (
-                "" if other.reason in ("completed", "eligible_failure")
-                else f" (`{other.reason}`)") + (", wasted" if other.wasted else "")
-            job = attempt.spec.job_id or "?"
-            pids = ",".join(str(w.pid) for w in sorted(
-                attempt.spec.workers, key=lambda w: (w.rank is None, w.rank or 0)))
+            number, job, outcome, pids = entry
+            which = f", attempt {number + 1}"
             yield ([index, workload, f"{job} / {f.period}{which}", gpus,
-                    f"{said}; not counted", "—", "—", "—"],
+                    f"{outcome}; not counted", "—", "—", "—"],
                    f"{job} / {f.period}{which}: {pids}")
 
 

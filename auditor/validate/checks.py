@@ -461,15 +461,18 @@ def _absent_elements(collected: Collected) -> Iterator[Finding]:
         return
     shown = {(job.array_job_id, job.array_task_id) for job in sacct.jobs
              if job.array_task_id is not None}
-    named: dict[tuple[str, int], list[PeriodEvidence]] = defaultdict(list)
-    for period in collected.periods:
+    named: dict[tuple[str, int], list[int]] = defaultdict(list)
+    """Each element's periods by their places (a large study's are kept packed: only
+    those of an element not shown are made again)."""
+    for place, period in enumerate(collected.periods):
         record = period.record
         if record.array_job_id and record.array_task_id is not None:
-            named[(record.array_job_id, record.array_task_id)].append(period)
-    for (array, task), periods in sorted(named.items()):
+            named[(record.array_job_id, record.array_task_id)].append(place)
+    for (array, task), places in sorted(named.items()):
         if (array, task) in shown or any(job.array_job_id == array and job.covers(task)
                                          for job in sacct.jobs):
             continue
+        periods = [collected.periods[place] for place in places]
         if any(element_for(sacct, spec.job_id) is not None
                for period in periods for spec in period.record.attempts):
             continue  # (known by its job id: AUD111 says where the two disagree)
