@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter, deque
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Container, Generator, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -142,12 +142,22 @@ class Auditor:
         # walk's own strings, so the paths the records list are never held (at a million
         # files a set of them was about 150 MB of this process before any evidence was read)
         unnamed = {rel for files in layout.attempt_files.values() for rel in files}
+        # and of the paths each record names, only those the walk did not see as regular
+        # files are kept (checked on disk when its reads are planned), so the walk's set
+        # of regular files goes before the reading (at a million files it held every
+        # path's string through the reading: about 200 MB, and what it freed at the end
+        # the allocator kept)
+        walked_regular = layout.regular_files
         yield Progress("periods", 0, len(period_tasks))
         for item in loaded:
             unnamed.difference_update(item.listed)
-            periods.append(replace(item, listed=()))
+            periods.append(replace(item, listed=(),
+                                   not_regular=_not_regular(item.listed, walked_regular)))
             yield Progress("periods", len(periods), len(period_tasks))
         del item  # (the last one's listed paths and entries: not held through the reading)
+        layout = replace(layout, regular_files=frozenset(  # (what plan_unlisted asks)
+            rel for rel in unnamed if rel in walked_regular))
+        del walked_regular
         input_findings: list[Finding] = []
         read_protocol_inputs(self.options, inputs, input_findings)
         head = CollectedParts(
@@ -200,7 +210,6 @@ class Auditor:
         attempts = sum(counts)
         size = chunk_size(attempts, total_bytes, self._pool.width(attempts, total_bytes))
         ranges = _batch_ranges(fold.judge.ends, counts, size)
-        regular = layout.regular_files
         del layout
         # (each goes as it is sent: the batches are in order)
         records = periods.drain() if isinstance(periods, PackedList) else iter(periods)
@@ -212,8 +221,9 @@ class Auditor:
                 for index in range(start, end):
                     loaded = next(records)
                     pre: dict[str, list[EvidenceFile]] = {}
-                    tasks = tuple(plan_reads(root, [(index, unpack_entries(loaded))],
-                                             protocol, regular, pre))
+                    tasks = tuple(plan_reads(
+                        root, [(index, unpack_entries(loaded), loaded.known_regular())],
+                        protocol, pre))
                     batch.append(PeriodTask(index, loaded, tasks, tuple(
                         (key, tuple(rows)) for key, rows in pre.items())))
                 yield batch
@@ -272,7 +282,7 @@ class Auditor:
         pre: dict[str, list[EvidenceFile]] = {}
         whole: dict[int, PeriodRecord] = {}
         tasks = plan_reads(root, _unpacked(deque((index, periods[index]) for index in own),
-                                           whole), protocol, layout.regular_files, pre)
+                                           whole), protocol, pre)
         joining = Joining(deque((index, periods[index].record, periods[index].record_input,
                                  list(periods[index].problems)) for index in own),
                           pre, fold, whole)
@@ -312,16 +322,27 @@ def _record(loaded: LoadedPeriod) -> PeriodRecord:
 
 
 def _unpacked(pending: deque[tuple[int, LoadedPeriod]], whole: dict[int, PeriodRecord]
-              ) -> Iterator[tuple[int, PeriodRecord]]:
+              ) -> Iterator[tuple[int, PeriodRecord, Container[str]]]:
     """The records of the ``pending`` periods (index, as loaded), in order, each with its
     manifest entries unpacked as the reading's planner comes to it (and kept in ``whole``,
-    by its index, for the joining, which lets it go); each packed one goes as it is."""
+    by its index, for the joining, which lets it go), and the paths it names that the
+    walk saw as regular files; each packed one goes as it is."""
     while pending:
         index, loaded = pending.popleft()
         record = unpack_entries(loaded)
         if record.attempts:  # (a period without any is joined as loaded, maybe before)
             whole[index] = record
-        yield index, record
+        yield index, record, loaded.known_regular()
+
+
+def _not_regular(listed: Sequence[str], regular: frozenset[str]) -> frozenset[str]:
+    """Of the paths a record names (``listed``), those not among the walk's ``regular``
+    files (usually none: the one empty set is shared)."""
+    missed = [rel for rel in listed if rel not in regular]
+    return frozenset(missed) if missed else _NONE
+
+
+_NONE: frozenset[str] = frozenset()
 
 
 def _places(layout: StudyLayout, unlisted: list[FileTask], blocked: list[FileOutcome]

@@ -301,3 +301,63 @@ def test_with_workers_the_periods_are_judged_there(study: Path, tmp_path: Path,
     inline, pooled = _outputs(tmp_path / "inline"), _outputs(tmp_path / "pooled")
     assert inline.keys() == pooled.keys() and len(inline) > 8
     assert [name for name in inline if inline[name] != pooled[name]] == []
+
+
+def test_the_walks_regular_files_are_let_go_before_the_reading(study: Path) -> None:
+    """Of the walk's regular files, only those no period record names are held once the
+    records are read (each record keeps the few paths it names that the walk did not see
+    as regular files): at a million files the whole set held every path's string through
+    the reading. When the reading starts no set holds a path a record names."""
+    import gc
+
+    from auditor.model import Progress
+
+    named = [f"{spec.attempt_dir}/{entry.path}"
+             for period in run_audit(study).collected.periods[:1]
+             for spec in period.record.attempts for entry in spec.evidence]
+    holding: list[int] = []
+
+    def show(event: Progress) -> None:
+        if event.stage == "read" and not holding:
+            holding.append(sum(1 for item in gc.get_objects()
+                               if isinstance(item, set | frozenset)
+                               and any(path in item for path in named)))
+
+    with paused_gc():
+        drive(Auditor(study).run(), show)
+    assert named and holding == [0]
+
+
+def test_a_listed_path_the_walk_saw_as_no_regular_file_is_still_checked(
+        tmp_path: Path) -> None:
+    """The paths a record names that the walk did not see as regular files (a link, here
+    one out of the root, and one that is missing) are checked on disk as their reads are
+    planned, not taken for regular files: the link is unsafe and never opened, the missing
+    file missing, and every other file verified."""
+    import orjson
+
+    root = tmp_path / "study"
+    assert main(["example", str(root), "--kind", "mixed"]) == 0
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text("{}\n")
+    record_path = sorted((root / "pairs").glob("*/period-1.json"))[0]
+    record = orjson.loads(record_path.read_bytes())
+    where = record["attempt_dir"]
+    victim, gone = record["evidence"][0], record["evidence"][1]
+    target = root / where / victim["path"]
+    target.unlink()
+    target.symlink_to(outside)
+    (root / where / gone["path"]).unlink()
+    out = tmp_path / "out"
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots"]) == 0
+    rows = {row["path"]: row for row in _evidence_rows(out)}
+    assert rows[f"{where}/{victim['path']}"]["status"] == "unsafe"
+    assert rows[f"{where}/{gone['path']}"]["status"] == "missing"
+    assert sum(row["status"] == "verified" for row in rows.values()) == len(rows) - 2
+
+
+def _evidence_rows(out: Path) -> list[dict[str, object]]:
+    import pyarrow.parquet as pq
+
+    rows: list[dict[str, object]] = pq.read_table(out / "evidence.parquet").to_pylist()
+    return rows

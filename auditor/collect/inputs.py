@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
@@ -89,7 +89,9 @@ class LoadedPeriod:
     study needs, and holds to the end), the entries packed in one ``bytes`` (unpacked by
     :func:`unpack_entries` only when the period's reads are planned), how many files and
     bytes they list, the root-relative paths they name (what tells the unlisted files),
-    the record's input-manifest entry and the problems opening it.
+    the record's input-manifest entry and the problems opening it; once the walk has
+    struck off the paths named (:attr:`listed` emptied), :attr:`not_regular`: those of
+    them the walk did not see as regular files, each checked on disk when planned.
 
     A million files' entries as records were about 0.6 GB in that process before a byte
     of evidence was read: its peak, through what the allocator keeps of them after."""
@@ -101,6 +103,25 @@ class LoadedPeriod:
     listed: tuple[str, ...]
     record_input: InputFile | None
     problems: tuple[Finding, ...]
+    not_regular: frozenset[str] = frozenset()
+
+    def known_regular(self) -> Container[str]:
+        """The paths this record names that the walk saw as regular files reached through
+        real directories only (what :func:`~auditor.collect.paths.check_path` need not
+        stat): every one but :attr:`not_regular`."""
+        return _AllBut(self.not_regular)
+
+
+class _AllBut(Container[str]):
+    """Every text but ``excluded`` (asked only of the paths one record names)."""
+
+    __slots__ = ("excluded",)
+
+    def __init__(self, excluded: frozenset[str]) -> None:
+        self.excluded = excluded
+
+    def __contains__(self, text: object) -> bool:
+        return text not in self.excluded
 
 
 def load_period_packed(task: tuple[str, str, bool]) -> LoadedPeriod:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Container
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -47,7 +48,7 @@ def unsafe_reason(*parts: str) -> str:
     return "unsafe"
 
 
-def check_path(root: Path, *parts: str, known_regular: frozenset[str] = frozenset()
+def check_path(root: Path, *parts: str, known_regular: Container[str] = frozenset()
                ) -> PathCheck:
     """Check the file at ``root / parts...`` without opening it.
 

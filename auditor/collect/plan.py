@@ -8,7 +8,7 @@ too (hashed only), so ``auditor verify`` re-checks them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from pathlib import Path
 
 from auditor.collect.attempt import PARSED_KINDS
@@ -28,17 +28,18 @@ from auditor.model import (
 
 
 def plan_reads(
-    root: Path, periods: Iterable[tuple[int, PeriodRecord]], protocol: Protocol,
-    regular_files: frozenset[str], pre: dict[str, list[EvidenceFile]],
+    root: Path, periods: Iterable[tuple[int, PeriodRecord, Container[str]]],
+    protocol: Protocol, pre: dict[str, list[EvidenceFile]],
 ) -> Iterator[AttemptTask]:
     """Path-check every listed file; one read task per attempt of the ``periods`` (each
-    with its place among the study's records), made as it is wanted (a study's tasks need
-    not all exist at once).
+    with its place among the study's records, and which of the paths it names the walk
+    saw as regular files: those are not looked at again), made as it is wanted (a study's
+    tasks need not all exist at once).
 
     The evidence rows decided before reading (unsafe, missing, unreadable) go to ``pre``,
     by the attempt's key (:meth:`~auditor.model.PeriodRecord.attempt_key`, with the
     record's place), as its task is made; readable files get their row after."""
-    for position, record in periods:
+    for position, record, regular_files in periods:
         for spec in record.attempts:
             key = record.attempt_key(spec.index, position)
             rows: list[EvidenceFile] = []
