@@ -35,7 +35,7 @@ import orjson
 
 from auditor import __version__
 from auditor._io import printable, printable_json, regular_bytes, sha256_file, unprintable
-from auditor._process import paused_gc, signals_deferred
+from auditor._process import paused_gc, release_free_memory, signals_deferred
 from auditor.errors import OutputError, VerifyError
 from auditor.model.paths import join_text
 
@@ -199,6 +199,7 @@ def _write_outputs(result: AuditResult, out: Path, force: bool, plots: bool,
                 handle.flush()
                 os.fsync(handle.fileno())
             written.append((name, sink.hash.hexdigest(), sink.size))
+            release_free_memory()  # (what making it freed is not held through the next)
 
         drawing = None
         if plots:

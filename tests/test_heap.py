@@ -1,0 +1,106 @@
+"""The C heap of the command's process: large freed blocks go back to the system
+(:func:`auditor._process.lean_heap`), and so do the free pages between outputs
+(:func:`auditor._process.release_free_memory`). Each is watched in a fresh process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from auditor._cli import main
+from tests.helpers import EXAMPLE
+
+GLIBC = sys.platform.startswith("linux") and bool(
+    os.confstr("CS_GNU_LIBC_VERSION") if "CS_GNU_LIBC_VERSION" in os.confstr_names else "")
+needs_glibc = pytest.mark.skipif(not GLIBC, reason="glibc's mallopt and malloc_trim")
+
+MAPPED = """
+import ctypes, sys
+from auditor._process import lean_heap
+
+class Info(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+    ).split()]
+
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Info
+if sys.argv[1] == "lean":
+    assert lean_heap()
+big = bytearray(8 << 20)  # mapped; freed, it raises glibc's own threshold to 8 MiB
+del big
+blocks = [bytearray(1 << 20) for _ in range(6)]
+print(libc.mallinfo2().hblkhd >> 20)
+"""
+
+TRIMMED = """
+import sys
+from auditor._process import release_free_memory
+
+def rss():
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096 >> 20
+
+blocks = [bytearray(100_000) for _ in range(2000)]  # below the threshold: the heap's
+kept = blocks[-1]  # (the heap's top stays in use: nothing is given back at the top)
+del blocks
+before = rss()
+if sys.argv[1] == "release":
+    release_free_memory()
+print(before, rss())
+"""
+
+
+def _run(script: str, *args: str) -> list[int]:
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
+                          text=True, check=True, timeout=60)
+    return [int(word) for word in done.stdout.split()]
+
+
+@needs_glibc
+def test_large_blocks_stay_mapped_after_a_larger_one_is_freed() -> None:
+    """glibc raises its mmap threshold to the size of each mapped block freed, so later
+    blocks of a MiB come from the heap and what they leave is kept; held at 128 KiB, they
+    stay mapped, each given back to the system when freed."""
+    assert _run(MAPPED, "lean") == [6]
+    assert _run(MAPPED, "default") == [0]
+
+
+@needs_glibc
+def test_free_pages_inside_the_heap_go_back_when_released() -> None:
+    """200 MB freed below the heap's top stays resident until it is released."""
+    before, after = _run(TRIMMED, "release")
+    assert before > 150 and after < before - 150
+    before, after = _run(TRIMMED, "keep")
+    assert before > 150 and after > before - 10
+
+
+def test_the_command_keeps_a_lean_heap() -> None:
+    """The console entry point sets it before any work (a library caller's process is
+    its own)."""
+    script = ("import sys, auditor._process as process\n"
+              "process.lean_heap = lambda: print('lean') or True\n"
+              "from auditor._cli import entry\n"
+              "sys.argv = ['auditor', '--version']\n"
+              "entry()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and done.stdout.splitlines()[0] == "lean"
+
+
+def test_each_output_written_gives_its_free_memory_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between outputs the heap's free pages are released: what the periods table freed
+    is not held while the report is written."""
+    import auditor.report.output as output
+
+    released: list[int] = []
+    monkeypatch.setattr(output, "release_free_memory", lambda: released.append(1))
+    out = tmp_path / "out"
+    assert main(["audit", str(EXAMPLE), "--out", str(out), "--quiet", "--no-plots"]) == 0
+    written = [path for path in out.rglob("*") if path.is_file()]
+    assert len(released) == len(written) - 1  # (all but the output manifest, made last)
