@@ -147,3 +147,57 @@ def test_a_large_studys_periods_and_verdicts_are_kept_packed_and_report_the_same
         for name in OUTPUTS:
             assert (out / name).read_bytes() == (tmp_path / "objects" / name).read_bytes(), \
                 (jobs, name)
+
+
+def test_the_period_table_sorts_and_lists_its_pids_out_of_memory_as_it_did_in_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The period table's rows are sorted with what each reads of its period's facts
+    waiting on disk, and its PIDs lines wait there for the block after it: with runs of
+    three rows (many runs merged, retried periods' extra rows among them) the report is
+    the bytes of one held in memory, and while its rows are made no more of the packed
+    study's facts are alive than one block of them (a million periods' facts were held
+    for the sort)."""
+    import gc
+
+    import auditor.fold as fold
+    from auditor.model import PeriodFacts
+    from auditor.report import mdformat
+    from auditor.report.markdown import render_markdown
+    from tests.helpers import outcome_study
+
+    root = outcome_study(tmp_path / "study", ["completed", "retried", "rollout_init_oom",
+                                              "cancelled", "terminal_missing", "retried"] * 30)
+    monkeypatch.setattr(fold, "PACK_PERIODS", 0)
+    result = run_audit(root)
+    whole = render_markdown(result)
+    monkeypatch.setattr(spill, "RUN_ROWS", 3)
+    alive: list[int] = []
+    add = mdformat.SpilledCodeBlock.add
+
+    def counting(self: mdformat.SpilledCodeBlock, line: str) -> None:
+        if not alive:
+            alive.append(sum(1 for item in gc.get_objects() if type(item) is PeriodFacts))
+        add(self, line)
+
+    monkeypatch.setattr(mdformat.SpilledCodeBlock, "add", counting)
+    assert render_markdown(result) == whole
+    assert len(result.reasoning.facts) == 180 and alive and alive[0] <= spill.PACK_BLOCK
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_spilled_code_block_is_the_code_block_of_its_lines(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lines given one at a time and kept on disk (runs of five) make the block
+    :func:`code_block` makes of them: control characters taken out, a fence longer than
+    any run of backticks or tildes inside."""
+    from auditor.report.mdformat import SpilledCodeBlock, code_block
+
+    monkeypatch.setattr(spill, "RUN_ROWS", 5)
+    draw = random.Random(seed)
+    pieces = ["a", "```", "~~~~", "`````", "\x1b[31m", "\u202e", " ", "7,8"]
+    lines = ["".join(draw.choice(pieces) for _ in range(draw.randrange(6)))
+             for _ in range(draw.randrange(0, 40))]
+    block = SpilledCodeBlock()
+    for line in lines:
+        block.add(line)
+    assert "\n".join(block) == code_block(lines)

@@ -6,7 +6,7 @@ traces reach. Each is one sentence for the report, from the result alone."""
 from __future__ import annotations
 
 import weakref
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -39,8 +39,9 @@ class _Index:
     periods: dict[str, int]
     """Each period's place in the study's by subject (of two records of one period, the
     later): a large study's periods are kept packed, remade as they are read."""
-    outcomes: dict[str, list[int]]
-    """Each period's attempt outcomes' places among the reasoning's, by subject."""
+    outcomes: dict[str, int | list[int]]
+    """Each period's attempt outcomes' places among the reasoning's, by subject (one
+    place alone, as most periods have: a million periods' one-place lists were 7 MB)."""
     by_raw: dict[str, SacctJob]
     by_id: dict[str, SacctJob]
     arrays: frozenset[str]
@@ -51,9 +52,11 @@ class _Index:
     :data:`COUNTED_KEPT`)."""
 
 
-COUNTED_KEPT = 4096
+COUNTED_KEPT = 1024
 """How many of :func:`counted_attempt`'s answers are kept for the next ask (a group's
-members are asked for several times in a row): each holds its period."""
+members are asked for several times in a row): each holds its period (about 3 KB: 4,096
+of them were 12 MB of a large report's peak; a group larger than the cache is read
+again, a packed block at a time, whatever its size)."""
 
 
 _INDEX: dict[int, _Index] = {}
@@ -63,9 +66,13 @@ def _indexed(result: AuditResult) -> _Index:
     cached = _INDEX.get(id(result))
     if cached is not None and cached.result() is result:
         return cached
-    outcomes: dict[str, list[int]] = defaultdict(list)
+    outcomes: dict[str, int | list[int]] = {}
     for place, outcome in enumerate(result.reasoning.attempts):
-        outcomes[outcome.subject].append(place)
+        held = outcomes.setdefault(outcome.subject, place)
+        if isinstance(held, list):
+            held.append(place)
+        elif held != place:
+            outcomes[outcome.subject] = [held, place]
     by_raw: dict[str, SacctJob] = {}
     by_id: dict[str, SacctJob] = {}
     for job in result.collected.sacct.jobs if result.collected.sacct else ():
@@ -79,7 +86,7 @@ def _indexed(result: AuditResult) -> _Index:
         places[period.subject] = at
         if period.record.array_job_id:
             arrays.add(period.record.array_job_id)
-    index = _Index(weakref.ref(result), places, dict(outcomes), by_raw, by_id,
+    index = _Index(weakref.ref(result), places, outcomes, by_raw, by_id,
                    frozenset(arrays))
     _INDEX.clear()  # (the last result's only, and only while it lives)
     _INDEX[id(result)] = index
@@ -100,7 +107,8 @@ def outcome_of(result: AuditResult, subject: str, index: int) -> AttemptOutcome 
 
 def _outcomes(result: AuditResult, indexed: _Index, subject: str) -> list[AttemptOutcome]:
     attempts = result.reasoning.attempts
-    return [attempts[place] for place in indexed.outcomes.get(subject, ())]
+    places = indexed.outcomes.get(subject, ())
+    return [attempts[place] for place in ((places,) if isinstance(places, int) else places)]
 
 
 def counted_attempt(result: AuditResult, subject: str

@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 
 from auditor._io import counted
-from auditor._spill import MappedSequence
+from auditor._spill import MappedSequence, SortedSpill
 from auditor.catalogue import in_family
 from auditor.model import (
     AuditResult,
@@ -53,6 +53,7 @@ from auditor.report.groups import (
     scheduler_sentence,
 )
 from auditor.report.mdformat import (
+    SpilledCodeBlock,
     code_block,
     code_span,
     number,
@@ -504,28 +505,36 @@ def _period_rows(result: AuditResult, reasoning: Reasoning
                     attempt.spec.workers, key=lambda w: (w.rank is None, w.rank or 0)))
                 each.append((attempt.spec.index, attempt.spec.job_id or "?", outcome, pids))
         said[verdict.subject] = (texts.setdefault(text, text), each)
-    ordered = sorted(facts, key=lambda f: (f.gpus or 0, f.array_task_id if f.array_task_id
-                                           is not None else 1 << 30, f.pair, f.period))
-    for f in ordered:
-        outcome_text, each = said[f.subject]
-        index = str(f.array_task_id) if f.array_task_id is not None else "—"
-        workload = prose(f"{f.workload or '?'} / {f.seed if f.seed is not None else '?'}")
-        gpus = str(f.gpus) if f.gpus is not None else "—"
+    # (sorted as sorted() sorts, stably, with what a row reads of each period's facts
+    # waiting on disk: a million periods' facts held for the sort were about 70 MB)
+    ordered = SortedSpill(0)
+    for f in facts:
+        ordered.extend((((f.gpus or 0, f.array_task_id if f.array_task_id is not None
+                          else 1 << 30, f.pair, f.period), f.subject, f.array_task_id,
+                         f.workload, f.seed, f.gpus, f.job_id, f.period,
+                         f.actor_update_finished_ns, f.post_update_sync_finished_ns,
+                         f.raw_peak_mib, f.pids_by_rank),))
+    for (_, subject, task_id, workload_name, seed, gpu_count, job_id, period, actor_ns,
+         sync_ns, raw_peak, pids_by_rank) in ordered:
+        outcome_text, each = said[subject]
+        index = str(task_id) if task_id is not None else "—"
+        workload = prose(f"{workload_name or '?'} / {seed if seed is not None else '?'}")
+        gpus = str(gpu_count) if gpu_count is not None else "—"
         for entry in each if each is not None else [None]:
             if entry is None or isinstance(entry, int):
                 which = f", attempt {entry + 1}" if entry is not None else ""
-                yield ([index, workload, f"{f.job_id or '?'} / {f.period}{which}", gpus,
-                        outcome_text, utc(f.actor_update_finished_ns, with_date=dated),
-                        utc(f.post_update_sync_finished_ns, with_date=dated),
-                        str(f.raw_peak_mib) if f.raw_peak_mib is not None else "—"],
-                       f"{f.job_id or '?'} / {f.period}{which}: "
-                       + ",".join(str(p) for p in f.pids_by_rank))
+                yield ([index, workload, f"{job_id or '?'} / {period}{which}", gpus,
+                        outcome_text, utc(actor_ns, with_date=dated),
+                        utc(sync_ns, with_date=dated),
+                        str(raw_peak) if raw_peak is not None else "—"],
+                       f"{job_id or '?'} / {period}{which}: "
+                       + ",".join(str(p) for p in pids_by_rank))
                 continue
             number, job, outcome, pids = entry
             which = f", attempt {number + 1}"
-            yield ([index, workload, f"{job} / {f.period}{which}", gpus,
+            yield ([index, workload, f"{job} / {period}{which}", gpus,
                     f"{outcome}; not counted", "—", "—", "—"],
-                   f"{job} / {f.period}{which}: {pids}")
+                   f"{job} / {period}{which}: {pids}")
 
 
 def _period_table_lines(result: AuditResult, reasoning: Reasoning) -> Iterator[str]:
@@ -551,11 +560,11 @@ def _period_table_lines(result: AuditResult, reasoning: Reasoning) -> Iterator[s
            "attempt its verdict rests on." if retried else "")
     )
     yield ""
-    pids: list[str] = []
+    pids = SpilledCodeBlock()  # (each row's PIDs line, on disk till the table is made)
 
     def cells() -> Iterator[list[str]]:
         for row, line in _period_rows(result, reasoning):
-            pids.append(line)
+            pids.add(line)
             yield row
 
     yield from table_lines(
@@ -564,7 +573,7 @@ def _period_table_lines(result: AuditResult, reasoning: Reasoning) -> Iterator[s
         cells(), ["---", "---", "---", "---:", "---", "---", "---", "---:"],
     )
     yield from ("", "Worker PIDs in rank order:", "")
-    yield code_block(pids)
+    yield from pids
 
 
 def _locator(result: AuditResult) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 
 from auditor._io import clip
+from auditor._spill import SortedSpill
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~\"'$])")
@@ -108,13 +109,41 @@ def figure(value: float | int, places: int = 6) -> str:
     return f"{value:,.{places}f}"
 
 
+_FENCES = re.compile(r"`{3,}|~{3,}")
+
+
 def code_block(lines: Iterable[str], info: str = "text") -> str:
     """Untrusted lines as a fenced code block whose fence no line can close."""
     body = [_CONTROL.sub("", line) for line in lines]
-    longest = max((len(m) for line in body for m in re.findall(r"`{3,}|~{3,}", line)),
-                  default=0)
+    longest = max((len(m) for line in body for m in _FENCES.findall(line)), default=0)
     fence = "`" * max(3, longest + 1)
     return "\n".join([fence + info, *body, fence])
+
+
+class SpilledCodeBlock:
+    """:func:`code_block` of many lines (a million periods' PIDs), given a line at a time
+    and read back a line at a time: the lines wait on disk (:class:`~auditor._spill.
+    SortedSpill`, in the order added) while the fence is found, not in memory (they were
+    about 40 MB there, with the block made of them)."""
+
+    def __init__(self, info: str = "text") -> None:
+        self._info = info
+        self._body = SortedSpill(0)
+        self._longest = 0
+
+    def add(self, line: str) -> None:
+        """The block's next line (untrusted)."""
+        clean = _CONTROL.sub("", line)
+        self._longest = max(self._longest,
+                            max((len(m) for m in _FENCES.findall(clean)), default=0))
+        self._body.extend(((len(self._body), clean),))
+
+    def __iter__(self) -> Iterator[str]:
+        """The block's lines, its fences first and last."""
+        fence = "`" * max(3, self._longest + 1)
+        yield fence + self._info
+        yield from (line for _, line in self._body)
+        yield fence
 
 
 def number(n: int) -> str:
