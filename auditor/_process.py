@@ -11,7 +11,8 @@ command's process is gone).
 
 :func:`paused_gc` is the other process-wide state the audit and the report set: the cyclic
 garbage collector, paused while they build and write a result; and the C heap's (glibc's):
-:func:`lean_heap` for the command's process, :func:`release_free_memory` between outputs.
+:func:`lean_heap` for the command's process as it writes, :func:`release_free_memory` between
+outputs.
 """
 
 from __future__ import annotations
@@ -191,8 +192,10 @@ def _glibc() -> Any:
 
 
 def lean_heap() -> bool:
-    """Have this process (and the readers it forks) give every large freed block back to
-    the system: hold glibc's mmap threshold at its default of 128 KiB. glibc raises the
+    """Have this process give every large freed block back to the system: hold glibc's
+    mmap threshold at its default of 128 KiB (the command does, once its readers are gone,
+    before it writes the outputs: a reader forked with it paid a mapping and its page
+    faults for each block it read a file into, 5-15% of a many-file audit). glibc raises the
     threshold each time a mapped block is freed, up to 32 MiB, so after the first record
     batches and Arrow buffers come and go, blocks of that size are carved from the heap,
     and what they leave when freed is kept for the process's life: at a million files

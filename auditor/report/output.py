@@ -201,6 +201,7 @@ def _write_outputs(result: AuditResult, out: Path, force: bool, plots: bool,
             written.append((name, sink.hash.hexdigest(), sink.size))
             release_free_memory()  # (what making it freed is not held through the next)
 
+        release_free_memory()  # (what the reading freed is not held through the writing)
         drawing = None
         if plots:
             from auditor.report.plots import draw_plots, plot_data
