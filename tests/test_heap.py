@@ -89,7 +89,6 @@ def test_the_command_keeps_a_lean_heap_while_it_writes(
               "from auditor.model import Progress\n"
               "seen = []\n"
               "cli.lean_heap = lambda: print('lean after', seen[-1:]) or True\n"
-              "show = cli._progress_lines\n"
               "cli._progress_lines = lambda: (lambda event: seen.append(event.stage))\n"
               f"sys.argv = ['auditor', 'audit', {str(EXAMPLE)!r}, '--out', {str(out)!r},"
               " '--no-plots']\n"

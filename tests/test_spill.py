@@ -4,6 +4,7 @@ gives, of equal keys the one added first, whatever the runs' and pieces' sizes."
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -187,9 +188,9 @@ def test_the_period_table_sorts_and_lists_its_pids_out_of_memory_as_it_did_in_it
 @pytest.mark.parametrize("seed", range(4))
 def test_a_spilled_code_block_is_the_code_block_of_its_lines(
         seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Lines given one at a time and kept on disk (runs of five) make the block
-    :func:`code_block` makes of them: control characters taken out, a fence longer than
-    any run of backticks or tildes inside."""
+    """Lines given one at a time and kept on disk (runs of five) make the block made of
+    them in memory: control characters taken out, a fence longer than any run of
+    backticks or tildes inside."""
     from auditor.report.mdformat import SpilledCodeBlock, code_block
 
     monkeypatch.setattr(spill, "RUN_ROWS", 5)
@@ -200,4 +201,7 @@ def test_a_spilled_code_block_is_the_code_block_of_its_lines(
     block = SpilledCodeBlock()
     for line in lines:
         block.add(line)
-    assert "\n".join(block) == code_block(lines)
+    fence = "`" * max(3, 1 + max((len(run) for line in lines
+                                  for run in re.findall("`{3,}|~{3,}", line)), default=0))
+    clean = [re.sub("[\x00-\x1f\u202e]", "", line) for line in lines]
+    assert "\n".join(block) == code_block(lines) == "\n".join([fence + "text", *clean, fence])

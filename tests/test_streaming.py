@@ -361,3 +361,32 @@ def _evidence_rows(out: Path) -> list[dict[str, object]]:
 
     rows: list[dict[str, object]] = pq.read_table(out / "evidence.parquet").to_pylist()
     return rows
+
+
+def test_two_records_of_one_period_each_list_the_rules_of_their_own_verdict(
+        tmp_path: Path) -> None:
+    """A record copied under another pair names its original's period (one subject, two
+    verdicts): each period's entry in summary.json and row in periods.parquet lists the
+    rules its own verdict rests on (the copy's identity mismatch among them; once both
+    took the last one's list, by subject)."""
+    import shutil
+
+    import orjson
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "study"
+    assert main(["example", str(root), "--kind", "mixed"]) == 0
+    original = sorted((root / "pairs").glob("*/period-1.json"))[0]
+    (root / "pairs" / "aaa-copy").mkdir()
+    shutil.copy(original, root / "pairs" / "aaa-copy" / "period-1.json")
+    out = tmp_path / "out"
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots"]) in (0, 1)
+    result = run_audit(root)
+    own = [sorted({f.rule_id for f in verdict.findings}) for verdict in result.verdicts]
+    entries = orjson.loads((out / "summary.json").read_bytes())["periods"]
+    rows = pq.read_table(out / "periods.parquet").to_pylist()
+    subjects = [verdict.subject for verdict in result.verdicts]
+    assert len(subjects) > len(set(subjects))  # (two verdicts of one subject)
+    assert len(entries) == len(rows) == len(own)
+    for entry, row, rules in zip(entries, rows, own, strict=True):
+        assert set(rules) <= set(entry["rule_ids"]) and entry["rule_ids"] == row["rule_ids"]

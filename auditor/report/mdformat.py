@@ -114,17 +114,17 @@ _FENCES = re.compile(r"`{3,}|~{3,}")
 
 def code_block(lines: Iterable[str], info: str = "text") -> str:
     """Untrusted lines as a fenced code block whose fence no line can close."""
-    body = [_CONTROL.sub("", line) for line in lines]
-    longest = max((len(m) for line in body for m in _FENCES.findall(line)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return "\n".join([fence + info, *body, fence])
+    block = SpilledCodeBlock(info)
+    for line in lines:
+        block.add(line)
+    return "\n".join(block)
 
 
 class SpilledCodeBlock:
-    """:func:`code_block` of many lines (a million periods' PIDs), given a line at a time
-    and read back a line at a time: the lines wait on disk (:class:`~auditor._spill.
-    SortedSpill`, in the order added) while the fence is found, not in memory (they were
-    about 40 MB there, with the block made of them)."""
+    """A fenced code block of untrusted lines (:func:`code_block`; a million periods'
+    PIDs), given a line at a time and read back a line at a time: the lines wait on disk
+    (:class:`~auditor._spill.SortedSpill`, in the order added) while the fence is found,
+    not in memory (they were about 40 MB there, with the block made of them)."""
 
     def __init__(self, info: str = "text") -> None:
         self._info = info
