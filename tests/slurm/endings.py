@@ -23,7 +23,8 @@ from pathlib import Path
 
 from tests.slurm.cluster import Cluster, ClusterError, ensure_installed
 
-__all__ = ["ENDINGS", "OTHER_FORMAT", "SCRIPT", "EndingsRun", "run_endings"]
+__all__ = ["ENDINGS", "OTHER_FORMAT", "SCRIPT", "EndingsRun", "check_midrun", "run_endings",
+           "stale_tasks"]
 
 ENDINGS: dict[int, str] = {
     0: "completed: works 10 s, exit 0",
@@ -175,6 +176,24 @@ def run_endings(cluster: Cluster) -> EndingsRun:
         if out.is_file():
             run.logs[task] = out.read_text(errors="replace")
     return run
+
+
+def check_midrun(text: str, array: str) -> None:
+    """Assert what the mid-run dump of the endings array must show: tasks 0-11 but 7
+    RUNNING; 7 RUNNING, or already REQUEUED or PENDING again (it requeues itself 2 s in);
+    15 and the tasks before it that have not started in the array's pending range. Once 7
+    has left its slot, task 12 may take it before the dump is read: the range then starts
+    at 13 and 12 has a RUNNING row of its own."""
+    states = {line.split("|")[0]: line.split("|")[3] for line in text.splitlines()
+              if line.count("|") >= 3 and "." not in line.split("|")[0]}
+    assert all(states[f"{array}_{task}"] == "RUNNING" for task in range(12) if task != 7)
+    seven = states[f"{array}_7"]
+    assert seven in {"RUNNING", "REQUEUED", "PENDING"}, seven
+    first = 13 if states.get(f"{array}_12") == "RUNNING" else 12
+    assert first == 12 or seven != "RUNNING", "task 12 started while 7 held its slot"
+    pending = sorted(job for job, state in states.items() if state == "PENDING")
+    assert pending == sorted([f"{array}_[{first}-15%12]"] + (
+        [f"{array}_7"] if seven == "PENDING" else [])), pending
 
 
 def stale_tasks(text: str, array: str) -> set[int]:

@@ -17,7 +17,7 @@ import pytest
 
 from auditor._cli import main
 from tests.slurm.cluster import Cluster, skip_reason
-from tests.slurm.endings import OTHER_FORMAT, EndingsRun, stale_tasks
+from tests.slurm.endings import OTHER_FORMAT, EndingsRun, check_midrun, stale_tasks
 
 if (_reason := skip_reason()) is not None:
     pytest.skip(_reason, allow_module_level=True)
@@ -152,16 +152,7 @@ def test_cancelled_while_pending_has_no_row(endings: EndingsRun) -> None:
 
 
 def test_mid_run_dump_shows_running_and_pending(endings: EndingsRun) -> None:
-    midrun = rows(endings.dumps["midrun"])
-    states = {row[0]: row[3] for row in midrun if "." not in row[0]}
-    assert all(states[f"{endings.array}_{task}"] == "RUNNING" for task in range(12)
-               if task != 7)
-    # task 7 requeues itself 2 s in: RUNNING, or already REQUEUED or PENDING again
-    seven = states[f"{endings.array}_7"]
-    assert seven in {"RUNNING", "REQUEUED", "PENDING"}
-    pending = [job for job, state in states.items() if state == "PENDING"]
-    assert pending == [f"{endings.array}_[12-15%12]"] + (
-        [f"{endings.array}_7"] if seven == "PENDING" else [])
+    check_midrun(endings.dumps["midrun"], endings.array)
 
 
 def test_auditor_reads_each_final_state(endings: EndingsRun, tmp_path: Path,
