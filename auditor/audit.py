@@ -231,8 +231,8 @@ class Auditor:
         yield Progress("read", 0, total_files)
         done = 0
         read_bytes = 0
-        for folded in self._pool.map_shared(fold_batch, fold.judge.context, batches(),
-                                            attempts, total_bytes):
+        for folded in self._pool.map_shared(fold_batch, fold.judge.context.for_workers(),
+                                            batches(), attempts, total_bytes):
             for one in folded:
                 fold.add_folded(one)
                 done += one.files_read

@@ -390,3 +390,32 @@ def test_two_records_of_one_period_each_list_the_rules_of_their_own_verdict(
     assert len(entries) == len(rows) == len(own)
     for entry, row, rules in zip(entries, rows, own, strict=True):
         assert set(rules) <= set(entry["rule_ids"]) and entry["rule_ids"] == row["rule_ids"]
+
+
+def test_the_workers_get_the_study_without_its_listings(study: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the pool shares with its workers holds none of the layout's path listings
+    (each worker held every period record's and attempt directory's path for the audit's
+    life), but what judging a period cites of it, and the report is the inline one's."""
+    shared: list[object] = []
+    original = LocalPool._share
+
+    def spy(self: LocalPool, value: object) -> str:
+        shared.append(value)
+        return original(self, value)
+
+    monkeypatch.setattr(LocalPool, "_share", spy)
+    assert main(["audit", str(study), "--out", str(tmp_path / "pooled"), "--quiet",
+                 "--jobs", "2"]) == 0
+    assert main(["audit", str(study), "--out", str(tmp_path / "inline"), "--quiet",
+                 "--jobs", "1"]) == 0
+    assert len(shared) == 1
+    layout = shared[0].study.layout  # type: ignore[attr-defined]
+    assert (layout.period_records, layout.attempt_dirs, layout.attempt_files) == ((), (), {})
+    full = run_audit(study).collected.layout
+    assert len(full.period_records) == PERIODS and full.attempt_dirs
+    assert (layout.root, layout.sacct, layout.protocol, layout.execution_commits) == (
+        full.root, full.sacct, full.protocol, full.execution_commits)
+    assert full.execution_commits is not None
+    inline, pooled = _outputs(tmp_path / "inline"), _outputs(tmp_path / "pooled")
+    assert [name for name in inline if inline[name] != pooled[name]] == []

@@ -135,6 +135,15 @@ class JudgeContext:
     options: AuditOptions
     ranked: tuple[tuple[int, tuple[Finding, ...]], ...]
 
+    def for_workers(self) -> JudgeContext:
+        """This context as the workers need it: the study's layout without its listings
+        (every period record's and attempt directory's path, the stray files), which judging
+        a period never reads (its commit pin cites only the pins' file) and each worker would
+        otherwise hold for the audit's life (at a million files, about 12 MB pickled)."""
+        layout = replace(self.study.layout, period_records=(), attempt_dirs=(),
+                         attempt_files={}, stray_pair_files=(), regular_files=frozenset())
+        return replace(self, study=replace(self.study, layout=layout))
+
 
 class PeriodJudge:
     """Validates and judges one period at a time against a :class:`JudgeContext` (in this
