@@ -23,12 +23,31 @@ from tests.slurm.kit import KitRun, run_kit
 
 TIMINGS: dict[str, float] = {}
 """Seconds spent installing, starting, running the array and stopping (for the summary)."""
+FAILED: list[str] = []
+"""The real-Slurm tests that failed this session (their evidence is then kept and shown)."""
+KEPT: list[Path] = []
+"""The kit's study, kept because a test failed."""
+SHOWN_BYTES = 60_000
+"""How much of the kept study's trial records the summary prints (CI keeps no files)."""
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.failed:
+        FAILED.append(report.nodeid)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if TIMINGS:
         parts = ", ".join(f"{name} {value:.1f} s" for name, value in TIMINGS.items())
         terminalreporter.write_line(f"real Slurm harness: {parts}")
+    for root in KEPT:
+        terminalreporter.write_line(f"a real-Slurm test failed: the kit's study is kept at "
+                                    f"{root}; its trial records:")
+        left = SHOWN_BYTES
+        for path in sorted(root.rglob("trial-*.json")):
+            text = path.read_text(errors="replace")[:max(left, 0)]
+            left -= len(text)
+            terminalreporter.write_line(f"{path.relative_to(root)}: {text.strip()}")
 
 
 @pytest.fixture(scope="session")
@@ -68,4 +87,7 @@ def kit(slurm_cluster: Cluster) -> Iterator[KitRun]:
         TIMINGS["kit array"] = run.seconds
         yield run
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if FAILED:  # (what the attempts themselves recorded: a failure's first question)
+            KEPT.append(root)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
