@@ -184,8 +184,7 @@ def check_midrun(text: str, array: str) -> None:
     15 and the tasks before it that have not started in the array's pending range. Once 7
     has left its slot, task 12 may take it before the dump is read: the range then starts
     at 13 and 12 has a RUNNING row of its own."""
-    states = {line.split("|")[0]: line.split("|")[3] for line in text.splitlines()
-              if line.count("|") >= 3 and "." not in line.split("|")[0]}
+    states = _states(text)
     assert all(states[f"{array}_{task}"] == "RUNNING" for task in range(12) if task != 7)
     seven = states[f"{array}_7"]
     assert seven in {"RUNNING", "REQUEUED", "PENDING"}, seven
@@ -214,9 +213,14 @@ def stale_tasks(text: str, array: str) -> set[int]:
 def _running(text: str, array: str, tasks: list[int]) -> bool:
     """Whether sacct shows each of ``tasks`` RUNNING as a row of its own (a task squeue
     says started may still be pending, or absent, in sacct for a moment)."""
-    states = {line.split("|")[0]: line.split("|")[3] for line in text.splitlines()
-              if line.count("|") >= 3}
+    states = _states(text)
     return all(states.get(f"{array}_{task}") == "RUNNING" for task in tasks)
+
+
+def _states(text: str) -> dict[str, str]:
+    """Each job's state in a contract-way dump (job rows only: no ``.batch`` or other step)."""
+    rows = (line.split("|") for line in text.splitlines() if line.count("|") >= 3)
+    return {row[0]: row[3] for row in rows if "." not in row[0]}
 
 
 def _poll(cluster: Cluster, array: str, good: Callable[[str], bool], timeout: float,
