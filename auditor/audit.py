@@ -56,6 +56,7 @@ from auditor.model import (
     FileTask,
     Finding,
     InputFile,
+    Listing,
     PeriodRecord,
     PeriodUnit,
     Progress,
@@ -138,30 +139,23 @@ class Auditor:
         # objects, 3 KB a period, 340 MB of a million files' before any evidence was read)
         periods: list[LoadedPeriod] | PackedList[LoadedPeriod] = \
             PackedList() if packs(len(period_tasks)) else []
-        # the walked files below attempt directories that no record read so far lists: the
-        # walk's own strings, so the paths the records list are never held (at a million
-        # files a set of them was about 150 MB of this process before any evidence was read)
-        unnamed = {rel for files in layout.attempt_files.values() for rel in files}
-        # and of the paths each record names, only those the walk did not see as regular
-        # files are kept (checked on disk when its reads are planned), so the walk's set
-        # of regular files goes before the reading (at a million files it held every
-        # path's string through the reading: about 200 MB, and what it freed at the end
-        # the allocator kept)
-        walked_regular = layout.regular_files
+        # the walked files below each attempt directory that no record read so far names,
+        # NUL-joined (Listing.strike): the paths the records name are never held, and of
+        # them each record keeps only those the walk did not see as regular files (checked
+        # on disk when its reads are planned; usually none). A set of every path, and one
+        # of the regular ones, were about 250 MB of this process at a million files, and
+        # what they freed the heap kept through the reading.
+        unnamed = layout.attempt_files.joined()
         yield Progress("periods", 0, len(period_tasks))
         for item in loaded:
-            unnamed.difference_update(item.listed)
-            periods.append(replace(item, listed=(),
-                                   not_regular=_not_regular(item.listed, walked_regular)))
+            periods.append(replace(item, listed=(), not_regular=layout.attempt_files.strike(
+                unnamed, item.listed)))
             yield Progress("periods", len(periods), len(period_tasks))
         del item  # (the last one's listed paths and entries: not held through the reading)
-        layout = replace(layout, regular_files=frozenset(  # (what plan_unlisted asks)
-            rel for rel in unnamed if rel in walked_regular))
-        del walked_regular
         input_findings: list[Finding] = []
         read_protocol_inputs(self.options, inputs, input_findings)
         head = CollectedParts(
-            root=root, layout=replace(layout, attempt_files={}, regular_files=frozenset()),
+            root=root, layout=replace(layout, attempt_files=Listing()),
             protocol=protocol, sacct=sacct, sacct_display=sacct_display,
             execution_commits=commits, study_findings=tuple(findings),
             input_findings=tuple(input_findings), study_inputs=tuple(inputs),
@@ -185,7 +179,7 @@ class Auditor:
 
     def _read_periods(
         self, root: Path, box: list[StudyLayout], records_box: list[Sequence[LoadedPeriod]],
-        unnamed: set[str], protocol: Protocol, fold: Fold,
+        unnamed: dict[str, str], protocol: Protocol, fold: Fold,
     ) -> Generator[Progress, None, tuple[list[PeriodUnit],
                                          list[tuple[tuple[int, int], FileOutcome]]]]:
         """Read, validate and judge every period in the workers, a batch of whole periods a
@@ -244,7 +238,7 @@ class Auditor:
 
     def _read_evidence(
         self, root: Path, box: list[StudyLayout], records_box: list[Sequence[LoadedPeriod]],
-        unnamed: set[str], protocol: Protocol, shard: tuple[int, int] | None,
+        unnamed: dict[str, str], protocol: Protocol, shard: tuple[int, int] | None,
         fold: Fold | None,
     ) -> Generator[Progress, None, tuple[list[PeriodUnit],
                                          list[tuple[tuple[int, int], FileOutcome]]]]:
@@ -254,8 +248,8 @@ class Auditor:
         hand it to ``fold``). ``box`` holds the layout and ``records_box`` the period
         records (taken out: the listings go once planned, each record once joined; a
         record's manifest entries are unpacked as its reads are planned, and go once it is
-        joined); ``unnamed``: the walked files below attempt directories that no record
-        lists."""
+        joined); ``unnamed``: the walked files below each attempt directory that no record
+        names (:meth:`~auditor.model.Listing.strike`)."""
         layout = box.pop()
         periods = records_box.pop()
         records = [item.record for item in periods]
@@ -266,9 +260,8 @@ class Auditor:
             owned = layout
         else:
             owner = _owners(records, shard[1])
-            owned = replace(layout, attempt_files={
-                rel: files for rel, files in layout.attempt_files.items()
-                if owner.get(rel, 1) == shard[0]})
+            owned = replace(layout, attempt_files=layout.attempt_files.only(
+                lambda rel: owner.get(rel, 1) == shard[0]))
         unlisted, unlisted_blocked = plan_unlisted(root, owned, unnamed)
         unnamed.clear()
         place = _places(layout, unlisted, unlisted_blocked)
@@ -335,16 +328,6 @@ def _unpacked(pending: deque[tuple[int, LoadedPeriod]], whole: dict[int, PeriodR
         yield index, record, loaded.known_regular()
 
 
-def _not_regular(listed: Sequence[str], regular: frozenset[str]) -> frozenset[str]:
-    """Of the paths a record names (``listed``), those not among the walk's ``regular``
-    files (usually none: the one empty set is shared)."""
-    missed = [rel for rel in listed if rel not in regular]
-    return frozenset(missed) if missed else _NONE
-
-
-_NONE: frozenset[str] = frozenset()
-
-
 def _places(layout: StudyLayout, unlisted: list[FileTask], blocked: list[FileOutcome]
             ) -> dict[str, int]:
     """Each unlisted file's place in the walk's order (what the unlisted rows are sorted
@@ -352,8 +335,8 @@ def _places(layout: StudyLayout, unlisted: list[FileTask], blocked: list[FileOut
     wanted = {task.display for task in unlisted} | {o.display for o in blocked}
     if not wanted:
         return {}
-    return {rel: position for position, rel in enumerate(
-        rel for files in layout.attempt_files.values() for rel in files) if rel in wanted}
+    return {rel: position for position, rel in enumerate(layout.attempt_files.paths())
+            if rel in wanted}
 
 
 def _batch_ranges(ends: list[int], attempts: list[int], size: int) -> list[tuple[int, int]]:

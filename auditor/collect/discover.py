@@ -15,7 +15,8 @@ from collections.abc import Generator
 from operator import attrgetter
 from pathlib import Path
 
-from auditor.model import Progress, StudyLayout
+from auditor.model import Listing, Progress, StudyLayout
+from auditor.model.study import NUL
 
 _name_of = attrgetter("name")
 PERIOD_RE = re.compile(r"^period-(\d+)\.json$")
@@ -55,8 +56,8 @@ def discover(root: Path, periods: tuple[tuple[str, ...], tuple[str, ...]] | None
     all its attempts in one); returns the layout (``layout = yield from discover(...)``)."""
     period_records, stray = find_period_records(root) if periods is None else periods
     attempt_dirs: list[str] = []
-    attempt_files: dict[str, tuple[str, ...]] = {}
-    regular: set[str] = set()
+    attempt_files: dict[str, str] = {}
+    irregular: list[str] = []
     listed = _scandir_sorted(root)
     names = {entry.name for entry in listed}
     tops = [top for top in listed
@@ -67,7 +68,7 @@ def discover(root: Path, periods: tuple[tuple[str, ...], tuple[str, ...]] | None
             if _is_real_dir(sub) and ATTEMPT_DIR_RE.match(sub.name):
                 rel_dir = f"{top.name}/{sub.name}"
                 attempt_dirs.append(rel_dir)
-                attempt_files[rel_dir] = tuple(_walk(root, sub.path, regular))
+                attempt_files[rel_dir] = NUL.join(_walk_below(sub.path, rel_dir, irregular))
                 yield Progress("list", done, len(tops))
     yield Progress("list", len(tops), len(tops))
 
@@ -80,12 +81,11 @@ def discover(root: Path, periods: tuple[tuple[str, ...], tuple[str, ...]] | None
         root=root,
         period_records=period_records,
         attempt_dirs=tuple(attempt_dirs),
-        attempt_files=attempt_files,
+        attempt_files=Listing(attempt_files, frozenset(irregular)),
         protocol=optional("protocol.json"),
         execution_commits=optional("execution_commits.json"),
         sacct=optional(SACCT_PATH),
         stray_pair_files=stray,
-        regular_files=frozenset(regular),
     )
 
 
@@ -136,6 +136,30 @@ def _walk(root: Path, top: Path | str, regular: set[str] | None = None,
                         regular.add(rel)
                 except OSError:
                     pass
+    return sorted(found)
+
+
+def _walk_below(top: str, rel_top: str, irregular: list[str]) -> list[str]:
+    """Every non-directory entry below the directory ``top`` (links not followed), as its
+    path below it, sorted as root-relative paths sort; the root-relative paths
+    (``rel_top``/...) of those that are not regular files are added to ``irregular``."""
+    found: list[str] = []
+    prefix = len(top) + 1
+    stack = [top]
+    while stack:
+        current = stack.pop()
+        for entry in _scandir_sorted(current):
+            if _is_real_dir(entry):
+                stack.append(entry.path)
+                continue
+            name = entry.path[prefix:].replace(os.sep, "/")
+            found.append(name)
+            try:
+                regular = entry.is_file(follow_symlinks=False)
+            except OSError:
+                regular = False
+            if not regular:
+                irregular.append(f"{rel_top}/{name}")
     return sorted(found)
 
 

@@ -25,6 +25,7 @@ from auditor.model import (
     Protocol,
     StudyLayout,
 )
+from auditor.model.study import NUL
 
 
 def plan_reads(
@@ -73,18 +74,24 @@ def evidence_row(record: PeriodRecord, spec: AttemptSpec, entry: EvidenceEntry, 
     )
 
 
-def plan_unlisted(root: Path, layout: StudyLayout, unnamed: set[str]
+def plan_unlisted(root: Path, layout: StudyLayout, unnamed: dict[str, str]
                   ) -> tuple[list[FileTask], list[FileOutcome]]:
     """The files below the layout's attempt directories that no period record lists
-    (``unnamed``: those of every attempt directory, root-relative), in the layout's order:
-    those to hash, and those that may not be opened (a link out of the root), with why."""
+    (``unnamed``: each directory's files below it that no record names, NUL-joined:
+    :meth:`~auditor.model.Listing.strike`), in the layout's order: those to hash, and those
+    that may not be opened (a link out of the root), with why."""
     unlisted: list[FileTask] = []
     blocked: list[FileOutcome] = []
-    for files in layout.attempt_files.values():
-        for rel in files:
-            if rel not in unnamed:
+    listing = layout.attempt_files
+    for directory in listing:
+        left = unnamed.get(directory)
+        if not left:
+            continue
+        names = set(left.split(NUL))
+        for rel in listing[directory]:
+            if rel[len(directory) + 1:] not in names:
                 continue
-            if rel in layout.regular_files:  # (its name as it is: never re-read as a
+            if rel not in listing.irregular:  # (its name as it is: never re-read as a
                 # manifest path, whose backslashes would be separators)
                 unlisted.append(FileTask(rel, "other", f"{root}/{rel}"))
                 continue

@@ -40,6 +40,7 @@ from auditor.model import (
     Citation,
     Collected,
     Finding,
+    Listing,
     PeriodEvidence,
     PeriodFacts,
     Reason,
@@ -141,7 +142,7 @@ class JudgeContext:
         a period never reads (its commit pin cites only the pins' file) and each worker would
         otherwise hold for the audit's life (at a million files, about 12 MB pickled)."""
         layout = replace(self.study.layout, period_records=(), attempt_dirs=(),
-                         attempt_files={}, stray_pair_files=(), regular_files=frozenset())
+                         attempt_files=Listing(), stray_pair_files=())
         return replace(self, study=replace(self.study, layout=layout))
 
 
