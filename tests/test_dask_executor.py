@@ -88,6 +88,30 @@ def big_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@contextlib.contextmanager
+def _slowed(local: Any, seconds: float = 0.2) -> Iterator[None]:
+    """Each of the auditor's batches starts ``seconds`` late on the cluster's workers:
+    every batch of a study is sent at once (the window is eight a worker thread), so
+    whether one is still waiting when an audit is stopped was a race against the cancel
+    (lost now and then on a loaded machine); slowed, the batches in hand outlast it."""
+
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    def make() -> Any:  # (defined here: pickled by value for the workers)
+        class Slow(WorkerPlugin):
+            def transition(self, key: Any, start: str, finish: str, **kwargs: Any) -> None:
+                if finish == "executing" and str(key).startswith("run_batch-"):
+                    time.sleep(seconds)
+        return Slow()
+
+    with distributed.Client(local) as client:
+        client.register_plugin(make(), name="auditor-slow")
+        try:
+            yield
+        finally:
+            client.unregister_worker_plugin("auditor-slow")
+
+
 def _drained(local: Any, runs: Runs, before: set[str]) -> None:
     """Wait until the scheduler holds none of the auditor's tasks; some of those sent
     since ``before`` never ran (they were cancelled, not waited for)."""
@@ -355,12 +379,13 @@ def test_an_abandoned_audit_cancels_the_clusters_work(cluster: tuple[Any, Runs],
 
     local, runs = cluster
     before = set(runs.seen)
-    run = Auditor(big_study, AuditOptions(executor=_url(local))).run()
-    for event in run:
-        if event.stage == "read" and event.done:  # (the first read: more batches in hand)
-            break
-    run.close()
-    _drained(local, runs, before)
+    with _slowed(local):
+        run = Auditor(big_study, AuditOptions(executor=_url(local))).run()
+        for event in run:
+            if event.stage == "read" and event.done:  # (the first read: more in hand)
+                break
+        run.close()
+        _drained(local, runs, before)
 
 
 @pytest.mark.slow
@@ -373,23 +398,24 @@ def test_ctrl_c_cancels_the_clusters_work(cluster: tuple[Any, Runs], big_study: 
     next audit."""
     local, runs = cluster
     before = set(runs.seen)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "auditor", "audit", str(big_study), "--out",
-         str(tmp_path / "out"), "--quiet", "--no-plots", "--executor", _url(local)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    deadline = time.monotonic() + 60
-    while len(runs.seen - before) < 4:  # the cluster has work in hand
-        assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, "the audit never sent its work"
-        time.sleep(0.005)
-    os.killpg(process.pid, signal.SIGINT)
-    _, err = process.communicate(timeout=60)
-    assert process.returncode == 130, err.decode()
-    assert err.decode().count("\n") == 1 and "interrupted" in err.decode(), err.decode()
-    assert "Traceback" not in err.decode()
-    assert not (tmp_path / "out").exists()
-    _drained(local, runs, before)
+    with _slowed(local):
+        process = subprocess.Popen(
+            [sys.executable, "-m", "auditor", "audit", str(big_study), "--out",
+             str(tmp_path / "out"), "--quiet", "--no-plots", "--executor", _url(local)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        deadline = time.monotonic() + 60
+        while len(runs.seen - before) < 4:  # the cluster has work in hand
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the audit never sent its work"
+            time.sleep(0.005)
+        os.killpg(process.pid, signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+        assert process.returncode == 130, err.decode()
+        assert err.decode().count("\n") == 1 and "interrupted" in err.decode(), err.decode()
+        assert "Traceback" not in err.decode()
+        assert not (tmp_path / "out").exists()
+        _drained(local, runs, before)
     assert main(["audit", str(EXAMPLE), "--quiet", "--executor", _url(local)]) == 0
 
 
