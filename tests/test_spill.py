@@ -124,11 +124,16 @@ def test_a_large_studys_periods_and_verdicts_are_kept_packed_and_report_the_same
         append(self, item)
 
     monkeypatch.setattr(spill.PackedList, "append", noting)
+    monkeypatch.setattr(spill, "RUN_ROWS", 2)  # (the inputs sorted in runs on disk)
     packed = run_audit(root)
-    # (the records as loaded, what judging each gave, the periods judged, and the study's
-    # verdicts, attempt outcomes, facts and reasoning's findings)
+    # (the records as loaded, what judging each gave, the periods judged, their records'
+    # inputs, and the study's verdicts, attempt outcomes, facts and reasoning's findings)
     assert kinds == {"LoadedPeriod", "Judged", "PeriodEvidence", "Verdict", "AttemptOutcome",
-                     "PeriodFacts", "Finding"}
+                     "PeriodFacts", "Finding", "InputFile"}
+    assert isinstance(packed.collected.inputs, spill.PackedList)
+    assert list(packed.collected.inputs) == list(plain.collected.inputs)
+    assert len(plain.collected.inputs) > 6 and list(plain.collected.inputs) == sorted(
+        plain.collected.inputs, key=lambda item: (item.group, item.path))
     for kept in (packed.reasoning.attempts, packed.reasoning.facts, packed.reasoning.findings):
         assert isinstance(kept, spill.PackedList) and len(kept) > 0
     assert isinstance(packed.collected.periods, spill.PackedList)

@@ -340,9 +340,11 @@ class Collected:
     """In the study's order: a tuple, or for a large study a sequence kept packed that
     remakes each period as it is read (look one up by its place, never hold them all)."""
     evidence: EvidenceRows
-    inputs: tuple[InputFile, ...]
+    inputs: Sequence[InputFile]
     """Inputs read besides the evidence files the period records list (those are in
-    ``evidence``); :meth:`all_inputs` gives both."""
+    ``evidence``), sorted (:func:`input_order`): a tuple, or for a large study a sequence
+    kept packed (its period records' inputs, one a period); :meth:`all_inputs` gives
+    both."""
     findings: tuple[Finding, ...]
     tables: Mapping[str, TableRows] = field(default_factory=dict)
     """Output tables whose rows were spilled as each period was judged (``phases``,
