@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from operator import attrgetter
 from pathlib import Path
 
@@ -35,7 +35,7 @@ def find_period_records(root: Path, regular: set[str] | None = None
     pairs = root / "pairs"
     if _is_real_dir_path(pairs):
         folders: list[str] = []
-        for rel in _walk(root, pairs, regular, folders):
+        for rel in _walk(root, pairs, set() if regular is None else regular, folders):
             parts = rel.split("/")
             if len(parts) == 3 and PERIOD_RE.match(parts[2]):
                 period_records.append(rel)
@@ -112,30 +112,19 @@ def _scandir_sorted(path: Path | str) -> list[os.DirEntry[str]]:
         return []
 
 
-def _walk(root: Path, top: Path | str, regular: set[str] | None = None,
-          folders: list[str] | None = None) -> list[str]:
+def _walk(root: Path, top: Path, regular: set[str], folders: list[str]) -> list[str]:
     """Every non-directory entry below ``top`` (links not followed), root-relative, sorted;
     regular files are also added to ``regular``, and the directories entered (root-relative)
     to ``folders``."""
+    top_rel = str(top)[len(str(root)) + 1:].replace(os.sep, "/")
     found: list[str] = []
-    prefix = len(str(root)) + 1
-    stack = [str(top)]
-    while stack:
-        current = stack.pop()
-        for entry in _scandir_sorted(current):
-            if _is_real_dir(entry):
-                stack.append(entry.path)
-                if folders is not None:
-                    folders.append(entry.path[prefix:].replace(os.sep, "/"))
-                continue
-            rel = entry.path[prefix:].replace(os.sep, "/")
-            found.append(rel)
-            if regular is not None:
-                try:
-                    if entry.is_file(follow_symlinks=False):
-                        regular.add(rel)
-                except OSError:
-                    pass
+    entered: list[str] = []
+    for below, entry in _below(str(top), entered):
+        rel = f"{top_rel}/{below}"
+        found.append(rel)
+        if _is_regular(entry):
+            regular.add(rel)
+    folders.extend(f"{top_rel}/{below}" for below in entered)
     return sorted(found)
 
 
@@ -144,23 +133,37 @@ def _walk_below(top: str, rel_top: str, irregular: list[str]) -> list[str]:
     path below it, sorted as root-relative paths sort; the root-relative paths
     (``rel_top``/...) of those that are not regular files are added to ``irregular``."""
     found: list[str] = []
+    for below, entry in _below(top):
+        found.append(below)
+        if not _is_regular(entry):
+            irregular.append(f"{rel_top}/{below}")
+    return sorted(found)
+
+
+def _below(top: str, folders: list[str] | None = None
+           ) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    """Every non-directory entry below the directory ``top`` (links not followed), with its
+    path below it (POSIX); the directories entered, as their paths below it, go to
+    ``folders``."""
     prefix = len(top) + 1
     stack = [top]
     while stack:
         current = stack.pop()
         for entry in _scandir_sorted(current):
+            below = entry.path[prefix:].replace(os.sep, "/")
             if _is_real_dir(entry):
                 stack.append(entry.path)
+                if folders is not None:
+                    folders.append(below)
                 continue
-            name = entry.path[prefix:].replace(os.sep, "/")
-            found.append(name)
-            try:
-                regular = entry.is_file(follow_symlinks=False)
-            except OSError:
-                regular = False
-            if not regular:
-                irregular.append(f"{rel_top}/{name}")
-    return sorted(found)
+            yield below, entry
+
+
+def _is_regular(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_file(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 def _natural_key(rel: str) -> tuple[str, int, str]:
