@@ -182,7 +182,7 @@ def _sorted_inputs(study: Iterable[InputFile], records: Sequence[InputFile]
     """The study's inputs and its period records', sorted (:func:`input_order`): kept
     packed when the records' are (a large study's: at a million files, 111,112 inputs of
     about 500 bytes each as objects, each with its path, absolute path and digest),
-    sorted on disk."""
+    sorted on disk; a packed ``records`` is emptied, a block let go as it is read."""
     if not isinstance(records, PackedList):
         return tuple(sorted(chain(study, records), key=input_order))
     with spilling():

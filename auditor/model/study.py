@@ -330,8 +330,8 @@ class Collected:
 
     root: Path
     layout: StudyLayout
-    """The study's inventory, without its per-file listings (``attempt_files`` and
-    ``regular_files`` are emptied once planned: every file is a row of ``evidence``)."""
+    """The study's inventory, without its per-file listing (``attempt_files`` is emptied
+    once planned: every file is a row of ``evidence``)."""
     protocol: Protocol
     sacct: SacctDump | None
     sacct_display: str | None
