@@ -109,7 +109,7 @@ def _run(args: argparse.Namespace) -> int:
               f"{attempt.directory}; a trapped SIGTERM/SIGUSR1/SIGINT is forwarded to the "
               f"command's process group, SIGKILL {spec.grace_s:g} s later", file=sys.stderr,
               flush=True)
-        result = launch.run(spec)
+        result = launch.run(spec, keep_trapped=_only_exiting())
     except launch.RunRefused as error:
         raise UsageError(f"run: {error}") from None
     except OSError as error:  # (the log or the trial record could not be written)
@@ -218,3 +218,12 @@ def _seal(args: argparse.Namespace) -> int:
 
 
 HANDLERS = {"run": _run, "seal": _seal}
+
+
+def _only_exiting() -> bool:
+    """Whether this is the command's own process (:func:`auditor._cli.entry`), which exits
+    once the attempt is run: a signal after its trial record is written is then ignored,
+    not made an interruption (exit 130) that would contradict the record."""
+    from auditor import _cli
+
+    return _cli._ONLY_EXITING

@@ -176,8 +176,14 @@ def _killpg(pgid: int, signum: int) -> bool:
     return True
 
 
-def run(spec: RunSpec, environ: Mapping[str, str] | None = None) -> RunResult:
-    """Run the attempt (see the module docstring); call it from the main thread."""
+def run(spec: RunSpec, environ: Mapping[str, str] | None = None,
+        keep_trapped: bool = False) -> RunResult:
+    """Run the attempt (see the module docstring); call it from the main thread. The
+    trapped signals get their handlers back once the trial record is written, or with
+    ``keep_trapped`` (the command's own process, about to exit with the record's status)
+    are ignored from then on: under Slurm a second SIGTERM (the batch script's forwarded
+    one, the step's own) may come after the record is written, and with the handler back
+    it made the command exit 130 where its record says 143."""
     if not spec.command:
         raise RunRefused("no command given after --")
     if threading.current_thread() is not threading.main_thread():
@@ -203,7 +209,7 @@ def run(spec: RunSpec, environ: Mapping[str, str] | None = None) -> RunResult:
         return _run_attempt(spec, attempt, child_env, state)
     finally:
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            signal.signal(signum, signal.SIG_IGN if keep_trapped else handler)
 
 
 def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],

@@ -300,3 +300,62 @@ def test_a_signal_that_reaches_the_wrapper_after_its_command_died_is_recorded(
     trial = _trial(tmp_path, "5011")
     assert trial["invocation"]["received_signal"] == "SIGTERM"
     assert trial["status"] == "signalled"
+
+
+_LATE_SIGNAL = """
+import os, signal, sys
+from pathlib import Path
+from auditor.capture.launch import RunSpec, run
+child = "import os, signal; os.kill(os.getppid(), signal.SIGTERM)"
+spec = RunSpec("pair", 1, 2, (sys.executable, "-c", child), attempt_dir=Path(sys.argv[1]),
+               job_id="5101")
+result = run(spec, {}, keep_trapped=sys.argv[2] == "keep")
+os.kill(os.getpid(), signal.SIGTERM)  # (a late one: the batch script's, forwarded)
+print(result.exit_status, flush=True)
+sys.exit(result.exit_status)
+"""
+
+
+def test_a_signal_after_the_trial_record_leaves_the_exit_status_the_records(
+        tmp_path: Path) -> None:
+    """Under Slurm a second SIGTERM (the batch script's forwarded one) may reach the
+    wrapper after its trial record is written; with the trapped signals kept (the
+    command's own process), it is ignored and the process exits with the status its
+    record states. Given back their handlers (a library caller's: here the default), the
+    same signal ends the process, as it made the command exit 130 where its record said
+    143 (seen in a real-Slurm run: sacct 2:0 for the time-limited element)."""
+    import subprocess
+
+    import orjson
+
+    kept = subprocess.run([sys.executable, "-c", _LATE_SIGNAL, str(tmp_path / "kept"), "keep"],
+                          capture_output=True, text=True, timeout=60)
+    record = orjson.loads((tmp_path / "kept" / "trial-5101.json").read_bytes())
+    assert record["signals_received"] == ["SIGTERM"]
+    assert kept.returncode == record["invocation"]["exit_code"] == int(kept.stdout), kept
+    given_back = subprocess.run([sys.executable, "-c", _LATE_SIGNAL, str(tmp_path / "back"),
+                                 "restore"], capture_output=True, text=True, timeout=60)
+    assert given_back.returncode == -15 and given_back.stdout == ""
+
+
+def test_the_command_keeps_its_trapped_signals_and_a_library_caller_gets_them_back(
+        tmp_path: Path) -> None:
+    """``auditor run`` as its own process (the console entry) keeps the signals trapped
+    to its exit; ``main([...])`` in a caller's process gives them back."""
+    import subprocess
+
+    spy = ("import sys, auditor.capture.launch as launch\n"
+           "from auditor import _cli\n"
+           "real = launch.run\n"
+           "def run(spec, environ=None, keep_trapped=False):\n"
+           "    print('keep_trapped', keep_trapped, file=sys.stderr)\n"
+           "    return real(spec, environ, keep_trapped)\n"
+           "launch.run = run\n"
+           "sys.argv = ['auditor', *sys.argv[1:]]\n"
+           "_cli.entry()\n")
+    command = subprocess.run([sys.executable, "-c", spy, *run_args(tmp_path, "5102"), "--",
+                              "true"], capture_output=True, text=True, timeout=60)
+    assert command.returncode == 0 and "keep_trapped True" in command.stderr, command
+    before = signal.getsignal(signal.SIGTERM)
+    assert main([*run_args(tmp_path, "5103"), "--", "true"]) == 0
+    assert signal.getsignal(signal.SIGTERM) is before
