@@ -23,7 +23,7 @@ from itertools import chain
 from typing import Any
 
 from auditor._io import clip
-from auditor._spill import EvidenceSpill, MappedSequence, PackedList, SortedSpill, spilling
+from auditor._spill import EvidenceSpill, MappedSequence, PackedList, SortedSpill
 from auditor.catalogue import finding
 from auditor.collect.attempt import read_attempt
 from auditor.collect.inputs import LoadedPeriod, unpack_entries
@@ -185,10 +185,9 @@ def _sorted_inputs(study: Iterable[InputFile], records: Sequence[InputFile]
     sorted on disk; a packed ``records`` is emptied, a block let go as it is read."""
     if not isinstance(records, PackedList):
         return tuple(sorted(chain(study, records), key=input_order))
-    with spilling():
-        spill = SortedSpill(key=0)
-        spill.extend((input_order(item), item) for item in chain(study, records.drain()))
-        return PackedList(item for _, item in spill)
+    spill = SortedSpill(key=0)  # (which says a full temporary directory in one line)
+    spill.extend((input_order(item), item) for item in chain(study, records.drain()))
+    return PackedList(item for _, item in spill)
 
 
 def unit_findings(unit: PeriodUnit) -> tuple[list[Finding], list[Finding], list[Finding]]:

@@ -77,20 +77,15 @@ def evidence_row(record: PeriodRecord, spec: AttemptSpec, entry: EvidenceEntry, 
 def plan_unlisted(root: Path, layout: StudyLayout, unnamed: dict[str, str]
                   ) -> tuple[list[FileTask], list[FileOutcome]]:
     """The files below the layout's attempt directories that no period record lists
-    (``unnamed``: each directory's files below it that no record names, NUL-joined:
-    :meth:`~auditor.model.Listing.strike`), in the layout's order: those to hash, and those
-    that may not be opened (a link out of the root), with why."""
+    (``unnamed``: each directory's files below it that no record names, NUL-joined in the
+    walk's order: :meth:`~auditor.model.Listing.strike`), in the layout's order: those to
+    hash, and those that may not be opened (a link out of the root), with why."""
     unlisted: list[FileTask] = []
     blocked: list[FileOutcome] = []
     listing = layout.attempt_files
     for directory in listing:
         left = unnamed.get(directory)
-        if not left:
-            continue
-        names = set(left.split(NUL))
-        for rel in listing[directory]:
-            if rel[len(directory) + 1:] not in names:
-                continue
+        for rel in (f"{directory}/{name}" for name in left.split(NUL)) if left else ():
             if rel not in listing.irregular:  # (its name as it is: never re-read as a
                 # manifest path, whose backslashes would be separators)
                 unlisted.append(FileTask(rel, "other", f"{root}/{rel}"))

@@ -119,9 +119,9 @@ class Listing(Mapping[str, tuple[str, ...]]):
 
     def strike(self, left: dict[str, str], listed: Iterable[str]) -> frozenset[str]:
         """Take the paths ``listed`` (a record's) out of ``left`` (:meth:`joined`, what no
-        record has named so far), and return those of them that are no regular file the
-        walk found (a link, a missing file, a path in an odd form: each string is
-        compared as it is)."""
+        record has named so far: each directory's left in the walk's order), and return
+        those of them that are no regular file the walk found (a link, a missing file, a
+        path in an odd form: each string is compared as it is)."""
         named: dict[str, set[str]] = {}
         missed: list[str] = []
         for rel in listed:
