@@ -45,6 +45,7 @@ from auditor.model import (
     PeriodUnit,
     Progress,
     Protocol,
+    SacctDump,
     Severity,
     TraceDigest,
     completes_cleanly,
@@ -377,6 +378,17 @@ class PeriodTask:
     pre: tuple[tuple[str, tuple[EvidenceFile, ...]], ...]
 
 
+@fast_pickle
+@dataclass(frozen=True, slots=True)
+class PeriodBatch:
+    """A batch of consecutive periods for a worker (:func:`fold_batch`), closed under their
+    jobs, with the scheduler dump's rows their judging may look up (``sacct``: the dump
+    narrowed, :class:`~auditor.validate.checks.SchedulerRows`; None without a dump)."""
+
+    tasks: tuple[PeriodTask, ...]
+    sacct: SacctDump | None
+
+
 @dataclass(frozen=True, slots=True)
 class FoldedPeriod:
     """A period read, validated and judged in a worker: all a study's fold keeps of it
@@ -409,16 +421,19 @@ def _judge_of(context: JudgeContext) -> PeriodJudge:
     return judge
 
 
-def fold_batch(context: JudgeContext, batch: Sequence[PeriodTask]) -> list[FoldedPeriod]:
+def fold_batch(context: JudgeContext, batch: PeriodBatch) -> list[FoldedPeriod]:
     """Read, join, validate and judge a batch of the study's periods, consecutive and
-    closed under their jobs (:func:`~auditor.reason.engine.batch_ends`), in a worker: what
-    the study's fold keeps of each (the same as folding them one by one in the audit's
-    own process would keep)."""
+    closed under their jobs (:func:`~auditor.reason.engine.batch_ends`), in a worker, with
+    the context the workers are given (:meth:`JudgeContext.for_workers`) and the batch's
+    rows of the scheduler's dump: what the study's fold keeps of each (the same as
+    folding them one by one in the audit's own process would keep)."""
     judge = _judge_of(context)
+    if batch.sacct is not None:
+        judge = judge.narrowed(batch.sacct)
     protocol = context.study.protocol
     units: list[PeriodUnit] = []
     sizes: list[tuple[int, int]] = []
-    for task in batch:
+    for task in batch.tasks:
         reads = {read.key: read for read in map(read_attempt, task.attempts)}
         pre = {key: list(rows) for key, rows in task.pre}
         record = unpack_entries(task.loaded)
@@ -433,7 +448,7 @@ def fold_batch(context: JudgeContext, batch: Sequence[PeriodTask]) -> list[Folde
                             [piece for piece, *_ in rows])
     folded = []
     for task, unit, (piece, phases, devices, files), one, (count, size) in zip(
-            batch, units, rows, judged, sizes, strict=True):
+            batch.tasks, units, rows, judged, sizes, strict=True):
         period = unit.evidence if task.index < KEPT_WHOLE \
             else let_go(unit.evidence, protocol, _DIGESTS)
         folded.append(FoldedPeriod(one, piece, phases, devices, files, unit.record_input,

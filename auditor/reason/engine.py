@@ -24,6 +24,7 @@ A retried period counts its first completed attempt (every attempt after it is
 
 from __future__ import annotations
 
+import copy
 import heapq
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
@@ -45,6 +46,7 @@ from auditor.model import (
     PeriodFacts,
     Reason,
     Reasoning,
+    SacctDump,
     TrialRecord,
     Verdict,
     VerdictKind,
@@ -140,10 +142,15 @@ class JudgeContext:
         """This context as the workers need it: the study's layout without its listings
         (every period record's and attempt directory's path, the stray files), which judging
         a period never reads (its commit pin cites only the pins' file) and each worker would
-        otherwise hold for the audit's life (at a million files, about 12 MB pickled)."""
+        otherwise hold for the audit's life (at a million files, about 12 MB pickled), and
+        the scheduler's dump without its rows: each batch brings those it may look up
+        (:class:`~auditor.validate.checks.SchedulerRows`, :meth:`PeriodJudge.narrowed`)."""
         layout = replace(self.study.layout, period_records=(), attempt_dirs=(),
                          attempt_files=Listing(), stray_pair_files=())
-        return replace(self, study=replace(self.study, layout=layout))
+        sacct = self.study.sacct
+        return replace(self, study=replace(
+            self.study, layout=layout,
+            sacct=replace(sacct, jobs=()) if sacct is not None else None))
 
 
 class PeriodJudge:
@@ -156,6 +163,14 @@ class PeriodJudge:
         self.study = context.study
         self._subject, self._path = index(list(context.ranked))
         self._known = {id(item) for _, items in context.ranked for item in items}
+
+    def narrowed(self, sacct: SacctDump) -> PeriodJudge:
+        """This judge with ``sacct`` as the study's scheduler dump: the whole dump narrowed
+        to the rows a batch of periods may look up
+        (:meth:`~auditor.validate.checks.SchedulerRows.for_records`)."""
+        twin = copy.copy(self)
+        twin.study = replace(self.study, sacct=sacct)
+        return twin
 
     def judge(self, period: PeriodEvidence, collection: Sequence[Sequence[Finding]],
               last: Mapping[str, str], share: dict[str, str] | None = None) -> Judged:
@@ -408,7 +423,7 @@ def _ready_at(study: Collected) -> list[int] | None:
     last: dict[str, int] = {}
     for slot, period in enumerate(study.periods):
         for spec in period.record.attempts:
-            if spec.job_id is None:
+            if not spec.job_id:  # (``""`` too: the trial's job id is then looked up)
                 return None
             last[spec.job_id] = slot
     return [max((last[spec.job_id] + 1 for spec in period.record.attempts
