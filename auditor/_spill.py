@@ -226,6 +226,62 @@ class PackedList(Sequence[T]):
         return (PackedList, (list(self), self._block))
 
 
+class SpilledList(PackedList[T]):
+    """A :class:`PackedList` whose packed blocks are kept in an unnamed temporary file,
+    not in memory: for a sequence made once and read over in order several times (a
+    report's diagnosis group, whose members are read in several passes)."""
+
+    def __init__(self, items: Iterable[T] = (), block: int | None = None) -> None:
+        self._file: IO[bytes] | None = None
+        self._places: list[tuple[int, int]] = []
+        super().__init__(items, block)
+
+    def append(self, item: T) -> None:
+        """Add ``item`` at the end (a full block is packed and written out)."""
+        self._tail.append(item)
+        if len(self._tail) >= self._block:
+            data = zlib.compress(pickle.dumps(self._tail, protocol=5), 1)
+            self._tail = []
+            with spilling():
+                if self._file is None:
+                    self._file = tempfile.TemporaryFile()
+                self._file.seek(0, 2)
+                self._places.append((self._file.tell(), len(data)))
+                self._file.write(data)
+
+    def __len__(self) -> int:
+        return len(self._places) * self._block + len(self._tail)
+
+    def _load(self, number: int) -> list[T]:
+        assert self._file is not None
+        offset, length = self._places[number]
+        with spilling():
+            self._file.seek(offset)
+            data = self._file.read(length)
+        loaded: list[T] = pickle.loads(zlib.decompress(data))
+        return loaded
+
+    def _made_block(self, number: int) -> list[T]:
+        if number == len(self._places):
+            return self._tail
+        if self._made[0] != number:
+            self._made = (number, self._load(number))
+        return self._made[1]
+
+    def __iter__(self) -> Iterator[T]:
+        for number in range(len(self._places)):
+            yield from self._load(number)
+        yield from self._tail
+
+    def drain(self) -> Iterator[T]:
+        """Every record, in order (the file is let go once read)."""
+        yield from self
+        self._places, self._tail, self._made, self._file = [], [], (-1, []), None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SpilledList, (list(self), self._block))
+
+
 class MappedSequence(Sequence[U]):
     """``function`` of each item of ``base``, made as each is read (a part of each of a
     :class:`PackedList`'s records, say, with no second copy of them held)."""

@@ -210,3 +210,79 @@ def test_a_spilled_code_block_is_the_code_block_of_its_lines(
                                   for run in re.findall("`{3,}|~{3,}", line)), default=0))
     clean = [re.sub("[\x00-\x1f\u202e]", "", line) for line in lines]
     assert "\n".join(block) == code_block(lines) == "\n".join([fence + "text", *clean, fence])
+
+
+def test_a_spilled_list_keeps_its_blocks_on_disk_and_reads_back_as_a_list() -> None:
+    """A :class:`~auditor._spill.SpilledList` is the sequence of what was appended, read
+    over in order as often as wanted and at any place, with only its last, unfilled block
+    in memory (the others in its temporary file)."""
+    import pickle
+
+    items = [(number, f"v{number}" * (number % 5)) for number in range(203)]
+    kept = spill.SpilledList(items, block=16)
+    assert len(kept) == 203 and list(kept) == items and list(kept) == items
+    assert [kept[at] for at in (0, 15, 16, 202, -1, 100, 3)] == [
+        items[at] for at in (0, 15, 16, 202, -1, 100, 3)]
+    assert kept[5:40:7] == items[5:40:7]
+    with pytest.raises(IndexError):
+        kept[203]
+    assert list(pickle.loads(pickle.dumps(kept))) == items
+    assert list(kept.drain()) == items and len(kept) == 0
+
+
+def test_a_spilled_list_holds_in_memory_only_what_a_packed_one_would_not() -> None:
+    """2,000 records of a kilobyte of hexadecimal digits (which compress to half): a packed
+    list holds them all (1.2 MB), a spilled one about a block of them."""
+    import os
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        held = []
+        for kind in (spill.PackedList, spill.SpilledList):
+            before = tracemalloc.get_traced_memory()[0]
+            kept = kind((os.urandom(512).hex() for _ in range(2000)), block=16)
+            held.append(tracemalloc.get_traced_memory()[0] - before)
+            assert len(kept) == 2000
+            del kept
+    finally:
+        tracemalloc.stop()
+    assert held[0] > 1_000_000 and held[1] < 100_000, held
+
+
+def test_a_large_studys_report_reads_each_period_a_few_times_whatever_its_groups(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writing a packed study's ``diagnostic.md`` makes each period anew only in a few
+    passes over the study, not once per pass of each diagnosis group over its members
+    (reading a member's period by its place remade the whole packed block it is in: at a
+    million files, three groups read six times each took most of three minutes). The
+    same bytes as before."""
+    from collections import Counter
+    from typing import Any
+
+    import auditor.fold as fold
+    from auditor.model import PeriodEvidence, Verdict
+    from auditor.report import groups
+    from auditor.report.markdown import render_markdown
+    from tests.helpers import outcome_study
+
+    root = outcome_study(tmp_path / "study", ["completed", "rollout_init_oom",
+                                              "terminal_missing", "cancelled"] * 12)
+    plain = render_markdown(run_audit(root))
+    monkeypatch.setattr(fold, "PACK_PERIODS", 0)
+    monkeypatch.setattr(spill, "PACK_BLOCK", 4)
+    monkeypatch.setattr(groups, "COUNTED_KEPT", 2)  # (as a group of thousands of periods)
+    result = run_audit(root)
+    assert isinstance(result.collected.periods, spill.PackedList)
+    made: Counter[str] = Counter()
+    for kind in (PeriodEvidence, Verdict):
+        def counting(self: object, *args: object, init: Any = kind.__init__,
+                     **kwargs: object) -> None:
+            made[type(self).__name__] += 1
+            init(self, *args, **kwargs)
+
+        monkeypatch.setattr(kind, "__init__", counting)
+    assert render_markdown(result) == plain
+    assert plain.count("\n### ") == 4
+    # (about a dozen passes over the study; each group's verdicts read from its own list)
+    assert made["PeriodEvidence"] <= 12 * 48 and made["Verdict"] <= 24 * 48, made

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from auditor._io import clip
 from auditor._spill import MappedSequence
 from auditor.model import AuditResult, Citation, Verdict
-from auditor.report.groups import counted_attempt
+from auditor.report.groups import counted_view
 from auditor.report.mdformat import code_span
 
 QUOTED_PER_FILE = 3
@@ -52,14 +52,13 @@ class Names:
 
 def names_of(result: AuditResult, verdict: Verdict) -> Names:
     """The names of ``verdict``'s period: its counted attempt (else its last)."""
-    period, attempt, counted = counted_attempt(result, verdict.subject)
-    workers = attempt.spec.workers if attempt is not None else ()
+    view, counted = counted_view(result, verdict.subject)
     return Names(
-        attempt_dir=(attempt.spec.attempt_dir or "") if attempt is not None else "",
+        attempt_dir=view.attempt_dir,
         job=(counted.job_id if counted is not None else None) or "",
-        pids=tuple(w.pid for w in workers if w.pid is not None),
-        record=period.record.path if period is not None else "",
-        ranks=len(workers),
+        pids=view.pids,
+        record=view.record,
+        ranks=view.ranks,
     )
 
 

@@ -9,7 +9,9 @@ import weakref
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from auditor._spill import PackedList
 from auditor.model import (
     AttemptEvidence,
     AttemptOutcome,
@@ -20,6 +22,7 @@ from auditor.model import (
     completes_cleanly,
     phases_reached,
 )
+from auditor.model.core import fast_pickle
 from auditor.report.mdformat import code_span, number
 
 
@@ -46,10 +49,72 @@ class _Index:
     by_id: dict[str, SacctJob]
     arrays: frozenset[str]
     """The arrays the period records name."""
+    views: Sequence[CountedView] = ()
+    """Each period's :class:`CountedView`, by its place in the study's (packed as the
+    periods are)."""
     counted: dict[str, tuple[PeriodEvidence | None, AttemptEvidence | None,
                              AttemptOutcome | None]] = field(default_factory=dict)
     """:func:`counted_attempt`'s answers, as they are asked for (the last
     :data:`COUNTED_KEPT`)."""
+
+
+@fast_pickle
+@dataclass(frozen=True, slots=True)
+class CountedView:
+    """What a diagnosis group's sentences read of a period's counted attempt (else its
+    last), made for every period in one pass when the report starts: a group's sentences
+    read each of its members several times, and a large study's periods are kept packed,
+    so reading the period itself in each of them remade every block of the study's
+    periods in every pass of every group (at a million files, most of the three minutes
+    ``diagnostic.md`` took)."""
+
+    record: str
+    """The period record's path (``""`` without a period)."""
+    attempt_dir: str
+    """The attempt's directory (``""`` without an attempt, or one not named)."""
+    pids: tuple[int, ...]
+    """Its workers' pids, as the record lists them."""
+    ranks: int
+    """How many workers the record lists for it."""
+    attempted: bool
+    """Whether there is an attempt."""
+    tried: bool
+    """Whether it has a trial record."""
+    dispatch: tuple[tuple[str, str], ...]
+    """The trial's dispatch (empty without one)."""
+    steps: int | None
+    """The steps the trial dispatched (the protocol's ``steps_from``)."""
+    clean: tuple[bool, ...]
+    """Of each allocator trace, whether it holds the protocol's completion phases cleanly
+    (:func:`~auditor.model.completes_cleanly`; empty when the protocol names fewer than
+    two)."""
+    reached: tuple[tuple[str, ...], ...]
+    """Of each allocator trace, the phases it reaches (:func:`~auditor.model.phases_reached`)."""
+
+
+def _view(result: AuditResult, period: PeriodEvidence | None, attempt: AttemptEvidence | None,
+          shared: dict[Any, Any]) -> CountedView:
+    """``attempt``'s view (of ``period``), its repeated values made one (``shared``)."""
+    if attempt is None:
+        return CountedView(period.record.path if period is not None else "", "", (), 0,
+                           False, False, (), None, (), ())
+    protocol = result.collected.protocol
+    trial = attempt.read.trial
+    steps = trial.dispatched_int(protocol.steps_from) if trial is not None else None
+    phases = protocol.completion_phases
+    traces = attempt.read.traces
+    clean = tuple(completes_cleanly(trace, steps, phases[0], phases[-1]) for trace in traces) \
+        if len(phases) >= 2 else ()
+    workers = attempt.spec.workers
+    return CountedView(
+        record=period.record.path if period is not None else "",
+        attempt_dir=attempt.spec.attempt_dir or "",
+        pids=tuple(w.pid for w in workers if w.pid is not None), ranks=len(workers),
+        attempted=True, tried=trial is not None,
+        dispatch=shared.setdefault(trial.dispatch, trial.dispatch) if trial is not None else (),
+        steps=steps, clean=shared.setdefault(clean, clean),
+        reached=shared.setdefault(reached := tuple(
+            shared.setdefault(one, one) for one in map(phases_reached, traces)), reached))
 
 
 COUNTED_KEPT = 1024
@@ -82,12 +147,18 @@ def _indexed(result: AuditResult) -> _Index:
             by_id.setdefault(job.job_id, job)
     places: dict[str, int] = {}
     arrays: set[str] = set()
-    for at, period in enumerate(result.collected.periods):  # (one pass: maybe packed)
+    periods = result.collected.periods
+    views: list[CountedView] | PackedList[CountedView] = \
+        PackedList() if isinstance(periods, PackedList) else []
+    shared: dict[Any, Any] = {}  # (equal dispatches and phase lists: one object each)
+    index = _Index(weakref.ref(result), places, outcomes, by_raw, by_id, frozenset(), views)
+    for at, period in enumerate(periods):  # (one pass: maybe packed)
         places[period.subject] = at
         if period.record.array_job_id:
             arrays.add(period.record.array_job_id)
-    index = _Index(weakref.ref(result), places, outcomes, by_raw, by_id,
-                   frozenset(arrays))
+        _, attempt, _ = _counted_of(result, index, period)
+        views.append(_view(result, period, attempt, shared))
+    index.arrays = frozenset(arrays)
     _INDEX.clear()  # (the last result's only, and only while it lives)
     _INDEX[id(result)] = index
     weakref.finalize(result, _INDEX.pop, id(result), None)
@@ -122,16 +193,42 @@ def counted_attempt(result: AuditResult, subject: str
         return known
     at = indexed.periods.get(subject)
     period = result.collected.periods[at] if at is not None else None
-    outcomes = _outcomes(result, indexed, subject)
+    answer = _counted_of(result, indexed, period, subject)
+    if len(indexed.counted) >= COUNTED_KEPT:
+        indexed.counted.clear()
+    indexed.counted[subject] = answer
+    return answer
+
+
+def counted_view(result: AuditResult, subject: str
+                 ) -> tuple[CountedView, AttemptOutcome | None]:
+    """What the group sentences read of the attempt the verdict of ``subject`` rests on
+    (else its last), and that attempt's outcome: :func:`counted_attempt` without reading
+    the period."""
+    indexed = _indexed(result)
+    at = indexed.periods.get(subject)
+    view = indexed.views[at] if at is not None else _view(result, None, None, {})
+    return view, counted_outcome(result, subject)
+
+
+def counted_outcome(result: AuditResult, subject: str) -> AttemptOutcome | None:
+    """The outcome of the attempt the verdict of ``subject`` rests on (else its last)."""
+    outcomes = _outcomes(result, _indexed(result), subject)
+    return next((o for o in outcomes if o.counted), outcomes[-1] if outcomes else None)
+
+
+def _counted_of(result: AuditResult, indexed: _Index, period: PeriodEvidence | None,
+                subject: str | None = None
+                ) -> tuple[PeriodEvidence | None, AttemptEvidence | None,
+                           AttemptOutcome | None]:
+    outcomes = _outcomes(result, indexed,
+                         subject if subject is not None else period.subject if period else "")
     outcome = next((o for o in outcomes if o.counted), outcomes[-1] if outcomes else None)
     attempt = None
     if period is not None:
         attempt = next((a for a in period.attempts
                         if outcome is not None and a.spec.index == outcome.index),
                        period.attempts[-1] if period.attempts else None)
-    if len(indexed.counted) >= COUNTED_KEPT:
-        indexed.counted.clear()
-    indexed.counted[subject] = (period, attempt, outcome)
     return period, attempt, outcome
 
 
@@ -140,10 +237,9 @@ def dispatch_sentence(result: AuditResult, members: Sequence[Verdict]) -> str:
     order), and which keys differ between them."""
     dispatches = []
     for verdict in members:
-        _, attempt, _ = counted_attempt(result, verdict.subject)
-        trial = attempt.read.trial if attempt is not None else None
-        if trial is not None and trial.dispatch:
-            dispatches.append(trial.dispatch)
+        view, _ = counted_view(result, verdict.subject)
+        if view.dispatch:
+            dispatches.append(view.dispatch)
     if not dispatches:
         return ""
     shared = [item for item in dispatches[0] if all(item in d for d in dispatches[1:])]
@@ -169,11 +265,10 @@ def dispatches_alike(result: AuditResult, members: Sequence[Verdict]) -> bool:
     (the report then says it once, for the study)."""
     seen = set()
     for verdict in members:
-        _, attempt, _ = counted_attempt(result, verdict.subject)
-        trial = attempt.read.trial if attempt is not None else None
-        if trial is None or not trial.dispatch:
+        view, _ = counted_view(result, verdict.subject)
+        if not view.dispatch:
             return False
-        seen.add(tuple(sorted(trial.dispatch)))
+        seen.add(tuple(sorted(view.dispatch)))
         if len(seen) > 1:
             return False
     return bool(seen)
@@ -198,7 +293,7 @@ def scheduler_sentence(result: AuditResult, members: Sequence[Verdict]) -> str:
     rows: dict[str, tuple[SacctJob, list[AttemptOutcome]]] = {}
     unseen = 0
     for verdict in members:
-        _, _, outcome = counted_attempt(result, verdict.subject)
+        outcome = counted_outcome(result, verdict.subject)
         job = _element(result, outcome)
         if job is None or outcome is None:
             unseen += 1
@@ -269,15 +364,14 @@ def completion_sentence(result: AuditResult, members: Sequence[Verdict]) -> str:
     total = good = 0
     steps_seen: set[int] = set()
     for verdict in members:
-        _, attempt, _ = counted_attempt(result, verdict.subject)
-        if attempt is None or attempt.read.trial is None:
+        view, _ = counted_view(result, verdict.subject)
+        if not view.tried:
             return ""
-        steps = attempt.read.trial.dispatched_int(result.collected.protocol.steps_from)
-        for trace in attempt.read.traces:
+        for clean in view.clean:
             total += 1
-            if completes_cleanly(trace, steps, first, last):
+            if clean:
                 good += 1
-                steps_seen.add(steps or 0)
+                steps_seen.add(view.steps or 0)
     if not good:
         return ""
     step = f" at step {next(iter(steps_seen))}" if len(steps_seen) == 1 else ""
@@ -294,11 +388,8 @@ def reached_sentence(result: AuditResult, members: Sequence[Verdict]) -> str:
     sequences: Counter[tuple[str, ...]] = Counter()
     ranks = 0
     for verdict in members:
-        _, attempt, _ = counted_attempt(result, verdict.subject)
-        if attempt is None:
-            continue
-        for trace in attempt.read.traces:
-            reached = phases_reached(trace)
+        view, _ = counted_view(result, verdict.subject)
+        for reached in view.reached:
             if reached:
                 sequences[reached] += 1
                 ranks += 1
