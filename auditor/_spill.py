@@ -171,8 +171,21 @@ class PackedList(Sequence[T]):
         """Add ``item`` at the end (a full block is packed)."""
         self._tail.append(item)
         if len(self._tail) >= self._block:
-            self._blocks.append(zlib.compress(pickle.dumps(self._tail, protocol=5), 1))
+            self._keep(zlib.compress(pickle.dumps(self._tail, protocol=5), 1))
             self._tail = []
+
+    def _keep(self, data: bytes) -> None:
+        """Keep a packed block (after the others)."""
+        self._blocks.append(data)
+
+    def _load(self, number: int) -> list[T]:
+        """Packed block ``number``'s records, made anew."""
+        loaded: list[T] = pickle.loads(zlib.decompress(self._blocks[number]))
+        return loaded
+
+    def _packed(self) -> int:
+        """How many blocks are packed."""
+        return len(self._blocks)
 
     def extend(self, items: Iterable[T]) -> None:
         """Add ``items`` at the end, in order."""
@@ -180,13 +193,13 @@ class PackedList(Sequence[T]):
             self.append(item)
 
     def __len__(self) -> int:
-        return len(self._blocks) * self._block + len(self._tail)
+        return self._packed() * self._block + len(self._tail)
 
     def _made_block(self, number: int) -> list[T]:
-        if number == len(self._blocks):
+        if number == self._packed():
             return self._tail
         if self._made[0] != number:
-            self._made = (number, pickle.loads(zlib.decompress(self._blocks[number])))
+            self._made = (number, self._load(number))
         return self._made[1]
 
     @overload
@@ -207,9 +220,9 @@ class PackedList(Sequence[T]):
         return self._made_block(number)[at]
 
     def __iter__(self) -> Iterator[T]:
-        for number in range(len(self._blocks)):
+        for number in range(self._packed()):
             # (made apart from the one-block cache: passes that interleave stay cheap)
-            yield from pickle.loads(zlib.decompress(self._blocks[number]))
+            yield from self._load(number)
         yield from self._tail
 
     def drain(self) -> Iterator[T]:
@@ -234,23 +247,16 @@ class SpilledList(PackedList[T]):
     def __init__(self, items: Iterable[T] = (), block: int | None = None) -> None:
         self._file: IO[bytes] | None = None
         self._places: list[tuple[int, int]] = []
+        """Each packed block's (offset, length) in the file."""
         super().__init__(items, block)
 
-    def append(self, item: T) -> None:
-        """Add ``item`` at the end (a full block is packed and written out)."""
-        self._tail.append(item)
-        if len(self._tail) >= self._block:
-            data = zlib.compress(pickle.dumps(self._tail, protocol=5), 1)
-            self._tail = []
-            with spilling():
-                if self._file is None:
-                    self._file = tempfile.TemporaryFile()
-                self._file.seek(0, 2)
-                self._places.append((self._file.tell(), len(data)))
-                self._file.write(data)
-
-    def __len__(self) -> int:
-        return len(self._places) * self._block + len(self._tail)
+    def _keep(self, data: bytes) -> None:
+        with spilling():
+            if self._file is None:
+                self._file = tempfile.TemporaryFile()
+            self._file.seek(0, 2)
+            self._places.append((self._file.tell(), len(data)))
+            self._file.write(data)
 
     def _load(self, number: int) -> list[T]:
         assert self._file is not None
@@ -261,17 +267,8 @@ class SpilledList(PackedList[T]):
         loaded: list[T] = pickle.loads(zlib.decompress(data))
         return loaded
 
-    def _made_block(self, number: int) -> list[T]:
-        if number == len(self._places):
-            return self._tail
-        if self._made[0] != number:
-            self._made = (number, self._load(number))
-        return self._made[1]
-
-    def __iter__(self) -> Iterator[T]:
-        for number in range(len(self._places)):
-            yield from self._load(number)
-        yield from self._tail
+    def _packed(self) -> int:
+        return len(self._places)
 
     def drain(self) -> Iterator[T]:
         """Every record, in order (the file is let go once read)."""

@@ -111,7 +111,7 @@ def _view(result: AuditResult, period: PeriodEvidence | None, attempt: AttemptEv
         attempt_dir=attempt.spec.attempt_dir or "",
         pids=tuple(w.pid for w in workers if w.pid is not None), ranks=len(workers),
         attempted=True, tried=trial is not None,
-        dispatch=shared.setdefault(trial.dispatch, trial.dispatch) if trial is not None else (),
+        dispatch=trial.dispatch if trial is not None else (),
         steps=steps, clean=shared.setdefault(clean, clean),
         reached=shared.setdefault(reached := tuple(
             shared.setdefault(one, one) for one in map(phases_reached, traces)), reached))
@@ -150,7 +150,7 @@ def _indexed(result: AuditResult) -> _Index:
     periods = result.collected.periods
     views: list[CountedView] | PackedList[CountedView] = \
         PackedList() if isinstance(periods, PackedList) else []
-    shared: dict[Any, Any] = {}  # (equal dispatches and phase lists: one object each)
+    shared: dict[Any, Any] = {}  # (equal phase lists: one object each, and few of them)
     index = _Index(weakref.ref(result), places, outcomes, by_raw, by_id, frozenset(), views)
     for at, period in enumerate(periods):  # (one pass: maybe packed)
         places[period.subject] = at
