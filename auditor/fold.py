@@ -62,7 +62,7 @@ from auditor.reason.engine import (
     judge_together,
 )
 from auditor.report.plots import MAX_TIMELINE_PERIODS
-from auditor.report.tables import SpilledRows, device_rows, phase_rows
+from auditor.report.rows import device_rows, phase_rows
 from auditor.validate.integrity import (
     assemble,
     integrity_findings,
@@ -257,6 +257,8 @@ class Fold:
         self.pieces: list[tuple[Sequence[Finding], ...]] = []
         """Each period's collection findings (:func:`unit_findings`; one shared
         :data:`NO_FINDINGS` for the many periods without any)."""
+        from auditor.report.tables import SpilledRows  # (pyarrow: not in the workers)
+
         self.tables = {name: SpilledRows(name) for name in ("phases", "devices")}
         self.evidence = EvidenceSpill()
         self.periods: list[PeriodEvidence] | PackedList[PeriodEvidence] = \

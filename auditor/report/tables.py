@@ -26,7 +26,8 @@ import pyarrow.parquet as pq
 
 from auditor._io import printable_json
 from auditor._spill import spilling
-from auditor.model import AttemptEvidence, AuditResult, PeriodEvidence
+from auditor.model import AuditResult
+from auditor.report.rows import device_rows, phase_rows
 
 TS = pa.timestamp("ns", tz="UTC")
 
@@ -221,20 +222,6 @@ def _phases(result: AuditResult) -> Iterable[tuple[Any, ...]]:
             yield from phase_rows(period, attempt)
 
 
-def phase_rows(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[tuple[Any, ...]]:
-    """The ``phases`` rows of one attempt of ``period``."""
-    subject = period.subject
-    index = attempt.spec.index + 1  # (1-based, as in the trial record)
-    for trace in attempt.read.traces:
-        for r in trace.phases:
-            yield (
-                subject, index, r.path, r.line, r.pid, r.rank, r.role, r.seq,
-                r.phase, r.step,
-                r.started_ns, r.finished_ns,  # started, finished
-                r.error_type, r.peak_allocated_bytes, r.peak_reserved_bytes,
-            )
-
-
 def _devices(result: AuditResult) -> Iterable[tuple[Any, ...]]:
     for period in result.collected.periods:
         for attempt in period.attempts:
@@ -250,21 +237,6 @@ def device_values(result: AuditResult, column: str) -> set[Any]:
                 for value in batch.column(column).to_pylist()}
     index = SCHEMAS["devices"].names.index(column)
     return {row[index] for row in _devices(result)}
-
-
-def device_rows(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[tuple[Any, ...]]:
-    """The ``devices`` rows of one attempt of ``period``."""
-    record = period.record
-    index = attempt.spec.index + 1  # (1-based, as in the trial record)
-    for d in attempt.read.devices:
-        yield (
-            period.subject, record.pair, record.period, index, d.job_id,
-            d.rank, d.role, d.pid, d.hostname, d.cuda_visible_devices, d.local_device,
-            d.gpu_uuid, d.gpu_name, d.gpu_pci_bus_id, d.memory_total_mib,
-            d.peak_allocated_mib, d.peak_reserved_mib,
-            d.captured_ns,  # captured
-            d.gpu_unavailable, d.path,
-        )
 
 
 def sorted_findings(result: AuditResult) -> list[Any]:
