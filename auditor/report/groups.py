@@ -76,8 +76,6 @@ class CountedView:
     """Its workers' pids, as the record lists them."""
     ranks: int
     """How many workers the record lists for it."""
-    attempted: bool
-    """Whether there is an attempt."""
     tried: bool
     """Whether it has a trial record."""
     dispatch: tuple[tuple[str, str], ...]
@@ -97,7 +95,7 @@ def _view(result: AuditResult, period: PeriodEvidence | None, attempt: AttemptEv
     """``attempt``'s view (of ``period``), its repeated values made one (``shared``)."""
     if attempt is None:
         return CountedView(period.record.path if period is not None else "", "", (), 0,
-                           False, False, (), None, (), ())
+                           False, (), None, (), ())
     protocol = result.collected.protocol
     trial = attempt.read.trial
     steps = trial.dispatched_int(protocol.steps_from) if trial is not None else None
@@ -110,7 +108,7 @@ def _view(result: AuditResult, period: PeriodEvidence | None, attempt: AttemptEv
         record=period.record.path if period is not None else "",
         attempt_dir=attempt.spec.attempt_dir or "",
         pids=tuple(w.pid for w in workers if w.pid is not None), ranks=len(workers),
-        attempted=True, tried=trial is not None,
+        tried=trial is not None,
         dispatch=trial.dispatch if trial is not None else (),
         steps=steps, clean=shared.setdefault(clean, clean),
         reached=shared.setdefault(reached := tuple(
@@ -213,7 +211,10 @@ def counted_view(result: AuditResult, subject: str
 
 def counted_outcome(result: AuditResult, subject: str) -> AttemptOutcome | None:
     """The outcome of the attempt the verdict of ``subject`` rests on (else its last)."""
-    outcomes = _outcomes(result, _indexed(result), subject)
+    return _counted_among(_outcomes(result, _indexed(result), subject))
+
+
+def _counted_among(outcomes: list[AttemptOutcome]) -> AttemptOutcome | None:
     return next((o for o in outcomes if o.counted), outcomes[-1] if outcomes else None)
 
 
@@ -221,9 +222,8 @@ def _counted_of(result: AuditResult, indexed: _Index, period: PeriodEvidence | N
                 subject: str | None = None
                 ) -> tuple[PeriodEvidence | None, AttemptEvidence | None,
                            AttemptOutcome | None]:
-    outcomes = _outcomes(result, indexed,
-                         subject if subject is not None else period.subject if period else "")
-    outcome = next((o for o in outcomes if o.counted), outcomes[-1] if outcomes else None)
+    outcome = _counted_among(_outcomes(
+        result, indexed, subject if subject is not None else period.subject if period else ""))
     attempt = None
     if period is not None:
         attempt = next((a for a in period.attempts
