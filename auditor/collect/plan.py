@@ -25,7 +25,6 @@ from auditor.model import (
     Protocol,
     StudyLayout,
 )
-from auditor.model.study import NUL
 
 
 def plan_reads(
@@ -84,8 +83,7 @@ def plan_unlisted(root: Path, layout: StudyLayout, unnamed: dict[str, str]
     blocked: list[FileOutcome] = []
     listing = layout.attempt_files
     for directory in listing:
-        left = unnamed.get(directory)
-        for rel in (f"{directory}/{name}" for name in left.split(NUL)) if left else ():
+        for rel in listing.paths_in(directory, unnamed.get(directory, "")):
             if rel not in listing.irregular:  # (its name as it is: never re-read as a
                 # manifest path, whose backslashes would be separators)
                 unlisted.append(FileTask(rel, "other", f"{root}/{rel}"))

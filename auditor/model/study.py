@@ -89,8 +89,13 @@ class Listing(Mapping[str, tuple[str, ...]]):
         self.irregular = irregular
 
     def __getitem__(self, directory: str) -> tuple[str, ...]:
-        joined = self._joined[directory]
-        return tuple(f"{directory}/{name}" for name in joined.split(NUL)) if joined else ()
+        return tuple(self.paths_in(directory, self._joined[directory]))
+
+    @staticmethod
+    def paths_in(directory: str, joined: str) -> Iterator[str]:
+        """The root-relative paths of ``directory``'s files ``joined`` (by :data:`NUL`, as
+        this listing keeps them and :meth:`strike` leaves them)."""
+        return (f"{directory}/{name}" for name in joined.split(NUL)) if joined else iter(())
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._joined)

@@ -102,6 +102,11 @@ def element_for(sacct: SacctDump | None, job_id: str | None) -> SacctJob | None:
 _INDEX: dict[int, tuple[SacctDump, dict[str, SacctJob], dict[str, SacctJob]]] = {}
 
 
+_RowKey = str | tuple[str | None] | tuple[str, int]
+"""What :class:`SchedulerRows` files a row under: a job id, an array's pending ranges
+``(array_job_id,)``, an array element ``(array_job_id, array_task_id)``."""
+
+
 class SchedulerRows:
     """A scheduler dump's rows by what judging a period may look them up by, to give a
     batch of periods only the rows its judging can look up (:meth:`for_records`): a
@@ -119,7 +124,7 @@ class SchedulerRows:
 
     def __init__(self, sacct: SacctDump) -> None:
         self.sacct = sacct
-        self._at: dict[str | tuple[str | None, ...] | tuple[str, int], int | list[int]] = {}
+        self._at: dict[_RowKey, int | list[int]] = {}
         for place, job in enumerate(sacct.jobs):
             self._file(job.job_id_raw if job.job_id_raw is not None else job.job_id, place)
             if job.array_job_id is not None and job.array_task_id is not None:
@@ -127,7 +132,7 @@ class SchedulerRows:
             if job.array_task_spec is not None:
                 self._file((job.array_job_id,), place)
 
-    def _file(self, key: str | tuple[str | None, ...] | tuple[str, int], place: int) -> None:
+    def _file(self, key: _RowKey, place: int) -> None:
         held = self._at.setdefault(key, place)
         if held != place:
             if isinstance(held, int):
@@ -140,7 +145,7 @@ class SchedulerRows:
         the dump's order)."""
         places: set[int] = set()
         for record in records:
-            keys: list[str | tuple[str | None, ...] | tuple[str, int]] = [
+            keys: list[_RowKey] = [
                 spec.job_id.strip() for spec in record.attempts if spec.job_id]
             if record.array_task_id is not None:
                 keys.append((record.array_job_id,))
