@@ -8,7 +8,7 @@ added first), with only a piece of each run in memory at a time. :class:`Evidenc
 keeps a study's evidence rows so, and counts what the report says of them as they pass.
 :class:`PackedList` keeps a sequence of records (a large study's judged periods and
 verdicts) pickled and compressed in memory, a block at a time, and gives them back made
-anew as they are read.
+anew as they are read; :class:`Packed` keeps one value so.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import fields
 from operator import attrgetter, itemgetter
-from typing import IO, Any, TypeVar, overload
+from typing import IO, Any, Generic, TypeVar, overload
 
 from auditor.errors import OutputError
 from auditor.model import HASHED_STATUSES, EvidenceFile
@@ -277,6 +277,23 @@ class SpilledList(PackedList[T]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (SpilledList, (list(self), self._block))
+
+
+class Packed(Generic[T]):
+    """One value kept pickled and zlib-compressed until it is wanted (:meth:`load` makes
+    it anew each time), and sent on as it is kept: what a worker is given with a batch, or
+    what waits unread while the audit reads (a scheduler dump's rows: 55,556 jobs took
+    55 MB as objects, 9.4 MB pickled, about a fifth of that compressed)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, value: T) -> None:
+        self.data = zlib.compress(pickle.dumps(value, protocol=5), 1)
+
+    def load(self) -> T:
+        """The value, made anew."""
+        value: T = pickle.loads(zlib.decompress(self.data))
+        return value
 
 
 class MappedSequence(Sequence[U]):

@@ -16,12 +16,13 @@ import os
 from collections import Counter, deque
 from collections.abc import Callable, Container, Generator, Iterator, Sequence
 from dataclasses import replace
+from itertools import chain
 from pathlib import Path
 from typing import Any, TypeVar
 
 from auditor._pool import chunk_size, make_pool
 from auditor._process import paused_gc
-from auditor._spill import MappedSequence, PackedList
+from auditor._spill import MappedSequence, Packed, PackedList
 from auditor.collect.attempt import hash_only, read_attempt
 from auditor.collect.discover import SACCT_PATH, discover, find_period_records
 from auditor.collect.inputs import (
@@ -137,6 +138,8 @@ class Auditor:
         sacct, sacct_display, sacct_inputs, sacct_findings = sacct_read()
         inputs.extend(sacct_inputs)
         findings.extend(sacct_findings)
+        dump = [sacct]  # (held by the head below, and by the fold's judge: not this frame)
+        del sacct
         # (a large study's records are kept packed until they go to the workers: as
         # objects, 3 KB a period, 340 MB of a million files' before any evidence was read)
         periods: list[LoadedPeriod] | PackedList[LoadedPeriod] = \
@@ -158,13 +161,17 @@ class Auditor:
         read_protocol_inputs(self.options, inputs, input_findings)
         head = CollectedParts(
             root=root, layout=replace(layout, attempt_files=Listing()),
-            protocol=protocol, sacct=sacct, sacct_display=sacct_display,
+            protocol=protocol, sacct=dump.pop(), sacct_display=sacct_display,
             execution_commits=commits, study_findings=tuple(findings),
             input_findings=tuple(input_findings), study_inputs=tuple(inputs),
             units=(), unlisted=(), periods_total=len(periods), shard=shard,
         )
         folding = Fold(head, MappedSequence(periods, _record), self.options) \
             if fold else None
+        if folding is not None:
+            # (the fold has made the layout's findings and keeps the scheduler's dump, which
+            # it gives back to the parts when it finishes: neither is held here)
+            head = replace(head, layout=head.layout.without_listings(), sacct=None)
         # (the inventory and the records go once planned and joined: the reads hold their
         # boxes' only references)
         box = [layout]
@@ -199,22 +206,30 @@ class Auditor:
         counts: list[int] = []
         total_files = len(unlisted)
         total_bytes = 0
+        # (each batch brings the scheduler's rows it may look up: a worker holding the
+        # whole dump held 80 MB of its 55,556 jobs at a million files; the batches' rows
+        # are chosen here, packed, and the dump's own are set aside through the reading)
+        sacct = fold.judge.context.study.sacct
+        scheduler = SchedulerRows(sacct) if sacct is not None else None
+        wanted: list[tuple[int, ...]] = []
         for item in periods:  # (one pass: a large study's are kept packed)
             counts.append(len(item.record.attempts))
             total_files += item.files
             total_bytes += item.size
+            if scheduler is not None:
+                wanted.append(scheduler.places(item.record))
         attempts = sum(counts)
         size = chunk_size(attempts, total_bytes, self._pool.width(attempts, total_bytes))
         ranges = _batch_ranges(fold.judge.ends, counts, size)
-        del layout
+        rows = None if scheduler is None else deque(
+            Packed(scheduler.at(chain.from_iterable(wanted[start:end])))
+            for start, end in ranges)
+        del layout, sacct, scheduler, wanted
+        fold.judge.set_rows_aside()
+        pins = fold.judge.study.execution_commits
         # (each goes as it is sent: the batches are in order)
         records = periods.drain() if isinstance(periods, PackedList) else iter(periods)
         del periods
-
-        # (each batch brings the scheduler's rows it may look up: a worker holding the
-        # whole dump held 80 MB of its 55,556 jobs at a million files)
-        sacct = fold.judge.context.study.sacct
-        scheduler = SchedulerRows(sacct) if sacct is not None else None
 
         def batches() -> Iterator[PeriodBatch]:
             for start, end in ranges:
@@ -227,8 +242,8 @@ class Auditor:
                         protocol, pre))
                     batch.append(PeriodTask(index, loaded, tasks, tuple(
                         (key, tuple(rows)) for key, rows in pre.items())))
-                yield PeriodBatch(tuple(batch), scheduler.for_records(
-                    task.loaded.record for task in batch) if scheduler is not None else None)
+                yield PeriodBatch(tuple(batch), rows.popleft() if rows is not None else None,
+                                  None if pins is None else _pins_of(batch, pins))
 
         yield Progress("read", 0, total_files)
         done = 0
@@ -318,6 +333,12 @@ class Auditor:
         return outcomes
 
 
+def _pins_of(batch: list[PeriodTask], pins: dict[str, str]) -> dict[str, str]:
+    """The pinned commits of the pairs of a batch's periods."""
+    pairs = {task.loaded.record.pair for task in batch}
+    return {pair: pins[pair] for pair in sorted(pairs) if pair in pins}
+
+
 def _record(loaded: LoadedPeriod) -> PeriodRecord:
     return loaded.record
 
@@ -347,7 +368,7 @@ def _places(layout: StudyLayout, unlisted: list[FileTask], blocked: list[FileOut
             if rel in wanted}
 
 
-def _batch_ranges(ends: list[int], attempts: list[int], size: int) -> list[tuple[int, int]]:
+def _batch_ranges(ends: Sequence[int], attempts: list[int], size: int) -> list[tuple[int, int]]:
     """The periods cut into batches of about ``size`` attempts each (``attempts``: each
     period's; a period without any counts as one), each cut at one of ``ends``
     (:func:`~auditor.reason.engine.batch_ends`): (first, past the last) of each."""

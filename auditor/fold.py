@@ -23,7 +23,7 @@ from itertools import chain
 from typing import Any
 
 from auditor._io import clip
-from auditor._spill import EvidenceSpill, MappedSequence, PackedList, SortedSpill
+from auditor._spill import EvidenceSpill, MappedSequence, Packed, PackedList, SortedSpill
 from auditor.catalogue import finding
 from auditor.collect.attempt import read_attempt
 from auditor.collect.inputs import LoadedPeriod, unpack_entries
@@ -128,7 +128,7 @@ def assemble_collected(parts: CollectedParts,
                        pieces: Sequence[Sequence[Sequence[Finding]]] | None = None,
                        spilled: EvidenceSpill | None = None,
                        folded: tuple[Sequence[PeriodEvidence], Sequence[InputFile]] | None
-                       = None) -> Collected:
+                       = None, layout: Sequence[Finding] | None = None) -> Collected:
     """The study's :class:`Collected` from its parts (one audit's, or every shard's merged):
     the periods in their order, the findings in the order collection reports them (the
     study's inputs, each period's record, each attempt's reading, integrity, the layout,
@@ -136,7 +136,9 @@ def assemble_collected(parts: CollectedParts,
     unit's :func:`unit_findings`, in the units' order, when made already; ``spilled``: the
     periods' evidence rows, when kept there as they came (the periods then hold none);
     ``folded``: the periods, in order, and their records' inputs, when a :class:`Fold`
-    kept them (``parts.units`` are then not read)."""
+    kept them (``parts.units`` are then not read); ``layout``: the layout's findings
+    (:func:`layout_findings`), when made already (``parts.layout`` may then be without
+    its listings)."""
     units = sorted(parts.units, key=lambda unit: unit.index) if folded is None else []
     if pieces is None:
         pieces = [unit_findings(unit) for unit in units]
@@ -162,7 +164,8 @@ def assemble_collected(parts: CollectedParts,
         evidence.extend(unlisted)
         rows = tuple(sorted(evidence, key=lambda e: e.path))
     findings.extend(integrity_findings(unlisted))
-    findings.extend(layout_findings(parts.root, parts.layout, periods))
+    findings.extend(layout_findings(parts.root, parts.layout, periods)
+                    if layout is None else layout)
     findings.extend(parts.input_findings)
     return Collected(
         root=parts.root,
@@ -251,8 +254,12 @@ class Fold:
         self.options = options
         self.protocol = head.protocol
         pack = packs(len(records))
+        self.layout_findings = layout_findings(head.root, head.layout, study.periods)
+        """The layout's findings: made once, the layout's listings then let go (the
+        judge's study is without them; so may be the parts :meth:`finish` is given)."""
+        study = replace(study, layout=head.layout.without_listings())
         self.judge = StudyJudge(study, options, (
-            list(head.study_findings), layout_findings(head.root, head.layout, study.periods),
+            list(head.study_findings), self.layout_findings,
             list(head.input_findings)), pack=pack)
         self.pieces: list[tuple[Sequence[Finding], ...]] = []
         """Each period's collection findings (:func:`unit_findings`; one shared
@@ -325,9 +332,11 @@ class Fold:
         yield Progress("validate", 0, 1)
         _JUDGES.clear()  # (read inline, this process judged: its study's context goes)
         self._keep(every=True)
-        collected = replace(assemble_collected(parts, self.pieces, self.evidence,
-                                               (self.periods, self.record_inputs)),
-                            tables=self.tables)
+        # (the judge keeps the study's dump: the parts of an audit may be without it)
+        parts = replace(parts, layout=parts.layout.without_listings(), sacct=self.judge.sacct)
+        collected = replace(assemble_collected(
+            parts, self.pieces, self.evidence, (self.periods, self.record_inputs),
+            self.layout_findings), tables=self.tables)
         yield Progress("reason", 0, 1)
         validation, reasoning = self.judge.finish(collected)
         findings, not_kept = apply_limits(
@@ -385,10 +394,13 @@ class PeriodTask:
 class PeriodBatch:
     """A batch of consecutive periods for a worker (:func:`fold_batch`), closed under their
     jobs, with the scheduler dump's rows their judging may look up (``sacct``: the dump
-    narrowed, :class:`~auditor.validate.checks.SchedulerRows`; None without a dump)."""
+    narrowed, :class:`~auditor.validate.checks.SchedulerRows`, packed until the worker
+    judges) and their pairs' pinned commits (``pins``); each None when the study has
+    none."""
 
     tasks: tuple[PeriodTask, ...]
-    sacct: SacctDump | None
+    sacct: Packed[SacctDump] | None
+    pins: dict[str, str] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -429,9 +441,8 @@ def fold_batch(context: JudgeContext, batch: PeriodBatch) -> list[FoldedPeriod]:
     the context the workers are given (:meth:`JudgeContext.for_workers`) and the batch's
     rows of the scheduler's dump: what the study's fold keeps of each (the same as
     folding them one by one in the audit's own process would keep)."""
-    judge = _judge_of(context)
-    if batch.sacct is not None:
-        judge = judge.narrowed(batch.sacct)
+    judge = _judge_of(context).narrowed(
+        batch.sacct.load() if batch.sacct is not None else None, batch.pins)
     protocol = context.study.protocol
     units: list[PeriodUnit] = []
     sizes: list[tuple[int, int]] = []

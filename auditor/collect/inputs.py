@@ -269,7 +269,11 @@ def read_commits(
             findings.append(finding(
                 "AUD002", display, [Citation(display, pointer=at)], where=f"#{at}",
                 error=f"a pinned commit is a string; {len(bad)} pair(s) not checked"))
-        return {str(k): str(v) for k, v in mapping.items() if isinstance(v, str)}
+        # (one object for each commit: a study pins most pairs to one, and a million
+        # files' 55,556 pins held 55,556 copies of it, 5 MB through the audit)
+        share: dict[str, str] = {}
+        return {str(k): share.setdefault(v, v) for k, v in mapping.items()
+                if isinstance(v, str)}
 
     result: dict[str, str] | None = read_input(root, rel, parse, inputs, findings)
     return result

@@ -173,6 +173,14 @@ class StudyLayout:
     stray_pair_files: tuple[str, ...] = ()
     """Files under ``pairs/`` that are not ``period-<n>.json``."""
 
+    def without_listings(self) -> StudyLayout:
+        """This layout without its listings (every period record's and attempt directory's
+        path, the files below them, the stray files): what is left once the layout's
+        findings are made (:func:`~auditor.validate.integrity.layout_findings`). At a
+        million files the listings were about 24 MB, held to the report's end."""
+        return StudyLayout(self.root, (), (), Listing(), self.protocol,
+                           self.execution_commits, self.sacct)
+
 
 @fast_pickle
 @dataclass(frozen=True, slots=True)

@@ -145,20 +145,30 @@ class SchedulerRows:
         the dump's order)."""
         places: set[int] = set()
         for record in records:
-            keys: list[_RowKey] = [
-                spec.job_id.strip() for spec in record.attempts if spec.job_id]
-            if record.array_task_id is not None:
-                keys.append((record.array_job_id,))
-                if record.array_job_id:
-                    keys.append((record.array_job_id, record.array_task_id))
-            for key in keys:
-                held = self._at.get(key)
-                if isinstance(held, int):
-                    places.add(held)
-                elif held is not None:
-                    places.update(held)
+            places.update(self.places(record))
+        return self.at(places)
+
+    def places(self, record: PeriodRecord) -> tuple[int, ...]:
+        """Where in the dump the rows are that judging this period's attempts may look up
+        (each once, any order)."""
+        keys: list[_RowKey] = [spec.job_id.strip() for spec in record.attempts if spec.job_id]
+        if record.array_task_id is not None:
+            keys.append((record.array_job_id,))
+            if record.array_job_id:
+                keys.append((record.array_job_id, record.array_task_id))
+        places: set[int] = set()
+        for key in keys:
+            held = self._at.get(key)
+            if isinstance(held, int):
+                places.add(held)
+            elif held is not None:
+                places.update(held)
+        return tuple(places)
+
+    def at(self, places: Iterable[int]) -> SacctDump:
+        """The dump with only the rows at ``places`` (:meth:`places`), in its order."""
         jobs = self.sacct.jobs
-        return replace(self.sacct, jobs=tuple(jobs[place] for place in sorted(places)))
+        return replace(self.sacct, jobs=tuple(jobs[place] for place in sorted(set(places))))
 
 
 # ------------------------------------------------------------------ per period

@@ -12,12 +12,16 @@ from __future__ import annotations
 import io
 import pickle
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
+import orjson
 import pandas as pd
 import pytest
 
+from auditor.audit import run_audit
 from auditor.collect.sacct import parse_sacct
+from auditor.fold import Fold, FoldedPeriod
 from auditor.model import AttemptSpec, AuditOptions, PeriodRecord, SacctDump
 from auditor.reason.engine import JudgeContext
 from auditor.validate.checks import SchedulerRows
@@ -156,3 +160,60 @@ def test_a_record_whose_job_id_is_empty_is_judged_by_its_trials_job(study: Path,
     findings = pd.read_parquet(tmp_path / "out/findings.parquet")
     assert findings[(findings["rule_id"] == "AUD119")
                     & (findings["subject"] == subject)].empty
+
+
+def test_the_workers_context_holds_no_pin_and_each_batch_brings_its_pairs(
+        study: Path, tmp_path: Path) -> None:
+    """The pinned commits go to the workers a batch's pairs at a time, not all in the
+    context each is given once (a million files' 55,556 pins were 11 MB in each): a pair
+    pinned to another commit and a pair not pinned are still told apart from one pinned
+    right, whether the workers judge or this process does."""
+    context = JudgeContext(collected(), AuditOptions(), ())
+    assert context.study.execution_commits is None
+    assert context.for_workers().study.execution_commits is None
+    pinned = JudgeContext(replace(collected(), execution_commits={"p": "a" * 40}),
+                          AuditOptions(), ())
+    assert pinned.for_workers().study.execution_commits == {}
+    root = tmp_path / "study"
+    shutil.copytree(study, root)
+    pins = orjson.loads((root / "execution_commits.json").read_bytes())
+    first, second, third = sorted(pins)
+    pins[first] = "0" * 40
+    del pins[second]
+    (root / "execution_commits.json").write_bytes(orjson.dumps(pins))
+    for jobs in ("2", "1"):
+        audit(root, tmp_path / jobs, "--jobs", jobs)
+        findings = pd.read_parquet(tmp_path / jobs / "findings.parquet")
+        pinned_rows = findings[findings["rule_id"] == "AUD121"]
+        assert sorted(pinned_rows["subject"]) == [f"{first}/period-1", f"{second}/period-1"]
+        assert third not in " ".join(pinned_rows["message"])
+
+
+def test_the_audit_holds_no_row_of_the_dump_while_the_workers_judge(
+        study: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the workers judge, each batch with its rows, the audit's own process keeps
+    the dump's rows set aside (packed: 55 MB as objects at a million files): none is held
+    as each judged period comes back, and the result has the whole dump, as parsed."""
+    held: list[int] = []
+    original = Fold.add_folded
+
+    def spy(self: Fold, folded: FoldedPeriod) -> None:
+        sacct = self.judge.study.sacct
+        held.append(-1 if sacct is None else len(sacct.jobs))
+        original(self, folded)
+
+    monkeypatch.setattr(Fold, "add_folded", spy)
+    result = run_audit(study, AuditOptions(jobs=2))
+    assert held == [0, 0, 0]
+    with (study / "accounting/sacct-raw.psv").open("rb") as handle:
+        parsed = parse_sacct(handle, "accounting/sacct-raw.psv")
+    assert result.collected.sacct is not None and len(parsed.jobs) == 3
+    assert result.collected.sacct.jobs == parsed.jobs
+
+
+def test_a_commit_many_pairs_pin_is_held_once(study: Path) -> None:
+    """``execution_commits.json`` pins every pair to one commit: the audit holds one
+    string for it, not one per pair (55,556 copies, 5 MB, at a million files)."""
+    pins = run_audit(study).collected.execution_commits
+    assert pins is not None and len(pins) == 3
+    assert len({id(commit) for commit in pins.values()}) == 1
