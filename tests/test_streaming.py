@@ -4,8 +4,11 @@ pool reads only a little ahead of that. The report is the same as if nothing wer
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -200,6 +203,48 @@ def test_the_pool_starts_working_when_asked_not_when_the_first_result_is(
         assert list(results) == list(range(400))
     finally:
         pool.close()
+
+
+class _Cycle:
+    """A value left in a reference cycle: only the collector frees it."""
+
+    def __init__(self, size: int) -> None:
+        self.data = bytearray(size)
+        self.me = self
+
+
+_LEFT: weakref.WeakSet[_Cycle] = weakref.WeakSet()
+
+
+def _leave_a_cycle(size: int) -> int:
+    """(A pool task) make a result and leave garbage behind, as a parse may."""
+    _LEFT.add(_Cycle(size))
+    return os.getpid()
+
+
+def _cycles_left(_: int) -> tuple[int, int]:
+    """(A pool task) this worker and how many cycles are left in it."""
+    return os.getpid(), len(_LEFT)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="forked workers share the paused collector")
+def test_a_result_sent_from_a_worker_leaves_no_garbage_there() -> None:
+    """A worker's collector is paused, as the audit's is: what a task's result left behind
+    in it (the worker that parsed a million files' scheduler dump held 76 MB of PSS of it
+    for the rest of the audit) is collected once the result is pickled, before the worker
+    goes on."""
+    with paused_gc():
+        pool = LocalPool(2)
+        try:
+            worker = pool.soon(_leave_a_cycle, 1 << 20, 10_000)()
+            seen: dict[int, int] = {}
+            for _ in range(20):
+                seen.update(pool.map(_cycles_left, range(16), 1 << 40))
+                if worker in seen:
+                    break
+            assert seen[worker] == 0
+        finally:
+            pool.close()
 
 
 def test_the_manifest_entries_wait_packed_until_their_period_is_planned(study: Path) -> None:

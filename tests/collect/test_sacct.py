@@ -922,3 +922,17 @@ def test_a_dumps_repeated_words_are_one_object_each() -> None:
         assert other.steps[0].step is first.steps[0].step == "batch"
         assert other.steps[0].state is first.steps[0].state
     assert first.job_name == "host" and first.node_list == "gpu-node-17"
+
+
+def test_a_parse_leaves_its_value_caches_empty() -> None:
+    """The caches of the values a dump's rows repeat (times, AllocTRES) serve one parse:
+    left full, they held its last thousands of values, scattered over the memory the
+    parse took, for as long as the process lived."""
+    from auditor.collect.sacct.values import _epoch, _gpu_count
+
+    rows = [f"{7000 + n}|{7000 + n}|x|COMPLETED|0:0|2026-09-15T18:{n % 60:02d}:00|"
+            f"2026-09-15T19:00:{n % 60:02d}|60|gres/gpu={n % 8 + 1}|n1|None" for n in range(200)]
+    dump = parse_bytes(("JobID|JobIDRaw|JobName|State|ExitCode|Start|End|ElapsedRaw|"
+                        "AllocTRES|NodeList|Reason\n" + "\n".join(rows) + "\n").encode())
+    assert len(dump.jobs) == 200 and {job.gpus for job in dump.jobs} == set(range(1, 9))
+    assert (_epoch.cache_info().currsize, _gpu_count.cache_info().currsize) == (0, 0)

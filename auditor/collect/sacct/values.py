@@ -143,6 +143,14 @@ def _epoch(text: str) -> int | None:
     return int(moment.timestamp())
 
 
+def forget_values() -> None:
+    """Empty the caches of the values one dump's rows repeat (times, AllocTRES): at the end
+    of each dump, whose last few thousand values they would otherwise hold, scattered
+    over the memory its parse took."""
+    _epoch.cache_clear()
+    _gpu_count.cache_clear()
+
+
 def _elapsed(raw: str | None, elapsed: str | None, errors: list[str]) -> int | None:
     if raw is not None:
         text = raw.strip()
