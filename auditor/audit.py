@@ -222,7 +222,7 @@ class Auditor:
         size = chunk_size(attempts, total_bytes, self._pool.width(attempts, total_bytes))
         ranges = _batch_ranges(fold.judge.ends, counts, size)
         rows = None if scheduler is None else deque(
-            Packed(scheduler.at(chain.from_iterable(wanted[start:end])))
+            Packed(scheduler.at(chain.from_iterable(wanted[start:end])).jobs)
             for start, end in ranges)
         del layout, sacct, scheduler, wanted
         fold.judge.set_rows_aside()

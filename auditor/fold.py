@@ -45,7 +45,7 @@ from auditor.model import (
     PeriodUnit,
     Progress,
     Protocol,
-    SacctDump,
+    SacctJob,
     Severity,
     TraceDigest,
     completes_cleanly,
@@ -394,12 +394,12 @@ class PeriodTask:
 class PeriodBatch:
     """A batch of consecutive periods for a worker (:func:`fold_batch`), closed under their
     jobs, with the scheduler dump's rows their judging may look up (``sacct``: the dump
-    narrowed, :class:`~auditor.validate.checks.SchedulerRows`, packed until the worker
-    judges) and their pairs' pinned commits (``pins``); each None when the study has
-    none."""
+    rows, :class:`~auditor.validate.checks.SchedulerRows`, packed until the worker judges:
+    the context it was given has the rest of the dump) and their pairs' pinned commits
+    (``pins``); each None when the study has none."""
 
     tasks: tuple[PeriodTask, ...]
-    sacct: Packed[SacctDump] | None
+    rows: Packed[tuple[SacctJob, ...]] | None
     pins: dict[str, str] | None
 
 
@@ -442,7 +442,7 @@ def fold_batch(context: JudgeContext, batch: PeriodBatch) -> list[FoldedPeriod]:
     rows of the scheduler's dump: what the study's fold keeps of each (the same as
     folding them one by one in the audit's own process would keep)."""
     judge = _judge_of(context).narrowed(
-        batch.sacct.load() if batch.sacct is not None else None, batch.pins)
+        batch.rows.load() if batch.rows is not None else None, batch.pins)
     protocol = context.study.protocol
     units: list[PeriodUnit] = []
     sizes: list[tuple[int, int]] = []

@@ -343,8 +343,9 @@ class Collected:
 
     root: Path
     layout: StudyLayout
-    """The study's inventory, without its per-file listing (``attempt_files`` is emptied
-    once planned: every file is a row of ``evidence``)."""
+    """The study's inventory, without its listings (:meth:`StudyLayout.without_listings`:
+    every file is a row of ``evidence``, and what the period records' and attempt
+    directories' paths show is among the findings)."""
     protocol: Protocol
     sacct: SacctDump | None
     sacct_display: str | None

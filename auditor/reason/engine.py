@@ -58,7 +58,7 @@ from auditor.reason.exits import EXIT_KINDS
 from auditor.reason.facts import period_facts
 from auditor.reason.gate import apply_waivers, decide_gate, gate_reasons
 from auditor.reason.verdict import UNFINISHED_STATES, Context, Judgement, judge_attempt
-from auditor.validate.checks import element_for, period_checks, study_checks
+from auditor.validate.checks import element_for, forget_lookups, period_checks, study_checks
 
 T = TypeVar("T")
 
@@ -131,7 +131,8 @@ class Judged:
 @dataclass(frozen=True)
 class JudgeContext:
     """What judging any one period needs of its study, sendable to the workers once: the
-    study as first seen (its inputs and the scheduler's dump, no period), the options,
+    study as first seen (its inputs and the scheduler's dump, no period; the dump without
+    its rows while they are set aside, :meth:`StudyJudge.set_rows_aside`), the options,
     and the study-level findings by their rank (the study's inputs', the layout's, the
     command line's inputs', the scheduler's, the anchors')."""
 
@@ -166,13 +167,16 @@ class PeriodJudge:
         self._subject, self._path = index(list(context.ranked))
         self._known = {id(item) for _, items in context.ranked for item in items}
 
-    def narrowed(self, sacct: SacctDump | None, pins: dict[str, str] | None) -> PeriodJudge:
-        """This judge with ``sacct`` as the study's scheduler dump and ``pins`` as its
-        pinned commits: the whole dump narrowed to the rows a batch of periods may look up
-        (:meth:`~auditor.validate.checks.SchedulerRows.for_records`), the pins to its
-        periods' pairs (None for each: the study has none)."""
+    def narrowed(self, rows: tuple[SacctJob, ...] | None, pins: dict[str, str] | None
+                 ) -> PeriodJudge:
+        """This judge with ``rows`` as the study's scheduler dump's rows and ``pins`` as its
+        pinned commits: the rows a batch of periods may look up
+        (:meth:`~auditor.validate.checks.SchedulerRows.places`), in the dump's order, and the
+        pins of its periods' pairs (each None when the study has none)."""
         twin = copy.copy(self)
-        twin.study = replace(self.study, sacct=sacct, execution_commits=pins)
+        sacct = self.study.sacct
+        twin.study = replace(self.study, execution_commits=pins, sacct=replace(
+            sacct, jobs=rows) if sacct is not None and rows is not None else sacct)
         return twin
 
     def judge(self, period: PeriodEvidence, collection: Sequence[Sequence[Finding]],
@@ -300,11 +304,12 @@ class StudyJudge:
         they are next wanted (judging a period here, :attr:`sacct`, :meth:`finish`): while
         the workers judge every period, each batch with the rows it may look up, this
         process holds none of them through the reading (a million files' 55,556 jobs: 55
-        MB as objects, 2 MB packed)."""
+        MB as objects, 2.2 MB packed)."""
         sacct = self.study.sacct
         if sacct is not None and self._rows is None:
             self._rows = Packed(tuple(sacct.jobs))
             self._use(replace(sacct, jobs=()))
+            forget_lookups()  # (the study's checks may have indexed the dump's rows)
 
     @property
     def sacct(self) -> SacctDump | None:

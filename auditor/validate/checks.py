@@ -102,6 +102,14 @@ def element_for(sacct: SacctDump | None, job_id: str | None) -> SacctJob | None:
 _INDEX: dict[int, tuple[SacctDump, dict[str, SacctJob], dict[str, SacctJob]]] = {}
 
 
+def forget_lookups() -> None:
+    """Let go of :func:`element_for`'s index (and the dump it holds): the audit's process
+    sets a dump's rows aside while its workers judge, and the study's checks, made before,
+    may have indexed them all (an array element the records name that the dump does not
+    show)."""
+    _INDEX.clear()
+
+
 _RowKey = str | tuple[str | None] | tuple[str, int]
 """What :class:`SchedulerRows` files a row under: a job id, an array's pending ranges
 ``(array_job_id,)``, an array element ``(array_job_id, array_task_id)``."""
@@ -109,7 +117,7 @@ _RowKey = str | tuple[str | None] | tuple[str, int]
 
 class SchedulerRows:
     """A scheduler dump's rows by what judging a period may look them up by, to give a
-    batch of periods only the rows its judging can look up (:meth:`for_records`): a
+    batch of periods only the rows its judging can look up (:meth:`places`, :meth:`at`): a
     worker then holds a batch's few rows, not the whole dump (at a million files, 55,556
     jobs: about 80 MB in each worker, 9 MB pickled).
 
@@ -166,7 +174,8 @@ class SchedulerRows:
         return tuple(places)
 
     def at(self, places: Iterable[int]) -> SacctDump:
-        """The dump with only the rows at ``places`` (:meth:`places`), in its order."""
+        """The dump with only the rows at ``places`` (:meth:`places`), in its order (the
+        audit sends a batch the rows, :meth:`~auditor.reason.engine.PeriodJudge.narrowed`)."""
         jobs = self.sacct.jobs
         return replace(self.sacct, jobs=tuple(jobs[place] for place in sorted(set(places))))
 

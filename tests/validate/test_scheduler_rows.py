@@ -9,6 +9,7 @@ look-ups: every key, the dump's order, and the periods that cannot be narrowed.
 
 from __future__ import annotations
 
+import gc
 import io
 import pickle
 import shutil
@@ -22,7 +23,14 @@ import pytest
 from auditor.audit import run_audit
 from auditor.collect.sacct import parse_sacct
 from auditor.fold import Fold, FoldedPeriod
-from auditor.model import AttemptSpec, AuditOptions, PeriodRecord, SacctDump
+from auditor.model import (
+    AttemptSpec,
+    AuditOptions,
+    PeriodRecord,
+    SacctDump,
+    SacctJob,
+    StudyLayout,
+)
 from auditor.reason.engine import JudgeContext
 from auditor.validate.checks import SchedulerRows
 from tests.helpers import audit, edit_record, outcome_study, period_records, verdicts
@@ -190,22 +198,36 @@ def test_the_workers_context_holds_no_pin_and_each_batch_brings_its_pairs(
 
 
 def test_the_audit_holds_no_row_of_the_dump_while_the_workers_judge(
-        study: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        study: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """While the workers judge, each batch with its rows, the audit's own process keeps
-    the dump's rows set aside (packed: 55 MB as objects at a million files): none is held
-    as each judged period comes back, and the result has the whole dump, as parsed."""
-    held: list[int] = []
+    the dump's rows set aside (packed: 55 MB as objects at a million files): no row is
+    alive in it as each judged period comes back, nor the layout's listings, not even when
+    the study's checks looked rows up (an array element the records name that the dump
+    does not show: known by its job id, AUD111); the result has the whole dump, as
+    parsed."""
+    root = tmp_path / "study"
+    shutil.copytree(study, root)
+    edit_record(period_records(root)[1], lambda doc: doc.update(array_task_id=977))
+    held: list[tuple[int, int, int]] = []
     original = Fold.add_folded
 
     def spy(self: Fold, folded: FoldedPeriod) -> None:
         sacct = self.judge.study.sacct
-        held.append(-1 if sacct is None else len(sacct.jobs))
+        alive = gc.get_objects()
+        held.append((-1 if sacct is None else len(sacct.jobs),
+                     sum(isinstance(item, SacctJob) for item in alive),
+                     sum(isinstance(item, StudyLayout) and bool(item.period_records)
+                         for item in alive)))
         original(self, folded)
 
     monkeypatch.setattr(Fold, "add_folded", spy)
-    result = run_audit(study, AuditOptions(jobs=2))
-    assert held == [0, 0, 0]
-    with (study / "accounting/sacct-raw.psv").open("rb") as handle:
+    result = run_audit(root, AuditOptions(jobs=2))
+    assert held == [(0, 0, 0)] * 3
+    record = period_records(root)[1]
+    assert [item.rule_id for item in result.findings if "977" in item.message] == ["AUD111"]
+    assert [item.subject for item in result.findings if item.rule_id == "AUD111"] == [
+        f"{record.parent.name}/{record.stem}"]
+    with (root / "accounting/sacct-raw.psv").open("rb") as handle:
         parsed = parse_sacct(handle, "accounting/sacct-raw.psv")
     assert result.collected.sacct is not None and len(parsed.jobs) == 3
     assert result.collected.sacct.jobs == parsed.jobs
