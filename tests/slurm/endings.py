@@ -81,7 +81,10 @@ case "$task" in
     0|12|13|14) work sleep 10; log "done"; exit 0 ;;
     1) work sleep 10; exit 1 ;;
     2) work sleep 10; log "coordinated shutdown, launcher exits 143"; exit 143 ;;
-    3|4) work sleep 600; exit 0 ;;
+    # (Slurm signals every process of the step: when the work dies of the SIGTERM and the
+    # wait returns before the trap has run, the script handles it as the trap does; it
+    # exited 0 once, a race, and the batch step was COMPLETED 0:0)
+    3|4) work sleep 600; [ $? -ge 128 ] && on_term; exit 0 ;;
     5) work sleep 600; exit 0 ;;
     6) if [ "$restart" = 0 ]; then work sleep 600; fi; work sleep 10; exit 0 ;;
     7) if [ "$restart" = 0 ]; then
