@@ -138,8 +138,6 @@ class Auditor:
         sacct, sacct_display, sacct_inputs, sacct_findings = sacct_read()
         inputs.extend(sacct_inputs)
         findings.extend(sacct_findings)
-        dump = [sacct]  # (held by the head below, and by the fold's judge: not this frame)
-        del sacct
         # (a large study's records are kept packed until they go to the workers: as
         # objects, 3 KB a period, 340 MB of a million files' before any evidence was read)
         periods: list[LoadedPeriod] | PackedList[LoadedPeriod] = \
@@ -161,11 +159,12 @@ class Auditor:
         read_protocol_inputs(self.options, inputs, input_findings)
         head = CollectedParts(
             root=root, layout=replace(layout, attempt_files=Listing()),
-            protocol=protocol, sacct=dump.pop(), sacct_display=sacct_display,
+            protocol=protocol, sacct=sacct, sacct_display=sacct_display,
             execution_commits=commits, study_findings=tuple(findings),
             input_findings=tuple(input_findings), study_inputs=tuple(inputs),
             units=(), unlisted=(), periods_total=len(periods), shard=shard,
         )
+        del sacct  # (the head holds it, then the fold's judge: not this frame too)
         folding = Fold(head, MappedSequence(periods, _record), self.options) \
             if fold else None
         if folding is not None:

@@ -148,14 +148,6 @@ class SchedulerRows:
             else:
                 held.append(place)
 
-    def for_records(self, records: Iterable[PeriodRecord]) -> SacctDump:
-        """The dump with only the rows judging these periods' attempts may look up (in
-        the dump's order)."""
-        places: set[int] = set()
-        for record in records:
-            places.update(self.places(record))
-        return self.at(places)
-
     def places(self, record: PeriodRecord) -> tuple[int, ...]:
         """Where in the dump the rows are that judging this period's attempts may look up
         (each once, any order)."""

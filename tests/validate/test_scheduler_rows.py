@@ -64,6 +64,11 @@ def _record(array: str | None, task: int | None, *jobs: str) -> PeriodRecord:
                        in enumerate(jobs)))
 
 
+def _narrowed(rows: SchedulerRows, records: list[PeriodRecord]) -> SacctDump:
+    """The dump as a batch of ``records`` is sent it (what the audit does)."""
+    return rows.at(place for record in records for place in rows.places(record))
+
+
 def _ids(dump: SacctDump) -> list[str]:
     return [job.job_id for job in dump.jobs]
 
@@ -72,18 +77,18 @@ def test_a_batch_gets_its_jobs_its_elements_and_its_arrays_pending_ranges_in_ord
     dump = _dump("\n".join([FORMAT, *ROWS]) + "\n")
     rows = SchedulerRows(dump)
     # its job (by JobIDRaw, spaces as the look-up strips them) and its array's pending range
-    assert _ids(rows.for_records([_record("7000000", 0, " 7000001 ")])) == [
+    assert _ids(_narrowed(rows, [_record("7000000", 0, " 7000001 ")])) == [
         "7000000_0", "7000000_[2-3]"]
     # the element the record names, which sacct knows by another job id than the record's
-    assert _ids(rows.for_records([_record("7000000", 1, "9999999")])) == [
+    assert _ids(_narrowed(rows, [_record("7000000", 1, "9999999")])) == [
         "7000000_1", "7000000_[2-3]"]
     # two periods of two arrays: their rows in the dump's order, not the records'
-    assert _ids(rows.for_records([_record("8000000", 0, "8000001"),
+    assert _ids(_narrowed(rows, [_record("8000000", 0, "8000001"),
                                   _record("7000000", 2, "7000000")])) == [
         "7000000_[2-3]", "8000000_0"]
-    assert _ids(rows.for_records([_record(None, None, "123")])) == ["123"]
-    assert _ids(rows.for_records([_record(None, None, "555")])) == []
-    narrowed = rows.for_records([_record("8000000", 0, "8000001")])
+    assert _ids(_narrowed(rows, [_record(None, None, "123")])) == ["123"]
+    assert _ids(_narrowed(rows, [_record(None, None, "555")])) == []
+    narrowed = _narrowed(rows, [_record("8000000", 0, "8000001")])
     assert (narrowed.path, narrowed.fields, narrowed.findings, narrowed.digest) == (
         dump.path, dump.fields, dump.findings, dump.digest)
 
@@ -93,8 +98,8 @@ def test_without_a_jobidraw_column_a_job_is_found_by_its_printed_id() -> None:
     text = "\n".join([header, *("|".join(row.split("|")[:1] + row.split("|")[2:])
                                 for row in ROWS)]) + "\n"
     rows = SchedulerRows(_dump(text))
-    assert _ids(rows.for_records([_record(None, None, "123")])) == ["123"]
-    assert _ids(rows.for_records([_record(None, None, "7000000_1")])) == ["7000000_1"]
+    assert _ids(_narrowed(rows, [_record(None, None, "123")])) == ["123"]
+    assert _ids(_narrowed(rows, [_record(None, None, "7000000_1")])) == ["7000000_1"]
 
 
 def test_the_workers_context_holds_no_row_of_the_dump() -> None:
