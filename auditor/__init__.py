@@ -11,7 +11,7 @@ API map (the command line, ``auditor ...``, is :mod:`auditor._cli`):
 - :mod:`auditor.collect` -- one streaming reader per evidence kind; :mod:`auditor.validate`
   -- integrity and cross-checks; :mod:`auditor.reason` -- exits, verdicts, configurations,
   accounting, the gate; :mod:`auditor.report` -- markdown, tables, plots, manifest;
-- :mod:`auditor.catalogue` -- every rule as data, with its policy (the reason it blocks
+- :mod:`auditor.rules` -- every rule as data, with its policy (the reason it blocks
   with, how it fails the gate, the report's cross-check family);
 - :mod:`auditor.capture` -- the producer kit: what a run writes so it can be audited;
 - :mod:`auditor.schema` -- the JSON Schemas shipped in ``auditor/schemas``.

@@ -24,7 +24,6 @@ from typing import Any
 
 from auditor._io import clip
 from auditor._spill import EvidenceSpill, MappedSequence, Packed, PackedList, SortedSpill
-from auditor.catalogue import finding
 from auditor.collect.attempt import read_attempt
 from auditor.collect.inputs import LoadedPeriod, unpack_entries
 from auditor.model import (
@@ -63,6 +62,7 @@ from auditor.reason.engine import (
 )
 from auditor.report.plots import MAX_TIMELINE_PERIODS
 from auditor.report.rows import device_rows, phase_rows
+from auditor.rules import finding
 from auditor.validate.integrity import (
     assemble,
     integrity_findings,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from auditor import catalogue
+from auditor import rules
 from auditor._io import clip
 from auditor.model import Citation, Finding
 
@@ -277,7 +277,7 @@ def validate_document(kind: str, doc: object, path: str) -> list[Finding]:
     findings = []
     for pointer, message in problems(_checker_for(kind, doc), doc):
         findings.append(
-            catalogue.finding(
+            rules.finding(
                 "AUD002",
                 path,
                 [Citation(path, pointer=pointer, quote=_quote_at(doc, pointer))],
@@ -302,7 +302,7 @@ def validate_record(kind: str, record: object, path: str, line: int) -> list[Fin
     findings = []
     for pointer, message in problems(_checker_for(kind, record), record):
         findings.append(
-            catalogue.finding(
+            rules.finding(
                 "AUD002",
                 path,
                 [Citation(path, line=line, pointer=pointer, quote=_quote_at(record, pointer))],

@@ -619,8 +619,8 @@ def test_the_findings_limit_holds_however_many_files_reach_their_own() -> None:
     """Each file past its cap is summed up in an AUD013: thousands of such files must not
     carry thousands of findings past --max-findings (the study's cap counts them too)."""
     from auditor.audit import AuditOptions, apply_limits
-    from auditor.catalogue import finding
     from auditor.model import Citation
+    from auditor.rules import finding
 
     found = [finding("AUD101", f"f{n}.json", [Citation(f"f{n}.json")], manifest="m")
              for n in range(3000) for _ in range(2)]
@@ -638,9 +638,9 @@ def _limits_as_one_sort(findings: list[Finding], options: AuditOptions
     from dataclasses import replace
 
     from auditor._io import clip
-    from auditor.catalogue import finding
     from auditor.fold import CAP_SUMMARIES
     from auditor.model import Citation
+    from auditor.rules import finding
 
     order = {"error": 0, "warning": 1, "info": 2}
     per_file: Counter[str] = Counter()
@@ -679,8 +679,8 @@ def test_the_limits_keep_what_one_sort_of_every_finding_kept(seed: int) -> None:
     import random
 
     from auditor.audit import AuditOptions, apply_limits
-    from auditor.catalogue import finding
     from auditor.model import Citation
+    from auditor.rules import finding
 
     draw = random.Random(seed)
     rules = ["AUD101", "AUD102", "AUD203", "AUD218", "AUD013", "AUD016", "AUD201"]

@@ -110,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("files", type=Path, nargs="+")
     validate.add_argument("--kind", help="the kind of every file (default: from its name)")
 
-    commands.add_parser("rules", help="list the rule catalogue")
+    commands.add_parser("rules", help="list every rule (id, symbol, severity, what triggers it)")
     for module in _command_modules():
         module.add_parsers(commands)
     return parser
@@ -299,8 +299,8 @@ def _split_pairs(values: Sequence[str], flag: str) -> list[tuple[str, str]]:
 
 def waivers_of(args: argparse.Namespace) -> tuple[Any, ...]:
     """``--waive RULE_ID:SUBJECT --reason TEXT`` pairs as :class:`~auditor.model.Waiver`."""
-    from auditor.catalogue import RULES
     from auditor.model import Waiver
+    from auditor.rules import RULES
 
     if len(args.waive) != len(args.reason):
         raise UsageError("every --waive RULE_ID:SUBJECT needs its own --reason TEXT"

@@ -1,5 +1,5 @@
 """The commands that inspect what is already there: ``verify`` and ``gate`` (an audit's
-outputs), ``sacct`` and ``validate`` (single files), ``rules`` (the catalogue)."""
+outputs), ``sacct`` and ``validate`` (single files), ``rules`` (the rule table)."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def _sacct(args: argparse.Namespace) -> int:
         raise InputError(refused.message)
     summary = summary_json(dump)
     from auditor._io import printable
-    from auditor.catalogue import RULES
+    from auditor.rules import RULES
 
     said: Counter[str] = Counter()
     for item in dump.findings:  # (what a reader of the numbers must know, one line each)
@@ -202,7 +202,7 @@ def _rules(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from auditor.catalogue import RULES
+    from auditor.rules import RULES
 
     table = Table(title="auditor rules", show_lines=False)
     for column in ("id", "symbol", "severity", "title", "triggered by"):

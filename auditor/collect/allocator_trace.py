@@ -49,7 +49,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from auditor import catalogue
+from auditor import rules
 from auditor._io import CHUNK_SIZE, HashingReader, Line, clip, iter_blocks
 from auditor.collect.allocator_fold import FAST_BATCH, Folded, fold
 from auditor.collect.allocator_record import count, phase_ok, repeats_a_key, sample_ok
@@ -217,15 +217,15 @@ def read_allocator_trace(
     findings.extend(file_findings)
     if scan.dropped:
         findings.append(
-            catalogue.finding(
+            rules.finding(
                 "AUD013", path, [Citation(path)], dropped=scan.dropped, cap=FINDINGS_CAP
             )
         )
     if scan.phases_dropped:
-        findings.append(catalogue.finding("AUD016", path, [Citation(path)],
+        findings.append(rules.finding("AUD016", path, [Citation(path)],
                                           dropped=scan.phases_dropped, cap=PHASES_CAP))
     if scan.lines == 0:
-        findings.append(catalogue.finding("AUD010", path, [Citation(path)]))
+        findings.append(rules.finding("AUD010", path, [Citation(path)]))
     return AllocatorTrace(
         path=path,
         lines=scan.lines,
@@ -490,7 +490,7 @@ def _explain(scan: _Scan, record: dict[str, Any], line: int, form: str) -> None:
     explained = validate_record("allocator-record", record, scan.path, line)
     if not explained:  # the fast check is stricter than the schema: still say so
         explained = [
-            catalogue.finding(
+            rules.finding(
                 "AUD002",
                 scan.path,
                 [Citation(scan.path, line=line)],
@@ -535,19 +535,19 @@ def _decode_error(raw: bytes, error: orjson.JSONDecodeError) -> str:
 
 
 def _not_object(path: str, line: int, raw: bytes, error: str) -> Finding:
-    return catalogue.finding(
+    return rules.finding(
         "AUD003", path, [Citation(path, line=line, quote=_quote(raw))], error=error
     )
 
 
 def _disorder(path: str, line: int, raw: bytes, detail: str) -> Finding:
-    return catalogue.finding(
+    return rules.finding(
         "AUD115", path, [Citation(path, line=line, quote=_quote(raw))], detail=detail
     )
 
 
 def _clipped(path: str, line: int, data: bytes, length: int, limit: int) -> Finding:
-    return catalogue.finding(
+    return rules.finding(
         "AUD007",
         path,
         [Citation(path, line=line, quote=_quote(data))],
@@ -557,6 +557,6 @@ def _clipped(path: str, line: int, data: bytes, length: int, limit: int) -> Find
 
 
 def _truncated(path: str, line: Line, detail: str) -> Finding:
-    return catalogue.finding(
+    return rules.finding(
         "AUD004", path, [Citation(path, line=line.number, quote=_quote(line.data))], detail=detail
     )

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TypeVar
 
 from auditor._io import HashingReader, sha256_file
-from auditor.catalogue import finding
 from auditor.collect.discover import SACCT_PATH
 from auditor.collect.paths import check_path
 from auditor.collect.period import read_period
@@ -35,6 +34,7 @@ from auditor.model import (
     fast_pickle,
 )
 from auditor.model.paths import join_text
+from auditor.rules import finding
 
 R = TypeVar("R")
 

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from auditor import catalogue
+from auditor import rules
 from auditor._io import HashingReader, clip, read_limited
 from auditor.model import Citation, FileDigest, Finding
 from auditor.schema import json_type, pointer_of
@@ -71,12 +71,12 @@ def load_json(
     data = read_limited(counter, limit)  # type: ignore[arg-type]
     if data is None:
         return None, [
-            catalogue.finding(
+            rules.finding(
                 "AUD012", path, [Citation(path)], size=counter.total, limit=limit, kind=kind
             )
         ]
     if not data:
-        return None, [catalogue.finding("AUD010", path, [Citation(path)])]
+        return None, [rules.finding("AUD010", path, [Citation(path)])]
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as error:
@@ -88,7 +88,7 @@ def load_json(
         pointer, key = duplicates[0]
         more = f" (and {len(duplicates) - 1} more)" if len(duplicates) > 1 else ""
         return None, [
-            catalogue.finding(
+            rules.finding(
                 "AUD001",
                 path,
                 [Citation(path, pointer=pointer, quote=clip(key, 80))],
@@ -98,7 +98,7 @@ def load_json(
         ]
     if not isinstance(doc, dict):
         return None, [
-            catalogue.finding(
+            rules.finding(
                 "AUD002",
                 path,
                 [Citation(path, pointer="", quote=clip(data[:80].decode("utf-8", "replace")))],
@@ -115,7 +115,7 @@ def _invalid(
     quote = ""
     if data and pos is not None:
         quote = data[max(0, pos - 30) : pos + 30].decode("utf-8", "replace")
-    return catalogue.finding(
+    return rules.finding(
         "AUD001", path, [Citation(path, line=line, quote=clip(quote, 80))], error=clip(error, 200)
     )
 

@@ -23,7 +23,7 @@ from pathlib import PurePosixPath
 from sys import intern
 from typing import Any, BinaryIO
 
-from auditor import catalogue
+from auditor import rules
 from auditor._io import HashingReader
 from auditor.collect.jsondoc import (
     DEFAULT_LIMIT,
@@ -96,7 +96,7 @@ def read_period(stream: BinaryIO | HashingReader, path: str) -> PeriodRecord:
     for spec in attempts:  # (a typo, "trial_record", would otherwise say only "no trial")
         for entry in spec.evidence:
             if entry.kind not in KNOWN_KINDS:
-                findings.append(catalogue.finding(
+                findings.append(rules.finding(
                     "AUD018", path, [Citation(path, pointer=f"{entry.pointer}/kind",
                                               quote=entry.kind)],
                     pointer=entry.pointer, kind=entry.kind, file=entry.path))
@@ -106,7 +106,7 @@ def read_period(stream: BinaryIO | HashingReader, path: str) -> PeriodRecord:
     for field, inside, outside in (("pair", pair, path_pair),
                                    ("period", period, path_period if named else None)):
         if inside is not None and outside not in (None, "") and inside != outside:
-            findings.append(catalogue.finding(
+            findings.append(rules.finding(
                 "AUD015", path, [Citation(path, pointer=f"/{field}", quote=str(inside))],
                 field=field, inside=inside, outside=outside))
     return PeriodRecord(
@@ -143,11 +143,11 @@ def _sealed_by(value: object) -> str | None:
 def _unreadable(path: str, causes: list[Finding]) -> Finding:
     if causes:
         cause = causes[0]
-        detail = catalogue.describe(cause)
+        detail = rules.describe(cause)
         error = f"{detail} ({cause.rule_id} {cause.symbol})"
     else:  # pragma: no cover - load_json always explains a None document
         error = "unreadable"
-    return catalogue.finding("AUD011", path, [Citation(path)], error=error)
+    return rules.finding("AUD011", path, [Citation(path)], error=error)
 
 
 def _attempt(value: object, index: int, pointer: str) -> AttemptSpec:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, BinaryIO
 
-from auditor import catalogue
+from auditor import rules
 from auditor._io import HashingReader, clip
 from auditor.collect.jsondoc import as_list, as_obj, finish, load_json
 from auditor.model import DEFAULT_PROTOCOL, Citation, Configuration, EligibleFailure, Protocol
@@ -36,9 +36,9 @@ def read_protocol(stream: BinaryIO | HashingReader, path: str) -> Protocol:
     doc, findings = load_json(stream, path, PROTOCOL_LIMIT, kind="protocol")
     digest = finish(stream)
     if doc is None:
-        cause = catalogue.describe(findings[0]) if findings else "unreadable"
+        cause = rules.describe(findings[0]) if findings else "unreadable"
         findings.append(
-            catalogue.finding(
+            rules.finding(
                 "AUD014", path, [Citation(path)], error=f"{cause}; built-in defaults apply"
             )
         )
@@ -62,7 +62,7 @@ def read_protocol(stream: BinaryIO | HashingReader, path: str) -> Protocol:
     )
     if fallbacks:
         findings.append(
-            catalogue.finding(
+            rules.finding(
                 "AUD014",
                 path,
                 [Citation(path, pointer=f"/{fallbacks[0]}")],
@@ -79,7 +79,7 @@ def read_protocol(stream: BinaryIO | HashingReader, path: str) -> Protocol:
         pattern, problem = _terminal_pattern(doc["terminal_event"]["pattern"])
         if problem:
             findings.append(
-                catalogue.finding(
+                rules.finding(
                     "AUD014",
                     path,
                     [Citation(path, pointer="/terminal_event/pattern", quote=clip(pattern, 80))],

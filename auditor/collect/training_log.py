@@ -55,7 +55,7 @@ from typing import BinaryIO
 
 import ahocorasick_rs
 
-from auditor import catalogue
+from auditor import rules
 from auditor._io import DEFAULT_MAX_LINE, HashingReader, Line, iter_blocks
 from auditor.collect.log_events import PATTERN_TIMEOUT, _compile_pattern, _quote, _Scanner
 from auditor.model import Citation, Finding, TrainingLogScan
@@ -158,20 +158,20 @@ def scan_training_log(
     findings: list[Finding] = []
     if reader.utf8 is not None:
         line, quote = reader.utf8
-        findings.append(catalogue.finding("AUD005", path, [Citation(path, line, quote=quote)]))
+        findings.append(rules.finding("AUD005", path, [Citation(path, line, quote=quote)]))
     if reader.nul is not None:
         line, quote = reader.nul
-        findings.append(catalogue.finding("AUD006", path, [Citation(path, line, quote=quote)]))
+        findings.append(rules.finding("AUD006", path, [Citation(path, line, quote=quote)]))
     if reader.clipped is not None:
         line, length = reader.clipped
         findings.append(
-            catalogue.finding("AUD007", path, [Citation(path, line)], length=length, limit=max_line)
+            rules.finding("AUD007", path, [Citation(path, line)], length=length, limit=max_line)
         )
     if reader.unterminated is not None:
-        findings.append(catalogue.finding("AUD017", path, [Citation(path, reader.unterminated)],
+        findings.append(rules.finding("AUD017", path, [Citation(path, reader.unterminated)],
                                           line=reader.unterminated))
     if scanner.pattern_gave_up is not None:
-        findings.append(catalogue.finding(
+        findings.append(rules.finding(
             "AUD020", path, [Citation(path, scanner.pattern_gave_up)],
             line=scanner.pattern_gave_up, seconds=PATTERN_TIMEOUT))
     findings.sort(key=lambda found: (found.citations[0].line or 0, found.rule_id))

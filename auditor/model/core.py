@@ -85,7 +85,7 @@ class Finding:
     """One observation produced by a rule, with the evidence it rests on."""
 
     rule_id: str
-    """Stable id from the catalogue, e.g. ``AUD201``."""
+    """Stable id from the rule table (:mod:`auditor.rules`), e.g. ``AUD201``."""
     symbol: str
     """Stable kebab-case name of the rule, e.g. ``terminal-event-missing``."""
     severity: Severity

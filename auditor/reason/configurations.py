@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from auditor._io import counted
-from auditor.catalogue import finding
 from auditor.model import (
     AttemptOutcome,
     Citation,
@@ -17,6 +16,7 @@ from auditor.model import (
     Verdict,
     VerdictKind,
 )
+from auditor.rules import finding
 
 
 class _Member(NamedTuple):

@@ -34,7 +34,6 @@ from itertools import chain
 from typing import TypeVar
 
 from auditor._spill import Packed, PackedList
-from auditor.catalogue import finding
 from auditor.model import (
     AttemptEvidence,
     AttemptOutcome,
@@ -58,6 +57,7 @@ from auditor.reason.exits import EXIT_KINDS
 from auditor.reason.facts import period_facts
 from auditor.reason.gate import apply_waivers, decide_gate, gate_reasons
 from auditor.reason.verdict import UNFINISHED_STATES, Context, Judgement, judge_attempt
+from auditor.rules import finding
 from auditor.validate.checks import element_for, forget_lookups, period_checks, study_checks
 
 T = TypeVar("T")

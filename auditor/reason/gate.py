@@ -2,7 +2,7 @@
 decision in both modes (plain, and ``--allow-partial``).
 
 Which findings fail the gate, how, and in which order is each rule's policy
-(:attr:`auditor.catalogue.Rule.gate`); the configurations' reasons (an unresolved period,
+(:attr:`auditor.rules.Rule.gate`); the configurations' reasons (an unresolved period,
 a missing seed) come from the configurations themselves.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from itertools import chain
 
-from auditor.catalogue import FROZEN_GATE, FROZEN_INPUTS, RULES, GatePolicy, finding
 from auditor.model import (
     Collected,
     ConfigurationResult,
@@ -24,6 +23,7 @@ from auditor.model import (
     Waiver,
     WaiverUse,
 )
+from auditor.rules import FROZEN_GATE, FROZEN_INPUTS, RULES, GatePolicy, finding
 
 
 def gate_reasons(collected: Collected, verdicts: Sequence[Verdict], findings: Iterable[Finding],

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from auditor.catalogue import finding
 from auditor.model import Citation, Finding, SacctJob, TrainingLogScan, TrialRecord
+from auditor.rules import finding
 
 
 def infrastructure(

@@ -2,7 +2,7 @@
 
 1. :func:`attempt_blockers`: evidence that is not intact or does not belong together. Which
    finding blocks, and with which reason, is each rule's policy
-   (:attr:`auditor.catalogue.Rule.blocks`); an element sacct still shows unfinished blocks
+   (:attr:`auditor.rules.Rule.blocks`); an element sacct still shows unfinished blocks
    first (``array_partial``).
 2. :func:`evidence_shows`: the exit, the dispatch, the completion records, the terminal line,
    the log's events, whatever the verdict: the diagnosis says all of it.
@@ -17,7 +17,6 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from auditor.catalogue import RULES, finding
 from auditor.model import (
     AttemptEvidence,
     Cause,
@@ -37,6 +36,7 @@ from auditor.reason.causes import cause_of
 from auditor.reason.completion import Completion, completion, eligible_failures
 from auditor.reason.exits import ExitClass, classify_exit
 from auditor.reason.infrastructure import cancelled_in_log, ended_after, infrastructure
+from auditor.rules import RULES, finding
 from auditor.validate.checks import element_for
 
 UNFINISHED_STATES = frozenset({"PENDING", "RUNNING", "REQUEUED", "SUSPENDED", "RESIZING",

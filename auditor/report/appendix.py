@@ -10,7 +10,6 @@ from collections.abc import Iterator, Sequence
 from itertools import islice
 
 from auditor._io import counted, printable
-from auditor.catalogue import describe
 from auditor.model import (
     DEFAULT_PROTOCOL,
     AuditResult,
@@ -22,6 +21,7 @@ from auditor.model import (
 from auditor.report.groups import named_arrays
 from auditor.report.mdformat import code_block, code_span, figure, number, prose, table
 from auditor.report.tables import sorted_findings
+from auditor.rules import describe
 
 MAX_FINDINGS_LISTED = 200
 MAX_NAMED_PERIODS = 500

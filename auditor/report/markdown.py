@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator, Sequence
 
 from auditor._io import counted
 from auditor._spill import MappedSequence, PackedList, SortedSpill, SpilledList
-from auditor.catalogue import in_family
 from auditor.model import (
     AuditResult,
     Reasoning,
@@ -64,6 +63,7 @@ from auditor.report.mdformat import (
     utc_seconds,
 )
 from auditor.report.tables import device_values
+from auditor.rules import in_family
 
 PHASE_WORDS = {"rollout_init": "rollout-initialization", "init_model": "model-initialization",
                "actor_update": "actor-update", "weight_sync": "weight-synchronization",

@@ -16,7 +16,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
-from auditor.catalogue import finding
 from auditor.model import (
     SLURM_STATES,
     AttemptEvidence,
@@ -29,6 +28,7 @@ from auditor.model import (
     SacctDump,
     SacctJob,
 )
+from auditor.rules import finding
 
 DEVICE_NAME_RE = re.compile(
     r"^worker-(?P<role>.+)-(?P<rank>\d{1,20})-(?P<pid>\d{1,20})\.json$")

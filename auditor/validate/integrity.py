@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from auditor.catalogue import finding
 from auditor.collect.inputs import pair_link_hides_periods
 from auditor.collect.plan import evidence_row
 from auditor.model import (
@@ -30,6 +29,7 @@ from auditor.model import (
     StudyLayout,
 )
 from auditor.model.paths import join_text
+from auditor.rules import finding
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 """A SHA-256 as a manifest must give it (lower-cased when read)."""

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from auditor import _io, catalogue
+from auditor import _io
+from auditor import rules as table
 from auditor._io import HashingReader
 from auditor.collect import log_events, training_log
 from auditor.collect.log_events import STEP_LINES_KEPT
@@ -645,17 +646,17 @@ def reference_scan(
             scanner.examine(lines, line.data)
     findings = []
     if utf8 is not None:
-        findings.append(catalogue.finding("AUD005", path, [Citation(path, utf8[0], quote=utf8[1])]))
+        findings.append(table.finding("AUD005", path, [Citation(path, utf8[0], quote=utf8[1])]))
     if nul is not None:
-        findings.append(catalogue.finding("AUD006", path, [Citation(path, nul[0], quote=nul[1])]))
+        findings.append(table.finding("AUD006", path, [Citation(path, nul[0], quote=nul[1])]))
     if clipped is not None:
         findings.append(
-            catalogue.finding(
+            table.finding(
                 "AUD007", path, [Citation(path, clipped[0])], length=clipped[1], limit=max_line
             )
         )
     if data and not data.endswith(b"\n"):
-        findings.append(catalogue.finding("AUD017", path, [Citation(path, lines)], line=lines))
+        findings.append(table.finding("AUD017", path, [Citation(path, lines)], line=lines))
     findings.sort(key=lambda found: (found.citations[0].line or 0, found.rule_id))
     return scanner.result(lines, tuple(findings))
 

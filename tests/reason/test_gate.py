@@ -1,10 +1,9 @@
 """The gate on hand-built model values: which findings give a reason and in which order
-(each rule's :attr:`~auditor.catalogue.Rule.gate`), what a waiver lifts, and the decision
+(each rule's :attr:`~auditor.rules.Rule.gate`), what a waiver lifts, and the decision
 in both modes."""
 
 from __future__ import annotations
 
-from auditor.catalogue import RULES, finding
 from auditor.model import (
     Citation,
     ConfigurationResult,
@@ -16,6 +15,7 @@ from auditor.model import (
     Waiver,
 )
 from auditor.reason.gate import apply_waivers, decide_gate, gate_reasons
+from auditor.rules import RULES, finding
 from tests.reason.values import LOG, RECORD, SACCT, attempt, collected, period
 
 A, B = "host-m-gsm8k-c2-s161/period-1", "host-m-gsm8k-c2-s162/period-1"

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from auditor._cli import main
-from auditor.catalogue import RULES
+from auditor.rules import RULES
 from tests.helpers import edit_json, edit_record, find, outcome_study, rewrite
 
 OUTCOMES = ["completed", "coordinated_shutdown", "rollout_init_oom", "terminal_missing"]

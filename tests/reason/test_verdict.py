@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from auditor.catalogue import RULES, finding
 from auditor.model import AttemptEvidence, AttemptRead, Citation, Finding, Reason, SacctDump
 from auditor.reason.verdict import Judgement, attempt_blockers, judge_attempt
+from auditor.rules import RULES, finding
 from tests.reason.values import (
     LOG,
     PIDS,

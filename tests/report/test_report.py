@@ -156,7 +156,7 @@ def test_every_table_column_holds_what_its_name_says(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from auditor.catalogue import RULES
+    from auditor.rules import RULES
     from tests.helpers import copy_example, period_records
 
     root = copy_example(tmp_path)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from auditor import catalogue
+from auditor import rules
 from auditor._io import HashingReader, Line, clip, iter_lines
 from auditor.collect.sacct.format import (
     _AMBIGUOUS,
@@ -438,4 +438,4 @@ class _Framer:
             return
         quote = clip(text.replace("\n", "\\n"), 120)
         citation = Citation(self.path, line=number, quote=quote)
-        self.findings.append(catalogue.finding(rule_id, self.path, (citation,), **values))
+        self.findings.append(rules.finding(rule_id, self.path, (citation,), **values))

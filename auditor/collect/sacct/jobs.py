@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from auditor import catalogue
+from auditor import rules
 from auditor._io import HashingReader, clip
 from auditor.collect.sacct.format import MAX_FINDINGS, _check_delimiter, _normalise_fields
 from auditor.collect.sacct.framing import _Framer
@@ -100,7 +100,7 @@ class _Parser(_Framer):
         if not self.any_rows:
             self._add_empty_finding()
         if self.dropped:
-            self.findings.append(catalogue.finding(
+            self.findings.append(rules.finding(
                 "AUD013", self.path, (Citation(self.path),),
                 dropped=self.dropped, cap=MAX_FINDINGS,
             ))
@@ -283,7 +283,7 @@ class _Parser(_Framer):
                           f"{len(job.records)} record{'s' if len(job.records) > 1 else ''})"
                           for job in short[:5]) + (", ..." if len(short) > 5 else "")
         first = short[0]
-        self.findings.append(catalogue.finding(
+        self.findings.append(rules.finding(
             "AUD024", self.path, (Citation(self.path, line=first.line,
                                            quote=str(first.restarts)),),
             consequence=f"sacct's Restarts counts more runs than the dump has records for "
@@ -300,7 +300,7 @@ class _Parser(_Framer):
             error = "the dump holds a header but no job rows"
         else:
             error = "the dump holds no job rows (only blank, comment or unreadable lines)"
-        self.findings.insert(0, catalogue.finding(
+        self.findings.insert(0, rules.finding(
             "AUD009", self.path, (Citation(self.path),), error=error,
         ))
 

@@ -9,12 +9,12 @@ from dataclasses import replace
 
 import pytest
 
-from auditor import catalogue
-from auditor.catalogue import BY_SYMBOL, RULES, GatePolicy, describe, finding, in_family
+from auditor import rules
 from auditor.model import Citation, Reason, Severity
+from auditor.rules import BY_SYMBOL, RULES, GatePolicy, describe, finding, in_family
 
 FAMILIES = ("identity", "job_ids", "timeline")
-ALL = catalogue._RULES  # (the tuple the dicts are built from: a duplicate id would vanish)
+ALL = rules._RULES  # (the tuple the dicts are built from: a duplicate id would vanish)
 
 
 def test_every_rule_id_and_symbol_is_unique_and_well_formed() -> None:
@@ -51,7 +51,7 @@ def test_only_errors_block_or_gate() -> None:
 def test_every_gate_policy_renders_and_integrity_comes_first() -> None:
     """Each text fills from ``subject`` and ``message`` alone; every integrity policy's
     order is below every other's (the gate lists them before the configurations')."""
-    policies = [rule.gate for rule in ALL if rule.gate is not None] + [catalogue.FROZEN_GATE]
+    policies = [rule.gate for rule in ALL if rule.gate is not None] + [rules.FROZEN_GATE]
     for policy in policies:
         fields = {name for _, name, _, _ in string.Formatter().parse(policy.text) if name}
         assert fields <= {"subject", "message"}, policy
