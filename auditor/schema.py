@@ -29,6 +29,7 @@ import orjson
 from auditor import rules
 from auditor._io import clip
 from auditor.model import Citation, Finding
+from auditor.model.kinds import KINDS as EVIDENCE_KINDS
 
 if TYPE_CHECKING:  # jsonschema (80 ms to import) only checks what the fast path cannot pass
     from jsonschema.exceptions import ValidationError
@@ -50,13 +51,12 @@ ALLOCATOR_FORMS: tuple[str, ...] = ("phase", "sample")
 
 _FILENAME_KINDS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"period-[0-9]+\.json"), "period"),
-    (re.compile(r"trial-[^/]+\.json"), "trial"),
-    (re.compile(r"allocator-[^/]+\.jsonl"), "allocator-record"),
-    (re.compile(r"worker-[^/]+\.json"), "device"),
+    *((kind.loose_compiled, kind.schema) for kind in EVIDENCE_KINDS.values() if kind.schema),
     (re.compile(r"protocol\.json"), "protocol"),
     (re.compile(r"summary\.json"), "summary"),
     (re.compile(r"output_manifest\.json"), "output-manifest"),
 )
+"""A file's schema from its name: the study's own files', and each evidence kind's."""
 
 
 def _is_strict_integer(_checker: object, instance: object) -> bool:
@@ -83,8 +83,11 @@ def kind_for_filename(name: str) -> str | None:
     return None
 
 
-KIND_ALIASES = {"device-evidence": "device", "allocator-trace": "allocator-record",
-                "period-record": "period", "trial-record": "trial"}
+KIND_ALIASES = {
+    **{kind.name.replace("_", "-"): kind.schema for kind in EVIDENCE_KINDS.values()
+       if kind.schema is not None and kind.name.replace("_", "-") != kind.schema},
+    "period-record": "period", "trial-record": "trial",
+}
 """The period record's evidence kinds (and other names a user may reach for) by schema."""
 
 

@@ -133,13 +133,14 @@ def _check_attempt(attempt: Any) -> None:
     import threading
 
     from auditor.capture import launch
+    from auditor.model.kinds import TRAINING_LOG, TRIAL
 
     if threading.current_thread() is not threading.main_thread():
         raise launch.RunRefused("auditor run must run in the main thread (it traps signals)")
     directory = attempt.directory
-    for name, what in ((f"trial-{attempt.job_id}.json", "trial record"),
-                       (f"training-{attempt.job_id}.log", "training log")):
-        if os.path.lexists(directory / name):
+    for kind in (TRIAL, TRAINING_LOG):
+        what = kind.title
+        if os.path.lexists(directory / kind.path_for(job=attempt.job_id)):
             raise launch.RunRefused(f"{directory}: already holds this job's {what} (an "
                                     "attempt is never overwritten; a requeue has its own "
                                     "restart count)")

@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 from auditor.errors import InputError, UsageError
+from auditor.model.kinds import TRAINING_LOG
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -147,7 +148,7 @@ def _regular_file(path: Path) -> None:
 
 
 _SCHEMALESS = {
-    "training-log": (re.compile(r"training-.*\.log"), "a training log is plain text, with no "
+    "training-log": (TRAINING_LOG.loose_compiled, "a training log is plain text, with no "
                      "schema to check it against ('auditor audit' reads it)"),
     "sacct": (re.compile(r".*\.psv"), "a sacct dump is no JSON, with no schema to check it "
               "against ('auditor sacct FILE' reads one)"),

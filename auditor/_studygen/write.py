@@ -27,6 +27,13 @@ from auditor._studygen.spec import (
     _floor_s,
     _sacct_time,
 )
+from auditor.model.kinds import (
+    ALLOCATOR_TRACE,
+    DEVICE_EVIDENCE,
+    TRAINING_LOG,
+    TRIAL,
+    EvidenceKind,
+)
 
 # --------------------------------------------------------------------------- sacct
 
@@ -156,25 +163,19 @@ def _write_attempt(
     base = root / run.attempt_dir
     evidence: list[dict[str, Any]] = []
 
-    def put(relative: str, kind: str, chunks: Iterable[bytes]) -> None:
+    def put(kind: EvidenceKind, chunks: Iterable[bytes], **name: object) -> None:
+        relative = kind.path_for(**name)
         digest, size = _write_file(base / relative, chunks)
-        evidence.append({"path": relative, "kind": kind, "sha256": digest, "size": size})
+        evidence.append({"path": relative, "kind": kind.name, "sha256": digest, "size": size})
 
     if run.outcome != "node_failure":
-        put(f"trial-{run.job_id}.json", "trial", [_dumps(_trial_record(run))])
-    put(f"training-{run.job_id}.log", "training_log", _log_chunks(run, spec.log_filler_lines, spec))
+        put(TRIAL, [_dumps(_trial_record(run))], job=run.job_id)
+    put(TRAINING_LOG, _log_chunks(run, spec.log_filler_lines, spec), job=run.job_id)
     for rank, pid in enumerate(run.worker_pids):
-        put(
-            f"allocator-traces/allocator-{pid}.jsonl",
-            "allocator_trace",
-            _trace_chunks(run, rank, spec.trace_samples),
-        )
+        put(ALLOCATOR_TRACE, _trace_chunks(run, rank, spec.trace_samples), pid=pid)
     for rank, pid in enumerate(run.worker_pids):
-        put(
-            f"device-evidence/worker-actor_rollout-{rank}-{pid}.json",
-            "device_evidence",
-            [_dumps(_device_evidence(run, rank))],
-        )
+        put(DEVICE_EVIDENCE, [_dumps(_device_evidence(run, rank))], role="actor_rollout",
+            rank=rank, pid=pid)
     workers = [
         {"role": "actor_rollout", "rank": rank, "pid": pid}
         for rank, pid in enumerate(run.worker_pids)

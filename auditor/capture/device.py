@@ -31,8 +31,8 @@ from auditor.capture._files import (
     write_atomic,
 )
 from auditor.capture.memory import Memory
+from auditor.model.kinds import DEVICE_EVIDENCE
 
-DEVICE_DIR = "device-evidence"
 MIB = 1 << 20
 IDLE_MEMORY_MIB = 1024
 """Most memory (MiB) a GPU may show in use and still count as idle (the driver's own)."""
@@ -171,7 +171,7 @@ def write_device_evidence(attempt_dir: str | os.PathLike[str] | None = None,
         record["gpu_source"] = source
     record.update({"peak_allocated_mib": _mib(allocated), "peak_reserved_mib": _mib(reserved),
                    "captured_ns": time.time_ns(), "nspid": nspid()})
-    path = attempt_dir_of(attempt_dir) / DEVICE_DIR / f"worker-{role}-{rank}-{pid}.json"
+    path = attempt_dir_of(attempt_dir) / DEVICE_EVIDENCE.path_for(role=role, rank=rank, pid=pid)
     write_atomic(path, dumps(record))
     return path
 

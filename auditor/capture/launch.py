@@ -40,6 +40,7 @@ from auditor.capture._files import (
     write_atomic,
 )
 from auditor.model import ProcessExit, TrialRecord
+from auditor.model.kinds import DEVICE_EVIDENCE, TRAINING_LOG, TRIAL
 from auditor.reason.exits import ExitClass, classify_exit
 
 DEFAULT_FLAG = "COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS"
@@ -191,8 +192,8 @@ def run(spec: RunSpec, environ: Mapping[str, str] | None = None,
     environ = dict(os.environ if environ is None else environ)
     attempt = resolve_attempt(spec, environ)
     directory = attempt.directory
-    trial_path = directory / f"trial-{attempt.job_id}.json"
-    log_path = directory / f"training-{attempt.job_id}.log"
+    trial_path = directory / TRIAL.path_for(job=attempt.job_id)
+    log_path = directory / TRAINING_LOG.path_for(job=attempt.job_id)
     if os.path.lexists(trial_path) or os.path.lexists(log_path):  # (a link, dangling too)
         raise RunRefused(f"{directory}: already holds this job's "
                          f"{'trial record' if os.path.lexists(trial_path) else 'training log'} "
@@ -215,8 +216,8 @@ def run(spec: RunSpec, environ: Mapping[str, str] | None = None,
 def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
                  state: _Supervision) -> RunResult:
     directory = attempt.directory
-    trial_path = directory / f"trial-{attempt.job_id}.json"
-    log_path = directory / f"training-{attempt.job_id}.log"
+    trial_path = directory / TRIAL.path_for(job=attempt.job_id)
+    log_path = directory / TRAINING_LOG.path_for(job=attempt.job_id)
     # (made here, never through a link put in its place since the check: O_EXCL, O_NOFOLLOW)
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
                      | os.O_NOFOLLOW, 0o644)
@@ -398,7 +399,8 @@ def _peak_mib(directory: Path) -> int | None:
     import json
 
     peaks: list[int] = []
-    for path in sorted((directory / "device-evidence").glob("worker-*.json")):
+    for path in sorted(path for path in (directory / DEVICE_EVIDENCE.directory).glob("*")
+                       if DEVICE_EVIDENCE.loose_compiled.fullmatch(path.name)):
         try:
             value = json.loads(path.read_bytes()).get("peak_reserved_mib")
         except (OSError, ValueError, AttributeError):

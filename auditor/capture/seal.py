@@ -30,13 +30,8 @@ from typing import Any
 from auditor import __version__
 from auditor.capture._files import dumps, hostname, write_atomic
 from auditor.capture.device import idle_check as check_idle
+from auditor.model.kinds import ALLOCATOR_TRACE, DEVICE_EVIDENCE, TRIAL, kind_of
 
-_KINDS = (
-    (re.compile(r"trial-[^/]*\.json"), "trial"),
-    (re.compile(r"training-[^/]*\.log"), "training_log"),
-    (re.compile(r"allocator-traces/allocator-[^/]*\.jsonl"), "allocator_trace"),
-    (re.compile(r"device-evidence/worker-[^/]*\.json"), "device_evidence"),
-)
 _COMMIT = re.compile(r"[0-9a-f]{7,64}")
 ATTEMPT_FIELDS = ("job_id", "restart_count", "attempt_dir", "workers", "evidence")
 """What an attempt is sealed with (an ``attempts`` item; the single form has them on top)."""
@@ -80,12 +75,6 @@ class SealResult:
     missing: tuple[str, ...]
     """Fields the audit requires that were not given (workload, seed, model)."""
     idle_check: dict[str, Any] | None
-
-
-def kind_of(relative: str) -> str:
-    """The evidence kind of a file from its path under the attempt directory (``other``
-    when the name says none)."""
-    return next((kind for pattern, kind in _KINDS if pattern.fullmatch(relative)), "other")
 
 
 def _attempt_dir(spec: SealSpec) -> tuple[Path, str]:
@@ -165,10 +154,10 @@ def _workers(directory: Path, files: list[str]) -> list[dict[str, Any]]:
     found: dict[int, dict[str, Any]] = {}
     for relative in files:
         kind = kind_of(relative)
-        if kind == "device_evidence":
+        if kind == DEVICE_EVIDENCE.name:
             document = _json(directory / relative) or {}
             _add_worker(found, document.get("role"), document.get("rank"), document.get("pid"))
-        elif kind == "allocator_trace":
+        elif kind == ALLOCATOR_TRACE.name:
             for record in _first_phase(directory / relative):
                 _add_worker(found, record.get("role"), record.get("rank"), record.get("pid"))
     return sorted(found.values(), key=lambda w: (w["role"], w["rank"], w["pid"]))
@@ -200,7 +189,7 @@ def attempt_entry(spec: SealSpec) -> tuple[dict[str, Any], dict[str, Any]]:
     record naming this pair, period and GPU count."""
     directory, relative = _attempt_dir(spec)
     files = _files(directory)
-    trials = [name for name in files if kind_of(name) == "trial"]
+    trials = [name for name in files if kind_of(name) == TRIAL.name]
     if len(trials) != 1:
         raise SealRefused(f"{directory}: {len(trials)} trial records (one expected: "
                           "'auditor run' writes it when the attempt ends)")

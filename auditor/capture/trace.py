@@ -25,8 +25,7 @@ from typing import Any
 
 from auditor.capture._files import attempt_dir_of, rank_of
 from auditor.capture.memory import Memory
-
-TRACE_DIR = "allocator-traces"
+from auditor.model.kinds import ALLOCATOR_TRACE
 
 
 def qualified_name(error: BaseException) -> str:
@@ -54,9 +53,8 @@ class Trace:
         self.rank = rank_of(rank)
         self.role = role
         self.memory = memory if memory is not None else Memory()
-        directory = attempt_dir_of(attempt_dir) / TRACE_DIR
-        directory.mkdir(parents=True, exist_ok=True)
-        self.path = directory / f"allocator-{self.pid}.jsonl"
+        self.path = trace_path(attempt_dir_of(attempt_dir), self.pid)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd: int | None = os.open(  # (never through a link put in its place)
             self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
         self._seq = 0
@@ -176,4 +174,4 @@ class _Phase(contextlib.ContextDecorator):
 
 def trace_path(attempt_dir: Path, pid: int) -> Path:
     """Where the trace of ``pid`` lives under ``attempt_dir``."""
-    return attempt_dir / TRACE_DIR / f"allocator-{pid}.jsonl"
+    return attempt_dir / ALLOCATOR_TRACE.path_for(pid=pid)

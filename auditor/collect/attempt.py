@@ -11,26 +11,8 @@ from __future__ import annotations
 import os
 
 from auditor._io import CHUNK_SIZE, HashingReader
-from auditor.collect.allocator_trace import read_allocator_trace
-from auditor.collect.device import read_device
-from auditor.collect.log_events import _compile_pattern as compile_pattern
-from auditor.collect.training_log import scan_training_log
-from auditor.collect.trial import read_trial
-from auditor.model import (
-    AllocatorTrace,
-    AttemptRead,
-    AttemptTask,
-    DeviceEvidence,
-    FileOutcome,
-    FileTask,
-    Finding,
-    TrainingLogScan,
-    TrialRecord,
-)
-
-PARSED_KINDS = ("trial", "training_log", "allocator_trace", "device_evidence")
-_ORDER = {"trial": 0, "device_evidence": 1, "allocator_trace": 2, "training_log": 3}
-"""The order an attempt's files are read in (the trial record first, see above)."""
+from auditor.collect.kinds import READ_ORDER, READERS, AttemptParts
+from auditor.model import AttemptRead, AttemptTask, FileOutcome, FileTask
 
 
 class _Descriptor:
@@ -56,13 +38,9 @@ class _Descriptor:
 
 def read_attempt(task: AttemptTask) -> AttemptRead:
     """Read, hash and parse every file of ``task``; never raises on file content."""
-    files = sorted(task.files, key=lambda f: (_ORDER.get(f.kind, 9), f.display))
+    files = sorted(task.files, key=lambda f: (READ_ORDER.get(f.kind, 9), f.display))
     outcomes: list[FileOutcome] = []
-    findings: list[Finding] = []
-    trial: TrialRecord | None = None
-    log: TrainingLogScan | None = None
-    traces: list[AllocatorTrace] = []
-    devices: list[DeviceEvidence] = []
+    parts = AttemptParts()
     for file in files:
         path = file.resolved or f"{task.root}/{file.display}"
         try:
@@ -73,43 +51,16 @@ def read_attempt(task: AttemptTask) -> AttemptRead:
         with handle:
             reader = HashingReader(handle)
             try:
-                if file.kind == "trial":
-                    trial = read_trial(reader, file.display)
-                    findings.extend(trial.findings)
-                elif file.kind == "device_evidence":
-                    device = read_device(reader, file.display)
-                    devices.append(device)
-                    findings.extend(device.findings)
-                elif file.kind == "allocator_trace":
-                    trace = read_allocator_trace(reader, file.display)
-                    traces.append(trace)
-                    findings.extend(trace.findings)
-                elif file.kind == "training_log" and log is None:
-                    log = _scan_log(reader, file.display, task, trial)
-                    findings.extend(log.findings)
+                parse = READERS.get(file.kind)
+                if parse is not None:
+                    parse(reader, file.display, task, parts)
                 reader.drain()
             except OSError as error:
                 outcomes.append(FileOutcome(file.display, file.kind, None, _os_reason(error)))
                 continue
         outcomes.append(FileOutcome(file.display, file.kind, reader.digest()))
-    return AttemptRead(
-        task.key, tuple(outcomes), trial, log, tuple(traces), tuple(devices), tuple(findings)
-    )
-
-
-def _scan_log(
-    reader: HashingReader, display: str, task: AttemptTask, trial: TrialRecord | None
-) -> TrainingLogScan:
-    """Scan the training log; a protocol pattern that will not compile falls back to the
-    built-in matcher (the protocol collector already reported it)."""
-    steps = trial.dispatched_int(task.steps_from) if trial is not None else None
-    pattern = task.terminal_pattern
-    if pattern is not None:
-        try:  # (refused before a byte is read; nothing else the scan raises is caught here)
-            compile_pattern(pattern)
-        except ValueError:
-            pattern = None
-    return scan_training_log(reader, display, steps, pattern)
+    return AttemptRead(task.key, tuple(outcomes), parts.trial, parts.log, tuple(parts.traces),
+                       tuple(parts.devices), tuple(parts.findings))
 
 
 def _os_reason(error: OSError) -> str:

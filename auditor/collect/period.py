@@ -45,13 +45,12 @@ from auditor.model import (
     PeriodRecord,
     Worker,
 )
+from auditor.model.kinds import KINDS
 from auditor.schema import validate_document
 
 PERIOD_LIMIT = DEFAULT_LIMIT
 """Largest period record parsed (bytes)."""
 
-KNOWN_KINDS = frozenset({"trial", "training_log", "allocator_trace", "device_evidence"})
-"""The evidence kinds the contract names (others are hash-checked only: AUD018)."""
 _PERIOD_PATH = re.compile(r"(?:^|/)pairs/(?P<pair>[^/]+)/period-(?P<period>[0-9]+)\.json$")
 _PERIOD_NAME = re.compile(r"period-(?P<period>[0-9]+)")
 
@@ -95,7 +94,7 @@ def read_period(stream: BinaryIO | HashingReader, path: str) -> PeriodRecord:
         attempts = (_attempt(doc, 0, ""),)
     for spec in attempts:  # (a typo, "trial_record", would otherwise say only "no trial")
         for entry in spec.evidence:
-            if entry.kind not in KNOWN_KINDS:
+            if entry.kind not in KINDS:  # (hash-checked only)
                 findings.append(rules.finding(
                     "AUD018", path, [Citation(path, pointer=f"{entry.pointer}/kind",
                                               quote=entry.kind)],

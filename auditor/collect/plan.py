@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Container, Iterable, Iterator
 from pathlib import Path
 
-from auditor.collect.attempt import PARSED_KINDS
+from auditor.collect.kinds import READERS
 from auditor.collect.paths import PathCheck, check_path
 from auditor.model import (
     AttemptSpec,
@@ -25,6 +25,7 @@ from auditor.model import (
     Protocol,
     StudyLayout,
 )
+from auditor.model.kinds import OTHER
 
 
 def plan_reads(
@@ -51,7 +52,7 @@ def plan_reads(
                     rows.append(evidence_row(record, spec, entry, check.display, check.status,
                                              check.why))
                 else:
-                    kind = entry.kind if entry.kind in PARSED_KINDS else "other"
+                    kind = entry.kind if entry.kind in READERS else OTHER
                     # (the usual path, the root's and the display's, is made by the reader)
                     resolved = None if check.resolved == f"{root}/{check.display}" \
                         else check.resolved

@@ -5,6 +5,8 @@
   :class:`VerdictKind`, :class:`Progress`;
 - :mod:`auditor.model.evidence` -- what the collectors read: period, trial, device, trace,
   log, protocol and sacct records;
+- :mod:`auditor.model.kinds` -- every evidence kind of an attempt directory as data (its
+  word, folder, file names, schema; :data:`~auditor.model.kinds.KINDS`);
 - :mod:`auditor.model.study` -- :class:`AuditOptions`, the read tasks, :class:`Collected`;
 - :mod:`auditor.model.results` -- verdicts, attempts, configurations, accounting, the gate,
   :class:`Reasoning` and :class:`AuditResult`, the only thing reporters see.

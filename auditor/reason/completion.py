@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from auditor._io import clip
 from auditor.model import AllocatorTrace, AttemptEvidence, Citation, PhaseRecord, Protocol, Worker
+from auditor.model.kinds import ALLOCATOR_TRACE
 
 
 @dataclass
@@ -29,12 +30,9 @@ def completion(attempt: AttemptEvidence, protocol: Protocol, steps: int | None) 
     """Does every rank hold the completion phases for the final step, in order, error-free?"""
     traces_by_pid: dict[int, AllocatorTrace] = {}
     for trace in attempt.read.traces:
-        name = trace.path.rsplit("/", 1)[-1]
-        if name.startswith("allocator-") and name.endswith(".jsonl"):
-            try:
-                traces_by_pid[int(name[len("allocator-"):-len(".jsonl")])] = trace
-            except ValueError:
-                pass
+        pid = ALLOCATOR_TRACE.pid_of(trace.path)
+        if pid is not None:
+            traces_by_pid[pid] = trace
     workers = sorted(attempt.spec.workers, key=lambda w: (w.rank is None, w.rank or 0))
     problems: list[str] = []
     citations: list[Citation] = []

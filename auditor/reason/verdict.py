@@ -32,6 +32,7 @@ from auditor.model import (
     TrainingLogScan,
     TrialRecord,
 )
+from auditor.model.kinds import TRIAL
 from auditor.reason.causes import cause_of
 from auditor.reason.completion import Completion, completion, eligible_failures
 from auditor.reason.exits import ExitClass, classify_exit
@@ -124,7 +125,7 @@ def judge_attempt(period: PeriodEvidence, attempt: AttemptEvidence,
             [Citation(sacct_path, line=element.line, quote=element.state_raw)],
             detail=f"job {element.job_id} is {element.state_raw} in sacct")))
     if trial is None and not blockers:
-        present = any(row.kind == "trial" for row in attempt.files)
+        present = any(row.kind == TRIAL.name for row in attempt.files)
         blockers.append((Reason.EVIDENCE_INVALID if present else Reason.EVIDENCE_MISSING,
                          finding("AUD214", period.subject, [Citation(period.record.path)],
                                  detail="no readable trial record for the attempt")))

@@ -26,6 +26,7 @@ from auditor.model import (
     Verdict,
     VerdictKind,
 )
+from auditor.model.kinds import ALLOCATOR_TRACE, DEVICE_EVIDENCE, TRAINING_LOG, TRIAL
 from auditor.report.appendix import (
     MAX_NAMED_PERIODS,
     accounting_section,
@@ -594,10 +595,10 @@ def _locator(result: AuditResult) -> str:
         _pair_pattern(result),
         _attempt_pattern(result),
         "",
-        "ATTEMPT/allocator-traces/allocator-<pid>.jsonl",
-        f"ATTEMPT/device-evidence/worker-{_role(result)}-<rank>-<pid>.json",
-        "ATTEMPT/training-<actual-job>.log",
-        "ATTEMPT/trial-<actual-job>.json",
+        f"ATTEMPT/{ALLOCATOR_TRACE.shown}",
+        f"ATTEMPT/{DEVICE_EVIDENCE.shown.replace('<role>', _role(result))}",
+        f"ATTEMPT/{TRAINING_LOG.shown.replace('<job>', '<actual-job>')}",
+        f"ATTEMPT/{TRIAL.shown.replace('<job>', '<actual-job>')}",
         "BASE/pairs/PAIR/period-<period>.json",
     ]))
     lines.append("")

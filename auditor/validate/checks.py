@@ -28,15 +28,9 @@ from auditor.model import (
     SacctDump,
     SacctJob,
 )
+from auditor.model.kinds import ALLOCATOR_TRACE, DEVICE_EVIDENCE, KINDS, per_worker
 from auditor.rules import finding
 
-DEVICE_NAME_RE = re.compile(
-    r"^worker-(?P<role>.+)-(?P<rank>\d{1,20})-(?P<pid>\d{1,20})\.json$")
-TRACE_NAME_RE = re.compile(r"^allocator-(?P<pid>\d{1,20})\.jsonl$")
-"""A device file's and an allocator trace's names. A rank or pid of more than 20 digits
-(past 64 bits: no worker's, which a JSON number gives) makes no such name: a manifest
-naming a file for a pid of thousands of digits once crashed the audit turning it into
-a number."""
 ATTEMPT_NAME_RE = re.compile(r"(?:^|/)attempt-(?P<job>[^/]+?)(?:-r(?P<restart>\d{1,9}))?$")
 """An attempt directory: ``attempt-<job>`` (restart 0) or ``attempt-<job>-r<restart_count>``
 (a requeued job keeps its id, contract v1.1): ``job`` and ``restart`` (None: no suffix)."""
@@ -247,10 +241,10 @@ def _identity(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[Find
     spec = attempt.spec
     read = attempt.read
     listed_kinds = {row.kind for row in attempt.files}
-    for kind in ("trial", "training_log", "allocator_trace", "device_evidence"):
-        if kind not in listed_kinds:
+    for name in KINDS:
+        if name not in listed_kinds:
             yield finding("AUD107", subject, [Citation(record.path, pointer=spec.pointer
-                                                       + "/evidence")], kind=kind, detail="")
+                                                       + "/evidence")], kind=name, detail="")
     if record.gpus is not None and len(spec.workers) != record.gpus:
         yield finding("AUD114", subject, [Citation(record.path, pointer=spec.pointer
                                                    + "/workers")],
@@ -268,11 +262,11 @@ def _identity(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[Find
     seen_device_pids: set[int] = set()
     for device in read.devices:
         name = device.path.rsplit("/", 1)[-1]
-        match = DEVICE_NAME_RE.match(name)
+        match = DEVICE_EVIDENCE.parts(name)
         cite = Citation(device.path)
         if match is None:
             yield finding("AUD110", subject, [cite],
-                          detail=f"{name}: name is not worker-<role>-<rank>-<pid>.json")
+                          detail=f"{name}: name is not {DEVICE_EVIDENCE.names[0].shown}")
             continue
         name_pid, name_rank, name_role = int(match["pid"]), int(match["rank"]), match["role"]
         seen_device_pids.add(name_pid)
@@ -298,12 +292,11 @@ def _identity(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[Find
     trace_pids: set[int] = set()
     for trace in read.traces:
         name = trace.path.rsplit("/", 1)[-1]
-        match = TRACE_NAME_RE.match(name)
-        if match is None:
+        pid = ALLOCATOR_TRACE.pid_of(name)
+        if pid is None:
             yield finding("AUD110", subject, [Citation(trace.path)],
-                          detail=f"{name}: name is not allocator-<pid>.jsonl")
+                          detail=f"{name}: name is not {ALLOCATOR_TRACE.names[0].shown}")
             continue
-        pid = int(match["pid"])
         trace_pids.add(pid)
         for other_pid, line in trace.pids:
             if other_pid != pid:
@@ -322,12 +315,10 @@ def _identity(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[Find
     listed_for = _listed_pids(attempt)
     for pid, worker in sorted(by_pid.items()):
         worker_cite = Citation(record.path, pointer=worker.pointer)
-        if ("device_evidence", pid) not in listed_for:
-            yield finding("AUD107", subject, [worker_cite], kind="device evidence",
-                          detail=f" for pid {pid} (rank {worker.rank})")
-        if ("allocator_trace", pid) not in listed_for:
-            yield finding("AUD107", subject, [worker_cite], kind="allocator trace",
-                          detail=f" for pid {pid} (rank {worker.rank})")
+        for kind in per_worker():
+            if (kind.name, pid) not in listed_for:
+                yield finding("AUD107", subject, [worker_cite], kind=kind.title,
+                              detail=f" for pid {pid} (rank {worker.rank})")
     gpus: dict[str, list[tuple[int | None, str]]] = defaultdict(list)
     for device in read.devices:
         if device.gpu_uuid:
@@ -340,20 +331,15 @@ def _identity(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[Find
                           uuid=uuid, ranks=", ".join(str(r) for r in ranks))
 
 
-_NAMED_FOR_PID = {"device_evidence": DEVICE_NAME_RE, "allocator_trace": TRACE_NAME_RE}
-"""The file kinds named for their worker's pid, and how their names give it."""
-
-
 def _listed_pids(attempt: AttemptEvidence) -> set[tuple[str, int]]:
-    """(kind, pid) of each device file and allocator trace the manifest lists named for a
-    pid (read or not)."""
+    """(kind, pid) of each file of a per-worker kind the manifest lists named for a pid
+    (read or not)."""
     listed = set()
     for row in attempt.files:
-        if row.kind not in _NAMED_FOR_PID:
-            continue
-        match = _NAMED_FOR_PID[row.kind].match(row.path.rsplit("/", 1)[-1])
-        if match is not None:
-            listed.add((row.kind, int(match["pid"])))
+        kind = KINDS.get(row.kind)
+        pid = kind.pid_of(row.path) if kind is not None and kind.per_worker else None
+        if kind is not None and pid is not None:
+            listed.add((kind.name, pid))
     return listed
 
 

@@ -1,0 +1,91 @@
+"""Each evidence kind's reader, registered against its entry in :data:`auditor.model.kinds.KINDS`.
+
+A reader takes one file's hashing stream and adds what it parsed (and its findings) to the
+attempt being read (:class:`AttemptParts`); :func:`auditor.collect.attempt.read_attempt`
+reads an attempt's files in the kinds' read order and calls the reader of each file's kind.
+A kind without a reader here is hash-checked only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from auditor._io import HashingReader
+from auditor.collect.allocator_trace import read_allocator_trace
+from auditor.collect.device import read_device
+from auditor.collect.log_events import _compile_pattern as compile_pattern
+from auditor.collect.training_log import scan_training_log
+from auditor.collect.trial import read_trial
+from auditor.model import (
+    AllocatorTrace,
+    AttemptTask,
+    DeviceEvidence,
+    Finding,
+    TrainingLogScan,
+    TrialRecord,
+)
+from auditor.model.kinds import ALLOCATOR_TRACE, DEVICE_EVIDENCE, KINDS, TRAINING_LOG, TRIAL
+
+
+@dataclass
+class AttemptParts:
+    """What the readers have made of one attempt's files so far (the trial record first)."""
+
+    trial: TrialRecord | None = None
+    log: TrainingLogScan | None = None
+    traces: list[AllocatorTrace] = field(default_factory=list)
+    devices: list[DeviceEvidence] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+
+Reader = Callable[[HashingReader, str, AttemptTask, AttemptParts], None]
+"""(the file's hashing stream, its root-relative path, the attempt's task, the attempt so
+far): adds what the file holds to the attempt; never raises on the file's content."""
+
+
+def _trial(reader: HashingReader, display: str, _: AttemptTask, parts: AttemptParts) -> None:
+    parts.trial = read_trial(reader, display)
+    parts.findings.extend(parts.trial.findings)
+
+
+def _device(reader: HashingReader, display: str, _: AttemptTask, parts: AttemptParts) -> None:
+    device = read_device(reader, display)
+    parts.devices.append(device)
+    parts.findings.extend(device.findings)
+
+
+def _trace(reader: HashingReader, display: str, _: AttemptTask, parts: AttemptParts) -> None:
+    trace = read_allocator_trace(reader, display)
+    parts.traces.append(trace)
+    parts.findings.extend(trace.findings)
+
+
+def _log(reader: HashingReader, display: str, task: AttemptTask, parts: AttemptParts) -> None:
+    """Scan the training log (the first listed; another is hash-checked only); a protocol
+    pattern that will not compile falls back to the built-in matcher (the protocol
+    collector already reported it)."""
+    if parts.log is not None:
+        return
+    trial = parts.trial
+    steps = trial.dispatched_int(task.steps_from) if trial is not None else None
+    pattern = task.terminal_pattern
+    if pattern is not None:
+        try:  # (refused before a byte is read; nothing else the scan raises is caught here)
+            compile_pattern(pattern)
+        except ValueError:
+            pattern = None
+    parts.log = scan_training_log(reader, display, steps, pattern)
+    parts.findings.extend(parts.log.findings)
+
+
+READERS: Mapping[str, Reader] = {
+    TRIAL.name: _trial,
+    DEVICE_EVIDENCE.name: _device,
+    ALLOCATOR_TRACE.name: _trace,
+    TRAINING_LOG.name: _log,
+}
+"""The reader of each evidence kind, by its period-record word."""
+
+READ_ORDER: Mapping[str, int] = {name: kind.read_order for name, kind in KINDS.items()}
+"""Where each kind's files are read among an attempt's (others last)."""

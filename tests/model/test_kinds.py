@@ -1,0 +1,105 @@
+"""The evidence kinds, declared once (:mod:`auditor.model.kinds`): every kind has a reader,
+the names the kit writes are the names the audit parses and ``auditor seal`` lists, and no
+module of the package spells a kind's word or file name otherwise."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from auditor.collect.kinds import READ_ORDER, READERS
+from auditor.model.kinds import (
+    ALLOCATOR_TRACE,
+    DEVICE_EVIDENCE,
+    KINDS,
+    OTHER,
+    TRAINING_LOG,
+    TRIAL,
+    EvidenceKind,
+    by_schema,
+    kind_of,
+    per_worker,
+)
+
+PACKAGE = Path(__file__).resolve().parents[2] / "auditor"
+
+SAMPLE = {"job": "5055845", "pid": 3657525, "rank": 3, "role": "actor_rollout"}
+
+
+def test_every_kind_has_its_reader_and_every_reader_its_kind() -> None:
+    assert set(READERS) == set(KINDS)
+    assert sorted(KINDS, key=READ_ORDER.__getitem__)[0] == TRIAL.name  # (its step count first)
+
+
+@pytest.mark.parametrize("kind", list(KINDS.values()), ids=list(KINDS))
+def test_a_name_the_kit_writes_is_one_the_audit_parses_and_seal_lists(kind: EvidenceKind) -> None:
+    written = kind.path_for(**SAMPLE)
+    assert written.startswith(f"{kind.directory}/" if kind.directory else "")
+    assert kind_of(written) == kind.name
+    parts = kind.parts(written)
+    assert parts is not None
+    assert parts == {name: str(SAMPLE[name]) for name in parts}
+    if kind.per_worker:
+        assert kind.pid_of(written) == SAMPLE["pid"]
+
+
+def test_names_the_audit_refuses() -> None:
+    assert ALLOCATOR_TRACE.pid_of("allocator-traces/allocator-x.jsonl") is None
+    assert ALLOCATOR_TRACE.pid_of("allocator-" + "9" * 21 + ".jsonl") is None  # (past 64 bits)
+    assert DEVICE_EVIDENCE.parts("worker-0-1.json") is None  # (no role)
+    # seal: a loosely named trace is still a trace (the audit says what is wrong with its
+    # name); the same name outside its folder is no kind
+    assert kind_of("allocator-traces/allocator-x.jsonl") == ALLOCATOR_TRACE.name
+    assert kind_of("allocator-1.jsonl") == OTHER
+    assert kind_of("logs/training-1.log") == OTHER
+    assert kind_of("training-1.log") == TRAINING_LOG.name
+
+
+def test_the_table_answers_by_schema_and_per_worker() -> None:
+    assert by_schema("allocator-record") is ALLOCATOR_TRACE
+    assert by_schema("period") is None
+    assert [kind.name for kind in per_worker()] == ["allocator_trace", "device_evidence"]
+
+
+def _spelled(kind: EvidenceKind) -> list[re.Pattern[str]]:
+    """How a module would spell ``kind`` if it did not read the table: its word (all but
+    ``trial``, which prose uses too), its folder, or a file name of its form."""
+    stem = kind.names[0].template.rsplit("/", 1)[-1].split("{", 1)[0]
+    extension = kind.names[0].template.rsplit(".", 1)[-1]
+    found = [re.compile(rf"(^|/){re.escape(stem)}.*\.{extension}$")]
+    if kind is not TRIAL:
+        found.append(re.compile(rf"^{re.escape(kind.name)}$"))
+    if kind.directory:
+        found.append(re.compile(rf"(^|/){re.escape(kind.directory)}(/|$)"))
+    return found
+
+
+def _constants(tree: ast.AST) -> list[tuple[int, str]]:
+    """Every string constant of a module but its docstrings, with its line."""
+    docstrings = {
+        id(node.body[0].value) for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    # (an attribute's docstring: a bare string statement after an assignment)
+    docstrings |= {id(node.value) for node in ast.walk(tree)
+                   if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docstrings]
+
+
+def test_no_module_spells_a_kind_but_the_table() -> None:
+    patterns = [(kind.name, pattern) for kind in KINDS.values() for pattern in _spelled(kind)]
+    spelled: list[str] = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == PACKAGE / "model" / "kinds.py" or "_example_study" in path.parts:
+            continue
+        for line, text in _constants(ast.parse(path.read_text("utf-8"))):
+            spelled.extend(f"{path.relative_to(PACKAGE)}:{line}: {text!r} ({name})"
+                           for name, pattern in patterns if pattern.search(text))
+    assert spelled == []
