@@ -6,7 +6,9 @@ API map (the command line, ``auditor ...``, is :mod:`auditor._cli`):
   reason over one study root; returns an :class:`AuditResult` (``Auditor.run()`` is a
   generator yielding progress); :class:`AuditOptions` and :class:`Waiver` set it up;
 - :func:`write_outputs` (:mod:`auditor.report.output`) -- write the report, tables, plots and
-  output manifest atomically; :func:`verify_outputs` re-checks them;
+  output manifest atomically; :func:`verify_outputs` re-checks them; :func:`load`
+  (:mod:`auditor.report.load`) reads an audit's outputs back, verified, its tables as pandas
+  DataFrames (:class:`LoadedAudit`);
 - :mod:`auditor.model` -- the frozen types every stage shares (it imports no stage);
 - :mod:`auditor.collect` -- one streaming reader per evidence kind; :mod:`auditor.validate`
   -- integrity and cross-checks; :mod:`auditor.reason` -- exits, verdicts, configurations,
@@ -25,13 +27,14 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["AuditOptions", "AuditResult", "Auditor", "Waiver", "__version__", "run_audit",
-           "verify_outputs", "write_outputs"]
+__all__ = ["AuditOptions", "AuditResult", "Auditor", "LoadedAudit", "Waiver", "__version__",
+           "load", "run_audit", "verify_outputs", "write_outputs"]
 
 _LAZY = {
     "run_audit": "auditor.audit", "Auditor": "auditor.audit",
     "AuditOptions": "auditor.model", "AuditResult": "auditor.model", "Waiver": "auditor.model",
     "write_outputs": "auditor.report.output", "verify_outputs": "auditor.report.output",
+    "load": "auditor.report.load", "LoadedAudit": "auditor.report.load",
 }
 
 

@@ -35,8 +35,9 @@ import orjson
 from auditor._io import regular_bytes
 from auditor._process import signals_deferred
 from auditor.errors import InputError, OutputError, UsageError
+from auditor.model.results import TABLES
 
-AUDIT_TABLES = ("periods", "attempts", "findings", "evidence", "phases", "devices")
+AUDIT_TABLES = TABLES
 """The audit's own tables the catalogue copies."""
 CATALOG_TABLES = (*AUDIT_TABLES, "studies")
 """Every table of a catalogue (``studies``: one row per study, from ``summary.json``)."""

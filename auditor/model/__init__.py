@@ -52,6 +52,7 @@ from auditor.model.evidence import (
     phases_reached,
 )
 from auditor.model.results import (
+    TABLES,
     Accounting,
     AttemptOutcome,
     AuditResult,
@@ -97,7 +98,7 @@ __all__ = [
     "InputFile", "Listing", "LogEvent", "PeriodEvidence", "PeriodFacts", "PeriodRecord",
     "PeriodUnit",
     "PhaseRecord", "ProcessExit", "Progress", "Protocol", "Reason", "Reasoning",
-    "SacctDump", "SacctJob", "SacctStep", "Severity", "StudyLayout", "TableRows",
+    "SacctDump", "SacctJob", "SacctStep", "Severity", "StudyLayout", "TABLES", "TableRows",
     "TraceDigest", "TrainingLogScan", "TrialRecord", "Verdict", "VerdictKind", "Waiver",
     "WaiverUse", "Worker", "completes_cleanly", "fast_pickle", "input_order",
     "phases_reached",

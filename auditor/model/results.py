@@ -265,6 +265,11 @@ class Reasoning:
     """(subject, launcher status, launcher validation error, auditor verdict)."""
 
 
+TABLES: tuple[str, ...] = ("periods", "findings", "evidence", "attempts", "phases", "devices")
+"""The Parquet tables an audit writes (``<name>.parquet``), in the order it writes them (the
+report lists its outputs so); each one's columns are :data:`auditor.report.tables.SCHEMAS`'."""
+
+
 @dataclass(frozen=True)
 class AuditResult:
     """Everything reporters may see."""

@@ -38,6 +38,7 @@ from auditor._io import printable, printable_json, regular_bytes, sha256_file, u
 from auditor._process import paused_gc, release_free_memory, signals_deferred
 from auditor.errors import OutputError, VerifyError
 from auditor.model.paths import join_text
+from auditor.model.results import TABLES
 
 if TYPE_CHECKING:
     from auditor.model import AuditResult, Collected, FileDigest
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
 
 MANIFEST = "output_manifest.json"
 MANIFEST_SCHEMA = "run-evidence/output-manifest/v1"
-TABLES = ("periods", "findings", "evidence", "attempts", "phases", "devices")
 
 
 def check_output_dir(out: Path, root: Path, force: bool) -> None:

@@ -1,0 +1,112 @@
+"""``auditor.load(DIR)``: an audit's outputs read back as DataFrames and its summary, only
+once they match their output manifest."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import auditor
+from auditor import AuditOptions, run_audit, write_outputs
+from auditor.errors import VerifyError
+from auditor.model import TABLES
+from auditor.report.tables import ROWS, SCHEMAS
+from tests.helpers import copy_example
+
+
+@pytest.fixture(scope="module")
+def audited(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("load")
+    out = base / "out"
+    write_outputs(run_audit(str(copy_example(base)), AuditOptions(jobs=1)), out, plots=False)
+    return out
+
+
+def test_load_gives_the_tables_and_the_summary_of_the_audit(audited: Path) -> None:
+    loaded = auditor.load(audited)
+    assert list(loaded.tables) == list(TABLES)
+    for name in TABLES:  # (the written file, read by pandas itself, is the same frame)
+        pd.testing.assert_frame_equal(loaded.tables[name],
+                                      pd.read_parquet(audited / f"{name}.parquet"))
+    assert loaded.periods is loaded.tables["periods"]
+    assert len(loaded.periods) == 18
+    assert loaded.summary["gate"]["passed"] is False
+    assert loaded.summary["verdicts"] == {"resolved": 0, "failed": 9, "unresolved": 9}
+    manifest = (audited / "output_manifest.json").read_bytes()
+    assert loaded.manifest_sha256 == hashlib.sha256(manifest).hexdigest()
+    text = repr(loaded)
+    assert "periods 18" in text and "\n" not in text
+    with pytest.raises(AttributeError, match="tables: periods, findings"):
+        loaded.no_such_table  # noqa: B018
+
+
+def test_every_table_has_its_schema_and_rows() -> None:
+    assert set(SCHEMAS) == set(ROWS) == set(TABLES)
+
+
+def _copy(audited: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(audited, out)
+    return out
+
+
+def test_a_changed_table_is_never_loaded(audited: Path, tmp_path: Path) -> None:
+    out = _copy(audited, tmp_path)
+    table = out / "periods.parquet"
+    table.write_bytes(table.read_bytes() + b"\0")
+    with pytest.raises(VerifyError, match=r"periods\.parquet changed .*nothing loaded"):
+        auditor.load(out)
+
+
+def test_an_added_or_missing_output_is_refused(audited: Path, tmp_path: Path) -> None:
+    out = _copy(audited, tmp_path)
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(VerifyError, match="notes.txt added"):
+        auditor.load(out)
+    (out / "notes.txt").unlink()
+    (out / "summary.json").unlink()
+    with pytest.raises(VerifyError, match="summary.json missing"):
+        auditor.load(out)
+
+
+def test_a_directory_that_is_no_audit_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(VerifyError, match="no output_manifest.json"):
+        auditor.load(tmp_path)
+    with pytest.raises(VerifyError, match="not a directory"):
+        auditor.load(tmp_path / "absent")
+
+
+def test_the_inputs_are_checked_when_asked(tmp_path: Path) -> None:
+    study = copy_example(tmp_path)
+    out = tmp_path / "out"
+    write_outputs(run_audit(str(study), AuditOptions(jobs=1)), out, plots=False)
+    trace = next(study.glob("*/attempt-*/allocator-traces/*.jsonl"))
+    trace.write_bytes(trace.read_bytes() + b"\n")
+    assert len(auditor.load(out).periods) == 18  # (outputs only, by default)
+    with pytest.raises(VerifyError, match=r"allocator-.*\.jsonl changed"):
+        auditor.load(out, inputs=True)
+
+
+def test_a_table_changed_after_it_was_verified_is_never_loaded(
+        audited: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bytes parsed are the bytes checked: a table swapped between the verification
+    and the reading (a race with another writer) is refused too."""
+    from auditor.report import load as loading
+
+    out = _copy(audited, tmp_path)
+    verify = loading.verify_outputs
+
+    def verify_then_change(*args: object, **kwargs: bool) -> object:
+        found = verify(*args, **kwargs)  # type: ignore[arg-type]
+        table = out / "findings.parquet"
+        table.write_bytes(table.read_bytes()[:-1] + b"X")
+        return found
+
+    monkeypatch.setattr(loading, "verify_outputs", verify_then_change)
+    with pytest.raises(VerifyError, match=r"findings\.parquet: changed while it was read"):
+        auditor.load(out)
