@@ -2,7 +2,7 @@
 
 API map (the command line, ``auditor ...``, is :mod:`auditor._cli`):
 
-- :func:`run_audit` / :class:`Auditor` (:mod:`auditor.audit`) -- collect, validate and
+- :func:`run_audit` / :class:`Auditor` (:mod:`auditor.pipeline.audit`) -- collect, validate and
   reason over one study root; returns an :class:`AuditResult` (``Auditor.run()`` is a
   generator yielding progress); :class:`AuditOptions` and :class:`Waiver` set it up;
 - :func:`write_outputs` (:mod:`auditor.report.output`) -- write the report, tables, plots and
@@ -31,7 +31,7 @@ __all__ = ["AuditOptions", "AuditResult", "Auditor", "LoadedAudit", "Waiver", "_
            "load", "run_audit", "verify_outputs", "write_outputs"]
 
 _LAZY = {
-    "run_audit": "auditor.audit", "Auditor": "auditor.audit",
+    "run_audit": "auditor.pipeline.audit", "Auditor": "auditor.pipeline.audit",
     "AuditOptions": "auditor.model", "AuditResult": "auditor.model", "Waiver": "auditor.model",
     "write_outputs": "auditor.report.output", "verify_outputs": "auditor.report.output",
     "load": "auditor.report.load", "LoadedAudit": "auditor.report.load",

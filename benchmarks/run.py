@@ -192,7 +192,7 @@ def usable_cpus() -> int:
     """The auditor's default number of workers (the CPUs this process may use)."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from auditor._pool import usable_cpus as auditors
+    from auditor.pipeline.pool import usable_cpus as auditors
 
     return auditors()
 

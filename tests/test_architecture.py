@@ -42,14 +42,14 @@ def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
                     ignore=shutil.ignore_patterns("__pycache__", "_example_study"))
     shutil.copy(ROOT / ".importlinter", copy / ".importlinter")
     core = copy / "auditor" / "model" / "core.py"
-    core.write_text(core.read_text() + "\nfrom auditor.audit import Auditor  # noqa\n")
+    core.write_text(core.read_text() + "\nfrom auditor.pipeline.audit import Auditor  # noqa\n")
     command = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
     assert command is not None
     done = subprocess.run([command, "--config", str(copy / ".importlinter"), "--no-cache"],
                           cwd=copy, capture_output=True, text=True, check=False, timeout=300,
                           env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "BROKEN" in done.stdout and "auditor.model.core -> auditor.audit" in done.stdout
+    assert "BROKEN" in done.stdout and "auditor.model.core -> auditor.pipeline.audit" in done.stdout
 
 
 def test_what_a_worker_runs_imports_no_pyarrow() -> None:
@@ -59,7 +59,7 @@ def test_what_a_worker_runs_imports_no_pyarrow() -> None:
     45 MB of RSS each (the phase and device rows it makes are plain tuples)."""
     import sys
 
-    code = ("import sys, auditor._pool, auditor.fold, auditor.collect.inputs; "
+    code = ("import sys, auditor.pipeline.pool, auditor.pipeline.worker, auditor.collect.inputs; "
             "print(sorted(m for m in ('pyarrow', 'numpy', 'pandas') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, cwd=ROOT)

@@ -539,8 +539,8 @@ import os, sys
 cpus, log = int(sys.argv[1]), sys.argv[3]
 os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:cpus])
 os.register_at_fork(after_in_child=lambda: open(log, "a").write("forked\\n"))
-import auditor._pool
-auditor._pool.SMALL_STUDY_TASKS = 0  # (the example is read as a large study would be)
+import auditor.pipeline.pool
+auditor.pipeline.pool.SMALL_STUDY_TASKS = 0  # (the example is read as a large study would be)
 from auditor._cli import main
 sys.exit(main(["audit", sys.argv[2], "--quiet", "--no-plots"]))
 """
@@ -558,7 +558,7 @@ def test_default_workers_respect_a_containers_cpu_quota(tmp_path: Path) -> None:
     """A container given half a CPU (``docker --cpus 0.5``: a cgroup quota, in either
     cgroup version) gets one reader whatever the node has; no quota, or one that cannot
     be read, leaves the CPUs the process may run on."""
-    from auditor._pool import usable_cpus
+    from auditor.pipeline.pool import usable_cpus
 
     may_run_on = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
         else os.cpu_count()
@@ -618,8 +618,8 @@ def test_terminal_summary_says_what_the_report_would_hide(
 def test_the_findings_limit_holds_however_many_files_reach_their_own() -> None:
     """Each file past its cap is summed up in an AUD013: thousands of such files must not
     carry thousands of findings past --max-findings (the study's cap counts them too)."""
-    from auditor.audit import AuditOptions, apply_limits
     from auditor.model import Citation
+    from auditor.pipeline.audit import AuditOptions, apply_limits
     from auditor.rules import finding
 
     found = [finding("AUD101", f"f{n}.json", [Citation(f"f{n}.json")], manifest="m")
@@ -638,8 +638,8 @@ def _limits_as_one_sort(findings: list[Finding], options: AuditOptions
     from dataclasses import replace
 
     from auditor._io import clip
-    from auditor.fold import CAP_SUMMARIES
     from auditor.model import Citation
+    from auditor.pipeline.study import CAP_SUMMARIES
     from auditor.rules import finding
 
     order = {"error": 0, "warning": 1, "info": 2}
@@ -678,8 +678,8 @@ def test_the_limits_keep_what_one_sort_of_every_finding_kept(seed: int) -> None:
     errors, warnings and infos interleaved, quotes to clip, files past their own cap."""
     import random
 
-    from auditor.audit import AuditOptions, apply_limits
     from auditor.model import Citation
+    from auditor.pipeline.audit import AuditOptions, apply_limits
     from auditor.rules import finding
 
     draw = random.Random(seed)

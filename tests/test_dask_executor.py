@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from auditor._cli import main
-from auditor._pool import AHEAD, DaskPool, LocalPool, chunk_size, make_pool
 from auditor.errors import UsageError
 from auditor.model import AuditOptions
+from auditor.pipeline.pool import AHEAD, DaskPool, LocalPool, chunk_size, make_pool
 from fixtures.generate import scale_spec, write_study
 from tests.helpers import EXAMPLE, note_task, noted_tasks
 
@@ -154,7 +154,7 @@ def test_a_dask_audit_writes_what_the_local_pool_writes(
 @pytest.mark.slow
 def test_the_library_api_reads_on_the_cluster(cluster: tuple[Any, Runs]) -> None:
     """``AuditOptions(executor=...)``: the same result as the local pool's."""
-    from auditor.audit import run_audit
+    from auditor.pipeline.audit import run_audit
 
     local, runs = cluster
     before = set(runs.done)
@@ -375,7 +375,7 @@ def test_an_abandoned_audit_cancels_the_clusters_work(cluster: tuple[Any, Runs],
                                                       big_study: Path) -> None:
     """A library caller that stops an audit half-way (closes its generator) leaves the
     cluster idle: the batches not done are cancelled, not left to run for nothing."""
-    from auditor.audit import Auditor
+    from auditor.pipeline.audit import Auditor
 
     local, runs = cluster
     before = set(runs.seen)
@@ -429,7 +429,7 @@ def test_the_walk_stats_no_evidence_file_and_each_input_once(
     system calls, and that each file is opened once.)"""
     from collections import Counter
 
-    from auditor.audit import run_audit
+    from auditor.pipeline.audit import run_audit
     from tests.helpers import copy_example
 
     root = copy_example(tmp_path).resolve()

@@ -159,7 +159,7 @@ def test_plots_are_drawn_in_a_helper_beside_the_audit(example_out: Path) -> None
     """The command draws its plots in a helper process started before the audit (it
     imports matplotlib meanwhile), never in its own; the plots are those drawn here."""
     pytest.importorskip("matplotlib")
-    from auditor.audit import run_audit
+    from auditor.pipeline.audit import run_audit
     from auditor.report.plots import render_plots
 
     out = example_out.parent / "helper-drawn"
@@ -185,7 +185,7 @@ def test_plots_are_drawn_here_when_the_helper_is_lost(tmp_path: Path, lost: str)
     from concurrent.futures import Future
     from concurrent.futures.process import BrokenProcessPool
 
-    from auditor.audit import run_audit
+    from auditor.pipeline.audit import run_audit
     from auditor.report.output import write_outputs
     from auditor.report.plots import PlotData, Plotter, render_plots
 
@@ -262,7 +262,7 @@ def test_progress_counts_every_file_read_and_its_bytes(tmp_path: Path, jobs: int
     """The audit reports its reading as files of a known total, with the bytes hashed so
     far, the files no period lists included; the same whether it reads here or in
     workers."""
-    from auditor.audit import AuditOptions, Auditor, Progress, paused_gc
+    from auditor.pipeline.audit import AuditOptions, Auditor, Progress, paused_gc
 
     root = copy_example(tmp_path)
     attempt = next(p for p in sorted(root.glob("host-*/attempt-*")) if p.is_dir())
@@ -366,7 +366,7 @@ def test_the_timeline_says_when_it_shows_only_the_first_periods(
     import matplotlib.figure
 
     import auditor.report.plots as plots
-    from auditor.audit import run_audit
+    from auditor.pipeline.audit import run_audit
 
     titles: list[str] = []
     sizes: list[float | str] = []

@@ -1,6 +1,6 @@
 """The C heap of the command's process: large freed blocks go back to the system
-(:func:`auditor._process.lean_heap`), and so do the free pages between outputs
-(:func:`auditor._process.release_free_memory`). Each is watched in a fresh process."""
+(:func:`auditor._memory.lean_heap`), and so do the free pages between outputs
+(:func:`auditor._memory.release_free_memory`). Each is watched in a fresh process."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ needs_glibc = pytest.mark.skipif(not GLIBC, reason="glibc's mallopt and malloc_t
 
 MAPPED = """
 import ctypes, sys
-from auditor._process import lean_heap
+from auditor._memory import lean_heap
 
 class Info(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in (
@@ -41,7 +41,7 @@ print((libc.mallinfo2().hblkhd - before) >> 20)
 
 TRIMMED = """
 import sys
-from auditor._process import release_free_memory
+from auditor._memory import release_free_memory
 
 def rss():
     with open("/proc/self/statm") as statm:

@@ -186,7 +186,7 @@ def test_helpers_end_with_a_killed_audit(slow_study: Path, tmp_path: Path) -> No
 
 
 def _audit_in_child(queue: Any) -> None:
-    from auditor.audit import AuditOptions, run_audit
+    from auditor.pipeline.audit import AuditOptions, run_audit
     from tests.helpers import EXAMPLE
 
     result = run_audit(EXAMPLE, AuditOptions(jobs=2))
@@ -199,7 +199,7 @@ def test_a_pool_started_in_a_forked_process_of_the_caller_reads(tmp_path: Path) 
     auditor: a library caller's forked worker (multiprocessing) may run pooled audits."""
     import multiprocessing
 
-    from auditor.audit import run_audit
+    from auditor.pipeline.audit import run_audit
     from tests.helpers import EXAMPLE
 
     context = multiprocessing.get_context("fork")
@@ -217,7 +217,7 @@ def test_a_pool_outlives_the_thread_that_started_it() -> None:
     begun in a thread that has ended (a library caller's) still reads."""
     import threading
 
-    from auditor.audit import AuditOptions, Auditor, run_audit
+    from auditor.pipeline.audit import AuditOptions, Auditor, run_audit
     from tests.helpers import EXAMPLE
 
     run = Auditor(EXAMPLE, AuditOptions(jobs=2)).run()
@@ -234,7 +234,7 @@ def test_a_pool_outlives_the_thread_that_started_it() -> None:
 
 STORM = """
 import os, random, signal, sys, threading, time
-from auditor._process import signals_deferred
+from auditor._signals import signals_deferred
 armed = False
 def on_int(number, frame):
     if armed: raise KeyboardInterrupt("int")

@@ -29,7 +29,7 @@ def test_run_audit_gives_a_result_with_a_one_line_repr(tmp_path: Path) -> None:
 
 def test_import_auditor_loads_no_stage_and_names_its_api() -> None:
     code = ("import sys, auditor; assert auditor.__version__; "
-            "heavy = [m for m in ('auditor.audit', 'pandas', 'pyarrow', 'auditor.collect') "
+            "heavy = [m for m in ('auditor.pipeline', 'pandas', 'pyarrow', 'auditor.collect') "
             "if m in sys.modules]; print(heavy)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)

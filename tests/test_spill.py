@@ -11,7 +11,7 @@ import pytest
 
 import auditor._spill as spill
 from auditor._spill import SortedSpill
-from auditor.audit import Auditor, assemble_collected, drive, run_audit
+from auditor.pipeline.audit import Auditor, assemble_collected, drive, run_audit
 from tests.test_shards import _damaged
 
 
@@ -104,7 +104,7 @@ def test_a_large_studys_periods_and_verdicts_are_kept_packed_and_report_the_same
     packed until the report is written, read in the workers (two) or in the audit's own
     process: every output is the bytes of the audit that keeps them as objects, a retried
     period's rows among them."""
-    import auditor.fold as fold
+    import auditor.pipeline.study as fold
     from auditor._cli import main
     from tests.helpers import outcome_study
     from tests.test_shards import OUTPUTS
@@ -165,7 +165,7 @@ def test_the_period_table_sorts_and_lists_its_pids_out_of_memory_as_it_did_in_it
     for the sort)."""
     import gc
 
-    import auditor.fold as fold
+    import auditor.pipeline.study as fold
     from auditor.model import PeriodFacts
     from auditor.report import mdformat
     from auditor.report.markdown import render_markdown
@@ -260,7 +260,7 @@ def test_a_large_studys_report_reads_each_period_a_few_times_whatever_its_groups
     from collections import Counter
     from typing import Any
 
-    import auditor.fold as fold
+    import auditor.pipeline.study as fold
     from auditor.model import PeriodEvidence, Verdict
     from auditor.report import groups
     from auditor.report.markdown import render_markdown

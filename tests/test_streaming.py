@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-import auditor.fold
+import auditor.pipeline.study
+import auditor.pipeline.worker
 from auditor._cli import main
-from auditor._pool import AHEAD, LocalPool, chunk_size
-from auditor.audit import Auditor, drive, paused_gc, run_audit
-from auditor.fold import KEPT_WHOLE
 from auditor.model import AuditOptions
+from auditor.pipeline.audit import Auditor, drive, paused_gc, run_audit
+from auditor.pipeline.pool import AHEAD, LocalPool, chunk_size
+from auditor.pipeline.worker import KEPT_WHOLE
 from auditor.report.tables import device_values
 from tests.helpers import SharedValue, note_task, noted_tasks, shared_task
 
@@ -116,7 +117,8 @@ def test_letting_go_changes_no_byte_of_the_report(study: Path, tmp_path: Path,
     if steps_in == "env":
         study = _steps_in_env(study, tmp_path / "study")
     assert main(["audit", str(study), "--out", str(tmp_path / "lean"), "--quiet"]) == 0
-    monkeypatch.setattr(auditor.fold, "KEPT_WHOLE", 10**9)
+    for module in (auditor.pipeline.worker, auditor.pipeline.study):  # (the fold and workers)
+        monkeypatch.setattr(module, "KEPT_WHOLE", 10**9)
     assert main(["audit", str(study), "--out", str(tmp_path / "whole"), "--quiet"]) == 0
     lean, whole = _outputs(tmp_path / "lean"), _outputs(tmp_path / "whole")
     assert lean.keys() == whole.keys() and len(lean) > 8
@@ -169,8 +171,8 @@ def test_a_judged_periods_record_is_held_once(study: Path) -> None:
     the only copy, without its manifest entries."""
     from dataclasses import replace
 
-    from auditor.fold import Fold
     from auditor.model import AuditOptions
+    from auditor.pipeline.study import Fold
 
     parts = drive(Auditor(study).collect(), lambda event: None)
     units = sorted(parts.units, key=lambda unit: unit.index)

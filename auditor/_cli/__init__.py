@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from auditor import __version__
-from auditor._process import lean_heap
+from auditor._memory import lean_heap
 from auditor.errors import AuditorError, UsageError
 
 EPILOG = "Contract: run-evidence v1. Exit codes: 0 ok, 1 gate/verify failed, 2 usage or " \
@@ -178,7 +178,7 @@ def _inert(text: str) -> str:
 
 
 PRELOAD = {
-    "audit": ("orjson", "auditor.audit", "auditor.report.summary"),
+    "audit": ("orjson", "auditor.pipeline.audit", "auditor.report.summary"),
     "verify": ("orjson", "auditor.report.output"),
     "gate": ("orjson", "auditor.report.output"),
     "sacct": ("orjson", "auditor.collect.sacct"),
@@ -195,7 +195,7 @@ def _preload(command: str) -> None:
     takes effect once they are in."""
     import importlib
 
-    from auditor._process import signals_deferred
+    from auditor._signals import signals_deferred
 
     with signals_deferred():
         for name in PRELOAD.get(command, ()):
@@ -337,8 +337,8 @@ def check_limits(args: argparse.Namespace) -> None:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from auditor.audit import Auditor, drive, paused_gc
     from auditor.model import AuditOptions
+    from auditor.pipeline.audit import Auditor, drive, paused_gc
     from auditor.report.summary import build_summary
 
     waivers, anchors = waivers_of(args), anchors_of(args)
@@ -353,7 +353,7 @@ def _audit(args: argparse.Namespace) -> int:
     if args.sacct is not None and not args.sacct.is_file():
         raise UsageError(f"--sacct {args.sacct}: no such file")
     if args.executor is not None:
-        from auditor._pool import scheduler_address
+        from auditor.pipeline.pool import scheduler_address
 
         if args.jobs:
             raise UsageError("--jobs is this machine's readers; with --executor the "

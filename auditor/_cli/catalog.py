@@ -72,7 +72,7 @@ def _rows(text: str) -> int:
 
 
 def _catalog(args: argparse.Namespace) -> int:
-    from auditor._process import signals_deferred
+    from auditor._signals import signals_deferred
 
     with signals_deferred():  # (a compiled extension is not to be cut short loading)
         import pyarrow.parquet  # noqa: F401
@@ -86,7 +86,7 @@ def _catalog(args: argparse.Namespace) -> int:
 
 
 def _query(args: argparse.Namespace) -> int:
-    from auditor._process import signals_deferred
+    from auditor._signals import signals_deferred
 
     with signals_deferred():  # (a compiled extension is not to be cut short loading)
         from auditor.catalog.query import load_duckdb, run_query
@@ -136,7 +136,7 @@ def _query(args: argparse.Namespace) -> int:
 
 
 def _rerun(args: argparse.Namespace) -> int:
-    from auditor._process import signals_deferred
+    from auditor._signals import signals_deferred
 
     with signals_deferred():  # (a compiled extension is not to be cut short loading)
         import pyarrow.parquet  # noqa: F401

@@ -34,7 +34,7 @@ def add_parsers(commands: Any) -> None:
 
 
 def _causes(args: argparse.Namespace) -> int:
-    from auditor._process import signals_deferred
+    from auditor._signals import signals_deferred
 
     with signals_deferred():  # (compiled extensions interrupted while they load can crash)
         from auditor.collect.training_log import scan_training_log

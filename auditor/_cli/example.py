@@ -48,7 +48,7 @@ def _example(args: argparse.Namespace) -> int:
         raise UsageError("example: --elements must be at least 1, --trace-samples and "
                          "--log-lines at least 0")
     _check_out(out)
-    from auditor._process import signals_deferred
+    from auditor._signals import signals_deferred
 
     with signals_deferred():  # (orjson interrupted while it initialises can crash)
         from auditor._studygen import generate

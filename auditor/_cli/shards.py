@@ -75,8 +75,8 @@ def collection_options(options: AuditOptions) -> dict[str, Any]:
 
 def audit_shard(args: argparse.Namespace, options: AuditOptions) -> int:
     """``auditor audit ROOT --shard I/N --out PART``: collect one shard into a part."""
-    from auditor.audit import Auditor, assemble_collected, drive, paused_gc
-    from auditor.report.parts import write_part
+    from auditor.pipeline.audit import Auditor, assemble_collected, drive, paused_gc
+    from auditor.pipeline.parts import write_part
 
     shard = parse_shard(args.shard)
     if args.out is None:
@@ -99,9 +99,9 @@ def audit_shard(args: argparse.Namespace, options: AuditOptions) -> int:
 
 def _merge(args: argparse.Namespace) -> int:
     from auditor._cli import anchors_of, check_limits, waivers_of
-    from auditor.audit import drive, judge, merge_parts, paused_gc
+    from auditor.pipeline.audit import drive, judge, merge_parts, paused_gc
+    from auditor.pipeline.parts import read_part
     from auditor.report.output import check_output_dir, write_outputs
-    from auditor.report.parts import read_part
     from auditor.report.summary import build_summary, dumps
 
     waivers, anchors = waivers_of(args), anchors_of(args)

@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 
 from auditor._io import regular_bytes
-from auditor._process import signals_deferred
+from auditor._signals import signals_deferred
 from auditor.errors import InputError, OutputError, UsageError
 from auditor.model.results import TABLES
 

@@ -48,7 +48,7 @@ class AuditOptions:
     sacct_delimiter: str | None = None
     jobs: int = 0
     """Worker processes; 0 means as many as the CPUs this process may use
-    (:func:`auditor._pool.usable_cpus`)."""
+    (:func:`auditor.pipeline.pool.usable_cpus`)."""
     anchors: tuple[tuple[str, str], ...] = ()
     """Expected SHA-256 per protocol input name (in addition to protocol.json's)."""
     protocol_inputs: tuple[tuple[str, Path], ...] = ()

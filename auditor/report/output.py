@@ -35,7 +35,8 @@ import orjson
 
 from auditor import __version__
 from auditor._io import printable, printable_json, regular_bytes, sha256_file, unprintable
-from auditor._process import paused_gc, release_free_memory, signals_deferred
+from auditor._memory import paused_gc, release_free_memory
+from auditor._signals import signals_deferred
 from auditor.errors import OutputError, VerifyError
 from auditor.model.paths import join_text
 from auditor.model.results import TABLES
@@ -161,7 +162,7 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
     batch at a time. ``plotter``, when given, draws the
     plots in its helper process while the tables are written (else they are drawn here,
     after them). The cyclic garbage collector is paused while they are written
-    (:func:`~auditor._process.paused_gc`): a result of a large study is millions of objects
+    (:func:`~auditor._memory.paused_gc`): a result of a large study is millions of objects
     without cycles, which each of its collections would scan."""
     with paused_gc():
         _write_outputs(result, out, force, plots, summary, plotter)
@@ -174,33 +175,13 @@ def _write_outputs(result: AuditResult, out: Path, force: bool, plots: bool,
         from auditor.report.summary import dumps, summary_chunks
         from auditor.report.tables import write_table
 
-    check_output_dir(out, result.collected.root, force)
-    out = Path(os.path.abspath(out))  # (named and swapped by its own name: never "..")
-    parent = out.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_staging(parent, out.name)
-    staging: Path | None = None
-    try:
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=parent))
-        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp's 0700 would hide the report
-        written: list[tuple[str, str, int]] = []
+    with StagedOutput(out, result.collected.root, force) as staged:
 
         def put(name: str, data: bytes | Callable[[io.RawIOBase], object]) -> None:
-            """Write ``data`` (bytes, or a function writing to a stream) as ``name``."""
-            assert staging is not None
-            target = staging / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with open(target, "wb") as handle:
-                sink = _HashingWriter(handle)
-                if isinstance(data, bytes):
-                    sink.write(data)
-                else:
-                    data(sink)
-                handle.flush()
-                os.fsync(handle.fileno())
-            written.append((name, sink.hash.hexdigest(), sink.size))
+            staged.put(name, data)
             release_free_memory()  # (what making it freed is not held through the next)
 
+        written = staged.written
         release_free_memory()  # (what the reading freed is not held through the writing)
         drawing = None
         if plots:
@@ -217,17 +198,84 @@ def _write_outputs(result: AuditResult, out: Path, force: bool, plots: bool,
                 put(name, png)
         put("evidence.md", partial(_write_lines, evidence_md_lines(result)))
         put("diagnostic.md", partial(_write_lines, markdown_chunks(result, written)))
-        with open(staging / MANIFEST, "wb") as handle:
-            write_manifest(result, written, handle)
+        staged.seal(result)
+
+
+class StagedOutput:
+    """An output directory written atomically: a context manager whose files are written
+    into a staging directory beside ``out`` (:meth:`put`), pinned by an output manifest
+    (:meth:`seal`), and renamed into place when the block ends without an exception; on
+    one, the staging directory is removed and ``out`` is left as it was. ``root``: the
+    evidence root, which ``out`` must not be inside (nor it inside ``out``); ``force``: an
+    earlier audit in ``out`` is replaced. An audit's outputs and a shard's part are both
+    written so."""
+
+    def __init__(self, out: Path, root: Path, force: bool) -> None:
+        check_output_dir(out, root, force)
+        self.out = Path(os.path.abspath(out))  # (named and swapped by its own name: never "..")
+        self.force = force
+        self.written: list[tuple[str, str, int]] = []
+        """(name, sha256, size) of each file put, in the order put."""
+        self.path: Path | None = None
+        """The staging directory (made on entering)."""
+        self._sealed = False
+
+    def __enter__(self) -> StagedOutput:
+        parent = self.out.resolve().parent
+        parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_staging(parent, self.out.name)
+        self.path = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-{os.getpid()}-",
+                                          dir=parent))
+        try:
+            os.chmod(self.path, 0o777 & ~_umask())  # mkdtemp's 0700 would hide the report
+        except BaseException:
+            self._remove()
+            raise
+        return self
+
+    def put(self, name: str, data: bytes | Callable[[io.RawIOBase], object]) -> None:
+        """Write ``data`` (bytes, or a function writing to a stream) as ``name``, hashed
+        as it is written."""
+        assert self.path is not None
+        target = self.path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "wb") as handle:
+            sink = _HashingWriter(handle)
+            if isinstance(data, bytes):
+                sink.write(data)
+            else:
+                data(sink)
             handle.flush()
             os.fsync(handle.fileno())
+        self.written.append((name, sink.hash.hexdigest(), sink.size))
+
+    def seal(self, source: AuditResult | Collected) -> None:
+        """Write the output manifest: every file put, and the inputs ``source`` read."""
+        assert self.path is not None
+        with open(self.path / MANIFEST, "wb") as handle:
+            write_manifest(source, self.written, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        self._sealed = True
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        assert self.path is not None
+        if kind is not None or not self._sealed:
+            self._remove()
+            if kind is None:
+                raise RuntimeError(f"{self.out}: staged output left without a manifest")
+            return
         with signals_deferred():  # the swap is a few renames: never leave it half done
-            _swap_into_place(staging, out, force)
-    except BaseException:
-        if staging is not None:
+            try:
+                _swap_into_place(self.path, self.out, self.force)
+            except BaseException:
+                shutil.rmtree(self.path, ignore_errors=True)
+                raise
+
+    def _remove(self) -> None:
+        if self.path is not None:
             with signals_deferred():
-                shutil.rmtree(staging, ignore_errors=True)
-        raise
+                shutil.rmtree(self.path, ignore_errors=True)
 
 
 def _write_lines(lines: Iterator[str], sink: io.RawIOBase, batch: int = 4096) -> None:

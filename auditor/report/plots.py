@@ -32,7 +32,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from auditor._process import helper_args, helper_context, helper_signals, signals_deferred
+from auditor._signals import helper_args, helper_context, helper_signals, signals_deferred
 
 if TYPE_CHECKING:  # (not imported at run time: a Plotter starts before the audit's modules)
     from auditor.model import AuditResult

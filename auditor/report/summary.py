@@ -1,6 +1,6 @@
 """``summary.json``: the machine-readable result, keys as the contract fixes them.
 
-A pure function of the :class:`~auditor.audit.AuditResult`; deterministic (no
+A pure function of the :class:`~auditor.pipeline.audit.AuditResult`; deterministic (no
 time, no absolute paths), so two audits of the same evidence give the same bytes.
 """
 

@@ -1,7 +1,7 @@
 """Cross-checks that the pieces of evidence belong together.
 
 Integrity (hash and size against the manifest) is decided while the files are
-read (:mod:`auditor.audit`); this module checks what only the parsed content
+read (:mod:`auditor.pipeline.audit`); this module checks what only the parsed content
 can show: identities (pid / rank / role / job / GPU) agree everywhere they
 appear, timelines nest (allocator records inside the invocation, the
 invocation inside the scheduler's allocation), the idle check passed, and the

@@ -69,7 +69,7 @@ def test_the_timeline_plot_draws_the_attempt_a_verdict_rests_on(
         every_outcome: tuple[Path, dict]) -> None:
     """A retried period's timeline draws both attempts: the one its verdict rests on in
     full, the wasted retry faded and labelled not counted."""
-    from auditor.audit import AuditOptions, run_audit
+    from auditor.pipeline.audit import AuditOptions, run_audit
     from auditor.report.plots import plot_data
 
     root, _ = every_outcome

@@ -282,7 +282,7 @@ def test_tables_stream_in_row_groups_and_read_back_whole(tmp_path: Path,
     hashed it."""
     import pyarrow.parquet as pq
 
-    from auditor.audit import run_audit
+    from auditor.pipeline.audit import run_audit
     from auditor.report import tables
     from tests.helpers import copy_example
 

@@ -11,7 +11,7 @@ import pytest
 
 from auditor._cli import main
 from auditor._io import printable
-from auditor.audit import run_audit
+from auditor.pipeline.audit import run_audit
 from auditor.report.markdown import markdown_chunks, render_markdown
 from auditor.report.output import _write_lines
 

@@ -13,8 +13,8 @@ import pytest
 
 import auditor.report.summary as summary_module
 from auditor._cli import main
-from auditor.audit import run_audit
 from auditor.model import AuditResult
+from auditor.pipeline.audit import run_audit
 from auditor.report.summary import build_summary, dumps, summary_chunks
 
 

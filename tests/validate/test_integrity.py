@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 from auditor._cli import main
-from auditor.audit import AuditOptions, run_audit
 from auditor.model.paths import join_text
+from auditor.pipeline.audit import AuditOptions, run_audit
 from tests.helpers import (
     audit,
     copy_example,
@@ -492,7 +492,7 @@ def test_failure_while_streaming_a_table_leaves_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An error in the middle of a streamed Parquet table (a row group written, the next
     failing) removes the staging directory, and an earlier audit's output stays whole."""
-    from auditor.audit import run_audit as run
+    from auditor.pipeline.audit import run_audit as run
     from auditor.report import output, tables
 
     root = copy_example(tmp_path)

@@ -20,9 +20,7 @@ import orjson
 import pandas as pd
 import pytest
 
-from auditor.audit import run_audit
 from auditor.collect.sacct import parse_sacct
-from auditor.fold import Fold, FoldedPeriod
 from auditor.model import (
     AttemptSpec,
     AuditOptions,
@@ -31,6 +29,9 @@ from auditor.model import (
     SacctJob,
     StudyLayout,
 )
+from auditor.pipeline.audit import run_audit
+from auditor.pipeline.study import Fold
+from auditor.pipeline.worker import FoldedPeriod
 from auditor.reason.engine import JudgeContext
 from auditor.validate.checks import SchedulerRows
 from tests.helpers import audit, edit_record, outcome_study, period_records, verdicts

@@ -25,13 +25,8 @@ from functools import partial
 from itertools import islice
 from typing import Any, Generic, Protocol, TypeVar
 
-from auditor._process import (
-    helper_args,
-    helper_context,
-    helper_signals,
-    release_free_memory,
-    signals_deferred,
-)
+from auditor._memory import release_free_memory
+from auditor._signals import helper_args, helper_context, helper_signals, signals_deferred
 from auditor.errors import OutputError, UsageError
 
 T = TypeVar("T")

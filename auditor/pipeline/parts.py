@@ -12,10 +12,7 @@ manifest verified, and only with an unpickler that makes nothing but the model's
 from __future__ import annotations
 
 import io
-import os
 import pickle
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +21,7 @@ import orjson
 from auditor import __version__
 from auditor.errors import InputError
 from auditor.model import Collected, CollectedParts, PeriodUnit
-from auditor.report.output import (
-    MANIFEST,
-    _HashingWriter,
-    _remove_stale_staging,
-    _swap_into_place,
-    _umask,
-    check_output_dir,
-    verify_outputs,
-    write_manifest,
-)
+from auditor.report.output import StagedOutput, verify_outputs
 
 PART = "part.pickle"
 META = "part.json"
@@ -65,32 +53,11 @@ def write_part(parts: CollectedParts, collected: Collected, out: Path,
                collection: dict[str, Any], force: bool = False) -> None:
     """Write shard ``parts`` to ``out`` atomically, as an audit writes its outputs
     (``collected``: the parts assembled, whose inputs the manifest pins)."""
-    check_output_dir(out, parts.root, force)
-    out = Path(os.path.abspath(out))
-    parent = out.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_staging(parent, out.name)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=parent))
-    try:
-        os.chmod(staging, 0o777 & ~_umask())
-        written: list[tuple[str, str, int]] = []
-        for name, data in ((PART, pickle.dumps(parts, protocol=5)),
-                           (META, orjson.dumps(part_meta(parts, collection),
-                                               option=orjson.OPT_INDENT_2) + b"\n")):
-            with open(staging / name, "wb") as handle:
-                sink = _HashingWriter(handle)
-                sink.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            written.append((name, sink.hash.hexdigest(), sink.size))
-        with open(staging / MANIFEST, "wb") as handle:
-            write_manifest(collected, written, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        _swap_into_place(staging, out, force)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    with StagedOutput(out, parts.root, force) as staged:
+        staged.put(PART, pickle.dumps(parts, protocol=5))
+        staged.put(META, orjson.dumps(part_meta(parts, collection),
+                                      option=orjson.OPT_INDENT_2) + b"\n")
+        staged.seal(collected)
 
 
 def read_part(path: Path, inputs: bool = True) -> tuple[dict[str, Any], CollectedParts]:

@@ -5,8 +5,9 @@ it works (the CLI turns them into a progress bar) and returns the
 :class:`~auditor.model.AuditResult` (``result = yield from auditor.run()``, or use
 :func:`run_audit`). Nothing here prints, and nothing is written anywhere: reporters are
 pure functions of the result. This module plans and orders the reading, sends it to the
-pool (:mod:`auditor._pool`) a batch of whole periods a task, which the workers read and
-judge (:func:`auditor.fold.fold_batch`), and folds what comes back (:mod:`auditor.fold`),
+pool (:mod:`auditor.pipeline.pool`) a batch of whole periods a task, which the workers read and
+judge (:func:`auditor.pipeline.worker.fold_batch`), and folds what comes back
+(:mod:`auditor.pipeline.study`),
 keeping what the report needs.
 """
 
@@ -20,8 +21,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, TypeVar
 
-from auditor._pool import chunk_size, make_pool
-from auditor._process import paused_gc
+from auditor._memory import paused_gc
 from auditor._spill import MappedSequence, Packed, PackedList
 from auditor.collect.attempt import hash_only, read_attempt
 from auditor.collect.discover import SACCT_PATH, discover, find_period_records
@@ -37,17 +37,6 @@ from auditor.collect.inputs import (
 from auditor.collect.plan import plan_reads, plan_unlisted
 from auditor.collect.protocol import read_protocol
 from auditor.errors import UsageError
-from auditor.fold import (
-    Fold,
-    Joining,
-    PeriodBatch,
-    PeriodTask,
-    apply_limits,
-    assemble_collected,
-    fold_batch,
-    packs,
-    unit_findings,
-)
 from auditor.model import (
     DEFAULT_PROTOCOL,
     AuditOptions,
@@ -65,6 +54,9 @@ from auditor.model import (
     Protocol,
     StudyLayout,
 )
+from auditor.pipeline.pool import chunk_size, make_pool
+from auditor.pipeline.study import Fold, Joining, apply_limits, assemble_collected, packs
+from auditor.pipeline.worker import PeriodBatch, PeriodTask, fold_batch, unit_findings
 from auditor.validate.checks import SchedulerRows
 
 __all__ = ["AuditOptions", "AuditResult", "Auditor", "Progress", "apply_limits",
@@ -191,7 +183,7 @@ class Auditor:
     ) -> Generator[Progress, None, tuple[list[PeriodUnit],
                                          list[tuple[tuple[int, int], FileOutcome]]]]:
         """Read, validate and judge every period in the workers, a batch of whole periods a
-        task (:func:`~auditor.fold.fold_batch`: consecutive periods, cut only where no
+        task (:func:`~auditor.pipeline.worker.fold_batch`: consecutive periods, cut only where no
         later period names an earlier one's job, so each batch is judged on its own), and
         fold what comes back; then hash the files no period record lists. The arguments
         are :meth:`_read_evidence`'s; the periods' reads are planned here as each batch

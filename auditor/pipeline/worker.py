@@ -1,0 +1,231 @@
+"""What a worker does with a batch of the study's periods: read, join, validate and judge them.
+
+:func:`fold_batch` runs in a worker (or, for a study judged in the audit's own process, its
+parts run there: :func:`unit_rows`, :func:`let_go`): each period of a :class:`PeriodBatch` is
+read (:func:`~auditor.collect.attempt.read_attempt`), joined with its manifest, validated and
+judged, and what the study's fold keeps of it comes back (:class:`FoldedPeriod`): its verdict,
+its collection findings, its table rows, and the period as :func:`let_go` leaves it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from auditor._spill import Packed
+from auditor.collect.attempt import read_attempt
+from auditor.collect.inputs import LoadedPeriod, unpack_entries
+from auditor.model import (
+    AllocatorTrace,
+    AttemptTask,
+    EvidenceFile,
+    Finding,
+    InputFile,
+    PeriodEvidence,
+    PeriodUnit,
+    Protocol,
+    SacctJob,
+    TraceDigest,
+    completes_cleanly,
+    phases_reached,
+)
+from auditor.model.core import fast_pickle
+from auditor.reason.engine import (
+    JudgeContext,
+    Judged,
+    PeriodJudge,
+    judge_together,
+)
+from auditor.report.plots import MAX_TIMELINE_PERIODS
+from auditor.report.rows import device_rows, phase_rows
+from auditor.validate.integrity import (
+    assemble,
+    integrity_findings,
+)
+
+
+def unit_findings(unit: PeriodUnit) -> tuple[list[Finding], list[Finding], list[Finding]]:
+    """A period's collection findings (:data:`~auditor.reason.engine.PERIOD_RANKS`): its
+    record's (opening it, then its own), its attempts' reading's, its files' integrity."""
+    attempts = unit.evidence.attempts
+    return ([*unit.problems, *unit.evidence.record.findings],
+            [item for attempt in attempts for item in attempt.read.findings],
+            integrity_findings(row for attempt in attempts for row in attempt.files))
+
+
+KEPT_WHOLE = MAX_TIMELINE_PERIODS
+"""Periods kept with every record they were read with (the timeline plot draws their
+phases); every later one keeps only what the report says of it (:func:`let_go`)."""
+UnitRows = tuple[tuple[Sequence[Finding], ...], list[tuple[Any, ...]], list[tuple[Any, ...]],
+                 list[EvidenceFile]]
+"""A period's collection findings (:func:`unit_findings`), its rows of the ``phases`` and
+``devices`` tables, and its evidence rows."""
+
+
+def unit_rows(unit: PeriodUnit) -> UnitRows:
+    """What a study's fold keeps of a collected period besides its verdict: its collection
+    findings and its table rows (:data:`UnitRows`)."""
+    period = unit.evidence
+    phases: list[tuple[Any, ...]] = []
+    devices: list[tuple[Any, ...]] = []
+    files: list[EvidenceFile] = []
+    for attempt in period.attempts:
+        phases.extend(phase_rows(period, attempt))
+        devices.extend(device_rows(period, attempt))
+        files.extend(attempt.files)
+    return unit_findings(unit), phases, devices, files
+
+
+@fast_pickle
+@dataclass(frozen=True, slots=True)
+class PeriodTask:
+    """One period for a worker to read and judge (:func:`fold_batch`): its place among
+    the study's records (``index``: a whole study's, so its place in the fold too), its
+    record as loaded (the manifest entries packed), the read tasks of its attempts and, by
+    each one's key, the evidence rows decided before reading."""
+
+    index: int
+    loaded: LoadedPeriod
+    attempts: tuple[AttemptTask, ...]
+    pre: tuple[tuple[str, tuple[EvidenceFile, ...]], ...]
+
+
+@fast_pickle
+@dataclass(frozen=True, slots=True)
+class PeriodBatch:
+    """A batch of consecutive periods for a worker (:func:`fold_batch`), closed under their
+    jobs, with the scheduler dump's rows their judging may look up (``sacct``: the dump
+    rows, :class:`~auditor.validate.checks.SchedulerRows`, packed until the worker judges:
+    the context it was given has the rest of the dump) and their pairs' pinned commits
+    (``pins``); each None when the study has none."""
+
+    tasks: tuple[PeriodTask, ...]
+    rows: Packed[tuple[SacctJob, ...]] | None
+    pins: dict[str, str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class FoldedPeriod:
+    """A period read, validated and judged in a worker: all a study's fold keeps of it
+    (:meth:`Fold.add_folded`). ``period`` is let go (:func:`let_go`) unless among the
+    first :data:`KEPT_WHOLE`; ``files_read`` and ``bytes_read`` are for the progress."""
+
+    judged: Judged
+    piece: tuple[Sequence[Finding], ...]
+    phases: list[tuple[Any, ...]]
+    devices: list[tuple[Any, ...]]
+    files: list[EvidenceFile]
+    record_input: InputFile | None
+    period: PeriodEvidence
+    files_read: int
+    bytes_read: int
+
+
+_JUDGES: list[tuple[weakref.ref[JudgeContext], PeriodJudge]] = []
+"""The judge of the context last given to :func:`fold_batch` in this process (a worker is
+given one per audit: built once, not once a batch)."""
+_DIGESTS: dict[TraceDigest, AllocatorTrace] = {}
+"""This process's one let-go trace for each alike digest (see :func:`let_go`)."""
+
+
+def _judge_of(context: JudgeContext) -> PeriodJudge:
+    if _JUDGES and _JUDGES[0][0]() is context:
+        return _JUDGES[0][1]
+    judge = PeriodJudge(context)
+    _JUDGES[:] = [(weakref.ref(context), judge)]
+    return judge
+
+
+def fold_batch(context: JudgeContext, batch: PeriodBatch) -> list[FoldedPeriod]:
+    """Read, join, validate and judge a batch of the study's periods, consecutive and
+    closed under their jobs (:func:`~auditor.reason.engine.batch_ends`), in a worker, with
+    the context the workers are given (:meth:`JudgeContext.for_workers`) and the batch's
+    rows of the scheduler's dump: what the study's fold keeps of each (the same as
+    folding them one by one in the audit's own process would keep)."""
+    judge = _judge_of(context).narrowed(
+        batch.rows.load() if batch.rows is not None else None, batch.pins)
+    protocol = context.study.protocol
+    units: list[PeriodUnit] = []
+    sizes: list[tuple[int, int]] = []
+    for task in batch.tasks:
+        reads = {read.key: read for read in map(read_attempt, task.attempts)}
+        pre = {key: list(rows) for key, rows in task.pre}
+        record = unpack_entries(task.loaded)
+        (evidence,), _ = assemble([record], pre, reads, task.index)
+        units.append(PeriodUnit(task.index, evidence, task.loaded.problems,
+                                task.loaded.record_input))
+        sizes.append((sum(len(read.files) for read in reads.values())
+                       + sum(len(rows) for rows in pre.values()),
+                       sum(read.bytes_read for read in reads.values())))
+    rows = [unit_rows(unit) for unit in units]
+    judged = judge_together(judge, [unit.evidence for unit in units],
+                            [piece for piece, *_ in rows])
+    folded = []
+    for task, unit, (piece, phases, devices, files), one, (count, size) in zip(
+            batch.tasks, units, rows, judged, sizes, strict=True):
+        period = unit.evidence if task.index < KEPT_WHOLE \
+            else let_go(unit.evidence, protocol, _DIGESTS)
+        folded.append(FoldedPeriod(one, piece, phases, devices, files, unit.record_input,
+                                   period, count, size))
+    return folded
+
+
+def shared_traces(period: PeriodEvidence, digests: dict[TraceDigest, AllocatorTrace]
+                  ) -> PeriodEvidence:
+    """``period`` (let go) with each of its traces ``digests``' one of its digest (each
+    is kept there when it is the first of its digest)."""
+    attempts = []
+    changed = False
+    for attempt in period.attempts:
+        read = attempt.read
+        traces = tuple(digests.setdefault(trace.digest, trace) if trace.digest is not None
+                       else trace for trace in read.traces)
+        if any(a is not b for a, b in zip(traces, read.traces, strict=True)):
+            changed = True
+            attempt = replace(attempt, read=replace(read, traces=traces))
+        attempts.append(attempt)
+    return replace(period, attempts=tuple(attempts)) if changed else period
+
+
+def let_go(period: PeriodEvidence, protocol: Protocol,
+           digests: dict[TraceDigest, AllocatorTrace]) -> PeriodEvidence:
+    """What the report still needs of a judged period: its records but the manifest
+    entries and evidence rows (the study's :class:`EvidenceSpill` keeps the rows), and of
+    what its attempts' reading gave only what the reporters read: the trial record but its
+    processes and findings (the study's findings hold those), and of each
+    trace its digest (a trace with no more than that, one for each alike digest, from
+    ``digests``: its phase records are rows of the ``phases`` table, its identities were
+    checked when the period was judged). The log's scan (judging read it) and the device
+    files (rows of the ``devices`` table) go."""
+    phases = protocol.completion_phases
+    first, last = (phases[0], phases[-1]) if len(phases) >= 2 else ("", "")
+    record = period.record.without_entries()
+    attempts = []
+    for attempt, spec in zip(period.attempts, record.attempts, strict=True):
+        read = attempt.read
+        trial = read.trial
+        steps = trial.dispatched_int(protocol.steps_from) if trial else None
+        traces = []
+        for trace in read.traces:
+            digest = TraceDigest(phases_reached(trace),
+                                 completes_cleanly(trace, steps, first, last))
+            known = digests.get(digest)
+            if known is None:
+                known = digests[digest] = AllocatorTrace("", 0, (), 0, None, None, (), (),
+                                                         None, None, digest=digest)
+            traces.append(known)
+        if trial is not None:  # (its env stays: a step count may be given there alone)
+            trial = replace(trial, processes=(), findings=())
+        attempts.append(replace(attempt, spec=spec, files=(), read=replace(
+            read, trial=trial, traces=tuple(traces), log=None, devices=())))
+    return PeriodEvidence(record, tuple(attempts))
+
+
+
+
+def forget_judges() -> None:
+    """Let go of this process's judge (and with it the study's context it was made for):
+    an audit read in its own process is done with it once its periods are folded."""
+    _JUDGES.clear()
