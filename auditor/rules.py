@@ -12,10 +12,11 @@ reasoning (exits, completion, infrastructure, attempts, configurations).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from auditor.model import Citation, Finding, Reason, Severity
+from auditor.model.kinds import KINDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,21 @@ class Rule:
     family: str | None = None
     """The report's cross-check sentence that counts it: ``identity``, ``job_ids`` or
     ``timeline`` (None: not a cross-check)."""
+    forms: Mapping[str, str] = field(default_factory=dict)
+    """Where one rule says what it found in several shapes (a name that is wrong, a pid
+    that is nobody's), each shape's template by name: a finding names its form
+    (``finding(..., form="not_a_worker", ...)``) and is rendered from it and its named
+    values, never from a sentence made beforehand. :attr:`template` is then what the rule
+    says in general (``auditor rules``)."""
+
+    def template_of(self, form: object = None) -> str:
+        """The template a finding of this rule in ``form`` is rendered from (None: the
+        rule's own); a form the rule does not have is a bug, as an unknown rule id is."""
+        if form is None:
+            return self.template
+        if not isinstance(form, str) or form not in self.forms:
+            raise KeyError(f"{self.rule_id} has no form {form!r}")
+        return self.forms[form]
 
     @property
     def stage(self) -> str:
@@ -68,6 +84,12 @@ FROZEN_INPUTS = frozenset({"protocol.json", "execution_commits.json"})
 """The study's own rules and commit pins: an error finding about either fails the gate
 (whatever its rule: the verdicts were reached under other rules, or without the check)."""
 FROZEN_GATE = GatePolicy(2, True, "frozen input unusable: {message}")
+SACCT_ENDED = "{subject}: sacct reports {state} for job {job_id}"
+"""A form of the rules of how an attempt ended: what the scheduler's dump said."""
+LOG_LINE = "{subject}: {text} (log line {line})"
+"""A form of the rules of how an attempt ended: what a line of the training log said."""
+_KINDS = ", ".join(KINDS)
+"""The evidence kinds the contract names, as the messages list them."""
 
 _RULES: tuple[Rule, ...] = (
     # ---------------------------------------------------------------- collect
@@ -84,7 +106,13 @@ _RULES: tuple[Rule, ...] = (
          "{path}:{line}: not a JSON object: {error}", E),
     Rule("AUD004", "jsonl-truncated", "Last JSONL line has no newline",
          "The final line of a JSONL file ends without a newline: the writer may have been "
-         "killed mid-record.", "{path}:{line}: final line has no trailing newline{detail}", W),
+         "killed mid-record.", "{path}:{line}: final line has no trailing newline", W,
+         forms={form: "{path}:{line}: final line has no trailing newline; " + text
+                for form, text in (
+                    ("too_long", "the line is too long to parse and is not counted"),
+                    ("not_json", "it is not valid JSON (writer cut off?) and is not counted"),
+                    ("kept", "it parses and is kept"),
+                    ("unusable", "it parses but is not a usable record"))}),
     Rule("AUD005", "text-not-utf8", "Text is not valid UTF-8",
          "Bytes that are not UTF-8 were decoded with replacement characters.",
          "{path}:{line}: invalid UTF-8 (decoded with replacement)", INFO),
@@ -163,11 +191,10 @@ _RULES: tuple[Rule, ...] = (
          "written, so lines after the cut (a terminal line among them) may be lost.",
          "{path}:{line}: the log ends mid-line (no final newline)", W),
     Rule("AUD018", "evidence-kind-unknown", "Evidence entry of an unknown kind",
-         "A period record lists a file under a kind the contract does not name (trial, "
-         "training_log, allocator_trace, device_evidence): the file is hash-checked but not "
-         "parsed, and an attempt missing that kind is AUD107.",
-         "{path}: {pointer} has kind {kind!r}, not one of trial, training_log, "
-         "allocator_trace, device_evidence; {file} is only hash-checked", W),
+         f"A period record lists a file under a kind the contract does not name ({_KINDS}): "
+         "the file is hash-checked but not parsed, and an attempt missing that kind is AUD107.",
+         "{path}: {pointer} has kind {kind!r}, not one of " + _KINDS + "; {file} is only "
+         "hash-checked", W),
     Rule("AUD014", "protocol-invalid", "Protocol file unusable",
          "protocol.json could not be used; built-in defaults apply where it failed.",
          "{path}: {error}", E),
@@ -194,23 +221,45 @@ _RULES: tuple[Rule, ...] = (
     Rule("AUD105", "evidence-unlisted", "File not listed in any manifest",
          "A file inside an attempt directory is listed in no period record, or a file under "
          "pairs/ is not named as a period record (pairs/<pair>/period-<n>.json).",
-         "{path}: {detail}", W),
+         "{path}: present but listed in no period record", W,
+         forms={"unlisted": "{path}: present but listed in no period record",
+                "stray_in_pairs": "{path}: under pairs/ but not named "
+                                  "pairs/<pair>/period-<n>.json, so not read as a period record "
+                                  "(were it one, its period is missing from this audit)"}),
     Rule("AUD106", "attempt-dir-orphan", "Attempt directory referenced by no period",
          "An attempt directory on disk is named by no period record.",
          "{path}: attempt directory referenced by no period record", W),
     Rule("AUD107", "evidence-kind-missing", "Attempt lacks a kind of evidence",
          "An attempt lists no file of a kind the verdict needs (trial, training log, one "
          "allocator trace and device file per worker).",
-         "{subject}: no {kind} listed{detail}", E,
-         blocks=Reason.EVIDENCE_MISSING),
+         "{subject}: no {kind} listed", E,
+         blocks=Reason.EVIDENCE_MISSING,
+         forms={"for_worker": "{subject}: no {kind} listed for pid {pid} (rank {rank})"}),
     Rule("AUD110", "identity-mismatch", "pid / rank / role disagree",
          "The pid, rank or role of a worker differ between the device file name, its content, "
-         "the period's workers and the pid's allocator trace.", "{subject}: {detail}", E,
-         blocks=Reason.IDENTITY_MISMATCH, family="identity"),
+         "the period's workers and the pid's allocator trace.",
+         "{subject}: {file}: pid, rank or role disagree", E,
+         blocks=Reason.IDENTITY_MISMATCH, family="identity",
+         forms={"rank_twice": "{subject}: rank {rank} is listed for pids {pids}",
+                "misnamed": "{subject}: {file}: name is not {expected}",
+                "name_vs_content": "{subject}: {file}: file name says {what} {in_name}, "
+                                   "content says {in_file}",
+                "not_a_worker": "{subject}: {file}: pid {pid} is not among the period's workers",
+                "rank_vs_record": "{subject}: {file}: rank {rank} but the period lists pid "
+                                  "{pid} as rank {listed_rank}",
+                "line_pid": "{subject}: {file}: line {line} has pid {other_pid}",
+                "line_rank": "{subject}: {file}: line {line} has rank {rank}, the period lists "
+                             "pid {pid} as rank {listed_rank}"}),
     Rule("AUD111", "job-id-mismatch", "Job ids disagree",
          "The device job_id, the period's job_id, the trial's job_id and the sacct JobIDRaw of "
-         "the element do not all agree.", "{subject}: {detail}", E,
-         blocks=Reason.IDENTITY_MISMATCH, family="job_ids"),
+         "the element do not all agree.", "{subject}: {who} says job {job_id}; {others}", E,
+         blocks=Reason.IDENTITY_MISMATCH, family="job_ids",
+         forms={"sacct_raw": "{subject}: sacct has element {element} as job {job_id_raw}; the "
+                             "{who} says job {job_id}",
+                "sacct_array": "{subject}: sacct places job {job_id} in array {sacct_array}, the "
+                               "period record says {record_array}",
+                "sacct_element": "{subject}: sacct has job {job_id} as element {sacct_element}, "
+                                 "the period record says {record_element}"}),
     Rule("AUD112", "trial-period-mismatch", "Trial record disagrees with its period",
          "The trial's pair, period or gpus differ from the period record.",
          "{subject}: trial {field} is {trial_value!s}, period record says {period_value!s}", E,
@@ -225,34 +274,51 @@ _RULES: tuple[Rule, ...] = (
          blocks=Reason.IDENTITY_MISMATCH, family="identity"),
     Rule("AUD115", "timeline-disorder", "Records out of order",
          "An allocator record finishes before it starts, or seq does not rise.",
-         "{path}:{line}: {detail}", E,
-         blocks=Reason.TIMELINE_INCONSISTENT, family="timeline"),
+         "{path}:{line}: seq {seq} does not rise above {last_seq}", E,
+         blocks=Reason.TIMELINE_INCONSISTENT, family="timeline",
+         forms={"reversed": "{path}:{line}: started_ns {started} is after finished_ns "
+                            "{finished}"}),
     Rule("AUD116", "timeline-outside-invocation", "Record outside the attempt's invocation",
          "An allocator record lies outside the trial's invocation window.",
-         "{path}:{line}: {detail}", E,
-         blocks=Reason.TIMELINE_INCONSISTENT, family="timeline"),
+         "{path}:{line}: {records} record(s) outside the invocation window, first: {phase} "
+         "step {step}", E,
+         blocks=Reason.TIMELINE_INCONSISTENT, family="timeline",
+         forms={"samples": "{path}: memory samples outside the invocation window"}),
     Rule("AUD117", "invocation-outside-allocation", "Invocation outside the sacct allocation",
          "The trial's invocation window is not inside the element's sacct Start..End.",
-         "{subject}: {detail}", E,
-         blocks=Reason.TIMELINE_INCONSISTENT, family="timeline"),
+         "{subject}: invocation {edge} the allocation (sacct {field} {sacct}, invocation "
+         "{invocation})", E,
+         blocks=Reason.TIMELINE_INCONSISTENT, family="timeline",
+         forms={"reversed": "{subject}: invocation finished_ns is before started_ns"}),
     Rule("AUD118", "idle-check-failed", "GPUs not left idle",
-         "The post-period idle check did not pass (or is absent).", "{subject}: {detail}", E,
-         blocks=Reason.IDLE_CHECK_FAILED),
+         "The post-period idle check did not pass (or is absent).",
+         "{subject}: idle check passed={passed} (GPU memory used MiB: {used}; processes: "
+         "{processes})", E,
+         blocks=Reason.IDLE_CHECK_FAILED,
+         forms={"absent": "{subject}: no post-period idle check recorded",
+                "unavailable": "{subject}: no idle check could be made ({unavailable}); the "
+                               "protocol requires one (idle_check: required)"}),
     Rule("AUD119", "sacct-element-missing", "No scheduler record for the attempt",
          "The attempt's job id has no allocation row in the sacct dump (its step rows, if "
          "any, do not say how the allocation ended).",
-         "{subject}: {detail}", W,
-         family="job_ids"),
+         "{subject}: job {job_id} has no allocation row in the sacct dump", W,
+         family="job_ids",
+         forms={"restart": "{subject}: job {job_id} restart {restart} has no record of its own "
+                           "in the sacct dump (its latest record is restart {latest}'s; a dump "
+                           "captured without sacct -D keeps only that one): the invocation is "
+                           "not compared with an allocation"}),
     Rule("AUD120", "anchor-mismatch", "Protocol anchor does not match",
          "A protocol input's SHA-256 differs from its expected anchor, or the input is absent.",
-         "anchor {name}: {detail}", E,
-         gate=GatePolicy(5, True, "{message}")),
+         "anchor {name}: expected {expected}, found {found}", E,
+         gate=GatePolicy(5, True, "{message}"),
+         forms={"not_given": "anchor {name}: no --protocol-input {name}=PATH was given to "
+                             "check it against"}),
     Rule("AUD121", "commit-mismatch", "Period ran another commit",
          "A period record's commit differs from execution_commits.json for its pair.",
          "{subject}: commit {actual} but execution_commits.json pins {expected}", E,
          blocks=Reason.COMMIT_MISMATCH),
     Rule("AUD122", "source-input-missing", "Source input cannot be read",
-         "A --source file could not be read or escapes --source-root.", "{path}: {detail}", E),
+         "A --source file could not be read or escapes --source-root.", "{path}: {problem}", E),
     Rule("AUD123", "sacct-missing", "No scheduler dump",
          "The study has no accounting/sacct-raw.psv and no --sacct was given: whether an "
          "element is still pending or running, the allocation scope and the cross-checks "
@@ -287,43 +353,56 @@ _RULES: tuple[Rule, ...] = (
     # ----------------------------------------------------------------- reason
     Rule("AUD201", "terminal-event-missing", "Clean exit without the terminal event",
          "The attempt exited cleanly but its training log lacks the terminal event for the "
-         "dispatched step count.", "{subject}: {detail}", E,
+         "dispatched step count.",
+         "{subject}: clean exit; all {ranks} ranks completed {phases} for step {step}; terminal "
+         "event absent from the training log", E,
          blocks=Reason.TERMINAL_EVENT_MISSING),
     Rule("AUD202", "completion-phase-missing", "A rank lacks a completion phase",
          "A rank has no error-free record of a completion phase for the final step.",
-         "{subject}: {detail}", E,
-         blocks=Reason.COMPLETION_PHASE_MISSING),
+         "{subject}: {problems}", E,
+         blocks=Reason.COMPLETION_PHASE_MISSING,
+         forms={"none": "{subject}: no completion records"}),
     Rule("AUD203", "eligible-failure", "Eligible failure recorded",
          "A rank's phase ended in an error type the protocol lists as a measurement.",
-         "{subject}: {detail}", INFO),
+         "{subject}: rank {rank}: {phase} ended in {error_type}", INFO),
     Rule("AUD204", "unclean-exit", "Attempt did not exit cleanly",
          "The invocation or a process exited non-zero and not by coordinated shutdown.",
-         "{subject}: {detail}", E,
+         "{subject}: {exit}", E,
          blocks=Reason.UNCLEAN_EXIT),
     Rule("AUD205", "coordinated-shutdown", "Exit 143 accepted as coordinated shutdown",
          "The controller exited 143 with the shutdown flag on and no signal received.",
-         "{subject}: {detail}", INFO),
+         "{subject}: {exit}", INFO),
     Rule("AUD206", "cancelled", "Attempt was cancelled",
          "scancel (received SIGTERM), a CANCELLED scheduler state or a slurmstepd "
-         "cancellation line.", "{subject}: {detail}", E,
-         blocks=Reason.CANCELLED),
+         "cancellation line.", "{subject}: {exit}", E,
+         blocks=Reason.CANCELLED,
+         forms={"sacct": SACCT_ENDED, "log": LOG_LINE}),
     Rule("AUD207", "time-limit", "Attempt hit the time limit",
          "A TIMEOUT scheduler state, a pre-timeout SIGUSR1 or a time-limit cancellation line.",
-         "{subject}: {detail}", E,
-         blocks=Reason.TIME_LIMIT),
+         "{subject}: {exit}", E,
+         blocks=Reason.TIME_LIMIT,
+         forms={"sacct": SACCT_ENDED, "log": LOG_LINE,
+                "sacct_after": "{subject}: {exit}; sacct reports {state} for job {job_id}: the "
+                               "signal was the time limit's"}),
     Rule("AUD208", "node-failure", "Node failure",
          "The scheduler reports NODE_FAIL (or BOOT_FAIL) for the element, or the training log "
          "a node failure (slurmstepd's DUE TO NODE FAILURE, srun's or salloc's Node failure): "
-         "an infrastructure failure either way.", "{subject}: {detail}", E,
-         blocks=Reason.INFRASTRUCTURE_FAILURE),
+         "an infrastructure failure either way.", SACCT_ENDED, E,
+         blocks=Reason.INFRASTRUCTURE_FAILURE,
+         forms={"log": LOG_LINE}),
     Rule("AUD209", "infrastructure-error", "Infrastructure error in the evidence",
          "NCCL watchdog timeout, host-RAM out-of-memory, scheduler OUT_OF_MEMORY, or an "
-         "error the protocol does not list as eligible.", "{subject}: {detail}", E,
-         blocks=Reason.INFRASTRUCTURE_FAILURE),
+         "error the protocol does not list as eligible.",
+         "{subject}: {nccl} (log line {line}) before {exit}", E,
+         blocks=Reason.INFRASTRUCTURE_FAILURE,
+         forms={"sacct_oom": "{subject}: sacct reports OUT_OF_MEMORY (host memory) on {where} "
+                             "of job {job_id}",
+                "log": LOG_LINE}),
     Rule("AUD210", "array-partial", "Element not finished",
          "The element's latest scheduler record is PENDING, RUNNING, REQUEUED or SUSPENDED.",
-         "{subject}: {detail}", E,
-         blocks=Reason.ARRAY_PARTIAL, gate=GatePolicy(8, False, "array partial: {message}")),
+         "{subject}: job {job_id} is {state} in sacct", E,
+         blocks=Reason.ARRAY_PARTIAL, gate=GatePolicy(8, False, "array partial: {message}"),
+         forms={"array": "{subject}: element {job_id} is still {state}; the array is partial"}),
     Rule("AUD211", "launcher-disagrees", "Launcher's status differs from the verdict",
          "The trial record's own status disagrees with the auditor's verdict.",
          "{subject}: launcher said {status!s}{error}; auditor says {verdict}", W),
@@ -333,19 +412,28 @@ _RULES: tuple[Rule, ...] = (
          "{gpu_seconds} GPU-seconds wasted", W),
     Rule("AUD213", "configuration-uncovered", "Configuration has missing periods",
          "The protocol expects a (workload, gpus, seed) that no period record covers.",
-         "{subject}: {detail}", E),
+         "{subject}: no period covers seed(s) {seeds}", E,
+         forms={"uncovered": "{subject}: no period covers this configuration"}),
     Rule("AUD214", "no-attempt-evidence", "Period has no usable attempt",
          "The period record lists no attempt, or none whose trial could be read.",
-         "{subject}: {detail}", E),
+         "{subject}: the period record lists no attempt", E,
+         forms={"no_trial": "{subject}: no readable trial record for the attempt"}),
     Rule("AUD216", "ended-after-exit", "Scheduler ended the job after a clean exit",
          "sacct reports TIMEOUT, CANCELLED, PREEMPTED or DEADLINE for a job whose last "
          "attempt had exited 0 before the job ended, or the training log holds a slurmstepd "
          "cancellation line while the trial record says the invocation exited 0: the "
          "attempt's verdict stands, and the report says why.",
-         "{subject}: {detail}", W),
+         "{subject}: sacct reports {state} for job {job_id}{actual}, which ended at {ended} "
+         "UTC, after the attempt's invocation exited 0 at {finished} UTC; the attempt's "
+         "evidence stands", W,
+         forms={"log": "{subject}: the training log says {said}, but the trial record has the "
+                       "invocation exit 0: the job was ended after the command returned; the "
+                       "attempt's evidence stands"}),
     Rule("AUD217", "configuration-unexpected", "Configuration the protocol does not list",
          "Periods ran a (workload, gpus) that protocol.json does not list: the configuration "
-         "stays unresolved and out of the inclusion list.", "{subject}: {detail}", E,
+         "stays unresolved and out of the inclusion list.",
+         "{subject}: {periods} of {workload} with {gpus} GPUs, a configuration {protocol} does "
+         "not list", E,
          gate=GatePolicy(7, False,
                          "configuration {subject} unresolved: the protocol does not list it")),
     Rule("AUD218", "run-ended-by", "What ended the run",
@@ -353,12 +441,15 @@ _RULES: tuple[Rule, ...] = (
          "nccl, segfault, signal, actor_died, child_failed, python_exception, node_failure, "
          "time_limit, cancelled, preempted, unknown), with the line or record it rests on and "
          "the knock-ons that followed it (contract v1.1, Causes).",
-         "{subject}: ended by {cause}: {detail}{knock_on}", INFO),
+         "{subject}: ended by {cause}: {cause_detail}{knock_on}", INFO),
     Rule("AUD219", "preempted", "Attempt was preempted",
          "sacct reports PREEMPTED for the job's last attempt, or the training log a slurmstepd "
          "cancellation DUE TO PREEMPTION: the scheduler took the allocation back; the attempt "
-         "measured nothing and the period needs a new run.", "{subject}: {detail}", E,
-         blocks=Reason.PREEMPTED),
+         "measured nothing and the period needs a new run.", "{subject}: {exit}", E,
+         blocks=Reason.PREEMPTED,
+         forms={"sacct": SACCT_ENDED, "log": LOG_LINE,
+                "sacct_after": "{subject}: {exit}; sacct reports {state} for job {job_id}: the "
+                               "signal was the preemption's"}),
     Rule("AUD215", "waived", "Finding waived",
          "A finding was waived on the command line; it no longer blocks its subject.",
          "{subject}: {waived_rule} waived: {reason}", W),
@@ -385,7 +476,7 @@ def finding(
         if cites[0].line is not None:
             fields["line"] = cites[0].line
     fields.update(values)
-    message = rule.template.format_map(_Defaulting(fields))
+    message = rule.template_of(values.get("form")).format_map(_Defaulting(fields))
     del fields["subject"]  # (a field of the finding's own)
     return Finding(rule.rule_id, rule.symbol, rule.severity, subject, message, cites,
                    tuple(fields.items()))
@@ -394,7 +485,7 @@ def finding(
 def describe(item: Finding) -> str:
     """The finding's message without its leading ``{path}: `` or ``{subject}: ``: what is
     wrong, rendered from its values (for a sentence that names the file itself)."""
-    template = RULES[item.rule_id].template
+    template = RULES[item.rule_id].template_of(item.value("form"))
     for head in ("{path}", "{subject}"):
         template = template.removeprefix(head)
     return template.lstrip(": ").format_map(_Defaulting({"subject": item.subject,

@@ -134,10 +134,14 @@ def test_an_unknown_rule_is_refused() -> None:
 def test_describe_drops_the_leading_path_or_subject() -> None:
     assert describe(finding("AUD001", "p.json", [Citation("p.json")], error="bad")) == \
         "not valid JSON: bad"
-    assert describe(finding("AUD201", "pair/period-1", detail="no terminal line")) == \
-        "no terminal line"
-    assert describe(finding("AUD120", "study", name="m", detail="differs")) == \
-        "anchor m: differs"  # (no leading path: the message whole)
+    assert describe(finding("AUD201", "pair/period-1", ranks=2, phases="actor_update",
+                            step=1)) == ("clean exit; all 2 ranks completed actor_update for "
+                                         "step 1; terminal event absent from the training log")
+    assert describe(finding("AUD120", "study", name="m", form="not_given")) == \
+        "anchor m: no --protocol-input m=PATH was given to check it against"  # (the whole)
+    # (a form's own template, not the rule's)
+    assert describe(finding("AUD110", "s", form="not_a_worker", file="w.json", pid=7)) == \
+        "w.json: pid 7 is not among the period's workers"
 
 
 def test_describe_renders_from_the_values_not_the_message() -> None:
@@ -145,3 +149,42 @@ def test_describe_renders_from_the_values_not_the_message() -> None:
     item = finding("AUD014", "protocol.json", [Citation("protocol.json")], error="a: b: c")
     assert describe(replace(item, message="something else entirely")) == "a: b: c"
     assert describe(replace(item, values=(("error", "other"),))) == "other"
+
+
+def test_every_message_is_rendered_from_named_values() -> None:
+    """No template or form says ``{detail}``: what a finding found is its named values
+    (a pid, a state, a file), never a sentence made beforehand and passed whole."""
+    import string
+
+    for rule in ALL:
+        for template in (rule.template, *rule.forms.values()):
+            names = [name for _, name, _, _ in string.Formatter().parse(template) if name]
+            assert "detail" not in names, (rule.rule_id, template)
+
+
+def test_every_form_a_check_names_is_one_its_rule_has() -> None:
+    """Each ``finding("AUDnnn", ..., form="x")`` in the package names a form of AUDnnn (a
+    typo would otherwise be found only when that defect is first met)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "auditor"
+    named = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if not (isinstance(node, ast.Call) and node.args
+                    and isinstance(node.args[0], ast.Constant)
+                    and str(node.args[0].value).startswith("AUD")):
+                continue
+            for keyword in node.keywords:
+                if keyword.arg == "form" and isinstance(keyword.value, ast.Constant):
+                    named.append((str(node.args[0].value), keyword.value.value))
+    assert len(named) > 20
+    assert [(rule, form) for rule, form in named if form not in RULES[rule].forms] == []
+
+
+def test_a_form_the_rule_lacks_is_refused() -> None:
+    with pytest.raises(KeyError, match="AUD110 has no form 'nope'"):
+        finding("AUD110", "s", form="nope")
+    assert finding("AUD110", "s", form="misnamed", file="x", expected="y").message == \
+        "s: x: name is not y"

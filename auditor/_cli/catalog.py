@@ -99,10 +99,10 @@ def _query(args: argparse.Namespace) -> int:
     if args.json:
         import orjson
 
-        from auditor.report.summary import _bounded
+        from auditor.report.summary import json_safe_numbers
 
         records = [dict(zip(columns, row, strict=True)) for row in rows]
-        sys.stdout.write(orjson.dumps(_bounded(records), default=str,
+        sys.stdout.write(orjson.dumps(json_safe_numbers(records), default=str,
                                       option=orjson.OPT_INDENT_2
                                       | orjson.OPT_NON_STR_KEYS).decode() + "\n")
     elif args.csv:

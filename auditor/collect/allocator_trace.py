@@ -448,7 +448,7 @@ def _take(scan: _Scan, record: object, line: int, raw: bytes) -> bool:
     if type(seq) is int:
         if scan.last_seq is not None and seq <= scan.last_seq:
             scan.add(
-                _disorder(path, line, raw, f"seq {seq} does not rise above {scan.last_seq}")
+                _disorder(path, line, raw, seq=seq, last_seq=scan.last_seq)
             )
         scan.last_seq = seq
     if "phase" in record:
@@ -462,9 +462,7 @@ def _take(scan: _Scan, record: object, line: int, raw: bytes) -> bool:
         started, finished = record.get("started_ns"), record.get("finished_ns")
         if type(started) is int and type(finished) is int and started > finished:
             scan.add(
-                _disorder(
-                    path, line, raw, f"started_ns {started} is after finished_ns {finished}"
-                )
+                _disorder(path, line, raw, form="reversed", started=started, finished=finished)
             )
         if valid:
             scan.keep_phase(_valid_phase_record(scan, record, line))
@@ -509,16 +507,14 @@ def _odd_line(scan: _Scan, line: Line, max_line: int) -> list[Finding]:
         scan.add(_clipped(path, line.number, line.data, line.length, max_line))
         if line.terminated:
             return []
-        detail = "; the line is too long to parse and is not counted"
-        return [_truncated(path, line, detail)]
+        return [_truncated(path, line, "too_long")]
     try:
         record = _loads(line.data)
     except _JSONDecodeError:
-        detail = "; it is not valid JSON (writer cut off?) and is not counted"
-        return [_truncated(path, line, detail)]
+        return [_truncated(path, line, "not_json")]
     if _take(scan, record, line.number, line.data):
-        return [_truncated(path, line, "; it parses and is kept")]
-    return [_truncated(path, line, "; it parses but is not a usable record")]
+        return [_truncated(path, line, "kept")]
+    return [_truncated(path, line, "unusable")]
 
 
 # ------------------------------------------------------------------ findings
@@ -540,9 +536,9 @@ def _not_object(path: str, line: int, raw: bytes, error: str) -> Finding:
     )
 
 
-def _disorder(path: str, line: int, raw: bytes, detail: str) -> Finding:
+def _disorder(path: str, line: int, raw: bytes, **values: object) -> Finding:
     return rules.finding(
-        "AUD115", path, [Citation(path, line=line, quote=_quote(raw))], detail=detail
+        "AUD115", path, [Citation(path, line=line, quote=_quote(raw))], **values
     )
 
 
@@ -556,7 +552,7 @@ def _clipped(path: str, line: int, data: bytes, length: int, limit: int) -> Find
     )
 
 
-def _truncated(path: str, line: Line, detail: str) -> Finding:
+def _truncated(path: str, line: Line, form: str) -> Finding:
     return rules.finding(
-        "AUD004", path, [Citation(path, line=line.number, quote=_quote(line.data))], detail=detail
+        "AUD004", path, [Citation(path, line=line.number, quote=_quote(line.data))], form=form
     )

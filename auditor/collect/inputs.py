@@ -297,7 +297,7 @@ def read_protocol_inputs(options: AuditOptions, inputs: list[InputFile],
             check = check_path(source_root, rel)
             if check.status != "ok" or check.resolved is None:
                 findings.append(finding("AUD122", rel, [Citation(rel)],
-                                        detail=f"{check.status} {check.why}".strip()))
+                                        problem=f"{check.status} {check.why}".strip()))
                 continue
             inputs.append(InputFile("source_inputs", rel, check.resolved,
                                     sha256_file(check.resolved)))

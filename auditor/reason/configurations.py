@@ -60,14 +60,14 @@ def configurations(
             findings.append(finding(
                 "AUD217", subject, [Citation(members[0][0].path, pointer="/workload",
                                              quote=key[0])],
-                detail=f"{counted(len(members), 'period')} of {key[0]} with {key[1]} GPUs, "
-                       f"a configuration {collected.protocol.path} does not list"))
+                periods=counted(len(members), "period"), workload=key[0], gpus=key[1],
+                protocol=collected.protocol.path))
         if missing or not members:
             findings.append(finding(
                 "AUD213", subject, [Citation(collected.protocol.path or "protocol.json",
                                              pointer="/configurations")],
-                detail=f"no period covers seed(s) {', '.join(map(str, missing))}" if missing
-                else "no period covers this configuration",
+                **({"seeds": ", ".join(map(str, missing))} if missing
+                   else {"form": "uncovered"}),
             ))
         kinds = {kind for _, kind in members}
         resolved = bool(members) and not missing and not unexpected \

@@ -512,8 +512,7 @@ def _unfinished_elements(collected: Collected,
             out.append(finding("AUD210", job.job_id,
                                [Citation(collected.sacct.path, line=job.line,
                                          quote=job.state_raw)],
-                               detail=f"element {job.job_id} is still {job.state_raw}; "
-                                      "the array is partial"))
+                               form="array", job_id=job.job_id, state=job.state_raw))
     return out
 
 
@@ -564,7 +563,7 @@ def _judge_period(
         )
     if not period.attempts:
         item = finding("AUD214", subject, [Citation(record.path)],
-                       detail="the period record lists no attempt")
+                       )
         produced.append(item)
         return (
             Verdict(subject, record.pair, record.period, VerdictKind.UNRESOLVED,
@@ -614,7 +613,7 @@ def _judge_period(
             if cause.knock_on else ""
         produced.append(finding("AUD218", subject,
                                 [cause.citation] if cause.citation else [],
-                                cause=cause.word, detail=cause.detail, knock_on=knock_on))
+                                cause=cause.word, cause_detail=cause.detail, knock_on=knock_on))
     kind = {"completed": VerdictKind.RESOLVED, "failed": VerdictKind.FAILED}.get(
         judgement.outcome, VerdictKind.UNRESOLVED)
     shows = list(judgement.shows)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from auditor.model import Citation, Finding, SacctJob, TrainingLogScan, TrialRecord
-from auditor.rules import finding
+from auditor.rules import describe, finding
 
 
 def infrastructure(
@@ -21,27 +21,19 @@ def infrastructure(
     if element is not None and is_last:
         cite = [Citation(sacct_path, line=element.line, quote=element.state_raw)]
         if element.state == "TIMEOUT":
-            return finding("AUD207", subject, cite,
-                                         detail=f"sacct reports {element.state_raw} for job "
-                                                f"{element.job_id}")
+            return finding("AUD207", subject, cite, **_reported(element))
         if element.state == "PREEMPTED":
-            return finding("AUD219", subject, cite,
-                           detail=f"sacct reports {element.state_raw} for job {element.job_id}")
+            return finding("AUD219", subject, cite, **_reported(element))
         if element.state in ("CANCELLED", "DEADLINE"):
-            return finding("AUD206", subject, cite,
-                                        detail=f"sacct reports {element.state_raw} for job "
-                                               f"{element.job_id}")
+            return finding("AUD206", subject, cite, **_reported(element))
         if element.state in ("NODE_FAIL", "BOOT_FAIL"):
-            return finding(
-                "AUD208", subject, cite,
-                detail=f"sacct reports {element.state_raw} for job {element.job_id}")
+            return finding("AUD208", subject, cite, state=element.state_raw,
+                           job_id=element.job_id)
         oom_steps = [s for s in element.steps if s.state == "OUT_OF_MEMORY"]
         if element.state == "OUT_OF_MEMORY" or oom_steps:
             where = f"step {oom_steps[0].step}" if oom_steps else "the job"
-            return finding(
-                "AUD209", subject, cite,
-                detail=f"sacct reports OUT_OF_MEMORY (host memory) on {where} of job "
-                       f"{element.job_id}")
+            return finding("AUD209", subject, cite, form="sacct_oom", where=where,
+                           job_id=element.job_id)
     if log is not None:
         for kind_name, rule, text in (
             ("slurm_time_limit", "AUD207", "slurmstepd cancelled the job at its time limit"),
@@ -54,9 +46,14 @@ def infrastructure(
             event = events.get(kind_name)
             if event is not None:
                 return finding(rule, subject, [Citation(log.path, line=event.line,
-                                                              quote=event.text)],
-                                     detail=f"{text} (log line {event.line})")
+                                                        quote=event.text)],
+                               form="log", text=text)
     return None
+
+
+def _reported(element: SacctJob) -> dict[str, object]:
+    """The values of a finding that sacct reported the job's end."""
+    return {"form": "sacct", "state": element.state_raw, "job_id": element.job_id}
 
 
 def ended_after(cause: Finding, element: SacctJob | None, trial: TrialRecord,
@@ -73,12 +70,10 @@ def ended_after(cause: Finding, element: SacctJob | None, trial: TrialRecord,
         "AUD216", subject,
         [*cause.citations, Citation(trial.path, pointer="/invocation/finished_ns",
                                     quote=str(trial.finished_ns))],
-        detail=f"sacct reports {element.state_raw} for job {element.job_id}"
-               + (f" (actual job {element.job_id_raw})"
-                  if element.job_id_raw and element.job_id_raw != element.job_id else "")
-               + ", which ended at "
-               f"{ended:%Y-%m-%d %H:%M:%S} UTC, after the attempt's invocation exited 0 at "
-               f"{finished:%H:%M:%S} UTC; the attempt's evidence stands",
+        state=element.state_raw, job_id=element.job_id,
+        actual=f" (actual job {element.job_id_raw})"
+        if element.job_id_raw and element.job_id_raw != element.job_id else "",
+        ended=f"{ended:%Y-%m-%d %H:%M:%S}", finished=f"{finished:%H:%M:%S}",
     )
 
 
@@ -90,7 +85,5 @@ def cancelled_in_log(cause: Finding, trial: TrialRecord, subject: str) -> Findin
     return finding(
         "AUD216", subject,
         [*cause.citations, Citation(trial.path, pointer="/invocation/exit_code", quote="0")],
-        detail=f"the training log says {cause.value('detail')}, but the trial "
-               "record has the invocation exit 0: the job was ended after the command "
-               "returned; the attempt's evidence stands",
+        form="log", said=describe(cause),
     )

@@ -37,7 +37,7 @@ from auditor.reason.causes import cause_of
 from auditor.reason.completion import Completion, completion, eligible_failures
 from auditor.reason.exits import ExitClass, classify_exit
 from auditor.reason.infrastructure import cancelled_in_log, ended_after, infrastructure
-from auditor.rules import RULES, finding
+from auditor.rules import RULES, describe, finding
 from auditor.validate.checks import element_for
 
 UNFINISHED_STATES = frozenset({"PENDING", "RUNNING", "REQUEUED", "SUSPENDED", "RESIZING",
@@ -123,12 +123,12 @@ def judge_attempt(period: PeriodEvidence, attempt: AttemptEvidence,
         blockers.insert(0, (Reason.ARRAY_PARTIAL, finding(
             "AUD210", period.subject,
             [Citation(sacct_path, line=element.line, quote=element.state_raw)],
-            detail=f"job {element.job_id} is {element.state_raw} in sacct")))
+            job_id=element.job_id, state=element.state_raw)))
     if trial is None and not blockers:
         present = any(row.kind == TRIAL.name for row in attempt.files)
         blockers.append((Reason.EVIDENCE_INVALID if present else Reason.EVIDENCE_MISSING,
                          finding("AUD214", period.subject, [Citation(period.record.path)],
-                                 detail="no readable trial record for the attempt")))
+                                 form="no_trial")))
     is_last = context.last_attempt_of_job.get(job_id or "") \
         == f"{period.subject}#{attempt.spec.index}"
     shown = evidence_shows(period, attempt, context.protocol, element, is_last)
@@ -352,7 +352,7 @@ def decide(period: PeriodEvidence, blockers: list[tuple[Reason, Finding]], shown
             # exited 0 before the scheduler ended the job (a time limit or scancel in the
             # teardown after it): the attempt stands, and the report says why
             after.append(ended)
-            shown.shows.extend(sentence(str(f.value("detail"))) for f in after)
+            shown.shows.extend(sentence(describe(f)) for f in after)
             infra = None
         # (else sacct's end cannot be placed after the exit: the scheduler's word stands)
     if exit_class.clean and infra is None:
@@ -399,15 +399,14 @@ def _clean(period: PeriodEvidence, shown: Shown, after: list[Finding],
         decisive = list(after)
         if exit_class.kind == "coordinated_shutdown":
             decisive.append(finding("AUD205", subject, list(exit_class.citations),
-                                    detail=exit_class.detail))
+                                    exit=exit_class.detail))
         return _judgement("completed", Reason.COMPLETED, decisive, shown, [
             "Completed calls and the terminal line show the run reached its final step; they "
             "do not prove the optimizer changed parameters."])
     if done.complete:
         item = finding("AUD201", subject, [Citation(log.path if log else period.record.path)],
-                       detail=f"clean exit; all {done.ranks} ranks completed "
-                              f"{' and '.join(protocol.completion_phases)} for step {steps}"
-                              "; terminal event absent from the training log")
+                       ranks=done.ranks, phases=" and ".join(protocol.completion_phases),
+                       step=steps)
         return _judgement("unresolved", _blocks(item), [item, *after], shown, [
             "These are completed calls, not independent proof that optimizer parameters "
             "changed or that the entire required terminal protocol completed. Nor does the "
@@ -415,7 +414,8 @@ def _clean(period: PeriodEvidence, shown: Shown, after: list[Finding],
             "example when the driver shuts Ray down immediately, before actor output is "
             "delivered), and the evidence cannot tell which happened."])
     item = finding("AUD202", subject, done.gaps or [Citation(period.record.path)],
-                   detail="; ".join(done.problems) or "no completion records")
+                   **({"problems": "; ".join(done.problems)} if done.problems
+                      else {"form": "none"}))
     return _judgement("unresolved", _blocks(item), [item, *after], shown, [
         "Without every rank's completion records the run cannot be shown to have reached its "
         "final step, whatever the exit code says."])
@@ -442,7 +442,7 @@ def _unclean(subject: str, shown: Shown, infra: Finding | None) -> Judgement:
     nccl = _nccl_failure(subject, shown)
     if nccl is not None:
         return nccl
-    item = finding("AUD204", subject, list(exit_class.citations), detail=exit_class.detail)
+    item = finding("AUD204", subject, list(exit_class.citations), exit=exit_class.detail)
     limits = ["An unclean exit without a protocol-listed failure is not a measurement."]
     log = shown.log
     if shown.completion.complete and log is not None and log.terminal_event is not None:
@@ -462,22 +462,22 @@ def _signalled(subject: str, shown: Shown) -> Finding:
     assert exit_class is not None and trial is not None
     signal_name = (trial.received_signal or "").upper()
     if "USR1" in signal_name:
-        return finding("AUD207", subject, list(exit_class.citations), detail=exit_class.detail)
+        return finding("AUD207", subject, list(exit_class.citations), exit=exit_class.detail)
     if element is not None and shown.is_last and element.state == "TIMEOUT":
         return finding(
             "AUD207", subject,
             [Citation(shown.sacct_path, line=element.line, quote=element.state_raw),
              *exit_class.citations],
-            detail=f"{exit_class.detail}; sacct reports {element.state_raw} for job "
-                   f"{element.job_id}: the signal was the time limit's")
+            form="sacct_after", exit=exit_class.detail, state=element.state_raw,
+            job_id=element.job_id)
     if element is not None and shown.is_last and element.state == "PREEMPTED":
         return finding(
             "AUD219", subject,
             [Citation(shown.sacct_path, line=element.line, quote=element.state_raw),
              *exit_class.citations],
-            detail=f"{exit_class.detail}; sacct reports {element.state_raw} for job "
-                   f"{element.job_id}: the signal was the preemption's")
-    return finding("AUD206", subject, list(exit_class.citations), detail=exit_class.detail)
+            form="sacct_after", exit=exit_class.detail, state=element.state_raw,
+            job_id=element.job_id)
+    return finding("AUD206", subject, list(exit_class.citations), exit=exit_class.detail)
 
 
 def _eligible(subject: str, shown: Shown) -> Judgement:
@@ -486,7 +486,7 @@ def _eligible(subject: str, shown: Shown) -> Judgement:
     item = finding(
         "AUD203", subject, [Citation(first.path, line=first.line,
                                      quote=f"{first.phase} {first.error_type}")],
-        detail=f"rank {rank}: {first.phase} ended in {first.error_type}",
+        rank=rank, phase=first.phase, error_type=first.error_type,
     )
     ranks = sorted({r for r, _ in shown.eligible if r is not None})
     shown.shows.insert(0, f"{'Rank' if len(ranks) == 1 else 'Ranks'} "
@@ -513,7 +513,7 @@ def _nccl_failure(subject: str, shown: Shown) -> Judgement | None:
         return None
     item = finding("AUD209", subject, [Citation(log.path, line=nccl.line, quote=nccl.text),
                                        *exit_class.citations],
-                   detail=f"{nccl.detail} (log line {nccl.line}) before {exit_class.detail}")
+                   nccl=nccl.detail, exit=exit_class.detail)
     shown.shows.insert(0, sentence(f"The training log shows an NCCL communication failure at "
                                    f"line {nccl.line} (`{nccl.detail}`), before the attempt's "
                                    f"{exit_class.detail}"))

@@ -167,7 +167,7 @@ def dumps(document: dict[str, Any]) -> bytes:
         return orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
     except orjson.JSONEncodeError:  # (a lone surrogate: a file name that is not UTF-8, or
         # an integer past 64 bits that hostile figures multiply to: written as its digits)
-        return orjson.dumps(_bounded(printable_json(document)),
+        return orjson.dumps(json_safe_numbers(printable_json(document)),
                             option=orjson.OPT_INDENT_2) + b"\n"
 
 
@@ -203,12 +203,12 @@ def _entry(entry: dict[str, Any]) -> bytes:
     return b"    " + dumps(entry)[:-1].replace(b"\n", b"\n    ")
 
 
-def _bounded(value: Any) -> Any:
+def json_safe_numbers(value: Any) -> Any:
     """``value`` with every integer outside 64 bits as the string of its digits."""
     if isinstance(value, dict):
-        return {key: _bounded(item) for key, item in value.items()}
+        return {key: json_safe_numbers(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [_bounded(item) for item in value]
+        return [json_safe_numbers(item) for item in value]
     if isinstance(value, int) and not isinstance(value, bool) \
             and not -(1 << 63) <= value < (1 << 64):
         return str(value)

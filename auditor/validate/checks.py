@@ -179,21 +179,19 @@ def _period_checks(period: PeriodEvidence, collected: Collected) -> Iterator[Fin
     if idle is None:
         if not optional:  # (under an optional policy the report says it, and nothing more)
             yield finding("AUD118", subject, [Citation(record.path, pointer="/idle_check")],
-                          detail="no post-period idle check recorded")
+                          form="absent")
     elif idle.passed is None and idle.unavailable is not None:
         if not optional:
             yield finding("AUD118", subject,
                           [Citation(record.path, pointer="/idle_check/unavailable",
                                     quote=idle.unavailable)],
-                          detail=f"no idle check could be made ({idle.unavailable}); the "
-                                 "protocol requires one (idle_check: required)")
+                          form="unavailable", unavailable=idle.unavailable)
     elif idle.passed is not True:
         used = ", ".join(str(v) for v in idle.gpu_memory_used_mib) or "?"
         yield finding(
             "AUD118", subject,
             [Citation(record.path, pointer="/idle_check/passed", quote=str(idle.passed))],
-            detail=f"idle check passed={idle.passed} (GPU memory used MiB: {used}; "
-                   f"processes: {idle.gpu_processes})",
+            passed=idle.passed, used=used, processes=idle.gpu_processes,
         )
     yield from _sealed_late(period)
     for attempt in period.attempts:
@@ -244,7 +242,7 @@ def _identity(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[Find
     for name in KINDS:
         if name not in listed_kinds:
             yield finding("AUD107", subject, [Citation(record.path, pointer=spec.pointer
-                                                       + "/evidence")], kind=name, detail="")
+                                                       + "/evidence")], kind=name)
     if record.gpus is not None and len(spec.workers) != record.gpus:
         yield finding("AUD114", subject, [Citation(record.path, pointer=spec.pointer
                                                    + "/workers")],
@@ -258,15 +256,15 @@ def _identity(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[Find
         if len(pids) > 1:
             yield finding("AUD110", subject, [Citation(record.path, pointer=spec.pointer
                                                        + "/workers")],
-                          detail=f"rank {rank} is listed for pids {pids}")
+                          form="rank_twice", rank=rank, pids=pids)
     seen_device_pids: set[int] = set()
     for device in read.devices:
         name = device.path.rsplit("/", 1)[-1]
         match = DEVICE_EVIDENCE.parts(name)
         cite = Citation(device.path)
         if match is None:
-            yield finding("AUD110", subject, [cite],
-                          detail=f"{name}: name is not {DEVICE_EVIDENCE.names[0].shown}")
+            yield finding("AUD110", subject, [cite], form="misnamed", file=name,
+                          expected=DEVICE_EVIDENCE.names[0].shown)
             continue
         name_pid, name_rank, name_role = int(match["pid"]), int(match["rank"]), match["role"]
         seen_device_pids.add(name_pid)
@@ -278,47 +276,47 @@ def _identity(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[Find
             if in_file is not None and in_file != in_name:
                 yield finding("AUD110", subject,
                               [Citation(device.path, pointer=pointer, quote=str(in_file))],
-                              detail=f"{name}: file name says {what} {in_name}, content says "
-                                     f"{in_file}")
+                              form="name_vs_content", file=name, what=what, in_name=in_name,
+                              in_file=in_file)
         listed = by_pid.get(name_pid)
         if listed is None:
-            yield finding("AUD110", subject, [cite],
-                          detail=f"{name}: pid {name_pid} is not among the period's workers")
+            yield finding("AUD110", subject, [cite], form="not_a_worker", file=name,
+                          pid=name_pid)
         elif listed.rank is not None and listed.rank != name_rank:
             yield finding("AUD110", subject,
                           [cite, Citation(record.path, pointer=listed.pointer + "/rank")],
-                          detail=f"{name}: rank {name_rank} but the period lists pid "
-                                 f"{name_pid} as rank {listed.rank}")
+                          form="rank_vs_record", file=name, rank=name_rank, pid=name_pid,
+                          listed_rank=listed.rank)
     trace_pids: set[int] = set()
     for trace in read.traces:
         name = trace.path.rsplit("/", 1)[-1]
         pid = ALLOCATOR_TRACE.pid_of(name)
         if pid is None:
-            yield finding("AUD110", subject, [Citation(trace.path)],
-                          detail=f"{name}: name is not {ALLOCATOR_TRACE.names[0].shown}")
+            yield finding("AUD110", subject, [Citation(trace.path)], form="misnamed", file=name,
+                          expected=ALLOCATOR_TRACE.names[0].shown)
             continue
         trace_pids.add(pid)
         for other_pid, line in trace.pids:
             if other_pid != pid:
                 yield finding("AUD110", subject, [Citation(trace.path, line=line)],
-                              detail=f"{name}: line {line} has pid {other_pid}")
+                              form="line_pid", file=name, other_pid=other_pid)
         owner = by_pid.get(pid)
         if owner is None:
-            yield finding("AUD110", subject, [Citation(trace.path)],
-                          detail=f"{name}: pid {pid} is not among the period's workers")
+            yield finding("AUD110", subject, [Citation(trace.path)], form="not_a_worker",
+                          file=name, pid=pid)
             continue
         for rank, line in trace.ranks:
             if owner.rank is not None and rank != owner.rank:
                 yield finding("AUD110", subject, [Citation(trace.path, line=line)],
-                              detail=f"{name}: line {line} has rank {rank}, the period lists "
-                                     f"pid {pid} as rank {owner.rank}")
+                              form="line_rank", file=name, rank=rank, pid=pid,
+                              listed_rank=owner.rank)
     listed_for = _listed_pids(attempt)
     for pid, worker in sorted(by_pid.items()):
         worker_cite = Citation(record.path, pointer=worker.pointer)
         for kind in per_worker():
             if (kind.name, pid) not in listed_for:
-                yield finding("AUD107", subject, [worker_cite], kind=kind.title,
-                              detail=f" for pid {pid} (rank {worker.rank})")
+                yield finding("AUD107", subject, [worker_cite], form="for_worker",
+                              kind=kind.title, pid=pid, rank=worker.rank)
     gpus: dict[str, list[tuple[int | None, str]]] = defaultdict(list)
     for device in read.devices:
         if device.gpu_uuid:
@@ -371,8 +369,8 @@ def _job_ids(
         odd = [(who, value, cite) for who, value, cite in claims if value != reference]
         yield finding(
             "AUD111", subject, [claims[0][2]] + [cite for _, _, cite in odd],
-            detail=f"{claims[0][0]} says job {reference}; "
-                   + "; ".join(f"{who} says {value}" for who, value, _ in odd),
+            who=claims[0][0], job_id=reference,
+            others="; ".join(f"{who} says {value}" for who, value, _ in odd),
         )
     job_id = spec.job_id or (trial.job_id if trial else None)
     if sacct is not None and job_id:
@@ -387,21 +385,21 @@ def _job_ids(
             said = claims[0] if claims else ("trial", job_id, Citation(record.path))
             yield finding("AUD111", subject, [Citation(sacct.path, line=named.line,
                                                        quote=named.job_id_raw), said[2]],
-                          detail=f"sacct has element {named.job_id} as job {named.job_id_raw}; "
-                                 f"the {said[0]} says job {job_id}")
+                          form="sacct_raw", element=named.job_id, job_id_raw=named.job_id_raw,
+                          who=said[0], job_id=job_id)
         elif element is None:
-            yield finding("AUD119", subject, [Citation(sacct.path)],
-                          detail=f"job {job_id} has no allocation row in the sacct dump")
+            yield finding("AUD119", subject, [Citation(sacct.path)], job_id=job_id)
         elif record.array_job_id and element.array_job_id and \
                 element.array_job_id != record.array_job_id:
             yield finding("AUD111", subject, [Citation(sacct.path, line=element.line)],
-                          detail=f"sacct places job {job_id} in array {element.array_job_id}, "
-                                 f"the period record says {record.array_job_id}")
+                          form="sacct_array", job_id=job_id, sacct_array=element.array_job_id,
+                          record_array=record.array_job_id)
         elif record.array_task_id is not None and element.array_task_id is not None and \
                 element.array_task_id != record.array_task_id:
             yield finding("AUD111", subject, [Citation(sacct.path, line=element.line)],
-                          detail=f"sacct has job {job_id} as element {element.array_task_id}, "
-                                 f"the period record says {record.array_task_id}")
+                          form="sacct_element", job_id=job_id,
+                          sacct_element=element.array_task_id,
+                          record_element=record.array_task_id)
 
 
 def _timeline(attempt: AttemptEvidence, sacct: SacctDump | None,
@@ -420,7 +418,7 @@ def _timeline(attempt: AttemptEvidence, sacct: SacctDump | None,
     subject = attempt.subject
     if finish < start:
         yield finding("AUD117", subject, [Citation(trial.path, pointer="/invocation")],
-                      detail="invocation finished_ns is before started_ns")
+                      form="reversed")
     for trace in attempt.read.traces:
         outside = [
             record for record in trace.phases
@@ -431,32 +429,30 @@ def _timeline(attempt: AttemptEvidence, sacct: SacctDump | None,
             first = outside[0]
             yield finding(
                 "AUD116", subject, [Citation(trace.path, line=first.line)],
-                detail=f"{len(outside)} record(s) outside the invocation window, first: "
-                       f"{first.phase} step {first.step}",
+                records=len(outside), phase=first.phase, step=first.step,
             )
         elif trace.first_ns is not None and trace.last_ns is not None and (
             trace.first_ns < start or trace.last_ns > finish
         ):
-            yield finding("AUD116", subject, [Citation(trace.path)],
-                          detail="memory samples outside the invocation window")
+            yield finding("AUD116", subject, [Citation(trace.path)], form="samples")
     element = element_for(sacct, attempt.spec.job_id or trial.job_id)
     if element is not None and sacct is not None:
         element, unmatched = _own_record(element, attempt, period)
         if element is None:
             yield finding("AUD119", subject, [Citation(sacct.path), Citation(
-                trial.path, pointer="/restart_count")], detail=unmatched)
+                trial.path, pointer="/restart_count")], form="restart", **unmatched)
             return
         cite = [Citation(sacct.path, line=element.line), Citation(trial.path,
                                                                   pointer="/invocation")]
         if element.start is not None and start // NS < element.start:
             yield finding("AUD117", subject, cite,
-                          detail=f"invocation starts before the allocation (sacct Start "
-                                 f"{element.start}, invocation {start // NS})")
+                          edge="starts before", field="Start", sacct=element.start,
+                          invocation=start // NS)
         grace = KILL_WAIT_S if element.state in KILLED_BY_SCHEDULER else 0
         if element.end is not None and (finish + NS - 1) // NS > element.end + 1 + grace:
             yield finding("AUD117", subject, cite,
-                          detail=f"invocation ends after the allocation (sacct End "
-                                 f"{element.end}, invocation {finish // NS})")
+                          edge="ends after", field="End", sacct=element.end,
+                          invocation=finish // NS)
 
 
 KILLED_BY_SCHEDULER = frozenset({"CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE",
@@ -482,9 +478,9 @@ def restart_of(attempt: AttemptEvidence) -> int | None:
 
 
 def _own_record(element: SacctJob, attempt: AttemptEvidence, period: PeriodEvidence | None
-                ) -> tuple[SacctJob | None, str]:
+                ) -> tuple[SacctJob | None, dict[str, object]]:
     """The record of the attempt's own run (the element itself when its run is unknown or
-    the latest), or None and why the dump has none."""
+    the latest), or None and what the dump lacks (``job_id``, ``restart``, ``latest``)."""
     trial = attempt.read.trial
     job = attempt.spec.job_id or (trial.job_id if trial else None)
     siblings = [restart_of(other) for other in (period.attempts if period else ())
@@ -495,15 +491,13 @@ def _own_record(element: SacctJob, attempt: AttemptEvidence, period: PeriodEvide
     if restart is None and match is not None and any(n is not None for n in siblings):
         restart = 0  # (``attempt-<job>`` beside an ``attempt-<job>-r<n>``: the first run)
     if restart is None:
-        return element, ""
+        return element, {}
     latest = max([restart, *(n for n in siblings if n is not None), len(element.attempts),
                   element.restarts or 0])
     record = element.record_for_restart(restart, latest)
     if record is not None:
-        return record, ""
-    return None, (f"job {job} restart {restart} has no record of its own in the sacct dump "
-                  f"(its latest record is restart {latest}'s; a dump captured without sacct "
-                  "-D keeps only that one): the invocation is not compared with an allocation")
+        return record, {}
+    return None, {"job_id": job, "restart": restart, "latest": latest}
 
 
 # ------------------------------------------------------------------ provenance
@@ -586,8 +580,7 @@ def _anchors(collected: Collected, options: AuditOptions) -> Iterator[Finding]:
         source = given.get(name)
         if source is None:
             yield finding("AUD120", name, [Citation(protocol_path, pointer=f"/anchors/{name}")],
-                          name=name, detail=f"no --protocol-input {name}=PATH was given to "
-                                            "check it against")
+                          form="not_given", name=name)
         elif source.digest.sha256 != sha.lower():
             yield finding("AUD120", name, [Citation(source.path, quote=source.digest.sha256)],
-                          name=name, detail=f"expected {sha}, found {source.digest.sha256}")
+                          name=name, expected=sha, found=source.digest.sha256)

@@ -116,7 +116,7 @@ def integrity_findings(evidence: Iterable[EvidenceFile]) -> list[Finding]:
             out.append(finding("AUD104", ef.path, cite, why=ef.detail))
         elif ef.status == "unlisted":
             out.append(finding("AUD105", ef.path, cite,
-                               detail="present but listed in no period record"))
+                               form="unlisted"))
     return out
 
 
@@ -142,9 +142,7 @@ def layout_findings(root: Path, layout: StudyLayout,
             continue
         findings.append(finding(
             "AUD105", rel, [Citation(rel)],
-            detail="under pairs/ but not named pairs/<pair>/period-<n>.json, so not read "
-                   "as a period record (were it one, its period is missing from this "
-                   "audit)"))
+            form="stray_in_pairs"))
     referenced = {spec.attempt_dir for pe in periods for spec in pe.record.attempts}
     for rel_dir in layout.attempt_dirs:
         if rel_dir not in referenced:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from auditor.model import Configuration, VerdictKind
 from auditor.reason.configurations import configurations
+from auditor.rules import describe
 from tests.reason.values import (
     cell,
     collected,
@@ -41,7 +42,7 @@ def test_a_missing_seed_and_an_uncovered_configuration_are_aud213() -> None:
                                      [outcome(a, 10)])
     assert [(x.key, x.status, x.missing_seeds) for x in cells] == [
         ("gsm8k@2", "unresolved", (162,)), ("math@4", "unresolved", (161,))]
-    assert [(f.rule_id, f.subject, f.value("detail")) for f in findings] == [
+    assert [(f.rule_id, f.subject, describe(f)) for f in findings] == [
         ("AUD213", "gsm8k@2", "no period covers seed(s) 162"),
         ("AUD213", "math@4", "no period covers seed(s) 161"),
     ]

@@ -42,11 +42,13 @@ def test_integrity_reasons_come_first_then_the_configurations_then_the_others() 
     by their ``order`` (evidence, the scheduler's word, anchors), the unresolved
     configuration's period, then the non-integrity rules' by ``order``."""
     unresolved = verdict(B, VerdictKind.UNRESOLVED, Reason.TERMINAL_EVENT_MISSING,
-                         (finding("AUD201", B, detail="no terminal line"),))
+                         (finding("AUD201", B, ranks=2, phases="actor_update", step=1),))
     findings = [
-        finding("AUD210", "7000000_[5-6]", [Citation(SACCT, line=9)], detail="pending"),
-        finding("AUD217", "gsm8k@8", [Citation(RECORD)], detail="not listed"),
-        finding("AUD120", "study", name="model", detail="differs"),
+        finding("AUD210", "7000000_[5-6]", [Citation(SACCT, line=9)], form="array",
+                job_id="7000000_[5-6]", state="PENDING"),
+        finding("AUD217", "gsm8k@8", [Citation(RECORD)], periods="1 period", workload="gsm8k",
+                gpus=8, protocol="protocol.json"),
+        finding("AUD120", "study", name="model", expected="a" * 64, found="b" * 64),
         finding("AUD101", LOG, [Citation(LOG)], manifest=RECORD),
     ]
     reasons = gate_reasons(collected(findings=[no_scheduler()]), [verdict(A), unresolved],
@@ -62,11 +64,12 @@ def test_integrity_reasons_come_first_then_the_configurations_then_the_others() 
     assert [r.text for r in reasons] == [
         f"evidence missing: {LOG}",
         f"scheduler dump unusable: {no_scheduler().message}",
-        "anchor model: differs",
+        f"anchor model: expected {'a' * 64}, found {'b' * 64}",
         "configuration gsm8k@2 unresolved: host-m-gsm8k-c2-s162/period-1 is unresolved "
         "(terminal_event_missing)",
         "configuration gsm8k@8 unresolved: the protocol does not list it",
-        "array partial: 7000000_[5-6]: pending",
+        "array partial: 7000000_[5-6]: element 7000000_[5-6] is still PENDING; the array is "
+        "partial",
     ]
 
 
@@ -95,9 +98,9 @@ def test_a_non_integrity_finding_about_a_period_is_carried_by_its_configuration(
     """AUD210 about a period that has a verdict: the configuration's reason names the
     period, the rule's own is not repeated; about an element with no period, it is."""
     partial = verdict(A, VerdictKind.UNRESOLVED, Reason.ARRAY_PARTIAL,
-                      (finding("AUD210", A, detail="running"),))
-    items = [finding("AUD210", A, detail="running"),
-             finding("AUD210", "7000000_9", detail="pending")]
+                      (finding("AUD210", A, job_id="7000001", state="RUNNING"),))
+    items = [finding("AUD210", A, job_id="7000001", state="RUNNING"),
+             finding("AUD210", "7000000_9", form="array", job_id="7000000_9", state="PENDING")]
     reasons = gate_reasons(collected(), [partial], items, [config("unresolved", (A,))])
     assert [(r.rule_id, r.subject) for r in reasons] == [("AUD210", A),
                                                          ("AUD210", "7000000_9")]
@@ -121,7 +124,7 @@ def test_a_frozen_inputs_error_fails_the_gate_whatever_its_rule() -> None:
         finding("AUD014", "protocol.json", [Citation("protocol.json")], error="bad"),
         finding("AUD001", "execution_commits.json", [Citation("execution_commits.json")],
                 error="y"),
-        finding("AUD105", "execution_commits.json", detail="a warning"),
+        finding("AUD105", "execution_commits.json", form="unlisted"),
     ])
     reasons = gate_reasons(study, [], [], [])
     assert [(r.rule_id, r.subject, r.text) for r in reasons] == [

@@ -194,7 +194,7 @@ def test_a_clean_exit_with_a_rank_short_of_a_completion_phase_is_unresolved() ->
                                                      Reason.COMPLETION_PHASE_MISSING)
     assert rules_of(judgement) == ["AUD202"]
     assert "rank 1: weight_sync step 20 raised RuntimeError" in \
-        judgement.decisive[0].value("detail")
+        judgement.decisive[0].value("problems")
 
 
 def test_completion_phases_out_of_order_do_not_count() -> None:
@@ -346,8 +346,7 @@ def test_a_cancellation_line_after_a_clean_exit_leaves_the_attempt_standing() ->
     judgement = judge(attempt(the_log=log(events=events)))
     assert (judgement.outcome, judgement.reason) == ("completed", Reason.COMPLETED)
     assert rules_of(judgement) == ["AUD216"]
-    assert "the training log says slurmstepd cancelled the job (log line 95)" in \
-        judgement.decisive[0].value("detail")
+    assert judgement.decisive[0].value("said") == "slurmstepd cancelled the job (log line 95)"
 
 
 @pytest.mark.parametrize(("kind", "reason", "rule"), [

@@ -50,8 +50,10 @@ def with_devices(*devices: object) -> Collected:
 
 
 def details(study: Collected) -> list[str]:
-    """The ``detail`` value of every finding."""
-    return [str(item.value("detail")) for item in validate(study, AuditOptions())]
+    """What every finding says, without its leading subject (:func:`describe`)."""
+    from auditor.rules import describe
+
+    return [describe(item) for item in validate(study, AuditOptions())]
 
 
 def test_the_consistent_study_gives_no_finding() -> None:
