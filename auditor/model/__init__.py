@@ -17,8 +17,11 @@ Every name is importable from ``auditor.model`` itself.
 from __future__ import annotations
 
 from auditor.model.core import (
+    CauseWord,
     Citation,
+    ExitKind,
     Finding,
+    Outcome,
     Progress,
     Reason,
     Severity,
@@ -91,11 +94,11 @@ from auditor.model.study import (
 __all__ = [
     "DEFAULT_PROTOCOL", "HASHED_STATUSES", "SLURM_STATES", "Accounting", "AllocatorTrace",
     "AttemptEvidence", "AttemptOutcome", "AttemptRead", "AttemptSpec", "AttemptTask",
-    "AuditOptions", "AuditResult", "Cause", "Citation", "Collected", "CollectedParts",
+    "AuditOptions", "AuditResult", "Cause", "CauseWord", "Citation", "Collected", "CollectedParts",
     "Configuration", "ConfigurationResult", "DeviceEvidence", "ElementCost",
-    "EligibleFailure", "EvidenceEntry", "EvidenceFile", "EvidenceRows", "FileDigest",
+    "EligibleFailure", "EvidenceEntry", "EvidenceFile", "EvidenceRows", "ExitKind", "FileDigest",
     "FileOutcome", "FileTask", "Finding", "GateReason", "GateResult", "IdleCheck",
-    "InputFile", "Listing", "LogEvent", "PeriodEvidence", "PeriodFacts", "PeriodRecord",
+    "InputFile", "Listing", "LogEvent", "Outcome", "PeriodEvidence", "PeriodFacts", "PeriodRecord",
     "PeriodUnit",
     "PhaseRecord", "ProcessExit", "Progress", "Protocol", "Reason", "Reasoning",
     "SacctDump", "SacctJob", "SacctStep", "Severity", "StudyLayout", "TABLES", "TableRows",

@@ -141,6 +141,57 @@ class VerdictKind(StrEnum):
     UNRESOLVED = "unresolved"
 
 
+class Outcome(StrEnum):
+    """How one attempt was judged: it ``completed`` (a resolved period's), ``failed`` (a
+    measured, eligible failure) or stays ``unresolved``."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    UNRESOLVED = "unresolved"
+
+
+class ExitKind(StrEnum):
+    """How an attempt's invocation ended, from its trial record (:mod:`auditor.reason.exits`)."""
+
+    CLEAN = "clean"
+    """Exit 0, every recorded process too."""
+    COORDINATED_SHUTDOWN = "coordinated_shutdown"
+    """Seed 000's excused 143: the controller's own, under its flag, no signal received."""
+    SIGNALLED = "signalled"
+    """The batch script received a signal: never a success."""
+    SIGKILL = "sigkill"
+    SIGTERM = "sigterm"
+    """Exit 143 not excused."""
+    KILLED = "killed"
+    """Killed by another signal."""
+    FAILURE = "failure"
+    """A non-zero exit."""
+    PROCESS_FAILURE = "process_failure"
+    """Invocation exit 0, but a recorded process failed."""
+    UNKNOWN = "unknown"
+    """No exit code recorded."""
+
+
+class CauseWord(StrEnum):
+    """What ended a period that did not complete (contract v1.1, "Causes"): one stable word;
+    renaming one is a contract change."""
+
+    NODE_FAILURE = "node_failure"
+    PREEMPTED = "preempted"
+    TIME_LIMIT = "time_limit"
+    CANCELLED = "cancelled"
+    HOST_OOM = "host_oom"
+    GPU_OOM = "gpu_oom"
+    SEGFAULT = "segfault"
+    SIGNAL = "signal"
+    ACTOR_DIED = "actor_died"
+    PYTHON_EXCEPTION = "python_exception"
+    NCCL = "nccl"
+    CHILD_FAILED = "child_failed"
+    UNKNOWN = "unknown"
+    """Nothing in the evidence says what ended the attempt."""
+
+
 @dataclass(frozen=True, slots=True)
 class Progress:
     """A progress event: ``done`` of ``total`` units of ``stage``, ``bytes`` read so far.

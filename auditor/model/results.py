@@ -9,7 +9,16 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from auditor.model.core import Citation, Finding, Reason, VerdictKind, fast_pickle
+from auditor.model.core import (
+    CauseWord,
+    Citation,
+    ExitKind,
+    Finding,
+    Outcome,
+    Reason,
+    VerdictKind,
+    fast_pickle,
+)
 from auditor.model.study import AuditOptions, Collected
 
 NS = 1_000_000_000
@@ -20,10 +29,8 @@ NS = 1_000_000_000
 class Cause:
     """What ended a period that did not complete (contract v1.1, "Causes")."""
 
-    word: str
-    """``gpu_oom``, ``host_oom``, ``nccl``, ``segfault``, ``signal``, ``actor_died``,
-    ``child_failed``, ``python_exception``, ``node_failure``, ``time_limit``, ``cancelled``,
-    ``preempted`` or ``unknown``."""
+    word: CauseWord
+    """The stable word (``gpu_oom``, ``host_oom``, ``nccl``, ... or ``unknown``)."""
     detail: str
     """Which signal and from whom, the root-cause rank and exit code, the exception type..."""
     citation: Citation | None
@@ -65,10 +72,10 @@ class AttemptOutcome:
     index: int
     job_id: str | None
     attempt_dir: str | None
-    outcome: str
-    """``completed``, ``failed`` or ``unresolved``."""
+    outcome: Outcome
     reason: Reason
-    exit_kind: str
+    exit_kind: ExitKind | None
+    """How its invocation ended (None: not judged from a trial record)."""
     exit_code: int | None
     received_signal: str | None
     started_ns: int | None

@@ -20,33 +20,44 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from auditor.model import Cause, Citation, LogEvent, PhaseRecord, SacctJob, TrialRecord
+from auditor.model import (
+    Cause,
+    CauseWord,
+    Citation,
+    ExitKind,
+    LogEvent,
+    PhaseRecord,
+    SacctJob,
+    TrialRecord,
+)
 from auditor.reason.exits import ExitClass, killed_by_signal, signal_name
 
-TIERS: dict[str, int] = {
-    "node_failure": 1, "preempted": 1, "time_limit": 1, "cancelled": 1,
-    "host_oom": 2, "gpu_oom": 2,
-    "segfault": 3, "signal": 3,
-    "actor_died": 4, "python_exception": 4,
-    "nccl": 5,
-    "child_failed": 6,
+C = CauseWord
+
+TIERS: dict[CauseWord, int] = {
+    C.NODE_FAILURE: 1, C.PREEMPTED: 1, C.TIME_LIMIT: 1, C.CANCELLED: 1,
+    C.HOST_OOM: 2, C.GPU_OOM: 2,
+    C.SEGFAULT: 3, C.SIGNAL: 3,
+    C.ACTOR_DIED: 4, C.PYTHON_EXCEPTION: 4,
+    C.NCCL: 5,
+    C.CHILD_FAILED: 6,
 }
 """Each cause word's tier: the lowest tier found is the cause (see the module docstring)."""
 
-LOG_CAUSES: dict[str, str] = {
-    "slurm_time_limit": "time_limit", "slurm_cancelled": "cancelled",
-    "slurm_preempted": "preempted", "node_failure": "node_failure",
-    "host_oom": "host_oom", "gpu_oom": "gpu_oom", "kv_cache_init_failure": "gpu_oom",
-    "segfault": "segfault", "signal": "signal", "actor_died": "actor_died",
-    "exception": "python_exception", "nccl_timeout": "nccl", "nccl_error": "nccl",
-    "child_failed": "child_failed",
+LOG_CAUSES: dict[str, CauseWord] = {
+    "slurm_time_limit": C.TIME_LIMIT, "slurm_cancelled": C.CANCELLED,
+    "slurm_preempted": C.PREEMPTED, "node_failure": C.NODE_FAILURE,
+    "host_oom": C.HOST_OOM, "gpu_oom": C.GPU_OOM, "kv_cache_init_failure": C.GPU_OOM,
+    "segfault": C.SEGFAULT, "signal": C.SIGNAL, "actor_died": C.ACTOR_DIED,
+    "exception": C.PYTHON_EXCEPTION, "nccl_timeout": C.NCCL, "nccl_error": C.NCCL,
+    "child_failed": C.CHILD_FAILED,
 }
 """Log event kind -> the cause it shows."""
 
-SACCT_CAUSES: dict[str, str] = {
-    "TIMEOUT": "time_limit", "DEADLINE": "time_limit", "CANCELLED": "cancelled",
-    "PREEMPTED": "preempted", "NODE_FAIL": "node_failure", "BOOT_FAIL": "node_failure",
-    "OUT_OF_MEMORY": "host_oom",
+SACCT_CAUSES: dict[str, CauseWord] = {
+    "TIMEOUT": C.TIME_LIMIT, "DEADLINE": C.TIME_LIMIT, "CANCELLED": C.CANCELLED,
+    "PREEMPTED": C.PREEMPTED, "NODE_FAIL": C.NODE_FAILURE, "BOOT_FAIL": C.NODE_FAILURE,
+    "OUT_OF_MEMORY": C.HOST_OOM,
 }
 """sacct state of the job's last attempt -> the cause it shows."""
 
@@ -59,7 +70,7 @@ OOM_TYPES = ("OutOfMemoryError", "out of memory")
 
 @dataclass(frozen=True, slots=True)
 class _Found:
-    word: str
+    word: CauseWord
     detail: str
     citation: Citation | None
     order: tuple[int, int]
@@ -69,27 +80,27 @@ class _Found:
     """Its word's tier, or more for a knock-on that can never win (0: the word's own)."""
 
 
-EXCEPTION_CAUSES: tuple[tuple[str, str], ...] = (
-    ("ray.exceptions.OutOfMemoryError", "host_oom"),  # Ray's memory monitor: host RAM
-    ("OutOfMemoryError", "gpu_oom"),  # torch's, also inside a RayTaskError
-    ("ChildFailedError", "child_failed"),
-    ("SignalException", "signal"),
-    ("KeyboardInterrupt", "signal"),
-    ("ActorDiedError", "actor_died"),
-    ("RayActorError", "actor_died"),
+EXCEPTION_CAUSES: tuple[tuple[str, CauseWord], ...] = (
+    ("ray.exceptions.OutOfMemoryError", C.HOST_OOM),  # Ray's memory monitor: host RAM
+    ("OutOfMemoryError", C.GPU_OOM),  # torch's, also inside a RayTaskError
+    ("ChildFailedError", C.CHILD_FAILED),
+    ("SignalException", C.SIGNAL),
+    ("KeyboardInterrupt", C.SIGNAL),
+    ("ActorDiedError", C.ACTOR_DIED),
+    ("RayActorError", C.ACTOR_DIED),
 )
 """An exception type that names another cause than a Python exception (first match)."""
 
 
-def _exception_cause(exception: str) -> str:
+def _exception_cause(exception: str) -> CauseWord:
     return next((word for name, word in EXCEPTION_CAUSES if name in exception),
-                "python_exception")
+                C.PYTHON_EXCEPTION)
 
 
-def event_cause(event: LogEvent) -> str | None:
+def event_cause(event: LogEvent) -> CauseWord | None:
     """The cause a log event shows by itself (None: it shows none)."""
     word = LOG_CAUSES.get(event.kind)
-    return _exception_cause(event.detail) if word == "python_exception" else word
+    return _exception_cause(event.detail) if word == C.PYTHON_EXCEPTION else word
 
 
 def cause_of_log(events: tuple[LogEvent, ...], log_path: str) -> Cause | None:
@@ -108,8 +119,8 @@ def _decided(found: list[_Found]) -> Cause:
     """The winner of ``found`` (sorted best first), its knock-ons named; of a launcher's
     summary of a failed child, its root-cause line (rank and exit code) if there is one."""
     first = found[0]
-    if first.word == "child_failed":
-        first = next((f for f in found if f.word == "child_failed"
+    if first.word == C.CHILD_FAILED:
+        first = next((f for f in found if f.word == C.CHILD_FAILED
                       and f.detail.startswith("root cause")), first)
     knock_on = tuple(dict.fromkeys(f.word for f in found if f.word != first.word))
     return Cause(first.word, first.detail, first.citation, knock_on)
@@ -125,7 +136,7 @@ def cause_of(trial: TrialRecord | None, exit_class: ExitClass | None,
     found = _ranked(_sources(trial, exit_class, element, is_last, sacct_path, traces, events,
                              log_path))
     if not found:
-        return Cause("unknown", "nothing in the evidence says what ended the attempt", None)
+        return Cause(C.UNKNOWN, "nothing in the evidence says what ended the attempt", None)
     return _decided(found)
 
 
@@ -136,9 +147,9 @@ def _sources(trial: TrialRecord | None, exit_class: ExitClass | None, element: S
         word = SACCT_CAUSES.get(element.state)
         oom_steps = [s for s in element.steps if s.state == "OUT_OF_MEMORY"]
         if word is None and oom_steps:
-            word = "host_oom"
+            word = C.HOST_OOM
         if word is not None:
-            where = f"step {oom_steps[0].step} of " if oom_steps and word == "host_oom" else ""
+            where = f"step {oom_steps[0].step} of " if oom_steps and word == C.HOST_OOM else ""
             yield _Found(word, f"sacct reports {element.state_raw} for {where}job "
                                f"{element.job_id}",
                          Citation(sacct_path, line=element.line, quote=element.state_raw),
@@ -147,7 +158,7 @@ def _sources(trial: TrialRecord | None, exit_class: ExitClass | None, element: S
         signal = trial.received_signal.upper()
         timed = "USR1" in signal or (element is not None and is_last
                                     and element.state == "TIMEOUT")
-        yield _Found("time_limit" if timed else "cancelled",
+        yield _Found(C.TIME_LIMIT if timed else C.CANCELLED,
                      f"the batch script received {trial.received_signal}"
                      + (" (the pre-timeout signal)" if "USR1" in signal else ""),
                      Citation(trial.path, pointer="/invocation/received_signal",
@@ -155,16 +166,16 @@ def _sources(trial: TrialRecord | None, exit_class: ExitClass | None, element: S
         # word: a node failure, a preemption or a time limit also signal the batch script)
     elif trial is not None and exit_class is not None and trial.exit_code is not None \
             and killed_by_signal(trial.exit_code):
-        why = exit_class.detail if exit_class.kind == "sigterm" else (
+        why = exit_class.detail if exit_class.kind is ExitKind.SIGTERM else (
             f"exit {trial.exit_code}: killed by {signal_name(trial.exit_code)} (sender not "
             "recorded)")
-        yield _Found("signal", why,
+        yield _Found(C.SIGNAL, why,
                      Citation(trial.path, pointer="/invocation/exit_code",
                               quote=str(trial.exit_code)), (1, 0))
     for rank, record in traces:
         oom = any(word in record.error_type or word in record.error_message
                   for word in OOM_TYPES)
-        yield _Found("gpu_oom" if oom else "python_exception",
+        yield _Found(C.GPU_OOM if oom else C.PYTHON_EXCEPTION,
                      f"rank {rank}: {record.phase} raised {record.error_type}",
                      Citation(record.path, line=record.line,
                               quote=f"{record.phase} {record.error_type}"), (2, record.line))

@@ -41,6 +41,7 @@ from auditor.model import (
     Citation,
     Collected,
     Finding,
+    Outcome,
     PeriodEvidence,
     PeriodFacts,
     Reason,
@@ -577,18 +578,18 @@ def _judge_period(
         judgement = judge_attempt(period, attempt, context)
         judgements.append((attempt, judgement))
     counted_index = next(
-        (i for i, (_, j) in enumerate(judgements) if j.outcome == "completed"),
+        (i for i, (_, j) in enumerate(judgements) if j.outcome is Outcome.COMPLETED),
         len(judgements) - 1,
     )
     outcomes: list[AttemptOutcome] = []
     for i, (attempt, judgement) in enumerate(judgements):
         trial = attempt.read.trial
         element = element_for(collected.sacct, attempt.spec.job_id)
-        wasted = judgements[counted_index][1].outcome == "completed" and i > counted_index
+        wasted = judgements[counted_index][1].outcome is Outcome.COMPLETED and i > counted_index
         outcome = AttemptOutcome(
             subject=subject, index=attempt.spec.index, job_id=attempt.spec.job_id,
             attempt_dir=attempt.spec.attempt_dir, outcome=judgement.outcome,
-            reason=judgement.reason, exit_kind=judgement.exit.kind if judgement.exit else "",
+            reason=judgement.reason, exit_kind=judgement.exit.kind if judgement.exit else None,
             exit_code=trial.exit_code if trial else None,
             received_signal=trial.received_signal if trial else None,
             started_ns=trial.started_ns if trial else None,
@@ -614,7 +615,7 @@ def _judge_period(
         produced.append(finding("AUD218", subject,
                                 [cause.citation] if cause.citation else [],
                                 cause=cause.word, cause_detail=cause.detail, knock_on=knock_on))
-    kind = {"completed": VerdictKind.RESOLVED, "failed": VerdictKind.FAILED}.get(
+    kind = {Outcome.COMPLETED: VerdictKind.RESOLVED, Outcome.FAILED: VerdictKind.FAILED}.get(
         judgement.outcome, VerdictKind.UNRESOLVED)
     shows = list(judgement.shows)
     if len(judgements) > 1:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
-from auditor.model import Citation, TrialRecord
+from auditor.model import Citation, ExitKind, TrialRecord
 
 TRUTHY = frozenset({"1", "true", "yes"})
 SIGTERM_EXIT = 128 + signal.SIGTERM
@@ -69,18 +69,14 @@ class ExitClass:
 
     clean: bool
     """Exit 0, or a coordinated controller shutdown."""
-    kind: str
-    """``clean``, ``coordinated_shutdown``, ``signalled`` (the script received a signal),
-    ``sigkill``, ``sigterm`` (143 not excused), ``killed`` (other signal), ``failure``
-    (non-zero exit), ``process_failure`` (invocation 0 but a process failed),
-    ``unknown`` (no exit code recorded)."""
+    kind: ExitKind
     detail: str
     """One sentence saying why, for the diagnosis."""
     citations: tuple[Citation, ...]
 
 
-EXIT_KINDS = frozenset({"signalled", "sigkill", "sigterm", "killed", "failure",
-                        "process_failure", "unknown"})
+EXIT_KINDS = frozenset({ExitKind.SIGNALLED, ExitKind.SIGKILL, ExitKind.SIGTERM, ExitKind.KILLED,
+                        ExitKind.FAILURE, ExitKind.PROCESS_FAILURE, ExitKind.UNKNOWN})
 """The :attr:`ExitClass.kind` words of an unclean exit. ``auditor run`` records one as the
 trial's ``status`` (it cannot know whether a failure is eligible): a status that says only
 how the attempt exited, not a verdict the audit could disagree with."""
@@ -98,13 +94,13 @@ def classify_exit(trial: TrialRecord, flag_name: str) -> ExitClass:
     if received:
         return ExitClass(
             False,
-            "signalled",
+            ExitKind.SIGNALLED,
             f"the batch script received {received} (invocation exit {code}); a signalled "
             "attempt is never a success",
             (Citation(path, pointer="/invocation/received_signal", quote=received), code_cite),
         )
     if code is None:
-        return ExitClass(False, "unknown", "the trial records no invocation exit code",
+        return ExitClass(False, ExitKind.UNKNOWN, "the trial records no invocation exit code",
                          (code_cite,))
     failing = [
         p for p in trial.processes
@@ -119,16 +115,16 @@ def classify_exit(trial: TrialRecord, flag_name: str) -> ExitClass:
         if coordinated:
             proc = coordinated[0]
             return ExitClass(
-                True, "coordinated_shutdown",
+                True, ExitKind.COORDINATED_SHUTDOWN,
                 f"invocation exit 0; the controller (pid {proc.pid}) exited 143 by coordinated "
                 f"shutdown ({flag_name}={flag_value!s})",
                 (code_cite, Citation(path, pointer=proc.pointer + "/exit_code", quote="143")),
             )
-        return ExitClass(True, "clean", "invocation exit 0", (code_cite,))
+        return ExitClass(True, ExitKind.CLEAN, "invocation exit 0", (code_cite,))
     if code == SIGTERM_EXIT and coordinated and not failing:
         proc = coordinated[0]
         return ExitClass(
-            True, "coordinated_shutdown",
+            True, ExitKind.COORDINATED_SHUTDOWN,
             f"exit 143 is a coordinated shutdown: the controller (pid {proc.pid}) exited 143 "
             f"with {flag_name}={flag_value!s} and no signal received by the batch script",
             (code_cite, Citation(path, pointer=proc.pointer + "/exit_code", quote="143"),
@@ -137,23 +133,23 @@ def classify_exit(trial: TrialRecord, flag_name: str) -> ExitClass:
     if code == 0:
         proc = failing[0]
         return ExitClass(
-            False, "process_failure",
+            False, ExitKind.PROCESS_FAILURE,
             f"invocation exit 0 but the {proc.role} process (pid {proc.pid}) exited "
             f"{proc.exit_code}",
             (code_cite, Citation(path, pointer=proc.pointer + "/exit_code",
                                  quote=str(proc.exit_code))),
         )
     if code == SIGKILL_EXIT:
-        return ExitClass(False, "sigkill", "exit 137: killed by SIGKILL, never a success",
+        return ExitClass(False, ExitKind.SIGKILL, "exit 137: killed by SIGKILL, never a success",
                          (code_cite,))
     if code == SIGTERM_EXIT:
         why = _why_143_not_excused(trial, flag_name, flag_value)
-        return ExitClass(False, "sigterm", f"exit 143 (SIGTERM) is not excused: {why}",
+        return ExitClass(False, ExitKind.SIGTERM, f"exit 143 (SIGTERM) is not excused: {why}",
                          (code_cite,))
     if killed_by_signal(code):
-        return ExitClass(False, "killed", f"exit {code}: killed by {signal_name(code)}",
+        return ExitClass(False, ExitKind.KILLED, f"exit {code}: killed by {signal_name(code)}",
                          (code_cite,))
-    return ExitClass(False, "failure", f"exit {code}", (code_cite,))
+    return ExitClass(False, ExitKind.FAILURE, f"exit {code}", (code_cite,))
 
 
 def _why_143_not_excused(trial: TrialRecord, flag_name: str, flag_value: str | None) -> str:

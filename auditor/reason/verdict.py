@@ -22,8 +22,10 @@ from auditor.model import (
     Cause,
     Citation,
     Collected,
+    ExitKind,
     Finding,
     LogEvent,
+    Outcome,
     PeriodEvidence,
     PhaseRecord,
     Protocol,
@@ -47,7 +49,7 @@ FILE_STATUS_RULES = {"missing": "AUD101", "mismatched": "AUD102", "unsafe": "AUD
 """The integrity rule of each status an evidence row may have other than verified."""
 ABSENCE = frozenset({Reason.EVIDENCE_MISSING, Reason.IDLE_CHECK_FAILED})
 """Blocker reasons that a scheduler kill explains by itself (nothing altered, just absent)."""
-KILLED_KINDS = frozenset({"sigkill", "killed", "sigterm"})
+KILLED_KINDS = frozenset({ExitKind.SIGKILL, ExitKind.KILLED, ExitKind.SIGTERM})
 """Exit kinds (:mod:`auditor.reason.exits`) that are a kill: ``killed``, never a cause of
 their own (an NCCL error before one is its knock-on)."""
 EVENT_KINDS_CITED = ("coordinated_shutdown", "slurm_time_limit", "slurm_cancelled",
@@ -79,7 +81,7 @@ class Context:
 class Judgement:
     """How one attempt was judged: its outcome, reason, and the diagnosis's parts."""
 
-    outcome: str
+    outcome: Outcome
     reason: Reason
     decisive: list[Finding]
     shows: list[str]
@@ -134,7 +136,7 @@ def judge_attempt(period: PeriodEvidence, attempt: AttemptEvidence,
     shown = evidence_shows(period, attempt, context.protocol, element, is_last)
     shown.sacct_path = context.collected.sacct.path if context.collected.sacct else ""
     judgement = decide(period, blockers, shown, context)
-    if judgement.outcome != "completed":
+    if judgement.outcome is not Outcome.COMPLETED:
         log = attempt.read.log
         judgement.cause = cause_of(
             trial, shown.exit_class, element, is_last, shown.sacct_path,
@@ -343,7 +345,7 @@ def decide(period: PeriodEvidence, blockers: list[tuple[Reason, Finding]], shown
     trial, exit_class = shown.trial, shown.exit_class
     assert trial is not None and exit_class is not None
     after: list[Finding] = []
-    if infra is not None and exit_class.kind == "clean" \
+    if infra is not None and exit_class.kind is ExitKind.CLEAN \
             and _blocks(infra) is not Reason.INFRASTRUCTURE_FAILURE:
         from_sacct = bool(infra.citations) and infra.citations[0].path == sacct_path
         ended = ended_after(infra, shown.element, trial, period.subject) if from_sacct \
@@ -360,7 +362,7 @@ def decide(period: PeriodEvidence, blockers: list[tuple[Reason, Finding]], shown
     return _unclean(period.subject, shown, infra)
 
 
-def _judgement(outcome: str, reason: Reason, decisive: list[Finding], shown: Shown,
+def _judgement(outcome: Outcome, reason: Reason, decisive: list[Finding], shown: Shown,
                limits: list[str]) -> Judgement:
     return Judgement(outcome, reason, decisive, shown.shows, limits, shown.citations,
                      shown.exit_class)
@@ -378,12 +380,12 @@ def _blocked(blockers: list[tuple[Reason, Finding]], infra: Finding | None, show
         # no idle check): the scheduler's word explains the absence, so it is the reason.
         shown.shows.insert(0, sentence(f"The scheduler ended the job: {infra.message}"))
         shown.shows.append(sentence(_blocker_sentence("evidence missing", decisive)))
-        return _judgement("unresolved", _blocks(infra), [infra, *decisive], shown, [
+        return _judgement(Outcome.UNRESOLVED, _blocks(infra), [infra, *decisive], shown, [
             "An infrastructure failure ends the attempt before it can measure anything; the "
             "period needs a new run to resolve."])
     reason = blockers[0][0]
     shown.shows.insert(0, sentence(_blocker_sentence(reason.replace("_", " "), decisive)))
-    return _judgement("unresolved", reason, decisive, shown, [
+    return _judgement(Outcome.UNRESOLVED, reason, decisive, shown, [
         "Evidence that is missing, altered or inconsistent cannot support a verdict; what the "
         "remaining files show is reported but not relied on."])
 
@@ -397,17 +399,17 @@ def _clean(period: PeriodEvidence, shown: Shown, after: list[Finding],
     assert exit_class is not None
     if done.complete and log is not None and log.terminal_event is not None:
         decisive = list(after)
-        if exit_class.kind == "coordinated_shutdown":
+        if exit_class.kind is ExitKind.COORDINATED_SHUTDOWN:
             decisive.append(finding("AUD205", subject, list(exit_class.citations),
                                     exit=exit_class.detail))
-        return _judgement("completed", Reason.COMPLETED, decisive, shown, [
+        return _judgement(Outcome.COMPLETED, Reason.COMPLETED, decisive, shown, [
             "Completed calls and the terminal line show the run reached its final step; they "
             "do not prove the optimizer changed parameters."])
     if done.complete:
         item = finding("AUD201", subject, [Citation(log.path if log else period.record.path)],
                        ranks=done.ranks, phases=" and ".join(protocol.completion_phases),
                        step=steps)
-        return _judgement("unresolved", _blocks(item), [item, *after], shown, [
+        return _judgement(Outcome.UNRESOLVED, _blocks(item), [item, *after], shown, [
             "These are completed calls, not independent proof that optimizer parameters "
             "changed or that the entire required terminal protocol completed. Nor does the "
             "missing line prove that no training happened: a log can lose its last lines (for "
@@ -416,7 +418,7 @@ def _clean(period: PeriodEvidence, shown: Shown, after: list[Finding],
     item = finding("AUD202", subject, done.gaps or [Citation(period.record.path)],
                    **({"problems": "; ".join(done.problems)} if done.problems
                       else {"form": "none"}))
-    return _judgement("unresolved", _blocks(item), [item, *after], shown, [
+    return _judgement(Outcome.UNRESOLVED, _blocks(item), [item, *after], shown, [
         "Without every rank's completion records the run cannot be shown to have reached its "
         "final step, whatever the exit code says."])
 
@@ -426,17 +428,17 @@ def _unclean(subject: str, shown: Shown, infra: Finding | None) -> Judgement:
     exit or kill."""
     exit_class, trial = shown.exit_class, shown.trial
     assert exit_class is not None and trial is not None
-    if exit_class.kind == "signalled":
+    if exit_class.kind is ExitKind.SIGNALLED:
         # (a node failure or a preemption also signals the batch script: its word names why)
         item = infra if infra is not None and infra.rule_id in ("AUD208", "AUD219") \
             else _signalled(subject, shown)
-        return _judgement("unresolved", _blocks(item), [item], shown, [
+        return _judgement(Outcome.UNRESOLVED, _blocks(item), [item], shown, [
             "A signalled attempt says nothing about whether the configuration fits; it is "
             "neither a completion nor an eligible failure."])
     if shown.eligible:
         return _eligible(subject, shown)
     if infra is not None:
-        return _judgement("unresolved", _blocks(infra), [infra], shown, [
+        return _judgement(Outcome.UNRESOLVED, _blocks(infra), [infra], shown, [
             "An infrastructure failure ends the attempt before it can measure anything; the "
             "period needs a new run to resolve."])
     nccl = _nccl_failure(subject, shown)
@@ -450,7 +452,7 @@ def _unclean(subject: str, shown: Shown, infra: Finding | None) -> Judgement:
                       "itself finished; only a clean exit (0, or a coordinated shutdown the "
                       "rules excuse) resolves a period, so it stays unresolved.")
     word = Reason.KILLED if exit_class.kind in KILLED_KINDS else _blocks(item)
-    return _judgement("unresolved", word, [item], shown, limits)
+    return _judgement(Outcome.UNRESOLVED, word, [item], shown, limits)
 
 
 def _signalled(subject: str, shown: Shown) -> Finding:
@@ -492,7 +494,7 @@ def _eligible(subject: str, shown: Shown) -> Judgement:
     shown.shows.insert(0, f"{'Rank' if len(ranks) == 1 else 'Ranks'} "
                           f"{', '.join(str(r) for r in ranks)} recorded `{first.phase}` ending "
                           f"in `{first.error_type}`, a failure the protocol lists as eligible.")
-    return _judgement("failed", Reason.ELIGIBLE_FAILURE, [item], shown, [
+    return _judgement(Outcome.FAILED, Reason.ELIGIBLE_FAILURE, [item], shown, [
         "An eligible failure is a measurement of this configuration at this seed; it does not "
         "show the configuration fails at every seed, nor which allocation exhausted the "
         "memory."])
@@ -517,7 +519,7 @@ def _nccl_failure(subject: str, shown: Shown) -> Judgement | None:
     shown.shows.insert(0, sentence(f"The training log shows an NCCL communication failure at "
                                    f"line {nccl.line} (`{nccl.detail}`), before the attempt's "
                                    f"{exit_class.detail}"))
-    return _judgement("unresolved", Reason.INFRASTRUCTURE_FAILURE, [item], shown, [
+    return _judgement(Outcome.UNRESOLVED, Reason.INFRASTRUCTURE_FAILURE, [item], shown, [
         "An NCCL communication failure is the infrastructure's, not the configuration's: the "
         "attempt measured nothing; the period needs a new run to resolve."])
 

@@ -187,7 +187,7 @@ def _attempts(result: AuditResult) -> Iterable[tuple[Any, ...]]:
     for a in result.reasoning.attempts:
         yield (
             a.subject, a.index + 1, a.job_id, a.attempt_dir, a.outcome, a.reason,
-            a.exit_kind, a.exit_code, a.received_signal,
+            a.exit_kind or "", a.exit_code, a.received_signal,
             a.started_ns, a.finished_ns,  # started, finished
             a.gpus, a.allocation_gpus,
             round(a.task_gpu_seconds, 6), round(a.reservation_gpu_seconds, 6),

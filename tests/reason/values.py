@@ -25,9 +25,11 @@ from auditor.model import (
     DeviceEvidence,
     EvidenceEntry,
     EvidenceFile,
+    ExitKind,
     Finding,
     IdleCheck,
     LogEvent,
+    Outcome,
     PeriodEvidence,
     PeriodRecord,
     PhaseRecord,
@@ -240,5 +242,6 @@ def outcome(one: PeriodEvidence, seconds: int, *, job: str | None = None, index:
     """How an attempt of ``one`` ran: ``seconds`` of invocation, counted or wasted."""
     gpus = one.record.gpus
     return AttemptOutcome(one.subject, index, job or one.attempts[0].spec.job_id, None,
-                          "completed", Reason.COMPLETED, "clean", 0, None, 0, seconds * 10**9,
+                          Outcome.COMPLETED, Reason.COMPLETED, ExitKind.CLEAN, 0, None, 0,
+                          seconds * 10**9,
                           gpus, allocation_gpus or gpus, counted, wasted, None)
