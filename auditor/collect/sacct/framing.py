@@ -38,6 +38,7 @@ from auditor.collect.sacct.format import (
     _sniff_delimiter,
     _split_header,
     is_fixed_width,
+    is_frame_line,
 )
 from auditor.collect.sacct.values import _CHECKS
 from auditor.errors import SacctFormatError
@@ -116,14 +117,15 @@ class _Framer:
         if line.number == 1 and text.startswith("\ufeff"):
             text = text[1:]
         stripped = text.strip()
-        skip = not stripped or stripped.startswith("#")
+        skip = not stripped or stripped[0] == "#" or is_frame_line(stripped)
         return _Phys(line.number, text, skip=skip, clipped=False)
 
     # ---------------------------------------------------------------- format
 
     def _configure(self, window: list[_Phys]) -> _Format:
         texts = [p.text for p in window if not p.skip and not p.clipped]
-        if is_fixed_width(texts, self.delimiter_arg):
+        framed = [p.text for p in window if not p.clipped and is_frame_line(p.text.strip())]
+        if is_fixed_width([*framed, *texts], self.delimiter_arg):
             raise SacctFormatError(
                 f"{self.path}: fixed-width sacct output (no -P) cannot be read safely, values "
                 f"may be cut to the column width; capture a parsable dump with: {CAPTURE_HINT}"
@@ -140,6 +142,8 @@ class _Framer:
         counts = [text.split(delimiter) for text in texts]
         with_trailing = sum(1 for parts in counts if len(parts) == n + 1 and parts[-1] == "")
         exact = sum(1 for parts in counts if len(parts) == n)
+        if header is None:
+            self._refuse_extra_fields(fields, delimiter, counts)
         index: dict[str, int] = {}
         for position, name in enumerate(fields):
             index.setdefault(name.lower(), position)
@@ -166,6 +170,26 @@ class _Framer:
             checks=checks,
             core=core,
             open_last=fields[-1].lower() in _MULTILINE and index[fields[-1].lower()] == n - 1,
+        )
+
+    def _refuse_extra_fields(self, fields: tuple[str, ...], delimiter: str,
+                             counts: list[list[str]]) -> None:
+        """Refuse a headerless dump every first row of which has the same number of fields,
+        more than the format's (a field more, as ``Restarts``; not a ``-p`` trailing
+        delimiter): the extra values would be folded into a free-text column, misread."""
+        n = len(fields)
+        if len(counts) < 2:
+            return
+        found = len(counts[0])
+        if found <= n or any(len(parts) != found for parts in counts):
+            return
+        if found == n + 1 and all(parts[-1] == "" for parts in counts):
+            return  # sacct -p: every row ends in the delimiter
+        raise SacctFormatError(
+            f"{self.path}: every row has {found} fields split on {delimiter!r} where the "
+            f"format has {n} ({','.join(fields)}): a dump with more fields than its format is "
+            "refused, never folded into its last field; pass the --format it was captured "
+            + (f"with (e.g. --format={','.join(fields)},Restarts)" if found == n + 1 else "with")
         )
 
     def _header_against_format(self, fields: tuple[str, ...], window: list[_Phys]) -> None:
@@ -210,6 +234,8 @@ class _Framer:
             return _SHORT, None
         normal: list[str] | None = None
         if count == n:
+            if fmt.trailing and parts[-1] == "":
+                return _SHORT, None  # (sacct -p ends every row in the delimiter: one short)
             normal = parts
         elif fmt.trailing and count == n + 1 and parts[-1] == "":
             normal = parts[:-1]
@@ -314,6 +340,13 @@ class _Framer:
         if self._is_header_again(phys.text):
             return
         status, values = self._fit(phys.text, strict=False)
+        if status != _OK and phys.text[:1] in _QUOTES:
+            unquoted = _unquote(phys.text, fmt.delimiter)
+            if unquoted != phys.text:
+                retry = self._fit(unquoted, strict=False)
+                if retry[0] == _OK:
+                    phys.text, phys.count = unquoted, -1
+                    status, values = retry
         if status == _OK and values is not None:
             self._accept(phys.number, phys.text, values)
         elif status == _SHORT:
@@ -382,7 +415,8 @@ class _Framer:
         fmt = self.fmt
         assert fmt is not None
         n = len(fmt.fields)
-        found = len(text.split(fmt.delimiter))
+        parts = text.split(fmt.delimiter)
+        found = len(parts) - (1 if fmt.trailing and len(parts) > 1 and parts[-1] == "" else 0)
         self.bad_counts[found] += 1
         if status == _SHORT:
             error = f"{found} fields where the format has {n} (row cut short?)"
@@ -439,3 +473,18 @@ class _Framer:
         quote = clip(text.replace("\n", "\\n"), 120)
         citation = Citation(self.path, line=number, quote=quote)
         self.findings.append(rules.finding(rule_id, self.path, (citation,), **values))
+
+
+_QUOTES = ("'", '"')
+
+
+def _unquote(text: str, delimiter: str) -> str:
+    """A row pasted from a Python repr without its quotes: the whole line quoted
+    (``'1_3|5|...|None'``, a trailing ``\\n`` of the repr dropped) or each field
+    (``'1_3'|'5'|...``); ``text`` itself when it is neither."""
+    stripped = text.strip()
+    quote = stripped[:1]
+    if len(stripped) < 2 or quote not in _QUOTES or stripped[-1] != quote:
+        return text
+    inner = stripped[1:-1].replace(quote + delimiter + quote, delimiter)
+    return inner[:-2] if inner.endswith("\\n") else inner
