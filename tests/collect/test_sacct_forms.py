@@ -124,3 +124,57 @@ def test_row_short_of_a_field_under_a_p_header_is_aud008(
     message = next(f["message"] for f in document["findings"] if f["line"] == at + 2)
     assert "10 fields where the format has 11" in message, message
     assert "1_3" not in [job["job_id"] for job in document["jobs"]]
+
+
+def test_no_elapsedraw_takes_end_minus_start(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The contract's dump captured without ElapsedRaw: each record's elapsed time is End
+    minus Start (what sacct computes ElapsedRaw from), so the allocation scope is known and
+    the same as with it."""
+    fields = CONTRACT_FORMAT.split(",")
+    drop = fields.index("ElapsedRaw")
+    rows = ["|".join(v for i, v in enumerate(row.split("|")) if i != drop)
+            for row in lines_of("contract-D.psv")]
+    path = write(tmp_path, "no-elapsedraw.psv", rows)
+    fmt = ",".join(f for f in fields if f != "ElapsedRaw")
+    document = sacct(capsys, path, "--format", fmt)
+    contract = sacct(capsys, DUMPS / "contract-D.psv")
+    # (the stale pending range never started: its Start is None, its elapsed time unknown)
+    assert [job["elapsed_s"] for job in document["jobs"]] == [
+        None if "[" in job["job_id"] else job["elapsed_s"] for job in contract["jobs"]]
+    assert [[a["elapsed_s"] for a in job["attempts"]] for job in document["jobs"]] == [
+        [a["elapsed_s"] for a in job["attempts"]] for job in contract["jobs"]]
+    for key in ("gpu_seconds", "requeued_gpu_seconds", "states"):
+        assert document["totals"][key] == contract["totals"][key], key
+    assert document["totals"]["gpu_seconds"] == 482
+
+
+def test_a_state_sacct_never_prints_is_a_finding(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A site's own state word (``ZOMBIE``) is said (AUD124, at its first row, with how
+    many rows hold it), never accepted in silence."""
+    rows = [row.replace("|FAILED|", "|ZOMBIE|") for row in lines_of("contract.psv")]
+    path = write(tmp_path, "zombie.psv", rows)
+    document = sacct(capsys, path)
+    said = [f for f in document["findings"] if f["rule_id"] == "AUD124"]
+    assert len(said) == 1, said
+    first = next(i for i, row in enumerate(rows) if "|ZOMBIE|" in row) + 1
+    assert said[0]["line"] == first
+    assert "state 'ZOMBIE' of 1_1 " in said[0]["message"] and "more row(s)" in said[0]["message"]
+
+
+def test_a_record_without_a_slurm_state_never_replaces_the_last_real_one(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Task 3's ``CANCELLED by 0`` record followed by an ``INVALID`` record of the same job
+    (a site's tool appending its own word): the job stays CANCELLED; the INVALID record is
+    an AUD124 saying it was not used."""
+    rows = lines_of("contract.psv")
+    cancelled = next(row for row in rows if row.startswith("1_3|"))
+    path = write(tmp_path, "invalid.psv", [*rows, cancelled.replace("CANCELLED by 0", "INVALID")])
+    document = sacct(capsys, path)
+    job = next(job for job in document["jobs"] if job["job_id"] == "1_3")
+    assert (job["state"], job["attempts"]) == ("CANCELLED", [])
+    said = [f for f in document["findings"] if f["rule_id"] == "AUD124"]
+    assert len(said) == 1 and said[0]["line"] == len(rows) + 1, said
+    assert "'INVALID'" in said[0]["message"] and "not used" in said[0]["message"]
+    assert jobs_of(document) == jobs_of(sacct(capsys, DUMPS / "contract.psv"))

@@ -27,7 +27,7 @@ from auditor.collect.sacct.values import (
     _time,
     forget_values,
 )
-from auditor.model import Citation, SacctDump, SacctJob, SacctStep
+from auditor.model import SLURM_STATES, Citation, SacctDump, SacctJob, SacctStep
 
 
 @dataclass(slots=True)
@@ -38,6 +38,18 @@ class _Alloc:
     steps: list[SacctStep] = field(default_factory=list)
     earlier: list[_Alloc] = field(default_factory=list)
     """Earlier records of the same job id (``sacct -D``), oldest first."""
+
+
+@dataclass(slots=True)
+class _Unnamed:
+    """A state Slurm does not name: its first row, and how many more rows hold it."""
+
+    shown: str
+    line: int
+    raw: str
+    more: int = 0
+    aside: int = 0
+    """Records of it set aside: each came after a record of its job with a Slurm state."""
 
 
 @dataclass(slots=True)
@@ -89,6 +101,8 @@ class _Parser(_Framer):
         self.by_raw: dict[str, str] = {}
         self.waiting: list[_StepRow] = []
         """Step rows read before (or without) their allocation row."""
+        self.unnamed: dict[str, _Unnamed] = {}
+        """Each state Slurm does not name, where first seen (one ``AUD124`` each)."""
         self.texts: dict[str | None, str | None] = {None: None}
         """One of each value the rows repeat (states, step and job names, nodes, reasons,
         array ids): a dump is held for the whole audit, and sent to every worker (a
@@ -97,6 +111,7 @@ class _Parser(_Framer):
     def run(self, reader: HashingReader) -> SacctDump:
         fmt = self._read(reader)
         jobs = self._finish_jobs()
+        self._unnamed_findings()
         if not self.any_rows:
             self._add_empty_finding()
         if self.dropped:
@@ -151,6 +166,9 @@ class _Parser(_Framer):
         named = id_match if id_match is not None else raw_match
         step_name = named.group("step") if named is not None else None
         self.ok_rows += 1
+        if state not in SLURM_STATES and state != "UNKNOWN":
+            shown = (job_id_text if job_id_text is not None else raw_text) or f"#{number}"
+            self._unnamed(state, shown.strip(), number, state_raw)
 
         if step_name is not None:
             step = SacctStep(share(step_name, step_name) or "", state, state_raw, exit_code,
@@ -164,6 +182,8 @@ class _Parser(_Framer):
         start = _time(get("start"), "Start", errors)
         end = _time(get("end"), "End", errors)
         elapsed = _elapsed(get("elapsedraw"), get("elapsed"), errors)
+        if elapsed is None and start is not None and end is not None and end >= start:
+            elapsed = end - start  # (no ElapsedRaw: what sacct computes it from)
         gpus = _gpus(get("alloctres"), errors)
         restarts = _count(get("restarts"), "Restarts", errors)
         self._report_values(number, text, errors)
@@ -205,6 +225,12 @@ class _Parser(_Framer):
             restarts=restarts,
         )
         earlier = self.jobs.get(key)
+        if earlier is not None and earlier.job.state in SLURM_STATES \
+                and state not in SLURM_STATES:
+            # a record no Slurm state names never replaces the job's last real one (a
+            # site's INVALID after CANCELLED by N): its AUD124 says so
+            self.unnamed[state].aside += 1
+            return
         alloc = _Alloc(job)
         if earlier is not None:
             # sacct -D: the same job id again is its next run; the earlier record is an
@@ -214,6 +240,22 @@ class _Parser(_Framer):
         self.jobs[key] = alloc
         if job_id_raw is not None:
             self.by_raw[job_id_raw] = key
+
+    def _unnamed(self, state: str, shown: str, number: int, raw: str) -> None:
+        seen = self.unnamed.get(state)
+        if seen is None:
+            self.unnamed[state] = _Unnamed(shown, number, raw)
+        else:
+            seen.more += 1
+
+    def _unnamed_findings(self) -> None:
+        """One ``AUD124`` per state Slurm does not name, at its first row."""
+        for state, seen in self.unnamed.items():
+            said = f" (and {seen.more} more row(s))" if seen.more else ""
+            if seen.aside:
+                said += (f"; {seen.aside} such record(s) after one with a Slurm state not "
+                         "used: the job keeps its last Slurm state")
+            self._find("AUD124", seen.line, seen.raw, state=state, job=seen.shown, more=said)
 
     def _bad_id(self, number: int, text: str, column: str, value: str) -> None:
         self.bad_values += 1

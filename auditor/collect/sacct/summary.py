@@ -31,7 +31,8 @@ def summary_json(dump: SacctDump) -> dict[str, object]:
     entries = [_entry(job) for job in jobs]
     states = Counter(job.state for job in jobs)
     names = {name.lower() for name in dump.fields}
-    known = bool(names & {"elapsedraw", "elapsed"}) and "alloctres" in names
+    known = (bool(names & {"elapsedraw", "elapsed"}) or {"start", "end"} <= names) \
+        and "alloctres" in names  # (without ElapsedRaw, End minus Start)
     records = [record for job in jobs for record in job.records]
     gpu_seconds = sum(value for record in records if (value := record.gpu_seconds) is not None)
     requeued = sum(value for job in jobs if (value := job.requeued_gpu_seconds) is not None)
