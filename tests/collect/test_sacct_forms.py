@@ -57,17 +57,22 @@ def jobs_of(document: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_headerless_dump_with_a_field_more_is_refused_not_folded(
-        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    """The contract's fields plus ``Restarts`` (Slurm 24.11) without a header: read with
-    the contract's format, the extra value was folded into Reason (``None|0``); it is
-    refused in one line that names the counts, and read right with its --format."""
-    path = write(tmp_path, "restarts.psv", [line + "|0" for line in lines_of("contract.psv")])
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Slurm 24.11's real dump with the contract's fields plus ``Restarts``, no header
+    (``fixtures/slurm/24.11/restarts.psv``): read with the contract's format, the extra
+    value was folded into Reason (``None|0``); it is refused in one line that names the
+    counts, and read right with its --format, as the contract's own dump of that moment."""
+    path = DUMPS / "24.11" / "restarts.psv"
     line = refused(capsys, path)
     assert str(path) in line and "12 fields" in line and "has 11" in line
     assert "--format=" + CONTRACT_FORMAT + ",Restarts" in line
     document = sacct(capsys, path, "--format", CONTRACT_FORMAT + ",Restarts")
-    contract = sacct(capsys, DUMPS / "contract.psv")
-    assert all(job.pop("restarts") == 0 for job in document["jobs"])
+    contract = sacct(capsys, DUMPS / "24.11" / "contract.psv")
+    restarts = {job["job_id"]: job.pop("restarts") for job in document["jobs"]}
+    assert restarts == {job["job_id"]: 1 if job["job_id"] in ("1_6", "1_7") else 0
+                        for job in contract["jobs"]}
+    assert [f["rule_id"] for f in document.pop("findings")] == ["AUD024"]  # (no -D)
+    contract.pop("findings")
     assert document == contract
 
 
