@@ -11,9 +11,10 @@ findings. Each framed record goes to :meth:`_Framer._row` (the job assembly, in
 from __future__ import annotations
 
 from collections import Counter
+from typing import cast
 
 from auditor import rules
-from auditor._io import HashingReader, Line, clip, iter_lines
+from auditor._io import CHUNK_SIZE, HashingReader, Line, clip, iter_lines
 from auditor.collect.sacct.format import (
     _AMBIGUOUS,
     _FREE_TEXT,
@@ -45,6 +46,40 @@ from auditor.errors import SacctFormatError
 from auditor.model import Citation, Finding
 
 
+def plain_format(fields: tuple[str, ...], delimiter: str, header: bool = False,
+                 trailing: bool = False) -> _Format:
+    """The :class:`_Format` of ``fields`` split on ``delimiter`` (what the first rows
+    settle; ``sacct --json`` records are turned into rows of :data:`JSON_FIELDS` with it)."""
+    n = len(fields)
+    index: dict[str, int] = {}
+    for position, name in enumerate(fields):
+        index.setdefault(name.lower(), position)
+    free = tuple(
+        position for position, name in enumerate(fields)
+        if name.lower() in _FREE_TEXT and index[name.lower()] == position
+    )
+    checks = tuple(
+        (position, _CHECKS[name.lower()]) for position, name in enumerate(fields)
+        if name.lower() in _CHECKS and index[name.lower()] == position
+    )
+    core = tuple(
+        (position, check) for position, check in checks
+        if fields[position].lower() not in _LENIENT
+    )
+    return _Format(
+        fields=fields,
+        delimiter=delimiter,
+        header=header,
+        header_key=tuple(name.lower() for name in fields) if header else None,
+        trailing=trailing,
+        index=index,
+        free=free,
+        checks=checks,
+        core=core,
+        open_last=fields[-1].lower() in _MULTILINE and index[fields[-1].lower()] == n - 1,
+    )
+
+
 class _Framer:
     """Frames one dump's records; a subclass's :meth:`_row` uses each."""
 
@@ -74,10 +109,11 @@ class _Framer:
 
     # ---------------------------------------------------------------- driving
 
-    def _read(self, reader: HashingReader) -> _Format:
-        """Read every line: settle the format on the first rows, then frame each record;
-        refuse (SacctFormatError) a dump none of whose rows fits."""
-        lines = iter_lines(reader, MAX_LINE)
+    def _read(self, reader: HashingReader, head: bytes = b"") -> _Format:
+        """Read every line (``head``: the first bytes, read from ``reader`` already): settle
+        the format on the first rows, then frame each record; refuse (SacctFormatError) a
+        dump none of whose rows fits."""
+        lines = iter_lines(cast(HashingReader, _Prefixed(head, reader)), MAX_LINE)
         window: list[_Phys] = []
         meaningful = 0
         chars = 0
@@ -144,33 +180,7 @@ class _Framer:
         exact = sum(1 for parts in counts if len(parts) == n)
         if header is None:
             self._refuse_extra_fields(fields, delimiter, counts)
-        index: dict[str, int] = {}
-        for position, name in enumerate(fields):
-            index.setdefault(name.lower(), position)
-        free = tuple(
-            position for position, name in enumerate(fields)
-            if name.lower() in _FREE_TEXT and index[name.lower()] == position
-        )
-        checks = tuple(
-            (position, _CHECKS[name.lower()]) for position, name in enumerate(fields)
-            if name.lower() in _CHECKS and index[name.lower()] == position
-        )
-        core = tuple(
-            (position, check) for position, check in checks
-            if fields[position].lower() not in _LENIENT
-        )
-        return _Format(
-            fields=fields,
-            delimiter=delimiter,
-            header=header is not None,
-            header_key=tuple(name.lower() for name in fields) if header is not None else None,
-            trailing=with_trailing > exact,
-            index=index,
-            free=free,
-            checks=checks,
-            core=core,
-            open_last=fields[-1].lower() in _MULTILINE and index[fields[-1].lower()] == n - 1,
-        )
+        return plain_format(fields, delimiter, header is not None, with_trailing > exact)
 
     def _refuse_extra_fields(self, fields: tuple[str, ...], delimiter: str,
                              counts: list[list[str]]) -> None:
@@ -473,6 +483,21 @@ class _Framer:
         quote = clip(text.replace("\n", "\\n"), 120)
         citation = Citation(self.path, line=number, quote=quote)
         self.findings.append(rules.finding(rule_id, self.path, (citation,), **values))
+
+
+class _Prefixed:
+    """``reader``'s bytes with its first chunk, read (and hashed) already, given back first:
+    the chunks the line splitter sees are those it saw reading ``reader`` itself."""
+
+    __slots__ = ("_head", "_reader")
+
+    def __init__(self, head: bytes, reader: HashingReader) -> None:
+        self._head: bytes | None = head
+        self._reader = reader
+
+    def read(self, size: int = CHUNK_SIZE) -> bytes:
+        head, self._head = self._head, None
+        return head if head else self._reader.read(size)
 
 
 _QUOTES = ("'", '"')

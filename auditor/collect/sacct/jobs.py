@@ -13,9 +13,15 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from auditor import rules
-from auditor._io import HashingReader, clip
-from auditor.collect.sacct.format import MAX_FINDINGS, _check_delimiter, _normalise_fields
+from auditor._io import CHUNK_SIZE, HashingReader, clip
+from auditor.collect.sacct.format import (
+    MAX_FINDINGS,
+    _check_delimiter,
+    _Format,
+    _normalise_fields,
+)
 from auditor.collect.sacct.framing import _Framer
+from auditor.collect.sacct.slurmjson import looks_like_json, read_json_dump
 from auditor.collect.sacct.values import (
     _RE_JOBID,
     _RE_JOBIDRAW,
@@ -82,7 +88,10 @@ def parse_sacct(
     reader = stream if isinstance(stream, HashingReader) else HashingReader(stream)
     parser = _Parser(path, _normalise_fields(fields, path), _check_delimiter(delimiter, path))
     try:
-        return parser.run(reader)
+        head = reader.read(CHUNK_SIZE)
+        if looks_like_json(head):
+            return read_json_dump(parser, reader, head)
+        return parser._dump(reader, parser._read(reader, head))
     finally:  # (the caches serve one dump's rows: kept, they pinned 10 MB of its memory)
         forget_values()
 
@@ -104,12 +113,14 @@ class _Parser(_Framer):
         self.unnamed: dict[str, _Unnamed] = {}
         """Each state Slurm does not name, where first seen (one ``AUD124`` each)."""
         self.texts: dict[str | None, str | None] = {None: None}
+        self.exact = False
+        """Exit codes are the processes' own (``sacct --json``), not printed less 128."""
         """One of each value the rows repeat (states, step and job names, nodes, reasons,
         array ids): a dump is held for the whole audit, and sent to every worker (a
         million-file study's 55,556 allocations took 160 MB, most of it repeated words)."""
 
-    def run(self, reader: HashingReader) -> SacctDump:
-        fmt = self._read(reader)
+    def _dump(self, reader: HashingReader, fmt: _Format) -> SacctDump:
+        """The dump of the rows read (every byte of ``reader`` read)."""
         jobs = self._finish_jobs()
         self._unnamed_findings()
         if not self.any_rows:
@@ -172,7 +183,7 @@ class _Parser(_Framer):
 
         if step_name is not None:
             step = SacctStep(share(step_name, step_name) or "", state, state_raw, exit_code,
-                             signal, number)
+                             signal, number, self.exact)
             job_key = id_match.group("alloc") if id_match is not None else None
             raw_key = raw_match.group("alloc") if raw_match is not None else None
             self._report_values(number, text, errors)
@@ -223,6 +234,7 @@ class _Parser(_Framer):
             reason=share(get("reason"), get("reason")),
             line=number,
             restarts=restarts,
+            exit_exact=self.exact,
         )
         earlier = self.jobs.get(key)
         if earlier is not None and earlier.job.state in SLURM_STATES \
@@ -375,4 +387,5 @@ def _finished(alloc: _Alloc, attempts: tuple[SacctJob, ...], own_rows: frozenset
         attempts=attempts,
         restarts=job.restarts,
         own_rows=own_rows,
+        exit_exact=job.exit_exact,
     )
