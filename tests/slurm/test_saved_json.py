@@ -252,3 +252,23 @@ def test_the_kit_json_has_the_exact_exits(capsys: pytest.CaptureFixture[str]) ->
     assert {task: jobs[task]["exit_code"] for task in (4, 7, 9, 10)} == {
         4: 143, 7: 138, 9: 137, 10: 255}
 
+
+
+def test_an_unusable_json_dump_is_the_audits_aud009_naming_it(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A study whose ``accounting/sacct-raw.json`` is cut short: the audit runs, and its
+    AUD009 names the file and says why (never a traceback)."""
+    import shutil
+
+    root = tmp_path / "study"
+    shutil.copytree(KIT / "study", root)
+    (root / "accounting" / "sacct-raw.psv").unlink()
+    data = (KIT / "contract-D.json").read_bytes()
+    (root / "accounting" / "sacct-raw.json").write_bytes(data[: len(data) // 3])
+    summary, findings = audited(root, tmp_path / "out")
+    capsys.readouterr()
+    refused = [f for f in findings if f["rule_id"] == "AUD009"]
+    assert len(refused) == 1, refused
+    assert "accounting/sacct-raw.json" in refused[0]["message"]
+    assert "not readable JSON" in refused[0]["message"]
+    assert summary["gate"]["passed"] is False
