@@ -109,11 +109,11 @@ class _Framer:
 
     # ---------------------------------------------------------------- driving
 
-    def _read(self, reader: HashingReader, head: bytes = b"") -> _Format:
-        """Read every line (``head``: the first bytes, read from ``reader`` already): settle
-        the format on the first rows, then frame each record; refuse (SacctFormatError) a
-        dump none of whose rows fits."""
-        lines = iter_lines(cast(HashingReader, _Prefixed(head, reader)), MAX_LINE)
+    def _read(self, reader: HashingReader, first: _Prefixed | None = None) -> _Format:
+        """Read every line (``first``: ``reader`` with its first chunk, read already, given
+        back): settle the format on the first rows, then frame each record; refuse
+        (SacctFormatError) a dump none of whose rows fits."""
+        lines = iter_lines(reader if first is None else cast(HashingReader, first), MAX_LINE)
         window: list[_Phys] = []
         meaningful = 0
         chars = 0
@@ -153,7 +153,8 @@ class _Framer:
         if line.number == 1 and text.startswith("\ufeff"):
             text = text[1:]
         stripped = text.strip()
-        skip = not stripped or stripped[0] == "#" or is_frame_line(stripped)
+        skip = not stripped or stripped[0] == "#" \
+            or (stripped[0] == "-" and is_frame_line(stripped))  # (no call for a row)
         return _Phys(line.number, text, skip=skip, clipped=False)
 
     # ---------------------------------------------------------------- format

@@ -20,7 +20,7 @@ from auditor.collect.sacct.format import (
     _Format,
     _normalise_fields,
 )
-from auditor.collect.sacct.framing import _Framer
+from auditor.collect.sacct.framing import _Framer, _Prefixed
 from auditor.collect.sacct.slurmjson import looks_like_json, read_json_dump
 from auditor.collect.sacct.values import (
     _RE_JOBID,
@@ -91,7 +91,9 @@ def parse_sacct(
         head = reader.read(CHUNK_SIZE)
         if looks_like_json(head):
             return read_json_dump(parser, reader, head)
-        return parser._dump(reader, parser._read(reader, head))
+        first = _Prefixed(head, reader)
+        del head  # (the splitter lets go of the chunk as it goes on: so must this frame)
+        return parser._dump(reader, parser._read(reader, first))
     finally:  # (the caches serve one dump's rows: kept, they pinned 10 MB of its memory)
         forget_values()
 
