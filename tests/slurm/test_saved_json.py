@@ -272,3 +272,55 @@ def test_an_unusable_json_dump_is_the_audits_aud009_naming_it(
     assert "accounting/sacct-raw.json" in refused[0]["message"]
     assert "not readable JSON" in refused[0]["message"]
     assert summary["gate"]["passed"] is False
+
+
+def test_mutated_json_is_read_or_refused_never_a_crash() -> None:
+    """Bytes flipped or cut, and values of the real 24.11 dump swapped for values of other
+    types (None, negative numbers, empty containers, a list in a string's place): each dump
+    is read (bad records as AUD008) or refused with SacctFormatError, nothing else."""
+    import copy
+    import io
+    import random
+
+    from auditor.collect.sacct import parse_sacct
+    from auditor.errors import SacctFormatError
+
+    base = (DUMPS / "json-D.json").read_bytes()
+    document = orjson.loads(base)
+    values: list[Any] = [None, 0, -1, 1.5, "", "x", [], {}, [1], {"set": True, "number": -5},
+                         {"set": True}, True, "0xZZ", ["COMPLETED", 3], [{}], 2**63, -2**63]
+
+    def places(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        found = [prefix] if prefix else []
+        items = node.items() if isinstance(node, dict) else enumerate(node) \
+            if isinstance(node, list) else ()
+        for key, value in items:
+            found.extend(places(value, (*prefix, key)))
+        return found
+
+    every = places(document)
+    rng = random.Random(39)
+    for round_ in range(240):
+        if round_ % 3 == 0:
+            data = bytearray(base)
+            for _ in range(rng.randint(1, 5)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+            if rng.random() < 0.3:
+                data = data[: rng.randrange(len(data))]
+            raw = bytes(data)
+        else:
+            changed = copy.deepcopy(document)
+            for _ in range(rng.randint(1, 4)):
+                node = changed
+                place = rng.choice(every)
+                try:  # (an earlier change may have replaced a container on the way)
+                    for key in place[:-1]:
+                        node = node[key]
+                    node[place[-1]] = rng.choice(values)
+                except (KeyError, IndexError, TypeError):
+                    continue
+            raw = orjson.dumps(changed)
+        try:
+            parse_sacct(io.BytesIO(raw), "mutated.json")
+        except SacctFormatError:
+            pass

@@ -76,13 +76,16 @@ def parse_sacct(
     fields: Sequence[str] | None = None,
     delimiter: str | None = None,
 ) -> SacctDump:
-    """Parse a saved ``sacct -P`` dump, streaming, into a :class:`SacctDump`.
+    """Parse a saved ``sacct -P`` dump, streaming, into a :class:`SacctDump`; a dump whose
+    first byte is ``{`` is ``sacct --json`` (:mod:`auditor.collect.sacct.slurmjson`: read
+    whole, at most :data:`~auditor.collect.sacct.slurmjson.MAX_JSON_BYTES`).
 
     ``path`` is the display path used in citations and findings; ``fields`` is the
     ``--format`` order of a dump without header (a comma-separated string also works);
     ``delimiter`` is its ``--delimiter``. Raises :class:`SacctFormatError` (and nothing
     else, whatever the bytes) for a fixed-width dump, a dump whose rows never fit the
-    format, or unusable ``fields``/``delimiter`` arguments. The returned dump's
+    format, JSON that cannot be read or comes from a Slurm before 23.11, or unusable
+    ``fields``/``delimiter`` arguments. The returned dump's
     ``digest`` covers every byte of ``stream``.
     """
     reader = stream if isinstance(stream, HashingReader) else HashingReader(stream)

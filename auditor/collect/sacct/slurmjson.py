@@ -57,6 +57,9 @@ _FLAG_ORDER: tuple[str, ...] = (
 """The state flags ``job_state_string`` prints in a base state's place, in its order."""
 
 _RE_RELEASE = re.compile(r"(\d{1,4})\.(\d{1,4})")
+_RE_RUN = re.compile(r"1+")
+_MAX_BITMAP_DIGITS = 1_000_003
+"""Longest hex bitmap read (Slurm's MaxArraySize is at most 4,000,001 tasks)."""
 _FIRST_EXACT = (23, 11)
 """The first Slurm whose ``sacct --json`` dumps real exit statuses (data_parser v0.0.40)."""
 
@@ -252,20 +255,16 @@ def _tasks(value: Any) -> str:
         return ""
     if not value.lower().startswith("0x"):
         return value
+    if len(value) > _MAX_BITMAP_DIGITS:
+        raise _Bad(f"array task bitmap of {len(value):,} characters")
     try:
         bits = int(value, 16)
     except ValueError:
         raise _Bad(f"array task bitmap {clip(value, 40)!r}") from None
-    ranges: list[str] = []
-    task = 0
-    while bits >> task:
-        if bits >> task & 1:
-            first = task
-            while bits >> (task + 1) & 1:
-                task += 1
-            ranges.append(str(first) if first == task else f"{first}-{task}")
-        task += 1
-    return ",".join(ranges)
+    low_first = f"{bits:b}"[::-1]  # (character n is task n)
+    return ",".join(
+        str(run.start()) if run.end() - run.start() == 1 else f"{run.start()}-{run.end() - 1}"
+        for run in _RE_RUN.finditer(low_first))
 
 
 def _state(value: Any, requester: Any) -> str:
@@ -292,7 +291,8 @@ def _exit(value: Any) -> str:
     if not isinstance(value, dict):
         raise _Bad(f"exit_code {clip(repr(value), 40)}")
     status = value.get("status")
-    statuses = set(status) if isinstance(status, list) else {status}
+    statuses = {word for word in (status if isinstance(status, list) else [status])
+                if isinstance(word, str)}
     signal = _no_val(_dig(value, "signal", "id"))
     code = _no_val(value.get("return_code"))
     if "SIGNALED" in statuses or "CORE_DUMPED" in statuses:

@@ -15,9 +15,10 @@ def summary_json(dump: SacctDump) -> dict[str, object]:
     Entries are sorted by array job (a plain job is its own group), task id (a pending
     range by its first task) and job id, numerically where the ids are numbers. An entry's
     ``exit_code`` is as sacct printed it; ``exit_code_may_be`` says what it may stand for
-    (``[15, 143]``: sacct drops 128). ``attempts`` are the job's earlier records
-    (``sacct -D``), oldest first; ``gpu_seconds`` is the latest record's. A pending range
-    lists the tasks it still holds (``pending_tasks``: not those with rows of their own).
+    (``[15, 143]``: sacct drops 128; the code alone from ``sacct --json``, which is
+    exact). ``attempts`` are the job's earlier records (``sacct -D``), oldest first;
+    ``gpu_seconds`` is the latest record's. A pending range lists the tasks it still holds
+    (``pending_tasks``: not those with rows of their own).
     ``totals.gpu_seconds`` sums every record of every job (attempts too), None when the
     dump lacks ElapsedRaw/Elapsed or AllocTRES (unknown, not 0; ``gpu_seconds_unknown``
     counts the records whose value is unknown in a dump that has both);
