@@ -9,7 +9,8 @@ ExitCode, Start, End, ElapsedRaw, AllocTRES, NodeList, Reason, Restarts), then e
 so a JSON dump and a ``-P`` dump of the same array read the same (attempts of ``-D``,
 pending ranges, steps, findings). A row's ``line`` is its place in that order (a ``-P``
 dump without header numbers its lines the same way), and its exit code is exact
-(``exit_code_may_be`` holds it alone).
+(``exit_exact``: the model's ``exit_code_may_be`` is the code alone, and ``auditor sacct
+--json`` shows no ``exit_code_may_be``).
 
 The shapes, from Slurm's ``src/plugins/data_parser/v0.0.4x/parsers.c``: ``state.current``
 a list of flags (``["PENDING", "REQUEUED"]`` prints ``REQUEUED``: Slurm's
