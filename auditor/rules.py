@@ -320,7 +320,8 @@ _RULES: tuple[Rule, ...] = (
     Rule("AUD122", "source-input-missing", "Source input cannot be read",
          "A --source file could not be read or escapes --source-root.", "{path}: {problem}", E),
     Rule("AUD123", "sacct-missing", "No scheduler dump",
-         "The study has no accounting/sacct-raw.psv and no --sacct was given: whether an "
+         "The study has no accounting/sacct-raw.psv (nor sacct-raw.json) and no --sacct was "
+         "given: whether an "
          "element is still pending or running, the allocation scope and the cross-checks "
          "against the scheduler cannot be established. It fails the gate (as a refused dump, "
          "AUD009, does) unless waived.",

@@ -53,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("--force", action="store_true",
                        help="replace an earlier audit's output directory, whole")
     audit.add_argument("--sacct", type=Path, help="sacct dump to use instead of "
-                       "<root>/accounting/sacct-raw.psv")
+                       "<root>/accounting/sacct-raw.psv (or .json: sacct --json of "
+                       "Slurm 23.11 or later)")
     audit.add_argument("--sacct-format", help="the --format the dump was captured with "
                        "(comma-separated field names)")
     audit.add_argument("--sacct-delimiter", help="the --delimiter the dump was captured with")
@@ -100,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     gate.add_argument("--allow-partial", action="store_true",
                       help="pass on intact evidence with the resolved subset")
 
-    sacct = commands.add_parser("sacct", help="summarise a saved sacct -P dump")
+    sacct = commands.add_parser("sacct", help="summarise a saved sacct -P (or --json) dump")
     sacct.add_argument("file", type=Path)
     sacct.add_argument("--format", dest="sacct_format", help="the dump's --format field list")
     sacct.add_argument("--delimiter", help="the dump's --delimiter")

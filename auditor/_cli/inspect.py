@@ -122,10 +122,10 @@ def _sacct(args: argparse.Namespace) -> int:
     return 0
 
 
-SACCT_NOTICES = frozenset({"AUD008", "AUD019", "AUD023", "AUD024"})
+SACCT_NOTICES = frozenset({"AUD008", "AUD019", "AUD023", "AUD024", "AUD124"})
 """Findings ``auditor sacct`` also says on stderr: a row it could not read (and how many
 more were not kept), a field the figures need, a header that disagrees with --format (which
-was used), a dump captured without -D."""
+was used), a dump captured without -D, a state Slurm does not name."""
 NOTES_PER_RULE = 5
 """Notes said of one rule; the rest are counted in one line (a dump of garbage has
 thousands of unreadable rows)."""

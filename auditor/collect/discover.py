@@ -23,6 +23,14 @@ PERIOD_RE = re.compile(r"^period-(\d+)\.json$")
 ATTEMPT_DIR_RE = re.compile(r"^attempt-[^/]+$")
 SACCT_PATH = "accounting/sacct-raw.psv"
 """Where a study root keeps its scheduler dump."""
+SACCT_JSON_PATH = "accounting/sacct-raw.json"
+"""Where a study root keeps its dump as ``sacct --json`` (read when it has no ``.psv``)."""
+
+
+def sacct_path(root: Path) -> str | None:
+    """The root's scheduler dump: ``sacct-raw.psv``, else ``sacct-raw.json``, else None."""
+    return next((rel for rel in (SACCT_PATH, SACCT_JSON_PATH) if os.path.lexists(root / rel)),
+                None)
 
 
 def find_period_records(root: Path, regular: set[str] | None = None
@@ -84,7 +92,7 @@ def discover(root: Path, periods: tuple[tuple[str, ...], tuple[str, ...]] | None
         attempt_files=Listing(attempt_files, frozenset(irregular)),
         protocol=optional("protocol.json"),
         execution_commits=optional("execution_commits.json"),
-        sacct=optional(SACCT_PATH),
+        sacct=optional(SACCT_PATH) or optional(SACCT_JSON_PATH),
         stray_pair_files=stray,
     )
 

@@ -199,6 +199,8 @@ def read_sacct(task: tuple[Path, str | None, AuditOptions]
     inputs.append(InputFile(group, display, os.path.abspath(path), reader.digest()))
     findings.extend(dump.findings)
     captured = {field.lower() for field in dump.fields}
+    if {"start", "end"} <= captured:
+        captured.add("elapsed")  # (without ElapsedRaw, the reader takes End minus Start)
     for rule, needs in (("AUD021", SACCT_STATES), ("AUD019", SACCT_NEEDS)):
         lacking = [(name, why) for names, name, why in needs if not captured & names]
         if lacking:

@@ -419,21 +419,24 @@ class SacctStep:
     exit_code: int | None
     signal: int | None
     line: int
+    exit_exact: bool = False
+    """The exit code is the process's own (``sacct --json`` of 23.11 on), not printed less 128."""
 
     @property
     def exit_code_may_be(self) -> tuple[int, ...] | None:
         """The exit codes the printed one may stand for (see :func:`exit_code_may_be`)."""
-        return exit_code_may_be(self.exit_code, self.signal)
+        return exit_code_may_be(self.exit_code, self.signal, self.exit_exact)
 
 
-def exit_code_may_be(exit_code: int | None, signal: int | None) -> tuple[int, ...] | None:
+def exit_code_may_be(exit_code: int | None, signal: int | None, exact: bool = False
+                     ) -> tuple[int, ...] | None:
     """What a printed ``ExitCode`` ``c:s`` may stand for: sacct prints an exit code of 128
     or more minus 128 (``src/sacct/print.c``), so ``15:0`` is 15 or 143, ``127:0`` 127 or
-    255 (contract v1.1); a code of 0, a signal part, or a code of 128 or more is itself.
-    None when the code is unknown."""
+    255 (contract v1.1); a code of 0, a signal part, a code of 128 or more, or an ``exact``
+    one (``sacct --json`` of 23.11 on) is itself. None when the code is unknown."""
     if exit_code is None:
         return None
-    if 1 <= exit_code <= 127 and not signal:
+    if 1 <= exit_code <= 127 and not signal and not exact:
         return (exit_code, exit_code + 128)
     return (exit_code,)
 
@@ -481,6 +484,8 @@ class SacctJob:
     own_rows: frozenset[int] = frozenset()
     """For a pending range: the tasks of its array that have rows of their own (a range
     printed after one of its tasks started covers only the others, contract v1.1)."""
+    exit_exact: bool = False
+    """The exit code is the process's own (``sacct --json`` of 23.11 on), not printed less 128."""
 
     @property
     def gpu_seconds(self) -> int | None:
@@ -492,7 +497,7 @@ class SacctJob:
     @property
     def exit_code_may_be(self) -> tuple[int, ...] | None:
         """The exit codes the printed one may stand for: ``(15, 143)`` for ``15:0``."""
-        return exit_code_may_be(self.exit_code, self.signal)
+        return exit_code_may_be(self.exit_code, self.signal, self.exit_exact)
 
     def exit_shown(self, code: int | None) -> int | None:
         """Which of :attr:`exit_code_may_be` a launcher's exit ``code`` (a trial record's) is:

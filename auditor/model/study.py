@@ -375,13 +375,14 @@ class Collected:
     def scopes_known(self) -> tuple[bool, bool]:
         """Whether the allocation and the reservation scope can be counted: a usable dump
         that holds the GPUs each allocation held (AllocTRES) and, for the allocation scope,
-        how long it ran (ElapsedRaw or Elapsed); else they are unknown, never a fallback's
-        figure."""
+        how long it ran (ElapsedRaw or Elapsed, or Start and End); else they are unknown,
+        never a fallback's figure."""
         if self.sacct is None or not self.scheduler_usable():
             return False, False
         names = {name.lower() for name in self.sacct.fields}
         gpus = "alloctres" in names
-        return gpus and bool(names & {"elapsedraw", "elapsed"}), gpus
+        timed = bool(names & {"elapsedraw", "elapsed"}) or {"start", "end"} <= names
+        return gpus and timed, gpus
 
     def all_inputs(self) -> Iterator[InputFile]:
         """Every input the audit read and hashed, sorted by group and path: ``inputs``,

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from auditor._memory import paused_gc
 from auditor._spill import MappedSequence, Packed, PackedList
 from auditor.collect.attempt import hash_only, read_attempt
-from auditor.collect.discover import SACCT_PATH, discover, find_period_records
+from auditor.collect.discover import discover, find_period_records, sacct_path
 from auditor.collect.inputs import (
     LoadedPeriod,
     load_period_packed,
@@ -113,7 +113,7 @@ class Auditor:
         # The scheduler's dump and the period records are sent to the pool first: it
         # parses and reads them while this process walks the attempt directories.
         period_tasks = [(str(root), rel, rel in regular) for rel in period_paths[0]]
-        sacct_rel = SACCT_PATH if os.path.lexists(root / SACCT_PATH) else None
+        sacct_rel = sacct_path(root)
         sacct_read = self._pool.soon(read_sacct, (root, sacct_rel, self.options),
                                      len(period_tasks))
         loaded = self._pool.map(load_period_packed, period_tasks, 0)

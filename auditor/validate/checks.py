@@ -17,7 +17,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 from auditor.model import (
-    SLURM_STATES,
     AttemptEvidence,
     AuditOptions,
     Citation,
@@ -66,9 +65,9 @@ def period_checks(period: PeriodEvidence, collected: Collected
 def study_checks(collected: Collected, options: AuditOptions
                  ) -> tuple[list[Finding], list[Finding]]:
     """The checks of the study as a whole, which need no period's evidence (only the period
-    records): (the scheduler dump's states and the elements it does not show, the
-    protocol's anchors)."""
-    return ([*_scheduler_states(collected.sacct), *_absent_elements(collected)],
+    records): (the elements the scheduler dump does not show, the protocol's anchors). A
+    state Slurm does not name (``AUD124``) is the dump's reader's finding."""
+    return (list(_absent_elements(collected)),
             list(_anchors(collected, options)))
 
 
@@ -531,26 +530,6 @@ def _absent_elements(collected: Collected) -> Iterator[Finding]:
                       [Citation(sacct.path), *(Citation(p.record.path, pointer="/array_task_id",
                                                         quote=str(task)) for p in periods)],
                       records=", ".join(p.record.path for p in periods))
-
-
-def _scheduler_states(sacct: SacctDump | None) -> Iterator[Finding]:
-    """An ``AUD124`` for each state of the dump's rows (allocations and steps) that Slurm
-    does not name, at its first row (``UNKNOWN``: the field was absent or unreadable, which
-    other findings say)."""
-    if sacct is None:
-        return
-    rows: dict[str, list[tuple[str, int, str]]] = defaultdict(list)
-    for job in sacct.jobs:
-        for name, line, state, raw in ((job.job_id, job.line, job.state, job.state_raw),
-                                       *((f"{job.job_id}.{step.step}", step.line, step.state,
-                                          step.state_raw) for step in job.steps)):
-            if state not in SLURM_STATES and state != "UNKNOWN":
-                rows[state].append((name, line, raw))
-    for state, seen in rows.items():
-        name, line, raw = seen[0]
-        more = f" (and {len(seen) - 1} more row(s))" if len(seen) > 1 else ""
-        yield finding("AUD124", sacct.path, [Citation(sacct.path, line=line, quote=raw)],
-                      state=state, job=name, more=more)
 
 
 def _commit(record: PeriodRecord, collected: Collected) -> Iterator[Finding]:

@@ -195,3 +195,29 @@ def test_header_against_format_says_which_was_used(capsys: pytest.CaptureFixture
     lines = [f["message"] for f in document["findings"] if "header" in f["message"].lower()]
     assert len(lines) == 1 and "--format" in lines[0] and "header was used" in lines[0], lines
     assert "\n" not in lines[0]
+
+
+FINAL_2411: dict[int, tuple[str, int, int]] = {
+    0: ("COMPLETED", 0, 0), 1: ("FAILED", 1, 0), 2: ("FAILED", 15, 0), 3: ("CANCELLED", 0, 0),
+    4: ("TIMEOUT", 0, 0), 5: ("COMPLETED", 0, 0), 6: ("COMPLETED", 0, 0),
+    7: ("COMPLETED", 0, 0), 8: ("FAILED", 0, 9), 9: ("COMPLETED", 0, 0), 10: ("FAILED", 9, 0),
+    11: ("FAILED", 127, 0), 12: ("COMPLETED", 0, 0), 13: ("COMPLETED", 0, 0),
+    14: ("COMPLETED", 0, 0), 15: ("CANCELLED", 0, 0),
+}
+"""What 24.11's sacct printed for each task's latest record (15, cancelled while pending,
+took the array's own record, JobIDRaw 1)."""
+
+
+@pytest.mark.parametrize(("name", "extra"), [
+    ("contract", ()), ("contract-D", ()), ("header", ()), ("header-D", ()),
+    ("caret", ("--delimiter", "^")),
+    ("other-format", ("--format", "JobIDRaw,JobID,State,ExitCode,Elapsed,AllocTRES,Submit,"
+                      "Timelimit,JobName")),
+])
+def test_every_24_11_capture_gives_the_final_states(
+        capsys: pytest.CaptureFixture[str], name: str, extra: tuple[str, ...]) -> None:
+    """The same array on Slurm 24.11 (``fixtures/slurm/24.11``, see its SOURCES.md): every
+    capture reads with the states and exit codes sacct printed."""
+    jobs = by_task(sacct_json(capsys, f"24.11/{name}", *extra))
+    assert {task: (job["state"], job["exit_code"], job["signal"])
+            for task, job in jobs.items()} == FINAL_2411

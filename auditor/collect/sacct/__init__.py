@@ -1,4 +1,5 @@
-"""Read a saved scheduler dump (``sacct -P`` output, ``sacct-raw.psv``) into a :class:`SacctDump`.
+"""Read a saved scheduler dump (``sacct -P`` output, ``sacct-raw.psv``; or ``--json``) into a
+:class:`SacctDump`.
 
 The contract's capture command is::
 
@@ -67,9 +68,22 @@ bounded memory, any ``sacct --parsable``/``--parsable2`` output:
   an earlier run's steps stay with its record. A ``Restarts`` above the records present
   is an AUD024 finding: the dump was captured without ``-D``. A dump without JobID and
   JobIDRaw columns gives one job per row with ``job_id`` ``""``.
+* **Other forms** (contract v1.2). A dashed frame line (``-p`` output pasted under one) is
+  skipped, not taken for fixed width. A row that does not fit and starts with a quote is
+  read without the quotes of a Python repr (``'1_3'|'5'|...`` or ``'1_3|5|...\\n'``). In
+  ``-p`` output a row with the format's count ending in an empty value is a field short
+  (AUD008). Without ElapsedRaw/Elapsed, a record with Start and End known has End minus
+  Start. A state Slurm does not name (:data:`~auditor.model.SLURM_STATES`) is one AUD124 per
+  state, at its first row; such a record after one of the same job with a Slurm state is set
+  aside, never the job's state.
+* **sacct --json** (:mod:`auditor.collect.sacct.slurmjson`): a dump whose first byte is
+  ``{`` is ``sacct --json`` of Slurm 23.11 or later, each record read as the ``-P`` row sacct
+  prints for it, with exact exit codes; 22.05's and 23.02's JSON is refused.
 * **Refusals** (:class:`~auditor.errors.SacctFormatError`, one line saying what to
-  do): fixed-width output (``sacct`` without ``-P``), and a dump none of whose first
-  rows fits the format (wrong ``--format``/``--delimiter``). An empty dump is not
+  do): fixed-width output (``sacct`` without ``-P``), a headerless dump every first row of
+  which has more fields than the format (``Restarts`` added: never folded into a free-text
+  column), and a dump none of whose first rows fits the format (wrong
+  ``--format``/``--delimiter``). An empty dump is not
   refused: it gives an empty :class:`SacctDump` with an AUD009 finding. Occasional
   bad rows are AUD008 findings with their line numbers; at most
   :data:`MAX_FINDINGS` findings are kept per dump (then AUD013).
@@ -91,13 +105,16 @@ from auditor.collect.sacct.format import (
 )
 from auditor.collect.sacct.jobs import parse_sacct
 from auditor.collect.sacct.queries import job_for, worst_step
+from auditor.collect.sacct.slurmjson import JSON_FIELDS, MAX_JSON_BYTES
 from auditor.collect.sacct.summary import summary_json
 
 __all__ = [
     "CAPTURE_HINT",
     "DEFAULT_FORMAT",
+    "JSON_FIELDS",
     "MAX_FINDINGS",
     "MAX_JOIN_LINES",
+    "MAX_JSON_BYTES",
     "MAX_LINE",
     "MAX_RECORD_CHARS",
     "REFUSE_AFTER",

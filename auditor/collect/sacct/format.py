@@ -127,17 +127,26 @@ _OK, _SHORT, _MANY, _AMBIGUOUS, _VALUES = "ok", "short", "many", "ambiguous", "v
 def is_fixed_width(first_lines: Sequence[str], delimiter: str | None = None) -> bool:
     """True when the lines look like ``sacct`` output without ``-P``.
 
-    That is: an underline row of dash groups (``------------ ----------``), or, when
-    no line holds the delimiter (or any usual one), rows starting with a job id whose
-    columns are aligned by runs of spaces.
+    That is: an underline row of dash groups (``------------ ----------``) above rows
+    most of which hold no delimiter, or, when no line holds the delimiter (or any usual
+    one), rows starting with a job id whose columns are aligned by runs of spaces.
     """
     lines = [line for line in first_lines if line.strip()]
-    if any(_RE_UNDERLINE.fullmatch(line) for line in lines):
-        return True
     delimiters = (delimiter,) if delimiter else _CANDIDATE_DELIMITERS
-    if not lines or any(d in line for line in lines for d in delimiters):
+    rows = [line for line in lines if not _RE_UNDERLINE.fullmatch(line)]
+    delimited = sum(1 for line in rows if any(d in line for d in delimiters))
+    if len(rows) < len(lines):
+        # A dashed line frames a parsable dump too (``-p`` output pasted under one): it is
+        # fixed width only when its rows are not, for the most part, delimited.
+        return 2 * delimited < len(rows) or not rows
+    if not lines or delimited:
         return False
     return all(_RE_ALIGNED_ROW.fullmatch(line) for line in lines)
+
+
+def is_frame_line(stripped: str) -> bool:
+    """Whether a stripped line is a dashed frame line (``-----  ----``), never a record."""
+    return stripped[:1] == "-" and _RE_UNDERLINE.fullmatch(stripped) is not None
 
 
 

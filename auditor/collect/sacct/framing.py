@@ -11,9 +11,10 @@ findings. Each framed record goes to :meth:`_Framer._row` (the job assembly, in
 from __future__ import annotations
 
 from collections import Counter
+from typing import cast
 
 from auditor import rules
-from auditor._io import HashingReader, Line, clip, iter_lines
+from auditor._io import CHUNK_SIZE, HashingReader, Line, clip, iter_lines
 from auditor.collect.sacct.format import (
     _AMBIGUOUS,
     _FREE_TEXT,
@@ -38,10 +39,45 @@ from auditor.collect.sacct.format import (
     _sniff_delimiter,
     _split_header,
     is_fixed_width,
+    is_frame_line,
 )
 from auditor.collect.sacct.values import _CHECKS
 from auditor.errors import SacctFormatError
 from auditor.model import Citation, Finding
+
+
+def plain_format(fields: tuple[str, ...], delimiter: str, header: bool = False,
+                 trailing: bool = False) -> _Format:
+    """The :class:`_Format` of ``fields`` split on ``delimiter`` (what the first rows
+    settle; ``sacct --json`` records are turned into rows of :data:`JSON_FIELDS` with it)."""
+    n = len(fields)
+    index: dict[str, int] = {}
+    for position, name in enumerate(fields):
+        index.setdefault(name.lower(), position)
+    free = tuple(
+        position for position, name in enumerate(fields)
+        if name.lower() in _FREE_TEXT and index[name.lower()] == position
+    )
+    checks = tuple(
+        (position, _CHECKS[name.lower()]) for position, name in enumerate(fields)
+        if name.lower() in _CHECKS and index[name.lower()] == position
+    )
+    core = tuple(
+        (position, check) for position, check in checks
+        if fields[position].lower() not in _LENIENT
+    )
+    return _Format(
+        fields=fields,
+        delimiter=delimiter,
+        header=header,
+        header_key=tuple(name.lower() for name in fields) if header else None,
+        trailing=trailing,
+        index=index,
+        free=free,
+        checks=checks,
+        core=core,
+        open_last=fields[-1].lower() in _MULTILINE and index[fields[-1].lower()] == n - 1,
+    )
 
 
 class _Framer:
@@ -73,10 +109,11 @@ class _Framer:
 
     # ---------------------------------------------------------------- driving
 
-    def _read(self, reader: HashingReader) -> _Format:
-        """Read every line: settle the format on the first rows, then frame each record;
-        refuse (SacctFormatError) a dump none of whose rows fits."""
-        lines = iter_lines(reader, MAX_LINE)
+    def _read(self, reader: HashingReader, first: _Prefixed | None = None) -> _Format:
+        """Read every line (``first``: ``reader`` with its first chunk, read already, given
+        back): settle the format on the first rows, then frame each record; refuse
+        (SacctFormatError) a dump none of whose rows fits."""
+        lines = iter_lines(reader if first is None else cast(HashingReader, first), MAX_LINE)
         window: list[_Phys] = []
         meaningful = 0
         chars = 0
@@ -116,14 +153,16 @@ class _Framer:
         if line.number == 1 and text.startswith("\ufeff"):
             text = text[1:]
         stripped = text.strip()
-        skip = not stripped or stripped.startswith("#")
+        skip = not stripped or stripped[0] == "#" \
+            or (stripped[0] == "-" and is_frame_line(stripped))  # (no call for a row)
         return _Phys(line.number, text, skip=skip, clipped=False)
 
     # ---------------------------------------------------------------- format
 
     def _configure(self, window: list[_Phys]) -> _Format:
         texts = [p.text for p in window if not p.skip and not p.clipped]
-        if is_fixed_width(texts, self.delimiter_arg):
+        framed = [p.text for p in window if not p.clipped and is_frame_line(p.text.strip())]
+        if is_fixed_width([*framed, *texts], self.delimiter_arg):
             raise SacctFormatError(
                 f"{self.path}: fixed-width sacct output (no -P) cannot be read safely, values "
                 f"may be cut to the column width; capture a parsable dump with: {CAPTURE_HINT}"
@@ -140,32 +179,28 @@ class _Framer:
         counts = [text.split(delimiter) for text in texts]
         with_trailing = sum(1 for parts in counts if len(parts) == n + 1 and parts[-1] == "")
         exact = sum(1 for parts in counts if len(parts) == n)
-        index: dict[str, int] = {}
-        for position, name in enumerate(fields):
-            index.setdefault(name.lower(), position)
-        free = tuple(
-            position for position, name in enumerate(fields)
-            if name.lower() in _FREE_TEXT and index[name.lower()] == position
-        )
-        checks = tuple(
-            (position, _CHECKS[name.lower()]) for position, name in enumerate(fields)
-            if name.lower() in _CHECKS and index[name.lower()] == position
-        )
-        core = tuple(
-            (position, check) for position, check in checks
-            if fields[position].lower() not in _LENIENT
-        )
-        return _Format(
-            fields=fields,
-            delimiter=delimiter,
-            header=header is not None,
-            header_key=tuple(name.lower() for name in fields) if header is not None else None,
-            trailing=with_trailing > exact,
-            index=index,
-            free=free,
-            checks=checks,
-            core=core,
-            open_last=fields[-1].lower() in _MULTILINE and index[fields[-1].lower()] == n - 1,
+        if header is None:
+            self._refuse_extra_fields(fields, delimiter, counts)
+        return plain_format(fields, delimiter, header is not None, with_trailing > exact)
+
+    def _refuse_extra_fields(self, fields: tuple[str, ...], delimiter: str,
+                             counts: list[list[str]]) -> None:
+        """Refuse a headerless dump every first row of which has the same number of fields,
+        more than the format's (a field more, as ``Restarts``; not a ``-p`` trailing
+        delimiter): the extra values would be folded into a free-text column, misread."""
+        n = len(fields)
+        if len(counts) < 2:
+            return
+        found = len(counts[0])
+        if found <= n or any(len(parts) != found for parts in counts):
+            return
+        if found == n + 1 and all(parts[-1] == "" for parts in counts):
+            return  # sacct -p: every row ends in the delimiter
+        raise SacctFormatError(
+            f"{self.path}: every row has {found} fields split on {delimiter!r} where the "
+            f"format has {n} ({','.join(fields)}): a dump with more fields than its format is "
+            "refused, never folded into its last field; pass the --format it was captured "
+            + (f"with (e.g. --format={','.join(fields)},Restarts)" if found == n + 1 else "with")
         )
 
     def _header_against_format(self, fields: tuple[str, ...], window: list[_Phys]) -> None:
@@ -210,6 +245,8 @@ class _Framer:
             return _SHORT, None
         normal: list[str] | None = None
         if count == n:
+            if fmt.trailing and parts[-1] == "":
+                return _SHORT, None  # (sacct -p ends every row in the delimiter: one short)
             normal = parts
         elif fmt.trailing and count == n + 1 and parts[-1] == "":
             normal = parts[:-1]
@@ -314,6 +351,13 @@ class _Framer:
         if self._is_header_again(phys.text):
             return
         status, values = self._fit(phys.text, strict=False)
+        if status != _OK and phys.text[:1] in _QUOTES:
+            unquoted = _unquote(phys.text, fmt.delimiter)
+            if unquoted != phys.text:
+                retry = self._fit(unquoted, strict=False)
+                if retry[0] == _OK:
+                    phys.text, phys.count = unquoted, -1
+                    status, values = retry
         if status == _OK and values is not None:
             self._accept(phys.number, phys.text, values)
         elif status == _SHORT:
@@ -382,7 +426,8 @@ class _Framer:
         fmt = self.fmt
         assert fmt is not None
         n = len(fmt.fields)
-        found = len(text.split(fmt.delimiter))
+        parts = text.split(fmt.delimiter)
+        found = len(parts) - (1 if fmt.trailing and len(parts) > 1 and parts[-1] == "" else 0)
         self.bad_counts[found] += 1
         if status == _SHORT:
             error = f"{found} fields where the format has {n} (row cut short?)"
@@ -439,3 +484,33 @@ class _Framer:
         quote = clip(text.replace("\n", "\\n"), 120)
         citation = Citation(self.path, line=number, quote=quote)
         self.findings.append(rules.finding(rule_id, self.path, (citation,), **values))
+
+
+class _Prefixed:
+    """``reader``'s bytes with its first chunk, read (and hashed) already, given back first:
+    the chunks the line splitter sees are those it saw reading ``reader`` itself."""
+
+    __slots__ = ("_head", "_reader")
+
+    def __init__(self, head: bytes, reader: HashingReader) -> None:
+        self._head: bytes | None = head
+        self._reader = reader
+
+    def read(self, size: int = CHUNK_SIZE) -> bytes:
+        head, self._head = self._head, None
+        return head if head else self._reader.read(size)
+
+
+_QUOTES = ("'", '"')
+
+
+def _unquote(text: str, delimiter: str) -> str:
+    """A row pasted from a Python repr without its quotes: the whole line quoted
+    (``'1_3|5|...|None'``, a trailing ``\\n`` of the repr dropped) or each field
+    (``'1_3'|'5'|...``); ``text`` itself when it is neither."""
+    stripped = text.strip()
+    quote = stripped[:1]
+    if len(stripped) < 2 or quote not in _QUOTES or stripped[-1] != quote:
+        return text
+    inner = stripped[1:-1].replace(quote + delimiter + quote, delimiter)
+    return inner[:-2] if inner.endswith("\\n") else inner

@@ -13,9 +13,15 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from auditor import rules
-from auditor._io import HashingReader, clip
-from auditor.collect.sacct.format import MAX_FINDINGS, _check_delimiter, _normalise_fields
-from auditor.collect.sacct.framing import _Framer
+from auditor._io import CHUNK_SIZE, HashingReader, clip
+from auditor.collect.sacct.format import (
+    MAX_FINDINGS,
+    _check_delimiter,
+    _Format,
+    _normalise_fields,
+)
+from auditor.collect.sacct.framing import _Framer, _Prefixed
+from auditor.collect.sacct.slurmjson import looks_like_json, read_json_dump
 from auditor.collect.sacct.values import (
     _RE_JOBID,
     _RE_JOBIDRAW,
@@ -27,7 +33,7 @@ from auditor.collect.sacct.values import (
     _time,
     forget_values,
 )
-from auditor.model import Citation, SacctDump, SacctJob, SacctStep
+from auditor.model import SLURM_STATES, Citation, SacctDump, SacctJob, SacctStep
 
 
 @dataclass(slots=True)
@@ -38,6 +44,18 @@ class _Alloc:
     steps: list[SacctStep] = field(default_factory=list)
     earlier: list[_Alloc] = field(default_factory=list)
     """Earlier records of the same job id (``sacct -D``), oldest first."""
+
+
+@dataclass(slots=True)
+class _Unnamed:
+    """A state Slurm does not name: its first row, and how many more rows hold it."""
+
+    shown: str
+    line: int
+    raw: str
+    more: int = 0
+    aside: int = 0
+    """Records of it set aside: each came after a record of its job with a Slurm state."""
 
 
 @dataclass(slots=True)
@@ -58,19 +76,27 @@ def parse_sacct(
     fields: Sequence[str] | None = None,
     delimiter: str | None = None,
 ) -> SacctDump:
-    """Parse a saved ``sacct -P`` dump, streaming, into a :class:`SacctDump`.
+    """Parse a saved ``sacct -P`` dump, streaming, into a :class:`SacctDump`; a dump whose
+    first byte is ``{`` is ``sacct --json`` (:mod:`auditor.collect.sacct.slurmjson`: read
+    whole, at most :data:`~auditor.collect.sacct.slurmjson.MAX_JSON_BYTES`).
 
     ``path`` is the display path used in citations and findings; ``fields`` is the
     ``--format`` order of a dump without header (a comma-separated string also works);
     ``delimiter`` is its ``--delimiter``. Raises :class:`SacctFormatError` (and nothing
     else, whatever the bytes) for a fixed-width dump, a dump whose rows never fit the
-    format, or unusable ``fields``/``delimiter`` arguments. The returned dump's
+    format, JSON that cannot be read or comes from a Slurm before 23.11, or unusable
+    ``fields``/``delimiter`` arguments. The returned dump's
     ``digest`` covers every byte of ``stream``.
     """
     reader = stream if isinstance(stream, HashingReader) else HashingReader(stream)
     parser = _Parser(path, _normalise_fields(fields, path), _check_delimiter(delimiter, path))
     try:
-        return parser.run(reader)
+        head = reader.read(CHUNK_SIZE)
+        if looks_like_json(head):
+            return read_json_dump(parser, reader, head)
+        first = _Prefixed(head, reader)
+        del head  # (the splitter lets go of the chunk as it goes on: so must this frame)
+        return parser._dump(reader, parser._read(reader, first))
     finally:  # (the caches serve one dump's rows: kept, they pinned 10 MB of its memory)
         forget_values()
 
@@ -89,14 +115,19 @@ class _Parser(_Framer):
         self.by_raw: dict[str, str] = {}
         self.waiting: list[_StepRow] = []
         """Step rows read before (or without) their allocation row."""
+        self.unnamed: dict[str, _Unnamed] = {}
+        """Each state Slurm does not name, where first seen (one ``AUD124`` each)."""
         self.texts: dict[str | None, str | None] = {None: None}
+        self.exact = False
+        """Exit codes are the processes' own (``sacct --json``), not printed less 128."""
         """One of each value the rows repeat (states, step and job names, nodes, reasons,
         array ids): a dump is held for the whole audit, and sent to every worker (a
         million-file study's 55,556 allocations took 160 MB, most of it repeated words)."""
 
-    def run(self, reader: HashingReader) -> SacctDump:
-        fmt = self._read(reader)
+    def _dump(self, reader: HashingReader, fmt: _Format) -> SacctDump:
+        """The dump of the rows read (every byte of ``reader`` read)."""
         jobs = self._finish_jobs()
+        self._unnamed_findings()
         if not self.any_rows:
             self._add_empty_finding()
         if self.dropped:
@@ -151,10 +182,13 @@ class _Parser(_Framer):
         named = id_match if id_match is not None else raw_match
         step_name = named.group("step") if named is not None else None
         self.ok_rows += 1
+        if state not in SLURM_STATES and state != "UNKNOWN":
+            shown = (job_id_text if job_id_text is not None else raw_text) or f"#{number}"
+            self._unnamed(state, shown.strip(), number, state_raw)
 
         if step_name is not None:
             step = SacctStep(share(step_name, step_name) or "", state, state_raw, exit_code,
-                             signal, number)
+                             signal, number, self.exact)
             job_key = id_match.group("alloc") if id_match is not None else None
             raw_key = raw_match.group("alloc") if raw_match is not None else None
             self._report_values(number, text, errors)
@@ -164,6 +198,8 @@ class _Parser(_Framer):
         start = _time(get("start"), "Start", errors)
         end = _time(get("end"), "End", errors)
         elapsed = _elapsed(get("elapsedraw"), get("elapsed"), errors)
+        if elapsed is None and start is not None and end is not None and end >= start:
+            elapsed = end - start  # (no ElapsedRaw: what sacct computes it from)
         gpus = _gpus(get("alloctres"), errors)
         restarts = _count(get("restarts"), "Restarts", errors)
         self._report_values(number, text, errors)
@@ -203,8 +239,15 @@ class _Parser(_Framer):
             reason=share(get("reason"), get("reason")),
             line=number,
             restarts=restarts,
+            exit_exact=self.exact,
         )
         earlier = self.jobs.get(key)
+        if earlier is not None and earlier.job.state in SLURM_STATES \
+                and state not in SLURM_STATES:
+            # a record no Slurm state names never replaces the job's last real one (a
+            # site's INVALID after CANCELLED by N): its AUD124 says so
+            self.unnamed[state].aside += 1
+            return
         alloc = _Alloc(job)
         if earlier is not None:
             # sacct -D: the same job id again is its next run; the earlier record is an
@@ -214,6 +257,22 @@ class _Parser(_Framer):
         self.jobs[key] = alloc
         if job_id_raw is not None:
             self.by_raw[job_id_raw] = key
+
+    def _unnamed(self, state: str, shown: str, number: int, raw: str) -> None:
+        seen = self.unnamed.get(state)
+        if seen is None:
+            self.unnamed[state] = _Unnamed(shown, number, raw)
+        else:
+            seen.more += 1
+
+    def _unnamed_findings(self) -> None:
+        """One ``AUD124`` per state Slurm does not name, at its first row."""
+        for state, seen in self.unnamed.items():
+            said = f" (and {seen.more} more row(s))" if seen.more else ""
+            if seen.aside:
+                said += (f"; {seen.aside} such record(s) after one with a Slurm state not "
+                         "used: the job keeps its last Slurm state")
+            self._find("AUD124", seen.line, seen.raw, state=state, job=seen.shown, more=said)
 
     def _bad_id(self, number: int, text: str, column: str, value: str) -> None:
         self.bad_values += 1
@@ -333,4 +392,5 @@ def _finished(alloc: _Alloc, attempts: tuple[SacctJob, ...], own_rows: frozenset
         attempts=attempts,
         restarts=job.restarts,
         own_rows=own_rows,
+        exit_exact=job.exit_exact,
     )

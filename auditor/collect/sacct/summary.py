@@ -15,9 +15,10 @@ def summary_json(dump: SacctDump) -> dict[str, object]:
     Entries are sorted by array job (a plain job is its own group), task id (a pending
     range by its first task) and job id, numerically where the ids are numbers. An entry's
     ``exit_code`` is as sacct printed it; ``exit_code_may_be`` says what it may stand for
-    (``[15, 143]``: sacct drops 128). ``attempts`` are the job's earlier records
-    (``sacct -D``), oldest first; ``gpu_seconds`` is the latest record's. A pending range
-    lists the tasks it still holds (``pending_tasks``: not those with rows of their own).
+    (``[15, 143]``: sacct drops 128); a ``sacct --json`` record's code is exact and has no
+    ``exit_code_may_be``. ``attempts`` are the job's earlier records (``sacct -D``), oldest first;
+    ``gpu_seconds`` is the latest record's. A pending range lists the tasks it still holds
+    (``pending_tasks``: not those with rows of their own).
     ``totals.gpu_seconds`` sums every record of every job (attempts too), None when the
     dump lacks ElapsedRaw/Elapsed or AllocTRES (unknown, not 0; ``gpu_seconds_unknown``
     counts the records whose value is unknown in a dump that has both);
@@ -31,7 +32,8 @@ def summary_json(dump: SacctDump) -> dict[str, object]:
     entries = [_entry(job) for job in jobs]
     states = Counter(job.state for job in jobs)
     names = {name.lower() for name in dump.fields}
-    known = bool(names & {"elapsedraw", "elapsed"}) and "alloctres" in names
+    known = (bool(names & {"elapsedraw", "elapsed"}) or {"start", "end"} <= names) \
+        and "alloctres" in names  # (without ElapsedRaw, End minus Start)
     records = [record for job in jobs for record in job.records]
     gpu_seconds = sum(value for record in records if (value := record.gpu_seconds) is not None)
     requeued = sum(value for job in jobs if (value := job.requeued_gpu_seconds) is not None)
@@ -71,14 +73,16 @@ def _entry(job: SacctJob) -> dict[str, object]:
         "gpu_seconds": job.gpu_seconds,
         "steps": [_step(step) for step in job.steps],
         "attempts": [
-            {"state": record.state, "exit_code": record.exit_code,
-             "exit_code_may_be": _possible(record.exit_code_may_be), "signal": record.signal,
-             "elapsed_s": record.elapsed_s, "gpus": record.gpus,
-             "gpu_seconds": record.gpu_seconds, "start": record.start, "end": record.end,
-             "line": record.line, "steps": [_step(step) for step in record.steps]}
+            _exact({"state": record.state, "exit_code": record.exit_code,
+                    "exit_code_may_be": _possible(record.exit_code_may_be),
+                    "signal": record.signal, "elapsed_s": record.elapsed_s, "gpus": record.gpus,
+                    "gpu_seconds": record.gpu_seconds, "start": record.start,
+                    "end": record.end, "line": record.line,
+                    "steps": [_step(step) for step in record.steps]}, record.exit_exact)
             for record in job.attempts
         ],
     }
+    _exact(entry, job.exit_exact)
     if job.restarts is not None:
         entry["restarts"] = job.restarts
     if job.array_task_spec is not None:
@@ -88,8 +92,17 @@ def _entry(job: SacctJob) -> dict[str, object]:
 
 
 def _step(step: SacctStep) -> dict[str, object]:
-    return {"step": step.step, "state": step.state, "exit_code": step.exit_code,
-            "exit_code_may_be": _possible(step.exit_code_may_be), "signal": step.signal}
+    return _exact({"step": step.step, "state": step.state, "exit_code": step.exit_code,
+                   "exit_code_may_be": _possible(step.exit_code_may_be), "signal": step.signal},
+                  step.exit_exact)
+
+
+def _exact(item: dict[str, object], exact: bool) -> dict[str, object]:
+    """``item`` without ``exit_code_may_be`` when its exit code is exact (``sacct --json``
+    of 23.11 on, contract v1.2: "no exit_code_may_be"): nothing for a reader to guess."""
+    if exact:
+        del item["exit_code_may_be"]
+    return item
 
 
 def _possible(codes: tuple[int, ...] | None) -> list[int] | None:
