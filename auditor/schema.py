@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from auditor import rules
-from auditor._io import clip
+from auditor._text import clip
 from auditor.model import Citation, Finding
 from auditor.model.kinds import KINDS as EVIDENCE_KINDS
 

@@ -637,7 +637,7 @@ def _limits_as_one_sort(findings: list[Finding], options: AuditOptions
     from collections import Counter
     from dataclasses import replace
 
-    from auditor._io import clip
+    from auditor._text import clip
     from auditor.model import Citation
     from auditor.pipeline.study import CAP_SUMMARIES
     from auditor.rules import finding

@@ -171,8 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _inert(text: str) -> str:
     """``text`` (which may quote a path or argument the user gave) as one line a terminal
     shows as it is: control characters (escape sequences, newlines) as ``\\xNN``, a name
-    that is not UTF-8 as :func:`auditor._io.printable` writes it."""
-    from auditor._io import printable
+    that is not UTF-8 as :func:`auditor._text.printable` writes it."""
+    from auditor._text import printable
 
     return "".join(f"\\x{ord(ch):02x}" if ch < " " or "\x7f" <= ch <= "\x9f" else ch
                    for ch in printable(text))

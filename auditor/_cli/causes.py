@@ -68,7 +68,7 @@ def _causes(args: argparse.Namespace) -> int:
                 "knock_on": list(cause.knock_on)},
         }, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
-    from auditor._io import printable
+    from auditor._text import printable
 
     for event, word in found:
         print(f"{event.line}: {word}: {printable(event.detail)}: {printable(event.text)}")

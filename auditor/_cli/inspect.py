@@ -92,7 +92,7 @@ def _sacct(args: argparse.Namespace) -> int:
     if refused is not None and not dump.jobs:  # (as the audit refuses it: no records)
         raise InputError(refused.message)
     summary = summary_json(dump)
-    from auditor._io import printable
+    from auditor._text import printable
     from auditor.rules import RULES
 
     said: Counter[str] = Counter()

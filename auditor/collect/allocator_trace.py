@@ -50,7 +50,8 @@ from typing import Any, BinaryIO
 import orjson
 
 from auditor import rules
-from auditor._io import CHUNK_SIZE, HashingReader, Line, clip, iter_blocks
+from auditor._io import CHUNK_SIZE, HashingReader, Line, iter_blocks
+from auditor._text import clip
 from auditor.collect.allocator_fold import FAST_BATCH, Folded, fold
 from auditor.collect.allocator_record import count, phase_ok, repeats_a_key, sample_ok
 from auditor.model import AllocatorTrace, Citation, Finding, PhaseRecord

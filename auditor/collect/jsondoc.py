@@ -24,7 +24,8 @@ from typing import Any, BinaryIO
 import orjson
 
 from auditor import rules
-from auditor._io import HashingReader, clip, read_limited
+from auditor._io import HashingReader, read_limited
+from auditor._text import clip
 from auditor.model import Citation, FileDigest, Finding
 from auditor.schema import json_type, pointer_of
 

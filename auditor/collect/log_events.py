@@ -13,7 +13,7 @@ import re
 from collections import deque
 from typing import TYPE_CHECKING
 
-from auditor._io import clip
+from auditor._text import clip
 from auditor.model import Finding, LogEvent, TrainingLogScan
 
 if TYPE_CHECKING:

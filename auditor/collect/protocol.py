@@ -18,7 +18,8 @@ from dataclasses import replace
 from typing import Any, BinaryIO
 
 from auditor import rules
-from auditor._io import HashingReader, clip
+from auditor._io import HashingReader
+from auditor._text import clip
 from auditor.collect.jsondoc import as_list, as_obj, finish, load_json
 from auditor.model import DEFAULT_PROTOCOL, Citation, Configuration, EligibleFailure, Protocol
 from auditor.schema import validate_document

@@ -18,8 +18,8 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import replace
 from itertools import chain
 
-from auditor._io import clip
 from auditor._spill import EvidenceSpill, MappedSequence, PackedList, SortedSpill
+from auditor._text import clip
 from auditor.model import (
     AllocatorTrace,
     AttemptRead,

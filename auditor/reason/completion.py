@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from auditor._io import clip
+from auditor._text import clip
 from auditor.model import AllocatorTrace, AttemptEvidence, Citation, PhaseRecord, Protocol, Worker
 from auditor.model.kinds import ALLOCATOR_TRACE
 

@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from auditor._io import counted
+from auditor._text import counted
 from auditor.model import (
     AttemptOutcome,
     Citation,

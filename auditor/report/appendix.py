@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from itertools import islice
 
-from auditor._io import counted, printable
+from auditor._text import counted, printable
 from auditor.model import (
     DEFAULT_PROTOCOL,
     AuditResult,

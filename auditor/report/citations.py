@@ -19,8 +19,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from auditor._io import clip
 from auditor._spill import MappedSequence
+from auditor._text import clip
 from auditor.model import AuditResult, Citation, Verdict
 from auditor.report.groups import counted_view
 from auditor.report.mdformat import code_span

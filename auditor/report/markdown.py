@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 
-from auditor._io import counted
 from auditor._spill import MappedSequence, PackedList, SortedSpill, SpilledList
+from auditor._text import counted
 from auditor.model import (
     AuditResult,
     Reasoning,

@@ -13,8 +13,8 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 
-from auditor._io import clip
 from auditor._spill import SortedSpill
+from auditor._text import clip
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~\"'$])")

@@ -34,9 +34,10 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import orjson
 
 from auditor import __version__
-from auditor._io import printable, printable_json, regular_bytes, sha256_file, unprintable
+from auditor._io import regular_bytes, sha256_file
 from auditor._memory import paused_gc, release_free_memory
 from auditor._signals import signals_deferred
+from auditor._text import printable, printable_json, unprintable
 from auditor.errors import OutputError, VerifyError
 from auditor.model.paths import join_text
 from auditor.model.results import TABLES
@@ -279,7 +280,7 @@ class StagedOutput:
 
 
 def _write_lines(lines: Iterator[str], sink: io.RawIOBase, batch: int = 4096) -> None:
-    """Write text a batch of lines at a time, :func:`auditor._io.printable` (a long
+    """Write text a batch of lines at a time, :func:`auditor._text.printable` (a long
     report's text is never held whole: nor as text, nor as its bytes)."""
     while chunk := "".join(islice(lines, batch)):
         sink.write(printable(chunk).encode("utf-8"))

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from auditor import __version__
-from auditor._io import printable_json
+from auditor._text import printable_json
 from auditor.model import AuditResult, GateResult, Severity, VerdictKind
 
 SCHEMA = "run-evidence/summary/v1"

@@ -24,8 +24,8 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from auditor._io import printable_json
 from auditor._spill import spilling
+from auditor._text import printable_json
 from auditor.model import AuditResult
 from auditor.report.rows import device_rows, phase_rows
 
@@ -363,7 +363,7 @@ class SpilledRows:
 
 def _array(column: tuple[Any, ...], kind: pa.DataType) -> pa.Array:
     """One column as Arrow; a text with a lone surrogate (a file name that is not UTF-8)
-    is written :func:`auditor._io.printable` (in lists and records too)."""
+    is written :func:`auditor._text.printable` (in lists and records too)."""
     try:
         return pa.array(column, type=kind)
     except UnicodeEncodeError:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from auditor._cli import main
-from auditor._io import printable
+from auditor._text import printable
 from auditor.pipeline.audit import run_audit
 from auditor.report.markdown import markdown_chunks, render_markdown
 from auditor.report.output import _write_lines

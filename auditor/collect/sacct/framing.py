@@ -14,7 +14,8 @@ from collections import Counter
 from typing import cast
 
 from auditor import rules
-from auditor._io import CHUNK_SIZE, HashingReader, Line, clip, iter_lines
+from auditor._io import CHUNK_SIZE, HashingReader, Line, iter_lines
+from auditor._text import clip
 from auditor.collect.sacct.format import (
     _AMBIGUOUS,
     _FREE_TEXT,

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from auditor import rules
-from auditor._io import CHUNK_SIZE, HashingReader, clip
+from auditor._io import CHUNK_SIZE, HashingReader
+from auditor._text import clip
 from auditor.collect.sacct.format import (
     MAX_FINDINGS,
     _check_delimiter,

@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from auditor._io import HashingReader, clip
+from auditor._io import HashingReader
+from auditor._text import clip
 from auditor.collect.sacct.format import CAPTURE_HINT, DEFAULT_FORMAT
 from auditor.collect.sacct.framing import plain_format
 from auditor.errors import SacctFormatError

@@ -12,7 +12,7 @@ import re
 from datetime import UTC, datetime
 from functools import lru_cache
 
-from auditor._io import clip
+from auditor._text import clip
 
 _RE_JOBID = re.compile(
     r"(?P<alloc>(?P<base>\d{1,18})"
