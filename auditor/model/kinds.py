@@ -100,9 +100,15 @@ class EvidenceKind:
         return None
 
     def pid_of(self, path: str) -> int | None:
-        """The worker pid a per-worker file's name gives, or None."""
-        found = self.parts(path)
-        return int(found["pid"]) if found is not None and found.get("pid") else None
+        """The worker pid a per-worker file's name gives, or None. (Run for every listed
+        file of a per-worker kind, twice: no dict of the other parts is made.)"""
+        name = path[path.rfind("/") + 1:]
+        for form in self.names:
+            match = form.compiled.fullmatch(name)
+            if match is not None:
+                pid = match.group("pid") if "pid" in form.compiled.groupindex else None
+                return int(pid) if pid else None
+        return None
 
     def names_loosely(self, relative: str) -> bool:
         """Whether ``relative`` (below the attempt directory) is in the kind's folder under a
