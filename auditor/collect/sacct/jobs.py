@@ -22,7 +22,7 @@ from auditor.collect.sacct.format import (
     _normalise_fields,
 )
 from auditor.collect.sacct.framing import _Framer, _Prefixed
-from auditor.collect.sacct.slurmjson import looks_like_json, read_json_dump
+from auditor.collect.sacct.slurmjson import JSON_FORMAT, BadRecord, json_rows, looks_like_json
 from auditor.collect.sacct.values import (
     _RE_JOBID,
     _RE_JOBIDRAW,
@@ -34,6 +34,7 @@ from auditor.collect.sacct.values import (
     _time,
     forget_values,
 )
+from auditor.errors import SacctFormatError
 from auditor.model import SLURM_STATES, Citation, SacctDump, SacctJob, SacctStep
 
 
@@ -94,13 +95,32 @@ def parse_sacct(
     try:
         head = reader.read(CHUNK_SIZE)
         if looks_like_json(head):
-            return read_json_dump(parser, reader, head)
+            return _json_dump(parser, reader, head)
         first = _Prefixed(head, reader)
         del head  # (the splitter lets go of the chunk as it goes on: so must this frame)
         return parser._dump(reader, parser._read(reader, first))
     finally:  # (the caches serve one dump's rows: kept, they pinned 10 MB of its memory)
         forget_values()
 
+
+
+def _json_dump(parser: _Parser, reader: HashingReader, head: bytes) -> SacctDump:
+    """The dump of ``sacct --json`` output: each record's rows, as ``-P`` prints them,
+    assembled by ``parser`` as a ``-P`` dump's are (exact exit codes)."""
+    parser.fmt = JSON_FORMAT
+    parser.exact = True
+    number = 0
+    for item in json_rows(reader, head, parser.path):
+        number += 1
+        if isinstance(item, BadRecord):
+            parser.any_rows = True
+            parser._bad(number, item.where, item.why)
+        else:
+            parser._row(number, item, "|".join(item))
+    if parser.ok_rows == 0 and parser.bad_rows:
+        raise SacctFormatError(f"{parser.path}: no record of its 'jobs' list could be read "
+                               f"({parser.findings[0].message if parser.findings else '?'})")
+    return parser._dump(reader, JSON_FORMAT)
 
 
 NO_ROWS: frozenset[int] = frozenset()
@@ -242,12 +262,17 @@ class _Parser(_Framer):
             restarts=restarts,
             exit_exact=self.exact,
         )
+        self._file(key, job)
+
+    def _file(self, key: str, job: SacctJob) -> None:
+        """File an allocation row under ``key`` (its job id): a job's next run under
+        ``sacct -D`` takes the earlier one as an attempt of its ledger."""
         earlier = self.jobs.get(key)
         if earlier is not None and earlier.job.state in SLURM_STATES \
-                and state not in SLURM_STATES:
+                and job.state not in SLURM_STATES:
             # a record no Slurm state names never replaces the job's last real one (a
             # site's INVALID after CANCELLED by N): its AUD124 says so
-            self.unnamed[state].aside += 1
+            self.unnamed[job.state].aside += 1
             return
         alloc = _Alloc(job)
         if earlier is not None:
@@ -256,8 +281,8 @@ class _Parser(_Framer):
             alloc.earlier = [*earlier.earlier, earlier]
             earlier.earlier = []
         self.jobs[key] = alloc
-        if job_id_raw is not None:
-            self.by_raw[job_id_raw] = key
+        if job.job_id_raw is not None:
+            self.by_raw[job.job_id_raw] = key
 
     def _unnamed(self, state: str, shown: str, number: int, raw: str) -> None:
         seen = self.unnamed.get(state)

@@ -2,7 +2,7 @@
 
 Slurm 23.11 and later (data_parser v0.0.40 and after) dump the accounting records exactly:
 the process's real exit status (143, where ``-P`` prints ``15:0``), ``-D`` honoured, and
-from 24.11 ``restart_cnt``. :func:`read_json_dump` turns each record of the document's
+from 24.11 ``restart_cnt``. :func:`json_rows` turns each record of the document's
 ``jobs`` list into the row ``sacct -P`` prints for it (JobID, JobIDRaw, JobName, State,
 ExitCode, Start, End, ElapsedRaw, AllocTRES, NodeList, Reason, Restarts), then each of its
 ``steps`` into a step row, and gives them to the ``-P`` reader's job assembly in that order,
@@ -32,7 +32,9 @@ AUD008 naming its place (``jobs[3]``); when none can, the dump is refused.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -41,10 +43,6 @@ from auditor._text import clip
 from auditor.collect.sacct.format import CAPTURE_HINT, DEFAULT_FORMAT
 from auditor.collect.sacct.framing import plain_format
 from auditor.errors import SacctFormatError
-
-if TYPE_CHECKING:
-    from auditor.collect.sacct.jobs import _Parser
-    from auditor.model import SacctDump
 
 JSON_FIELDS: tuple[str, ...] = (*DEFAULT_FORMAT, "Restarts")
 """The ``-P`` fields each JSON record is turned into."""
@@ -75,35 +73,37 @@ def looks_like_json(head: bytes) -> bool:
     return head.removeprefix(b"\xef\xbb\xbf").lstrip()[:1] == b"{"
 
 
-def read_json_dump(parser: _Parser, reader: HashingReader, head: bytes) -> SacctDump:
-    """Read the rest of ``reader`` (``head`` was read already) as ``sacct --json``; each
-    record becomes the rows ``-P`` prints, assembled by ``parser``."""
-    path = parser.path
+@dataclass(frozen=True, slots=True)
+class BadRecord:
+    """A record of the ``jobs`` list that gives no row (where it is, and why)."""
+
+    where: str
+    why: str
+
+
+JSON_FORMAT = plain_format(JSON_FIELDS, "|")
+"""The format each JSON record's rows are read with (``|`` between the fields)."""
+
+
+def json_rows(reader: HashingReader, head: bytes, path: str) -> Iterator[list[str] | BadRecord]:
+    """Read the rest of ``reader`` (``head`` was read already) as ``sacct --json``: each
+    record's rows as ``-P`` prints them (:data:`JSON_FIELDS`' values), in the dump's order,
+    or a :class:`BadRecord` for one that cannot be read. Raises
+    :class:`~auditor.errors.SacctFormatError` (before the first row) for a document that
+    is no sacct --json output, or one of a Slurm before 23.11."""
     document = _load(reader, head, path)
     jobs = document.get("jobs")
     if not isinstance(jobs, list):
         raise SacctFormatError(f"{path}: JSON without a 'jobs' list is no sacct --json output; "
                                f"capture with sacct --json, or a -P dump with: {CAPTURE_HINT}")
     _refuse_old(document, jobs, path)
-    fmt = plain_format(JSON_FIELDS, "|")
-    parser.fmt = fmt
-    parser.exact = True
-    number = 0
     for index, record in enumerate(jobs):
         try:
             rows = _rows(record)
         except _Bad as error:
-            number += 1
-            parser.any_rows = True
-            parser._bad(number, f"jobs[{index}]", f"jobs[{index}]: {error}; record not used")
+            yield BadRecord(f"jobs[{index}]", f"jobs[{index}]: {error}; record not used")
             continue
-        for values in rows:
-            number += 1
-            parser._row(number, values, "|".join(values))
-    if parser.ok_rows == 0 and parser.bad_rows:
-        raise SacctFormatError(f"{path}: no record of its 'jobs' list could be read "
-                               f"({parser.findings[0].message if parser.findings else '?'})")
-    return parser._dump(reader, fmt)
+        yield from rows
 
 
 def _load(reader: HashingReader, head: bytes, path: str) -> dict[str, Any]:
