@@ -1,9 +1,9 @@
-"""The rule catalogue: every finding the auditor can produce, as data.
+"""The rule table: every finding the auditor can produce, as data.
 
 Each rule has a stable id (``AUD...``), a kebab-case symbol, a title, a
 description of what triggers it, a message template (``str.format`` fields,
 never evaluated code) and a severity. Stages create findings only through
-:func:`finding`, so a finding can never carry an id the catalogue lacks.
+:func:`finding`, so a finding can never carry an id the table lacks.
 
 Numbering: ``AUD0xx`` collection (a file could not be read as its kind says),
 ``AUD1xx`` validation (integrity, identity, timeline, provenance), ``AUD2xx``
@@ -36,7 +36,7 @@ class GatePolicy:
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """One entry of the catalogue: what it says, and its policy."""
+    """One entry of the rule table: what it says, and its policy."""
 
     rule_id: str
     symbol: str
@@ -222,8 +222,7 @@ _RULES: tuple[Rule, ...] = (
          "A file inside an attempt directory is listed in no period record, or a file under "
          "pairs/ is not named as a period record (pairs/<pair>/period-<n>.json).",
          "{path}: present but listed in no period record", W,
-         forms={"unlisted": "{path}: present but listed in no period record",
-                "stray_in_pairs": "{path}: under pairs/ but not named "
+         forms={"stray_in_pairs": "{path}: under pairs/ but not named "
                                   "pairs/<pair>/period-<n>.json, so not read as a period record "
                                   "(were it one, its period is missing from this audit)"}),
     Rule("AUD106", "attempt-dir-orphan", "Attempt directory referenced by no period",
@@ -465,9 +464,10 @@ def finding(
 ) -> Finding:
     """Build a finding of ``rule_id`` about ``subject``, rendering the rule's template.
 
-    ``values`` fill the template; ``subject`` and ``path`` (the first citation's,
-    when not given) are always available to it. A missing value renders as
-    ``?`` rather than failing: a finding must never crash its producer.
+    ``values`` fill the template (the form's, when ``form`` names one); ``subject`` and
+    ``path`` (the first citation's, when not given) are always available to it. A missing
+    value renders as ``?`` rather than failing: bad evidence never crashes the check that
+    reports it. An unknown rule id or form is a bug in the check, and raises ``KeyError``.
     """
     rule = RULES[rule_id]
     cites = tuple(citations)

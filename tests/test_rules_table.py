@@ -162,25 +162,47 @@ def test_every_message_is_rendered_from_named_values() -> None:
             assert "detail" not in names, (rule.rule_id, template)
 
 
-def test_every_form_a_check_names_is_one_its_rule_has() -> None:
+def test_every_form_a_check_names_is_one_its_rule_has_and_fills() -> None:
     """Each ``finding("AUDnnn", ..., form="x")`` in the package names a form of AUDnnn (a
-    typo would otherwise be found only when that defect is first met)."""
+    typo would otherwise be found only when that defect is first met), and passes every
+    value the form's template names but the subject and the first citation's path and line
+    (a value left out renders as ``?``)."""
     import ast
+    import string
     from pathlib import Path
 
     package = Path(__file__).resolve().parents[1] / "auditor"
     named = []
+    unfilled = []
     for path in sorted(package.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text("utf-8"))):
             if not (isinstance(node, ast.Call) and node.args
                     and isinstance(node.args[0], ast.Constant)
                     and str(node.args[0].value).startswith("AUD")):
                 continue
+            given = {keyword.arg for keyword in node.keywords}
             for keyword in node.keywords:
                 if keyword.arg == "form" and isinstance(keyword.value, ast.Constant):
-                    named.append((str(node.args[0].value), keyword.value.value))
+                    rule, form = str(node.args[0].value), str(keyword.value.value)
+                    named.append((rule, form))
+                    if None in given or form not in RULES[rule].forms:
+                        continue  # (**values: not known here)
+                    fields = {name for _, name, _, _ in
+                              string.Formatter().parse(RULES[rule].forms[form]) if name}
+                    missing = fields - given - {"subject", "path", "line"}
+                    if missing:
+                        unfilled.append((path.name, node.lineno, rule, form, sorted(missing)))
     assert len(named) > 20
     assert [(rule, form) for rule, form in named if form not in RULES[rule].forms] == []
+    assert unfilled == []
+
+
+def test_a_samples_finding_without_a_line_names_none() -> None:
+    """AUD116's form for memory samples cites the trace, not a line: its message had
+    rendered ``PATH:?:`` from a template asking for one."""
+    item = finding("AUD116", "a/allocator-1.jsonl", [Citation("a/allocator-1.jsonl")],
+                   form="samples")
+    assert item.message == "a/allocator-1.jsonl: memory samples outside the invocation window"
 
 
 def test_a_form_the_rule_lacks_is_refused() -> None:

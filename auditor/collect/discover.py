@@ -92,7 +92,7 @@ def discover(root: Path, periods: tuple[tuple[str, ...], tuple[str, ...]] | None
         attempt_files=Listing(attempt_files, frozenset(irregular)),
         protocol=optional("protocol.json"),
         execution_commits=optional("execution_commits.json"),
-        sacct=optional(SACCT_PATH) or optional(SACCT_JSON_PATH),
+        sacct=sacct_path(root),
         stray_pair_files=stray,
     )
 

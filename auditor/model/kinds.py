@@ -163,10 +163,7 @@ def kind_of(relative: str) -> str:
 
 
 def per_worker() -> Iterator[EvidenceKind]:
-    """The kinds with one file per worker, named for its pid, in the contract's order."""
-    return (kind for kind in KINDS.values() if kind.per_worker)
-
-
-def by_schema(schema: str) -> EvidenceKind | None:
-    """The evidence kind whose content ``schema`` checks, or None."""
-    return next((kind for kind in KINDS.values() if kind.schema == schema), None)
+    """The kinds with one file per worker, named for its pid, in their read order (device
+    evidence, then the allocator trace: the order a worker's missing files are reported)."""
+    return iter(sorted((kind for kind in KINDS.values() if kind.per_worker),
+                       key=lambda kind: kind.read_order))

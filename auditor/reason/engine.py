@@ -563,8 +563,7 @@ def _judge_period(
             [], produced,
         )
     if not period.attempts:
-        item = finding("AUD214", subject, [Citation(record.path)],
-                       )
+        item = finding("AUD214", subject, [Citation(record.path)])
         produced.append(item)
         return (
             Verdict(subject, record.pair, record.period, VerdictKind.UNRESOLVED,

@@ -64,8 +64,10 @@ def load(out: Path | str, inputs: bool = False) -> LoadedAudit:
     and summary. Raises :class:`~auditor.errors.VerifyError` (one line naming what differs)
     when anything does, or when ``out`` is no audit's output."""
     import pandas as pd
+    import pyarrow as pa
 
     out = Path(out)
+    manifest_bytes = _read(out / MANIFEST) if (out / MANIFEST).exists() else None
     differences, _ = verify_outputs(out, inputs=inputs)
     if differences:
         first = differences[0]
@@ -73,12 +75,20 @@ def load(out: Path | str, inputs: bool = False) -> LoadedAudit:
         raise VerifyError(f"{out}: {first.path} {first.what}"
                           f"{f' ({first.detail})' if first.detail else ''}{more}, against "
                           f"its {MANIFEST}; nothing loaded ('auditor verify {out}' lists all)")
-    manifest_bytes = _read(out / MANIFEST)
+    if manifest_bytes is None or _read(out / MANIFEST) != manifest_bytes:
+        raise VerifyError(f"{out / MANIFEST}: changed while it was read; nothing loaded")
+    # (the manifest verified is the one read: its entries pin every byte parsed below)
     listed = {item["path"]: (item["sha256"], item["size"])
               for item in orjson.loads(manifest_bytes)["outputs"]}
-    tables = {name: pd.read_parquet(io.BytesIO(_checked(out, f"{name}.parquet", listed)))
-              for name in TABLES if f"{name}.parquet" in listed}
-    summary = orjson.loads(_checked(out, "summary.json", listed))
+    try:
+        tables = {name: pd.read_parquet(io.BytesIO(_checked(out, f"{name}.parquet", listed)))
+                  for name in TABLES if f"{name}.parquet" in listed}
+        summary = orjson.loads(_checked(out, "summary.json", listed))
+    except (pa.ArrowException, orjson.JSONDecodeError, OSError) as error:
+        raise VerifyError(f"{out}: an output its manifest pins cannot be read as what its "
+                          f"name says ({error}); nothing loaded") from None
+    if not isinstance(summary, dict):
+        raise VerifyError(f"{out / 'summary.json'}: not a JSON object; nothing loaded")
     return LoadedAudit(out, summary, tables, hashlib.sha256(manifest_bytes).hexdigest())
 
 

@@ -238,6 +238,8 @@ class StagedOutput:
         """Write ``data`` (bytes, or a function writing to a stream) as ``name``, hashed
         as it is written."""
         assert self.path is not None
+        if self._sealed:  # (a file put after the manifest would be one it does not pin)
+            raise RuntimeError(f"{self.out}: {name} put after the output manifest was written")
         target = self.path / name
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target, "wb") as handle:

@@ -115,8 +115,7 @@ def integrity_findings(evidence: Iterable[EvidenceFile]) -> list[Finding]:
         elif ef.status == "unreadable":
             out.append(finding("AUD104", ef.path, cite, why=ef.detail))
         elif ef.status == "unlisted":
-            out.append(finding("AUD105", ef.path, cite,
-                               form="unlisted"))
+            out.append(finding("AUD105", ef.path, cite))
     return out
 
 

@@ -19,7 +19,6 @@ from auditor.model.kinds import (
     TRAINING_LOG,
     TRIAL,
     EvidenceKind,
-    by_schema,
     kind_of,
     per_worker,
 )
@@ -58,10 +57,10 @@ def test_names_the_audit_refuses() -> None:
     assert kind_of("training-1.log") == TRAINING_LOG.name
 
 
-def test_the_table_answers_by_schema_and_per_worker() -> None:
-    assert by_schema("allocator-record") is ALLOCATOR_TRACE
-    assert by_schema("period") is None
-    assert [kind.name for kind in per_worker()] == ["allocator_trace", "device_evidence"]
+def test_per_worker_kinds_come_in_their_read_order() -> None:
+    """A worker's missing files are reported device evidence first, then its trace (as
+    before the table: the diagnosis quotes the first)."""
+    assert [kind.name for kind in per_worker()] == ["device_evidence", "allocator_trace"]
 
 
 def _spelled(kind: EvidenceKind) -> list[re.Pattern[str]]:
@@ -78,7 +77,9 @@ def _spelled(kind: EvidenceKind) -> list[re.Pattern[str]]:
 
 
 def _constants(tree: ast.AST) -> list[tuple[int, str]]:
-    """Every string constant of a module but its docstrings, with its line."""
+    """Every string constant of a module but its docstrings, with its line; an f-string as
+    its text with ``{}`` for each field (``f"allocator-{pid}.jsonl"`` ->
+    ``allocator-{}.jsonl``)."""
     docstrings = {
         id(node.body[0].value) for node in ast.walk(tree)
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
@@ -88,9 +89,17 @@ def _constants(tree: ast.AST) -> list[tuple[int, str]]:
     # (an attribute's docstring: a bare string statement after an assignment)
     docstrings |= {id(node.value) for node in ast.walk(tree)
                    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
-    return [(node.lineno, node.value) for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str)
-            and id(node) not in docstrings]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            docstrings.update(id(part) for part in node.values)  # (read whole, below)
+            found.append((node.lineno, "".join(
+                str(part.value) if isinstance(part, ast.Constant) else "{}"
+                for part in node.values)))
+    found.extend((node.lineno, node.value) for node in ast.walk(tree)
+                 if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                 and id(node) not in docstrings)
+    return found
 
 
 def test_no_module_spells_a_kind_but_the_table() -> None:

@@ -124,7 +124,7 @@ def test_a_frozen_inputs_error_fails_the_gate_whatever_its_rule() -> None:
         finding("AUD014", "protocol.json", [Citation("protocol.json")], error="bad"),
         finding("AUD001", "execution_commits.json", [Citation("execution_commits.json")],
                 error="y"),
-        finding("AUD105", "execution_commits.json", form="unlisted"),
+        finding("AUD105", "execution_commits.json"),
     ])
     reasons = gate_reasons(study, [], [], [])
     assert [(r.rule_id, r.subject, r.text) for r in reasons] == [

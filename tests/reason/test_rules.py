@@ -850,3 +850,23 @@ def test_a_dump_without_the_allocations_gpus_leaves_both_scopes_unknown(
     text = (tmp_path / "out" / "diagnostic.md").read_text()
     assert "**unknown**: the scheduler dump lacks the allocations' GPUs or elapsed times" in text
 
+
+
+def test_a_worker_without_its_files_is_said_device_evidence_first(
+        clean: Path, tmp_path: Path) -> None:
+    """A worker the period lists with neither its device file nor its trace: the diagnosis
+    quotes its first AUD107, the device evidence's (the order of the checks before the kinds
+    were one table, which puts the trace first)."""
+    root = tmp_path / "study"
+    shutil.copytree(clean, root)
+    record = _record(root)
+    pid = orjson.loads(record.read_bytes())["workers"][0]["pid"]
+    edit_record(record, lambda r: r.__setitem__(
+        "evidence", [e for e in r["evidence"] if not e["path"].endswith(f"-{pid}.json")
+                     and not e["path"].endswith(f"-{pid}.jsonl")]))
+    assert main(["audit", str(root), "--out", str(tmp_path / "out"), "--quiet",
+                 "--no-plots"]) == 0
+    periods = pd.read_parquet(tmp_path / "out" / "periods.parquet")
+    diagnosis = periods.loc[periods["subject"].str.endswith("c2-s161/period-1"),
+                            "diagnosis"].item()
+    assert f"no device evidence listed for pid {pid}" in diagnosis

@@ -110,3 +110,29 @@ def test_a_table_changed_after_it_was_verified_is_never_loaded(
     monkeypatch.setattr(loading, "verify_outputs", verify_then_change)
     with pytest.raises(VerifyError, match=r"findings\.parquet: changed while it was read"):
         auditor.load(out)
+
+
+def _repin(out: Path, name: str, data: bytes) -> None:
+    """Replace output ``name`` by ``data`` and pin it in the manifest (a forger's edit:
+    the directory then verifies)."""
+    import orjson
+
+    (out / name).write_bytes(data)
+    manifest = orjson.loads((out / "output_manifest.json").read_bytes())
+    for item in manifest["outputs"]:
+        if item["path"] == name:
+            item.update(sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+    (out / "output_manifest.json").write_bytes(orjson.dumps(manifest))
+
+
+@pytest.mark.parametrize(("name", "data", "says"), [
+    ("periods.parquet", b"PAR1 not a table", "cannot be read as what its name says"),
+    ("summary.json", b"{nope", "cannot be read as what its name says"),
+    ("summary.json", b"[1]", "summary.json: not a JSON object"),
+])
+def test_an_output_pinned_but_not_what_its_name_says_is_one_line(
+        audited: Path, tmp_path: Path, name: str, data: bytes, says: str) -> None:
+    out = _copy(audited, tmp_path)
+    _repin(out, name, data)
+    with pytest.raises(VerifyError, match=says):
+        auditor.load(out)
