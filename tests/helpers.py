@@ -128,6 +128,16 @@ def audit(root: Path, out: Path, *extra: str) -> dict[str, Any]:
     return orjson.loads((out / "summary.json").read_bytes())
 
 
+def sacct_document(capsys: Any, path: Path, *extra: str) -> dict[str, Any]:
+    """``auditor sacct PATH --json [extra]``'s document (the command must succeed);
+    ``capsys`` is pytest's fixture (what was printed before is dropped)."""
+    capsys.readouterr()
+    assert main(["sacct", str(path), "--json", *extra]) == 0
+    document = orjson.loads(capsys.readouterr().out)
+    assert isinstance(document, dict)
+    return document
+
+
 def verdicts(summary: dict[str, Any]) -> dict[str, tuple[str, str]]:
     """pair/period -> (verdict, reason)."""
     return {f"{p['pair']}/period-{p['period']}": (p["verdict"], p["reason"])

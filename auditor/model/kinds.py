@@ -16,7 +16,7 @@ Adding a kind is one entry in :data:`KINDS`, one reader registered in
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -162,8 +162,7 @@ def kind_of(relative: str) -> str:
     return next((kind.name for kind in KINDS.values() if kind.names_loosely(relative)), OTHER)
 
 
-def per_worker() -> Iterator[EvidenceKind]:
-    """The kinds with one file per worker, named for its pid, in their read order (device
-    evidence, then the allocator trace: the order a worker's missing files are reported)."""
-    return iter(sorted((kind for kind in KINDS.values() if kind.per_worker),
-                       key=lambda kind: kind.read_order))
+PER_WORKER: tuple[EvidenceKind, ...] = tuple(sorted(
+    (kind for kind in KINDS.values() if kind.per_worker), key=lambda kind: kind.read_order))
+"""The kinds with one file per worker, named for its pid, in their read order (device
+evidence, then the allocator trace: the order a worker's missing files are reported)."""

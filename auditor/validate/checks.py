@@ -27,7 +27,7 @@ from auditor.model import (
     SacctDump,
     SacctJob,
 )
-from auditor.model.kinds import ALLOCATOR_TRACE, DEVICE_EVIDENCE, KINDS, per_worker
+from auditor.model.kinds import ALLOCATOR_TRACE, DEVICE_EVIDENCE, KINDS, PER_WORKER
 from auditor.rules import finding
 
 ATTEMPT_NAME_RE = re.compile(r"(?:^|/)attempt-(?P<job>[^/]+?)(?:-r(?P<restart>\d{1,9}))?$")
@@ -312,7 +312,7 @@ def _identity(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[Find
     listed_for = _listed_pids(attempt)
     for pid, worker in sorted(by_pid.items()):
         worker_cite = Citation(record.path, pointer=worker.pointer)
-        for kind in per_worker():
+        for kind in PER_WORKER:
             if (kind.name, pid) not in listed_for:
                 yield finding("AUD107", subject, [worker_cite], form="for_worker",
                               kind=kind.title, pid=pid, rank=worker.rank)

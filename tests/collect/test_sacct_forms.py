@@ -11,22 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
 from auditor._cli import main
+from tests.helpers import sacct_document as sacct
 from tests.slurm.cluster import CONTRACT_FORMAT
 
 DUMPS = Path(__file__).resolve().parents[2] / "fixtures" / "slurm"
-
-
-def sacct(capsys: pytest.CaptureFixture[str], path: Path, *extra: str) -> dict[str, Any]:
-    """``auditor sacct PATH --json [extra]``: its document (the command must succeed)."""
-    capsys.readouterr()
-    assert main(["sacct", str(path), "--json", *extra]) == 0
-    document = orjson.loads(capsys.readouterr().out)
-    assert isinstance(document, dict)
-    return document
 
 
 def refused(capsys: pytest.CaptureFixture[str], path: Path, *extra: str) -> str:

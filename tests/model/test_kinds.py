@@ -16,11 +16,11 @@ from auditor.model.kinds import (
     DEVICE_EVIDENCE,
     KINDS,
     OTHER,
+    PER_WORKER,
     TRAINING_LOG,
     TRIAL,
     EvidenceKind,
     kind_of,
-    per_worker,
 )
 
 PACKAGE = Path(__file__).resolve().parents[2] / "auditor"
@@ -60,7 +60,7 @@ def test_names_the_audit_refuses() -> None:
 def test_per_worker_kinds_come_in_their_read_order() -> None:
     """A worker's missing files are reported device evidence first, then its trace (as
     before the table: the diagnosis quotes the first)."""
-    assert [kind.name for kind in per_worker()] == ["device_evidence", "allocator_trace"]
+    assert [kind.name for kind in PER_WORKER] == ["device_evidence", "allocator_trace"]
 
 
 def _spelled(kind: EvidenceKind) -> list[re.Pattern[str]]:

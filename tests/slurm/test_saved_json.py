@@ -20,6 +20,7 @@ import orjson
 import pytest
 
 from auditor._cli import main
+from tests.helpers import sacct_document as sacct
 from tests.slurm.cluster import CONTRACT_FORMAT
 
 DUMPS = Path(__file__).resolve().parents[2] / "fixtures" / "slurm" / "24.11"
@@ -27,14 +28,6 @@ RESTARTS_FORMAT = CONTRACT_FORMAT + ",Restarts"
 
 EXACT = {2: 143, 10: 137, 11: 255}
 """The endings whose script exit ``-P`` prints less 128 (``15:0``, ``9:0``, ``127:0``)."""
-
-
-def sacct(capsys: pytest.CaptureFixture[str], path: Path, *extra: str) -> dict[str, Any]:
-    capsys.readouterr()
-    assert main(["sacct", str(path), "--json", *extra]) == 0
-    document = orjson.loads(capsys.readouterr().out)
-    assert isinstance(document, dict)
-    return document
 
 
 def exits(node: Any, found: list[tuple[Any, Any, Any]]) -> Any:
