@@ -9,7 +9,7 @@ started inside :func:`signals_deferred` (they are born with both signals held)
 and begin with :func:`helper_signals` (they ignore both, and end when the
 command's process is gone).
 
-The process's memory (the garbage collector, the C heap) is :mod:`auditor._memory`'s.
+The process's memory (the garbage collector, the C heap) is :mod:`auditor.store.heap`'s.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from auditor import __version__
-from auditor._memory import lean_heap
 from auditor.errors import AuditorError, UsageError
+from auditor.store.heap import lean_heap
 
 EPILOG = "Contract: run-evidence v1. Exit codes: 0 ok, 1 gate/verify failed, 2 usage or " \
          "unreadable input, 3 internal error."
@@ -384,7 +384,8 @@ def _audit(args: argparse.Namespace) -> int:
         and _may_be_a_study(args.root) else None
     try:
         # the collector is held to the writing's end: re-enabled, it would re-scan every record
-        with paused_gc(), _progress(quiet=args.quiet or args.json) as show:
+        with paused_gc(), spill_beside(args.out), \
+                _progress(quiet=args.quiet or args.json) as show:
             result = drive(Auditor(args.root, options).run(), show)
             # (what the terminal shows: the periods' entries go to summary.json, a batch at
             # a time, and to --json)
@@ -520,6 +521,21 @@ STAGES = {
 }
 """How each stage of :class:`auditor.model.Progress` is shown: what it does, what it counts
 (the stages that count nothing say only that they started)."""
+
+
+def spill_beside(out: Path | None) -> contextlib.AbstractContextManager[object]:
+    """Around an audit that writes ``out``: the store's temporary files go beside it, in a
+    directory of this process's own (``.OUT.tmp-PID-spill``: the next audit of ``out``
+    removes one a killed audit left), not to ``TMPDIR``. Without ``out``, or when its
+    parent is not made yet, ``TMPDIR``'s."""
+    from auditor.store import spilling_into
+
+    if out is None:
+        return contextlib.nullcontext()
+    parent = Path(os.path.abspath(out)).parent
+    if not parent.is_dir():
+        return contextlib.nullcontext()
+    return spilling_into(parent / f".{out.name}.tmp-{os.getpid()}-spill")
 
 
 @contextlib.contextmanager

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from auditor.errors import UsageError
-from auditor.model import AuditOptions
+from auditor.errors import InputError, UsageError
+from auditor.model import AuditOptions, CollectedParts
 
 _SHARD = re.compile(r"^([0-9]+)/([0-9]+)$")
 MAX_SHARDS = 100_000
@@ -76,19 +76,22 @@ def collection_options(options: AuditOptions) -> dict[str, Any]:
 def audit_shard(args: argparse.Namespace, options: AuditOptions) -> int:
     """``auditor audit ROOT --shard I/N --out PART``: collect one shard into a part."""
     from auditor.pipeline.audit import Auditor, assemble_collected, drive, paused_gc
-    from auditor.pipeline.parts import write_part
+    from auditor.pipeline.parts import part_files
+    from auditor.report.output import StagedOutput
 
     shard = parse_shard(args.shard)
     if args.out is None:
         raise UsageError("--shard needs --out PART (the part 'auditor merge' reads)")
     if args.json:
         raise UsageError("--shard writes a part, not a summary: --json is for the merge")
-    from auditor._cli import _progress
+    from auditor._cli import _progress, spill_beside
 
-    with paused_gc(), _progress(quiet=args.quiet) as show:
+    with paused_gc(), spill_beside(args.out), _progress(quiet=args.quiet) as show:
         parts = drive(Auditor(args.root, options).collect(shard), show)
-        write_part(parts, assemble_collected(parts), args.out,
-                   collection_options(options), force=args.force)
+        with StagedOutput(args.out, parts.root, args.force) as staged:
+            for name, data in part_files(parts, collection_options(options)).items():
+                staged.put(name, data)
+            staged.seal(assemble_collected(parts))
     if not args.quiet:
         files = sum(len(attempt.files) for unit in parts.units
                     for attempt in unit.evidence.attempts)
@@ -98,22 +101,21 @@ def audit_shard(args: argparse.Namespace, options: AuditOptions) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from auditor._cli import anchors_of, check_limits, waivers_of
+    from auditor._cli import anchors_of, check_limits, spill_beside, waivers_of
     from auditor.pipeline.audit import drive, judge, merge_parts, paused_gc
-    from auditor.pipeline.parts import read_part
     from auditor.report.output import check_output_dir, write_outputs
     from auditor.report.summary import build_summary, dumps
 
     waivers, anchors = waivers_of(args), anchors_of(args)
     check_limits(args)
-    parts = merge_parts([read_part(path, inputs=not args.trust_inputs)
+    parts = merge_parts([_read_part(path, inputs=not args.trust_inputs)
                          for path in args.parts])
     check_output_dir(args.out, parts.root, args.force)
     options = AuditOptions(anchors=anchors, waivers=waivers,
                            max_findings=args.max_findings,
                            max_findings_per_file=args.max_findings_per_file,
                            max_quote=args.max_quote)
-    with paused_gc():
+    with paused_gc(), spill_beside(args.out):
         result = drive(judge(parts, options), lambda event: None)
         write_outputs(result, args.out, force=args.force, plots=not args.no_plots)
         summary = build_summary(result) if args.json else None
@@ -123,6 +125,26 @@ def _merge(args: argparse.Namespace) -> int:
         print(f"merged {len(args.parts)} parts: {result!r}; report: "
               f"{args.out / 'diagnostic.md'}")
     return 0
+
+
+def _read_part(path: Path, inputs: bool) -> tuple[dict[str, Any], CollectedParts]:
+    """A part's ``part.json`` and its collected study, after its manifest verified (every
+    output and, unless not ``inputs``, every input it pins unchanged); one line
+    (:class:`InputError`) otherwise."""
+    from auditor.pipeline.parts import META, PART, read_part
+    from auditor.report.output import verify_outputs
+
+    differences, _ = verify_outputs(path, inputs=inputs)
+    if differences:
+        first = differences[0]
+        raise InputError(f"merge: {path}: {len(differences)} difference(s) against its output "
+                         f"manifest (first: {first.what} {first.group}/{first.path}); a part "
+                         "must verify before it is merged")
+    try:
+        files = {name: (path / name).read_bytes() for name in (PART, META)}
+    except OSError as error:
+        raise InputError(f"merge: {path}: not a shard part ({error})") from None
+    return read_part(path, files)
 
 
 HANDLERS = {"merge": _merge}

@@ -31,10 +31,10 @@ from auditor.model import (
     InputFile,
     PeriodRecord,
     SacctDump,
-    fast_pickle,
 )
 from auditor.model.paths import join_text
 from auditor.rules import finding
+from auditor.store import pickles_fast
 
 R = TypeVar("R")
 
@@ -81,7 +81,7 @@ def load_period(task: tuple[str, str, bool]
     return period, (inputs[0] if inputs else None), problems
 
 
-@fast_pickle
+@pickles_fast
 @dataclass(frozen=True, slots=True)
 class LoadedPeriod:
     """A period record as a worker read it (:func:`load_period_packed`), for the process

@@ -26,7 +26,6 @@ from auditor.model.core import (
     Reason,
     Severity,
     VerdictKind,
-    fast_pickle,
 )
 from auditor.model.evidence import (
     DEFAULT_PROTOCOL,
@@ -56,6 +55,7 @@ from auditor.model.evidence import (
 )
 from auditor.model.results import (
     TABLES,
+    TIMELINE_PERIODS,
     Accounting,
     AttemptOutcome,
     AuditResult,
@@ -101,8 +101,9 @@ __all__ = [
     "InputFile", "Listing", "LogEvent", "Outcome", "PeriodEvidence", "PeriodFacts", "PeriodRecord",
     "PeriodUnit",
     "PhaseRecord", "ProcessExit", "Progress", "Protocol", "Reason", "Reasoning",
-    "SacctDump", "SacctJob", "SacctStep", "Severity", "StudyLayout", "TABLES", "TableRows",
+    "SacctDump", "SacctJob", "SacctStep", "Severity", "StudyLayout", "TABLES",
+    "TIMELINE_PERIODS", "TableRows",
     "TraceDigest", "TrainingLogScan", "TrialRecord", "Verdict", "VerdictKind", "Waiver",
-    "WaiverUse", "Worker", "completes_cleanly", "fast_pickle", "input_order",
+    "WaiverUse", "Worker", "completes_cleanly", "input_order",
     "phases_reached",
 ]

@@ -7,41 +7,11 @@ closed set of verdict reasons the contract names.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from enum import StrEnum
-from operator import attrgetter
 from typing import Any, TypeVar
 
 _R = TypeVar("_R")
-
-
-def fast_pickle(cls: type[_R]) -> type[_R]:
-    """Make a frozen dataclass pickle as ``(cls, (field values...))``.
-
-    Records cross process boundaries by the thousand (every worker result is
-    pickled in the worker and unpickled, serially, in the parent). The
-    ``__getstate__``/``__setstate__`` pair that ``dataclass(slots=True)``
-    generates calls :func:`dataclasses.fields` and loops in Python for every
-    object; this reduce reads the fields with one C-level ``attrgetter`` and
-    rebuilds through ``__init__``: about 2.5x faster to dump, 2x to load. Every field
-    must be a positional ``__init__`` argument, and a subclass needs its own decorator
-    (pickling one through its parent's reduce is refused, not silently trimmed).
-    """
-    every = fields(cls)  # type: ignore[arg-type]
-    if any(not f.init or f.kw_only for f in every):
-        raise TypeError(f"{cls.__name__}: fast_pickle needs every field positional in __init__")
-    names = tuple(f.name for f in every)
-    getter = attrgetter(*names)
-    single = len(names) == 1  # attrgetter of one name gives the value, not a tuple
-
-    def reduce(self: Any) -> tuple[type[_R], tuple[Any, ...]]:
-        if type(self) is not cls:  # a subclass may add fields this would drop
-            raise TypeError(f"{type(self).__name__} needs its own fast_pickle")
-        values = getter(self)
-        return cls, ((values,) if single else values)
-
-    cls.__reduce__ = reduce  # type: ignore[method-assign]
-    return cls
 
 
 class Severity(StrEnum):
@@ -55,7 +25,6 @@ class Severity(StrEnum):
     """A fact the diagnosis relies on (e.g. a coordinated shutdown was seen)."""
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class Citation:
     """Where a claim comes from: a file, and a place inside it."""
@@ -79,7 +48,6 @@ class Citation:
         return self.path
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class Finding:
     """One observation produced by a rule, with the evidence it rests on."""

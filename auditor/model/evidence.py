@@ -9,10 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from sys import intern
 
-from auditor.model.core import Finding, fast_pickle
+from auditor.model.core import Finding
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class FileDigest:
     """SHA-256 and size of a file's bytes, computed while it was parsed."""
@@ -21,7 +20,6 @@ class FileDigest:
     size: int
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class EvidenceEntry:
     """One ``evidence[]`` item of a period record (a manifest line)."""
@@ -36,7 +34,6 @@ class EvidenceEntry:
     """JSON pointer of this entry inside the period record."""
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class Worker:
     """One ``workers[]`` item: the identity a worker process is expected to have."""
@@ -47,7 +44,6 @@ class Worker:
     pointer: str
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class AttemptSpec:
     """One attempt of a period, as its period record lists it."""
@@ -66,7 +62,6 @@ class AttemptSpec:
     its id: attempts are told apart by it, contract v1.1)."""
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class IdleCheck:
     """The post-period check that the GPUs were left idle."""
@@ -79,7 +74,6 @@ class IdleCheck:
     """Why no check could be made (``passed`` is then None: unknown, never passed)."""
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class PeriodRecord:
     """``pairs/<pair>/period-<n>.json``: one period and the manifest of its evidence."""
@@ -133,7 +127,6 @@ class PeriodRecord:
                                             in zip(self.attempts, entries, strict=True)))
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class ProcessExit:
     """One ``processes[]`` item of a trial record."""
@@ -144,7 +137,6 @@ class ProcessExit:
     pointer: str
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class TrialRecord:
     """``trial-<job>.json``: the launcher's own record of one attempt."""
@@ -192,7 +184,6 @@ class TrialRecord:
             return None
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class DeviceEvidence:
     """``device-evidence/worker-<role>-<rank>-<pid>.json``."""
@@ -217,7 +208,6 @@ class DeviceEvidence:
     """Why no GPU was visible (``gpu`` null in the file: the GPU fields are None)."""
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class PhaseRecord:
     """One phase line of an allocator trace (a call that returned or raised)."""
@@ -239,7 +229,6 @@ class PhaseRecord:
     peak_reserved_bytes: int | None
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class AllocatorTrace:
     """``allocator-traces/allocator-<pid>.jsonl``, reduced to what reasoning needs.
@@ -269,7 +258,6 @@ class AllocatorTrace:
     identities were checked when the period was judged); None while they are kept."""
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class TraceDigest:
     """What a diagnosis group's sentences say of one trace's phase records."""
@@ -310,7 +298,6 @@ def completes_cleanly(trace: AllocatorTrace, steps: int | None, first: str, last
     return len(syncs) == 1 and not syncs[0].error_type and ordered
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class LogEvent:
     """Something a training log shows, at a line."""
@@ -326,7 +313,6 @@ class LogEvent:
     """Kind-specific: the step number, the exception type, the job id..."""
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class TrainingLogScan:
     """What one streaming pass over ``training-<job>.log`` found."""
@@ -345,7 +331,6 @@ class TrainingLogScan:
     findings: tuple[Finding, ...] = ()
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class EligibleFailure:
     """A protocol rule: an error of one of ``error_types`` in ``phase`` is a measurement."""
@@ -354,7 +339,6 @@ class EligibleFailure:
     error_types: tuple[str, ...]
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class Configuration:
     """A (workload, gpus) cell the protocol expects, with its seeds."""
@@ -364,7 +348,6 @@ class Configuration:
     seeds: tuple[int, ...]
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class Protocol:
     """``protocol.json``: the frozen rules (built-in defaults where absent)."""
@@ -407,7 +390,6 @@ outside them is a typo, a site's patch or a newer Slurm, and the audit says so (
 rather than treat it as finished."""
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class SacctStep:
     """A step row (``.batch``, ``.extern``, ``.0`` ...) of one allocation."""
@@ -446,7 +428,6 @@ MAX_PENDING_TASKS = 1 << 20
 4,000,001); a larger range lists none (``pending_tasks`` None)."""
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class SacctJob:
     """One allocation row (array element or plain job) with its steps."""
@@ -585,7 +566,6 @@ class SacctJob:
         return tuple(sorted(tasks - self.own_rows))
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class SacctDump:
     """A parsed ``sacct -P`` dump."""

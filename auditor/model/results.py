@@ -17,14 +17,12 @@ from auditor.model.core import (
     Outcome,
     Reason,
     VerdictKind,
-    fast_pickle,
 )
 from auditor.model.study import AuditOptions, Collected
 
 NS = 1_000_000_000
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class Cause:
     """What ended a period that did not complete (contract v1.1, "Causes")."""
@@ -40,7 +38,6 @@ class Cause:
     after one rank ran out of memory)."""
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """The auditor's conclusion about one period."""
@@ -63,7 +60,6 @@ class Verdict:
     """What ended the counted attempt when it did not complete (None: it exited cleanly)."""
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class AttemptOutcome:
     """How one attempt was judged, and what it cost."""
@@ -104,7 +100,6 @@ class AttemptOutcome:
         return self.seconds * (self.allocation_gpus or self.gpus or 0)
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class PeriodFacts:
     """The figures the report's per-period table shows."""
@@ -272,9 +267,14 @@ class Reasoning:
     """(subject, launcher status, launcher validation error, auditor verdict)."""
 
 
+TIMELINE_PERIODS = 24
+"""The periods the phase timeline draws (``plots/phase_timeline.png``): the first this
+many, with every record they were read with; every later one's phases are rows of
+``phases.parquet``."""
+
 TABLES: tuple[str, ...] = ("periods", "findings", "evidence", "attempts", "phases", "devices")
 """The Parquet tables an audit writes (``<name>.parquet``), in the order it writes them (the
-report lists its outputs so); each one's columns are :data:`auditor.report.tables.SCHEMAS`'."""
+report lists its outputs so); each one's columns are :data:`auditor.store.tables.SCHEMAS`'."""
 
 
 @dataclass(frozen=True)

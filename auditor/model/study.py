@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from auditor.model.core import Finding, fast_pickle
+from auditor.model.core import Finding
 from auditor.model.evidence import (
     AllocatorTrace,
     AttemptSpec,
@@ -182,7 +182,6 @@ class StudyLayout:
                            self.execution_commits, self.sacct)
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class FileTask:
     """One file to read: where it is shown, what it is, where to open it."""
@@ -195,7 +194,6 @@ class FileTask:
     case, not sent to a worker twice)."""
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class AttemptTask:
     """All files of one attempt that passed the path checks."""
@@ -209,7 +207,6 @@ class AttemptTask:
     terminal_pattern: str | None
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class FileOutcome:
     """The bytes of one file: digest when read, else why not."""
@@ -220,7 +217,6 @@ class FileOutcome:
     error: str = ""
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class AttemptRead:
     """What reading one attempt produced."""
@@ -239,7 +235,6 @@ class AttemptRead:
         return sum(f.digest.size for f in self.files if f.digest is not None)
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class EvidenceFile:
     """One row of ``evidence.parquet``: a listed (or unlisted) file and its status."""
@@ -261,7 +256,6 @@ class EvidenceFile:
     detail: str = ""
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class AttemptEvidence:
     """One attempt of a period: its manifest entry and what reading its files gave."""
@@ -274,7 +268,6 @@ class AttemptEvidence:
     files: tuple[EvidenceFile, ...]
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class PeriodEvidence:
     """One period record with its attempts."""
@@ -297,7 +290,6 @@ class PeriodEvidence:
         return self.record.sealed_ns - max(ends)
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class InputFile:
     """An input read by the audit, for the output manifest."""
@@ -317,7 +309,7 @@ re-checks them: they are inputs of the output manifest)."""
 
 class EvidenceRows(typing.Protocol):
     """A study's evidence rows, sorted by path: a tuple, or rows kept out of memory
-    (:class:`auditor._spill.EvidenceSpill`, which also knows :meth:`Collected.evidence_statuses`
+    (:class:`auditor.store.EvidenceStore`, which also knows :meth:`Collected.evidence_statuses`
     and :meth:`Collected.unusual_evidence` without a pass over them)."""
 
     def __iter__(self) -> Iterator[EvidenceFile]: ...
@@ -327,7 +319,8 @@ class EvidenceRows(typing.Protocol):
 
 class TableRows(typing.Protocol):
     """Rows of an output table kept out of the records (spilled as the audit went):
-    :func:`auditor.report.tables.write_table` reads them back a batch at a time."""
+    :func:`auditor.report.tables.write_table` reads them back a batch at a time
+    (:class:`auditor.store.tables.TableRows`)."""
 
     rows: int
     """How many rows there are."""

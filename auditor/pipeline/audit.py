@@ -21,8 +21,6 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, TypeVar
 
-from auditor._memory import paused_gc
-from auditor._spill import MappedSequence, Packed, PackedList
 from auditor.collect.attempt import hash_only, read_attempt
 from auditor.collect.discover import discover, find_period_records, sacct_path
 from auditor.collect.inputs import (
@@ -55,8 +53,10 @@ from auditor.model import (
     StudyLayout,
 )
 from auditor.pipeline.pool import chunk_size, make_pool
-from auditor.pipeline.study import Fold, Joining, apply_limits, assemble_collected, packs
+from auditor.pipeline.study import Fold, Joining, apply_limits, assemble_collected
 from auditor.pipeline.worker import PeriodBatch, PeriodTask, fold_batch, unit_findings
+from auditor.store import Held, Kept, Mapped, check_outside
+from auditor.store.heap import paused_gc
 from auditor.validate.checks import SchedulerRows
 
 __all__ = ["AuditOptions", "AuditResult", "Auditor", "Progress", "apply_limits",
@@ -103,6 +103,7 @@ class Auditor:
         """Read the study's inputs and period records, then every attempt's evidence
         (with ``fold``, each period is judged as soon as it is read: :class:`Fold`)."""
         root = _resolve_root(self.root_arg)
+        check_outside(root)  # (the store's temporary files: never under the evidence root)
         regular: set[str] = set()
         period_paths = find_period_records(root, regular)
         if not period_paths[0]:
@@ -130,10 +131,9 @@ class Auditor:
         sacct, sacct_display, sacct_inputs, sacct_findings = sacct_read()
         inputs.extend(sacct_inputs)
         findings.extend(sacct_findings)
-        # (a large study's records are kept packed until they go to the workers: as
-        # objects, 3 KB a period, 340 MB of a million files' before any evidence was read)
-        periods: list[LoadedPeriod] | PackedList[LoadedPeriod] = \
-            PackedList() if packs(len(period_tasks)) else []
+        # (kept by the store until they go to the workers: as objects, 3 KB a period, 340
+        # MB of a million files' before any evidence was read)
+        periods: Kept[LoadedPeriod] = Kept()
         # the walked files below each attempt directory that no record read so far names,
         # NUL-joined (Listing.strike): the paths the records name are never held, and of
         # them each record keeps only those the walk did not see as regular files (checked
@@ -157,7 +157,7 @@ class Auditor:
             units=(), unlisted=(), periods_total=len(periods), shard=shard,
         )
         del sacct  # (the head holds it, then the fold's judge: not this frame too)
-        folding = Fold(head, MappedSequence(periods, _record), self.options) \
+        folding = Fold(head, Mapped(periods, _record), self.options) \
             if fold else None
         if folding is not None:
             # (the fold has made the layout's findings and keeps the scheduler's dump, which
@@ -166,7 +166,7 @@ class Auditor:
         # (the inventory and the records go once planned and joined: the reads hold their
         # boxes' only references)
         box = [layout]
-        records: list[Sequence[LoadedPeriod]] = [periods]
+        records: list[Kept[LoadedPeriod]] = [periods]
         del layout, periods
         if folding is not None and folding.judge.ends is not None:
             # (the workers judge: each batch of periods is closed under its jobs)
@@ -178,7 +178,7 @@ class Auditor:
         return replace(head, units=tuple(units), unlisted=tuple(unlisted)), folding
 
     def _read_periods(
-        self, root: Path, box: list[StudyLayout], records_box: list[Sequence[LoadedPeriod]],
+        self, root: Path, box: list[StudyLayout], records_box: list[Kept[LoadedPeriod]],
         unnamed: dict[str, str], protocol: Protocol, fold: Fold,
     ) -> Generator[Progress, None, tuple[list[PeriodUnit],
                                          list[tuple[tuple[int, int], FileOutcome]]]]:
@@ -203,7 +203,7 @@ class Auditor:
         sacct = fold.judge.context.study.sacct
         scheduler = SchedulerRows(sacct) if sacct is not None else None
         wanted: list[tuple[int, ...]] = []
-        for item in periods:  # (one pass: a large study's are kept packed)
+        for item in periods:  # (one pass: each may be made anew)
             counts.append(len(item.record.attempts))
             total_files += item.files
             total_bytes += item.size
@@ -213,13 +213,13 @@ class Auditor:
         size = chunk_size(attempts, total_bytes, self._pool.width(attempts, total_bytes))
         ranges = _batch_ranges(fold.judge.ends, counts, size)
         rows = None if scheduler is None else deque(
-            Packed(scheduler.at(chain.from_iterable(wanted[start:end])).jobs)
+            Held(scheduler.at(chain.from_iterable(wanted[start:end])).jobs)
             for start, end in ranges)
         del layout, sacct, scheduler, wanted
         fold.judge.set_rows_aside()
         pins = fold.judge.study.execution_commits
         # (each goes as it is sent: the batches are in order)
-        records = periods.drain() if isinstance(periods, PackedList) else iter(periods)
+        records = periods.drain()
         del periods
 
         def batches() -> Iterator[PeriodBatch]:
@@ -251,7 +251,7 @@ class Auditor:
         return [], outcomes
 
     def _read_evidence(
-        self, root: Path, box: list[StudyLayout], records_box: list[Sequence[LoadedPeriod]],
+        self, root: Path, box: list[StudyLayout], records_box: list[Kept[LoadedPeriod]],
         unnamed: dict[str, str], protocol: Protocol, shard: tuple[int, int] | None,
         fold: Fold | None,
     ) -> Generator[Progress, None, tuple[list[PeriodUnit],

@@ -4,24 +4,24 @@
 A part holds one shard's collected study (:class:`~auditor.model.CollectedParts`: the study's
 inputs and the period units of every N-th period from the I-th) as ``part.pickle``, what it
 is as ``part.json``, and an output manifest pinning both and every input the shard read, so
-``auditor verify PART`` re-checks it like an audit. A part is read back only after its
-manifest verified, and only with an unpickler that makes nothing but the model's own types
-(never a function, never another module's class): a part is data, not code.
+``auditor verify PART`` re-checks it like an audit (the command line writes the part's
+directory, and verifies it before it reads one back, with the outputs' own machinery). This
+module makes a part's two files and reads them back: only with an unpickler that makes
+nothing but the model's own types (never a function, never another module's class): a part
+is data, not code.
 """
 
 from __future__ import annotations
 
 import io
 import pickle
-from pathlib import Path
 from typing import Any
 
 import orjson
 
 from auditor import __version__
 from auditor.errors import InputError
-from auditor.model import Collected, CollectedParts, PeriodUnit
-from auditor.report.output import StagedOutput, verify_outputs
+from auditor.model import CollectedParts, PeriodUnit
 
 PART = "part.pickle"
 META = "part.json"
@@ -49,31 +49,21 @@ def part_meta(parts: CollectedParts, collection: dict[str, Any]) -> dict[str, An
     }
 
 
-def write_part(parts: CollectedParts, collected: Collected, out: Path,
-               collection: dict[str, Any], force: bool = False) -> None:
-    """Write shard ``parts`` to ``out`` atomically, as an audit writes its outputs
-    (``collected``: the parts assembled, whose inputs the manifest pins)."""
-    with StagedOutput(out, parts.root, force) as staged:
-        staged.put(PART, pickle.dumps(parts, protocol=5))
-        staged.put(META, orjson.dumps(part_meta(parts, collection),
-                                      option=orjson.OPT_INDENT_2) + b"\n")
-        staged.seal(collected)
+def part_files(parts: CollectedParts, collection: dict[str, Any]) -> dict[str, bytes]:
+    """A part's files by name (:data:`PART`, :data:`META`): what the command line writes."""
+    return {PART: pickle.dumps(parts, protocol=5),
+            META: orjson.dumps(part_meta(parts, collection), option=orjson.OPT_INDENT_2)
+            + b"\n"}
 
 
-def read_part(path: Path, inputs: bool = True) -> tuple[dict[str, Any], CollectedParts]:
-    """A part's ``part.json`` and its collected study, after its manifest verified (every
-    output and, unless not ``inputs``, every input it pins unchanged); one line
-    (:class:`InputError`) otherwise."""
-    differences, _ = verify_outputs(path, inputs=inputs)
-    if differences:
-        first = differences[0]
-        raise InputError(f"merge: {path}: {len(differences)} difference(s) against its output "
-                         f"manifest (first: {first.what} {first.group}/{first.path}); a part "
-                         "must verify before it is merged")
+def read_part(path: object, files: dict[str, bytes]) -> tuple[dict[str, Any], CollectedParts]:
+    """A part's ``part.json`` and its collected study from its files (``files``: by name,
+    read after its manifest verified); one line naming ``path`` (:class:`InputError`)
+    otherwise."""
     try:
-        meta = orjson.loads((path / META).read_bytes())
-        data = (path / PART).read_bytes()
-    except (OSError, orjson.JSONDecodeError) as error:
+        meta = orjson.loads(files[META])
+        data = files[PART]
+    except (KeyError, orjson.JSONDecodeError) as error:
         raise InputError(f"merge: {path}: not a shard part ({error})") from None
     if not isinstance(meta, dict) or meta.get("schema") != PART_SCHEMA:
         raise InputError(f"merge: {path}: not a shard part (no {META} of {PART_SCHEMA})")

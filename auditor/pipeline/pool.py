@@ -25,9 +25,10 @@ from functools import partial
 from itertools import islice
 from typing import Any, Generic, Protocol, TypeVar
 
-from auditor._memory import release_free_memory
 from auditor._signals import helper_args, helper_context, helper_signals, signals_deferred
 from auditor.errors import OutputError, UsageError
+from auditor.store import spill_directory
+from auditor.store.heap import release_free_memory
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -207,14 +208,15 @@ class LocalPool:
     def _share(self, shared: object) -> str:
         """``shared`` pickled to a temporary file of this process's own (mode 0600)."""
         try:
-            handle, path = tempfile.mkstemp(prefix="auditor-shared-", suffix=".pickle")
+            handle, path = tempfile.mkstemp(prefix="auditor-shared-", suffix=".pickle",
+                                            dir=spill_directory())
             self._shared.append(path)
             with os.fdopen(handle, "wb") as file:
                 pickle.dump(shared, file, protocol=5)
         except OSError as error:
             raise OutputError(
                 f"cannot keep what the audit's workers share in the temporary directory "
-                f"{tempfile.gettempdir()} ({error.strerror or error}); point TMPDIR at a "
+                f"{spill_directory()} ({error.strerror or error}); point TMPDIR at a "
                 "directory with room") from None
         return path
 

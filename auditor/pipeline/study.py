@@ -18,7 +18,6 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import replace
 from itertools import chain
 
-from auditor._spill import EvidenceSpill, MappedSequence, PackedList, SortedSpill
 from auditor._text import clip
 from auditor.model import (
     AllocatorTrace,
@@ -55,6 +54,7 @@ from auditor.reason.engine import (
     StudyJudge,
 )
 from auditor.rules import finding
+from auditor.store import EvidenceStore, Kept, Mapped, kept_sorted
 from auditor.validate.integrity import (
     assemble,
     integrity_findings,
@@ -118,8 +118,8 @@ class Joining:
 
 def assemble_collected(parts: CollectedParts,
                        pieces: Sequence[Sequence[Sequence[Finding]]] | None = None,
-                       spilled: EvidenceSpill | None = None,
-                       folded: tuple[Sequence[PeriodEvidence], Sequence[InputFile]] | None
+                       spilled: EvidenceStore | None = None,
+                       folded: tuple[Kept[PeriodEvidence], Kept[InputFile]] | None
                        = None, layout: Sequence[Finding] | None = None) -> Collected:
     """The study's :class:`Collected` from its parts (one audit's, or every shard's merged):
     the periods in their order, the findings in the order collection reports them (the
@@ -134,11 +134,12 @@ def assemble_collected(parts: CollectedParts,
     units = sorted(parts.units, key=lambda unit: unit.index) if folded is None else []
     if pieces is None:
         pieces = [unit_findings(unit) for unit in units]
-    periods: Sequence[PeriodEvidence]
-    record_inputs: Sequence[InputFile]
+    periods: Kept[PeriodEvidence]
+    record_inputs: Kept[InputFile]
     if folded is None:
-        periods = [unit.evidence for unit in units]
-        record_inputs = [unit.record_input for unit in units if unit.record_input is not None]
+        periods = Kept(unit.evidence for unit in units)
+        record_inputs = Kept(unit.record_input for unit in units
+                             if unit.record_input is not None)
     else:
         periods, record_inputs = folded
     findings = list(parts.study_findings)
@@ -166,24 +167,20 @@ def assemble_collected(parts: CollectedParts,
         sacct=parts.sacct,
         sacct_display=parts.sacct_display,
         execution_commits=parts.execution_commits,
-        periods=periods if isinstance(periods, PackedList) else tuple(periods),
+        periods=periods,
         evidence=rows,
         inputs=_sorted_inputs(parts.study_inputs, record_inputs),
         findings=tuple(findings),
     )
 
 
-def _sorted_inputs(study: Iterable[InputFile], records: Sequence[InputFile]
+def _sorted_inputs(study: Iterable[InputFile], records: Kept[InputFile]
                    ) -> Sequence[InputFile]:
-    """The study's inputs and its period records', sorted (:func:`input_order`): kept
-    packed when the records' are (a large study's: at a million files, 111,112 inputs of
-    about 500 bytes each as objects, each with its path, absolute path and digest),
-    sorted on disk; a packed ``records`` is emptied, a block let go as it is read."""
-    if not isinstance(records, PackedList):
-        return tuple(sorted(chain(study, records), key=input_order))
-    spill = SortedSpill(key=0)  # (which says a full temporary directory in one line)
-    spill.extend((input_order(item), item) for item in chain(study, records.drain()))
-    return PackedList(item for _, item in spill)
+    """The study's inputs and its period records', sorted (:func:`input_order`), kept by
+    the store (a large study's: at a million files, 111,112 inputs of about 500 bytes each
+    as objects, each with its path, absolute path and digest); ``records`` is emptied, each
+    let go as it is read."""
+    return kept_sorted(chain(study, records.drain()), input_order)
 
 
 def _unread(record: PeriodRecord) -> PeriodEvidence:
@@ -192,33 +189,17 @@ def _unread(record: PeriodRecord) -> PeriodEvidence:
 
 def _before_reading(head: CollectedParts, records: Sequence[PeriodRecord]) -> Collected:
     """The study as the judge first sees it: its inputs, the scheduler's dump and each
-    period's record, no evidence read (a large study's records made as they are read:
-    they are kept packed)."""
+    period's record, no evidence read (each made as it is read: a view of the records)."""
     return Collected(root=head.root, layout=head.layout, protocol=head.protocol,
                      sacct=head.sacct, sacct_display=head.sacct_display,
                      execution_commits=head.execution_commits,
-                     periods=MappedSequence(records, _unread)
-                     if packs(len(records))
-                     else tuple(map(_unread, records)),
+                     periods=Mapped(records, _unread),
                      evidence=(), inputs=head.study_inputs, findings=head.study_findings)
 
 
 NO_FINDINGS: tuple[Sequence[Finding], ...] = ((), (), ())
 """A period's collection findings when it has none (three empty lists were 230 bytes a
 period)."""
-
-PACK_PERIODS = 20_000
-"""Past this many periods, a study's judged periods and its verdicts are kept packed
-(:class:`~auditor._spill.PackedList`) until the report is written: as objects they took
-about 6 KB a period (670 MB of a million-file study's 111,112 periods), packed about a
-twentieth, for about 45 us a period each time the report reads them through."""
-
-
-
-def packs(periods: int) -> bool:
-    """Whether a study of ``periods`` periods keeps them packed (:data:`PACK_PERIODS`)."""
-    return periods > PACK_PERIODS
-
 
 class Fold:
     """A study's periods folded one at a time, in the study's order, as they are
@@ -233,29 +214,24 @@ class Fold:
         study = _before_reading(head, records)
         self.options = options
         self.protocol = head.protocol
-        pack = packs(len(records))
         self.layout_findings = layout_findings(head.root, head.layout, study.periods)
         """The layout's findings: made once, the layout's listings then let go (the
         judge's study is without them; so may be the parts :meth:`finish` is given)."""
         study = replace(study, layout=head.layout.without_listings())
         self.judge = StudyJudge(study, options, (
             list(head.study_findings), self.layout_findings,
-            list(head.input_findings)), pack=pack)
+            list(head.input_findings)))
         self.pieces: list[tuple[Sequence[Finding], ...]] = []
         """Each period's collection findings (:func:`unit_findings`; one shared
         :data:`NO_FINDINGS` for the many periods without any)."""
-        from auditor.report.tables import SpilledRows  # (pyarrow: not in the workers)
+        from auditor.store.tables import TableRows  # (pyarrow: not in the workers)
 
-        self.tables = {name: SpilledRows(name) for name in ("phases", "devices")}
-        self.evidence = EvidenceSpill()
-        self.periods: list[PeriodEvidence] | PackedList[PeriodEvidence] = \
-            PackedList() if pack else []
-        """The periods folded and judged, in order, as :func:`let_go` leaves them (packed,
-        past :data:`PACK_PERIODS`)."""
-        self.record_inputs: list[InputFile] | PackedList[InputFile] = \
-            PackedList() if pack else []
-        """The period records' inputs (hashed as read), in the periods' order (packed, past
-        :data:`PACK_PERIODS`)."""
+        self.tables = {name: TableRows(name) for name in ("phases", "devices")}
+        self.evidence = EvidenceStore()
+        self.periods: Kept[PeriodEvidence] = Kept()
+        """The periods folded and judged, in order, as :func:`let_go` leaves them."""
+        self.record_inputs: Kept[InputFile] = Kept()
+        """The period records' inputs (hashed as read), in the periods' order."""
         self._held: dict[int, PeriodEvidence] = {}
         """The periods folded but not yet in :attr:`periods`, by slot."""
         self._judged: set[int] = set()

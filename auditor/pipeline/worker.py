@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from auditor._spill import Packed
 from auditor.collect.attempt import read_attempt
 from auditor.collect.inputs import LoadedPeriod, unpack_entries
 from auditor.model import (
+    TIMELINE_PERIODS,
     AllocatorTrace,
     AttemptTask,
     EvidenceFile,
@@ -31,15 +31,14 @@ from auditor.model import (
     completes_cleanly,
     phases_reached,
 )
-from auditor.model.core import fast_pickle
 from auditor.reason.engine import (
     JudgeContext,
     Judged,
     PeriodJudge,
     judge_together,
 )
-from auditor.report.plots import MAX_TIMELINE_PERIODS
-from auditor.report.rows import device_rows, phase_rows
+from auditor.store import Held, pickles_fast
+from auditor.store.rows import device_rows, phase_rows
 from auditor.validate.integrity import (
     assemble,
     integrity_findings,
@@ -55,7 +54,7 @@ def unit_findings(unit: PeriodUnit) -> tuple[list[Finding], list[Finding], list[
             integrity_findings(row for attempt in attempts for row in attempt.files))
 
 
-KEPT_WHOLE = MAX_TIMELINE_PERIODS
+KEPT_WHOLE = TIMELINE_PERIODS
 """Periods kept with every record they were read with (the timeline plot draws their
 phases); every later one keeps only what the report says of it (:func:`let_go`)."""
 UnitRows = tuple[tuple[Sequence[Finding], ...], list[tuple[Any, ...]], list[tuple[Any, ...]],
@@ -78,7 +77,7 @@ def unit_rows(unit: PeriodUnit) -> UnitRows:
     return unit_findings(unit), phases, devices, files
 
 
-@fast_pickle
+@pickles_fast
 @dataclass(frozen=True, slots=True)
 class PeriodTask:
     """One period for a worker to read and judge (:func:`fold_batch`): its place among
@@ -92,7 +91,7 @@ class PeriodTask:
     pre: tuple[tuple[str, tuple[EvidenceFile, ...]], ...]
 
 
-@fast_pickle
+@pickles_fast
 @dataclass(frozen=True, slots=True)
 class PeriodBatch:
     """A batch of consecutive periods for a worker (:func:`fold_batch`), closed under their
@@ -102,7 +101,7 @@ class PeriodBatch:
     (``pins``); each None when the study has none."""
 
     tasks: tuple[PeriodTask, ...]
-    rows: Packed[tuple[SacctJob, ...]] | None
+    rows: Held[tuple[SacctJob, ...]] | None
     pins: dict[str, str] | None
 
 
@@ -192,9 +191,9 @@ def shared_traces(period: PeriodEvidence, digests: dict[TraceDigest, AllocatorTr
 def let_go(period: PeriodEvidence, protocol: Protocol,
            digests: dict[TraceDigest, AllocatorTrace]) -> PeriodEvidence:
     """What the report still needs of a judged period: its records but the manifest
-    entries and evidence rows (the study's :class:`EvidenceSpill` keeps the rows), and of
-    what its attempts' reading gave only what the reporters read: the trial record but its
-    processes and findings (the study's findings hold those), and of each
+    entries and evidence rows (the study's :class:`~auditor.store.EvidenceStore` keeps the
+    rows), and of what its attempts' reading gave only what the reporters read: the trial
+    record but its processes and findings (the study's findings hold those), and of each
     trace its digest (a trace with no more than that, one for each alike digest, from
     ``digests``: its phase records are rows of the ``phases`` table, its identities were
     checked when the period was judged). The log's scan (judging read it) and the device

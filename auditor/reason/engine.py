@@ -31,9 +31,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import chain
-from typing import TypeVar
 
-from auditor._spill import Packed, PackedList
 from auditor.model import (
     AttemptEvidence,
     AttemptOutcome,
@@ -59,9 +57,8 @@ from auditor.reason.facts import period_facts
 from auditor.reason.gate import apply_waivers, decide_gate, gate_reasons
 from auditor.reason.verdict import UNFINISHED_STATES, Context, Judgement, judge_attempt
 from auditor.rules import finding
+from auditor.store import Held, Kept
 from auditor.validate.checks import element_for, forget_lookups, period_checks, study_checks
-
-T = TypeVar("T")
 
 LAUNCHER_STATUS = {
     "resolved": VerdictKind.RESOLVED, "completed": VerdictKind.RESOLVED,
@@ -267,11 +264,8 @@ class StudyJudge:
     elsewhere (by the workers, :meth:`add_judged`) are folded in as they are."""
 
     def __init__(self, study: Collected, options: AuditOptions, findings: tuple[
-            list[Finding], list[Finding], list[Finding]], pack: bool = False) -> None:
+            list[Finding], list[Finding], list[Finding]]) -> None:
         self.options = options
-        self.pack = pack
-        """Keep the periods judged elsewhere, and the study's verdicts, packed
-        (:class:`~auditor._spill.PackedList`: a large study's)."""
         scheduler, anchors = study_checks(study, options)
         self.scheduler, self.anchors = scheduler, anchors
         self._ready = _ready_at(study)
@@ -286,9 +280,12 @@ class StudyJudge:
             (ANCHORS, tuple(anchors))))
         self.judge = PeriodJudge(self.context)
         self.study = self.context.study
-        self._judged: list[Judged | None] = []
-        self._packed: PackedList[Judged] = PackedList()
-        """The periods judged elsewhere, in order, when :attr:`pack`."""
+        self._added = 0
+        """Periods added so far (judged here or elsewhere)."""
+        self._judged: Kept[Judged] = Kept()
+        """The periods judged, in the study's order, as far as every one is."""
+        self._early: dict[int, Judged] = {}
+        """Periods judged here ahead of one before them, by slot."""
         self._waiting: list[tuple[int, int, _Waiting]] = []
         """A heap of (periods needed, slot, period): the next ready on top."""
         self._at_end: list[_Waiting] = []
@@ -297,18 +294,18 @@ class StudyJudge:
         """Job id -> (start, ``subject#index``) of the attempt it launched last so far."""
         self._texts: dict[str, str] = {}
         """One of each text the verdicts repeat (see :func:`_sharing`)."""
-        self._rows: Packed[tuple[SacctJob, ...]] | None = None
+        self._rows: Held[tuple[SacctJob, ...]] | None = None
         """The scheduler dump's rows, while set aside (:meth:`set_rows_aside`)."""
 
     def set_rows_aside(self) -> None:
-        """Keep the scheduler dump's rows packed (:class:`~auditor._spill.Packed`) until
+        """Keep the scheduler dump's rows packed (:class:`~auditor.store.Held`) until
         they are next wanted (judging a period here, :attr:`sacct`, :meth:`finish`): while
         the workers judge every period, each batch with the rows it may look up, this
         process holds none of them through the reading (a million files' 55,556 jobs: 55
         MB as objects, 2.2 MB packed)."""
         sacct = self.study.sacct
         if sacct is not None and self._rows is None:
-            self._rows = Packed(tuple(sacct.jobs))
+            self._rows = Held(tuple(sacct.jobs))
             self._use(replace(sacct, jobs=()))
             forget_lookups()  # (the study's checks may have indexed the dump's rows)
 
@@ -338,8 +335,8 @@ class StudyJudge:
         period now ready (this one, or earlier ones that waited for it): their slots (the
         periods' places, from 0); a period not among them waits, its records needed."""
         _launched_last([period], self._latest)
-        slot = len(self._judged)
-        self._judged.append(None)
+        slot = self._added
+        self._added += 1
         waiting = _Waiting(slot, period, collection)
         if self._ready is None:
             self._at_end.append(waiting)
@@ -350,10 +347,10 @@ class StudyJudge:
     def add_judged(self, judged: Judged) -> None:
         """The study's next period, judged already (:func:`judge_together`, in a worker):
         its verdict's texts shared with the study's others."""
-        if self.pack:  # (its texts are one object each within a block: none to share)
-            self._packed.append(judged)
-        else:
-            self._judged.append(replace(judged, verdict=_sharing(judged.verdict, self._texts)))
+        if self._early:
+            raise RuntimeError("a period judged apart after one waiting to be judged here")
+        self._added += 1
+        self._judged.append(replace(judged, verdict=_sharing(judged.verdict, self._texts)))
 
     def _judge_ready(self, added: int) -> list[int]:
         """Judge the waiting periods that ``added`` periods in make ready: their slots."""
@@ -363,33 +360,36 @@ class StudyJudge:
             self._rows_back()  # (judging reads them)
         while self._waiting and self._waiting[0][0] <= added:
             _, slot, item = heapq.heappop(self._waiting)
-            self._judged[slot] = self.judge.judge(item.period, item.collection, last,
-                                                  self._texts)
+            self._early[slot] = self.judge.judge(item.period, item.collection, last,
+                                                 self._texts)
             done.append(slot)
+        while len(self._judged) in self._early:
+            self._judged.append(self._early.pop(len(self._judged)))
         return done
 
     def finish(self, collected: Collected) -> tuple[list[Finding], Reasoning]:
         """The study's validation findings and reasoning, once every period is in
         (``collected``: the study as collected, its ``periods`` those added, in order)."""
         self._rows_back()
-        self._judge_ready(len(self._judged))
+        self._judge_ready(self._added)
         last = _LastAttempts(self._latest)
         for item in self._at_end:
-            self._judged[item.slot] = self.judge.judge(item.period, item.collection, last,
-                                                       self._texts)
+            self._early[item.slot] = self.judge.judge(item.period, item.collection, last,
+                                                      self._texts)
         self._at_end = []
-        judged: Sequence[Judged] = self._packed if self._packed \
-            else [item for item in self._judged if item is not None]
-        # (a large study's are kept packed, as its periods are, until the report is made)
-        verdicts: list[Verdict] | PackedList[Verdict] = PackedList() if self.pack else []
-        outcomes: list[AttemptOutcome] | PackedList[AttemptOutcome] = \
-            PackedList() if self.pack else []
-        facts: list[PeriodFacts] | PackedList[PeriodFacts] = PackedList() if self.pack else []
-        new_findings: list[Finding] | PackedList[Finding] = PackedList() if self.pack else []
+        while len(self._judged) in self._early:
+            self._judged.append(self._early.pop(len(self._judged)))
+        if self._early or len(self._judged) != self._added:
+            raise RuntimeError("a period was never judged")
+        # (kept by the store until the report is made, as the periods are)
+        verdicts: Kept[Verdict] = Kept()
+        outcomes: Kept[AttemptOutcome] = Kept()
+        facts: Kept[PeriodFacts] = Kept()
+        new_findings: Kept[Finding] = Kept()
         checks: list[Finding] = []
         pins: list[Finding] = []
         disagreements = []
-        for one in judged:  # (one pass: a packed period is remade each)
+        for one in self._judged.drain():  # (one pass: each made anew, then let go)
             verdicts.append(one.verdict)
             outcomes.extend(one.outcomes)
             facts.append(one.facts)
@@ -398,8 +398,6 @@ class StudyJudge:
             pins.extend(one.pins)
             if one.disagreement is not None:
                 disagreements.append(one.disagreement)
-        del judged
-        self._packed = PackedList()
         validation = [*checks, *self.scheduler, *pins, *self.anchors]
         new_findings.extend(_unfinished_elements(collected, outcomes))
         cells, config_findings = configurations(collected, verdicts, outcomes)
@@ -408,23 +406,18 @@ class StudyJudge:
         lifted, waiver_uses, waived = apply_waivers(reasons, self.options.waivers)
         new_findings.extend(waived)
         return validation, Reasoning(
-            verdicts=_kept(verdicts),
-            attempts=_kept(outcomes),
-            facts=_kept(facts),
+            verdicts=verdicts,
+            attempts=outcomes,
+            facts=facts,
             configurations=tuple(cells),
             accounting=accounting(collected, outcomes, verdicts),
             gate=decide_gate(cells, reasons, lifted, verdicts, allow_partial=False),
             gate_partial=decide_gate(cells, reasons, lifted, verdicts, allow_partial=True),
             gate_reasons=tuple(reasons),
             waivers=tuple(waiver_uses),
-            findings=_kept(new_findings),
+            findings=new_findings,
             disagreements=tuple(disagreements),
         )
-
-
-def _kept(items: list[T] | PackedList[T]) -> Sequence[T]:
-    """``items`` as the reasoning keeps them: a tuple, or packed as they are."""
-    return items if isinstance(items, PackedList) else tuple(items)
 
 
 def _sharing(verdict: Verdict, texts: dict[str, str]) -> Verdict:

@@ -19,11 +19,11 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from auditor._spill import MappedSequence
 from auditor._text import clip
 from auditor.model import AuditResult, Citation, Verdict
 from auditor.report.groups import counted_view
 from auditor.report.mdformat import code_span
+from auditor.store import Mapped
 
 QUOTED_PER_FILE = 3
 """Locations of one file shown with their quotes (the rest are named without)."""
@@ -180,7 +180,7 @@ def group_pattern(result: AuditResult, members: Sequence[Verdict]) -> Pattern:
                     f" for each of {count} files"
             parts.append(text)
     return Pattern("; ".join(parts) or "no citation",
-                   MappedSequence(exceptions, members.__getitem__))
+                   Mapped(exceptions, members.__getitem__))
 
 
 class _LineTally:

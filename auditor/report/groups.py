@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from auditor._spill import PackedList
 from auditor.model import (
     AttemptEvidence,
     AttemptOutcome,
@@ -22,8 +21,8 @@ from auditor.model import (
     completes_cleanly,
     phases_reached,
 )
-from auditor.model.core import fast_pickle
 from auditor.report.mdformat import code_span, number
+from auditor.store import Kept, pickles_fast
 
 
 def every(n: int, noun: str) -> str:
@@ -41,7 +40,7 @@ class _Index:
     result: weakref.ref[AuditResult]
     periods: dict[str, int]
     """Each period's place in the study's by subject (of two records of one period, the
-    later): a large study's periods are kept packed, remade as they are read."""
+    later): a large study's periods are made anew as they are read."""
     outcomes: dict[str, int | list[int]]
     """Each period's attempt outcomes' places among the reasoning's, by subject (one
     place alone, as most periods have: a million periods' one-place lists were 7 MB)."""
@@ -50,15 +49,15 @@ class _Index:
     arrays: frozenset[str]
     """The arrays the period records name."""
     views: Sequence[CountedView] = ()
-    """Each period's :class:`CountedView`, by its place in the study's (packed as the
-    periods are)."""
+    """Each period's :class:`CountedView`, by its place in the study's (kept by the store,
+    as the periods are)."""
     counted: dict[str, tuple[PeriodEvidence | None, AttemptEvidence | None,
                              AttemptOutcome | None]] = field(default_factory=dict)
     """:func:`counted_attempt`'s answers, as they are asked for (the last
     :data:`COUNTED_KEPT`)."""
 
 
-@fast_pickle
+@pickles_fast
 @dataclass(frozen=True, slots=True)
 class CountedView:
     """What a diagnosis group's sentences read of a period's counted attempt (else its
@@ -146,11 +145,10 @@ def _indexed(result: AuditResult) -> _Index:
     places: dict[str, int] = {}
     arrays: set[str] = set()
     periods = result.collected.periods
-    views: list[CountedView] | PackedList[CountedView] = \
-        PackedList() if isinstance(periods, PackedList) else []
+    views: Kept[CountedView] = Kept()
     shared: dict[Any, Any] = {}  # (equal phase lists: one object each, and few of them)
     index = _Index(weakref.ref(result), places, outcomes, by_raw, by_id, frozenset(), views)
-    for at, period in enumerate(periods):  # (one pass: maybe packed)
+    for at, period in enumerate(periods):  # (one pass: each period may be made anew)
         places[period.subject] = at
         if period.record.array_job_id:
             arrays.add(period.record.array_job_id)

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 
-from auditor._spill import MappedSequence, PackedList, SortedSpill, SpilledList
 from auditor._text import counted
 from auditor.model import (
     AuditResult,
@@ -65,6 +64,7 @@ from auditor.report.mdformat import (
 )
 from auditor.report.tables import device_values
 from auditor.rules import in_family
+from auditor.store import Kept, SortedRows
 
 PHASE_WORDS = {"rollout_init": "rollout-initialization", "init_model": "model-initialization",
                "actor_update": "actor-update", "weight_sync": "weight-synchronization",
@@ -365,46 +365,43 @@ def _groups(reasoning: Reasoning
             ) -> list[tuple[str, Sequence[Verdict], tuple[str, str, str]]]:
     """The diagnosis groups (periods with the same verdict, reason, diagnosis and limits),
     unresolved first: (title, members, (kind, diagnosis, limits)). A group's members are
-    its verdicts' places, each verdict read as it is wanted (a large study's are kept
-    packed: all of them held at once were most of its memory); of a large study, each
-    group's own verdicts packed on disk, made in this one pass over them (read by place
-    from the study's, every pass over a group remade every packed block of its verdicts:
-    at a million files, three groups read six times each)."""
+    own verdicts, made in this one pass over the study's and kept by the store (on disk
+    when they are many: read by place from the study's packed ones, every pass over a
+    group remade every block of its verdicts; at a million files, three groups read six
+    times each)."""
     gpus_of = {f.subject: f.gpus for f in reasoning.facts}
     verdicts = reasoning.verdicts
-    spilled: dict[tuple[str, str, str, str], SpilledList[Verdict]] | None = \
-        defaultdict(SpilledList) if isinstance(verdicts, PackedList) else None
-    groups: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
+    groups: dict[tuple[str, str, str, str], Kept[Verdict]] = defaultdict(_on_disk)
     first: dict[tuple[str, str, str, str], str] = {}
     gpus: dict[tuple[str, str, str, str], set[int]] = defaultdict(set)
     causes: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
-    for place, verdict in enumerate(verdicts):
+    for verdict in verdicts:
         key = (verdict.verdict.value, verdict.reason, verdict.diagnosis, verdict.limits)
-        groups[key].append(place)
-        if spilled is not None:
-            spilled[key].append(verdict)
+        groups[key].append(verdict)
         first.setdefault(key, verdict.subject)
         if (g := gpus_of[verdict.subject]) is not None:
             gpus[key].add(g)
         causes[key].add(_cause_word(verdict))
     order = {"unresolved": 0, "failed": 1, "resolved": 2}
     out: list[tuple[str, Sequence[Verdict], tuple[str, str, str]]] = []
-    for group, places in sorted(groups.items(),
+    for group, members in sorted(groups.items(),
                               key=lambda item: (order[item[0][0]], item[0][1], first[item[0]])):
         kind, reason_word, diagnosis, limits = group
         gpu_text = "/".join(f"{g}-GPU" for g in sorted(gpus[group]))
-        title = f"{number(len(places)).capitalize()} {gpu_text} {kind} period" \
-                f"{'s' if len(places) != 1 else ''}"
+        title = f"{number(len(members)).capitalize()} {gpu_text} {kind} period" \
+                f"{'s' if len(members) != 1 else ''}"
         if kind == "unresolved":
             title += f": `{reason_word}`"
         elif kind == "failed":
             title += ": eligible failure"
         if len(causes[group]) == 1 and (word := next(iter(causes[group]))):
             title += f", cause {word}"
-        members: Sequence[Verdict] = MappedSequence(places, verdicts.__getitem__) \
-            if spilled is None else spilled[group]
         out.append((title, members, (kind, diagnosis, limits)))
     return out
+
+
+def _on_disk() -> Kept[Verdict]:
+    return Kept(on_disk=True)
 
 
 def _cause_word(verdict: Verdict) -> str:
@@ -516,7 +513,7 @@ def _period_rows(result: AuditResult, reasoning: Reasoning
         said[verdict.subject] = (texts.setdefault(text, text), each)
     # (sorted as sorted() sorts, stably, with what a row reads of each period's facts
     # waiting on disk: a million periods' facts held for the sort were about 70 MB)
-    ordered = SortedSpill(0)
+    ordered = SortedRows(0)
     for f in facts:
         ordered.extend((((f.gpus or 0, f.array_task_id if f.array_task_id is not None
                           else 1 << 30, f.pair, f.period), f.subject, f.array_task_id,

@@ -13,8 +13,8 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 
-from auditor._spill import SortedSpill
 from auditor._text import clip
+from auditor.store import SortedRows
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~\"'$])")
@@ -123,12 +123,12 @@ def code_block(lines: Iterable[str], info: str = "text") -> str:
 class SpilledCodeBlock:
     """A fenced code block of untrusted lines (:func:`code_block`; a million periods'
     PIDs), given a line at a time and read back a line at a time: the lines wait on disk
-    (:class:`~auditor._spill.SortedSpill`, in the order added) while the fence is found,
+    (:class:`~auditor.store.SortedRows`, in the order added) while the fence is found,
     not in memory (they were about 40 MB there, with the block made of them)."""
 
     def __init__(self, info: str = "text") -> None:
         self._info = info
-        self._body = SortedSpill(0)
+        self._body = SortedRows(0)
         self._longest = 0
 
     def add(self, line: str) -> None:

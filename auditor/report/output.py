@@ -35,12 +35,12 @@ import orjson
 
 from auditor import __version__
 from auditor._io import regular_bytes, sha256_file
-from auditor._memory import paused_gc, release_free_memory
 from auditor._signals import signals_deferred
 from auditor._text import printable, printable_json, unprintable
 from auditor.errors import OutputError, VerifyError
 from auditor.model.paths import join_text
 from auditor.model.results import TABLES
+from auditor.store.heap import paused_gc, release_free_memory
 
 if TYPE_CHECKING:
     from auditor.model import AuditResult, Collected, FileDigest
@@ -163,7 +163,7 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
     batch at a time. ``plotter``, when given, draws the
     plots in its helper process while the tables are written (else they are drawn here,
     after them). The cyclic garbage collector is paused while they are written
-    (:func:`~auditor._memory.paused_gc`): a result of a large study is millions of objects
+    (:func:`~auditor.store.heap.paused_gc`): a result of a large study is millions of objects
     without cycles, which each of its collections would scan."""
     with paused_gc():
         _write_outputs(result, out, force, plots, summary, plotter)

@@ -33,11 +33,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from auditor._signals import helper_args, helper_context, helper_signals, signals_deferred
+from auditor.model.results import TIMELINE_PERIODS
 
 if TYPE_CHECKING:  # (not imported at run time: a Plotter starts before the audit's modules)
     from auditor.model import AuditResult
 
-MAX_TIMELINE_PERIODS = 24
+MAX_TIMELINE_PERIODS = TIMELINE_PERIODS
+"""The periods the timeline draws (the model's: the audit keeps them whole)."""
 DPI = 100
 """Pixels per inch of the saved PNGs: a point is 1.4 pixels, so 9-point text is 12.5
 pixels high at 100% zoom."""

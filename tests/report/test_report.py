@@ -289,7 +289,7 @@ def test_tables_stream_in_row_groups_and_read_back_whole(tmp_path: Path,
     root = copy_example(tmp_path)
     expected = [dict(zip(tables.SCHEMAS["phases"].names, row, strict=True))
                 for row in tables.ROWS["phases"](run_audit(root))]
-    monkeypatch.setattr(tables, "BATCH_ROWS", 7)
+    monkeypatch.setattr("auditor.store.tables.BATCH_ROWS", 7)
     monkeypatch.setattr(tables, "ROW_GROUP_ROWS", 49)
     out = tmp_path / "out"
     audit(root, out)

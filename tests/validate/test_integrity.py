@@ -500,7 +500,7 @@ def test_failure_while_streaming_a_table_leaves_nothing(
     audit(root, out)
     before = snapshot(out)
     result = run(root, AuditOptions(jobs=1))
-    monkeypatch.setattr(tables, "BATCH_ROWS", 10)
+    monkeypatch.setattr("auditor.store.tables.BATCH_ROWS", 10)
     monkeypatch.setattr(tables, "ROW_GROUP_ROWS", 10)
     calls = 0
     write_group = tables._write_group

@@ -1,4 +1,4 @@
-"""The process-wide memory state an audit and its report set.
+"""The process-wide memory state an audit and its report set (the store's other half).
 
 :func:`paused_gc` pauses the cyclic garbage collector while a result is built and written;
 :func:`lean_heap` and :func:`release_free_memory` have glibc's C heap give back what the

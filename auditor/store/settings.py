@@ -1,0 +1,97 @@
+"""Where the store keeps what it takes out of memory, and from what size it does.
+
+Two settings, each with a sane default a user never has to touch:
+
+- :func:`spill_from`: how many records a :class:`~auditor.store.Kept` holds as objects
+  before it packs them (``AUDITOR_SPILL_FROM`` in the environment; 0 packs from the first
+  record, the setting the test suite runs the whole spilling path with on small studies).
+- :func:`spill_directory`: the directory its temporary files go to (unnamed files, gone when
+  the process is: they leave nothing behind). The command line points it beside ``--out``
+  (:func:`spilling_into`); else it is ``TMPDIR``'s. The pipeline refuses one under the
+  evidence root (:func:`check_outside`): the auditor never writes there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from auditor.errors import OutputError, UsageError
+
+SPILL_FROM = 20_000
+"""Records a :class:`~auditor.store.Kept` holds as objects before it packs them. A study's
+judged periods took about 6 KB each as objects (670 MB of a million-file study's 111,112),
+packed about a twentieth, for about 45 us a record each time the report reads them
+through: below this many, the objects are cheaper than the packing."""
+
+SPILL_FROM_VARIABLE = "AUDITOR_SPILL_FROM"
+"""The environment variable that overrides :data:`SPILL_FROM` (a whole number; 0: from the
+first record). Read each time a sequence is made, so it reaches the pool's workers too."""
+
+_DIRECTORY: list[Path] = []
+"""The directory :func:`spilling_into` set, innermost last."""
+
+
+def spill_from() -> int:
+    """Records a :class:`~auditor.store.Kept` holds as objects before it packs them."""
+    given = os.environ.get(SPILL_FROM_VARIABLE, "").strip()
+    if not given:
+        return SPILL_FROM
+    if not given.isdigit():
+        raise UsageError(f"{SPILL_FROM_VARIABLE}={given!r}: give a whole number of records "
+                         "(0 keeps every one out of memory)")
+    return int(given)
+
+
+def spill_directory() -> Path:
+    """Where temporary files go: the directory :func:`spilling_into` set, else ``TMPDIR``'s
+    (:func:`tempfile.gettempdir`)."""
+    return _DIRECTORY[-1] if _DIRECTORY else Path(tempfile.gettempdir())
+
+
+@contextlib.contextmanager
+def spilling_into(directory: Path) -> Iterator[Path]:
+    """Within the block, temporary files go to ``directory`` (made, if missing, and removed
+    at the end when made here and left empty: the files themselves have no names)."""
+    made = not directory.exists()
+    with spilling():
+        directory.mkdir(parents=True, exist_ok=True)
+    _DIRECTORY.append(directory)
+    try:
+        yield directory
+    finally:
+        _DIRECTORY.pop()
+        if made:
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+
+
+def check_outside(root: Path) -> None:
+    """Refuse (one line) a spill directory inside the evidence root ``root``."""
+    where = spill_directory().resolve()
+    if where == root or root in where.parents:
+        raise UsageError(f"the temporary directory {where} is inside the evidence root "
+                         f"{root}, which the audit never writes to; point TMPDIR elsewhere")
+
+
+@contextlib.contextmanager
+def spilling() -> Iterator[None]:
+    """Around making and writing a temporary file: a temporary directory that is full or
+    cannot be written is the user's one line (exit 2), not a bug."""
+    try:
+        yield
+    except OSError as error:
+        raise OutputError(
+            f"cannot keep the audit's records in the temporary directory "
+            f"{spill_directory()} ({error.strerror or error}); point TMPDIR at a "
+            "directory with room") from None
+
+
+def temporary_file() -> IO[bytes]:
+    """An unnamed temporary file in :func:`spill_directory` (it goes with its object)."""
+    with spilling():
+        return tempfile.TemporaryFile(dir=spill_directory())
