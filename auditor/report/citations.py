@@ -23,7 +23,7 @@ from auditor._text import clip
 from auditor.model import AuditResult, Citation, Verdict
 from auditor.report.groups import counted_view
 from auditor.report.mdformat import code_span
-from auditor.store import Mapped
+from auditor.store import Kept, Mapped
 
 QUOTED_PER_FILE = 3
 """Locations of one file shown with their quotes (the rest are named without)."""
@@ -89,7 +89,6 @@ def _where(cite: Citation) -> str:
 class _Member:
     """One period's citations, abstracted: file pattern -> each file's locations."""
 
-    verdict: Verdict
     files: dict[str, dict[str, tuple[str, ...]]]
     """Abstract path -> concrete path -> its locations, in order."""
     quotes: dict[tuple[str, str], list[str]]
@@ -113,8 +112,8 @@ def _member(result: AuditResult, verdict: Verdict) -> _Member:
         if where not in files[shown][cite.path]:
             files[shown][cite.path].append(where)
         quotes[(cite.path, where)].append(cite.quote)
-    return _Member(verdict, {p: {c: tuple(w) for c, w in f.items()} for p, f in files.items()},
-                   quotes, names.ranks)
+    return _Member({p: {c: tuple(w) for c, w in f.items()} for p, f in files.items()},
+                   dict(quotes), names.ranks)
 
 
 @dataclass(frozen=True)
@@ -130,23 +129,26 @@ def group_pattern(result: AuditResult, members: Sequence[Verdict]) -> Pattern:
     """The citations most of ``members`` share, as one line of placeholders, and the
     members whose citations differ.
 
-    Read in three passes over the members, each made again as it is read (a large
-    group's members held at once, with their citations abstracted, were hundreds of MB):
-    which abstract paths are cited at a row of each period's own, the members' most
-    common signature, then what those that have it share."""
+    Read in three passes over the members, each with its citations abstracted once, in
+    the first, and kept by the store (on disk when they are many: a large group's members
+    held at once so were hundreds of MB; made again in each pass, they took two thirds of
+    the pattern's time): which abstract paths are cited at a row of each period's own, the
+    members' most common signature, then what those that have it share."""
     lines = _LineTally()
+    made: Kept[_Member] = Kept(on_disk=True)
     for verdict in members:
-        lines.add(_member(result, verdict))
+        member = _member(result, verdict)
+        lines.add(member)
+        made.append(member)
     general = lines.varying()
     signatures: Counter[tuple[object, ...]] = Counter(
-        _member(result, verdict).signature(general) for verdict in members)
+        member.signature(general) for member in made)
     common, _ = signatures.most_common(1)[0]
     del signatures
     first: _Member | None = None
     quotes: dict[tuple[str, tuple[str, ...], str], _QuoteTally] = {}
     exceptions: list[int] = []
-    for place, verdict in enumerate(members):
-        member = _member(result, verdict)
+    for place, member in enumerate(made.drain()):
         if member.signature(general) != common:
             exceptions.append(place)
             continue
