@@ -1,6 +1,6 @@
 """The audit as a stream of periods: each is judged as soon as its evidence is read, its
-phase and device rows are spilled, and what the report does not need of it is let go; the
-pool reads only a little ahead of that. The report is the same as if nothing were let go."""
+phase and device rows go to their tables, and it is kept as its summary; the pool reads
+only a little ahead of that. The report is the same as if every period were kept whole."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 import auditor.pipeline.study
 import auditor.pipeline.worker
 from auditor._cli import main
-from auditor.model import AuditOptions
+from auditor.model import AuditOptions, PeriodSummary
 from auditor.pipeline.audit import Auditor, drive, paused_gc, run_audit
 from auditor.pipeline.pool import AHEAD, LocalPool, chunk_size
 from auditor.pipeline.worker import KEPT_WHOLE
@@ -40,27 +40,28 @@ def _outputs(out: Path) -> dict[str, bytes]:
             and path.name != "output_manifest.json"}
 
 
-def test_a_judged_period_keeps_only_what_the_report_needs(study: Path) -> None:
-    """Past the first periods (the timeline plot's), a judged period keeps no phase record
-    (its traces their digests, one shared trace for each alike digest), no manifest entry,
-    evidence row, device file, log scan, nor its trial's environment and processes; the
-    first keep all."""
+def test_a_judged_period_is_kept_as_its_summary_and_the_first_whole(study: Path) -> None:
+    """Each judged period is kept as its summary: its record whole, each attempt's trial
+    record whole, and of each trace its digest (one object for each alike digest); the
+    first periods (the timeline plot's) are kept whole besides, as they were read."""
     result = run_audit(study)
     periods = result.collected.periods
     assert len(periods) == PERIODS > KEPT_WHOLE
+    assert all(type(period) is PeriodSummary for period in periods)
+    timeline = result.collected.timeline
+    assert [p.subject for p in timeline] == [p.subject for p in periods[:KEPT_WHOLE]]
+    assert all(p.record == s.record for p, s in zip(timeline, periods, strict=False))
+    assert all(a.read.log is not None and a.read.trial and a.read.trial.processes
+               and all(t.phases for t in a.read.traces)
+               for p in timeline for a in p.attempts)
     shared: dict[object, object] = {}
-    for period in periods[KEPT_WHOLE:]:
-        assert all(spec.evidence == () for spec in period.record.attempts)
+    for period in periods:
+        assert all(spec.evidence for spec in period.record.attempts)
         for attempt in period.attempts:
-            assert attempt.spec.evidence == ()
-            assert attempt.read.log is None
-            assert attempt.files == () and attempt.read.devices == ()
-            trial = attempt.read.trial
-            assert trial is not None and trial.processes == () and trial.dispatch
-            assert attempt.read.traces and all(
-                t.phases == t.pids == t.ranks == () and t.digest is not None and t.path == ""
-                and shared.setdefault(t.digest, t) is t for t in attempt.read.traces)
-    assert 0 < len(shared) < len(periods) - KEPT_WHOLE
+            assert attempt.trial is not None and attempt.trial.processes \
+                and attempt.trial.dispatch
+            assert attempt.traces and all(shared.setdefault(t, t) is t for t in attempt.traces)
+    assert 0 < len(shared) < len(periods)
     # the texts the verdicts repeat are one object each (a group's diagnosis, its quotes)
     texts = [text for v in result.verdicts
              for text in (v.diagnosis, v.limits, *(c.quote for c in v.citations))]
@@ -69,10 +70,6 @@ def test_a_judged_period_keeps_only_what_the_report_needs(study: Path) -> None:
     outcomes = {o.subject: o for o in result.reasoning.attempts}
     assert all(v.subject is p.subject is outcomes[p.subject].subject is a.subject
                for v, p in zip(result.verdicts, periods, strict=True) for a in p.attempts)
-    assert all(a.read.log is not None and a.read.trial and a.read.trial.processes
-               for p in periods[:KEPT_WHOLE] for a in p.attempts)
-    assert all(t.phases and t.digest is None for p in periods[:KEPT_WHOLE]
-               for a in p.attempts for t in a.read.traces)
     whole = drive(Auditor(study).collect(), lambda event: None)  # (no fold: all kept)
     phases = sum(len(t.phases) for unit in whole.units for a in unit.evidence.attempts
                  for t in a.read.traces)
@@ -168,7 +165,7 @@ def test_the_tasks_are_made_only_as_the_pool_sends_them(tmp_path: Path) -> None:
 def test_a_judged_periods_record_is_held_once(study: Path) -> None:
     """The judge lets go of the periods' records once its study-level checks have read
     them (it judged each period from the one it is given): the fold's judged period holds
-    the only copy, without its manifest entries."""
+    the only copy, whole."""
     from dataclasses import replace
 
     from auditor.model import AuditOptions
@@ -183,9 +180,8 @@ def test_a_judged_periods_record_is_held_once(study: Path) -> None:
         fold.add(unit)
     assert len(fold.periods) == PERIODS
     for slot, period in enumerate(fold.periods):
-        whole = units[slot].evidence.record
-        assert period.record == (whole if slot < KEPT_WHOLE else whole.without_entries())
-        assert any(spec.evidence for spec in period.record.attempts) is (slot < KEPT_WHOLE)
+        assert period.record == units[slot].evidence.record
+        assert all(spec.evidence for spec in period.record.attempts)
 
 
 @pytest.mark.parametrize("count", [None, 400])

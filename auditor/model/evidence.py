@@ -252,15 +252,12 @@ class AllocatorTrace:
     last_ns: int | None
     """Latest ``finished_ns``/``sample_ns`` of any record."""
     findings: tuple[Finding, ...] = ()
-    digest: TraceDigest | None = None
-    """What the report says of the phases once the records are let go (``phases``, ``pids``
-    and ``ranks`` are then empty: the phases are rows of the ``phases`` table, the
-    identities were checked when the period was judged); None while they are kept."""
 
 
 @dataclass(frozen=True, slots=True)
 class TraceDigest:
-    """What a diagnosis group's sentences say of one trace's phase records."""
+    """What a diagnosis group's sentences say of one trace's phase records (what a judged
+    period keeps of each trace: :class:`~auditor.model.AttemptSummary`)."""
 
     reached: tuple[str, ...]
     """:func:`phases_reached`."""
@@ -271,8 +268,6 @@ class TraceDigest:
 def phases_reached(trace: AllocatorTrace) -> tuple[str, ...]:
     """The phases a trace's records reach, in time order, each with its error if any
     (``rollout_init (OOM)``), a repeat folded into one."""
-    if trace.digest is not None:
-        return trace.digest.reached
     names: list[str] = []
     for record in sorted(trace.phases, key=lambda r: (r.started_ns or 0, r.line)):
         label = record.phase + (f" ({record.error_type})" if record.error_type else "")
@@ -285,8 +280,6 @@ def completes_cleanly(trace: AllocatorTrace, steps: int | None, first: str, last
                       ) -> bool:
     """Whether a trace holds exactly one error-free ``first`` record at step ``steps`` and
     one ``last`` record after it, with ordered timestamps (the completion phases)."""
-    if trace.digest is not None:
-        return trace.digest.completes
     updates = [r for r in trace.phases if r.phase == first and r.step == steps]
     if len(updates) != 1 or updates[0].error_type or updates[0].finished_ns is None:
         return False

@@ -24,8 +24,11 @@ from auditor.model.evidence import (
     PeriodRecord,
     Protocol,
     SacctDump,
+    TraceDigest,
     TrainingLogScan,
     TrialRecord,
+    completes_cleanly,
+    phases_reached,
 )
 
 
@@ -283,11 +286,68 @@ class PeriodEvidence:
     def seal_delay_ns(self) -> int | None:
         """How long after its last attempt's invocation ended the period was sealed (None:
         not sealed by ``auditor seal``, or no end known)."""
-        ends = [a.read.trial.finished_ns for a in self.attempts
-                if a.read.trial is not None and a.read.trial.finished_ns is not None]
-        if self.record.sealed_ns is None or not ends:
-            return None
-        return self.record.sealed_ns - max(ends)
+        return _seal_delay(self.record, (a.read.trial for a in self.attempts))
+
+    def summary(self, protocol: Protocol,
+                shared: dict[TraceDigest, TraceDigest] | None = None) -> PeriodSummary:
+        """What the study keeps of this period once it is judged (``protocol``: the
+        completion phases and where the step count comes from; ``shared``: one object for
+        each alike digest, kept there, when given: most traces reach the same phases)."""
+        phases = protocol.completion_phases
+        first, last = (phases[0], phases[-1]) if len(phases) >= 2 else ("", "")
+        attempts = []
+        for attempt in self.attempts:
+            trial = attempt.read.trial
+            steps = trial.dispatched_int(protocol.steps_from) if trial else None
+            digests = []
+            for trace in attempt.read.traces:
+                digest = TraceDigest(phases_reached(trace),
+                                     completes_cleanly(trace, steps, first, last))
+                digests.append(digest if shared is None else shared.setdefault(digest, digest))
+            attempts.append(AttemptSummary(attempt.subject, attempt.spec, trial,
+                                           tuple(digests)))
+        return PeriodSummary(self.record, tuple(attempts))
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptSummary:
+    """What a study keeps of one attempt once its period is judged, all the reporters read
+    of it: its manifest entry, its trial record, and of each allocator trace what the
+    report says of its phases (its phase records are rows of the ``phases`` table, its
+    device files of ``devices``, its files of ``evidence``; its log was read in judging)."""
+
+    subject: str
+    spec: AttemptSpec
+    trial: TrialRecord | None
+    traces: tuple[TraceDigest, ...]
+    """Each allocator trace's digest, in the order the traces were read."""
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodSummary:
+    """What a study keeps of one period once it is judged (:meth:`PeriodEvidence.summary`):
+    its record, whole, and each attempt's :class:`AttemptSummary`."""
+
+    record: PeriodRecord
+    attempts: tuple[AttemptSummary, ...]
+
+    @property
+    def subject(self) -> str:
+        """``pair/period-N`` (:attr:`PeriodRecord.subject`)."""
+        return self.record.subject
+
+    def seal_delay_ns(self) -> int | None:
+        """How long after its last attempt's invocation ended the period was sealed (None:
+        not sealed by ``auditor seal``, or no end known)."""
+        return _seal_delay(self.record, (a.trial for a in self.attempts))
+
+
+def _seal_delay(record: PeriodRecord, trials: Iterable[TrialRecord | None]) -> int | None:
+    ends = [trial.finished_ns for trial in trials
+            if trial is not None and trial.finished_ns is not None]
+    if record.sealed_ns is None or not ends:
+        return None
+    return record.sealed_ns - max(ends)
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,9 +403,10 @@ class Collected:
     sacct: SacctDump | None
     sacct_display: str | None
     execution_commits: dict[str, str] | None
-    periods: Sequence[PeriodEvidence]
-    """In the study's order: a tuple, or for a large study a sequence kept packed that
-    remakes each period as it is read (look one up by its place, never hold them all)."""
+    periods: Sequence[PeriodSummary]
+    """Each period as the study keeps it (:meth:`PeriodEvidence.summary`), in the study's
+    order: kept by the store, which may make each anew as it is read (look one up by its
+    place, never hold them all)."""
     evidence: EvidenceRows
     inputs: Sequence[InputFile]
     """Inputs read besides the evidence files the period records list (those are in
@@ -354,9 +415,11 @@ class Collected:
     both."""
     findings: tuple[Finding, ...]
     tables: Mapping[str, TableRows] = field(default_factory=dict)
-    """Output tables whose rows were spilled as each period was judged (``phases``,
-    ``devices``): their records are let go from ``periods`` (each trace keeps only its
-    :class:`~auditor.model.TraceDigest`), but for the first few the plots draw."""
+    """The ``phases`` and ``devices`` tables' rows, made as each period was judged (a
+    period's summary keeps no phase record nor device file)."""
+    timeline: tuple[PeriodEvidence, ...] = ()
+    """The first :data:`~auditor.model.TIMELINE_PERIODS` periods, whole: what the phase
+    timeline draws."""
 
     def scheduler_usable(self) -> bool:
         """Whether a scheduler dump was read with records in it (not missing, ``AUD123``,

@@ -17,10 +17,11 @@ from collections import Counter, deque
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import replace
 from itertools import chain
+from typing import TYPE_CHECKING
 
 from auditor._text import clip
 from auditor.model import (
-    AllocatorTrace,
+    TIMELINE_PERIODS,
     AttemptRead,
     AuditOptions,
     AuditResult,
@@ -33,6 +34,7 @@ from auditor.model import (
     InputFile,
     PeriodEvidence,
     PeriodRecord,
+    PeriodSummary,
     PeriodUnit,
     Progress,
     Severity,
@@ -44,8 +46,6 @@ from auditor.pipeline.worker import (
     FoldedPeriod,
     UnitRows,
     forget_judges,
-    let_go,
-    shared_traces,
     unit_findings,
     unit_rows,
 )
@@ -61,6 +61,9 @@ from auditor.validate.integrity import (
     layout_findings,
     unlisted_rows,
 )
+
+if TYPE_CHECKING:  # (pyarrow: imported where the tables are made, never in the workers)
+    from auditor.store.tables import TableRows
 
 CAP_SUMMARIES = frozenset({"AUD013", "AUD016"})
 """Findings that report a cap: never dropped by the per-file cap (the study's counts them)."""
@@ -119,7 +122,7 @@ class Joining:
 def assemble_collected(parts: CollectedParts,
                        pieces: Sequence[Sequence[Sequence[Finding]]] | None = None,
                        spilled: EvidenceStore | None = None,
-                       folded: tuple[Kept[PeriodEvidence], Kept[InputFile]] | None
+                       folded: tuple[Kept[PeriodSummary], Kept[InputFile]] | None
                        = None, layout: Sequence[Finding] | None = None) -> Collected:
     """The study's :class:`Collected` from its parts (one audit's, or every shard's merged):
     the periods in their order, the findings in the order collection reports them (the
@@ -127,19 +130,26 @@ def assemble_collected(parts: CollectedParts,
     the command line's inputs), the evidence rows and inputs sorted. ``pieces``: each
     unit's :func:`unit_findings`, in the units' order, when made already; ``spilled``: the
     periods' evidence rows, when kept there as they came (the periods then hold none);
-    ``folded``: the periods, in order, and their records' inputs, when a :class:`Fold`
-    kept them (``parts.units`` are then not read); ``layout``: the layout's findings
-    (:func:`layout_findings`), when made already (``parts.layout`` may then be without
-    its listings)."""
+    ``folded``: the periods' summaries, in order, and their records' inputs, when a
+    :class:`Fold` kept them (``parts.units`` are then not read: the fold gives its
+    timeline and tables); ``layout``: the layout's findings (:func:`layout_findings`),
+    when made already (``parts.layout`` may then be without its listings)."""
     units = sorted(parts.units, key=lambda unit: unit.index) if folded is None else []
     if pieces is None:
         pieces = [unit_findings(unit) for unit in units]
-    periods: Kept[PeriodEvidence]
+    periods: Kept[PeriodSummary]
     record_inputs: Kept[InputFile]
+    tables: dict[str, TableRows] = {}
     if folded is None:
-        periods = Kept(unit.evidence for unit in units)
+        shared: dict[TraceDigest, TraceDigest] = {}
+        periods = Kept(unit.evidence.summary(parts.protocol, shared) for unit in units)
         record_inputs = Kept(unit.record_input for unit in units
                              if unit.record_input is not None)
+        tables = _tables()
+        for unit in units:
+            _, phases, devices, _ = unit_rows(unit)
+            tables["phases"].extend(phases)
+            tables["devices"].extend(devices)
     else:
         periods, record_inputs = folded
     findings = list(parts.study_findings)
@@ -152,12 +162,13 @@ def assemble_collected(parts: CollectedParts,
         spilled.extend(unlisted)
         rows = spilled
     else:
-        evidence = [row for period in periods for attempt in period.attempts
+        evidence = [row for unit in units for attempt in unit.evidence.attempts
                     for row in attempt.files]
         evidence.extend(unlisted)
         rows = tuple(sorted(evidence, key=lambda e: e.path))
     findings.extend(integrity_findings(unlisted))
-    findings.extend(layout_findings(parts.root, parts.layout, periods)
+    findings.extend(layout_findings(parts.root, parts.layout,
+                                    (period.record for period in periods))
                     if layout is None else layout)
     findings.extend(parts.input_findings)
     return Collected(
@@ -171,7 +182,16 @@ def assemble_collected(parts: CollectedParts,
         evidence=rows,
         inputs=_sorted_inputs(parts.study_inputs, record_inputs),
         findings=tuple(findings),
+        tables=tables,
+        timeline=tuple(unit.evidence for unit in units[:TIMELINE_PERIODS]),
     )
+
+
+def _tables() -> dict[str, TableRows]:
+    """The tables whose rows are kept as each period is read (``phases``, ``devices``)."""
+    from auditor.store.tables import KEPT_TABLES, TableRows  # (pyarrow: not in the workers)
+
+    return {name: TableRows(name) for name in KEPT_TABLES}
 
 
 def _sorted_inputs(study: Iterable[InputFile], records: Kept[InputFile]
@@ -183,13 +203,14 @@ def _sorted_inputs(study: Iterable[InputFile], records: Kept[InputFile]
     return kept_sorted(chain(study, records.drain()), input_order)
 
 
-def _unread(record: PeriodRecord) -> PeriodEvidence:
-    return PeriodEvidence(record, ())
+def _unread(record: PeriodRecord) -> PeriodSummary:
+    return PeriodSummary(record, ())
 
 
 def _before_reading(head: CollectedParts, records: Sequence[PeriodRecord]) -> Collected:
     """The study as the judge first sees it: its inputs, the scheduler's dump and each
-    period's record, no evidence read (each made as it is read: a view of the records)."""
+    period's record, no attempt read yet (each made as it is read: a view of the
+    records)."""
     return Collected(root=head.root, layout=head.layout, protocol=head.protocol,
                      sacct=head.sacct, sacct_display=head.sacct_display,
                      execution_commits=head.execution_commits,
@@ -204,17 +225,17 @@ period)."""
 class Fold:
     """A study's periods folded one at a time, in the study's order, as they are
     collected: each is validated and judged (:class:`StudyJudge`), its phase and device
-    rows are spilled to their tables, and its records are let go (:func:`let_go`): kept
-    whole only for the first :data:`KEPT_WHOLE` and for one that waits for the study.
-    The judged periods are kept in order (:attr:`periods`). ``head``: the study's parts
-    before any period (its inputs, layout, findings)."""
+    rows go to their tables, and once judged it is kept as its summary
+    (:meth:`PeriodEvidence.summary`), in order (:attr:`periods`), and whole only among the
+    first :data:`KEPT_WHOLE` (:attr:`timeline`). ``head``: the study's parts before any
+    period (its inputs, layout, findings)."""
 
     def __init__(self, head: CollectedParts, records: Sequence[PeriodRecord],
                  options: AuditOptions) -> None:
         study = _before_reading(head, records)
         self.options = options
         self.protocol = head.protocol
-        self.layout_findings = layout_findings(head.root, head.layout, study.periods)
+        self.layout_findings = layout_findings(head.root, head.layout, records)
         """The layout's findings: made once, the layout's listings then let go (the
         judge's study is without them; so may be the parts :meth:`finish` is given)."""
         study = replace(study, layout=head.layout.without_listings())
@@ -224,20 +245,20 @@ class Fold:
         self.pieces: list[tuple[Sequence[Finding], ...]] = []
         """Each period's collection findings (:func:`unit_findings`; one shared
         :data:`NO_FINDINGS` for the many periods without any)."""
-        from auditor.store.tables import TableRows  # (pyarrow: not in the workers)
-
-        self.tables = {name: TableRows(name) for name in ("phases", "devices")}
+        self.tables = _tables()
         self.evidence = EvidenceStore()
-        self.periods: Kept[PeriodEvidence] = Kept()
-        """The periods folded and judged, in order, as :func:`let_go` leaves them."""
+        self.periods: Kept[PeriodSummary] = Kept()
+        """The periods folded and judged, in order, summarised."""
+        self.timeline: list[PeriodEvidence] = []
+        """The first :data:`KEPT_WHOLE` periods, whole."""
         self.record_inputs: Kept[InputFile] = Kept()
         """The period records' inputs (hashed as read), in the periods' order."""
         self._held: dict[int, PeriodEvidence] = {}
         """The periods folded but not yet in :attr:`periods`, by slot."""
         self._judged: set[int] = set()
         """Of those, the judged."""
-        self.digests: dict[TraceDigest, AllocatorTrace] = {}
-        """One let-go trace for each alike digest (most traces reach the same phases)."""
+        self.digests: dict[TraceDigest, TraceDigest] = {}
+        """One object for each alike trace digest (most traces reach the same phases)."""
 
     def add(self, unit: PeriodUnit) -> None:
         """Fold the study's next period, read but not judged (it is judged here)."""
@@ -245,24 +266,21 @@ class Fold:
         self._add_rows(rows, unit.record_input)
         period = unit.evidence
         self._held[len(self.pieces) - 1] = period
-        for slot in self.judge.add(period, self.pieces[-1]):
-            self._judged.add(slot)
-            if slot >= KEPT_WHOLE:  # (judged: what the report needs of it is kept)
-                self._held[slot] = let_go(self._held[slot], self.protocol, self.digests)
+        self._judged.update(self.judge.add(period, self.pieces[-1]))
         self._keep(every=False)
 
     def add_folded(self, folded: FoldedPeriod) -> None:
-        """Fold the study's next period, judged and let go already (:func:`fold_batch`,
-        in a worker); its traces become this fold's one of each alike digest."""
+        """Fold the study's next period, judged and summarised already
+        (:func:`fold_batch`, in a worker); its traces' digests become this fold's one of
+        each alike."""
         if self._held:
             raise RuntimeError("a period judged apart after one waiting to be judged here")
         self._add_rows((folded.piece, folded.phases, folded.devices, folded.files),
                        folded.record_input)
         self.judge.add_judged(folded.judged)
-        period = folded.period
-        if len(self.periods) >= KEPT_WHOLE:
-            period = shared_traces(period, self.digests)
-        self.periods.append(period)
+        if folded.whole is not None:
+            self.timeline.append(folded.whole)
+        self.periods.append(_shared(folded.period, self.digests))
 
     def _add_rows(self, rows: UnitRows, record_input: InputFile | None) -> None:
         piece, phases, devices, files = rows
@@ -278,7 +296,10 @@ class Fold:
         judged, or ``every`` one (at the end: the judge holds those it has not judged)."""
         done = len(self.periods)
         while done in self._held and (every or done in self._judged):
-            self.periods.append(self._held.pop(done))
+            period = self._held.pop(done)
+            if done < KEPT_WHOLE:
+                self.timeline.append(period)
+            self.periods.append(period.summary(self.protocol, self.digests))
             self._judged.discard(done)
             done += 1
 
@@ -292,7 +313,7 @@ class Fold:
         parts = replace(parts, layout=parts.layout.without_listings(), sacct=self.judge.sacct)
         collected = replace(assemble_collected(
             parts, self.pieces, self.evidence, (self.periods, self.record_inputs),
-            self.layout_findings), tables=self.tables)
+            self.layout_findings), tables=self.tables, timeline=tuple(self.timeline))
         yield Progress("reason", 0, 1)
         validation, reasoning = self.judge.finish(collected)
         findings, not_kept = apply_limits(
@@ -309,6 +330,17 @@ class Fold:
             partial=any(f.rule_id in CAP_SUMMARIES for f in findings),
             findings_not_kept=not_kept,
         )
+
+
+def _shared(period: PeriodSummary, digests: dict[TraceDigest, TraceDigest]
+            ) -> PeriodSummary:
+    """``period`` with each of its traces' digests ``digests``' one alike (each kept there
+    when it is the first of its kind)."""
+    attempts = tuple(attempt if all(digests.setdefault(d, d) is d for d in attempt.traces)
+                     else replace(attempt, traces=tuple(digests[d] for d in attempt.traces))
+                     for attempt in period.attempts)
+    changed = any(a is not b for a, b in zip(attempts, period.attempts, strict=True))
+    return replace(period, attempts=attempts) if changed else period
 
 
 def apply_limits(findings: Sequence[Finding] | Callable[[], Iterable[Finding]],

@@ -1,35 +1,33 @@
 """What a worker does with a batch of the study's periods: read, join, validate and judge them.
 
 :func:`fold_batch` runs in a worker (or, for a study judged in the audit's own process, its
-parts run there: :func:`unit_rows`, :func:`let_go`): each period of a :class:`PeriodBatch` is
-read (:func:`~auditor.collect.attempt.read_attempt`), joined with its manifest, validated and
+parts run there: :func:`unit_rows`): each period of a :class:`PeriodBatch` is read
+(:func:`~auditor.collect.attempt.read_attempt`), joined with its manifest, validated and
 judged, and what the study's fold keeps of it comes back (:class:`FoldedPeriod`): its verdict,
-its collection findings, its table rows, and the period as :func:`let_go` leaves it.
+its collection findings, its table rows, its summary (:meth:`PeriodEvidence.summary`), and
+the period whole when the timeline draws it.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from auditor.collect.attempt import read_attempt
 from auditor.collect.inputs import LoadedPeriod, unpack_entries
 from auditor.model import (
     TIMELINE_PERIODS,
-    AllocatorTrace,
     AttemptTask,
     EvidenceFile,
     Finding,
     InputFile,
     PeriodEvidence,
+    PeriodSummary,
     PeriodUnit,
-    Protocol,
     SacctJob,
     TraceDigest,
-    completes_cleanly,
-    phases_reached,
 )
 from auditor.reason.engine import (
     JudgeContext,
@@ -55,8 +53,7 @@ def unit_findings(unit: PeriodUnit) -> tuple[list[Finding], list[Finding], list[
 
 
 KEPT_WHOLE = TIMELINE_PERIODS
-"""Periods kept with every record they were read with (the timeline plot draws their
-phases); every later one keeps only what the report says of it (:func:`let_go`)."""
+"""Periods kept whole besides their summaries (the timeline plot draws their phases)."""
 UnitRows = tuple[tuple[Sequence[Finding], ...], list[tuple[Any, ...]], list[tuple[Any, ...]],
                  list[EvidenceFile]]
 """A period's collection findings (:func:`unit_findings`), its rows of the ``phases`` and
@@ -108,8 +105,9 @@ class PeriodBatch:
 @dataclass(frozen=True, slots=True)
 class FoldedPeriod:
     """A period read, validated and judged in a worker: all a study's fold keeps of it
-    (:meth:`Fold.add_folded`). ``period`` is let go (:func:`let_go`) unless among the
-    first :data:`KEPT_WHOLE`; ``files_read`` and ``bytes_read`` are for the progress."""
+    (:meth:`Fold.add_folded`): its summary, and ``whole`` the period itself when among the
+    first :data:`KEPT_WHOLE` (else None); ``files_read`` and ``bytes_read`` are for the
+    progress."""
 
     judged: Judged
     piece: tuple[Sequence[Finding], ...]
@@ -117,7 +115,8 @@ class FoldedPeriod:
     devices: list[tuple[Any, ...]]
     files: list[EvidenceFile]
     record_input: InputFile | None
-    period: PeriodEvidence
+    period: PeriodSummary
+    whole: PeriodEvidence | None
     files_read: int
     bytes_read: int
 
@@ -125,8 +124,9 @@ class FoldedPeriod:
 _JUDGES: list[tuple[weakref.ref[JudgeContext], PeriodJudge]] = []
 """The judge of the context last given to :func:`fold_batch` in this process (a worker is
 given one per audit: built once, not once a batch)."""
-_DIGESTS: dict[TraceDigest, AllocatorTrace] = {}
-"""This process's one let-go trace for each alike digest (see :func:`let_go`)."""
+_DIGESTS: dict[TraceDigest, TraceDigest] = {}
+"""This process's one object for each alike trace digest (most traces reach the same
+phases)."""
 
 
 def _judge_of(context: JudgeContext) -> PeriodJudge:
@@ -164,64 +164,11 @@ def fold_batch(context: JudgeContext, batch: PeriodBatch) -> list[FoldedPeriod]:
     folded = []
     for task, unit, (piece, phases, devices, files), one, (count, size) in zip(
             batch.tasks, units, rows, judged, sizes, strict=True):
-        period = unit.evidence if task.index < KEPT_WHOLE \
-            else let_go(unit.evidence, protocol, _DIGESTS)
+        whole = unit.evidence if task.index < KEPT_WHOLE else None
         folded.append(FoldedPeriod(one, piece, phases, devices, files, unit.record_input,
-                                   period, count, size))
+                                   unit.evidence.summary(protocol, _DIGESTS), whole, count,
+                                   size))
     return folded
-
-
-def shared_traces(period: PeriodEvidence, digests: dict[TraceDigest, AllocatorTrace]
-                  ) -> PeriodEvidence:
-    """``period`` (let go) with each of its traces ``digests``' one of its digest (each
-    is kept there when it is the first of its digest)."""
-    attempts = []
-    changed = False
-    for attempt in period.attempts:
-        read = attempt.read
-        traces = tuple(digests.setdefault(trace.digest, trace) if trace.digest is not None
-                       else trace for trace in read.traces)
-        if any(a is not b for a, b in zip(traces, read.traces, strict=True)):
-            changed = True
-            attempt = replace(attempt, read=replace(read, traces=traces))
-        attempts.append(attempt)
-    return replace(period, attempts=tuple(attempts)) if changed else period
-
-
-def let_go(period: PeriodEvidence, protocol: Protocol,
-           digests: dict[TraceDigest, AllocatorTrace]) -> PeriodEvidence:
-    """What the report still needs of a judged period: its records but the manifest
-    entries and evidence rows (the study's :class:`~auditor.store.EvidenceStore` keeps the
-    rows), and of what its attempts' reading gave only what the reporters read: the trial
-    record but its processes and findings (the study's findings hold those), and of each
-    trace its digest (a trace with no more than that, one for each alike digest, from
-    ``digests``: its phase records are rows of the ``phases`` table, its identities were
-    checked when the period was judged). The log's scan (judging read it) and the device
-    files (rows of the ``devices`` table) go."""
-    phases = protocol.completion_phases
-    first, last = (phases[0], phases[-1]) if len(phases) >= 2 else ("", "")
-    record = period.record.without_entries()
-    attempts = []
-    for attempt, spec in zip(period.attempts, record.attempts, strict=True):
-        read = attempt.read
-        trial = read.trial
-        steps = trial.dispatched_int(protocol.steps_from) if trial else None
-        traces = []
-        for trace in read.traces:
-            digest = TraceDigest(phases_reached(trace),
-                                 completes_cleanly(trace, steps, first, last))
-            known = digests.get(digest)
-            if known is None:
-                known = digests[digest] = AllocatorTrace("", 0, (), 0, None, None, (), (),
-                                                         None, None, digest=digest)
-            traces.append(known)
-        if trial is not None:  # (its env stays: a step count may be given there alone)
-            trial = replace(trial, processes=(), findings=())
-        attempts.append(replace(attempt, spec=spec, files=(), read=replace(
-            read, trial=trial, traces=tuple(traces), log=None, devices=())))
-    return PeriodEvidence(record, tuple(attempts))
-
-
 
 
 def forget_judges() -> None:

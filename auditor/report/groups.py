@@ -12,14 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from auditor.model import (
-    AttemptEvidence,
     AttemptOutcome,
+    AttemptSummary,
     AuditResult,
-    PeriodEvidence,
+    PeriodSummary,
     SacctJob,
     Verdict,
-    completes_cleanly,
-    phases_reached,
 )
 from auditor.report.mdformat import code_span, number
 from auditor.store import Kept, pickles_fast
@@ -51,7 +49,7 @@ class _Index:
     views: Sequence[CountedView] = ()
     """Each period's :class:`CountedView`, by its place in the study's (kept by the store,
     as the periods are)."""
-    counted: dict[str, tuple[PeriodEvidence | None, AttemptEvidence | None,
+    counted: dict[str, tuple[PeriodSummary | None, AttemptSummary | None,
                              AttemptOutcome | None]] = field(default_factory=dict)
     """:func:`counted_attempt`'s answers, as they are asked for (the last
     :data:`COUNTED_KEPT`)."""
@@ -89,19 +87,18 @@ class CountedView:
     """Of each allocator trace, the phases it reaches (:func:`~auditor.model.phases_reached`)."""
 
 
-def _view(result: AuditResult, period: PeriodEvidence | None, attempt: AttemptEvidence | None,
+def _view(result: AuditResult, period: PeriodSummary | None, attempt: AttemptSummary | None,
           shared: dict[Any, Any]) -> CountedView:
     """``attempt``'s view (of ``period``), its repeated values made one (``shared``)."""
     if attempt is None:
         return CountedView(period.record.path if period is not None else "", "", (), 0,
                            False, (), None, (), ())
     protocol = result.collected.protocol
-    trial = attempt.read.trial
+    trial = attempt.trial
     steps = trial.dispatched_int(protocol.steps_from) if trial is not None else None
-    phases = protocol.completion_phases
-    traces = attempt.read.traces
-    clean = tuple(completes_cleanly(trace, steps, phases[0], phases[-1]) for trace in traces) \
-        if len(phases) >= 2 else ()
+    traces = attempt.traces
+    clean = tuple(trace.completes for trace in traces) \
+        if len(protocol.completion_phases) >= 2 else ()
     workers = attempt.spec.workers
     return CountedView(
         record=period.record.path if period is not None else "",
@@ -111,7 +108,7 @@ def _view(result: AuditResult, period: PeriodEvidence | None, attempt: AttemptEv
         dispatch=trial.dispatch if trial is not None else (),
         steps=steps, clean=shared.setdefault(clean, clean),
         reached=shared.setdefault(reached := tuple(
-            shared.setdefault(one, one) for one in map(phases_reached, traces)), reached))
+            shared.setdefault(one.reached, one.reached) for one in traces), reached))
 
 
 COUNTED_KEPT = 1024
@@ -179,7 +176,7 @@ def _outcomes(result: AuditResult, indexed: _Index, subject: str) -> list[Attemp
 
 
 def counted_attempt(result: AuditResult, subject: str
-                    ) -> tuple[PeriodEvidence | None, AttemptEvidence | None,
+                    ) -> tuple[PeriodSummary | None, AttemptSummary | None,
                                AttemptOutcome | None]:
     """The period of ``subject``, the attempt its verdict rests on (else its last), and
     that attempt's outcome."""
@@ -216,9 +213,9 @@ def _counted_among(outcomes: list[AttemptOutcome]) -> AttemptOutcome | None:
     return next((o for o in outcomes if o.counted), outcomes[-1] if outcomes else None)
 
 
-def _counted_of(result: AuditResult, indexed: _Index, period: PeriodEvidence | None,
+def _counted_of(result: AuditResult, indexed: _Index, period: PeriodSummary | None,
                 subject: str | None = None
-                ) -> tuple[PeriodEvidence | None, AttemptEvidence | None,
+                ) -> tuple[PeriodSummary | None, AttemptSummary | None,
                            AttemptOutcome | None]:
     outcome = _counted_among(_outcomes(
         result, indexed, subject if subject is not None else period.subject if period else ""))

@@ -671,7 +671,7 @@ def _cross_checks(result: AuditResult) -> str:
         record = period.record
         if record.readable:
             readable += 1
-            traces += sum(len(a.read.traces) for a in period.attempts)
+            traces += sum(len(a.traces) for a in period.attempts)
             idle_ok += record.idle_check is not None and record.idle_check.passed is True
 
     def outcome(rules: tuple[str, ...], clean: str) -> str:

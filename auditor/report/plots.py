@@ -180,7 +180,7 @@ def _timeline_rows(result: AuditResult) -> tuple[TimelineRow, ...]:
                for v in result.reasoning.verdicts}
     rows = []
     group = 0
-    for period in result.collected.periods[:MAX_TIMELINE_PERIODS]:
+    for period in result.collected.timeline[:MAX_TIMELINE_PERIODS]:
         chosen = counted.get(period.subject)
         if chosen is None and period.attempts:
             chosen = period.attempts[-1].spec.index
@@ -283,7 +283,7 @@ def _peak_points(result: AuditResult) -> tuple[
         if len(period.attempts) < 2 or record.workload is None:
             continue
         for attempt in period.attempts:
-            trial = attempt.read.trial
+            trial = attempt.trial
             if (period.subject, attempt.spec.index) not in counted and trial is not None \
                     and trial.peak_mib is not None:
                 by_config[f"{record.workload}@{record.gpus}"].append(

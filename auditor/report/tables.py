@@ -23,7 +23,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from auditor.model import AuditResult
-from auditor.store.rows import device_rows, phase_rows
 from auditor.store.tables import SCHEMAS, record_batches
 
 
@@ -79,27 +78,11 @@ def _evidence(result: AuditResult) -> Iterable[tuple[Any, ...]]:
         )
 
 
-def _phases(result: AuditResult) -> Iterable[tuple[Any, ...]]:
-    for period in result.collected.periods:
-        for attempt in period.attempts:
-            yield from phase_rows(period, attempt)
-
-
-def _devices(result: AuditResult) -> Iterable[tuple[Any, ...]]:
-    for period in result.collected.periods:
-        for attempt in period.attempts:
-            yield from device_rows(period, attempt)
-
-
 def device_values(result: AuditResult, column: str) -> set[Any]:
-    """Every value of one column of the ``devices`` table (read back from its spilled rows
-    when the audit let the periods' devices go, else from the periods)."""
-    spilled = result.collected.tables.get("devices")
-    if spilled is not None:
-        return {value for batch in spilled.batches()
-                for value in batch.column(column).to_pylist()}
-    index = SCHEMAS["devices"].names.index(column)
-    return {row[index] for row in _devices(result)}
+    """Every value of one column of the ``devices`` table (read back from where the audit
+    kept its rows)."""
+    return {value for batch in result.collected.tables["devices"].batches()
+            for value in batch.column(column).to_pylist()}
 
 
 def sorted_findings(result: AuditResult) -> list[Any]:
@@ -114,9 +97,9 @@ ROWS: dict[str, Callable[[AuditResult], Iterable[tuple[Any, ...]]]] = {
     "attempts": _attempts,
     "findings": _findings,
     "evidence": _evidence,
-    "phases": _phases,
-    "devices": _devices,
 }
+"""The rows of each table made from the result as it is written; those of the others
+(``phases``, ``devices``) were kept as the audit made them (:attr:`Collected.tables`)."""
 
 
 ROW_GROUP_ROWS = 16_384
@@ -141,8 +124,7 @@ def write_table(name: str, result: AuditResult, sink: io.RawIOBase) -> int:
         **(SCHEMAS[name].metadata or {}),
         b"auditor.partial": b"true" if result.partial else b"false",
     })
-    spilled = result.collected.tables.get(name)
-    batches = spilled.batches() if spilled is not None \
+    batches = result.collected.tables[name].batches() if name not in ROWS \
         else record_batches(ROWS[name](result), SCHEMAS[name])
     pending: list[pa.RecordBatch] = []
     pending_rows = total = 0

@@ -149,6 +149,10 @@ DEVICES_SCHEMA = pa.schema([
     pa.field("path", pa.string(), nullable=False, metadata={"doc": "the device file"}),
 ])
 
+KEPT_TABLES = ("phases", "devices")
+"""The tables whose rows the audit makes as it reads each period, kept here
+(:class:`TableRows`) until they are written; the others are made from the result."""
+
 SCHEMAS: dict[str, pa.Schema] = {
     "periods": PERIODS_SCHEMA,
     "attempts": ATTEMPTS_SCHEMA,

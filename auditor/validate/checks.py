@@ -36,13 +36,15 @@ ATTEMPT_NAME_RE = re.compile(r"(?:^|/)attempt-(?P<job>[^/]+?)(?:-r(?P<restart>\d
 NS = 1_000_000_000
 
 
-def validate(collected: Collected, options: AuditOptions) -> list[Finding]:
-    """Every cross-check over the collected study, in the order a report lists them: each
-    period's (:func:`period_checks`), the scheduler's (:func:`study_checks`), each period's
-    commit pin, then the protocol's anchors."""
+def validate(periods: Iterable[PeriodEvidence], collected: Collected, options: AuditOptions
+             ) -> list[Finding]:
+    """Every cross-check over the collected study (``periods``: its periods, whole), in the
+    order a report lists them: each period's (:func:`period_checks`), the scheduler's
+    (:func:`study_checks`), each period's commit pin, then the protocol's anchors (an audit
+    makes them a period at a time: :class:`~auditor.reason.engine.StudyJudge`)."""
     own: list[Finding] = []
     pins: list[Finding] = []
-    for period in collected.periods:
+    for period in periods:
         checks, pin = period_checks(period, collected)
         own.extend(checks)
         pins.extend(pin)

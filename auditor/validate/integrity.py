@@ -129,10 +129,10 @@ def unlisted_rows(outcomes: Iterable[FileOutcome]) -> list[EvidenceFile]:
 
 
 def layout_findings(root: Path, layout: StudyLayout,
-                    periods: Iterable[PeriodEvidence]) -> list[Finding]:
+                    records: Iterable[PeriodRecord]) -> list[Finding]:
     """What the study's layout shows: links in a pair directory's place (``AUD022``), files
     under ``pairs/`` that are not period records (``AUD105``), attempt directories no
-    period names (``AUD106``)."""
+    period record (``records``) names (``AUD106``)."""
     findings: list[Finding] = []
     for rel in layout.stray_pair_files:
         if rel.count("/") == 1 and os.path.islink(root / rel) \
@@ -142,7 +142,7 @@ def layout_findings(root: Path, layout: StudyLayout,
         findings.append(finding(
             "AUD105", rel, [Citation(rel)],
             form="stray_in_pairs"))
-    referenced = {spec.attempt_dir for pe in periods for spec in pe.record.attempts}
+    referenced = {spec.attempt_dir for record in records for spec in record.attempts}
     for rel_dir in layout.attempt_dirs:
         if rel_dir not in referenced:
             findings.append(finding("AUD106", rel_dir, [Citation(rel_dir)]))

@@ -6,15 +6,22 @@ from __future__ import annotations
 import pickle
 from dataclasses import replace
 
-from auditor.model import AuditOptions, Collected, PeriodEvidence, Reason, VerdictKind
+from auditor.model import (
+    AuditOptions,
+    Collected,
+    PeriodEvidence,
+    PeriodSummary,
+    Reason,
+    VerdictKind,
+)
 from auditor.reason.engine import PeriodJudge, StudyJudge, batch_ends, judge_together
 from tests.reason.values import attempt, collected, period, sacct, sacct_job, trial
 
 
 def _judged(study: Collected) -> list[tuple[str, VerdictKind, Reason]]:
-    before = replace(study, periods=tuple(PeriodEvidence(p.record, ()) for p in study.periods))
+    before = replace(study, periods=tuple(PeriodSummary(p.record, ()) for p in study.periods))
     judge = StudyJudge(before, AuditOptions(), ([], [], []))
-    for one in study.periods:
+    for one in study.timeline:
         judge.add(one, ([], [], []))
     _, reasoning = judge.finish(study)
     return [(v.subject, v.verdict, v.reason) for v in reasoning.verdicts]
@@ -63,7 +70,7 @@ def test_an_attempt_no_record_names_the_job_of_waits_for_the_study() -> None:
 
 
 def _records(study: Collected) -> Collected:
-    return replace(study, periods=tuple(PeriodEvidence(p.record, ()) for p in study.periods))
+    return replace(study, periods=tuple(PeriodSummary(p.record, ()) for p in study.periods))
 
 
 def test_batches_end_only_where_no_later_period_names_an_earlier_job() -> None:
@@ -106,7 +113,7 @@ def test_rows_set_aside_come_back_to_judge_a_period_here() -> None:
     judge.set_rows_aside()
     assert judge.study.sacct is not None and judge.study.sacct.jobs == ()
     assert judge.context.study.sacct == judge.study.sacct
-    judge.add(study.periods[0], ([], [], []))
+    judge.add(study.timeline[0], ([], [], []))
     _, reasoning = judge.finish(study)
     assert [v.reason for v in reasoning.verdicts] == [Reason.TIME_LIMIT]
     assert judge.sacct == study.sacct and judge.study.sacct == study.sacct

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from auditor.model import (
     DEFAULT_PROTOCOL,
+    TIMELINE_PERIODS,
     AllocatorTrace,
     AttemptEvidence,
     AttemptOutcome,
@@ -202,7 +203,8 @@ def collected(*periods: PeriodEvidence, dump: SacctDump | None = None,
                          execution_commits="execution_commits.json" if commits else None)
     evidence = tuple(f for p in periods for a in p.attempts for f in a.files)
     return Collected(root, layout, protocol, dump, SACCT if dump else None, commits,
-                     tuple(periods), evidence, (), tuple(findings))
+                     tuple(p.summary(protocol) for p in periods), evidence, (),
+                     tuple(findings), timeline=periods[:TIMELINE_PERIODS])
 
 
 def context(study: Collected, findings: Iterable[Finding] = ()) -> Context:

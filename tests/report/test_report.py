@@ -284,11 +284,15 @@ def test_tables_stream_in_row_groups_and_read_back_whole(tmp_path: Path,
 
     from auditor.pipeline.audit import run_audit
     from auditor.report import tables
+    from auditor.store.rows import phase_rows
     from tests.helpers import copy_example
 
     root = copy_example(tmp_path)
+    result = run_audit(root)
+    assert len(result.collected.timeline) == len(result.collected.periods)  # (all whole)
     expected = [dict(zip(tables.SCHEMAS["phases"].names, row, strict=True))
-                for row in tables.ROWS["phases"](run_audit(root))]
+                for period in result.collected.timeline for attempt in period.attempts
+                for row in phase_rows(period, attempt)]
     monkeypatch.setattr("auditor.store.tables.BATCH_ROWS", 7)
     monkeypatch.setattr(tables, "ROW_GROUP_ROWS", 49)
     out = tmp_path / "out"

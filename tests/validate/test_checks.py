@@ -32,7 +32,8 @@ from tests.reason.values import (
 
 def checked(study: Collected) -> list[tuple[str, str]]:
     """(rule, subject) of every finding of the cross-checks."""
-    return [(item.rule_id, item.subject) for item in validate(study, AuditOptions())]
+    return [(item.rule_id, item.subject)
+            for item in validate(study.timeline, study, AuditOptions())]
 
 
 def one(**changes: object) -> Collected:
@@ -53,7 +54,7 @@ def details(study: Collected) -> list[str]:
     """What every finding says, without its leading subject (:func:`describe`)."""
     from auditor.rules import describe
 
-    return [describe(item) for item in validate(study, AuditOptions())]
+    return [describe(item) for item in validate(study.timeline, study, AuditOptions())]
 
 
 def test_the_consistent_study_gives_no_finding() -> None:
@@ -73,7 +74,7 @@ def test_a_trial_that_disagrees_with_its_period_is_aud112() -> None:
 
 def test_two_ranks_on_one_gpu_is_aud113() -> None:
     study = with_devices(device(0, PIDS[0]), device(1, PIDS[1], gpu_uuid="GPU-0000-0"))
-    found = validate(study, AuditOptions())
+    found = validate(study.timeline, study, AuditOptions())
     assert [(f.rule_id, f.value("uuid"), f.value("ranks")) for f in found] == [
         ("AUD113", "GPU-0000-0", "0, 1")]
 
@@ -122,7 +123,7 @@ def test_an_invocation_outside_its_allocation_is_aud117(started: int, finished: 
 
 def test_a_period_that_ran_another_commit_is_aud121() -> None:
     study = collected(period(attempt()), dump=sacct(sacct_job()), commits={PAIR: "d"})
-    found: list[Finding] = validate(study, AuditOptions())
+    found: list[Finding] = validate(study.timeline, study, AuditOptions())
     assert [(f.rule_id, f.value("actual"), f.value("expected")) for f in found] == [
         ("AUD121", "c", "d")]
 

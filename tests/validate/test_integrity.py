@@ -601,7 +601,7 @@ def test_a_study_result_keeps_each_file_once(tmp_path: Path) -> None:
     assert len(verified) > 100
     for row in verified:
         assert row.actual_sha256 is listed[row.path].sha256
-    assert all(a.read.files == () for p in collected.periods for a in p.attempts)
+    assert all(a.read.files == () for p in collected.timeline for a in p.attempts)
     assert collected.layout.attempt_files == {}
     assert not any(i.path in {row.path for row in verified} for i in collected.inputs)
     assert {i.path for i in collected.all_inputs()} >= {row.path for row in verified}
