@@ -413,7 +413,9 @@ class Collected:
     ``evidence``), sorted (:func:`input_order`): a tuple, or for a large study a sequence
     kept packed (its period records' inputs, one a period); :meth:`all_inputs` gives
     both."""
-    findings: tuple[Finding, ...]
+    findings: Sequence[Finding]
+    """Collection's findings, in the order collection reports them (a large study's may be
+    made anew as they are read: a study of damaged files has one or more a file)."""
     tables: Mapping[str, TableRows] = field(default_factory=dict)
     """The ``phases`` and ``devices`` tables' rows, made as each period was judged (a
     period's summary keeps no phase record nor device file)."""

@@ -152,7 +152,7 @@ def assemble_collected(parts: CollectedParts,
             tables["devices"].extend(devices)
     else:
         periods, record_inputs = folded
-    findings = list(parts.study_findings)
+    findings: Kept[Finding] = Kept(parts.study_findings)
     for kind in range(len(PERIOD_RANKS)):
         findings.extend(item for piece in pieces for item in piece[kind])
     unlisted = unlisted_rows(outcome for _, outcome in sorted(
@@ -181,7 +181,7 @@ def assemble_collected(parts: CollectedParts,
         periods=periods,
         evidence=rows,
         inputs=_sorted_inputs(parts.study_inputs, record_inputs),
-        findings=tuple(findings),
+        findings=findings,
         tables=tables,
         timeline=tuple(unit.evidence for unit in units[:TIMELINE_PERIODS]),
     )
@@ -242,9 +242,10 @@ class Fold:
         self.judge = StudyJudge(study, options, (
             list(head.study_findings), self.layout_findings,
             list(head.input_findings)))
-        self.pieces: list[tuple[Sequence[Finding], ...]] = []
+        self.pieces: Kept[tuple[Sequence[Finding], ...]] = Kept()
         """Each period's collection findings (:func:`unit_findings`; one shared
-        :data:`NO_FINDINGS` for the many periods without any)."""
+        :data:`NO_FINDINGS` for the many periods without any): a study of damaged files
+        has tens of thousands, each cited (at a million files, 130,000)."""
         self.tables = _tables()
         self.evidence = EvidenceStore()
         self.periods: Kept[PeriodSummary] = Kept()
@@ -263,10 +264,10 @@ class Fold:
     def add(self, unit: PeriodUnit) -> None:
         """Fold the study's next period, read but not judged (it is judged here)."""
         rows = unit_rows(unit)
-        self._add_rows(rows, unit.record_input)
+        piece = self._add_rows(rows, unit.record_input)
         period = unit.evidence
         self._held[len(self.pieces) - 1] = period
-        self._judged.update(self.judge.add(period, self.pieces[-1]))
+        self._judged.update(self.judge.add(period, piece))
         self._keep(every=False)
 
     def add_folded(self, folded: FoldedPeriod) -> None:
@@ -282,14 +283,18 @@ class Fold:
             self.timeline.append(folded.whole)
         self.periods.append(_shared(folded.period, self.digests))
 
-    def _add_rows(self, rows: UnitRows, record_input: InputFile | None) -> None:
+    def _add_rows(self, rows: UnitRows, record_input: InputFile | None
+                  ) -> tuple[Sequence[Finding], ...]:
+        """Keep a period's rows and collection findings: the findings, as kept."""
         piece, phases, devices, files = rows
-        self.pieces.append(piece if any(piece) else NO_FINDINGS)
+        piece = piece if any(piece) else NO_FINDINGS
+        self.pieces.append(piece)
         self.tables["phases"].extend(phases)
         self.tables["devices"].extend(devices)
         self.evidence.extend(files)
         if record_input is not None:
             self.record_inputs.append(record_input)
+        return piece
 
     def _keep(self, every: bool) -> None:
         """Move the held periods, in order, into :attr:`periods`: as far as every one is

@@ -293,7 +293,8 @@ class StudyJudge:
         self._latest: dict[str, tuple[int, str]] = {}
         """Job id -> (start, ``subject#index``) of the attempt it launched last so far."""
         self._texts: dict[str, str] = {}
-        """One of each text the verdicts repeat (see :func:`_sharing`)."""
+        """One of each text the verdicts repeat (see :func:`_sharing`; at most
+        :data:`SHARED_TEXTS`)."""
         self._rows: Held[tuple[SacctJob, ...]] | None = None
         """The scheduler dump's rows, while set aside (:meth:`set_rows_aside`)."""
 
@@ -367,7 +368,7 @@ class StudyJudge:
             self._judged.append(self._early.pop(len(self._judged)))
         return done
 
-    def finish(self, collected: Collected) -> tuple[list[Finding], Reasoning]:
+    def finish(self, collected: Collected) -> tuple[Sequence[Finding], Reasoning]:
         """The study's validation findings and reasoning, once every period is in
         (``collected``: the study as collected, its ``periods`` those added, in order)."""
         self._rows_back()
@@ -386,8 +387,8 @@ class StudyJudge:
         outcomes: Kept[AttemptOutcome] = Kept()
         facts: Kept[PeriodFacts] = Kept()
         new_findings: Kept[Finding] = Kept()
-        checks: list[Finding] = []
-        pins: list[Finding] = []
+        checks: Kept[Finding] = Kept()
+        pins: Kept[Finding] = Kept()
         disagreements = []
         for one in self._judged.drain():  # (one pass: each made anew, then let go)
             verdicts.append(one.verdict)
@@ -398,7 +399,8 @@ class StudyJudge:
             pins.extend(one.pins)
             if one.disagreement is not None:
                 disagreements.append(one.disagreement)
-        validation = [*checks, *self.scheduler, *pins, *self.anchors]
+        validation: Kept[Finding] = Kept(chain(checks.drain(), self.scheduler, pins.drain(),
+                                               self.anchors))
         new_findings.extend(_unfinished_elements(collected, outcomes))
         cells, config_findings = configurations(collected, verdicts, outcomes)
         new_findings.extend(config_findings)
@@ -420,12 +422,20 @@ class StudyJudge:
         )
 
 
+SHARED_TEXTS = 8192
+"""The most texts kept for sharing (:func:`_sharing`): the texts a group's periods repeat
+come back at once after the dict is emptied; those of one period only (a quote with its
+time) would otherwise be held, once each, for the whole study."""
+
+
 def _sharing(verdict: Verdict, texts: dict[str, str]) -> Verdict:
     """``verdict`` with the texts that recur from period to period one object each across
     the study (``texts`` keeps one of each): the diagnosis and limits a group's periods
     share, and its citations' quotes and pointers. A study's verdicts are held until the
     report is written; four thousand periods' diagnoses were four thousand copies of three
     texts."""
+    if len(texts) > SHARED_TEXTS:
+        texts.clear()  # (a large study's unique texts would grow it with every period)
     share = texts.setdefault
     citations = tuple(
         Citation(cite.path, cite.line,

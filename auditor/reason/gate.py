@@ -61,9 +61,10 @@ def _frozen(collected: Collected) -> list[Finding]:
     ``AUD014`` before any other), in the inputs' name order: the verdicts were reached
     under other rules, or without the commit check."""
     frozen: dict[str, Finding] = {}
-    for item in sorted(collected.findings, key=lambda f: f.rule_id != "AUD014"):
-        if item.subject in FROZEN_INPUTS and item.severity is Severity.ERROR:
-            frozen.setdefault(item.subject, item)
+    for item in sorted((f for f in collected.findings
+                        if f.subject in FROZEN_INPUTS and f.severity is Severity.ERROR),
+                       key=lambda f: f.rule_id != "AUD014"):
+        frozen.setdefault(item.subject, item)
     return [item for _, item in sorted(frozen.items())]
 
 

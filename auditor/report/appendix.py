@@ -265,8 +265,10 @@ def provenance_section(result: AuditResult, outputs: Sequence[tuple[str, str, in
     protocol = collected.protocol
     # an error about protocol.json fails the gate (the verdicts were reached under other
     # rules): provenance says which, the summary's AUD014 first
-    problem = next((f for f in sorted(collected.findings, key=lambda f: f.rule_id != "AUD014")
-                    if f.subject == "protocol.json" and f.severity is Severity.ERROR), None)
+    problem = next(iter(sorted(
+        (f for f in collected.findings
+         if f.subject == "protocol.json" and f.severity is Severity.ERROR),
+        key=lambda f: f.rule_id != "AUD014")), None)
     said = prose(describe(problem), limit=300) if problem else ""
     if problem is not None and (not protocol.digest
                                 or protocol.name == DEFAULT_PROTOCOL.name):
