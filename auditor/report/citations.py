@@ -135,7 +135,7 @@ def group_pattern(result: AuditResult, members: Sequence[Verdict]) -> Pattern:
     the pattern's time): which abstract paths are cited at a row of each period's own, the
     members' most common signature, then what those that have it share."""
     lines = _LineTally()
-    made: Kept[_Member] = Kept(on_disk=True)
+    made: Kept[_Member] = Kept()
     for verdict in members:
         member = _member(result, verdict)
         lines.add(member)

@@ -371,7 +371,7 @@ def _groups(reasoning: Reasoning
     times each)."""
     gpus_of = {f.subject: f.gpus for f in reasoning.facts}
     verdicts = reasoning.verdicts
-    groups: dict[tuple[str, str, str, str], Kept[Verdict]] = defaultdict(_on_disk)
+    groups: dict[tuple[str, str, str, str], Kept[Verdict]] = defaultdict(Kept)
     first: dict[tuple[str, str, str, str], str] = {}
     gpus: dict[tuple[str, str, str, str], set[int]] = defaultdict(set)
     causes: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
@@ -398,10 +398,6 @@ def _groups(reasoning: Reasoning
             title += f", cause {word}"
         out.append((title, members, (kind, diagnosis, limits)))
     return out
-
-
-def _on_disk() -> Kept[Verdict]:
-    return Kept(on_disk=True)
 
 
 def _cause_word(verdict: Verdict) -> str:

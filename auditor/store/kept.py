@@ -1,11 +1,11 @@
 """Sequences whose records the store keeps where their number says: :class:`Kept`.
 
 A study of a million files has 111,112 periods, each judged into a verdict, facts and
-records the report reads several times; as objects they were most of the audit's memory.
-A :class:`Kept` holds its records as objects until there are more than
-:func:`~auditor.store.settings.spill_from` of them, then keeps them pickled and compressed
-a block at a time (in memory, or with ``on_disk`` in an unnamed temporary file), made anew
-as they are read. Either way it is the same sequence: a reader never asks which.
+records the report reads several times; as objects they were most of the audit's memory,
+and packed in memory still 120 MB of it. A :class:`Kept` holds its records as objects until
+there are more than :func:`~auditor.store.settings.spill_from` of them, then keeps them
+pickled and compressed a block at a time in an unnamed temporary file, made anew as they
+are read. Either way it is the same sequence: a reader never asks which.
 :class:`Held` keeps one value so; :class:`Mapped` is a view of a function of each record.
 """
 
@@ -29,14 +29,13 @@ U = TypeVar("U")
 
 
 class _Blocks(Generic[T]):
-    """Records pickled and zlib-compressed in blocks of :data:`PACK_BLOCK`, in memory or in
-    an unnamed temporary file, appended in order; the last block read is kept made, so
-    reading in order, or near it, remakes each block once a pass."""
+    """Records pickled and zlib-compressed in blocks of :data:`PACK_BLOCK` in an unnamed
+    temporary file, appended in order; the last block read is kept made, so reading in
+    order, or near it, remakes each block once a pass."""
 
-    def __init__(self, on_disk: bool, block: int) -> None:
+    def __init__(self, block: int) -> None:
         self._block = block
-        self._memory: list[bytes] = []
-        self._file: IO[bytes] | None = temporary_file() if on_disk else None
+        self._file: IO[bytes] | None = temporary_file()
         self._places: list[tuple[int, int]] = []
         """Each block's (offset, length) in the file."""
         self.tail: list[T] = []
@@ -44,7 +43,7 @@ class _Blocks(Generic[T]):
 
     def packed(self) -> int:
         """How many blocks are packed."""
-        return len(self._places) if self._file is not None else len(self._memory)
+        return len(self._places)
 
     def __len__(self) -> int:
         return self.packed() * self._block + len(self.tail)
@@ -54,9 +53,7 @@ class _Blocks(Generic[T]):
         if len(self.tail) >= self._block:
             data = zlib.compress(pickle.dumps(self.tail, protocol=5), 1)
             self.tail = []
-            if self._file is None:
-                self._memory.append(data)
-                return
+            assert self._file is not None
             with spilling():
                 self._file.seek(0, 2)
                 self._places.append((self._file.tell(), len(data)))
@@ -64,13 +61,11 @@ class _Blocks(Generic[T]):
 
     def load(self, number: int) -> list[T]:
         """Block ``number``'s records, made anew."""
-        if self._file is None:
-            data = self._memory[number]
-        else:
-            offset, length = self._places[number]
-            with spilling():
-                self._file.seek(offset)
-                data = self._file.read(length)
+        assert self._file is not None
+        offset, length = self._places[number]
+        with spilling():
+            self._file.seek(offset)
+            data = self._file.read(length)
         loaded: list[T] = pickle.loads(zlib.decompress(data))
         return loaded
 
@@ -89,33 +84,23 @@ class _Blocks(Generic[T]):
         yield from self.tail
 
     def drain(self) -> Iterator[T]:
-        """Every record, in order, each block let go once read (in memory)."""
+        """Every record, in order (the file goes once read)."""
         self._made = (-1, [])
-        if self._file is not None:
-            yield from self
-            self._file, self._places, self.tail = None, [], []
-            return
-        blocks, tail = self._memory, self.tail
-        self._memory, self.tail = [], []
-        blocks.reverse()
-        while blocks:
-            yield from pickle.loads(zlib.decompress(blocks.pop()))
-        yield from tail
+        yield from self
+        self._file, self._places, self.tail = None, [], []
 
 
 class Kept(Sequence[T]):
     """A sequence of records (picklable, immutable) appended in order, kept as objects
     while there are at most :func:`~auditor.store.settings.spill_from` of them, then packed
-    (``on_disk``: in an unnamed temporary file; else compressed in memory). Records read
-    back from a packed block are made anew: equal to those given, not the same objects, so
-    nothing may compare them by identity."""
+    in an unnamed temporary file. Records read back from a packed block are made anew:
+    equal to those given, not the same objects, so nothing may compare them by identity."""
 
-    __slots__ = ("_items", "_blocks", "_on_disk", "_from")
+    __slots__ = ("_items", "_blocks", "_from")
 
-    def __init__(self, items: Iterable[T] = (), *, on_disk: bool = False) -> None:
+    def __init__(self, items: Iterable[T] = ()) -> None:
         self._items: list[T] | None = []
         self._blocks: _Blocks[T] | None = None
-        self._on_disk = on_disk
         self._from = spill_from()
         self.extend(items)
 
@@ -137,7 +122,7 @@ class Kept(Sequence[T]):
     def _pack(self) -> None:
         assert self._items is not None
         items, self._items = self._items, None
-        self._blocks = _Blocks(self._on_disk, min(PACK_BLOCK, max(self._from, 1)))
+        self._blocks = _Blocks(min(PACK_BLOCK, max(self._from, 1)))
         for item in items:
             self._blocks.append(item)
 
@@ -193,11 +178,7 @@ class Kept(Sequence[T]):
         return f"Kept({len(self)} records)"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_kept, (list(self), self._on_disk))
-
-
-def _kept(items: list[T], on_disk: bool) -> Kept[T]:
-    return Kept(items, on_disk=on_disk)
+        return (Kept, (list(self),))
 
 
 class Held(Generic[T]):
