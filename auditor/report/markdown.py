@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 from auditor._text import counted
 from auditor.model import (
@@ -128,8 +129,8 @@ def render_evidence_md(result: AuditResult) -> str:
 
 def evidence_md_lines(result: AuditResult) -> Iterator[str]:
     """``evidence.md`` a line at a time (what :func:`render_evidence_md` joins)."""
-    return render_evidence(result, [(title, members)
-                                    for title, members, _ in _groups(result.reasoning)])
+    return render_evidence(result, [(group.title, group.members)
+                                    for group in _groups(result.reasoning)])
 
 
 def _study(result: AuditResult) -> str:
@@ -361,31 +362,46 @@ def _problems(result: AuditResult, reasoning: Reasoning) -> str:
     return "\n".join(lines)
 
 
-def _groups(reasoning: Reasoning
-            ) -> list[tuple[str, Sequence[Verdict], tuple[str, str, str]]]:
-    """The diagnosis groups (periods with the same verdict, reason, diagnosis and limits),
-    unresolved first: (title, members, (kind, diagnosis, limits)). A group's members are
-    own verdicts, made in this one pass over the study's and kept by the store (on disk
-    when they are many: read by place from the study's packed ones, every pass over a
-    group remade every block of its verdicts; at a million files, three groups read six
-    times each)."""
-    gpus_of = {f.subject: f.gpus for f in reasoning.facts}
-    verdicts = reasoning.verdicts
+@dataclass(frozen=True)
+class _Group:
+    """A diagnosis group (periods with the same verdict, reason, diagnosis and limits)."""
+
+    title: str
+    members: Sequence[Verdict]
+    """Its verdicts, in the study's order."""
+    kind: str
+    diagnosis: str
+    limits: str
+    jobs: list[str | None]
+    """The actual job of each of its first :data:`MAX_NAMED_PERIODS` members."""
+    updated: bool
+    """Whether its first member's final actor update has a time."""
+
+
+def _groups(reasoning: Reasoning) -> list[_Group]:
+    """The diagnosis groups, unresolved first. A group's members are its own verdicts,
+    made in this one pass over the study's (with their facts, which are in the same order)
+    and kept by the store (read by place from the study's packed ones, every pass over a
+    group remade every block of its verdicts: at a million files, three groups read six
+    times each); of their facts, only what the section names."""
     groups: dict[tuple[str, str, str, str], Kept[Verdict]] = defaultdict(Kept)
-    first: dict[tuple[str, str, str, str], str] = {}
+    jobs: dict[tuple[str, str, str, str], list[str | None]] = defaultdict(list)
+    first: dict[tuple[str, str, str, str], tuple[str, bool]] = {}
     gpus: dict[tuple[str, str, str, str], set[int]] = defaultdict(set)
     causes: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
-    for verdict in verdicts:
+    for verdict, facts in zip(reasoning.verdicts, reasoning.facts, strict=True):
         key = (verdict.verdict.value, verdict.reason, verdict.diagnosis, verdict.limits)
         groups[key].append(verdict)
-        first.setdefault(key, verdict.subject)
-        if (g := gpus_of[verdict.subject]) is not None:
-            gpus[key].add(g)
+        if len(named := jobs[key]) < MAX_NAMED_PERIODS:
+            named.append(facts.job_id)
+        first.setdefault(key, (verdict.subject, bool(facts.actor_update_finished_ns)))
+        if facts.gpus is not None:
+            gpus[key].add(facts.gpus)
         causes[key].add(_cause_word(verdict))
     order = {"unresolved": 0, "failed": 1, "resolved": 2}
-    out: list[tuple[str, Sequence[Verdict], tuple[str, str, str]]] = []
+    out: list[_Group] = []
     for group, members in sorted(groups.items(),
-                              key=lambda item: (order[item[0][0]], item[0][1], first[item[0]])):
+                              key=lambda item: (order[item[0][0]], item[0][1], first[item[0]][0])):
         kind, reason_word, diagnosis, limits = group
         gpu_text = "/".join(f"{g}-GPU" for g in sorted(gpus[group]))
         title = f"{number(len(members)).capitalize()} {gpu_text} {kind} period" \
@@ -396,8 +412,22 @@ def _groups(reasoning: Reasoning
             title += ": eligible failure"
         if len(causes[group]) == 1 and (word := next(iter(causes[group]))):
             title += f", cause {word}"
-        out.append((title, members, (kind, diagnosis, limits)))
+        out.append(_Group(title, members, kind, diagnosis, limits, jobs[group],
+                          first[group][1]))
     return out
+
+
+def _names_unique(reasoning: Reasoning) -> bool:
+    """Whether every period's (actual job, period) is its own: else the report names the
+    periods by subject (sorted on disk: a million periods' pairs held were about 20 MB)."""
+    pairs = SortedRows(0)
+    pairs.extend(((f.job_id is None, f.job_id or "", f.period),) for f in reasoning.facts)
+    last = None
+    for (pair,) in pairs:
+        if pair == last:
+            return False
+        last = pair
+    return True
 
 
 def _cause_word(verdict: Verdict) -> str:
@@ -420,17 +450,17 @@ def _cause_sentence(members: Sequence[Verdict]) -> str:
 
 
 def _diagnosis(result: AuditResult, reasoning: Reasoning, linked: bool) -> str:
-    facts = {f.subject: (f.job_id, f.actor_update_finished_ns) for f in reasoning.facts}
     lines = ["## Diagnosis and limits"]
     alike = len(reasoning.verdicts) > 1 and dispatches_alike(result, reasoning.verdicts)
     if alike:  # (said once for the study, not in every group)
         lines += ["", dispatch_sentence(result, reasoning.verdicts)]
-    names = Counter((f.job_id, f.period) for f in reasoning.facts)
-    unique = all(n == 1 for n in names.values())  # (else periods are named by subject)
-    for title, members, (kind, diagnosis, limits) in _groups(reasoning):
-        lines += ["", f"### {title}", ""]
-        named = ", ".join(_job_period(facts[v.subject][0] if unique else None, v)
-                          for v in members[:MAX_NAMED_PERIODS])
+    unique = _names_unique(reasoning)  # (else periods are named by subject)
+    for group in _groups(reasoning):
+        members, kind = group.members, group.kind
+        lines += ["", f"### {group.title}", ""]
+        named = ", ".join(_job_period(job if unique else None, v)
+                          for job, v in zip(group.jobs, members[:MAX_NAMED_PERIODS],
+                                            strict=True))
         rest = len(members) - MAX_NAMED_PERIODS
         lines.append(f"Applies to{' (job / period)' if unique else ''}: "
                      f"{named}"
@@ -439,12 +469,12 @@ def _diagnosis(result: AuditResult, reasoning: Reasoning, linked: bool) -> str:
                             "" if alike else dispatch_sentence(result, members),
                              scheduler_sentence(result, members),
                              completion_sentence(result, members)
-                             if facts[members[0].subject][1] else
+                             if group.updated else
                              reached_sentence(result, members) if kind == "unresolved" else "")
                  if s]
-        lines += ["", prose(diagnosis, limit=4000)]  # (the verdict's; what they share next)
+        lines += ["", prose(group.diagnosis, limit=4000)]  # (the verdict's; shared next)
         lines += ["", " ".join(said)] if said else []
-        lines += ["", f"**Limits.** {prose(limits, limit=4000)}", ""]
+        lines += ["", f"**Limits.** {prose(group.limits, limit=4000)}", ""]
         lines.append(_evidence_pattern(result, members, linked))
     return "\n".join(lines)
 

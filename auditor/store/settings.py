@@ -22,11 +22,12 @@ from typing import IO
 
 from auditor.errors import OutputError, UsageError
 
-SPILL_FROM = 20_000
-"""Records a :class:`~auditor.store.Kept` holds as objects before it packs them. A study's
-judged periods took about 6 KB each as objects (670 MB of a million-file study's 111,112),
-packed about a twentieth, for about 45 us a record each time the report reads them
-through: below this many, the objects are cheaper than the packing."""
+SPILL_FROM = 4096
+"""Records a :class:`~auditor.store.Kept` holds as objects before it packs them. A judged
+period's verdict took about 6 KB as objects, so a sequence of this many is about 24 MB
+(at 20,000, each of a million-file report's diagnosis groups held 120 MB of them while it
+was made); packed, a record costs about 45 us each time the report reads it through, so
+below this many the objects are cheaper. A study of 4,000 periods keeps them all."""
 
 SPILL_FROM_VARIABLE = "AUDITOR_SPILL_FROM"
 """The environment variable that overrides :data:`SPILL_FROM` (a whole number; 0: from the
