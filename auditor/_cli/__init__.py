@@ -25,7 +25,6 @@ from typing import Any, NoReturn
 
 from auditor import __version__
 from auditor.errors import AuditorError, UsageError
-from auditor.store.heap import lean_heap
 
 EPILOG = "Contract: run-evidence v1. Exit codes: 0 ok, 1 gate/verify failed, 2 usage or " \
          "unreadable input, 3 internal error."
@@ -399,6 +398,8 @@ def _audit(args: argparse.Namespace) -> int:
                 if _ONLY_EXITING:  # (the command's own process: a caller of main keeps its)
                     # the outputs' large blocks go back to the system once freed (the
                     # readers are gone: held from the start, it slowed them by a sixth)
+                    from auditor.store.heap import lean_heap
+
                     lean_heap()
                 try:
                     write_outputs(result, args.out, force=args.force, plots=not args.no_plots,
