@@ -6,7 +6,7 @@ traces reach. Each is one sentence for the report, from the result alone."""
 from __future__ import annotations
 
 import weakref
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,11 +16,12 @@ from auditor.model import (
     AttemptSummary,
     AuditResult,
     PeriodSummary,
+    Reasoning,
     SacctJob,
     Verdict,
 )
 from auditor.report.mdformat import code_span, number
-from auditor.store import Kept, pickles_fast
+from auditor.store import Kept, SortedRows, pickles_fast
 
 
 def every(n: int, noun: str) -> str:
@@ -399,3 +400,82 @@ def reached_sentence(result: AuditResult, members: Sequence[Verdict]) -> str:
     return (f"The traces show the phases reached; the ranks differ "
             f"({number(len(sequences))} sequences), the longest: "
             + ", ".join(code_span(n) for n in furthest) + ".")
+
+
+@dataclass(frozen=True)
+class DiagnosisGroup:
+    """A diagnosis group (periods with the same verdict, reason, diagnosis and limits)."""
+
+    title: str
+    members: Sequence[Verdict]
+    """Its verdicts, in the study's order."""
+    kind: str
+    diagnosis: str
+    limits: str
+    jobs: list[str | None]
+    """The actual job of each of its first members the report names."""
+    updated: bool
+    """Whether its first member's final actor update has a time."""
+
+
+def diagnosis_groups(reasoning: Reasoning, named: int) -> list[DiagnosisGroup]:
+    """The diagnosis groups, unresolved first (of each, the jobs of its first ``named``
+    members). A group's members are its own verdicts,
+    made in this one pass over the study's (with their facts, which are in the same order)
+    and kept by the store (read by place from the study's packed ones, every pass over a
+    group remade every block of its verdicts: at a million files, three groups read six
+    times each); of their facts, only what the section names."""
+    groups: dict[tuple[str, str, str, str], Kept[Verdict]] = defaultdict(Kept)
+    jobs: dict[tuple[str, str, str, str], list[str | None]] = defaultdict(list)
+    first: dict[tuple[str, str, str, str], tuple[str, bool]] = {}
+    gpus: dict[tuple[str, str, str, str], set[int]] = defaultdict(set)
+    causes: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
+    for verdict, facts in zip(reasoning.verdicts, reasoning.facts, strict=True):
+        key = (verdict.verdict.value, verdict.reason, verdict.diagnosis, verdict.limits)
+        groups[key].append(verdict)
+        if len(kept := jobs[key]) < named:
+            kept.append(facts.job_id)
+        first.setdefault(key, (verdict.subject, bool(facts.actor_update_finished_ns)))
+        if facts.gpus is not None:
+            gpus[key].add(facts.gpus)
+        causes[key].add(cause_word(verdict))
+    order = {"unresolved": 0, "failed": 1, "resolved": 2}
+    out: list[DiagnosisGroup] = []
+    for group, members in sorted(groups.items(),
+                              key=lambda item: (order[item[0][0]], item[0][1], first[item[0]][0])):
+        kind, reason_word, diagnosis, limits = group
+        gpu_text = "/".join(f"{g}-GPU" for g in sorted(gpus[group]))
+        title = f"{number(len(members)).capitalize()} {gpu_text} {kind} period" \
+                f"{'s' if len(members) != 1 else ''}"
+        if kind == "unresolved":
+            title += f": `{reason_word}`"
+        elif kind == "failed":
+            title += ": eligible failure"
+        if len(causes[group]) == 1 and (word := next(iter(causes[group]))):
+            title += f", cause {word}"
+        out.append(DiagnosisGroup(title, members, kind, diagnosis, limits, jobs[group],
+                          first[group][1]))
+    return out
+
+
+def names_unique(reasoning: Reasoning) -> bool:
+    """Whether every period's (actual job, period) is its own: else the report names the
+    periods by subject (sorted on disk: a million periods' pairs held were about 20 MB)."""
+    pairs = SortedRows(0)
+    pairs.extend(((f.job_id is None, f.job_id or "", f.period),) for f in reasoning.facts)
+    last = None
+    for (pair,) in pairs:
+        if pair == last:
+            return False
+        last = pair
+    return True
+
+
+def cause_word(verdict: Verdict) -> str:
+    """What ended the period, as the table and titles name it (``gpu_oom``, with its
+    knock-ons), ``""`` when it exited cleanly."""
+    cause = verdict.cause
+    if cause is None:
+        return ""
+    knock = f" (then {', '.join(f'`{k}`' for k in cause.knock_on)})" if cause.knock_on else ""
+    return f"`{cause.word}`{knock}"

@@ -15,9 +15,8 @@ The output is a pure function of the result: byte-identical for the same evidenc
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 
 from auditor._text import counted
 from auditor.model import (
@@ -44,10 +43,13 @@ from auditor.report.citations import (
     render_evidence,
 )
 from auditor.report.groups import (
+    cause_word,
     completion_sentence,
     counted_attempt,
+    diagnosis_groups,
     dispatch_sentence,
     dispatches_alike,
+    names_unique,
     outcome_of,
     reached_sentence,
     scheduler_sentence,
@@ -65,7 +67,7 @@ from auditor.report.mdformat import (
 )
 from auditor.report.tables import device_values
 from auditor.rules import in_family
-from auditor.store import Kept, SortedRows
+from auditor.store import SortedRows
 
 PHASE_WORDS = {"rollout_init": "rollout-initialization", "init_model": "model-initialization",
                "actor_update": "actor-update", "weight_sync": "weight-synchronization",
@@ -129,8 +131,8 @@ def render_evidence_md(result: AuditResult) -> str:
 
 def evidence_md_lines(result: AuditResult) -> Iterator[str]:
     """``evidence.md`` a line at a time (what :func:`render_evidence_md` joins)."""
-    return render_evidence(result, [(group.title, group.members)
-                                    for group in _groups(result.reasoning)])
+    groups = diagnosis_groups(result.reasoning, MAX_NAMED_PERIODS)
+    return render_evidence(result, [(group.title, group.members) for group in groups])
 
 
 def _study(result: AuditResult) -> str:
@@ -362,84 +364,6 @@ def _problems(result: AuditResult, reasoning: Reasoning) -> str:
     return "\n".join(lines)
 
 
-@dataclass(frozen=True)
-class _Group:
-    """A diagnosis group (periods with the same verdict, reason, diagnosis and limits)."""
-
-    title: str
-    members: Sequence[Verdict]
-    """Its verdicts, in the study's order."""
-    kind: str
-    diagnosis: str
-    limits: str
-    jobs: list[str | None]
-    """The actual job of each of its first :data:`MAX_NAMED_PERIODS` members."""
-    updated: bool
-    """Whether its first member's final actor update has a time."""
-
-
-def _groups(reasoning: Reasoning) -> list[_Group]:
-    """The diagnosis groups, unresolved first. A group's members are its own verdicts,
-    made in this one pass over the study's (with their facts, which are in the same order)
-    and kept by the store (read by place from the study's packed ones, every pass over a
-    group remade every block of its verdicts: at a million files, three groups read six
-    times each); of their facts, only what the section names."""
-    groups: dict[tuple[str, str, str, str], Kept[Verdict]] = defaultdict(Kept)
-    jobs: dict[tuple[str, str, str, str], list[str | None]] = defaultdict(list)
-    first: dict[tuple[str, str, str, str], tuple[str, bool]] = {}
-    gpus: dict[tuple[str, str, str, str], set[int]] = defaultdict(set)
-    causes: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
-    for verdict, facts in zip(reasoning.verdicts, reasoning.facts, strict=True):
-        key = (verdict.verdict.value, verdict.reason, verdict.diagnosis, verdict.limits)
-        groups[key].append(verdict)
-        if len(named := jobs[key]) < MAX_NAMED_PERIODS:
-            named.append(facts.job_id)
-        first.setdefault(key, (verdict.subject, bool(facts.actor_update_finished_ns)))
-        if facts.gpus is not None:
-            gpus[key].add(facts.gpus)
-        causes[key].add(_cause_word(verdict))
-    order = {"unresolved": 0, "failed": 1, "resolved": 2}
-    out: list[_Group] = []
-    for group, members in sorted(groups.items(),
-                              key=lambda item: (order[item[0][0]], item[0][1], first[item[0]][0])):
-        kind, reason_word, diagnosis, limits = group
-        gpu_text = "/".join(f"{g}-GPU" for g in sorted(gpus[group]))
-        title = f"{number(len(members)).capitalize()} {gpu_text} {kind} period" \
-                f"{'s' if len(members) != 1 else ''}"
-        if kind == "unresolved":
-            title += f": `{reason_word}`"
-        elif kind == "failed":
-            title += ": eligible failure"
-        if len(causes[group]) == 1 and (word := next(iter(causes[group]))):
-            title += f", cause {word}"
-        out.append(_Group(title, members, kind, diagnosis, limits, jobs[group],
-                          first[group][1]))
-    return out
-
-
-def _names_unique(reasoning: Reasoning) -> bool:
-    """Whether every period's (actual job, period) is its own: else the report names the
-    periods by subject (sorted on disk: a million periods' pairs held were about 20 MB)."""
-    pairs = SortedRows(0)
-    pairs.extend(((f.job_id is None, f.job_id or "", f.period),) for f in reasoning.facts)
-    last = None
-    for (pair,) in pairs:
-        if pair == last:
-            return False
-        last = pair
-    return True
-
-
-def _cause_word(verdict: Verdict) -> str:
-    """What ended the period, as the table and titles name it (``gpu_oom``, with its
-    knock-ons), ``""`` when it exited cleanly."""
-    cause = verdict.cause
-    if cause is None:
-        return ""
-    knock = f" (then {', '.join(f'`{k}`' for k in cause.knock_on)})" if cause.knock_on else ""
-    return f"`{cause.word}`{knock}"
-
-
 def _cause_sentence(members: Sequence[Verdict]) -> str:
     """The cause's detail, when every period of the group gives the same."""
     details = {(v.cause.word, v.cause.detail) for v in members if v.cause is not None}
@@ -454,8 +378,8 @@ def _diagnosis(result: AuditResult, reasoning: Reasoning, linked: bool) -> str:
     alike = len(reasoning.verdicts) > 1 and dispatches_alike(result, reasoning.verdicts)
     if alike:  # (said once for the study, not in every group)
         lines += ["", dispatch_sentence(result, reasoning.verdicts)]
-    unique = _names_unique(reasoning)  # (else periods are named by subject)
-    for group in _groups(reasoning):
+    unique = names_unique(reasoning)  # (else periods are named by subject)
+    for group in diagnosis_groups(reasoning, MAX_NAMED_PERIODS):
         members, kind = group.members, group.kind
         lines += ["", f"### {group.title}", ""]
         named = ", ".join(_job_period(job if unique else None, v)
@@ -516,7 +440,7 @@ def _period_rows(result: AuditResult, reasoning: Reasoning
     (the counted one's index, or an other's index, job, outcome and PIDs)."""
     texts: dict[str, str] = {}
     for verdict in reasoning.verdicts:
-        cause = _cause_word(verdict)
+        cause = cause_word(verdict)
         text = verdict.verdict.value + (
             f" (`{verdict.reason}`{', ' + cause if cause else ''})"
             if verdict.verdict is VerdictKind.UNRESOLVED else f" ({cause})" if cause else "")
