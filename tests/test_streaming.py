@@ -105,12 +105,12 @@ def _steps_in_env(study: Path, root: Path) -> Path:
 
 
 @pytest.mark.parametrize("steps_in", ["dispatch", "env"])
-def test_letting_go_changes_no_byte_of_the_report(study: Path, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch,
-                                                  steps_in: str) -> None:
-    """Every output of an audit that lets judged periods go is that of one keeping them
-    all: the tables from the spilled rows, the diagnosis groups from the digests (a step
-    count in the trial's env alone included: the groups' sentences read it after)."""
+def test_keeping_summaries_changes_no_byte_of_the_report(
+        study: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, steps_in: str) -> None:
+    """Every output of an audit that keeps judged periods as their summaries is that of one
+    keeping them all whole: the tables from the kept rows, the diagnosis groups from the
+    digests (a step count in the trial's env alone included: the groups' sentences read it
+    after)."""
     if steps_in == "env":
         study = _steps_in_env(study, tmp_path / "study")
     assert main(["audit", str(study), "--out", str(tmp_path / "lean"), "--quiet"]) == 0

@@ -1,16 +1,6 @@
-"""Parquet tables with explicit, documented Arrow schemas.
-
-| table | one row per |
-| --- | --- |
-| ``periods.parquet`` | period: verdict, reason, diagnosis, limits, the report's figures |
-| ``attempts.parquet`` | attempt: outcome, exit, invocation window, GPU-seconds, wasted |
-| ``findings.parquet`` | finding: rule, severity, subject, message, first citation |
-| ``evidence.parquet`` | evidence file: expected and actual hash and size, status |
-| ``phases.parquet`` | allocator phase record: pid, rank, phase, step, times, error, peaks |
-| ``devices.parquet`` | device file (a rank of an attempt): host, GPU uuid/name/bus, peaks |
-
-Times are ``timestamp[ns, UTC]``; byte counts ``int64``; absent values are null.
-Tables are written with fixed writer options so the same result gives the same bytes.
+"""The Parquet tables written, each typed by its schema (the tables and their columns:
+:mod:`auditor.store.tables`). Tables are written with fixed writer options so the same
+result gives the same bytes.
 """
 
 from __future__ import annotations

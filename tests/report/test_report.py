@@ -341,3 +341,22 @@ def test_hostile_names_in_records_stay_inert_when_the_report_is_rendered(
     rendered = MarkdownIt("commonmark", {"html": True}).render(text)
     assert "<img" not in rendered.replace("&lt;img", "")
     assert 'href="javascript:' not in rendered
+
+
+def test_periods_sharing_a_job_and_number_are_named_by_subject() -> None:
+    """A group's "Applies to" names each period by its job and number, unless two periods
+    of the study share both (found sorted on disk): then each by its subject."""
+    from dataclasses import replace
+
+    from auditor.pipeline.audit import run_audit
+    from auditor.report.markdown import render_markdown
+    from tests.helpers import EXAMPLE
+
+    result = run_audit(EXAMPLE)
+    plain = render_markdown(result)
+    assert "Applies to (job / period): " in plain and "Applies to: `" not in plain
+    facts = list(result.reasoning.facts)
+    facts[1] = replace(facts[1], job_id=facts[0].job_id, period=facts[0].period)
+    clashing = replace(result, reasoning=replace(result.reasoning, facts=tuple(facts)))
+    named = render_markdown(clashing)
+    assert "Applies to (job / period)" not in named and "Applies to: `" in named
