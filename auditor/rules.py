@@ -248,7 +248,10 @@ _RULES: tuple[Rule, ...] = (
                                   "{pid} as rank {listed_rank}",
                 "line_pid": "{subject}: {file}: line {line} has pid {other_pid}",
                 "line_rank": "{subject}: {file}: line {line} has rank {rank}, the period lists "
-                             "pid {pid} as rank {listed_rank}"}),
+                             "pid {pid} as rank {listed_rank}",
+                "two_writers": "{subject}: {file}: written by two processes of pid {pid}, on "
+                               "{first} (line {first_line}) and on {second} (line "
+                               "{second_line}); a worker is (host, pid)"}),
     Rule("AUD111", "job-id-mismatch", "Job ids disagree",
          "The device job_id, the period's job_id, the trial's job_id and the sacct JobIDRaw of "
          "the element do not all agree.", "{subject}: {who} says job {job_id}; {others}", E,
@@ -296,7 +299,14 @@ _RULES: tuple[Rule, ...] = (
          blocks=Reason.IDLE_CHECK_FAILED,
          forms={"absent": "{subject}: no post-period idle check recorded",
                 "unavailable": "{subject}: no idle check could be made ({unavailable}); the "
-                               "protocol requires one (idle_check: required)"}),
+                               "protocol requires one (idle_check: required)",
+                "one_node": "{subject}: the idle check is one node's, but the workers ran on "
+                            "{hosts}: each node's own is needed (idle/<host>.json)",
+                "host_absent": "{subject}: no idle check of worker host {host} "
+                               "(idle_check.hosts)",
+                "host_unavailable": "{subject}: no idle check could be made on {host} "
+                                    "({unavailable}); the protocol requires one",
+                "host_failed": "{subject}: the idle check on {host} did not pass"}),
     Rule("AUD119", "sacct-element-missing", "No scheduler record for the attempt",
          "The attempt's job id has no allocation row in the sacct dump (its step rows, if "
          "any, do not say how the allocation ended).",

@@ -40,6 +40,8 @@ KINDS: tuple[str, ...] = (
     "trial",
     "allocator-record",
     "device",
+    "process",
+    "idle-check",
     "protocol",
     "summary",
     "output-manifest",
@@ -49,14 +51,18 @@ KINDS: tuple[str, ...] = (
 ALLOCATOR_FORMS: tuple[str, ...] = ("phase", "sample")
 """The two forms of an allocator record (``$defs`` of ``allocator-record``)."""
 
-_FILENAME_KINDS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"period-[0-9]+\.json"), "period"),
-    *((kind.loose_compiled, kind.schema) for kind in EVIDENCE_KINDS.values() if kind.schema),
-    (re.compile(r"protocol\.json"), "protocol"),
-    (re.compile(r"summary\.json"), "summary"),
-    (re.compile(r"output_manifest\.json"), "output-manifest"),
+_FILENAME_KINDS: tuple[tuple[re.Pattern[str], str, str | None], ...] = (
+    (re.compile(r"period-[0-9]+\.json"), "period", None),
+    *((kind.loose_compiled, kind.schema,
+       kind.directory if kind.loose.startswith("[^/]*") else None)
+      for kind in EVIDENCE_KINDS.values() if kind.schema),
+    (re.compile(r"protocol\.json"), "protocol", None),
+    (re.compile(r"summary\.json"), "summary", None),
+    (re.compile(r"output_manifest\.json"), "output-manifest", None),
 )
-"""A file's schema from its name: the study's own files', and each evidence kind's."""
+"""A file's schema from its name: the study's own files', and each evidence kind's; a kind
+whose names have no prefix of their own (process records, idle checks: any ``*.json``) only
+in its folder (``processes/``, ``idle/``)."""
 
 
 def _is_strict_integer(_checker: object, instance: object) -> bool:
@@ -76,9 +82,9 @@ def _strict_validator_class() -> Any:
 
 def kind_for_filename(name: str) -> str | None:
     """The schema kind of a file, from its name (a bare name or any path), or None."""
-    base = PurePosixPath(name.replace("\\", "/")).name
-    for pattern, kind in _FILENAME_KINDS:
-        if pattern.fullmatch(base):
+    path = PurePosixPath(name.replace("\\", "/"))
+    for pattern, kind, folder in _FILENAME_KINDS:
+        if pattern.fullmatch(path.name) and (folder is None or path.parent.name == folder):
             return kind
     return None
 

@@ -22,12 +22,21 @@ def add_parsers(commands: Any) -> None:
         "run", help="run a training command as one attempt and write its trial record",
         description="Run CMD as one attempt of a period: own process group, dispatch values "
         "in its environment, output teed into training-<job>.log, SIGTERM/SIGUSR1/SIGINT "
-        "recorded and forwarded (SIGKILL after --grace), trial-<job>.json written at the "
-        "end. Exits 0 for a coordinated shutdown (the controller's 143 with the flag on and "
-        "no signal received), else with the command's status.")
-    run.add_argument("--pair", required=True)
-    run.add_argument("--period", type=_positive, required=True)
-    run.add_argument("--gpus", type=_positive, required=True)
+        "recorded and forwarded to it and every process it started (SIGKILL --grace "
+        "seconds after a SIGTERM or SIGINT; SIGUSR1 starts no timer), nothing of it left "
+        "running, trial-<job>.json written at the end. With --step ROLE: one process of a "
+        "multi-process attempt (an srun step, on any node), writing only its process record "
+        "and worker-logs/<host>-<role>-<pid>.out into $AUDITOR_ATTEMPT_DIR. Exits 0 for a "
+        "coordinated shutdown (the controller's own 143 with the flag on, no signal received, "
+        "no other process failed before it), else with the command's status.")
+    run.add_argument("--step", metavar="ROLE", help="wrap one process of the attempt "
+                     "(controller, policy, rollout, rank...): its process record only")
+    run.add_argument("--rank", type=int, default=None,
+                     help="with --step: its rank within its role (default: SLURM_PROCID of a "
+                     "multi-task step, else none)")
+    run.add_argument("--pair")
+    run.add_argument("--period", type=_positive)
+    run.add_argument("--gpus", type=_positive)
     where = run.add_mutually_exclusive_group()
     where.add_argument("--attempt-dir", type=Path, help="exactly where the attempt goes")
     where.add_argument("--root", type=Path, default=Path("."), help="the study root: the "
@@ -69,7 +78,11 @@ def add_parsers(commands: Any) -> None:
     seal.add_argument("--study", help="the study's name (default: ROOT's directory name)")
     seal.add_argument("--idle-check", action="store_true",
                       help="ask NVML whether the GPUs were left idle (on the attempt's node, "
-                      "inside its job)")
+                      "inside its job); with per-node results under ATTEMPT/idle/, gather "
+                      "them too")
+    seal.add_argument("--idle-check-only", action="store_true",
+                      help="only check this node's GPUs and write ATTEMPT/idle/<host>.json "
+                      "(run once per node, e.g. srun --ntasks-per-node=1, before the seal)")
 
 
 def _positive(text: str) -> int:
@@ -94,6 +107,15 @@ def _run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and not value >= 0:
             raise UsageError(f"run: --{name} must be a number of seconds, not {value}")
+    if args.step is not None:
+        return _step(args, command)
+    missing = [f"--{name}" for name in ("pair", "period", "gpus")
+               if getattr(args, name) is None]
+    if missing:
+        raise UsageError(f"run: {', '.join(missing)} required (or --step ROLE for one process "
+                         "of an attempt)")
+    if args.rank is not None:
+        raise UsageError("run: --rank goes with --step")
     try:
         spec = launch.RunSpec(
             pair=args.pair, period=args.period, gpus=args.gpus, command=tuple(command),
@@ -120,6 +142,38 @@ def _run(args: argparse.Namespace) -> int:
     print(f"auditor run: command exited {result.child_exit}{signalled}; "
           f"{result.exit_class.kind}: {result.exit_class.detail}; exit {result.exit_status}; "
           f"trial record {result.trial_path}", file=sys.stderr)
+    return result.exit_status
+
+
+def _step(args: argparse.Namespace, command: list[str]) -> int:
+    from auditor.capture import launch, step
+
+    if args.pair is not None or args.period is not None or args.gpus is not None \
+            or args.dispatch or args.job_id is not None:
+        raise UsageError("run: --step takes no --pair/--period/--gpus/--dispatch/--job-id "
+                         "(the batch node's 'auditor run' records the attempt)")
+    if args.root != Path("."):
+        raise UsageError("run: --step finds the attempt from $AUDITOR_ATTEMPT_DIR (or "
+                         "--attempt-dir), not --root")
+    spec = step.StepSpec(
+        role=args.step, command=tuple(command), attempt_dir=args.attempt_dir, rank=args.rank,
+        flag=args.flag or launch.DEFAULT_FLAG,
+        grace_s=launch.DEFAULT_GRACE_S if args.grace is None else args.grace,
+        drain_s=launch.DEFAULT_DRAIN_S if args.drain is None else args.drain,
+        echo_fd=_stdout_fd())
+    try:
+        result = step.run_step(spec, keep_trapped=_only_exiting())
+    except launch.RunRefused as error:
+        raise UsageError(f"run: {error}") from None
+    except OSError as error:
+        raise UsageError(f"run: {error.filename or ''}: {error.strerror or error} (the "
+                         "process record or its output could not be written)") from None
+    signalled = f", received {result.received_signal}" if result.received_signal else ""
+    judged = f"; {result.exit_class.kind}: {result.exit_class.detail}" \
+        if result.exit_class is not None else ""
+    print(f"auditor run --step {args.step}: command exited {result.child_exit}{signalled}"
+          f"{judged}; exit {result.exit_status}; process record {result.record}",
+          file=sys.stderr)
     return result.exit_status
 
 
@@ -195,6 +249,8 @@ def _commit(args: argparse.Namespace) -> str:
 def _seal(args: argparse.Namespace) -> int:
     from auditor.capture import seal
 
+    if args.idle_check_only:
+        return _seal_node(args)
     spec = seal.SealSpec(root=args.root, pair=args.pair, period=args.period, gpus=args.gpus,
                          attempt_dir=args.attempt_dir, commit=_commit(args),
                          workload=args.workload, seed=args.seed, model=args.model,
@@ -215,6 +271,27 @@ def _seal(args: argparse.Namespace) -> int:
     if result.idle_check is not None and result.idle_check.get("passed") is None:
         print(f"seal: no idle check could be made: {result.idle_check.get('unavailable')}",
               file=sys.stderr)
+    return 0
+
+
+def _seal_node(args: argparse.Namespace) -> int:
+    """``seal --idle-check-only``: this node's idle check, into ATTEMPT/idle/<host>.json."""
+    from auditor.capture import seal
+
+    if args.idle_check or args.commit is not None or args.git is not None:
+        raise UsageError("seal: --idle-check-only writes this node's check only (no "
+                         "--idle-check, --commit or --git: the batch node's seal takes them)")
+    spec = seal.SealSpec(root=args.root, pair=args.pair, period=args.period, gpus=args.gpus,
+                         attempt_dir=args.attempt_dir, commit="", idle_check_only=True)
+    try:
+        path, result = seal.check_node(spec)
+    except seal.SealRefused as error:
+        raise UsageError(f"seal: {error}") from None
+    except OSError as error:
+        raise UsageError(f"seal: {error.filename or args.root}: {error.strerror}") from None
+    said = "passed" if result.get("passed") else "did not pass" \
+        if result.get("passed") is False else f"could not be made: {result.get('unavailable')}"
+    print(f"idle check of {result['host']} {said}: {path}")
     return 0
 
 

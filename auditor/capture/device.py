@@ -1,4 +1,6 @@
-"""Device evidence a training process writes: ``device-evidence/worker-<role>-<rank>-<pid>.json``.
+"""Device evidence a training process writes:
+``device-evidence/worker-<role>-<rank>-<host>-<pid>.json`` (contract v1.2: a pid is unique on
+one node only).
 
 Which GPU the process had, from NVML (the ``pynvml`` module of the maintained
 ``nvidia-ml-py`` distribution, the ``.[capture]`` extra) when it is importable, else from
@@ -171,7 +173,8 @@ def write_device_evidence(attempt_dir: str | os.PathLike[str] | None = None,
         record["gpu_source"] = source
     record.update({"peak_allocated_mib": _mib(allocated), "peak_reserved_mib": _mib(reserved),
                    "captured_ns": time.time_ns(), "nspid": nspid()})
-    path = attempt_dir_of(attempt_dir) / DEVICE_EVIDENCE.path_for(role=role, rank=rank, pid=pid)
+    path = attempt_dir_of(attempt_dir) / DEVICE_EVIDENCE.path_for(
+        role=role, rank=rank, host=record["hostname"], pid=pid)  # (pids repeat across nodes)
     write_atomic(path, dumps(record))
     return path
 

@@ -2,18 +2,23 @@
 
 It starts the command in a process group of its own with the dispatch values in its
 environment, tees its stdout and stderr into ``training-<job>.log``, traps SIGTERM, SIGUSR1
-and SIGINT (each is recorded as ``received_signal`` and forwarded to the command's group;
-the group is SIGKILLed when it is still there ``grace_s`` after the first), waits, and writes
-``trial-<job>.json`` atomically. A grandchild that keeps the pipe open after the command
-exited does not hang it: after ``drain_s`` the group's stragglers are SIGKILLed and reading
-stops.
+and SIGINT (each is recorded as ``received_signal`` and forwarded to the command and every
+descendant; SIGTERM and SIGINT start the grace, after which all of it is SIGKILLed), waits,
+leaves nothing of the command behind (:mod:`auditor.capture.supervise`), and writes
+``trial-<job>.json`` atomically.
 
-Its exit status applies seed ``000``'s rule through the audit's own classifier
-(:func:`auditor.reason.exits.classify_exit` on the :class:`~auditor.model.TrialRecord` it is
-about to write): a coordinated shutdown (the controller's 143, the flag truthy, no signal
-received) exits 0, so a batch script built on it never requeues a finished run; every other
-exit is passed on (128+N for a signal N), and a run whose wrapper was signalled never
-exits 0.
+``auditor run --step ROLE`` (:func:`run_step`) wraps one process of a multi-process attempt
+instead (an srun step, a launcher's child, on any node): it finds the attempt from
+``AUDITOR_ATTEMPT_DIR``, tees the output into ``worker-logs/<host>-<role>-<pid>.out`` (and
+its own stdout, which srun forwards to the batch log) and writes only its process record
+(:mod:`auditor.capture.processes`).
+
+Exit statuses apply seed ``000``'s rule through the audit's own classifier
+(:func:`auditor.reason.exits.classify_exit`, with every process record written so far): a
+coordinated shutdown (the controller's own 143, the flag truthy, no signal received, and no
+other process's failure before it) exits 0, so a batch script built on it never requeues a
+finished run; every other exit is passed on (128+N for a signal N), and a run whose wrapper
+was signalled never exits 0.
 
 Nothing here prints: :func:`run` returns a :class:`RunResult` for the command line to show.
 """
@@ -21,17 +26,16 @@ Nothing here prints: :func:`run` returns a :class:`RunResult` for the command li
 from __future__ import annotations
 
 import os
-import selectors
 import signal
-import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from auditor import __version__
+from auditor.capture import supervise
 from auditor.capture._files import (
     ATTEMPT_DIR_VARIABLE,
     JOB_ID_VARIABLE,
@@ -39,17 +43,20 @@ from auditor.capture._files import (
     hostname,
     write_atomic,
 )
-from auditor.model import ProcessExit, TrialRecord
+from auditor.capture.processes import read_records
+from auditor.capture.supervise import Supervision
+from auditor.model import Citation, ProcessExit, TrialRecord
 from auditor.model.kinds import DEVICE_EVIDENCE, TRAINING_LOG, TRIAL
-from auditor.reason.exits import ExitClass, classify_exit
+from auditor.model.lines import role_exit
+from auditor.reason.exits import ExitClass, attributed_in_log, classify_exit
 
 DEFAULT_FLAG = "COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS"
 """The contract's coordinated-shutdown flag (the default protocol's)."""
 TRAPPED = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 DEFAULT_GRACE_S = 20.0
-"""Seconds between forwarding the first trapped signal and SIGKILLing the group: below
-Slurm's default ``KillWait`` (30 s), so the trial record is written before Slurm's own
-SIGKILL reaches this process."""
+"""Seconds between forwarding the first trapped SIGTERM or SIGINT and SIGKILLing what is
+left: below Slurm's default ``KillWait`` (30 s), so the trial record is written before
+Slurm's own SIGKILL reaches this process. SIGUSR1 starts no timer."""
 DEFAULT_DRAIN_S = 5.0
 """Seconds the command's output is still read after it exited (a grandchild holding the
 pipe), before its group's stragglers are SIGKILLed."""
@@ -60,7 +67,6 @@ slurmstepd signal every process of the job, and the command can die of its signa
 wrapper's arrives (once on the live cluster the record then said no signal was received, and
 the audit could not say the attempt was signalled). A command that exits 143 of itself (a
 coordinated shutdown) pays this once."""
-NOTE = b"[auditor run] "
 
 
 class RunRefused(ValueError):
@@ -114,6 +120,8 @@ class RunResult:
     exit_class: ExitClass
     killed_after_grace: bool
     pipe_held_open: bool
+    outlived: tuple[int, ...] = ()
+    """Pids of the command's processes that outlived it (ended by the wrapper)."""
 
 
 def _digits(value: str | None) -> str | None:
@@ -146,37 +154,6 @@ def resolve_attempt(spec: RunSpec, environ: Mapping[str, str]) -> Attempt:
                    int(task) if task is not None else None, directory)
 
 
-@dataclass
-class _Supervision:
-    """What the wait loop and the signal handler share."""
-
-    pgid: int
-    grace_s: float
-    signals: list[str] = field(default_factory=list)
-    kill_at: float | None = None
-    killed_after_grace: bool = False
-    notes: list[bytes] = field(default_factory=list)
-
-    def on_signal(self, signum: int, frame: object) -> None:
-        name = signal.Signals(signum).name
-        self.signals.append(name)
-        if self.kill_at is None:
-            self.kill_at = time.monotonic() + self.grace_s
-        forwarded = self.pgid > 0 and _killpg(self.pgid, signum)
-        self.notes.append(NOTE + (f"received {name}; forwarded to process group {self.pgid}; "
-                                  f"SIGKILL after {self.grace_s:g} s" if forwarded else
-                                  f"received {name}; process group {self.pgid} already gone"
-                                  ).encode() + b"\n")
-
-
-def _killpg(pgid: int, signum: int) -> bool:
-    try:
-        os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
 def run(spec: RunSpec, environ: Mapping[str, str] | None = None,
         keep_trapped: bool = False) -> RunResult:
     """Run the attempt (see the module docstring); call it from the main thread. The
@@ -204,17 +181,19 @@ def run(spec: RunSpec, environ: Mapping[str, str] | None = None,
         raise RunRefused(f"{directory}: cannot create ({error.strerror})") from None
     child_env = {**environ, **dict(spec.dispatch), JOB_ID_VARIABLE: attempt.job_id,
                  ATTEMPT_DIR_VARIABLE: str(directory.resolve())}
-    state = _Supervision(pgid=0, grace_s=spec.grace_s)
+    state = Supervision(grace_s=spec.grace_s)
     previous = {signum: signal.signal(signum, state.on_signal) for signum in TRAPPED}
+    reaper = supervise.become_subreaper()
     try:  # (trapped until the trial is written: a second scancel must not lose it)
         return _run_attempt(spec, attempt, child_env, state)
     finally:
+        supervise.restore_subreaper(reaper)
         for signum, handler in previous.items():
             signal.signal(signum, signal.SIG_IGN if keep_trapped else handler)
 
 
 def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
-                 state: _Supervision) -> RunResult:
+                 state: Supervision) -> RunResult:
     directory = attempt.directory
     trial_path = directory / TRIAL.path_for(job=attempt.job_id)
     log_path = directory / TRAINING_LOG.path_for(job=attempt.job_id)
@@ -223,19 +202,23 @@ def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
                      | os.O_NOFOLLOW, 0o644)
     try:
         started_ns = time.time_ns()
-        _note(log_fd, f"{' '.join(spec.command)!s} (job {attempt.job_id}, restart "
-                      f"{attempt.restart_count}, grace {spec.grace_s:g} s)")
-        child_exit, child_pid, held = _launch_and_wait(spec, child_env, log_fd, state)
+        supervise.note(log_fd, f"{' '.join(spec.command)!s} (job {attempt.job_id}, restart "
+                               f"{attempt.restart_count}, grace {spec.grace_s:g} s)")
+        child_exit, child_pid, held = launch_and_wait(spec.command, child_env, log_fd, state,
+                                                      spec.echo_fd, spec.drain_s)
         finished_ns = time.time_ns()
-        _await_own_signal(state, child_exit)
+        await_own_signal(state, child_exit)
         received = state.signals[0] if state.signals else None
-        _note(log_fd, f"command exited {child_exit}")
+        supervise.note(log_fd, f"command exited {child_exit}")
     finally:
-        _flush_notes(state, log_fd)
+        supervise.flush_notes(state, log_fd)
         os.close(log_fd)
     trial, document = _trial(spec, attempt, child_env, started_ns, finished_ns, child_exit,
                              child_pid, received, trial_path)
-    exit_class = classify_exit(trial, spec.flag)
+    records = read_records(directory)
+    exit_class = attributed_in_log(classify_exit(trial, spec.flag, records),
+                                   said_in_log(log_path, TRAINING_LOG.path_for(
+                                       job=attempt.job_id)))
     status = _exit_status(exit_class, child_exit, received)
     document["invocation"]["exit_code"] = status
     document["status"] = "completed" if exit_class.clean else exit_class.kind
@@ -244,12 +227,36 @@ def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
     document["pipe_held_open"] = held
     document["peak_mib"] = _peak_mib(directory)
     document["signals_received"] = list(state.signals)  # (one may come while writing)
+    document["outlived"] = [{"pid": pid, "signal": sent}
+                            for pid, sent in sorted(state.outlived.items())]
+    document["process_records"] = len(records)
     write_atomic(trial_path, dumps(document))
     return RunResult(status, attempt, trial_path, log_path, child_exit, received, exit_class,
-                     state.killed_after_grace, held)
+                     state.killed_after_grace, held, tuple(sorted(state.outlived)))
 
 
-def _await_own_signal(state: _Supervision, child_exit: int | None) -> None:
+def said_in_log(log_path: Path, shown: str) -> list[tuple[str, int, Citation]]:
+    """The launcher's own lines in the log naming another role's non-zero exit before the
+    controller's (contract v1.2: such a 143 is never excused), as the audit reads them
+    (:func:`auditor.model.lines.role_exit`); ``shown``: how a citation names the log."""
+    said: list[tuple[str, int, Citation]] = []
+    try:
+        with open(log_path, "rb") as handle:
+            for number, raw in enumerate(handle, 1):
+                if b"xited with" not in raw:
+                    continue
+                found = role_exit(raw.decode("utf-8", "replace"))
+                if found is None:
+                    continue
+                if found[0] == "controller":
+                    break
+                said.append((*found, Citation(shown, line=number)))
+    except OSError:
+        pass
+    return said
+
+
+def await_own_signal(state: Supervision, child_exit: int | None) -> None:
     """Wait up to :data:`SIGNAL_SETTLE_S` for a trapped signal to reach the wrapper, when the
     command ended as that signal ends one but none has come yet."""
     if state.signals or child_exit not in {128 + int(signum) for signum in TRAPPED}:
@@ -257,10 +264,6 @@ def _await_own_signal(state: _Supervision, child_exit: int | None) -> None:
     deadline = time.monotonic() + SIGNAL_SETTLE_S
     while not state.signals and time.monotonic() < deadline:
         time.sleep(0.01)
-
-
-def _note(log_fd: int, text: str) -> None:
-    os.write(log_fd, NOTE + text.encode("utf-8", "replace") + b"\n")
 
 
 def _exit_status(exit_class: ExitClass, child_exit: int | None, received: str | None) -> int:
@@ -275,92 +278,26 @@ def _exit_status(exit_class: ExitClass, child_exit: int | None, received: str | 
     return 1
 
 
-def _launch_and_wait(spec: RunSpec, env: dict[str, str], log_fd: int, state: _Supervision
-                     ) -> tuple[int | None, int, bool]:
-    """Start the command and tee its output until it ended; returns (its exit code as the
-    shell says it, its pid, whether a straggler held the pipe open)."""
+def launch_and_wait(command: Sequence[str], env: dict[str, str], log_fd: int,
+                    state: Supervision, echo_fd: int | None, drain_s: float,
+                    started: Callable[[int], None] | None = None
+                    ) -> tuple[int | None, int, bool]:
+    """Start the command and tee its output until it and everything it started ended;
+    returns (its exit code as the shell says it, its pid, whether a straggler held the
+    pipe open). ``started`` is told the command's pid before its output is read; a signal
+    that ended it is left in ``state.ended_by``."""
     try:
-        process = subprocess.Popen(list(spec.command), stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                   process_group=0)
+        process = supervise.start(command, env, state)
     except OSError as error:
-        _note(log_fd, f"cannot start {spec.command[0]!r}: {error.strerror or error}")
+        supervise.note(log_fd, f"cannot start {command[0]!r}: {error.strerror or error}")
         return 127 if isinstance(error, FileNotFoundError) else 126, os.getpid(), False
-    state.pgid = process.pid
-    if state.signals:  # (trapped while the command was being started: it gets it now)
-        _killpg(state.pgid, signal.Signals[state.signals[0]])
-    held = _wait(process, state, log_fd, spec.echo_fd, spec.drain_s)
+    if started is not None:
+        started(process.pid)
+    held = supervise.wait(process, state, log_fd, echo_fd, drain_s)
     code = process.returncode
+    if code is not None and code < 0:
+        state.ended_by = supervise.signal_name(-code)
     return (128 - code if code is not None and code < 0 else code), process.pid, held
-
-
-def _flush_notes(state: _Supervision, log_fd: int) -> None:
-    while state.notes:
-        os.write(log_fd, state.notes.pop(0))
-
-
-def _wait(process: subprocess.Popen[bytes], state: _Supervision, log_fd: int,
-          echo_fd: int | None, drain_s: float) -> bool:
-    """Copy the command's output until it exited and the pipe closed (or ``drain_s`` after
-    its exit); SIGKILL its group once the grace after a signal ran out. Returns whether the
-    pipe was still held open when reading stopped."""
-    assert process.stdout is not None
-    pipe = process.stdout.fileno()
-    os.set_blocking(pipe, False)
-    selector = selectors.DefaultSelector()
-    selector.register(pipe, selectors.EVENT_READ)
-    reading, drain_until = True, None
-    try:
-        while True:
-            _flush_notes(state, log_fd)
-            if reading:
-                for _ in selector.select(timeout=0.1):
-                    reading, echo_fd = _copy(pipe, log_fd, echo_fd)
-                if not reading:
-                    selector.unregister(pipe)
-            else:
-                time.sleep(0.05)
-            now = time.monotonic()
-            if process.poll() is None:
-                if state.kill_at is not None and now >= state.kill_at \
-                        and not state.killed_after_grace:
-                    state.killed_after_grace = _killpg(state.pgid, signal.SIGKILL)
-                    _note(log_fd, f"grace over: SIGKILL to process group {state.pgid}")
-                continue
-            if not reading:
-                return False
-            if drain_until is None:
-                drain_until = now + drain_s
-            elif now >= drain_until:
-                if _killpg(state.pgid, signal.SIGKILL):
-                    _note(log_fd, f"output pipe still open {drain_s:g} s after the command "
-                                  f"exited: SIGKILL to what remains of process group "
-                                  f"{state.pgid}")
-                else:
-                    _note(log_fd, f"output pipe still open {drain_s:g} s after the command "
-                                  "exited (held outside its process group); reading stops")
-                return True
-    finally:
-        selector.close()
-        process.stdout.close()
-
-
-def _copy(pipe: int, log_fd: int, echo_fd: int | None) -> tuple[bool, int | None]:
-    """Copy what the pipe holds; returns (still open, the echo descriptor or None once it
-    failed: a closed stdout does not stop the log)."""
-    try:
-        data = os.read(pipe, 1 << 16)
-    except BlockingIOError:
-        return True, echo_fd
-    if not data:
-        return False, echo_fd
-    os.write(log_fd, data)
-    if echo_fd is not None:
-        try:
-            os.write(echo_fd, data)
-        except OSError:
-            echo_fd = None
-    return True, echo_fd
 
 
 def _trial(spec: RunSpec, attempt: Attempt, env: Mapping[str, str], started_ns: int,

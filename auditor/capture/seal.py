@@ -12,7 +12,10 @@ exactly as it was sealed changes nothing; a different record, or an attempt that
 sealed differently, is refused (:class:`SealRefused`). Writes are atomic.
 
 ``idle_check`` asks NVML whether the GPUs were left idle; it refuses on another node than
-the trial's or outside its job; without NVML it records that no check could be made.
+the trial's or outside its job; without NVML it records that no check could be made. On a
+multi-node attempt each node checks its own (``idle_check_only``: ``ATTEMPT/idle/<host>.json``,
+e.g. ``srun --ntasks-per-node=1 auditor seal --idle-check-only``) and the one seal on the
+batch node gathers them into ``idle_check.hosts`` (contract v1.2).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any
 from auditor import __version__
 from auditor.capture._files import dumps, hostname, write_atomic
 from auditor.capture.device import idle_check as check_idle
-from auditor.model.kinds import ALLOCATOR_TRACE, DEVICE_EVIDENCE, TRIAL, kind_of
+from auditor.model.kinds import ALLOCATOR_TRACE, DEVICE_EVIDENCE, IDLE_CHECK, TRIAL, kind_of
 
 _COMMIT = re.compile(r"[0-9a-f]{7,64}")
 ATTEMPT_FIELDS = ("job_id", "restart_count", "attempt_dir", "workers", "evidence")
@@ -61,6 +64,8 @@ class SealSpec:
     study: str | None = None
     """None: the root directory's name."""
     idle_check: bool = False
+    idle_check_only: bool = False
+    """Only check this node and write ``ATTEMPT/idle/<host>.json`` (contract v1.2)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,24 +154,38 @@ def _json(path: Path) -> dict[str, Any] | None:
 
 
 def _workers(directory: Path, files: list[str]) -> list[dict[str, Any]]:
-    """(role, rank, pid) of every worker: from its device file, else from the first phase
-    record of its trace; sorted by role, rank, pid."""
-    found: dict[int, dict[str, Any]] = {}
+    """(role, rank, pid, host) of every worker: from its device file, else from the first
+    phase record of its trace; a worker is (host, pid) (contract v1.2: pids repeat across
+    nodes; a v1 file's host is its name's or, failing that, its content's); sorted by role,
+    rank, host, pid."""
+    found: dict[tuple[str | None, int], dict[str, Any]] = {}
     for relative in files:
         kind = kind_of(relative)
         if kind == DEVICE_EVIDENCE.name:
             document = _json(directory / relative) or {}
-            _add_worker(found, document.get("role"), document.get("rank"), document.get("pid"))
+            named = DEVICE_EVIDENCE.worker_of(relative)
+            _add_worker(found, document.get("role"), document.get("rank"), document.get("pid"),
+                        named[0] if named and named[0] else document.get("hostname"))
         elif kind == ALLOCATOR_TRACE.name:
+            named = ALLOCATOR_TRACE.worker_of(relative)
             for record in _first_phase(directory / relative):
-                _add_worker(found, record.get("role"), record.get("rank"), record.get("pid"))
-    return sorted(found.values(), key=lambda w: (w["role"], w["rank"], w["pid"]))
+                _add_worker(found, record.get("role"), record.get("rank"), record.get("pid"),
+                            named[0] if named and named[0] else record.get("host"))
+    return sorted(found.values(), key=lambda w: (w["role"], w["rank"], w.get("host") or "",
+                                                 w["pid"]))
 
 
-def _add_worker(found: dict[int, dict[str, Any]], role: object, rank: object,
-                pid: object) -> None:
-    if type(role) is str and type(rank) is int and type(pid) is int and pid not in found:
-        found[pid] = {"role": role, "rank": rank, "pid": pid}
+def _add_worker(found: dict[tuple[str | None, int], dict[str, Any]], role: object,
+                rank: object, pid: object, host: object) -> None:
+    if type(role) is not str or type(rank) is not int or type(pid) is not int:
+        return
+    host = host if isinstance(host, str) and host else None
+    if (host, pid) in found or (host is not None and (None, pid) in found):
+        return
+    if host is None and any(key[1] == pid for key in found):
+        return
+    found[(host, pid)] = {"role": role, "rank": rank, "pid": pid,
+                          **({"host": host} if host else {})}
 
 
 def _first_phase(path: Path) -> list[dict[str, Any]]:
@@ -242,15 +261,73 @@ def _check_idle_where(trial: dict[str, Any]) -> dict[str, Any]:
     return check_idle()
 
 
+def check_node(spec: SealSpec) -> tuple[Path, dict[str, Any]]:
+    """``seal --idle-check-only``: check this node's GPUs and write the result to
+    ``ATTEMPT/idle/<host>.json`` (atomically, never over an earlier one), inside the
+    attempt's job; returns (its path, the result)."""
+    check_pair_name(spec.pair)
+    directory, _ = _attempt_dir(spec)
+    job = os.environ.get("SLURM_JOB_ID")
+    trials = [name for name in os.listdir(directory) if kind_of(name) == TRIAL.name]
+    trial = _json(directory / trials[0]) if len(trials) == 1 else None
+    if trial is not None and job != trial.get("job_id"):
+        raise SealRefused(f"--idle-check-only outside the attempt's job (SLURM_JOB_ID is "
+                          f"{job!r}, the attempt's job {trial.get('job_id')!r})")
+    host = hostname()
+    path = directory / IDLE_CHECK.path_for(host=host)
+    if os.path.lexists(path):
+        raise SealRefused(f"{path}: this node's idle check is written already; not "
+                          "overwritten")
+    _no_link_on_the_way(directory, (IDLE_CHECK.directory, path.name))
+    result = {"schema": "run-evidence/idle-check/v1", "host": host, **check_idle()}
+    write_atomic(path, dumps(result))
+    return path, result
+
+
+def _gathered(directory: Path, files: list[str]) -> dict[str, Any] | None:
+    """The nodes' own idle checks (``idle/<host>.json``) as the period record's
+    ``idle_check``: ``hosts`` by host, and ``passed`` only when every one passed (False
+    when one did not; null with ``unavailable`` when one could not be made)."""
+    hosts: dict[str, dict[str, Any]] = {}
+    for relative in files:
+        if kind_of(relative) != IDLE_CHECK.name:
+            continue
+        document = _json(directory / relative) or {}
+        host = document.get("host")
+        named = IDLE_CHECK.parts(relative) or {}
+        if not isinstance(host, str) or host != named.get("host"):
+            raise SealRefused(f"{directory / relative}: not one node's idle check (its host "
+                              f"{host!r} is not its name's)")
+        hosts[host] = {key: document.get(key) for key in ("passed", "unavailable",
+                                                           "checked_ns")}
+    if not hosts:
+        return None
+    results = [item["passed"] for item in hosts.values()]
+    unmade = [f"{host}: {item['unavailable']}" for host, item in sorted(hosts.items())
+              if item["passed"] is None]
+    checked = [item["checked_ns"] for item in hosts.values() if type(item["checked_ns"]) is int]
+    return {"passed": False if False in results else None if unmade else True,
+            **({"unavailable": "; ".join(unmade)} if unmade else {}),
+            "checked_ns": max(checked) if checked else None, "hosts": dict(sorted(hosts.items()))}
+
+
 def seal(spec: SealSpec) -> SealResult:
     """Seal the attempt into the period record (see the module docstring)."""
     if not _COMMIT.fullmatch(spec.commit):
         raise SealRefused(f"commit {spec.commit!r}: a git object id (7-64 lower-case hex "
                           "digits) expected")
     check_pair_name(spec.pair)
+    if spec.idle_check:
+        directory, _ = _attempt_dir(spec)
+        if (directory / IDLE_CHECK.directory).is_dir() and not os.path.lexists(
+                directory / IDLE_CHECK.path_for(host=hostname())):
+            check_node(spec)  # (the batch node's own, beside the other nodes')
     entry, trial = attempt_entry(spec)
     shared = _period_fields(spec, trial)
-    idle = _check_idle_where(trial) if spec.idle_check else None
+    directory, _ = _attempt_dir(spec)
+    idle = _gathered(directory, [e["path"] for e in entry["evidence"]])
+    if idle is None and spec.idle_check:
+        idle = _check_idle_where(trial)
     path = spec.root / "pairs" / spec.pair / f"period-{spec.period}.json"
     for place in (spec.root / "pairs", path.parent):  # (never written through a link)
         if place.is_symlink():

@@ -1,7 +1,9 @@
-"""The allocator trace a training process writes: ``allocator-traces/allocator-<pid>.jsonl``.
+"""The allocator trace a training process writes:
+``allocator-traces/allocator-<host>-<pid>.jsonl``.
 
-One :class:`Trace` per process (torchrun rank, Ray actor...): the file is named by
-``os.getpid()``, and the device file's ``nspid`` maps that pid to the host's, which NVML
+One :class:`Trace` per process (torchrun rank, Ray actor...): the file is named by the node
+and ``os.getpid()`` (contract v1.2: two nodes' processes may share a pid), each phase record
+names the host too, and the device file's ``nspid`` maps the pid to the host's, which NVML
 reports. Each record is one ``os.write`` of one whole line on a descriptor opened with
 ``O_APPEND`` (no user-space buffer to lose): a process killed at any instant leaves whole
 lines, at worst without the one it was writing, which the audit reads up to its last whole
@@ -23,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from auditor.capture._files import attempt_dir_of, rank_of
+from auditor.capture._files import attempt_dir_of, hostname, rank_of
 from auditor.capture.memory import Memory
 from auditor.model.kinds import ALLOCATOR_TRACE
 
@@ -50,10 +52,11 @@ class Trace:
                  rank: int | None = None, role: str = "actor_rollout", *,
                  sample_every: float | None = None, memory: Memory | None = None) -> None:
         self.pid = os.getpid()
+        self.host = hostname()
         self.rank = rank_of(rank)
         self.role = role
         self.memory = memory if memory is not None else Memory()
-        self.path = trace_path(attempt_dir_of(attempt_dir), self.pid)
+        self.path = trace_path(attempt_dir_of(attempt_dir), self.pid, self.host)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd: int | None = os.open(  # (never through a link put in its place)
             self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
@@ -139,8 +142,8 @@ class Trace:
         if reserved is not None:
             self.peak_reserved_bytes = max(self.peak_reserved_bytes or 0, reserved)
         record: dict[str, Any] = {
-            "pid": self.pid, "rank": self.rank, "role": self.role, "seq": None,
-            "phase": name, "step": step, "started_ns": started_ns,
+            "pid": self.pid, "rank": self.rank, "role": self.role, "host": self.host,
+            "seq": None, "phase": name, "step": step, "started_ns": started_ns,
             "finished_ns": time.time_ns(),
             "error_type": "" if error is None else qualified_name(error),
         }
@@ -172,6 +175,7 @@ class _Phase(contextlib.ContextDecorator):
         self.trace._phase_record(self.name, self.step, self._started.pop(), error)
 
 
-def trace_path(attempt_dir: Path, pid: int) -> Path:
-    """Where the trace of ``pid`` lives under ``attempt_dir``."""
-    return attempt_dir / ALLOCATOR_TRACE.path_for(pid=pid)
+def trace_path(attempt_dir: Path, pid: int, host: str | None = None) -> Path:
+    """Where the trace of ``pid`` on ``host`` (default: this node) lives under
+    ``attempt_dir``."""
+    return attempt_dir / ALLOCATOR_TRACE.path_for(host=host or hostname(), pid=pid)

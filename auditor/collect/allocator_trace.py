@@ -93,7 +93,7 @@ class _Scan:
     __slots__ = (
         "path", "lines", "phases", "samples", "peak_allocated", "peak_reserved", "pids",
         "ranks", "first_ns", "last_ns", "last_seq", "kept", "dropped", "phase_tail",
-        "phases_dropped",
+        "phases_dropped", "hosts",
     )
 
     def __init__(self, path: str) -> None:
@@ -105,6 +105,8 @@ class _Scan:
         self.peak_reserved: int | None = None
         self.pids: dict[int, int] = {}
         self.ranks: dict[int, int] = {}
+        self.hosts: dict[str, int] = {}
+        """Hosts the phase records name (contract v1.2), each with its first line."""
         self.first_ns: int | None = None
         self.last_ns: int | None = None
         self.last_seq: int | None = None
@@ -178,7 +180,7 @@ class _Scan:
         self.last_seq = folded.last_seq
 
 
-def _see(seen: dict[int, int], value: int, line: int) -> None:
+def _see(seen: dict[Any, int], value: object, line: int) -> None:
     known = seen.get(value)
     if known is None:
         if len(seen) < MAX_DISTINCT:
@@ -236,6 +238,7 @@ def read_allocator_trace(
         sample_peak_reserved_bytes=scan.peak_reserved,
         pids=tuple(sorted(scan.pids.items(), key=itemgetter(1))),
         ranks=tuple(sorted(scan.ranks.items(), key=itemgetter(1))),
+        hosts=tuple(sorted(scan.hosts.items(), key=itemgetter(1))),
         first_ns=scan.first_ns,
         last_ns=scan.last_ns,
         findings=tuple(findings),
@@ -377,6 +380,8 @@ def _phase_record(scan: _Scan, record: dict[str, Any], line: int) -> PhaseRecord
         scan.see_pid(pid, line)
     if type(rank) is int:
         scan.see_rank(rank, line)
+    if type(host := get("host")) is str:
+        _see(scan.hosts, host, line)
     started, finished = count(get("started_ns")), count(get("finished_ns"))
     scan.see_ns(started, finished)
     role, message = get("role"), get("error_message")
@@ -408,6 +413,8 @@ def _valid_phase_record(scan: _Scan, record: dict[str, Any], line: int) -> Phase
     started, finished = record["started_ns"], record["finished_ns"]
     _see(scan.pids, pid, line)
     _see(scan.ranks, rank, line)
+    if type(host := record.get("host")) is str:
+        _see(scan.hosts, host, line)
     scan.see_ns(started, finished)
     get = record.get
     message = get("error_message")

@@ -60,7 +60,8 @@ def read_attempt(task: AttemptTask) -> AttemptRead:
                 continue
         outcomes.append(FileOutcome(file.display, file.kind, reader.digest()))
     return AttemptRead(task.key, tuple(outcomes), parts.trial, parts.log, tuple(parts.traces),
-                       tuple(parts.devices), tuple(parts.findings))
+                       tuple(parts.devices), tuple(parts.findings),
+                       tuple(parts.processes))
 
 
 def _os_reason(error: OSError) -> str:

@@ -15,6 +15,7 @@ from auditor._io import HashingReader
 from auditor.collect.allocator_trace import read_allocator_trace
 from auditor.collect.device import read_device
 from auditor.collect.log_events import _compile_pattern as compile_pattern
+from auditor.collect.process import read_process
 from auditor.collect.training_log import scan_training_log
 from auditor.collect.trial import read_trial
 from auditor.model import (
@@ -22,10 +23,18 @@ from auditor.model import (
     AttemptTask,
     DeviceEvidence,
     Finding,
+    ProcessExit,
     TrainingLogScan,
     TrialRecord,
 )
-from auditor.model.kinds import ALLOCATOR_TRACE, DEVICE_EVIDENCE, KINDS, TRAINING_LOG, TRIAL
+from auditor.model.kinds import (
+    ALLOCATOR_TRACE,
+    DEVICE_EVIDENCE,
+    KINDS,
+    PROCESS_RECORD,
+    TRAINING_LOG,
+    TRIAL,
+)
 
 
 @dataclass
@@ -37,6 +46,7 @@ class AttemptParts:
     traces: list[AllocatorTrace] = field(default_factory=list)
     devices: list[DeviceEvidence] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    processes: list[ProcessExit] = field(default_factory=list)
 
 
 Reader = Callable[[HashingReader, str, AttemptTask, AttemptParts], None]
@@ -53,6 +63,14 @@ def _device(reader: HashingReader, display: str, _: AttemptTask, parts: AttemptP
     device = read_device(reader, display)
     parts.devices.append(device)
     parts.findings.extend(device.findings)
+
+
+def _process(reader: HashingReader, display: str, _: AttemptTask,
+             parts: AttemptParts) -> None:
+    process, findings = read_process(reader, display)
+    if process is not None:
+        parts.processes.append(process)
+    parts.findings.extend(findings)
 
 
 def _trace(reader: HashingReader, display: str, _: AttemptTask, parts: AttemptParts) -> None:
@@ -84,6 +102,7 @@ READERS: Mapping[str, Reader] = {
     DEVICE_EVIDENCE.name: _device,
     ALLOCATOR_TRACE.name: _trace,
     TRAINING_LOG.name: _log,
+    PROCESS_RECORD.name: _process,
 }
 """The reader of each evidence kind, by its period-record word."""
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from auditor._text import clip
 from auditor.model import Finding, LogEvent, TrainingLogScan
+from auditor.model.lines import role_exit
 
 if TYPE_CHECKING:
     import regex
@@ -166,7 +167,7 @@ ROOT_CAUSE_LINES = 12
 """Lines after torchrun's ``Root Cause`` header in which its rank and exit code are read."""
 
 _SLURM_CANCEL = re.compile(
-    r"\*\*\* (?:JOB|STEP) (?P<id>[\w.+\[\]-]+)(?: ON \S+)? CANCELLED AT \S+(?P<rest>[^*]*)"
+    r"\*\*\* (?P<what>JOB|STEP) (?P<id>[\w.+\[\]-]+)(?: ON \S+)? CANCELLED AT \S+(?P<rest>[^*]*)"
 )
 _SHUTDOWN = re.compile(  # run on the lower-cased line; bounded repeats keep it linear
     r"coordinated[\s_-]{1,3}(?:[a-z]{1,20}[\s_-]{1,3})?shut(?:ting)?[\s_-]{0,3}down"
@@ -333,8 +334,13 @@ class _Scanner:
                     else "slurm_preempted" if "DUE TO PREEMPTION" in rest \
                     else "node_failure" if "DUE TO NODE FAILURE" in rest \
                     else "slurm_task_failure" if "DUE TO TASK FAILURE" in rest \
+                    else "slurm_step_cancelled" if slurm["what"] == "STEP" \
                     else "slurm_cancelled"
                 self._add(kind, number, segment, slurm["id"])
+        if "xited with" in content:
+            said = role_exit(content)
+            if said is not None:
+                self._add("role_exit", number, segment, f"{said[0]} {said[1]}")
         self._ends(number, segment, content)
         if "hut" in content or "HUT" in content or "olicy" in content or "OLICY" in content:
             lowered = content.lower()

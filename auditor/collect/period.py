@@ -41,6 +41,7 @@ from auditor.model import (
     Citation,
     EvidenceEntry,
     Finding,
+    HostIdle,
     IdleCheck,
     PeriodRecord,
     Worker,
@@ -177,6 +178,7 @@ def _worker(value: object, pointer: str) -> Worker:
         rank=as_int(obj.get("rank")),
         pid=as_int(obj.get("pid")),
         pointer=intern(pointer),
+        host=intern(host) if (host := as_str(obj.get("host"))) else None,
     )
 
 
@@ -207,4 +209,13 @@ def _idle_check(value: object) -> IdleCheck | None:
         ),
         gpu_processes=as_int(value.get("gpu_processes")),
         unavailable=as_str(value.get("unavailable")),
+        hosts=tuple(_host_idle(host, item) for host, item
+                    in sorted(as_obj(value.get("hosts")).items())),
     )
+
+
+def _host_idle(host: str, value: object) -> HostIdle:
+    """One node's result in ``idle_check.hosts`` (contract v1.2)."""
+    obj = as_obj(value)
+    return HostIdle(host, as_bool(obj.get("passed")), as_str(obj.get("unavailable")),
+                    as_int(obj.get("checked_ns")))

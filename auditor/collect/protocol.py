@@ -90,7 +90,12 @@ def read_protocol(stream: BinaryIO | HashingReader, path: str) -> Protocol:
         else:
             values["terminal_pattern"] = pattern
     if usable("/completion_phases"):
-        values["completion_phases"] = tuple(doc["completion_phases"])
+        phases = doc["completion_phases"]
+        if isinstance(phases, dict):  # (contract v1.2: phases by role)
+            values["completion_phases_by_role"] = tuple(
+                (role, tuple(names)) for role, names in sorted(phases.items()))
+        else:
+            values["completion_phases"] = tuple(phases)
     if usable("/eligible_failures"):
         values["eligible_failures"] = tuple(
             EligibleFailure(item["phase"], tuple(item["error_types"]))

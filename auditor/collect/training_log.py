@@ -76,6 +76,7 @@ _TRIGGER_WORDS = (
     b"egmentation", b"SIGSEGV", b"xitcode", b"return code", b"death signal", b"Signals.",
     b"got signal", b"Killed", b"Aborted", b"Bus error", b"ActorDied", b"RayActorError",
     b"actor died", b"actor is dead", b"worker died", b"Root Cause", b"ode failure",
+    b"xited with",  # a launcher's line naming a process's exit (model.lines.role_exit)
 )  # fmt: skip
 _TRIGGER = re.compile(b"|".join(re.escape(word) for word in _TRIGGER_WORDS))
 """The trigger words as one regex (matches the same lines)."""

@@ -42,6 +42,14 @@ class Worker:
     rank: int | None
     pid: int | None
     pointer: str
+    host: str | None = None
+    """The node it ran on (contract v1.2; None in a v1 record): pids are unique on one node
+    only, so a worker is (host, pid)."""
+
+    @property
+    def key(self) -> tuple[str | None, int | None]:
+        """(host, pid): who the worker is."""
+        return self.host, self.pid
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +80,19 @@ class IdleCheck:
     gpu_processes: int | None
     unavailable: str | None = None
     """Why no check could be made (``passed`` is then None: unknown, never passed)."""
+    hosts: tuple[HostIdle, ...] = ()
+    """Each node's own result, by host (contract v1.2: ``idle_check.hosts``); empty in the
+    one-node form."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostIdle:
+    """One node's idle check (``idle_check.hosts.<host>``)."""
+
+    host: str
+    passed: bool | None
+    unavailable: str | None = None
+    checked_ns: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +156,24 @@ class ProcessExit:
     pid: int | None
     exit_code: int | None
     pointer: str
+    """Where its exit code is: ``/processes/<i>`` of the trial record, or ``""`` of its own
+    process record (:attr:`path`)."""
+    path: str | None = None
+    """Its process record, ``processes/<host>-<role>-<pid>.json`` (contract v1.2); None for
+    an item of the trial record's ``processes``."""
+    host: str | None = None
+    rank: int | None = None
+    started_ns: int | None = None
+    ended_ns: int | None = None
+    signal: str | None = None
+    """The signal that ended it (``SIGTERM``), when one did."""
+    received_signal: str | None = None
+    """A signal its wrapper received (``auditor run --step``), when one did."""
+
+    @property
+    def failed(self) -> bool:
+        """Whether it ended other than with exit 0 (unknown counts as not failed)."""
+        return (self.exit_code not in (0, None)) or bool(self.signal)
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +291,9 @@ class AllocatorTrace:
     last_ns: int | None
     """Latest ``finished_ns``/``sample_ns`` of any record."""
     findings: tuple[Finding, ...] = ()
+    hosts: tuple[tuple[str, int], ...] = ()
+    """Each distinct ``host`` its phase records name (contract v1.2), with its first line:
+    two are two processes writing one file."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,6 +392,10 @@ class Protocol:
     steps_from: str = "TOTAL_TRAINING_STEPS"
     terminal_pattern: str | None = None
     completion_phases: tuple[str, ...] = ("actor_update", "weight_sync")
+    completion_phases_by_role: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """``completion_phases`` given as a mapping from role to phases (contract v1.2): when
+    not empty, a role it does not name has no completion phases (its ranks cannot be shown
+    complete)."""
     eligible_failures: tuple[EligibleFailure, ...] = (
         EligibleFailure(
             "rollout_init", ("torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError")
@@ -363,6 +409,14 @@ class Protocol:
     idle_check: str = "required"
     """``required``: a period without a passed idle check is unresolved; ``optional``: a
     missing or impossible one is said in the report and decides nothing (contract v1.1)."""
+
+
+    def phases_for(self, role: str | None) -> tuple[str, ...]:
+        """The completion phases of a rank in ``role`` (empty: the protocol names none)."""
+        if not self.completion_phases_by_role:
+            return self.completion_phases
+        return next((phases for name, phases in self.completion_phases_by_role
+                     if name == role), ())
 
 
 DEFAULT_PROTOCOL = Protocol(path=None)

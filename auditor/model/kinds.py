@@ -74,6 +74,9 @@ class EvidenceKind:
     read_order: int
     """Where it is read among an attempt's files (lower first): the trial record first,
     since it names the dispatched step count the log's terminal event is matched against."""
+    required: bool = False
+    """Whether every attempt must list a file of it (``AUD107``): the four v1 kinds; the
+    v1.2 kinds (process records, worker logs, idle results) are kept when there are any."""
     loose_compiled: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -81,13 +84,26 @@ class EvidenceKind:
 
     @property
     def shown(self) -> str:
-        """The contract's name form with its folder: ``allocator-traces/allocator-<pid>.jsonl``."""
-        return self.names[0].shown if not self.directory else \
-            f"{self.directory}/{self.names[0].shown}"
+        """The contract's name form with its folder:
+        ``allocator-traces/allocator-<host>-<pid>.jsonl``."""
+        return self.shown_form(host=True)
+
+    def shown_form(self, *, host: bool) -> str:
+        """The name form with its folder, with a host (v1.2) or without (v1) where the kind
+        has both."""
+        form = next((form for form in self.names
+                     if ("host" in form.compiled.groupindex) == host), self.names[0])
+        return form.shown if not self.directory else f"{self.directory}/{form.shown}"
 
     def path_for(self, **values: object) -> str:
-        """The path below the attempt directory the kit writes a file of this kind to."""
-        return self.names[0].template.format(**values)
+        """The path below the attempt directory of a file of this kind: the first name form
+        whose fields are all given (``host`` and ``pid``: the v1.2 name the kit writes;
+        ``pid`` alone: the v1 one)."""
+        given = set(values)
+        for form in self.names:
+            if set(form.compiled.groupindex) <= given:
+                return form.template.format(**values)
+        raise KeyError(f"{self.name}: no file name form takes {sorted(given)}")
 
     def parts(self, path: str) -> dict[str, str] | None:
         """The named parts of the file name of ``path`` (whatever its folder) in the first
@@ -100,14 +116,23 @@ class EvidenceKind:
         return None
 
     def pid_of(self, path: str) -> int | None:
-        """The worker pid a per-worker file's name gives, or None. (Run for every listed
-        file of a per-worker kind, twice: no dict of the other parts is made.)"""
+        """The worker pid a per-worker file's name gives, or None."""
+        worker = self.worker_of(path)
+        return worker[1] if worker is not None else None
+
+    def worker_of(self, path: str) -> tuple[str | None, int] | None:
+        """(host, pid) of the worker a per-worker file's name gives (host None in a v1 name,
+        which has none), or None. (Run for every listed file of a per-worker kind, twice:
+        no dict of the other parts is made.)"""
         name = path[path.rfind("/") + 1:]
         for form in self.names:
             match = form.compiled.fullmatch(name)
             if match is not None:
-                pid = match.group("pid") if "pid" in form.compiled.groupindex else None
-                return int(pid) if pid else None
+                groups = form.compiled.groupindex
+                pid = match.group("pid") if "pid" in groups else None
+                if not pid:
+                    return None
+                return (match.group("host") if "host" in groups else None), int(pid)
         return None
 
     def names_loosely(self, relative: str) -> bool:
@@ -118,39 +143,85 @@ class EvidenceKind:
 
 
 _NUMBER = r"\d{1,20}"
+_HOST = r"(?![.-])[A-Za-z0-9_.-]*[A-Za-z_][A-Za-z0-9_.-]*?"
+"""A host's name in a file name (contract v1.2): letters, digits, ``.``, ``_`` and ``-``,
+not starting with ``.`` or ``-``, with at least one letter or ``_``, so a v1 name
+(``allocator-42.jsonl``, ``worker-policy-0-42.json``) never reads as one with a host."""
+_ROLE = r"[A-Za-z0-9_.]+"
+"""A role in a name that also holds a host (``<host>-<role>-<pid>``): no ``-``, so a host's
+own dashes (``gpu-node-17``) stay the host's."""
 
 TRIAL = EvidenceKind(
     name="trial", title="trial record", directory="",
     names=(FileName("trial-{job}.json", r"trial-(?P<job>[^/]+)\.json", "trial-<job>.json"),),
-    loose=r"trial-[^/]*\.json", schema="trial", per_worker=False, read_order=0,
+    loose=r"trial-[^/]*\.json", schema="trial", per_worker=False, read_order=0, required=True,
 )
 TRAINING_LOG = EvidenceKind(
     name="training_log", title="training log", directory="",
     names=(FileName("training-{job}.log", r"training-(?P<job>[^/]+)\.log",
                     "training-<job>.log"),),
-    loose=r"training-[^/]*\.log", schema=None, per_worker=False, read_order=3,
+    loose=r"training-[^/]*\.log", schema=None, per_worker=False, read_order=4, required=True,
 )
 ALLOCATOR_TRACE = EvidenceKind(
     name="allocator_trace", title="allocator trace", directory="allocator-traces",
-    names=(FileName("allocator-traces/allocator-{pid}.jsonl",
-                    rf"allocator-(?P<pid>{_NUMBER})\.jsonl", "allocator-<pid>.jsonl"),),
+    names=(FileName("allocator-traces/allocator-{host}-{pid}.jsonl",
+                    rf"allocator-(?P<host>{_HOST})-(?P<pid>{_NUMBER})\.jsonl",
+                    "allocator-<host>-<pid>.jsonl"),
+           FileName("allocator-traces/allocator-{pid}.jsonl",
+                    rf"allocator-(?P<pid>{_NUMBER})\.jsonl", "allocator-<pid>.jsonl")),
     loose=r"allocator-[^/]*\.jsonl", schema="allocator-record",
-    per_worker=True, read_order=2,
+    per_worker=True, read_order=3, required=True,
 )
 DEVICE_EVIDENCE = EvidenceKind(
     name="device_evidence", title="device evidence", directory="device-evidence",
-    names=(FileName("device-evidence/worker-{role}-{rank}-{pid}.json",
+    names=(FileName("device-evidence/worker-{role}-{rank}-{host}-{pid}.json",
+                    rf"worker-(?P<role>.+?)-(?P<rank>{_NUMBER})-(?P<host>{_HOST})"
+                    rf"-(?P<pid>{_NUMBER})\.json",
+                    "worker-<role>-<rank>-<host>-<pid>.json"),
+           FileName("device-evidence/worker-{role}-{rank}-{pid}.json",
                     rf"worker-(?P<role>.+)-(?P<rank>{_NUMBER})-(?P<pid>{_NUMBER})\.json",
-                    "worker-<role>-<rank>-<pid>.json"),),
+                    "worker-<role>-<rank>-<pid>.json")),
     loose=r"worker-[^/]*\.json", schema="device", per_worker=True,
-    read_order=1,
+    read_order=2, required=True,
 )
+PROCESS_RECORD = EvidenceKind(
+    name="process_record", title="process record", directory="processes",
+    names=(FileName("processes/{host}-{role}-{pid}.json",
+                    rf"(?P<host>{_HOST})-(?P<role>{_ROLE})-(?P<pid>{_NUMBER})\.json",
+                    "<host>-<role>-<pid>.json"),),
+    loose=r"[^/]*\.json", schema="process", per_worker=False, read_order=1,
+)
+"""One process of the attempt, written when it ended (contract v1.2: ``auditor run --step``,
+or a launcher's own call): its role, host, pid, exit and signals."""
+WORKER_LOG = EvidenceKind(
+    name="worker_log", title="worker log", directory="worker-logs",
+    names=(FileName("worker-logs/{host}-{role}-{pid}.out",
+                    rf"(?P<host>{_HOST})-(?P<role>{_ROLE})-(?P<pid>{_NUMBER})\.(?:out|err)",
+                    "<host>-<role>-<pid>.out"),
+           FileName("worker-logs/{host}-{pid}.out",
+                    rf"(?P<host>{_HOST})-(?P<pid>{_NUMBER})\.(?:out|err)", "<host>-<pid>.out"),
+           FileName("worker-logs/{host}-rank{rank}.out",
+                    rf"(?P<host>{_HOST})-rank(?P<rank>{_NUMBER})\.(?:out|err)",
+                    "<host>-rank<r>.out")),
+    loose=r"[^/]*\.(?:out|err)", schema=None, per_worker=False, read_order=6,
+)
+"""A worker's own output, kept apart from the driver's log (contract v1.2)."""
+IDLE_CHECK = EvidenceKind(
+    name="idle_check", title="idle check", directory="idle",
+    names=(FileName("idle/{host}.json", rf"(?P<host>{_HOST}|{_NUMBER})\.json", "<host>.json"),),
+    loose=r"[^/]*\.json", schema="idle-check", per_worker=False, read_order=5,
+)
+"""One node's post-period idle check (contract v1.2: ``auditor seal --idle-check-only``)."""
 
 KINDS: Mapping[str, EvidenceKind] = {
-    kind.name: kind for kind in (TRIAL, TRAINING_LOG, ALLOCATOR_TRACE, DEVICE_EVIDENCE)
+    kind.name: kind for kind in (TRIAL, TRAINING_LOG, ALLOCATOR_TRACE, DEVICE_EVIDENCE,
+                                 PROCESS_RECORD, WORKER_LOG, IDLE_CHECK)
 }
 """Every evidence kind the contract names, by its period-record word, in the contract's
 order. A listed file of another kind is hash-checked only (``AUD018``)."""
+
+REQUIRED: tuple[EvidenceKind, ...] = tuple(kind for kind in KINDS.values() if kind.required)
+"""The kinds every attempt must list a file of."""
 
 OTHER = "other"
 """The kind of a file whose name says none (``auditor seal``), or of one no reader parses."""

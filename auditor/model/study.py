@@ -22,6 +22,7 @@ from auditor.model.evidence import (
     DeviceEvidence,
     FileDigest,
     PeriodRecord,
+    ProcessExit,
     Protocol,
     SacctDump,
     TraceDigest,
@@ -231,6 +232,8 @@ class AttemptRead:
     traces: tuple[AllocatorTrace, ...]
     devices: tuple[DeviceEvidence, ...]
     findings: tuple[Finding, ...]
+    processes: tuple[ProcessExit, ...] = ()
+    """Its process records (contract v1.2), by path."""
 
     @property
     def bytes_read(self) -> int:
@@ -293,14 +296,15 @@ class PeriodEvidence:
         """What the study keeps of this period once it is judged (``protocol``: the
         completion phases and where the step count comes from; ``shared``: one object for
         each alike digest, kept there, when given: most traces reach the same phases)."""
-        phases = protocol.completion_phases
-        first, last = (phases[0], phases[-1]) if len(phases) >= 2 else ("", "")
         attempts = []
         for attempt in self.attempts:
             trial = attempt.read.trial
             steps = trial.dispatched_int(protocol.steps_from) if trial else None
             digests = []
             for trace in attempt.read.traces:
+                role = trace.phases[0].role if trace.phases else None
+                phases = protocol.phases_for(role)
+                first, last = (phases[0], phases[-1]) if len(phases) >= 2 else ("", "")
                 digest = TraceDigest(phases_reached(trace),
                                      completes_cleanly(trace, steps, first, last))
                 digests.append(digest if shared is None else shared.setdefault(digest, digest))

@@ -3,13 +3,15 @@ rests on (contract v1.1, "Causes").
 
 Every source is asked: the scheduler (sacct's state of the job's last attempt), the launcher
 (the signal the batch script received, the exit code), the allocator traces (a phase that
-raised) and the training log's events. Among what they show, a cause of a higher tier wins
-(the scheduler's and the node's word, then memory, then a crash or a signal, then an actor's
-death or a Python exception, then NCCL, then a launcher's summary of a child's failure); in a
-tier, the first in time (the log's order) wins. Everything else found is named as a knock-on
-(peers' NCCL errors after one rank ran out of memory). An attempt that exited cleanly has no
-cause (None: a completed run, or one that lacks its terminal line); one that ended otherwise
-with nothing found is ``unknown``.
+raised), the process records (contract v1.2: the first to fail, by its own end time; every
+later one is its knock-on) and the training log's events. Among what they show, a cause of a
+higher tier wins (the scheduler's and the node's word, then memory, then a crash or a
+signal, then an actor's death or a Python exception, then NCCL, then a launcher's summary of
+a child's failure); in a tier, the first in time (the log's order) wins. Everything else
+found is named as a knock-on (peers' NCCL errors after one rank ran out of memory). An
+attempt that exited cleanly has no cause (None: a completed run, or one that lacks its
+terminal line); one that ended otherwise with nothing found, or only knock-ons, is
+``unknown``.
 
 The words and their tiers are data (:data:`TIERS`); a new cause is a word here and a line
 pattern in :mod:`auditor.collect.log_events`.
@@ -17,8 +19,9 @@ pattern in :mod:`auditor.collect.log_events`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 from auditor.model import (
     Cause,
@@ -27,6 +30,7 @@ from auditor.model import (
     ExitKind,
     LogEvent,
     PhaseRecord,
+    ProcessExit,
     SacctJob,
     TrialRecord,
 )
@@ -46,6 +50,7 @@ TIERS: dict[CauseWord, int] = {
 
 LOG_CAUSES: dict[str, CauseWord] = {
     "slurm_time_limit": C.TIME_LIMIT, "slurm_cancelled": C.CANCELLED,
+    "slurm_step_cancelled": C.CANCELLED,
     "slurm_preempted": C.PREEMPTED, "node_failure": C.NODE_FAILURE,
     "host_oom": C.HOST_OOM, "gpu_oom": C.GPU_OOM, "kv_cache_init_failure": C.GPU_OOM,
     "segfault": C.SEGFAULT, "signal": C.SIGNAL, "actor_died": C.ACTOR_DIED,
@@ -119,6 +124,10 @@ def _decided(found: list[_Found]) -> Cause:
     """The winner of ``found`` (sorted best first), its knock-ons named; of a launcher's
     summary of a failed child, its root-cause line (rank and exit code) if there is one."""
     first = found[0]
+    if first.tier == KNOCK_ON_TIER:  # (only knock-ons: what they followed is unrecorded)
+        return Cause(C.UNKNOWN, "nothing in the evidence says what ended the attempt; "
+                     f"{first.detail} only follows it", None,
+                     tuple(dict.fromkeys(f.word for f in found)))
     if first.word == C.CHILD_FAILED:
         first = next((f for f in found if f.word == C.CHILD_FAILED
                       and f.detail.startswith("root cause")), first)
@@ -129,20 +138,56 @@ def _decided(found: list[_Found]) -> Cause:
 def cause_of(trial: TrialRecord | None, exit_class: ExitClass | None,
              element: SacctJob | None, is_last: bool, sacct_path: str,
              traces: tuple[tuple[int | None, PhaseRecord], ...],
-             events: tuple[LogEvent, ...], log_path: str | None) -> Cause | None:
+             events: tuple[LogEvent, ...], log_path: str | None,
+             processes: Sequence[ProcessExit] = ()) -> Cause | None:
     """The cause of an attempt's end (None when it exited cleanly)."""
     if exit_class is not None and exit_class.clean:
         return None
-    found = _ranked(_sources(trial, exit_class, element, is_last, sacct_path, traces, events,
-                             log_path))
+    first = _first_failed(processes)
+    found = _ranked(chain(
+        _sources(trial, exit_class, element, is_last, sacct_path, traces, events, log_path,
+                 knock_on_exit=first is not None),
+        _process_sources(processes, first)))
     if not found:
         return Cause(C.UNKNOWN, "nothing in the evidence says what ended the attempt", None)
     return _decided(found)
 
 
+def _first_failed(processes: Sequence[ProcessExit]) -> ProcessExit | None:
+    """The process record that failed first by its own end time (unknown times last)."""
+    failed = [p for p in processes if p.failed]
+    return min(failed, key=lambda p: (p.ended_ns is None, p.ended_ns or 0, p.path or ""),
+               default=None)
+
+
+def _process_sources(processes: Sequence[ProcessExit], first: ProcessExit | None
+                     ) -> Iterator[_Found]:
+    """The first failed process record (contract v1.2) as a source of its own: a signal
+    that ended it, or a failed child; every later failure is its knock-on (a controller
+    shutting down after its replicas, the launcher stopping the rest)."""
+    for process in sorted((p for p in processes if p.failed),
+                          key=lambda p: (p.ended_ns is None, p.ended_ns or 0, p.path or "")):
+        where = f" on {process.host}" if process.host else ""
+        who = f"the {process.role} process (pid {process.pid}{where})"
+        code = process.exit_code
+        if process.signal or (code is not None and killed_by_signal(code)):
+            name = process.signal or signal_name(code or 0)
+            detail = (f"{who} ended by {name}; its wrapper received {process.received_signal}"
+                      if process.received_signal else
+                      f"{who} was killed by {name} (sender not recorded)")
+            word = C.SIGNAL
+        else:
+            detail, word = f"{who} exited {code}", C.CHILD_FAILED
+        yield _Found(word, detail, Citation(process.path or "", pointer="/exit_code",
+                                            quote=str(code)),
+                     (2, process.ended_ns or 0),
+                     tier=0 if process is first else KNOCK_ON_TIER)
+
+
 def _sources(trial: TrialRecord | None, exit_class: ExitClass | None, element: SacctJob | None,
              is_last: bool, sacct_path: str, traces: tuple[tuple[int | None, PhaseRecord], ...],
-             events: tuple[LogEvent, ...], log_path: str | None) -> Iterator[_Found]:
+             events: tuple[LogEvent, ...], log_path: str | None,
+             knock_on_exit: bool = False) -> Iterator[_Found]:
     if element is not None and is_last:
         word = SACCT_CAUSES.get(element.state)
         oom_steps = [s for s in element.steps if s.state == "OUT_OF_MEMORY"]
@@ -169,9 +214,10 @@ def _sources(trial: TrialRecord | None, exit_class: ExitClass | None, element: S
         why = exit_class.detail if exit_class.kind is ExitKind.SIGTERM else (
             f"exit {trial.exit_code}: killed by {signal_name(trial.exit_code)} (sender not "
             "recorded)")
-        yield _Found(C.SIGNAL, why,
+        yield _Found(C.SIGNAL, why,  # (a process record's failure came first: its knock-on)
                      Citation(trial.path, pointer="/invocation/exit_code",
-                              quote=str(trial.exit_code)), (1, 0))
+                              quote=str(trial.exit_code)), (1, 0),
+                     tier=KNOCK_ON_TIER if knock_on_exit else 0)
     for rank, record in traces:
         oom = any(word in record.error_type or word in record.error_message
                   for word in OOM_TYPES)
@@ -187,8 +233,12 @@ def _sources(trial: TrialRecord | None, exit_class: ExitClass | None, element: S
         detail = event.detail or event.kind.replace("_", " ")
         # a cancellation line with no reason after another cause is srun killing the step
         # (after an out-of-memory error, a bus error, a task failure): its knock-on
-        knock_on = event.kind == "slurm_cancelled" and earlier
+        # (contract v1.2: a STEP line is one step ending, a launcher stopping its other
+        # steps after one failed; the job's own cancellation is its JOB line, sacct's
+        # CANCELLED or the batch script's signal, each a source of its own)
+        knock_on = (event.kind == "slurm_cancelled" and earlier) \
+            or event.kind == "slurm_step_cancelled"
         yield _Found(word, f"{detail} (log line {event.line})",
                      Citation(log_path, line=event.line, quote=event.text), (3, event.line),
                      tier=KNOCK_ON_TIER if knock_on else 0)
-        earlier = True
+        earlier = earlier or event.kind != "slurm_step_cancelled"

@@ -14,14 +14,24 @@ verdict for another:
 
 137 (SIGKILL) is never a success. Codes above 128 mean "killed by signal
 ``code - 128``".
+
+Contract v1.2: an attempt may run many processes on many nodes, each leaving a process record
+(``processes/<host>-<role>-<pid>.json``). The rule then applies to the controller's *own*
+record (the wrapper around the whole launcher is the launcher, whatever role it was given),
+its wrapper must have received no signal either, and a 143 the evidence attributes to another
+process is never excused: another process that failed before the controller ended (a policy
+replica SIGTERMed from outside makes the controller shut down "coordinated"), one that failed
+after it other than by the launcher's reaping signal, or a launcher's own log line saying
+another role exited non-zero before the controller did (``policy exited with code 143``).
 """
 
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 
-from auditor.model import Citation, ExitKind, TrialRecord
+from auditor.model import Citation, ExitKind, ProcessExit, TrialRecord
 
 TRUTHY = frozenset({"1", "true", "yes"})
 SIGTERM_EXIT = 128 + signal.SIGTERM
@@ -82,8 +92,61 @@ trial's ``status`` (it cannot know whether a failure is eligible): a status that
 how the attempt exited, not a verdict the audit could disagree with."""
 
 
-def classify_exit(trial: TrialRecord, flag_name: str) -> ExitClass:
-    """Classify the attempt's exit from its trial record (see module docstring)."""
+LAUNCHER = "launcher"
+"""The role of the wrapper around a whole launcher: its exit is the invocation's."""
+REAPING_EXITS = frozenset({128 + signal.SIGTERM, 128 + signal.SIGKILL, 128 + signal.SIGINT})
+"""How a process the launcher stops after the controller ended exits (its knock-on)."""
+
+
+def processes_of(trial: TrialRecord, records: Sequence[ProcessExit]) -> tuple[ProcessExit, ...]:
+    """The attempt's processes as the rule judges them: each process record, and the trial's
+    own ``processes`` items. With process records present, a trial item that is no record of
+    its own is the wrapper around the launcher (``auditor run`` on the batch node): its exit
+    is the invocation's, judged as that, never as a controller's (the launcher's pid once
+    passed for the controller's)."""
+    if not records:
+        return trial.processes
+    recorded = {(p.role, p.pid) for p in records}
+    own = tuple(replace(p, role=LAUNCHER) for p in trial.processes
+                if (p.role, p.pid) not in recorded)
+    return (*records, *own)
+
+
+def _cite(trial: TrialRecord, process: ProcessExit, field: str, quote: str) -> Citation:
+    return Citation(process.path or trial.path, pointer=f"{process.pointer}/{field}",
+                    quote=quote)
+
+
+def _shown(process: ProcessExit) -> str:
+    """``the policy process (pid 42 on n2)``, ``the controller (pid 7)``."""
+    where = f" on {process.host}" if process.host else ""
+    what = "the controller" if process.role == "controller" else f"the {process.role} process"
+    return f"{what} (pid {process.pid}{where})"
+
+
+def _ended_by_signal(process: ProcessExit) -> bool:
+    return bool(process.signal) or process.exit_code in REAPING_EXITS \
+        or bool(process.received_signal)
+
+
+def _attributed(controller: ProcessExit, others: Iterable[ProcessExit]) -> ProcessExit | None:
+    """The first other process whose failure the evidence may have caused the controller's
+    143 by: one that failed before the controller ended (or when either time is unknown),
+    or after it other than by a reaping signal."""
+    end = controller.ended_ns
+    for process in others:
+        if not process.failed:
+            continue
+        before = end is None or process.ended_ns is None or process.ended_ns <= end
+        if before or not _ended_by_signal(process):
+            return process
+    return None
+
+
+def classify_exit(trial: TrialRecord, flag_name: str,
+                  records: Sequence[ProcessExit] = ()) -> ExitClass:
+    """Classify the attempt's exit from its trial record and its process records (see the
+    module docstring)."""
     path = trial.path
     flag_value = trial.env_value(flag_name)
     if flag_value is None:
@@ -91,6 +154,7 @@ def classify_exit(trial: TrialRecord, flag_name: str) -> ExitClass:
     received = trial.received_signal or None
     code = trial.exit_code
     code_cite = Citation(path, pointer="/invocation/exit_code", quote=str(code))
+    processes = processes_of(trial, records)
     if received:
         return ExitClass(
             False,
@@ -102,62 +166,90 @@ def classify_exit(trial: TrialRecord, flag_name: str) -> ExitClass:
     if code is None:
         return ExitClass(False, ExitKind.UNKNOWN, "the trial records no invocation exit code",
                          (code_cite,))
-    failing = [
-        p for p in trial.processes
-        if p.exit_code not in (0, None)
-        and not is_coordinated_controller_exit(p.role, p.exit_code, flag_value, received)
-    ]
     coordinated = [
-        p for p in trial.processes
-        if is_coordinated_controller_exit(p.role, p.exit_code, flag_value, received)
+        p for p in processes
+        if is_coordinated_controller_exit(p.role, p.exit_code, flag_value,
+                                          received or p.received_signal)
     ]
+    failing = [p for p in processes if p.failed and p not in coordinated
+               and not (records and p.role == LAUNCHER)]
+    if coordinated and records:  # (v1.2: the knock-ons of the shutdown are the launcher's)
+        cause = _attributed(coordinated[0], failing)
+        failing = [] if cause is None else [cause]
     if code == 0 and not failing:
         if coordinated:
             proc = coordinated[0]
             return ExitClass(
                 True, ExitKind.COORDINATED_SHUTDOWN,
-                f"invocation exit 0; the controller (pid {proc.pid}) exited 143 by coordinated "
-                f"shutdown ({flag_name}={flag_value!s})",
-                (code_cite, Citation(path, pointer=proc.pointer + "/exit_code", quote="143")),
+                f"invocation exit 0; {_shown(proc)} "
+                f"exited 143 by coordinated shutdown ({flag_name}={flag_value!s})",
+                (code_cite, _cite(trial, proc, "exit_code", "143")),
             )
         return ExitClass(True, ExitKind.CLEAN, "invocation exit 0", (code_cite,))
     if code == SIGTERM_EXIT and coordinated and not failing:
         proc = coordinated[0]
         return ExitClass(
             True, ExitKind.COORDINATED_SHUTDOWN,
-            f"exit 143 is a coordinated shutdown: the controller (pid {proc.pid}) exited 143 "
+            f"exit 143 is a coordinated shutdown: "
+            f"{_shown(proc)} exited 143 "
             f"with {flag_name}={flag_value!s} and no signal received by the batch script",
-            (code_cite, Citation(path, pointer=proc.pointer + "/exit_code", quote="143"),
+            (code_cite, _cite(trial, proc, "exit_code", "143"),
              Citation(path, pointer="/env/" + flag_name, quote=str(flag_value))),
         )
     if code == 0:
         proc = failing[0]
         return ExitClass(
             False, ExitKind.PROCESS_FAILURE,
-            f"invocation exit 0 but the {proc.role} process (pid {proc.pid}) exited "
-            f"{proc.exit_code}",
-            (code_cite, Citation(path, pointer=proc.pointer + "/exit_code",
-                                 quote=str(proc.exit_code))),
+            f"invocation exit 0 but {_shown(proc)} exited {proc.exit_code}",
+            (code_cite, _cite(trial, proc, "exit_code", str(proc.exit_code))),
         )
     if code == SIGKILL_EXIT:
         return ExitClass(False, ExitKind.SIGKILL, "exit 137: killed by SIGKILL, never a success",
                          (code_cite,))
     if code == SIGTERM_EXIT:
-        why = _why_143_not_excused(trial, flag_name, flag_value)
+        why, cited = _why_143_not_excused(trial, processes, failing, flag_name, flag_value)
         return ExitClass(False, ExitKind.SIGTERM, f"exit 143 (SIGTERM) is not excused: {why}",
-                         (code_cite,))
+                         (code_cite, *cited))
     if killed_by_signal(code):
         return ExitClass(False, ExitKind.KILLED, f"exit {code}: killed by {signal_name(code)}",
                          (code_cite,))
     return ExitClass(False, ExitKind.FAILURE, f"exit {code}", (code_cite,))
 
 
-def _why_143_not_excused(trial: TrialRecord, flag_name: str, flag_value: str | None) -> str:
-    controllers = [p for p in trial.processes if p.role == "controller"]
+def _why_143_not_excused(trial: TrialRecord, processes: Sequence[ProcessExit],
+                         failing: Sequence[ProcessExit], flag_name: str,
+                         flag_value: str | None) -> tuple[str, tuple[Citation, ...]]:
+    controllers = [p for p in processes if p.role == "controller"]
     if not controllers:
-        return "no controller process is recorded"
+        return "no controller process is recorded", ()
     if not any(p.exit_code == SIGTERM_EXIT for p in controllers):
-        return "the controller did not exit 143"
+        return "the controller did not exit 143", ()
     if not flag_is_on(flag_value):
-        return f"{flag_name} is off ({flag_value!r})"
-    return "another process failed"
+        return f"{flag_name} is off ({flag_value!r})", ()
+    signalled = next((p for p in controllers if p.received_signal), None)
+    if signalled is not None:
+        return (f"the controller's wrapper received {signalled.received_signal}",
+                (_cite(trial, signalled, "received_signal", signalled.received_signal or ""),))
+    if failing:
+        other = failing[0]
+        return (f"{_shown(other)} exited {other.exit_code}"
+                + (" before the controller ended" if other.ended_ns is not None else ""),
+                (_cite(trial, other, "exit_code", str(other.exit_code)),))
+    return "another process failed", ()
+
+
+def attributed_in_log(exit_class: ExitClass, said: Iterable[tuple[str, int, Citation]]
+                      ) -> ExitClass:
+    """``exit_class`` unless it excuses a coordinated shutdown while the launcher's log
+    says another role exited non-zero (``said``: role, code and citation of each such line
+    before the controller's own exit, in order): then a 143 not excused, citing the line."""
+    if exit_class.kind is not ExitKind.COORDINATED_SHUTDOWN:
+        return exit_class
+    for role, code, cite in said:
+        if role != "controller":
+            return ExitClass(
+                False, ExitKind.SIGTERM,
+                f"exit 143 (SIGTERM) is not excused: the launcher's log says {role} exited "
+                f"with code {code} before the controller ended",
+                (*exit_class.citations, cite))
+    return exit_class

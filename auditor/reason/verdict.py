@@ -37,7 +37,7 @@ from auditor.model import (
 from auditor.model.kinds import TRIAL
 from auditor.reason.causes import cause_of
 from auditor.reason.completion import Completion, completion, eligible_failures
-from auditor.reason.exits import ExitClass, classify_exit
+from auditor.reason.exits import ExitClass, attributed_in_log, classify_exit
 from auditor.reason.infrastructure import cancelled_in_log, ended_after, infrastructure
 from auditor.rules import RULES, describe, finding
 from auditor.validate.checks import element_for
@@ -142,7 +142,8 @@ def judge_attempt(period: PeriodEvidence, attempt: AttemptEvidence,
             trial, shown.exit_class, element, is_last, shown.sacct_path,
             tuple((record.rank, record) for trace in attempt.read.traces
                   for record in trace.phases if record.error_type),
-            log.events if log is not None else (), log.path if log is not None else None)
+            log.events if log is not None else (), log.path if log is not None else None,
+            attempt.read.processes)
     return judgement
 
 
@@ -216,6 +217,28 @@ def _dedupe(items: list[tuple[Reason, Finding]]) -> list[tuple[Reason, Finding]]
 # ------------------------------------------------------------- 2. what it shows
 
 
+def _exit_class(trial: TrialRecord, attempt: AttemptEvidence, protocol: Protocol,
+                log: TrainingLogScan | None) -> ExitClass:
+    """The attempt's exit by seed 000's rule, judged with its process records and the
+    launcher's own lines naming another role's non-zero exit before the controller's
+    (contract v1.2)."""
+    exit_class = classify_exit(trial, protocol.coordinated_shutdown_flag,
+                               attempt.read.processes)
+    if log is None:
+        return exit_class
+    said = []
+    for event in log.events:
+        if event.kind == "coordinated_shutdown":
+            break
+        if event.kind == "role_exit":
+            role, _, code = event.detail.rpartition(" ")
+            if role == "controller":
+                break
+            said.append((role, int(code), Citation(log.path, line=event.line,
+                                                   quote=event.text)))
+    return attributed_in_log(exit_class, said)
+
+
 def evidence_shows(period: PeriodEvidence, attempt: AttemptEvidence, protocol: Protocol,
                    element: SacctJob | None, is_last: bool) -> Shown:
     """What the attempt's evidence shows, in sentences with their citations."""
@@ -224,7 +247,7 @@ def evidence_shows(period: PeriodEvidence, attempt: AttemptEvidence, protocol: P
     steps = trial.dispatched_int(protocol.steps_from) if trial else None
     shown = Shown(
         trial=trial,
-        exit_class=classify_exit(trial, protocol.coordinated_shutdown_flag) if trial else None,
+        exit_class=_exit_class(trial, attempt, protocol, log) if trial else None,
         steps=steps, completion=completion(attempt, protocol, steps),
         eligible=eligible_failures(attempt.read.traces, protocol), log=log,
         events={event.kind: event for event in reversed(log.events)} if log else {},
@@ -282,7 +305,15 @@ def _idle_shows(period: PeriodEvidence, protocol: Protocol, shown: Shown) -> Non
     """The post-period idle check: passed, or (under an optional policy) not made."""
     record = period.record
     idle = record.idle_check
-    if idle is not None and idle.passed is True:
+    if idle is not None and idle.hosts:  # (contract v1.2: each node's own)
+        passed = [item.host for item in idle.hosts if item.passed is True]
+        unmade = [item.host for item in idle.hosts if item.passed is None]
+        if passed:
+            shown.shows.append(f"The post-period idle check passed on {', '.join(passed)}"
+                               + (f"; none could be made on {', '.join(unmade)}"
+                                  if unmade else "") + ".")
+            shown.citations.append(Citation(record.path, pointer="/idle_check/hosts"))
+    elif idle is not None and idle.passed is True:
         shown.shows.append("The post-period idle check passed.")
         shown.citations.append(Citation(record.path, pointer="/idle_check/passed",
                                         quote="true"))

@@ -536,14 +536,16 @@ def _locator(result: AuditResult) -> str:
     collected = result.collected
     integrity = collected.evidence_statuses()
     listed = sum(n for s, n in integrity.items() if s != "unlisted")
+    hosts = any(worker.host for period in collected.timeline for attempt in period.attempts
+                for worker in attempt.spec.workers)  # (v1.2 names: host and pid)
     lines = ["## Evidence locator", ""]
     lines.append(code_block([
         f"BASE={collected.root}",
         _pair_pattern(result),
         _attempt_pattern(result),
         "",
-        f"ATTEMPT/{ALLOCATOR_TRACE.shown}",
-        f"ATTEMPT/{DEVICE_EVIDENCE.shown.replace('<role>', _role(result))}",
+        f"ATTEMPT/{ALLOCATOR_TRACE.shown_form(host=hosts)}",
+        f"ATTEMPT/{DEVICE_EVIDENCE.shown_form(host=hosts).replace('<role>', _role(result))}",
         f"ATTEMPT/{TRAINING_LOG.shown.replace('<job>', '<actual-job>')}",
         f"ATTEMPT/{TRIAL.shown.replace('<job>', '<actual-job>')}",
         "BASE/pairs/PAIR/period-<period>.json",

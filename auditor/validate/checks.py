@@ -18,16 +18,26 @@ from dataclasses import replace
 
 from auditor.model import (
     AttemptEvidence,
+    AttemptRead,
     AuditOptions,
     Citation,
     Collected,
     Finding,
+    IdleCheck,
     PeriodEvidence,
     PeriodRecord,
     SacctDump,
     SacctJob,
+    Worker,
 )
-from auditor.model.kinds import ALLOCATOR_TRACE, DEVICE_EVIDENCE, KINDS, PER_WORKER
+from auditor.model.kinds import (
+    ALLOCATOR_TRACE,
+    DEVICE_EVIDENCE,
+    KINDS,
+    PER_WORKER,
+    REQUIRED,
+    EvidenceKind,
+)
 from auditor.rules import finding
 
 ATTEMPT_NAME_RE = re.compile(r"(?:^|/)attempt-(?P<job>[^/]+?)(?:-r(?P<restart>\d{1,9}))?$")
@@ -177,7 +187,10 @@ def _period_checks(period: PeriodEvidence, collected: Collected) -> Iterator[Fin
     subject = period.subject
     idle = record.idle_check
     optional = collected.protocol.idle_check == "optional"
-    if idle is None:
+    hosts = worker_hosts(period)
+    if idle is not None and (idle.hosts or len(hosts) > 1):
+        yield from _host_idle_checks(record, subject, idle, hosts, optional)
+    elif idle is None:
         if not optional:  # (under an optional policy the report says it, and nothing more)
             yield finding("AUD118", subject, [Citation(record.path, pointer="/idle_check")],
                           form="absent")
@@ -217,6 +230,37 @@ SEALED_LATE_NS = 3600 * NS
 """A period sealed later than this after its last attempt ended is said to be (``AUD125``)."""
 
 
+def worker_hosts(period: PeriodEvidence) -> tuple[str, ...]:
+    """The hosts the period's last attempt's workers ran on (contract v1.2), sorted."""
+    if not period.attempts:
+        return ()
+    return tuple(sorted({w.host for w in period.attempts[-1].spec.workers if w.host}))
+
+
+def _host_idle_checks(record: PeriodRecord, subject: str, idle: IdleCheck,
+                      hosts: tuple[str, ...], optional: bool) -> Iterator[Finding]:
+    """Every worker host's own idle check (contract v1.2): each must have passed; one that
+    could not be made decides nothing under an optional policy."""
+    by_host = {item.host: item for item in idle.hosts}
+    pointer = "/idle_check/hosts"
+    if not idle.hosts:  # (the one-node form, for workers on several nodes)
+        yield finding("AUD118", subject, [Citation(record.path, pointer="/idle_check")],
+                      form="one_node", hosts=", ".join(hosts))
+        return
+    for host in hosts or tuple(by_host):
+        item = by_host.get(host)
+        cite = Citation(record.path, pointer=f"{pointer}/{host}")
+        if item is None:
+            yield finding("AUD118", subject, [Citation(record.path, pointer=pointer)],
+                          form="host_absent", host=host)
+        elif item.passed is None:
+            if not optional:
+                yield finding("AUD118", subject, [cite], form="host_unavailable", host=host,
+                              unavailable=item.unavailable or "not said why")
+        elif item.passed is not True:
+            yield finding("AUD118", subject, [cite], form="host_failed", host=host)
+
+
 def _sealed_late(period: PeriodEvidence) -> Iterator[Finding]:
     delay = period.seal_delay_ns()
     if delay is None or delay <= SEALED_LATE_NS:
@@ -240,84 +284,37 @@ def _identity(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[Find
     spec = attempt.spec
     read = attempt.read
     listed_kinds = {row.kind for row in attempt.files}
-    for name in KINDS:
-        if name not in listed_kinds:
+    for kind in REQUIRED:
+        if kind.name not in listed_kinds:
             yield finding("AUD107", subject, [Citation(record.path, pointer=spec.pointer
-                                                       + "/evidence")], kind=name)
+                                                       + "/evidence")], kind=kind.name)
     if record.gpus is not None and len(spec.workers) != record.gpus:
         yield finding("AUD114", subject, [Citation(record.path, pointer=spec.pointer
                                                    + "/workers")],
                       workers=len(spec.workers), gpus=record.gpus)
-    by_pid = {w.pid: w for w in spec.workers if w.pid is not None}
-    by_rank: dict[int, list[int]] = defaultdict(list)
-    for worker in spec.workers:
+    workers = _Workers(spec.workers)
+    by_rank: dict[tuple[str | None, int], list[int]] = defaultdict(list)
+    for worker in spec.workers:  # (contract v1.2: ranks may restart at 0 in each role)
         if worker.rank is not None and worker.pid is not None:
-            by_rank[worker.rank].append(worker.pid)
-    for rank, pids in sorted(by_rank.items()):
+            by_rank[(worker.role, worker.rank)].append(worker.pid)
+    for (_, rank), pids in sorted(by_rank.items(), key=lambda item: (str(item[0][0]),
+                                                                      item[0][1])):
         if len(pids) > 1:
             yield finding("AUD110", subject, [Citation(record.path, pointer=spec.pointer
                                                        + "/workers")],
                           form="rank_twice", rank=rank, pids=pids)
-    seen_device_pids: set[int] = set()
-    for device in read.devices:
-        name = device.path.rsplit("/", 1)[-1]
-        match = DEVICE_EVIDENCE.parts(name)
-        cite = Citation(device.path)
-        if match is None:
-            yield finding("AUD110", subject, [cite], form="misnamed", file=name,
-                          expected=DEVICE_EVIDENCE.names[0].shown)
+    yield from _device_identity(subject, record, read, workers)
+    yield from _trace_identity(subject, read, workers)
+    listed_for = _listed_workers(attempt)
+    for worker in spec.workers:
+        if worker.pid is None:
             continue
-        name_pid, name_rank, name_role = int(match["pid"]), int(match["rank"]), match["role"]
-        seen_device_pids.add(name_pid)
-        for what, in_name, in_file, pointer in (
-            ("pid", name_pid, device.pid, "/pid"),
-            ("rank", name_rank, device.rank, "/rank"),
-            ("role", name_role, device.role, "/role"),
-        ):
-            if in_file is not None and in_file != in_name:
-                yield finding("AUD110", subject,
-                              [Citation(device.path, pointer=pointer, quote=str(in_file))],
-                              form="name_vs_content", file=name, what=what, in_name=in_name,
-                              in_file=in_file)
-        listed = by_pid.get(name_pid)
-        if listed is None:
-            yield finding("AUD110", subject, [cite], form="not_a_worker", file=name,
-                          pid=name_pid)
-        elif listed.rank is not None and listed.rank != name_rank:
-            yield finding("AUD110", subject,
-                          [cite, Citation(record.path, pointer=listed.pointer + "/rank")],
-                          form="rank_vs_record", file=name, rank=name_rank, pid=name_pid,
-                          listed_rank=listed.rank)
-    trace_pids: set[int] = set()
-    for trace in read.traces:
-        name = trace.path.rsplit("/", 1)[-1]
-        pid = ALLOCATOR_TRACE.pid_of(name)
-        if pid is None:
-            yield finding("AUD110", subject, [Citation(trace.path)], form="misnamed", file=name,
-                          expected=ALLOCATOR_TRACE.names[0].shown)
-            continue
-        trace_pids.add(pid)
-        for other_pid, line in trace.pids:
-            if other_pid != pid:
-                yield finding("AUD110", subject, [Citation(trace.path, line=line)],
-                              form="line_pid", file=name, other_pid=other_pid)
-        owner = by_pid.get(pid)
-        if owner is None:
-            yield finding("AUD110", subject, [Citation(trace.path)], form="not_a_worker",
-                          file=name, pid=pid)
-            continue
-        for rank, line in trace.ranks:
-            if owner.rank is not None and rank != owner.rank:
-                yield finding("AUD110", subject, [Citation(trace.path, line=line)],
-                              form="line_rank", file=name, rank=rank, pid=pid,
-                              listed_rank=owner.rank)
-    listed_for = _listed_pids(attempt)
-    for pid, worker in sorted(by_pid.items()):
         worker_cite = Citation(record.path, pointer=worker.pointer)
         for kind in PER_WORKER:
-            if (kind.name, pid) not in listed_for:
+            if (kind.name, worker.host, worker.pid) not in listed_for \
+                    and (kind.name, None, worker.pid) not in listed_for:
                 yield finding("AUD107", subject, [worker_cite], form="for_worker",
-                              kind=kind.title, pid=pid, rank=worker.rank)
+                              kind=kind.title, pid=worker.pid, rank=worker.rank)
     gpus: dict[str, list[tuple[int | None, str]]] = defaultdict(list)
     for device in read.devices:
         if device.gpu_uuid:
@@ -330,15 +327,112 @@ def _identity(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[Find
                           uuid=uuid, ranks=", ".join(str(r) for r in ranks))
 
 
-def _listed_pids(attempt: AttemptEvidence) -> set[tuple[str, int]]:
-    """(kind, pid) of each file of a per-worker kind the manifest lists named for a pid
-    (read or not)."""
+class _Workers:
+    """A period's workers by who they are, (host, pid) (contract v1.2: pids are unique on
+    one node only); a name or record without a host (v1) finds the one worker of its pid."""
+
+    def __init__(self, workers: tuple[Worker, ...]) -> None:
+        self.by_key = {w.key: w for w in workers if w.pid is not None}
+        self.hosts = any(w.host for w in workers)
+        """Whether the record names hosts (v1.2): the name form a misnamed file is shown."""
+        self.by_pid: dict[int, list[Worker]] = defaultdict(list)
+        for worker in workers:
+            if worker.pid is not None:
+                self.by_pid[worker.pid].append(worker)
+
+    def get(self, host: str | None, pid: int) -> Worker | None:
+        found = self.by_key.get((host, pid))
+        if found is not None:
+            return found
+        same = self.by_pid.get(pid, [])
+        if host is None and len(same) == 1:
+            return same[0]
+        if host is not None and len(same) == 1 and same[0].host is None:
+            return same[0]
+        return None
+
+
+def _device_identity(subject: str, record: PeriodRecord, read: AttemptRead,
+                     workers: _Workers) -> Iterator[Finding]:
+    for device in read.devices:
+        name = device.path.rsplit("/", 1)[-1]
+        match = DEVICE_EVIDENCE.parts(name)
+        cite = Citation(device.path)
+        if match is None:
+            yield finding("AUD110", subject, [cite], form="misnamed", file=name,
+                          expected=_own_name(DEVICE_EVIDENCE, workers.hosts))
+            continue
+        name_pid, name_rank, name_role = int(match["pid"]), int(match["rank"]), match["role"]
+        name_host = match.get("host")
+        checks: list[tuple[str, object, object, str]] = [
+            ("pid", name_pid, device.pid, "/pid"),
+            ("rank", name_rank, device.rank, "/rank"),
+            ("role", name_role, device.role, "/role"),
+        ]
+        if name_host is not None:
+            checks.append(("host", name_host, device.hostname, "/hostname"))
+        for what, in_name, in_file, pointer in checks:
+            if in_file is not None and in_file != in_name:
+                yield finding("AUD110", subject,
+                              [Citation(device.path, pointer=pointer, quote=str(in_file))],
+                              form="name_vs_content", file=name, what=what, in_name=in_name,
+                              in_file=in_file)
+        listed = workers.get(name_host, name_pid)
+        if listed is None:
+            yield finding("AUD110", subject, [cite], form="not_a_worker", file=name,
+                          pid=name_pid)
+        elif listed.rank is not None and listed.rank != name_rank:
+            yield finding("AUD110", subject,
+                          [cite, Citation(record.path, pointer=listed.pointer + "/rank")],
+                          form="rank_vs_record", file=name, rank=name_rank, pid=name_pid,
+                          listed_rank=listed.rank)
+
+
+def _trace_identity(subject: str, read: AttemptRead, workers: _Workers) -> Iterator[Finding]:
+    for trace in read.traces:
+        name = trace.path.rsplit("/", 1)[-1]
+        who = ALLOCATOR_TRACE.worker_of(name)
+        if who is None:
+            yield finding("AUD110", subject, [Citation(trace.path)], form="misnamed", file=name,
+                          expected=_own_name(ALLOCATOR_TRACE, workers.hosts))
+            continue
+        host, pid = who
+        for other_pid, line in trace.pids:
+            if other_pid != pid:
+                yield finding("AUD110", subject, [Citation(trace.path, line=line)],
+                              form="line_pid", file=name, other_pid=other_pid)
+        if len(trace.hosts) > 1:  # (two nodes' processes of one pid in one file)
+            (first, first_line), (second, second_line) = trace.hosts[:2]
+            yield finding("AUD110", subject, [Citation(trace.path, line=first_line),
+                                              Citation(trace.path, line=second_line)],
+                          form="two_writers", file=name, pid=pid, first=first,
+                          first_line=first_line, second=second, second_line=second_line)
+        owner = workers.get(host, pid)
+        if owner is None:
+            yield finding("AUD110", subject, [Citation(trace.path)], form="not_a_worker",
+                          file=name, pid=pid)
+            continue
+        for rank, line in trace.ranks:
+            if owner.rank is not None and rank != owner.rank:
+                yield finding("AUD110", subject, [Citation(trace.path, line=line)],
+                              form="line_rank", file=name, rank=rank, pid=pid,
+                              listed_rank=owner.rank)
+
+
+def _own_name(kind: EvidenceKind, hosts: bool) -> str:
+    """The name form (without its folder) a file of ``kind`` should have."""
+    return kind.shown_form(host=hosts).rsplit("/", 1)[-1]
+
+
+def _listed_workers(attempt: AttemptEvidence) -> set[tuple[str, str | None, int]]:
+    """(kind, host, pid) of each file of a per-worker kind the manifest lists named for a
+    worker (read or not; host None in a v1 name)."""
     listed = set()
     for row in attempt.files:
         kind = KINDS.get(row.kind)
-        pid = kind.pid_of(row.path) if kind is not None and kind.per_worker else None
-        if kind is not None and pid is not None:
-            listed.add((kind.name, pid))
+        who = kind.worker_of(row.path) if kind is not None and kind.per_worker else None
+        if kind is not None and who is not None:
+            listed.add((kind.name, *who))
     return listed
 
 

@@ -537,7 +537,7 @@ def test_protocol_invalid_keys_fall_back_one_by_one() -> None:
     assert protocol.name == "host-capacity"
     assert protocol.configurations == (Configuration("gsm8k", 2, (161, 162, 163)),)
     assert messages(protocol.findings) == [
-        'protocol.json#/completion_phases: expected array, found string "actor_update"',
+        'protocol.json#/completion_phases: expected array or object, found string "actor_update"',
         "protocol.json#/eligible_failures/0/error_types/1: expected string, found integer 7",
         "protocol.json: invalid completion_phases, eligible_failures: built-in defaults apply "
         "there",

@@ -72,6 +72,7 @@ FAILURE_KINDS = (
     "kv_cache_init_failure",
     "nccl_timeout",
     "slurm_cancelled",
+    "slurm_step_cancelled",
     "slurm_time_limit",
     "coordinated_shutdown",
 )
@@ -259,7 +260,8 @@ def _slurm_time_limit(path: Path) -> None:
 
 def _slurm_step_cancelled(path: Path) -> None:
     # srun's "task 0: Killed" after the cancellation: the shell's report of a SIGKILL
-    assert kinds(scan_file(path, 1)) == [("slurm_cancelled", 4, "22051979.1"),
+    # (contract v1.2: a STEP line is one step ending, not the job's cancellation)
+    assert kinds(scan_file(path, 1)) == [("slurm_step_cancelled", 4, "22051979.1"),
                                          ("signal", 5, "SIGKILL (the shell's report)")]
 
 

@@ -25,11 +25,14 @@ from auditor.model.kinds import (
 
 PACKAGE = Path(__file__).resolve().parents[2] / "auditor"
 
-SAMPLE = {"job": "5055845", "pid": 3657525, "rank": 3, "role": "actor_rollout"}
+SAMPLE = {"job": "5055845", "pid": 3657525, "rank": 3, "role": "actor_rollout", "host": "gpu-n2"}
+HASHED_ONLY = {"worker_log", "idle_check"}
+"""The v1.2 kinds the audit hash-checks without parsing here (the seal gathers the idle
+checks into the period record; worker logs are read as terminal-event sources later)."""
 
 
 def test_every_kind_has_its_reader_and_every_reader_its_kind() -> None:
-    assert set(READERS) == set(KINDS)
+    assert set(READERS) == set(KINDS) - HASHED_ONLY
     assert sorted(KINDS, key=READ_ORDER.__getitem__)[0] == TRIAL.name  # (its step count first)
 
 
@@ -42,7 +45,10 @@ def test_a_name_the_kit_writes_is_one_the_audit_parses_and_seal_lists(kind: Evid
     assert parts is not None
     assert parts == {name: str(SAMPLE[name]) for name in parts}
     if kind.per_worker:
-        assert kind.pid_of(written) == SAMPLE["pid"]
+        assert kind.worker_of(written) == (SAMPLE["host"], SAMPLE["pid"])
+        v1 = kind.path_for(**{k: v for k, v in SAMPLE.items() if k != "host"})
+        assert kind.worker_of(v1) == (None, SAMPLE["pid"])  # (a v1 name still reads)
+        assert kind_of(v1) == kind.name
 
 
 def test_names_the_audit_refuses() -> None:
@@ -63,16 +69,24 @@ def test_per_worker_kinds_come_in_their_read_order() -> None:
     assert [kind.name for kind in PER_WORKER] == ["device_evidence", "allocator_trace"]
 
 
+FIELD_WORDS = {"idle_check", "processes", "idle"}
+"""Words of a v1.2 kind that are also the contract's field or phase names (the period
+record's ``idle_check``, the trial record's ``processes``, the ``idle`` phase): as a bare
+word they are those; only as a folder in a path are they the kind's."""
+
+
 def _spelled(kind: EvidenceKind) -> list[re.Pattern[str]]:
     """How a module would spell ``kind`` if it did not read the table: its word (all but
     ``trial``, which prose uses too), its folder, or a file name of its form."""
     stem = kind.names[0].template.rsplit("/", 1)[-1].split("{", 1)[0]
     extension = kind.names[0].template.rsplit(".", 1)[-1]
-    found = [re.compile(rf"(^|/){re.escape(stem)}.*\.{extension}$")]
-    if kind is not TRIAL:
+    found = [re.compile(rf"(^|/){re.escape(stem)}.*\.{extension}$")] if stem else []
+    # (a name with no prefix of its own, <host>.json, is spelled by its folder only)
+    if kind is not TRIAL and kind.name not in FIELD_WORDS:
         found.append(re.compile(rf"^{re.escape(kind.name)}$"))
     if kind.directory:
-        found.append(re.compile(rf"(^|/){re.escape(kind.directory)}(/|$)"))
+        end = "/(?![0-9{])" if kind.directory in FIELD_WORDS else "(/|$)"  # (not a pointer)
+        found.append(re.compile(rf"(^|/){re.escape(kind.directory)}{end}"))
     return found
 
 

@@ -1,4 +1,5 @@
-"""A real single-node Slurm cluster for the test suite: install, configure, start, stop.
+"""A real Slurm cluster for the test suite (one node, or several in namespaces): install,
+configure, start, stop.
 
 :func:`ensure_installed` installs Debian's Slurm 22.05 (``slurmctld slurmd slurmdbd
 slurm-client munge mariadb-server``) with apt-get when, and only when, a program is
@@ -15,12 +16,40 @@ daemon's. :meth:`Cluster.stop` cancels the cluster's jobs and ends only those PI
 packages themselves; a daemon that does not come up raises :class:`ClusterError` with the
 tail of its log (the tests then fail: the cluster installed but misbehaves).
 
+``Cluster.start(nodes=3)`` makes three compute nodes ``n1 n2 n3`` on this one machine
+(:mod:`tests.slurm.multinode`): each slurmd (``slurmd -D -N n2``) runs in its own network,
+UTS, mount and pid namespace, its ``eth0`` on a bridge whose host end holds the
+controller's address (``10.231.X.1``; munged, mariadbd, slurmdbd and slurmctld stay on the
+host), ``NodeAddr=10.231.X.(10+i)``, ``%n`` in the slurmd spool, log and pid file names,
+two fake GPUs each. Jobs span the nodes as on a real cluster: a step on ``n2`` sees the
+hostname ``n2``, its own pid namespace (pid 1 is the node's init) and the same filesystem
+(the temporary directory, /work, /tmp). Namespaces or links that cannot be made (not
+root, no ``ip``, ``unshare`` or ``nsenter``, the kernel refuses) raise
+:class:`Unavailable`; :meth:`Cluster.stop` ends each node's whole pid namespace and
+removes the veth pairs and the bridge.
+
 Facts this encodes (issue 19): a GPU gres needs ``File=`` device nodes (character major
 195) or the node goes INVAL; ``proctrack/linuxproc`` and ``task/none`` work without
 cgroups; ``JobAcctGatherParams=OverMemoryKill`` enforces ``--mem``;
 ``SlurmdParameters=config_overrides`` lets the node claim more CPUs than the machine has,
 so a dozen elements run at once; ``cred_expire`` (default 120 s) is how long a requeued
 job waits before it is eligible again, so it is set short.
+
+Facts of the multi-node cluster: ``nsenter --net=`` rather than ``ip netns exec`` (which
+remounts /sys, and Slurm 22.05's slurmd loses the cgroup mount it reads); each node needs a
+fresh /proc (``unshare --mount-proc``: proctrack/linuxproc and jobacct_gather read the
+step's processes there by their pid in the node's namespace), and ``unshare --mount`` makes
+the mounts private so that /proc does not leak to the host while every path stays shared;
+a pid namespace's init must reap orphans (slurmstepd is double-forked and reparents to it),
+so it is a bash in ``wait``, not slurmd; ``unshare --fork`` ignores SIGTERM, so the init is
+the one signalled, and when it exits the kernel kills the rest of the namespace;
+``SlurmctldHost=localhost(<bridge address>)`` passes slurmctld's is-this-host check while
+the nodes reach it by address; munged's pathname socket is reachable from every network
+namespace, so one munged serves every node; slurmdbd listens on every address, so with
+``AccountingStorageHost`` the bridge address sacct works inside a job too; a job that ends
+within a second of starting reads ``allocation`` on its batch node alone in sacct for a
+moment (:meth:`Cluster.wait_done`'s ``named`` waits that out). It starts in
+about 3 s (mariadb-install-db is most of it) on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -35,6 +64,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.slurm.multinode import NamespaceUnavailable, Node, NodeNetwork, unavailable_reason
 
 __all__ = [
     "CONTRACT_FORMAT",
@@ -63,9 +94,12 @@ CONTRACT_FORMAT = (
 """The evidence contract's sacct ``--format``."""
 
 NODE = "node01"
+"""The one node's name when there is one (``Cluster.start()``)."""
 CLUSTER = "auditor"
 GPUS = 24
-"""Fake GPUs (``/dev``-like nodes in the temp dir) on the node."""
+"""Fake GPUs (``/dev``-like nodes in the temp dir) on the one node."""
+NODE_GPUS = 2
+"""Fake GPUs on each node of a multi-node cluster (``Cluster.start(nodes=3)``)."""
 CPUS = 16
 """CPUs the node claims (``config_overrides``): more than the machine's, on purpose."""
 MEMORY_MB = 16000
@@ -173,6 +207,8 @@ class _Daemon:
     name: str
     process: subprocess.Popen[bytes]
     log: Path
+    node: Node | None = None
+    """The namespaces this slurmd runs in (multi-node); ``process`` is then its unshare."""
 
 
 @dataclass
@@ -180,6 +216,12 @@ class Cluster:
     """One running cluster rooted at ``root`` (a temporary directory); see the module doc."""
 
     root: Path
+    nodes: list[str] = field(default_factory=lambda: [NODE])
+    """The compute nodes' names: ``[NODE]``, or ``n1 .. nN`` for ``start(nodes=N)``."""
+    gpus: int = GPUS
+    """Fake GPUs per node."""
+    network: NodeNetwork | None = None
+    """The bridge and namespaces of a multi-node cluster (None for one node)."""
     ports: dict[str, int] = field(default_factory=dict)
     daemons: list[_Daemon] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
@@ -187,13 +229,31 @@ class Cluster:
 
     # ----------------------------------------------------------------- lifecycle
     @classmethod
-    def start(cls, root: Path | None = None) -> Cluster:
-        """Write the configuration and start every daemon; wait until the node is idle."""
+    def start(cls, root: Path | None = None, *, nodes: int = 1,
+              gpus: int | None = None) -> Cluster:
+        """Write the configuration and start every daemon; wait until every node is idle.
+
+        ``nodes=1`` runs slurmd on the host as node ``node01`` with :data:`GPUS` fake GPUs.
+        ``nodes=N`` (N > 1) runs N slurmds named ``n1 .. nN``, each in its own network,
+        UTS, mount and pid namespace on a bridge (:mod:`tests.slurm.multinode`), with
+        :data:`NODE_GPUS` fake GPUs each; :class:`Unavailable` when the namespaces or
+        links cannot be made (checked before anything starts, where it can be).
+        """
+        if nodes < 1:
+            raise ValueError(f"nodes must be at least 1, not {nodes}")
+        if nodes > 1 and (reason := unavailable_reason()) is not None:
+            raise Unavailable(reason)
         base = Path(tempfile.mkdtemp(prefix="auditor-slurm-")) if root is None else root
-        cluster = cls(root=base)
+        names = [NODE] if nodes == 1 else [f"n{index}" for index in range(1, nodes + 1)]
+        per_node = gpus if gpus is not None else (GPUS if nodes == 1 else NODE_GPUS)
+        cluster = cls(root=base, nodes=names, gpus=per_node)
         started = time.monotonic()
         try:
+            if nodes > 1:
+                cluster._claim_network()
             cluster._configure()
+            if nodes > 1:
+                cluster._make_nodes()
             cluster._start_munge()
             cluster._start_mariadb()
             cluster._start_slurmdbd()
@@ -206,7 +266,8 @@ class Cluster:
         return cluster
 
     def stop(self, *, remove: bool = True) -> None:
-        """Cancel this cluster's jobs, end the daemons it started (newest first), and
+        """Cancel this cluster's jobs, end the daemons it started (newest first; a node's
+        whole pid namespace with its slurmd), remove the links and bridge it made, and
         remove the temporary directory unless ``remove`` is false."""
         started = time.monotonic()
         if self.jobs and any(d.name == "slurmctld" and d.process.poll() is None
@@ -215,6 +276,8 @@ class Cluster:
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and self._queued(self.jobs):
                 time.sleep(1)
+        if self.network is not None:  # the nodes first, while slurmctld still answers
+            self.network.close()
         for daemon in reversed(self.daemons):
             if daemon.process.poll() is None:
                 daemon.process.send_signal(signal.SIGTERM)
@@ -229,8 +292,24 @@ class Cluster:
             shutil.rmtree(self.root, ignore_errors=True)
 
     def pids(self) -> dict[str, int]:
-        """The PID of each daemon this cluster started."""
+        """The PID of each daemon this cluster started (a node's: its ``unshare``)."""
         return {daemon.name: daemon.process.pid for daemon in self.daemons}
+
+    @property
+    def controller(self) -> str:
+        """The address slurmctld and slurmdbd are reached at, from the host and every node."""
+        return "127.0.0.1" if self.network is None else self.network.controller
+
+    def on_node(self, node: str, command: Sequence[str], *, check: bool = True,
+                timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run ``command`` inside ``node``'s namespaces (multi-node only), as a job step
+        would see the machine: its hostname, network, /proc and pid numbers."""
+        if self.network is None:
+            raise ClusterError("on_node needs a multi-node cluster (Cluster.start(nodes=N))")
+        found = [n for n in self.network.nodes if n.name == node]
+        if not found:
+            raise ClusterError(f"no node {node!r} (nodes: {' '.join(self.nodes)})")
+        return self.run(found[0].enter(command), check=check, timeout=timeout)
 
     # ------------------------------------------------------------------ commands
     @property
@@ -302,8 +381,14 @@ class Cluster:
             time.sleep(0.5)
         raise ClusterError(f"{element} still pending after {timeout} s")
 
-    def wait_done(self, job: str, timeout: float = 300) -> float:
-        """Wait until ``job`` has left the queue and sacct shows every row ended; seconds."""
+    def wait_done(self, job: str, timeout: float = 300, *, named: str | None = None) -> float:
+        """Wait until ``job`` has left the queue and sacct shows every row ended; seconds.
+
+        ``named`` (a plain job's name) also waits until the job's own row bears it: a job
+        that ends within a second or so of starting is first recorded as ``allocation`` on
+        its batch node alone (seen with Slurm 22.05; its steps' records came first, it
+        seems), and a moment later as itself on all its nodes.
+        """
         started = time.monotonic()
         deadline = started + timeout
         while self._queued([job]):
@@ -313,9 +398,10 @@ class Cluster:
             time.sleep(1)
         while True:  # accounting lags the controller by a moment
             rows = [line.split("|") for line in
-                    self.sacct(job, fmt="JobID,State,End").splitlines() if line]
-            if rows and all(state.split()[0].rstrip("+") not in _RUNNING_STATES
-                            and end not in ("", "Unknown") for _, state, end in rows):
+                    self.sacct(job, fmt="JobID,State,End,JobName").splitlines() if line]
+            if (rows and all(state.split()[0].rstrip("+") not in _RUNNING_STATES
+                             and end not in ("", "Unknown") for _, state, end, _ in rows)
+                    and (named is None or [job, named] in ([r[0], r[3]] for r in rows))):
                 return time.monotonic() - started
             if time.monotonic() > deadline:
                 raise ClusterError(f"sacct still shows {job} unfinished after {timeout} s")
@@ -335,23 +421,26 @@ class Cluster:
 
     # ------------------------------------------------------------- configuration
     def _configure(self) -> None:
-        for sub in ("etc", "run", "log", "state", f"spool/{NODE}", "jobs", "dev", "munge",
-                    "mysql"):
+        for sub in ("etc", "run", "log", "state", "jobs", "dev", "munge", "mysql",
+                    *(f"spool/{node}" for node in self.nodes)):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o755)  # job scripts run as root anyway; munge wants no group write
         (self.root / "munge").chmod(0o700)
         for name in ("mariadb", "slurmdbd", "slurmctld", "slurmd"):
             self.ports[name] = _free_port()
-        for index in range(GPUS):
-            node = self.root / "dev" / f"nvidia{index}"
-            os.mknod(node, 0o666 | 0o020000, os.makedev(195, index))
+        gres = ["# Fake GPUs: character device nodes (major 195) made with mknod; a GPU",
+                "# without File= is dropped ('Removing file-less GPU'), the node goes INVAL.",
+                "AutoDetect=off"]
+        for node in self.nodes:
+            dev = self._dev(node)
+            dev.mkdir(parents=True, exist_ok=True)
+            for index in range(self.gpus):
+                os.mknod(dev / f"nvidia{index}", 0o666 | 0o020000, os.makedev(195, index))
+            gres.append(f"NodeName={node} Name=gpu Type=a100 "
+                        f"File={dev}/nvidia[0-{self.gpus - 1}]")
         etc = self.root / "etc"
         (etc / "slurm.conf").write_text(self._slurm_conf())
-        (etc / "gres.conf").write_text(
-            "# Fake GPUs: character device nodes (major 195) made with mknod; a GPU without\n"
-            "# File= is dropped ('Removing file-less GPU') and the node goes INVAL.\n"
-            f"AutoDetect=off\nNodeName={NODE} Name=gpu Type=a100 "
-            f"File={self.root}/dev/nvidia[0-{GPUS - 1}]\n")
+        (etc / "gres.conf").write_text("\n".join(gres) + "\n")
         (etc / "cgroup.conf").write_text(
             "# No cgroups here: proctrack/linuxproc and task/none never load a cgroup plugin.\n"
             "CgroupAutomount=no\n")
@@ -359,14 +448,23 @@ class Cluster:
         dbd.write_text(self._slurmdbd_conf())
         dbd.chmod(0o600)  # slurmdbd refuses a readable one (it holds the storage password)
 
+    def _dev(self, node: str) -> Path:
+        """Where ``node``'s fake GPUs are: ``dev/`` for the one node, ``dev/<node>/`` for
+        each of several (every node sees the same filesystem)."""
+        return self.root / "dev" if self.network is None else self.root / "dev" / node
+
     def _auth_info(self) -> str:
         return f"socket={self.root}/munge/munge.socket"
 
     def _slurm_conf(self) -> str:
         r = self.root
+        # several slurmds share one directory: %n (the node's name) keeps their files apart
+        per_node = "" if self.network is None else "-%n"
         return "\n".join([
             f"ClusterName={CLUSTER}",
-            "SlurmctldHost=localhost(127.0.0.1)",
+            # "localhost" passes slurmctld's is-this-host check; the address is the one the
+            # nodes reach (the bridge's, for several nodes)
+            f"SlurmctldHost=localhost({self.controller})",
             f"SlurmctldPort={self.ports['slurmctld']}",
             f"SlurmdPort={self.ports['slurmd']}",
             "SlurmUser=root",
@@ -379,9 +477,9 @@ class Cluster:
             f"StateSaveLocation={r}/state",
             f"SlurmdSpoolDir={r}/spool/%n",
             f"SlurmctldPidFile={r}/run/slurmctld.pid",
-            f"SlurmdPidFile={r}/run/slurmd.pid",
+            f"SlurmdPidFile={r}/run/slurmd{per_node}.pid",
             f"SlurmctldLogFile={r}/log/slurmctld.log",
-            f"SlurmdLogFile={r}/log/slurmd.log",
+            f"SlurmdLogFile={r}/log/slurmd{per_node}.log",
             "SlurmctldDebug=info",
             "SlurmdDebug=info",
             "ProctrackType=proctrack/linuxproc",
@@ -390,7 +488,9 @@ class Cluster:
             "JobAcctGatherFrequency=task=1",
             "JobAcctGatherParams=OverMemoryKill",
             "AccountingStorageType=accounting_storage/slurmdbd",
-            "AccountingStorageHost=localhost",
+            # (the bridge's address for several nodes: sacct works inside a job there too)
+            "AccountingStorageHost=" + ("localhost" if self.network is None
+                                        else self.controller),
             f"AccountingStoragePort={self.ports['slurmdbd']}",
             # the munge socket for slurmdbd connections (AuthInfo's is not used for them)
             f"AccountingStoragePass={self.root}/munge/munge.socket",
@@ -409,11 +509,20 @@ class Cluster:
             "OverTimeLimit=0",
             "MpiDefault=none",
             "SwitchType=switch/none",
-            f"NodeName={NODE} NodeAddr=127.0.0.1 CPUs={CPUS} RealMemory={MEMORY_MB} "
-            f"Gres=gpu:a100:{GPUS} State=UNKNOWN",
-            f"PartitionName=debug Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
+            *(f"NodeName={node} NodeAddr={address} CPUs={CPUS} RealMemory={MEMORY_MB} "
+              f"Gres=gpu:a100:{self.gpus} State=UNKNOWN"
+              for node, address in self._addresses().items()),
+            f"PartitionName=debug Nodes={','.join(self.nodes)} Default=YES "
+            "MaxTime=INFINITE State=UP",
             "",
         ])
+
+    def _addresses(self) -> dict[str, str]:
+        """Each node's ``NodeAddr``: the host's loopback, or its own address on the bridge."""
+        if self.network is None:
+            return {NODE: "127.0.0.1"}
+        return {node: self.network.address(index)
+                for index, node in enumerate(self.nodes, start=1)}
 
     def _slurmdbd_conf(self) -> str:
         r = self.root
@@ -513,15 +622,51 @@ class Cluster:
         self._await(daemon, lambda: self.run(["scontrol", "ping"], check=False)
                     .stdout.count("UP") > 0, "answering")
 
+    def _claim_network(self) -> None:
+        try:
+            self.network = NodeNetwork.claim()
+        except NamespaceUnavailable as error:
+            raise Unavailable(str(error)) from None
+
+    def _make_nodes(self) -> None:
+        """Start each node's namespaces and link them to the bridge; their inits wait for
+        the go that :meth:`_start_slurmd` gives once slurmctld answers."""
+        assert self.network is not None
+        started = time.monotonic()
+        for node in self.nodes:
+            try:
+                made = self.network.add_node(
+                    node, ["slurmd", "-D", "-N", node], go=self.root / "run" / f"go-{node}",
+                    stdout=self.root / "log" / f"slurmd-{node}.stdout", env=self.env)
+            except NamespaceUnavailable as error:
+                raise Unavailable(str(error)) from None
+            self.daemons.append(_Daemon(f"slurmd-{node}", made.process,
+                                        self.root / "log" / f"slurmd-{node}.log", made))
+        self.timings["namespaces_s"] = time.monotonic() - started
+
     def _start_slurmd(self) -> None:
-        log = self.root / "log" / "slurmd.log"
-        daemon = self._spawn("slurmd", ["slurmd", "-D", "-N", NODE], log)
+        if self.network is None:
+            log = self.root / "log" / "slurmd.log"
+            daemon = self._spawn("slurmd", ["slurmd", "-D", "-N", NODE], log)
+        else:
+            self.network.go()
+            daemon = self.daemons[-1]
+        nodes = [d for d in self.daemons if d.name == "slurmd" or d.node is not None]
 
         def idle() -> bool:
-            result = self.run(["sinfo", "-h", "-n", NODE, "-o", "%T"], check=False)
-            state = result.stdout.strip()
-            if state.startswith(("inval", "drain")):
-                raise ClusterError(f"node {NODE} is {state}: {self._tail(daemon)}")
-            return state == "idle"
+            result = self.run(["sinfo", "-h", "-N", "-n", ",".join(self.nodes), "-o", "%N %T"],
+                              check=False)
+            states = dict(line.split() for line in result.stdout.splitlines()
+                          if len(line.split()) == 2)
+            for node, state in states.items():
+                if state.startswith(("inval", "drain")):
+                    bad = next((d for d in nodes if d.node is None or d.node.name == node),
+                               daemon)
+                    raise ClusterError(f"node {node} is {state}: {self._tail(bad)}")
+            for other in nodes:
+                if other.process.poll() is not None:
+                    raise ClusterError(f"{other.name} exited {other.process.returncode}: "
+                                       f"{self._tail(other)}")
+            return sorted(states) == sorted(self.nodes) and set(states.values()) == {"idle"}
 
         self._await(daemon, idle, "idle")

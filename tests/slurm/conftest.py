@@ -1,5 +1,6 @@
 """Fixtures for the real-Slurm tests: one cluster per session, the endings array and the
-producer kit's array run on it, one after the other (each fills the node's GPUs).
+producer kit's array run on it, one after the other (each fills the node's GPUs); and a
+three-node cluster (``n1 n2 n3``, namespaces on a bridge) per module that asks for one.
 
 The cluster tests (marked ``slurm`` and ``slow``) run only when ``AUDITOR_SLURM=1`` (``.ci/run``
 sets it); anywhere else, or when this is not root, has no apt-get, or the install fails,
@@ -67,6 +68,29 @@ def slurm_cluster() -> Iterator[Cluster]:
     finally:
         cluster.stop(remove=os.environ.get("AUDITOR_SLURM_KEEP") != "1")
         TIMINGS["stop"] = cluster.timings["stop_s"]
+
+
+@pytest.fixture(scope="module")
+def multinode_cluster() -> Iterator[Cluster]:
+    """A running three-node cluster (``n1 n2 n3``, each slurmd in its own network, UTS,
+    mount and pid namespace, two fake GPUs each); one per module, so that it is gone before
+    the next module's jobs run. Skips, saying why, where namespaces cannot be made."""
+    reason = skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    try:
+        installed = ensure_installed()
+        cluster = Cluster.start(nodes=3)
+    except Unavailable as error:
+        pytest.skip(f"multi-node Slurm not available: {error}")
+    if installed:
+        TIMINGS["install"] = installed
+    TIMINGS["multinode start"] = cluster.timings["start_s"]
+    try:
+        yield cluster
+    finally:
+        cluster.stop(remove=os.environ.get("AUDITOR_SLURM_KEEP") != "1")
+        TIMINGS["multinode stop"] = cluster.timings["stop_s"]
 
 
 @pytest.fixture(scope="session")

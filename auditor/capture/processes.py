@@ -1,0 +1,123 @@
+"""Process records, ``processes/<host>-<role>-<pid>.json`` (contract v1.2): one per process of
+an attempt, written atomically when it ended.
+
+``auditor run --step ROLE -- CMD`` writes one around each srun step or child of a launcher
+(:mod:`auditor.capture.launch`); a Python launcher that starts its processes itself records
+each one's end with :func:`record_exit`. The batch node's ``auditor run`` reads them all
+(:func:`read_records`) before it judges the attempt's exit: a controller's 143 is excused only
+by its own record, and never when another process's failure came first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal as signals
+import time
+from pathlib import Path
+from typing import Any
+
+from auditor.capture._files import attempt_dir_of, dumps, hostname, job_id, write_atomic
+from auditor.model import ProcessExit
+from auditor.model.kinds import PROCESS_RECORD
+
+SCHEMA = "run-evidence/process/v1"
+ROLE = re.compile(r"[A-Za-z0-9_.]+")
+"""A role as a process record's name holds it (``<host>-<role>-<pid>``: no ``-``)."""
+RECORD_LIMIT = 1 << 20
+"""Largest process record the kit reads back (bytes)."""
+
+
+def check_role(role: str) -> str:
+    """``role`` when it can name a process record (letters, digits, ``_`` and ``.``), else
+    ``ValueError`` saying why."""
+    if not ROLE.fullmatch(role or ""):
+        raise ValueError(f"role {role!r}: letters, digits, '_' and '.' only (it is part of "
+                         "the process record's name, <host>-<role>-<pid>.json)")
+    return role
+
+
+def signal_of(exit_code: int | None) -> str | None:
+    """The signal a shell-style exit code above 128 names (``SIGTERM`` for 143), else None."""
+    if exit_code is None or exit_code <= 128:
+        return None
+    try:
+        return signals.Signals(exit_code - 128).name
+    except ValueError:
+        return None
+
+
+def record_exit(role: str, pid: int, exit_code: int | None, *, started_ns: int | None = None,
+                ended_ns: int | None = None, rank: int | None = None,
+                signal: str | None = None, received_signal: str | None = None,
+                host: str | None = None, attempt_dir: str | os.PathLike[str] | None = None,
+                extra: dict[str, Any] | None = None) -> Path:
+    """Write the process record of one ended process (atomically; never over another's)
+    and return its path. ``exit_code`` as a shell gives it (128 + N for signal N), or as
+    ``subprocess`` does (``-N``: killed by signal N, recorded as ``128 + N`` with ``signal``
+    set); ``signal``: the signal that ended it, when one did. The attempt directory defaults
+    to the one ``auditor run`` exported; the host to this node's name."""
+    check_role(role)
+    if exit_code is not None and exit_code < 0:
+        signal = signal or signal_of(128 - exit_code)
+        exit_code = 128 - exit_code
+    if type(pid) is not int or pid < 1:
+        raise ValueError(f"pid {pid!r}: a positive integer expected")
+    host = host or hostname()
+    directory = attempt_dir_of(attempt_dir)
+    path = directory / PROCESS_RECORD.path_for(host=host, role=role, pid=pid)
+    if os.path.lexists(path):
+        raise FileExistsError(f"{path}: this process's record is already written")
+    document: dict[str, Any] = {
+        "schema": SCHEMA, "role": role, "host": host, "pid": pid, "rank": rank,
+        "started_ns": started_ns, "ended_ns": time.time_ns() if ended_ns is None else ended_ns,
+        "exit_code": exit_code, "signal": signal,
+        "received_signal": received_signal,
+        "job_id": job_id(),
+    }
+    document.update(extra or {})
+    write_atomic(path, dumps(document))
+    return path
+
+
+def read_records(directory: Path) -> tuple[ProcessExit, ...]:
+    """The process records under ``directory/processes`` (by name; an unreadable or
+    malformed one is skipped here: the audit names it)."""
+    folder = directory / PROCESS_RECORD.directory
+    found: list[ProcessExit] = []
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return ()
+    for name in names:
+        if PROCESS_RECORD.parts(name) is None:
+            continue
+        path = folder / name
+        try:
+            descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(descriptor, "rb") as handle:
+                document = json.loads(handle.read(RECORD_LIMIT + 1)[:RECORD_LIMIT])
+        except (OSError, ValueError):
+            continue
+        if isinstance(document, dict):
+            found.append(_process(document, f"{PROCESS_RECORD.directory}/{name}"))
+    return tuple(found)
+
+
+def _int(value: object) -> int | None:
+    return value if type(value) is int else None
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _process(document: dict[str, Any], path: str) -> ProcessExit:
+    return ProcessExit(
+        role=_str(document.get("role")), pid=_int(document.get("pid")),
+        exit_code=_int(document.get("exit_code")), pointer="", path=path,
+        host=_str(document.get("host")), rank=_int(document.get("rank")),
+        started_ns=_int(document.get("started_ns")), ended_ns=_int(document.get("ended_ns")),
+        signal=_str(document.get("signal")),
+        received_signal=_str(document.get("received_signal")))

@@ -1,0 +1,320 @@
+"""Supervising a wrapped command: its output teed, signals forwarded to all of it, nothing of
+it left behind.
+
+Both forms of ``auditor run`` start the command in a process group of its own and make the
+wrapper a *child subreaper* (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``): a descendant that left
+the command's group or session (torchrun's elastic agent starts each rank with a session of
+its own) and lost its parent is re-parented to the wrapper rather than to init, so the
+wrapper still finds it (``/proc``), signals it and reaps it.
+
+- A trapped SIGTERM or SIGINT is forwarded to the command's group and to every descendant
+  outside it, and starts the grace: everything still there ``grace_s`` later is SIGKILLed.
+- SIGUSR1 (Slurm's pre-timeout warning, ``--signal=B:SIGUSR1@N``) is recorded and forwarded
+  the same way and starts no timer: the trainer may checkpoint until the scheduler's own
+  SIGTERM (contract v1.2, "Signals").
+- Once the command itself exited, whatever is left of its descendants (in its group or not)
+  is sent SIGTERM, then SIGKILL ``drain_s`` later, and reaped; each is recorded
+  (:attr:`Supervision.outlived`). The output pipe is read meanwhile; a process that holds it
+  open outside the wrapper's reach (another user's, say) stops the reading after ``drain_s``.
+
+Only processes descended from the command are ever signalled: the wrapper's other children
+(a library caller's) are left alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+NOTE = b"[auditor run] "
+GRACE_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+"""The signals the grace counts from (SIGUSR1 is a warning, never a reason to kill)."""
+PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
+
+
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name, use_errno=True) if name else None
+    except OSError:
+        return None
+
+
+def become_subreaper() -> int | None:
+    """Make this process a child subreaper; returns the setting it had (None where the
+    kernel has none: not Linux, or older than 3.4)."""
+    libc = _libc()
+    if libc is None or not hasattr(libc, "prctl"):
+        return None
+    previous = ctypes.c_int(0)
+    if libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(previous), 0, 0, 0) != 0:
+        return None
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        return None
+    return previous.value
+
+
+def restore_subreaper(previous: int | None) -> None:
+    """Put back the setting :func:`become_subreaper` returned."""
+    libc = _libc()
+    if previous is not None and libc is not None:
+        libc.prctl(PR_SET_CHILD_SUBREAPER, previous, 0, 0, 0)
+
+
+def _processes() -> dict[int, tuple[int, str]]:
+    """Every live process: pid -> (parent pid, state letter), from ``/proc/<pid>/stat``."""
+    found: dict[int, tuple[int, str]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue  # (gone meanwhile)
+        fields = stat[stat.rfind(b")") + 2:].split()  # (the command name may hold spaces)
+        if len(fields) >= 2 and fields[1].isdigit():
+            found[int(name)] = (int(fields[1]), fields[0].decode("ascii", "replace"))
+    return found
+
+
+def signal_name(number: int) -> str:
+    """``SIGTERM`` for 15; ``signal 77`` for a number with no name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _kill(pid: int, signum: int) -> bool:
+    try:
+        os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _killpg(pgid: int, signum: int) -> bool:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+@dataclass
+class Supervision:
+    """What the wait loop and the signal handler share about one wrapped command."""
+
+    grace_s: float
+    pgid: int = 0
+    """The command's pid and process group (0 until it started)."""
+    others: frozenset[int] = frozenset()
+    """The wrapper's children before the command started (never the command's)."""
+    signals: list[str] = field(default_factory=list)
+    kill_at: float | None = None
+    killed_after_grace: bool = False
+    notes: list[bytes] = field(default_factory=list)
+    outlived: dict[int, str] = field(default_factory=dict)
+    """Each descendant that outlived the command: pid -> the last signal it was sent."""
+    ended_by: str | None = None
+    """The signal that ended the command itself (``SIGTERM``), when one did."""
+
+    def tree(self) -> list[int]:
+        """The command's live descendants (its own process excluded once it is gone): its
+        children's subtrees, and those of orphans re-parented to the wrapper."""
+        if self.pgid <= 0:
+            return []
+        table = _processes()
+        me = os.getpid()
+        children: dict[int, list[int]] = {}
+        for pid, (parent, _) in table.items():
+            children.setdefault(parent, []).append(pid)
+        roots = [self.pgid] if self.pgid in table else []
+        roots += [pid for pid in children.get(me, ()) if pid != self.pgid
+                  and pid not in self.others]
+        found: list[int] = []
+        stack = list(roots)
+        while stack:
+            pid = stack.pop()
+            if pid in found:
+                continue
+            found.append(pid)
+            stack.extend(children.get(pid, ()))
+        return [pid for pid in found if table.get(pid, (0, "Z"))[1] != "Z"
+                and pid != self.pgid]
+
+    def signal_all(self, signum: int) -> int:
+        """Send ``signum`` to the command's group and every descendant outside it; returns
+        how many processes outside the group it reached."""
+        _killpg(self.pgid, signum) if self.pgid > 0 else None
+        reached = 0
+        for pid in self.tree():
+            with contextlib.suppress(OSError):
+                if os.getpgid(pid) == self.pgid:
+                    continue  # (the group's signal reached it)
+            reached += _kill(pid, signum)
+        return reached
+
+    def on_signal(self, signum: int, frame: object) -> None:
+        name = signal.Signals(signum).name
+        self.signals.append(name)
+        grace = signum in GRACE_SIGNALS
+        if grace and self.kill_at is None:
+            self.kill_at = time.monotonic() + self.grace_s
+        if self.pgid <= 0:
+            self.notes.append(NOTE + f"received {name} before the command started".encode()
+                              + b"\n")
+            return
+        alive = _killpg(self.pgid, 0) or bool(self.tree())
+        self.signal_all(signum)
+        then = f"; SIGKILL after {self.grace_s:g} s" if grace and self.kill_at is not None \
+            else "; no kill timer (a warning: the command may checkpoint)"
+        self.notes.append(NOTE + (f"received {name}; forwarded to process group {self.pgid} "
+                                  f"and its descendants{then}" if alive else
+                                  f"received {name}; process group {self.pgid} already gone"
+                                  ).encode() + b"\n")
+
+    def reap(self) -> None:
+        """Collect the exit of every orphan re-parented to the wrapper that ended (a zombie
+        otherwise: the wrapper is their parent now)."""
+        me = os.getpid()
+        for pid, (parent, _) in _processes().items():
+            if parent == me and pid != self.pgid and pid not in self.others:
+                with contextlib.suppress(ChildProcessError, OSError):
+                    os.waitpid(pid, os.WNOHANG)
+
+
+def start(command: Iterable[str], env: dict[str, str], state: Supervision
+          ) -> subprocess.Popen[bytes]:
+    """Start the command in a process group of its own, its output on one pipe (raises
+    ``OSError`` when it cannot start)."""
+    state.others = frozenset(pid for pid, (parent, _) in _processes().items()
+                             if parent == os.getpid())
+    process = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, env=env, process_group=0)
+    state.pgid = process.pid
+    if state.signals:  # (trapped while the command was being started: it gets it now)
+        state.signal_all(signal.Signals[state.signals[0]])
+    return process
+
+
+def wait(process: subprocess.Popen[bytes], state: Supervision, log_fd: int,
+         echo_fd: int | None, drain_s: float) -> bool:
+    """Copy the command's output until it exited and nothing of it is left (SIGTERM, then
+    SIGKILL ``drain_s`` later, to what outlived it); SIGKILL everything once the grace after
+    a SIGTERM or SIGINT ran out. Returns whether the output pipe was still held open when
+    the command exited."""
+    assert process.stdout is not None
+    pipe = process.stdout.fileno()
+    os.set_blocking(pipe, False)
+    selector = selectors.DefaultSelector()
+    selector.register(pipe, selectors.EVENT_READ)
+    reading, drain_until, held = True, None, False
+    try:
+        while True:
+            flush_notes(state, log_fd)
+            if reading:
+                for _ in selector.select(timeout=0.1):
+                    reading, echo_fd = _copy(pipe, log_fd, echo_fd)
+                if not reading:
+                    selector.unregister(pipe)
+            else:
+                time.sleep(0.05)
+            now = time.monotonic()
+            if process.poll() is None:
+                if state.kill_at is not None and now >= state.kill_at \
+                        and not state.killed_after_grace:
+                    state.signal_all(signal.SIGKILL)
+                    state.killed_after_grace = True
+                    note(log_fd, f"grace over: SIGKILL to process group {state.pgid} and "
+                                 "its descendants")
+                continue
+            left = state.tree()
+            state.reap()
+            if drain_until is None:
+                held = reading
+                drain_until = now + drain_s
+                if left:
+                    _end(state, left, signal.SIGTERM, log_fd, f"{len(left)} of the command's "
+                         f"processes outlived it (pids {_pids(left)}): SIGTERM, SIGKILL after "
+                         f"{drain_s:g} s")
+            if not reading and not left:
+                return held
+            if now >= drain_until:
+                if left:
+                    _end(state, left, signal.SIGKILL, log_fd,
+                         f"still there {drain_s:g} s after the command exited (pids "
+                         f"{_pids(left)}): SIGKILL")
+                    _settle(state)
+                elif reading:
+                    note(log_fd, f"output pipe still open {drain_s:g} s after the command "
+                                 "exited, held by no process of the command's; reading stops")
+                return held
+    finally:
+        selector.close()
+        process.stdout.close()
+
+
+def _end(state: Supervision, pids: list[int], signum: int, log_fd: int, text: str) -> None:
+    for pid in pids:
+        if _kill(pid, signum):
+            state.outlived[pid] = signal.Signals(signum).name
+    note(log_fd, text)
+
+
+def _settle(state: Supervision, timeout: float = 2.0) -> None:
+    """Wait (briefly) until every SIGKILLed descendant is gone and reaped."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state.reap()
+        if not state.tree():
+            return
+        time.sleep(0.02)
+
+
+def _pids(pids: list[int]) -> str:
+    shown = ", ".join(str(pid) for pid in sorted(pids)[:8])
+    return shown + (f" and {len(pids) - 8} more" if len(pids) > 8 else "")
+
+
+def note(log_fd: int, text: str) -> None:
+    """A line of the wrapper's own in the command's log."""
+    os.write(log_fd, NOTE + text.encode("utf-8", "replace") + b"\n")
+
+
+def flush_notes(state: Supervision, log_fd: int) -> None:
+    """Write the notes the signal handler left."""
+    while state.notes:
+        os.write(log_fd, state.notes.pop(0))
+
+
+def _copy(pipe: int, log_fd: int, echo_fd: int | None) -> tuple[bool, int | None]:
+    """Copy what the pipe holds; returns (still open, the echo descriptor or None once it
+    failed: a closed stdout does not stop the log)."""
+    try:
+        data = os.read(pipe, 1 << 16)
+    except BlockingIOError:
+        return True, echo_fd
+    if not data:
+        return False, echo_fd
+    os.write(log_fd, data)
+    if echo_fd is not None:
+        try:
+            os.write(echo_fd, data)
+        except OSError:
+            echo_fd = None
+    return True, echo_fd

@@ -1,0 +1,35 @@
+"""Lines a launcher prints that the contract gives a meaning to, as patterns (no I/O).
+
+Shared by the audit's log scanner (:mod:`auditor.collect.log_events`) and the producer kit's
+own check at the end of a run (:mod:`auditor.capture.launch`), which may not import a stage:
+both must read a launcher's line the same way.
+"""
+
+from __future__ import annotations
+
+import re
+
+ROLE_EXIT = re.compile(
+    r"\b(?P<role>[A-Za-z][\w-]*?)(?:[ _-](?:replica|process|worker|rank))?(?:[ _-]?\d+)?"
+    r"(?: \(pid \d+\))? exited with (?:exit )?(?:code|status)"
+    r"[:=]? ?(?P<code>-?\d{1,4})\b", re.IGNORECASE)
+"""A launcher's own line naming a process's exit: ``policy exited with code 143``,
+``rollout replica 1 exited with status 1``."""
+NOT_A_ROLE = frozenset({"loop", "main", "job", "script", "command", "launcher", "srun", "step",
+                        "task", "it", "process"})
+"""Words before "exited with" that name no process of the launcher's (seed 000's own
+``Main loop exited with status: 143`` is the controller's status, as the launcher saw it)."""
+
+
+def role_exit(line: str) -> tuple[str, int] | None:
+    """(role, exit code) of a launcher's line saying a process exited non-zero, or None."""
+    if "xited with" not in line:
+        return None
+    match = ROLE_EXIT.search(line)
+    if match is None:
+        return None
+    role = match["role"].lower()
+    code = int(match["code"])
+    if role in NOT_A_ROLE or code == 0:
+        return None
+    return role, code
