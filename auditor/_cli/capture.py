@@ -78,11 +78,12 @@ def add_parsers(commands: Any) -> None:
     seal.add_argument("--study", help="the study's name (default: ROOT's directory name)")
     seal.add_argument("--idle-check", action="store_true",
                       help="ask NVML whether the GPUs were left idle (on the attempt's node, "
-                      "inside its job); with per-node results under ATTEMPT/idle/, gather "
-                      "them too")
+                      "inside its job); on a multi-node attempt, also gather each node's own "
+                      "result (written by --idle-check-only)")
     seal.add_argument("--idle-check-only", action="store_true",
-                      help="only check this node's GPUs and write ATTEMPT/idle/<host>.json "
-                      "(run once per node, e.g. srun --ntasks-per-node=1, before the seal)")
+                      help="only check this node's GPUs and write its result into the "
+                      "attempt (run once per node, e.g. srun --ntasks-per-node=1, before the "
+                      "seal)")
 
 
 def _positive(text: str) -> int:

@@ -225,7 +225,7 @@ def _sources(trial: TrialRecord | None, exit_class: ExitClass | None, element: S
                      f"rank {rank}: {record.phase} raised {record.error_type}",
                      Citation(record.path, line=record.line,
                               quote=f"{record.phase} {record.error_type}"), (2, record.line))
-    earlier = False
+    earlier = stepped = False
     for event in sorted(events, key=lambda e: e.line):
         word = event_cause(event)
         if word is None or log_path is None:
@@ -237,7 +237,10 @@ def _sources(trial: TrialRecord | None, exit_class: ExitClass | None, element: S
         # steps after one failed; the job's own cancellation is its JOB line, sacct's
         # CANCELLED or the batch script's signal, each a source of its own)
         knock_on = (event.kind == "slurm_cancelled" and earlier) \
-            or event.kind == "slurm_step_cancelled"
+            or event.kind == "slurm_step_cancelled" \
+            or (stepped and event.kind == "signal" and "shell's report" in event.detail)
+        # (srun's "task 0: Killed" of a step it cancelled: the step's end, not a cause)
+        stepped = stepped or event.kind == "slurm_step_cancelled"
         yield _Found(word, f"{detail} (log line {event.line})",
                      Citation(log_path, line=event.line, quote=event.text), (3, event.line),
                      tier=KNOCK_ON_TIER if knock_on else 0)

@@ -208,7 +208,11 @@ def classify_exit(trial: TrialRecord, flag_name: str,
                          (code_cite,))
     if code == SIGTERM_EXIT:
         why, cited = _why_143_not_excused(trial, processes, failing, flag_name, flag_value)
-        return ExitClass(False, ExitKind.SIGTERM, f"exit 143 (SIGTERM) is not excused: {why}",
+        # (a shutdown another process's failure caused ends as that failure did: a replica's
+        # crash is an unclean exit, its kill a kill)
+        kind = ExitKind.PROCESS_FAILURE if coordinated and failing \
+            and not _ended_by_signal(failing[0]) else ExitKind.SIGTERM
+        return ExitClass(False, kind, f"exit 143 (SIGTERM) is not excused: {why}",
                          (code_cite, *cited))
     if killed_by_signal(code):
         return ExitClass(False, ExitKind.KILLED, f"exit {code}: killed by {signal_name(code)}",

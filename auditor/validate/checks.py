@@ -244,15 +244,17 @@ def _host_idle_checks(record: PeriodRecord, subject: str, idle: IdleCheck,
     by_host = {item.host: item for item in idle.hosts}
     pointer = "/idle_check/hosts"
     if not idle.hosts:  # (the one-node form, for workers on several nodes)
-        yield finding("AUD118", subject, [Citation(record.path, pointer="/idle_check")],
-                      form="one_node", hosts=", ".join(hosts))
+        if not optional or idle.passed is False:
+            yield finding("AUD118", subject, [Citation(record.path, pointer="/idle_check")],
+                          form="one_node", hosts=", ".join(hosts))
         return
     for host in hosts or tuple(by_host):
         item = by_host.get(host)
         cite = Citation(record.path, pointer=f"{pointer}/{host}")
         if item is None:
-            yield finding("AUD118", subject, [Citation(record.path, pointer=pointer)],
-                          form="host_absent", host=host)
+            if not optional:  # (optional: a check not made decides nothing)
+                yield finding("AUD118", subject, [Citation(record.path, pointer=pointer)],
+                              form="host_absent", host=host)
         elif item.passed is None:
             if not optional:
                 yield finding("AUD118", subject, [cite], form="host_unavailable", host=host,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,8 @@ def test_without_nvml_or_torch_the_gpu_is_null_and_says_why(tmp_path: Path,
     monkeypatch.delenv("AUDITOR_JOB_ID", raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     path = write_device_evidence(tmp_path, rank=2, role="actor_rollout", local_device=0)
-    assert path == tmp_path / "device-evidence" / f"worker-actor_rollout-2-{os.getpid()}.json"
+    host = socket.gethostname().split(".", 1)[0]  # (v1.2: pids repeat across nodes)
+    assert path == tmp_path / "device-evidence" / f"worker-actor_rollout-2-{host}-{os.getpid()}.json"
     record = load(path)
     assert record["gpu"] is None
     assert "NVML not available" in record["gpu_unavailable"]

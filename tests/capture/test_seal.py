@@ -71,9 +71,10 @@ def test_seal_lists_every_file_with_kind_hash_and_size(tmp_path: Path,
     for entry in record["evidence"]:
         data = (attempt / entry["path"]).read_bytes()
         assert (entry["sha256"], entry["size"]) == (hashlib.sha256(data).hexdigest(), len(data))
-    pids = sorted(int(p.stem.split("-")[1]) for p in (attempt / "allocator-traces").iterdir())
-    assert record["workers"] == [{"role": "actor_rollout", "rank": rank, "pid": pid}
-                                 for rank, pid in enumerate(pids)]
+    host = socket.gethostname().split(".", 1)[0]
+    pids = sorted(int(p.stem.rsplit("-", 1)[1]) for p in (attempt / "allocator-traces").iterdir())
+    assert record["workers"] == [{"role": "actor_rollout", "rank": rank, "pid": pid,
+                                  "host": host} for rank, pid in enumerate(pids)]
     assert record["sealed_by"]["tool"] == "auditor"
     assert record["sealed_ns"] >= load(attempt / "trial-5001.json")["invocation"]["finished_ns"]
 

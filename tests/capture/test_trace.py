@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 import signal
 import subprocess
 import sys
@@ -40,7 +41,8 @@ def test_phases_write_one_record_each_with_null_peaks_without_a_gpu(tmp_path: Pa
         assert update() == 7
         assert update() == 7
         trace.sample()
-    records = lines(tmp_path / "allocator-traces" / f"allocator-{os.getpid()}.jsonl")
+    host = socket.gethostname().split(".", 1)[0]  # (v1.2: pids repeat across nodes)
+    records = lines(tmp_path / "allocator-traces" / f"allocator-{host}-{os.getpid()}.jsonl")
     assert [(r.get("phase"), r.get("step"), r["seq"]) for r in records] == [
         ("init_model", 0, 0), ("actor_update", 1, 1), ("actor_update", 1, 2), (None, None, 3)]
     first = records[0]
