@@ -28,7 +28,8 @@ def test_without_nvml_or_torch_the_gpu_is_null_and_says_why(tmp_path: Path,
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     path = write_device_evidence(tmp_path, rank=2, role="actor_rollout", local_device=0)
     host = socket.gethostname().split(".", 1)[0]  # (v1.2: pids repeat across nodes)
-    assert path == tmp_path / "device-evidence" / f"worker-actor_rollout-2-{host}-{os.getpid()}.json"
+    assert path == (tmp_path / "device-evidence"
+                    / f"worker-actor_rollout-2-{host}-{os.getpid()}.json")
     record = load(path)
     assert record["gpu"] is None
     assert "NVML not available" in record["gpu_unavailable"]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import signal
+import socket
 import subprocess
 import sys
 import textwrap

@@ -1,0 +1,259 @@
+"""Many processes in one attempt (contract v1.2), on this machine: ``auditor run --step``, the
+process records, seed ``000``'s rule on the controller's own record, and the audit of what
+they leave, in both directions.
+
+A local stand-in for the multi-node launcher (:data:`LAUNCHER`: the cosmos roles of
+``tests/slurm/cosmos_roles.py`` started in the background, each under ``auditor run
+--step``, the controller's status returned, its peers reaped) runs under the batch-side
+``auditor run --role launcher``; ``auditor seal`` and ``auditor audit`` follow, all through
+the real command line. The multi-node form of the same runs on a real Slurm
+(``tests/slurm/test_multinode.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow.parquet as pq
+import pytest
+
+from auditor._cli import main
+from tests.capture.support import (
+    COMMIT,
+    FLAG,
+    REPO,
+    attempt_of,
+    auditor,
+    clean_env,
+    load,
+    schema_errors,
+    start_auditor,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slow  # (real child processes, signals)
+
+ROLES = REPO / "tests" / "slurm" / "cosmos_roles.py"
+HOST = socket.gethostname().split(".", 1)[0]
+PAIR = "cosmos-local-s1"
+LAUNCHER = r"""
+mode=$1; rendezvous=$2
+step() {
+    local role=$1; shift
+    exec "$AUDITOR" run --step "$role" --rank 0 -- "$PY" "$ROLES" "$role" "$@" "$rendezvous"
+}
+step controller & controller=$!
+step policy --mode "$mode" & policy=$!
+step rollout & rollout=$!
+while :; do wait "$controller"; status=$?; kill -0 "$controller" 2>/dev/null || break; done
+echo "[launcher] controller exited with code $status"
+kill -TERM "$policy" "$rollout" 2>/dev/null
+wait "$policy" "$rollout"
+exit "$status"
+"""
+
+
+@pytest.fixture(autouse=True)
+def _no_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith(("SLURM_", "AUDITOR_")) or key == FLAG:
+            monkeypatch.delenv(key)
+
+
+def _protocol(root: Path, **changes: Any) -> None:
+    document = {"schema": "run-evidence/protocol/v1", "idle_check": "optional",
+                "completion_phases": {"policy": ["actor_update", "weight_sync"],
+                                      "rollout": ["weight_sync"]}, **changes}
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "protocol.json").write_text(json.dumps(document))
+
+
+def _attempt(root: Path, mode: str, flag: str = "1", job: str = "6001",
+             kill: str | None = None) -> tuple[int, str]:
+    """Run the local launcher as one attempt (the batch node's ``auditor run --role
+    launcher``), signal the policy replica once it hangs when ``kill`` says so, seal; the
+    batch run's exit status and its stderr."""
+    launcher = root.parent / "launcher.sh"
+    launcher.write_text(LAUNCHER)
+    env = clean_env(AUDITOR=str(Path(sys.executable).parent / "auditor"), PY=sys.executable,
+                    ROLES=str(ROLES))
+    run = start_auditor(["run", "--root", str(root), "--pair", PAIR, "--period", "1",
+                         "--gpus", "2", "--job-id", job, "--role", "launcher",
+                         "--dispatch", "TOTAL_TRAINING_STEPS=1", "--dispatch", f"{FLAG}={flag}",
+                         "--", "bash", str(launcher), mode, str(root.parent / f"rdv-{job}")],
+                        env)
+    if kill is not None:
+        outputs = attempt_of(root, job, PAIR) / "worker-logs"
+        wait_for(lambda: any("waiting in actor_update" in p.read_text()
+                             for p in outputs.glob("*-policy-*.out")), 60)
+        (output,) = outputs.glob("*-policy-*.out")
+        os.kill(int(output.stem.rsplit("-", 1)[1]), getattr(signal, kill))
+    _, stderr = run.communicate(timeout=120)
+    sealed = auditor(["seal", str(root), "--pair", PAIR, "--period", "1", "--gpus", "2",
+                      "--attempt-dir", f"{PAIR}-2gpu/attempt-{job}", "--commit", COMMIT,
+                      "--workload", "w", "--seed", "1", "--model", "m"])
+    assert sealed.returncode == 0, sealed.stderr
+    return run.returncode, stderr
+
+
+def _audit(root: Path, out: Path) -> dict[str, Any]:
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots"]) == 0
+    (row,) = pq.read_table(out / "periods.parquet").to_pylist()
+    return row
+
+
+def _records(root: Path, job: str = "6001") -> dict[str, dict[str, Any]]:
+    folder = attempt_of(root, job, PAIR) / "processes"
+    return {record["role"]: record for record in map(load, folder.glob("*.json"))}
+
+
+def test_a_coordinated_shutdown_of_many_processes_resolves(tmp_path: Path) -> None:
+    root = tmp_path / "study"
+    _protocol(root)
+    status, stderr = _attempt(root, "completed")
+    assert status == 0, stderr  # (the batch script would not requeue it)
+    records = _records(root)
+    assert records["controller"]["exit_code"] == 143
+    assert records["controller"]["host"] == HOST
+    assert records["policy"]["exit_code"] == 0
+    for record in records.values():
+        assert schema_errors("process", record) == []
+    trial = load(attempt_of(root, "6001", PAIR) / "trial-6001.json")
+    assert trial["status"] == "completed" and trial["process_records"] >= 2
+    row = _audit(root, tmp_path / "out")
+    assert (row["verdict"], row["reason"]) == ("resolved", "completed")
+
+
+@pytest.mark.parametrize(("mode", "kill", "reason", "cause"), [
+    ("hang", "SIGTERM", "killed", "signal"),
+    ("hang", "SIGKILL", "killed", "signal"),
+    ("crash", None, "unclean_exit", "python_exception"),
+])
+def test_a_replicas_end_is_never_the_controllers_coordinated_shutdown(
+        tmp_path: Path, mode: str, kill: str | None, reason: str, cause: str) -> None:
+    """Seed 000's false success: the replica died, so the controller shut down
+    "coordinated" (its own 143, the flag on, no signal); the kit at run time and the audit
+    after both refuse it, naming the replica."""
+    root = tmp_path / "study"
+    _protocol(root)
+    status, stderr = _attempt(root, mode, kill=kill)
+    assert status == 143, stderr
+    records = _records(root)
+    assert (records["controller"]["exit_code"], records["controller"]["received_signal"]) \
+        == (143, None)
+    policy = records["policy"]
+    assert policy["ended_ns"] <= records["controller"]["ended_ns"]
+    row = _audit(root, tmp_path / "out")
+    assert (row["verdict"], row["reason"], row["cause"]) == ("unresolved", reason, cause)
+    if kill is not None:
+        assert f"the policy process (pid {policy['pid']} on {HOST})" in row["cause_detail"]
+
+
+def test_the_flag_off_passes_the_controllers_143_on(tmp_path: Path) -> None:
+    root = tmp_path / "study"
+    _protocol(root)
+    status, _ = _attempt(root, "completed", flag="0")
+    assert status == 143
+    row = _audit(root, tmp_path / "out")
+    assert (row["verdict"], row["reason"]) == ("unresolved", "killed")
+
+
+def test_a_role_the_protocol_names_no_phases_for_never_completes(tmp_path: Path) -> None:
+    root = tmp_path / "study"
+    _protocol(root, completion_phases={"policy": ["actor_update", "weight_sync"]})
+    assert _attempt(root, "completed")[0] == 0
+    row = _audit(root, tmp_path / "out")
+    assert (row["verdict"], row["reason"]) == ("unresolved", "completion_phase_missing")
+
+
+def test_a_step_writes_only_its_record_and_output(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    attempt = tmp_path / "attempt"
+    attempt.mkdir()
+    monkeypatch.setenv("AUDITOR_ATTEMPT_DIR", str(attempt))
+    assert main(["run", "--step", "policy", "--rank", "1", "--", "sh", "-c",
+                 "echo replica says hello; exit 3"]) == 3
+    (record,) = (attempt / "processes").iterdir()
+    document = load(record)
+    assert record.name == f"{HOST}-policy-{document['pid']}.json"
+    assert (document["role"], document["rank"], document["exit_code"], document["signal"]) \
+        == ("policy", 1, 3, None)
+    assert (attempt / "worker-logs" / f"{HOST}-policy-{document['pid']}.out").read_text() \
+        .startswith("replica says hello")
+    assert sorted(p.name for p in attempt.iterdir()) == ["processes", "worker-logs"]
+
+
+def test_a_step_outside_an_attempt_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--step", "policy", "--", "true"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "AUDITOR_ATTEMPT_DIR is not set" in err[0]
+    assert main(["run", "--step", "po-licy", "--attempt-dir", ".", "--", "true"]) == 2
+    assert main(["run", "--step", "policy", "--pair", "p", "--", "true"]) == 2
+
+
+def test_a_launchers_line_names_another_roles_143_in_evidence_without_records(
+        tmp_path: Path) -> None:
+    """The v1.1 placement (one ``auditor run --role controller`` around the whole launcher,
+    no process records): a launcher that says ``policy exited with code 143`` before its
+    controller's end makes the controller's 143 a kill, in the kit and in the audit; the
+    same run without that line is the coordinated shutdown it always was."""
+    root = tmp_path / "study"
+    _protocol(root, completion_phases=["actor_update", "weight_sync"])
+    for job, said in (("6101", "echo '[launcher] policy exited with code 143'; "), ("6102", "")):
+        code = main(["run", "--root", str(root), "--pair", PAIR, "--period", "1",
+                     "--gpus", "2", "--job-id", job, "--role", "controller", "--dispatch",
+                     f"{FLAG}=1", "--", "bash", "-c", f"{said}kill -TERM $$"])
+        trial = load(attempt_of(root, job, PAIR) / f"trial-{job}.json")
+        if said:
+            assert code == 143 and trial["status"] == "sigterm"
+            assert "the launcher's log says policy exited with code 143" in \
+                trial["status_detail"]
+        else:
+            assert code == 0 and trial["status"] == "completed"
+
+
+def test_the_pre_timeout_signal_starts_no_kill_timer(tmp_path: Path) -> None:
+    """``--grace`` counts from SIGTERM or SIGINT; SIGUSR1 (Slurm's warning) is forwarded
+    and recorded and kills nothing: a trainer that checkpoints goes on."""
+    marker = tmp_path / "started"
+    code = (f"import pathlib, signal, time; signal.signal(signal.SIGUSR1, lambda *_: "
+            f"print('checkpoint', flush=True)); pathlib.Path({str(marker)!r}).touch(); "
+            "time.sleep(2.5); print('finished', flush=True)")
+    wrapper = start_auditor(["run", "--pair", PAIR, "--period", "1", "--gpus", "2", "--root",
+                             str(tmp_path), "--job-id", "6201", "--grace", "0.5", "--",
+                             sys.executable, "-c", code], clean_env())
+    wait_for(marker.exists, 30)
+    wrapper.send_signal(signal.SIGUSR1)
+    wrapper.communicate(timeout=60)
+    log = (attempt_of(tmp_path, "6201", PAIR) / "training-6201.log").read_text()
+    assert "checkpoint" in log and "finished" in log  # (alive 2 s past the grace)
+    trial = load(attempt_of(tmp_path, "6201", PAIR) / "trial-6201.json")
+    assert trial["killed_after_grace"] is False
+    assert trial["invocation"]["received_signal"] == "SIGUSR1"
+    assert wrapper.returncode == 128 + signal.SIGUSR1  # (signalled: never a success)
+
+
+def test_a_library_launcher_records_its_childrens_exits(tmp_path: Path) -> None:
+    import subprocess
+
+    from auditor.capture.processes import record_exit
+
+    child = subprocess.Popen([sys.executable, "-c", "import os; os.kill(os.getpid(), 15)"])
+    started = time.time_ns()
+    child.wait()
+    path = record_exit("rollout", child.pid, child.returncode, started_ns=started, rank=2,
+                       attempt_dir=tmp_path)
+    document = orjson.loads(path.read_bytes())
+    assert (document["exit_code"], document["signal"], document["rank"]) == (143, "SIGTERM", 2)
+    with pytest.raises(FileExistsError):
+        record_exit("rollout", child.pid, 0, attempt_dir=tmp_path)
+    with pytest.raises(ValueError, match="role"):
+        record_exit("roll-out", 1, 0, attempt_dir=tmp_path)
