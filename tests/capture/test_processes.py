@@ -3,7 +3,7 @@ process records, seed ``000``'s rule on the controller's own record, and the aud
 they leave, in both directions.
 
 A local stand-in for the multi-node launcher (:data:`LAUNCHER`: the cosmos roles of
-``tests/slurm/cosmos_roles.py`` started in the background, each under ``auditor run
+``auditor.capture.multinode_example`` started in the background, each under ``auditor run
 --step``, the controller's status returned, its peers reaped) runs under the batch-side
 ``auditor run --role launcher``; ``auditor seal`` and ``auditor audit`` follow, all through
 the real command line. The multi-node form of the same runs on a real Slurm
@@ -29,7 +29,6 @@ from auditor._cli import main
 from tests.capture.support import (
     COMMIT,
     FLAG,
-    REPO,
     attempt_of,
     auditor,
     clean_env,
@@ -41,14 +40,14 @@ from tests.capture.support import (
 
 pytestmark = pytest.mark.slow  # (real child processes, signals)
 
-ROLES = REPO / "tests" / "slurm" / "cosmos_roles.py"
 HOST = socket.gethostname().split(".", 1)[0]
 PAIR = "cosmos-local-s1"
 LAUNCHER = r"""
 mode=$1; rendezvous=$2
 step() {
     local role=$1; shift
-    exec "$AUDITOR" run --step "$role" --rank 0 -- "$PY" "$ROLES" "$role" "$@" "$rendezvous"
+    exec "$AUDITOR" run --step "$role" --rank 0 -- "$PY" -m auditor.capture.multinode_example \
+        "$role" "$@" "$rendezvous"
 }
 step controller & controller=$!
 step policy --mode "$mode" & policy=$!
@@ -83,8 +82,7 @@ def _attempt(root: Path, mode: str, flag: str = "1", job: str = "6001",
     batch run's exit status and its stderr."""
     launcher = root.parent / "launcher.sh"
     launcher.write_text(LAUNCHER)
-    env = clean_env(AUDITOR=str(Path(sys.executable).parent / "auditor"), PY=sys.executable,
-                    ROLES=str(ROLES))
+    env = clean_env(AUDITOR=str(Path(sys.executable).parent / "auditor"), PY=sys.executable)
     run = start_auditor(["run", "--root", str(root), "--pair", PAIR, "--period", "1",
                          "--gpus", "2", "--job-id", job, "--role", "launcher",
                          "--dispatch", "TOTAL_TRAINING_STEPS=1", "--dispatch", f"{FLAG}={flag}",

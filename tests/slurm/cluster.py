@@ -328,14 +328,16 @@ class Cluster:
                                f"{result.stderr.strip()[-500:]}")
         return result
 
-    def sbatch(self, script: str, *options: str) -> str:
-        """Submit ``script`` (its text) with ``options``; the job (array) id."""
+    def sbatch(self, script: str, *options: str, env: dict[str, str] | None = None) -> str:
+        """Submit ``script`` (its text) with ``options`` (and ``env`` added to the
+        environment sbatch exports to the job); the job (array) id."""
         jobs = self.root / "jobs"
         path = jobs / f"script-{len(self.jobs)}.sh"
         path.write_text(script)
         path.chmod(0o755)
         result = self.run(["sbatch", "--parsable", f"--chdir={jobs}",
-                           f"--output={jobs}/%A_%a.out", *options, str(path)])
+                           f"--output={jobs}/%A_%a.out", *options, str(path)],
+                          env={**self.env, **(env or {})})
         job = result.stdout.strip().split(";")[0]
         self.jobs.append(job)
         return job

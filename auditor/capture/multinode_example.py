@@ -1,8 +1,8 @@
-"""The processes of a cosmos-shaped launcher (seed ``000``'s two-node template), CPU only.
+"""A multi-node example trainer: the processes of a cosmos-shaped launcher, CPU only.
 
-``python cosmos_roles.py ROLE [--mode M] [--rank R] RENDEZVOUS``, each started by the
-launcher (``tests/slurm/cosmos.py``) with ``srun`` on its own node, under ``auditor run
---step ROLE``:
+``python -m auditor.capture.multinode_example ROLE [--mode M] [--rank R] RENDEZVOUS``, each
+started by a launcher (``examples/multinode/launcher.sh``: seed ``000``'s two-node template)
+with ``srun`` on its own node, under ``auditor run --step ROLE``:
 
 - ``controller``: waits until a policy replica registers, then until none is left (a replica
   unregisters when it finishes, or is dropped when its heartbeat stops for
@@ -10,17 +10,20 @@ launcher (``tests/slurm/cosmos.py``) with ``srun`` on its own node, under ``audi
   ``COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS`` makes cosmos' controller do (whatever the flag
   says: whether that 143 is a success is the kit's and the audit's question);
 - ``policy``: registers, heartbeats, runs ``init_model``, then ``actor_update`` and
-  ``weight_sync`` per step
-  (each a phase of its allocator trace, :class:`auditor.capture.Trace`), prints verl's
-  console line for each step, writes its device file, unregisters and exits 0. Modes:
-  ``crash`` (``actor_update`` raises ``RuntimeError``), ``oom`` (it raises an error named
-  ``torch.OutOfMemoryError``), ``hang`` (it waits in step 1's ``actor_update`` until killed);
+  ``weight_sync`` per step (each a phase of its allocator trace,
+  :class:`auditor.capture.Trace`), prints verl's console line for each step, writes its
+  device file, unregisters and exits 0. Modes: ``crash`` (``actor_update`` raises
+  ``RuntimeError``), ``oom`` (it raises an error named ``torch.OutOfMemoryError``), ``hang``
+  (it waits in step 1's ``actor_update`` until killed);
 - ``rollout``: runs ``rollout_init``, then ``rollout_generate`` and ``weight_sync`` per
   step, then keeps draining until the launcher stops it.
 
 Every role takes SIGUSR1 (the pre-timeout warning) as a request to checkpoint and goes on.
-
-The rendezvous is a directory every node sees (the study's shared file system).
+No GPU is used: the traces' memory figures are null (not measured), and torch, if installed,
+is not imported (two dozen replicas starting at once on a small node would wait seconds for
+it).
+The rendezvous is a directory every node sees (a shared file system). This module is a
+program: it writes its console lines to stdout.
 """
 
 from __future__ import annotations
@@ -36,9 +39,12 @@ import traceback
 from pathlib import Path
 
 from auditor.capture import Trace, write_device_evidence
+from auditor.capture.memory import Memory
 
 HEARTBEAT_S = 0.2
-HEARTBEAT_LOST_S = 2.0
+HEARTBEAT_LOST_S = 4.0
+"""Seconds without a heartbeat after which the controller drops a replica (generous: a busy
+node may not schedule a replica for a while)."""
 PHASE_S = 0.05
 
 
@@ -95,7 +101,7 @@ def policy(rendezvous: Path, mode: str, rank: int) -> int:
     stop = threading.Event()
     threading.Thread(target=_heartbeat, args=(registration, stop), daemon=True).start()
     prefix = f"(PolicyReplica pid={os.getpid()}) "
-    with Trace(rank=rank, role="policy") as trace:
+    with Trace(rank=rank, role="policy", memory=Memory(probe=False)) as trace:
         write_device_evidence(rank=rank, role="policy", local_device=0, trace=trace)
         try:
             with trace.phase("init_model", 0):
@@ -129,7 +135,7 @@ def policy(rendezvous: Path, mode: str, rank: int) -> int:
 
 def rollout(rank: int) -> int:
     prefix = f"(RolloutReplica pid={os.getpid()}) "
-    with Trace(rank=rank, role="rollout") as trace:
+    with Trace(rank=rank, role="rollout", memory=Memory(probe=False)) as trace:
         write_device_evidence(rank=rank, role="rollout", local_device=0, trace=trace)
         with trace.phase("rollout_init", 0):
             time.sleep(PHASE_S)
