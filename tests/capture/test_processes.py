@@ -255,3 +255,21 @@ def test_a_library_launcher_records_its_childrens_exits(tmp_path: Path) -> None:
         record_exit("rollout", child.pid, 0, attempt_dir=tmp_path)
     with pytest.raises(ValueError, match="role"):
         record_exit("roll-out", 1, 0, attempt_dir=tmp_path)
+
+
+def test_a_broken_process_record_is_a_finding_naming_it(tmp_path: Path) -> None:
+    """A process record of the wrong shape (or not JSON) is a finding about that file, never
+    a crash, and never an excuse: the attempt cannot resolve on it."""
+    root = tmp_path / "study"
+    _protocol(root)
+    assert _attempt(root, "completed")[0] == 0
+    folder = attempt_of(root, "6001", PAIR) / "processes"
+    records = sorted(folder.glob("*.json"))
+    records[0].write_text('{"role": 5, "pid": "x", "exit_code": "143", "host": null}')
+    records[-1].write_bytes(b"\xff\xfe not json")
+    row = _audit(root, tmp_path / "out")
+    assert row["verdict"] == "unresolved"
+    findings = pq.read_table(tmp_path / "out" / "findings.parquet").to_pylist()
+    named = {f["subject"] for f in findings if f["rule_id"] in ("AUD001", "AUD002", "AUD003")}
+    relative = {p.relative_to(root).as_posix() for p in (records[0], records[-1])}
+    assert relative <= named, sorted(named)
