@@ -29,7 +29,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -238,13 +238,13 @@ def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
 def said_in_log(log_path: Path, shown: str) -> list[tuple[str, int, Citation]]:
     """The launcher's own lines in the log naming another role's non-zero exit before the
     controller's (contract v1.2: such a 143 is never excused), as the audit reads them
-    (:func:`auditor.model.lines.role_exit`); ``shown``: how a citation names the log."""
+    (:func:`auditor.model.lines.role_exit`); ``shown``: how a citation names the log. The
+    log is searched in blocks for the lines' words, so a huge one costs a pass at disk
+    speed, not a Python line loop."""
     said: list[tuple[str, int, Citation]] = []
     try:
         with open(log_path, "rb") as handle:
-            for number, raw in enumerate(handle, 1):
-                if b"xited with" not in raw:
-                    continue
+            for number, raw in _lines_holding(handle, b"xited with"):
                 found = role_exit(raw.decode("utf-8", "replace"))
                 if found is None:
                     continue
@@ -254,6 +254,30 @@ def said_in_log(log_path: Path, shown: str) -> list[tuple[str, int, Citation]]:
     except OSError:
         pass
     return said
+
+
+def _lines_holding(handle: Any, word: bytes, block: int = 1 << 20
+                   ) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) of each line of ``handle`` that holds ``word``, in order."""
+    rest, number = b"", 1  # (rest: the unfinished last line of the blocks read so far)
+    while True:
+        data = handle.read(block)
+        text = rest + data
+        end = len(text) if not data else text.rfind(b"\n") + 1
+        searched, rest = text[:end], text[end:][-block:]  # (a line past a block: its tail)
+        at = searched.find(word)
+        start = 0
+        while at >= 0:
+            first = searched.rfind(b"\n", 0, at) + 1
+            last = searched.find(b"\n", at)
+            last = len(searched) if last < 0 else last
+            number += searched.count(b"\n", start, first)
+            yield number, searched[first:last]
+            start = first
+            at = searched.find(word, last)
+        number += searched.count(b"\n", start)
+        if not data:
+            return
 
 
 def await_own_signal(state: Supervision, child_exit: int | None) -> None:

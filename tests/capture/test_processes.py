@@ -76,7 +76,7 @@ def _protocol(root: Path, **changes: Any) -> None:
 
 
 def _attempt(root: Path, mode: str, flag: str = "1", job: str = "6001",
-             kill: str | None = None) -> tuple[int, str]:
+             kill: str | None = None, before_seal: Any = None) -> tuple[int, str]:
     """Run the local launcher as one attempt (the batch node's ``auditor run --role
     launcher``), signal the policy replica once it hangs when ``kill`` says so, seal; the
     batch run's exit status and its stderr."""
@@ -95,6 +95,8 @@ def _attempt(root: Path, mode: str, flag: str = "1", job: str = "6001",
         (output,) = outputs.glob("*-policy-*.out")
         os.kill(int(output.stem.rsplit("-", 1)[1]), getattr(signal, kill))
     _, stderr = run.communicate(timeout=120)
+    if before_seal is not None:
+        before_seal(attempt_of(root, job, PAIR))
     sealed = auditor(["seal", str(root), "--pair", PAIR, "--period", "1", "--gpus", "2",
                       "--attempt-dir", f"{PAIR}-2gpu/attempt-{job}", "--commit", COMMIT,
                       "--workload", "w", "--seed", "1", "--model", "m"])
@@ -273,3 +275,24 @@ def test_a_broken_process_record_is_a_finding_naming_it(tmp_path: Path) -> None:
     named = {f["subject"] for f in findings if f["rule_id"] in ("AUD001", "AUD002", "AUD003")}
     relative = {p.relative_to(root).as_posix() for p in (records[0], records[-1])}
     assert relative <= named, sorted(named)
+
+
+def test_two_processes_of_one_pid_in_one_trace_is_a_finding_naming_both(tmp_path: Path) -> None:
+    """Pids repeat across nodes: a trace whose phase records name two hosts was written by
+    two processes (the kit names each node's apart; a v1 launcher's did not)."""
+    root = tmp_path / "study"
+    _protocol(root)
+
+    def second_writer(attempt: Path) -> None:
+        (device,) = (attempt / "device-evidence").glob("worker-policy-*.json")
+        trace = attempt / "allocator-traces" / f"allocator-{HOST}-{load(device)['pid']}.jsonl"
+        first = json.loads(trace.read_text().splitlines()[0])
+        with trace.open("a") as handle:
+            handle.write(json.dumps({**first, "host": "other-node", "seq": 10**6}) + "\n")
+
+    assert _attempt(root, "completed", before_seal=second_writer)[0] == 0
+    row = _audit(root, tmp_path / "out")
+    assert (row["verdict"], row["reason"]) == ("unresolved", "identity_mismatch")
+    findings = pq.read_table(tmp_path / "out" / "findings.parquet").to_pylist()
+    (two,) = [f["message"] for f in findings if "two processes" in f["message"]]
+    assert f"on {HOST} (line 1)" in two and "on other-node (line" in two
