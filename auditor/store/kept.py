@@ -12,6 +12,7 @@ are read. Either way it is the same sequence: a reader never asks which.
 from __future__ import annotations
 
 import pickle
+import weakref
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any, Generic, TypeVar, overload
@@ -36,6 +37,7 @@ class _Blocks(Generic[T]):
     def __init__(self, block: int) -> None:
         self._block = block
         self._file: IO[bytes] | None = temporary_file()
+        weakref.finalize(self, self._file.close)  # (closed with its owner: no warning)
         self._places: list[tuple[int, int]] = []
         """Each block's (offset, length) in the file."""
         self.tail: list[T] = []

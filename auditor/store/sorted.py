@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import pickle
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import fields
@@ -66,6 +67,7 @@ class SortedRows:
         with spilling():
             if self._file is None:
                 self._file = temporary_file()
+                weakref.finalize(self, self._file.close)  # (closed with its owner)
             self._file.seek(0, 2)
             pieces = []
             for start in range(0, len(run), self._piece_rows):

@@ -19,6 +19,7 @@ import this module.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Iterator
 from itertools import islice
 from typing import IO, Any
@@ -208,6 +209,7 @@ class TableRows:
         self.rows = 0
         self._pending: list[tuple[Any, ...]] = []
         self._file: IO[bytes] = temporary_file()
+        weakref.finalize(self, self._file.close)  # (closed with its owner: no warning)
         with spilling():
             self._writer: pa.ipc.RecordBatchStreamWriter | None = pa.ipc.new_stream(
                 self._file, self.schema, options=pa.ipc.IpcWriteOptions(compression="lz4"))
