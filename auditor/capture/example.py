@@ -5,8 +5,11 @@ one ``auditor run`` exports) starts a driver that starts two rank processes. Eac
 writes its allocator trace (:class:`~auditor.capture.Trace`: ``init_model``,
 ``rollout_init``, then per step ``rollout_generate``, ``actor_update``, ``weight_sync``) and
 its device file; the driver prints verl-style console lines, ``step:N -
-training/global_step:N - ...``, for ``TOTAL_TRAINING_STEPS`` steps (default 1). On a CPU
-every memory figure is ``null`` ("not measured") and every device file has ``"gpu": null``.
+training/global_step:N - ...``, for ``TOTAL_TRAINING_STEPS`` steps (default 1). It uses no
+GPU: every memory figure is ``null`` ("not measured"), every device file has ``"gpu": null``,
+and torch, if installed, is not imported (a dozen elements starting at once on a small node
+waited tens of seconds for it: the real-Slurm kit array's pre-timeout element was signalled
+before its ranks had written a line).
 
 Modes, one per way a run ends:
 
@@ -36,6 +39,7 @@ from pathlib import Path
 
 from auditor.capture._files import ATTEMPT_DIR_VARIABLE
 from auditor.capture.device import write_device_evidence
+from auditor.capture.memory import Memory
 from auditor.capture.trace import Trace
 
 MODES = ("completed", "oom", "coordinated", "crash", "hang")
@@ -64,7 +68,7 @@ def _steps() -> int:
 def _rank(mode: str, attempt_dir: Path, rank: int) -> int:
     """One rank process: its trace, its device file, its phases."""
     prefix = f"(WorkerDict pid={os.getpid()}) "
-    with Trace(attempt_dir, rank) as trace:
+    with Trace(attempt_dir, rank, memory=Memory(probe=False)) as trace:
         write_device_evidence(attempt_dir, rank, local_device=rank, trace=trace)
         try:
             with trace.phase("init_model", 0):
