@@ -48,8 +48,8 @@ KINDS: tuple[str, ...] = (
 )
 """Every schema kind; ``<kind>.schema.json`` in ``auditor/schemas``."""
 
-ALLOCATOR_FORMS: tuple[str, ...] = ("phase", "sample")
-"""The two forms of an allocator record (``$defs`` of ``allocator-record``)."""
+ALLOCATOR_FORMS: tuple[str, ...] = ("phase", "sample", "terminal")
+"""The forms of an allocator record (``$defs`` of ``allocator-record``; ``terminal``: v1.2)."""
 
 _FILENAME_KINDS: tuple[tuple[re.Pattern[str], str, str | None], ...] = (
     (re.compile(r"period-[0-9]+\.json"), "period", None),
@@ -299,9 +299,11 @@ def validate_document(kind: str, doc: object, path: str) -> list[Finding]:
 
 def _checker_for(kind: str, doc: object) -> Validator:
     """The validator for ``doc``: for ``allocator-record``, the form the record claims
-    (phase when it has ``phase``, else sample), for precise messages."""
+    (terminal when its ``kind`` says so, phase when it has ``phase``, else sample), for
+    precise messages."""
     if canonical_kind(kind) == "allocator-record":
-        form = "phase" if isinstance(doc, dict) and "phase" in doc else "sample"
+        form = "terminal" if isinstance(doc, dict) and doc.get("kind") == "terminal" \
+            else "phase" if isinstance(doc, dict) and "phase" in doc else "sample"
         return allocator_form_validator(form)
     return validator(kind)
 

@@ -110,7 +110,8 @@ MANIFEST: dict[str, Any] = {
 EXAMPLES: dict[str, list[dict[str, Any]]] = {
     "period": [PERIOD],
     "trial": [TRIAL],
-    "allocator-record": [PHASE, SAMPLE],
+    "allocator-record": [PHASE, SAMPLE, {"kind": "terminal", "pid": 7, "rank": 0, "seq": 9,
+                                         "step": 1, "host": "n2", "recorded_ns": 1}],
     "device": [DEVICE],
     "process": [{"schema": "run-evidence/process/v1", "role": "policy", "host": "n2", "pid": 42,
                  "rank": 0, "started_ns": 1, "ended_ns": 2, "exit_code": 143,

@@ -11,10 +11,11 @@ with ``srun`` on its own node, under ``auditor run --step ROLE``:
   says: whether that 143 is a success is the kit's and the audit's question);
 - ``policy``: registers, heartbeats, runs ``init_model``, then ``actor_update`` and
   ``weight_sync`` per step (each a phase of its allocator trace,
-  :class:`auditor.capture.Trace`), prints verl's console line for each step, writes its
-  device file, unregisters and exits 0. Modes: ``crash`` (``actor_update`` raises
-  ``RuntimeError``), ``oom`` (it raises an error named ``torch.OutOfMemoryError``), ``hang``
-  (it waits in step 1's ``actor_update`` until killed);
+  :class:`auditor.capture.Trace`), prints verl's console line for each step, records its
+  terminal record (``Trace.terminal``), writes its device file, unregisters and exits 0.
+  Modes: ``crash`` (``actor_update`` raises ``RuntimeError``), ``oom`` (it raises an error
+  named ``torch.OutOfMemoryError``), ``hang`` (it waits in step 1's ``actor_update`` until
+  killed);
 - ``rollout``: runs ``rollout_init``, then ``rollout_generate`` and ``weight_sync`` per
   step, then keeps draining until the launcher stops it.
 
@@ -121,6 +122,7 @@ def policy(rendezvous: Path, mode: str, rank: int) -> int:
                 with trace.phase("weight_sync", step):
                     time.sleep(PHASE_S)
                 say(prefix + f"step:{step} - training/global_step:{step} - actor/loss:0.5")
+            trace.terminal(steps())  # (its own, fsynced: no log forwarding can lose it)
         except Exception:  # noqa: BLE001 - a replica reports its error as cosmos' would
             for line in traceback.format_exc().splitlines():
                 say(prefix + line)

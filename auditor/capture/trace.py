@@ -80,6 +80,20 @@ class Trace:
         """A context manager and a decorator writing one phase record per entry."""
         return _Phase(self, name, step)
 
+    def terminal(self, step: int) -> None:
+        """Record that this rank finished its last step, ``step`` (contract v1.2): one record
+        ``{"kind": "terminal", "step": N, ...}``, written and fsynced before this returns, so
+        the proof of the last step survives whatever a log forwarder drops (seed 002's
+        driver lost its ``step:N`` line to ``ray.shutdown()``; the rank's own record stays)."""
+        if type(step) is not int or step < 0:
+            raise ValueError(f"step must be a whole number >= 0, not {step!r}")
+        self._write({"kind": "terminal", "pid": self.pid, "rank": self.rank, "role": self.role,
+                     "host": self.host, "seq": None, "step": step,
+                     "recorded_ns": time.time_ns()})
+        with self._lock:
+            if self._fd is not None:
+                os.fsync(self._fd)
+
     def sample(self) -> None:
         """Write one memory sample (no ``phase``): allocated, reserved and device-used bytes
         now (null when not measured)."""

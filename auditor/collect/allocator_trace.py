@@ -93,7 +93,7 @@ class _Scan:
     __slots__ = (
         "path", "lines", "phases", "samples", "peak_allocated", "peak_reserved", "pids",
         "ranks", "first_ns", "last_ns", "last_seq", "kept", "dropped", "phase_tail",
-        "phases_dropped", "hosts",
+        "phases_dropped", "hosts", "terminals",
     )
 
     def __init__(self, path: str) -> None:
@@ -105,6 +105,8 @@ class _Scan:
         self.peak_reserved: int | None = None
         self.pids: dict[int, int] = {}
         self.ranks: dict[int, int] = {}
+        self.terminals: list[tuple[int, int]] = []
+        """(step, line) of each terminal record, up to :data:`MAX_DISTINCT`."""
         self.hosts: dict[str, int] = {}
         """Hosts the phase records name (contract v1.2), each with its first line."""
         self.first_ns: int | None = None
@@ -239,6 +241,7 @@ def read_allocator_trace(
         pids=tuple(sorted(scan.pids.items(), key=itemgetter(1))),
         ranks=tuple(sorted(scan.ranks.items(), key=itemgetter(1))),
         hosts=tuple(sorted(scan.hosts.items(), key=itemgetter(1))),
+        terminals=tuple(scan.terminals),
         first_ns=scan.first_ns,
         last_ns=scan.last_ns,
         findings=tuple(findings),
@@ -459,6 +462,15 @@ def _take(scan: _Scan, record: object, line: int, raw: bytes) -> bool:
                 _disorder(path, line, raw, seq=seq, last_seq=scan.last_seq)
             )
         scan.last_seq = seq
+    if record.get("kind") == "terminal":  # (contract v1.2: the rank's own last-step record)
+        step = record.get("step")
+        if type(pid) is int and pid >= 1 and type(step) is int and step >= 0 \
+                and type(seq) is int and seq >= 0:
+            if len(scan.terminals) < MAX_DISTINCT:
+                scan.terminals.append((step, line))
+            return True
+        _explain(scan, record, line, "terminal")
+        return False
     if "phase" in record:
         if repeats_a_key(raw, record):  # (orjson keeps the last value: of an
             # error_type, say, written twice; which one the writer meant is unknown)

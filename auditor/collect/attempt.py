@@ -61,7 +61,7 @@ def read_attempt(task: AttemptTask) -> AttemptRead:
         outcomes.append(FileOutcome(file.display, file.kind, reader.digest()))
     return AttemptRead(task.key, tuple(outcomes), parts.trial, parts.log, tuple(parts.traces),
                        tuple(parts.devices), tuple(parts.findings),
-                       tuple(parts.processes))
+                       tuple(parts.processes), tuple(parts.worker_logs))
 
 
 def _os_reason(error: OSError) -> str:

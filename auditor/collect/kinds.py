@@ -34,6 +34,7 @@ from auditor.model.kinds import (
     PROCESS_RECORD,
     TRAINING_LOG,
     TRIAL,
+    WORKER_LOG,
 )
 
 
@@ -47,6 +48,7 @@ class AttemptParts:
     devices: list[DeviceEvidence] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     processes: list[ProcessExit] = field(default_factory=list)
+    worker_logs: list[TrainingLogScan] = field(default_factory=list)
 
 
 Reader = Callable[[HashingReader, str, AttemptTask, AttemptParts], None]
@@ -79,12 +81,11 @@ def _trace(reader: HashingReader, display: str, _: AttemptTask, parts: AttemptPa
     parts.findings.extend(trace.findings)
 
 
-def _log(reader: HashingReader, display: str, task: AttemptTask, parts: AttemptParts) -> None:
-    """Scan the training log (the first listed; another is hash-checked only); a protocol
-    pattern that will not compile falls back to the built-in matcher (the protocol
-    collector already reported it)."""
-    if parts.log is not None:
-        return
+def _scan(reader: HashingReader, display: str, task: AttemptTask,
+          parts: AttemptParts) -> TrainingLogScan:
+    """A log scanned for the terminal event of the dispatched steps; a protocol pattern that
+    will not compile falls back to the built-in matcher (the protocol collector already
+    reported it)."""
     trial = parts.trial
     steps = trial.dispatched_int(task.steps_from) if trial is not None else None
     pattern = task.terminal_pattern
@@ -93,8 +94,26 @@ def _log(reader: HashingReader, display: str, task: AttemptTask, parts: AttemptP
             compile_pattern(pattern)
         except ValueError:
             pattern = None
-    parts.log = scan_training_log(reader, display, steps, pattern)
+    return scan_training_log(reader, display, steps, pattern)
+
+
+def _log(reader: HashingReader, display: str, task: AttemptTask, parts: AttemptParts) -> None:
+    """Scan the training log (the first listed; another is hash-checked only)."""
+    if parts.log is not None:
+        return
+    parts.log = _scan(reader, display, task, parts)
     parts.findings.extend(parts.log.findings)
+
+
+def _worker_log(reader: HashingReader, display: str, task: AttemptTask,
+                parts: AttemptParts) -> None:
+    """Scan a worker's own output as the training log is (contract v1.2: it may hold the
+    terminal line the driver's copy lost); only when the protocol allows it as a source."""
+    if "worker_log" not in task.terminal_sources:
+        return
+    scan = _scan(reader, display, task, parts)
+    parts.worker_logs.append(scan)
+    parts.findings.extend(scan.findings)
 
 
 READERS: Mapping[str, Reader] = {
@@ -103,6 +122,7 @@ READERS: Mapping[str, Reader] = {
     ALLOCATOR_TRACE.name: _trace,
     TRAINING_LOG.name: _log,
     PROCESS_RECORD.name: _process,
+    WORKER_LOG.name: _worker_log,
 }
 """The reader of each evidence kind, by its period-record word."""
 

@@ -59,7 +59,7 @@ def plan_reads(
                     files.append(FileTask(check.display, kind, resolved))
             pre[key] = rows
             yield AttemptTask(key, str(root), tuple(files), protocol.steps_from,
-                              protocol.terminal_pattern)
+                              protocol.terminal_pattern, protocol.terminal_sources)
 
 
 def evidence_row(record: PeriodRecord, spec: AttemptSpec, entry: EvidenceEntry, display: str,

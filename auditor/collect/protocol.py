@@ -89,6 +89,8 @@ def read_protocol(stream: BinaryIO | HashingReader, path: str) -> Protocol:
             )
         else:
             values["terminal_pattern"] = pattern
+    if usable("/terminal_event/sources"):
+        values["terminal_sources"] = tuple(dict.fromkeys(doc["terminal_event"]["sources"]))
     if usable("/completion_phases"):
         phases = doc["completion_phases"]
         if isinstance(phases, dict):  # (contract v1.2: phases by role)

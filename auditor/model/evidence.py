@@ -294,6 +294,8 @@ class AllocatorTrace:
     hosts: tuple[tuple[str, int], ...] = ()
     """Each distinct ``host`` its phase records name (contract v1.2), with its first line:
     two are two processes writing one file."""
+    terminals: tuple[tuple[int, int], ...] = ()
+    """(step, line) of each terminal record (contract v1.2, ``Trace.terminal``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,6 +393,9 @@ class Protocol:
     name: str = "default"
     steps_from: str = "TOTAL_TRAINING_STEPS"
     terminal_pattern: str | None = None
+    terminal_sources: tuple[str, ...] = ("training_log", "worker_log", "metrics_log", "trace")
+    """Where the terminal event may come from (contract v1.2, ``terminal_event.sources``):
+    the driver's log, a worker's own output, a metrics file, a rank's terminal record."""
     completion_phases: tuple[str, ...] = ("actor_update", "weight_sync")
     completion_phases_by_role: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """``completion_phases`` given as a mapping from role to phases (contract v1.2): when

@@ -209,6 +209,9 @@ class AttemptTask:
     files: tuple[FileTask, ...]
     steps_from: str
     terminal_pattern: str | None
+    terminal_sources: tuple[str, ...] = ("training_log", "worker_log", "metrics_log", "trace")
+    """Where the protocol lets the terminal event come from (worker logs are scanned only
+    when they may hold it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +237,8 @@ class AttemptRead:
     findings: tuple[Finding, ...]
     processes: tuple[ProcessExit, ...] = ()
     """Its process records (contract v1.2), by path."""
+    worker_logs: tuple[TrainingLogScan, ...] = ()
+    """Its worker logs (contract v1.2), each scanned as a training log is, by path."""
 
     @property
     def bytes_read(self) -> int:

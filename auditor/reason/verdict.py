@@ -34,7 +34,7 @@ from auditor.model import (
     TrainingLogScan,
     TrialRecord,
 )
-from auditor.model.kinds import TRIAL
+from auditor.model.kinds import TRIAL, WORKER_LOG
 from auditor.reason.causes import cause_of
 from auditor.reason.completion import Completion, completion, eligible_failures
 from auditor.reason.exits import ExitClass, attributed_in_log, classify_exit
@@ -111,6 +111,9 @@ class Shown:
     """How the scheduler's dump is cited (``""`` without one)."""
     shows: list[str] = field(default_factory=list)
     citations: list[Citation] = field(default_factory=list)
+    terminal: Citation | None = None
+    """Where the terminal event is, in a source the protocol allows (contract v1.2: the
+    driver's log, else a worker's own output, else a rank's terminal record); None: none."""
 
 
 def judge_attempt(period: PeriodEvidence, attempt: AttemptEvidence,
@@ -270,6 +273,7 @@ def evidence_shows(period: PeriodEvidence, attempt: AttemptEvidence, protocol: P
         shown.citations.extend(Citation(log.path, line=event.line, quote=event.text)
                                for kind in EVENT_KINDS_CITED
                                if (event := shown.events.get(kind)) is not None)
+    _terminal_shows(attempt, protocol, steps, shown)
     for _, record in shown.eligible:
         message = f": {record.error_message}" if record.error_message else ""
         shown.citations.append(Citation(record.path, line=record.line,
@@ -325,6 +329,52 @@ def _idle_shows(period: PeriodEvidence, protocol: Protocol, shown: Shown) -> Non
                            "idle-check policy is optional, so it decides nothing.")
         shown.citations.append(Citation(record.path, pointer="/idle_check",
                                         quote=idle.unavailable or "" if idle else ""))
+
+
+def _terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | None,
+                    shown: Shown) -> None:
+    """Where the terminal event is (:attr:`Shown.terminal`), among the sources the protocol
+    allows, and, when the driver's log lacks it, the sentence saying which other source
+    holds it (contract v1.2)."""
+    sources, log = protocol.terminal_sources, shown.log
+    if "training_log" in sources and log is not None and log.terminal_event is not None:
+        shown.terminal = Citation(log.path, line=log.terminal_event.line,
+                                  quote=log.terminal_event.text)
+        return
+    if steps is None:
+        return
+    lacks = f"the driver's log lacks `step:{steps}`" if log is not None \
+        else "no driver's log holds it"
+    workers = {w.key: w for w in attempt.spec.workers}
+    if "worker_log" in sources:
+        for scan in sorted(attempt.read.worker_logs, key=lambda s: s.path):
+            found = scan.terminal_event
+            if found is None:
+                continue
+            parts = WORKER_LOG.parts(scan.path) or {}
+            who = "-".join(parts[k] for k in ("host", "role", "pid", "rank") if k in parts)
+            pid = parts.get("pid")
+            worker = workers.get((parts.get("host"), int(pid))) if pid else None
+            rank = f" (rank {worker.rank})" if worker is not None else ""
+            shown.terminal = Citation(scan.path, line=found.line, quote=found.text)
+            shown.shows.append(f"The terminal event for step {steps} is in a worker's own "
+                               f"output: {lacks}; worker `{who}`{rank} printed it at "
+                               f"`{scan.path}:{found.line}`.")
+            shown.citations.append(shown.terminal)
+            return
+    if "trace" in sources:
+        for trace in sorted(attempt.read.traces, key=lambda t: t.path):
+            line = next((at for step, at in trace.terminals if step == steps), None)
+            if line is None:
+                continue
+            who = f"rank {trace.ranks[0][0]}" if trace.ranks else "the rank"
+            shown.terminal = Citation(trace.path, line=line, quote=f"terminal step {steps}")
+            shown.shows.append(f"The terminal event for step {steps} is the rank's own record: "
+                               f"{lacks}; {who} recorded its terminal record for step "
+                               f"{steps} at `{trace.path}:{line}` (written and fsynced by the "
+                               "rank itself, not forwarded).")
+            shown.citations.append(shown.terminal)
+            return
 
 
 def _log_shows(log: TrainingLogScan, steps: int | None, shown: Shown) -> None:
@@ -428,7 +478,7 @@ def _clean(period: PeriodEvidence, shown: Shown, after: list[Finding],
     subject, log, steps = period.subject, shown.log, shown.steps
     exit_class, done = shown.exit_class, shown.completion
     assert exit_class is not None
-    if done.complete and log is not None and log.terminal_event is not None:
+    if done.complete and shown.terminal is not None:
         decisive = list(after)
         if exit_class.kind is ExitKind.COORDINATED_SHUTDOWN:
             decisive.append(finding("AUD205", subject, list(exit_class.citations),
@@ -477,8 +527,7 @@ def _unclean(subject: str, shown: Shown, infra: Finding | None) -> Judgement:
         return nccl
     item = finding("AUD204", subject, list(exit_class.citations), exit=exit_class.detail)
     limits = ["An unclean exit without a protocol-listed failure is not a measurement."]
-    log = shown.log
-    if shown.completion.complete and log is not None and log.terminal_event is not None:
+    if shown.completion.complete and shown.terminal is not None:
         limits.append("The completion records and the terminal line suggest the training "
                       "itself finished; only a clean exit (0, or a coordinated shutdown the "
                       "rules excuse) resolves a period, so it stays unresolved.")

@@ -296,3 +296,43 @@ def test_two_processes_of_one_pid_in_one_trace_is_a_finding_naming_both(tmp_path
     findings = pq.read_table(tmp_path / "out" / "findings.parquet").to_pylist()
     (two,) = [f["message"] for f in findings if "two processes" in f["message"]]
     assert f"on {HOST} (line 1)" in two and "on other-node (line" in two
+
+
+def _drop_step_lines(files: list[Path]) -> None:
+    """Remove the verl step lines from ``files``, as seed 002's ``ray.shutdown()`` dropped
+    the driver's copy of its last one."""
+    for path in files:
+        path.write_text("".join(line for line in path.read_text().splitlines(True)
+                                if "training/global_step" not in line))
+
+
+def test_a_terminal_line_only_a_worker_printed_resolves_citing_it(tmp_path: Path) -> None:
+    root = tmp_path / "study"
+    _protocol(root)
+
+    def lose(attempt: Path) -> None:
+        _drop_step_lines([attempt / "training-6001.log"])
+        for trace in (attempt / "allocator-traces").iterdir():  # (only the worker's copy)
+            trace.write_text("".join(line for line in trace.read_text().splitlines(True)
+                                     if '"kind":"terminal"' not in line))
+
+    assert _attempt(root, "completed", before_seal=lose)[0] == 0
+    row = _audit(root, tmp_path / "out")
+    assert (row["verdict"], row["reason"]) == ("resolved", "completed")
+    assert "the driver's log lacks `step:1`; worker `" in row["diagnosis"]
+    assert "-policy-" in row["diagnosis"] and "printed it at `" in row["diagnosis"]
+
+
+def test_a_ranks_own_terminal_record_resolves_and_nothing_at_all_does_not(tmp_path: Path
+                                                                            ) -> None:
+    root = tmp_path / "study"
+    _protocol(root)
+    assert _attempt(root, "completed", before_seal=lambda attempt: _drop_step_lines(
+        [attempt / "training-6001.log", *(attempt / "worker-logs").iterdir()]))[0] == 0
+    row = _audit(root, tmp_path / "out")
+    assert (row["verdict"], row["reason"]) == ("resolved", "completed")
+    assert "rank 0 recorded its terminal record for step 1" in row["diagnosis"]
+    # the same evidence, the protocol allowing the driver's log only: the seed's verdict
+    _protocol(root, terminal_event={"sources": ["training_log"]})
+    row = _audit(root, tmp_path / "out-driver-only")
+    assert (row["verdict"], row["reason"]) == ("unresolved", "terminal_event_missing")

@@ -713,3 +713,17 @@ def test_unmeasured_samples_count_and_leave_the_peaks_unknown() -> None:
                              "reserved_bytes": 9})
     trace = read(b"\n".join([*lines, measured]) + b"\n")
     assert (trace.sample_peak_allocated_bytes, trace.sample_peak_reserved_bytes) == (5, 9)
+
+
+def test_a_terminal_record_is_read_with_its_line_and_a_broken_one_is_a_finding() -> None:
+    """Contract v1.2: a rank's own ``{"kind": "terminal", "step": N}`` record (written by
+    ``Trace.terminal``) counts beside the phases and samples; one without a step or pid is
+    a finding naming its line, never a terminal event."""
+    terminal = {"kind": "terminal", "pid": 7, "rank": 0, "role": "policy", "host": "n2",
+                "seq": 2, "step": 3, "recorded_ns": 5}
+    data = line(phase(0)) + line(sample(1)) + line(terminal) \
+        + line({**terminal, "seq": 3, "step": "3"}) + line(sample(4))
+    trace = read(data)
+    assert trace.terminals == ((3, 3),)
+    assert [(f.rule_id, f.citations[0].line) for f in trace.findings] == [("AUD002", 4)]
+    assert trace.samples == 2 and len(trace.phases) == 1
