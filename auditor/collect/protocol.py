@@ -110,6 +110,8 @@ def read_protocol(stream: BinaryIO | HashingReader, path: str) -> Protocol:
             Configuration(item["workload"], item["gpus"], tuple(item["seeds"]))
             for item in as_list(doc["configurations"])
         )
+    if usable("/scheduler"):
+        values["scheduler"] = doc["scheduler"]
     if usable("/idle_check"):
         values["idle_check"] = doc["idle_check"]
     if usable("/anchors"):

@@ -411,6 +411,10 @@ class Protocol:
     anchors: tuple[tuple[str, str], ...] = ()
     digest: FileDigest | None = None
     findings: tuple[Finding, ...] = ()
+    scheduler: str = "slurm"
+    """``slurm``, or ``none`` (contract v1.2: plain torchrun, Ray on Kubernetes, a
+    workstation): no scheduler dump is expected, its absence fails nothing, and the
+    allocation scope is not measured."""
     idle_check: str = "required"
     """``required``: a period without a passed idle check is unresolved; ``optional``: a
     missing or impossible one is said in the report and decides nothing (contract v1.1)."""

@@ -124,7 +124,10 @@ def accounting_section(result: AuditResult, reasoning: Reasoning) -> str:
     missing = acc.jobs_without_element
     unknown = ("no scheduler dump was read" if not collected.scheduler_usable() else
                "the scheduler dump lacks the allocations' GPUs or elapsed times (`AUD019`)")
+    unmeasured = collected.protocol.scheduler == "none" and collected.sacct is None
     allocation = (
+        "**not measured**: the study ran without a scheduler (`\"scheduler\": \"none\"`)"
+        if unmeasured else
         f"**unknown**: {unknown}" if acc.allocation_gpu_seconds is None else
         f"**{acc.allocation_gpu_seconds:,} GPU-seconds = "
         f"{acc.allocation_gpu_seconds / 3600:.9f} GPU-hours**")

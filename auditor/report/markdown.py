@@ -205,8 +205,12 @@ def _headline(result: AuditResult, reasoning: Reasoning) -> str:
                           f"**{utc_seconds(last.end, with_date=False)} UTC**.")
         lines[-1] += _without_element(reasoning)
     else:
-        lines.append(f"No scheduler record was available for array {arrays}; element states "
-                     "and allocation-scope accounting are unknown.")
+        lines.append(
+            "The study ran without a scheduler (`\"scheduler\": \"none\"`): no element "
+            "states were expected, and the allocation scope is not measured."
+            if result.collected.protocol.scheduler == "none" else
+            f"No scheduler record was available for array {arrays}; element states "
+            "and allocation-scope accounting are unknown.")
     lines += ["", _reconstruction(reasoning), "",
               "The auditor only reads: no raw evidence was changed, and no experiment or "
               "retry was launched."]

@@ -336,3 +336,24 @@ def test_a_ranks_own_terminal_record_resolves_and_nothing_at_all_does_not(tmp_pa
     _protocol(root, terminal_event={"sources": ["training_log"]})
     row = _audit(root, tmp_path / "out-driver-only")
     assert (row["verdict"], row["reason"]) == ("unresolved", "terminal_event_missing")
+
+
+def test_a_study_without_a_scheduler_needs_no_dump(tmp_path: Path) -> None:
+    """``"scheduler": "none"`` (plain torchrun, Ray on Kubernetes): no sacct dump is expected,
+    its absence fails nothing, and the allocation scope is said to be not measured; the same
+    study under the default protocol fails the gate for the missing dump (AUD123)."""
+    root = tmp_path / "study"
+    _protocol(root, scheduler="none")
+    assert _attempt(root, "completed")[0] == 0
+    out = tmp_path / "out"
+    row = _audit(root, out)
+    assert (row["verdict"], row["reason"]) == ("resolved", "completed")
+    rules = {f["rule_id"] for f in pq.read_table(out / "findings.parquet").to_pylist()}
+    assert "AUD123" not in rules
+    assert main(["gate", str(out)]) == 0
+    report = (out / "diagnostic.md").read_text()
+    assert "the allocation scope is not measured" in report and "**not measured**" in report
+    _protocol(root)
+    assert main(["audit", str(root), "--out", str(tmp_path / "slurm"), "--quiet",
+                 "--no-plots"]) == 0
+    assert main(["gate", str(tmp_path / "slurm")]) == 1
