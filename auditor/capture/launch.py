@@ -223,6 +223,15 @@ def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
     document["invocation"]["exit_code"] = status
     document["status"] = "completed" if exit_class.clean else exit_class.kind
     document["status_detail"] = exit_class.detail
+    if exit_class.clean:  # (contract v1.2: the launcher checks too, as seed 002's did)
+        from auditor.capture.check import check_terminal
+
+        check = check_terminal(directory, log_path, dict(spec.dispatch),
+                               spec.root if spec.attempt_dir is None else None)
+        document["terminal_event"] = check.where
+        if check.missing:
+            document["status"] = "infrastructure_invalid"
+            document["validation_error"] = check.validation_error()
     document["killed_after_grace"] = state.killed_after_grace
     document["pipe_held_open"] = held
     document["peak_mib"] = _peak_mib(directory)

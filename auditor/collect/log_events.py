@@ -20,6 +20,10 @@ from auditor.model.lines import role_exit
 if TYPE_CHECKING:
     import regex
 
+KIT_NOTE = "[auditor run] "
+"""How ``auditor run`` starts its own lines in the log: one quotes the command line, which
+may hold a terminal line's very text (an argument), so no step is ever read from them."""
+
 TEXT_LIMIT = 300
 """Characters of a line kept in an event's ``text``."""
 
@@ -271,6 +275,8 @@ class _Scanner:
         # quoted in a frame is code, not the failure.
         if not metrics and not self._tracebacks(number, segment, key, content):
             self._failures(number, segment, content)
+        if content.startswith(KIT_NOTE):
+            return  # (the wrapper's own line: it quotes the command, never a step it ran)
         if self.custom is not None:
             self._custom_steps(number, segment, content)
         elif metrics or "step:" in content:

@@ -7,6 +7,7 @@ process of its own, as scancel and ``--signal=B:SIGUSR1@...`` signal a batch scr
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -378,3 +379,34 @@ def test_the_command_keeps_its_trapped_signals_and_a_library_caller_gets_them_ba
     before = signal.getsignal(signal.SIGTERM)
     assert main([*run_args(tmp_path, "5103"), "--", "true"]) == 0
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.parametrize(("script", "protocol", "where"), [
+    ("echo training finished", None, None),
+    ("echo 'step:1 - training/global_step:1 - actor/loss:0.1'", None, "training-{job}.log:2"),
+    ("echo 'done with step 1'", {"terminal_event": {"pattern": r"done with step (?P<step>\d+)"}},
+     "training-{job}.log:2"),
+    ('mkdir -p "$AUDITOR_ATTEMPT_DIR/worker-logs" && echo "step:1 - training/global_step:1" '
+     '> "$AUDITOR_ATTEMPT_DIR/worker-logs/h1-rank0.out"', None, "worker-logs/h1-rank0.out:1"),
+])
+def test_the_launcher_checks_a_clean_exit_for_its_terminal_event(
+        tmp_path: Path, script: str, protocol: dict[str, Any] | None, where: str | None) -> None:
+    """Contract v1.2: at the command's end ``auditor run`` looks for the terminal event with
+    the audit's own matcher (the root's protocol's pattern when it gives one), in its log,
+    the worker logs and the traces; a clean exit without it is recorded as seed 002's
+    launcher recorded it. The exit code stays the command's."""
+    if protocol is not None:
+        (tmp_path / "protocol.json").write_text(json.dumps(protocol))
+    job = "5201"
+    assert main([*run_args(tmp_path, job, "--dispatch", "TOTAL_TRAINING_STEPS=1", "--"),
+                 "sh", "-c", script]) == 0
+    trial = _trial(tmp_path, job)
+    if where is None:
+        assert (trial["status"], trial["validation_error"]) == (
+            "infrastructure_invalid",
+            "ValueError: Successful exit lacks the exact 1-step terminal event")
+        assert trial["terminal_event"] is None
+    else:
+        assert (trial["status"], trial["validation_error"]) == ("completed", None)
+        assert trial["terminal_event"] == where.format(job=job)
+    assert trial["invocation"]["exit_code"] == 0

@@ -1,0 +1,133 @@
+"""The launcher checks too (contract v1.2): at the command's end, ``auditor run`` looks for the
+terminal event in what it holds, with the audit's own matcher.
+
+A clean exit (0, or an excused coordinated shutdown) whose evidence holds no terminal event
+for the dispatched step count is what seed ``002``'s launcher caught at run time: the trial
+record then says ``status: "infrastructure_invalid"`` with the seed's ``validation_error``
+("Successful exit lacks the exact N-step terminal event"), so the launcher's word and the
+audit's agree. The exit code stays the command's.
+
+The sources are the audit's (``terminal_event.sources`` of ``ROOT/protocol.json`` when there
+is one, else all): the training log, the worker logs under ``worker-logs/``, and the
+allocator traces' terminal records (``Trace.terminal``); the matcher is the training-log
+scanner the audit uses, under the protocol's ``terminal_event.pattern`` when it gives one.
+Imported only at the command's end: the kit's own start stays light.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from auditor.collect.training_log import scan_training_log
+from auditor.model.kinds import ALLOCATOR_TRACE, WORKER_LOG
+
+SOURCES = ("training_log", "worker_log", "metrics_log", "trace")
+STEPS_FROM = "TOTAL_TRAINING_STEPS"
+PROTOCOL_LIMIT = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class TerminalCheck:
+    """What the launcher's check found."""
+
+    steps: int | None
+    """The dispatched step count (None: none dispatched, no check made)."""
+    where: str | None
+    """The file (below the attempt) and line holding the terminal event, or None."""
+
+    @property
+    def missing(self) -> bool:
+        """Whether a check was made and found no terminal event."""
+        return self.steps is not None and self.where is None
+
+    def validation_error(self) -> str:
+        """The seed's form of the failure."""
+        return f"ValueError: Successful exit lacks the exact {self.steps}-step terminal event"
+
+
+def _protocol(root: Path | None) -> dict[str, Any]:
+    """``ROOT/protocol.json``'s ``terminal_event`` and ``steps_from`` (empty when absent or
+    unreadable: the default matcher then applies, as in the audit)."""
+    if root is None:
+        return {}
+    try:
+        with open(root / "protocol.json", "rb") as handle:
+            document = json.loads(handle.read(PROTOCOL_LIMIT))
+    except (OSError, ValueError):
+        return {}
+    event = document.get("terminal_event") if isinstance(document, dict) else None
+    return event if isinstance(event, dict) else {}
+
+
+def check_terminal(directory: Path, log: Path, dispatch: dict[str, str],
+                   root: Path | None) -> TerminalCheck:
+    """Look for the terminal event of the dispatched steps in the attempt ``directory``."""
+    event = _protocol(root)
+    given_from = event.get("steps_from")
+    steps_from = given_from if isinstance(given_from, str) else STEPS_FROM
+    value = (dispatch.get(steps_from) or os.environ.get(steps_from) or "").strip().strip('"')
+    if not value.isdigit():
+        return TerminalCheck(None, None)
+    steps = int(value)
+    pattern = event.get("pattern") if isinstance(event.get("pattern"), str) else None
+    given = event.get("sources")
+    sources = tuple(s for s in given if s in SOURCES) if isinstance(given, list) else SOURCES
+    logs: list[Path] = [log] if "training_log" in sources else []
+    if "worker_log" in sources:
+        logs += sorted(path for path in (directory / WORKER_LOG.directory).glob("*")
+                       if path.is_file() and WORKER_LOG.names_loosely(
+                           f"{WORKER_LOG.directory}/{path.name}"))
+    for path in logs:
+        found = _in_log(path, steps, pattern)
+        if found is not None:
+            return TerminalCheck(steps, f"{_shown(path, directory)}:{found}")
+    if "trace" in sources:
+        for path in sorted((directory / ALLOCATOR_TRACE.directory).glob("*.jsonl")):
+            found = _in_trace(path, steps)
+            if found is not None:
+                return TerminalCheck(steps, f"{_shown(path, directory)}:{found}")
+    return TerminalCheck(steps, None)
+
+
+def _shown(path: Path, directory: Path) -> str:
+    try:
+        return path.relative_to(directory).as_posix()
+    except ValueError:
+        return path.name
+
+
+def _in_log(path: Path, steps: int, pattern: str | None) -> int | None:
+    """The line of the terminal event in one log (None: none, or unreadable)."""
+    try:
+        with open(path, "rb") as handle:
+            try:
+                scan = scan_training_log(handle, path.name, steps, pattern)
+            except ValueError:  # (a protocol pattern that will not compile: the default)
+                handle.seek(0)
+                scan = scan_training_log(handle, path.name, steps, None)
+    except OSError:
+        return None
+    return scan.terminal_event.line if scan.terminal_event is not None else None
+
+
+def _in_trace(path: Path, steps: int) -> int | None:
+    """The line of a rank's terminal record for ``steps`` in one allocator trace."""
+    try:
+        with open(path, "rb") as handle:
+            for number, raw in enumerate(handle, 1):
+                if b'"terminal"' not in raw:
+                    continue
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and record.get("kind") == "terminal" \
+                        and record.get("step") == steps:
+                    return number
+    except OSError:
+        return None
+    return None
