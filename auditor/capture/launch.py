@@ -45,6 +45,7 @@ from auditor.capture._files import (
 )
 from auditor.capture.processes import read_records
 from auditor.capture.supervise import Supervision
+from auditor.capture.workers import keep_worker_logs
 from auditor.model import Citation, ProcessExit, TrialRecord
 from auditor.model.kinds import DEVICE_EVIDENCE, TRAINING_LOG, TRIAL
 from auditor.model.lines import role_exit
@@ -215,6 +216,8 @@ def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
         os.close(log_fd)
     trial, document = _trial(spec, attempt, child_env, started_ns, finished_ns, child_exit,
                              child_pid, received, trial_path)
+    kept = keep_worker_logs(directory, hostname(), spec.command, state.seen, child_env)
+    document["worker_logs"] = {"kept": kept.files, "notes": kept.notes}
     records = read_records(directory)
     exit_class = attributed_in_log(classify_exit(trial, spec.flag, records),
                                    said_in_log(log_path, TRAINING_LOG.path_for(

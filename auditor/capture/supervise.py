@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 NOTE = b"[auditor run] "
+SEEN_EVERY_S = 1.0
 GRACE_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 """The signals the grace counts from (SIGUSR1 is a warning, never a reason to kill)."""
 PR_SET_CHILD_SUBREAPER = 36
@@ -132,6 +133,10 @@ class Supervision:
     """Each descendant that outlived the command: pid -> the last signal it was sent."""
     ended_by: str | None = None
     """The signal that ended the command itself (``SIGTERM``), when one did."""
+    seen: set[int] = field(default_factory=set)
+    """Every pid of the command's tree seen while it ran (looked at every
+    :data:`SEEN_EVERY_S`): whose framework sessions are this run's (Ray names its session for
+    the process that started it)."""
 
     def tree(self) -> list[int]:
         """The command's live descendants (its own process excluded once it is gone): its
@@ -224,6 +229,8 @@ def wait(process: subprocess.Popen[bytes], state: Supervision, log_fd: int,
     selector = selectors.DefaultSelector()
     selector.register(pipe, selectors.EVENT_READ)
     reading, drain_until, held = True, None, False
+    state.seen.add(process.pid)
+    looked = 0.0
     try:
         while True:
             flush_notes(state, log_fd)
@@ -236,6 +243,9 @@ def wait(process: subprocess.Popen[bytes], state: Supervision, log_fd: int,
                 time.sleep(0.05)
             now = time.monotonic()
             if process.poll() is None:
+                if now - looked >= SEEN_EVERY_S:
+                    state.seen.update(state.tree())
+                    looked = now
                 if state.kill_at is not None and now >= state.kill_at \
                         and not state.killed_after_grace:
                     state.signal_all(signal.SIGKILL)
