@@ -23,9 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from auditor.collect.training_log import scan_training_log
-from auditor.model.kinds import ALLOCATOR_TRACE, WORKER_LOG
+from auditor.model.kinds import (
+    ALLOCATOR_TRACE,
+    TERMINAL_SOURCES,
+    TRACE_SOURCE,
+    TRAINING_LOG,
+    WORKER_LOG,
+)
 
-SOURCES = ("training_log", "worker_log", "metrics_log", "trace")
 STEPS_FROM = "TOTAL_TRAINING_STEPS"
 PROTOCOL_LIMIT = 1 << 20
 
@@ -75,9 +80,10 @@ def check_terminal(directory: Path, log: Path, dispatch: dict[str, str],
     steps = int(value)
     pattern = event.get("pattern") if isinstance(event.get("pattern"), str) else None
     given = event.get("sources")
-    sources = tuple(s for s in given if s in SOURCES) if isinstance(given, list) else SOURCES
-    logs: list[Path] = [log] if "training_log" in sources else []
-    if "worker_log" in sources:
+    sources = tuple(s for s in given if s in TERMINAL_SOURCES) if isinstance(given, list) \
+        else TERMINAL_SOURCES
+    logs: list[Path] = [log] if TRAINING_LOG.name in sources else []
+    if WORKER_LOG.name in sources:
         logs += sorted(path for path in (directory / WORKER_LOG.directory).glob("*")
                        if path.is_file() and WORKER_LOG.names_loosely(
                            f"{WORKER_LOG.directory}/{path.name}"))
@@ -85,7 +91,7 @@ def check_terminal(directory: Path, log: Path, dispatch: dict[str, str],
         found = _in_log(path, steps, pattern)
         if found is not None:
             return TerminalCheck(steps, f"{_shown(path, directory)}:{found}")
-    if "trace" in sources:
+    if TRACE_SOURCE in sources:
         for path in sorted((directory / ALLOCATOR_TRACE.directory).glob("*.jsonl")):
             found = _in_trace(path, steps)
             if found is not None:

@@ -109,7 +109,7 @@ def _worker_log(reader: HashingReader, display: str, task: AttemptTask,
                 parts: AttemptParts) -> None:
     """Scan a worker's own output as the training log is (contract v1.2: it may hold the
     terminal line the driver's copy lost); only when the protocol allows it as a source."""
-    if "worker_log" not in task.terminal_sources:
+    if WORKER_LOG.name not in task.terminal_sources:
         return
     scan = _scan(reader, display, task, parts)
     parts.worker_logs.append(scan)

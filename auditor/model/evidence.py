@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from sys import intern
 
 from auditor.model.core import Finding
+from auditor.model.kinds import TERMINAL_SOURCES
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,7 +394,7 @@ class Protocol:
     name: str = "default"
     steps_from: str = "TOTAL_TRAINING_STEPS"
     terminal_pattern: str | None = None
-    terminal_sources: tuple[str, ...] = ("training_log", "worker_log", "metrics_log", "trace")
+    terminal_sources: tuple[str, ...] = TERMINAL_SOURCES
     """Where the terminal event may come from (contract v1.2, ``terminal_event.sources``):
     the driver's log, a worker's own output, a metrics file, a rank's terminal record."""
     completion_phases: tuple[str, ...] = ("actor_update", "weight_sync")

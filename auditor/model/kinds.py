@@ -206,6 +206,14 @@ WORKER_LOG = EvidenceKind(
     loose=r"[^/]*\.(?:out|err)", schema=None, per_worker=False, read_order=6,
 )
 """A worker's own output, kept apart from the driver's log (contract v1.2)."""
+METRICS_LOG = EvidenceKind(
+    name="metrics_log", title="metrics file", directory="metrics",
+    names=(FileName("metrics/{name}", r"(?P<name>[^/]+)", "<name>"),),
+    loose=r"[^/]+", schema=None, per_worker=False, read_order=7,
+)
+"""A file a trainer writes under ``metrics/`` (contract v1.2): a framework's JSON or JSON-lines
+records (``trainer_state.json``, verl's file logger, ``trainer_log.jsonl``, an MLPerf log);
+hash-checked (their terminal-event predicates are the framework presets')."""
 IDLE_CHECK = EvidenceKind(
     name="idle_check", title="idle check", directory="idle",
     names=(FileName("idle/{host}.json", rf"(?P<host>{_HOST}|{_NUMBER})\.json", "<host>.json"),),
@@ -215,10 +223,18 @@ IDLE_CHECK = EvidenceKind(
 
 KINDS: Mapping[str, EvidenceKind] = {
     kind.name: kind for kind in (TRIAL, TRAINING_LOG, ALLOCATOR_TRACE, DEVICE_EVIDENCE,
-                                 PROCESS_RECORD, WORKER_LOG, IDLE_CHECK)
+                                 PROCESS_RECORD, WORKER_LOG, METRICS_LOG, IDLE_CHECK)
 }
 """Every evidence kind the contract names, by its period-record word, in the contract's
 order. A listed file of another kind is hash-checked only (``AUD018``)."""
+
+TRACE_SOURCE = "trace"
+"""The terminal-event source that is no file kind of its own: a rank's terminal record in its
+allocator trace (``Trace.terminal``)."""
+TERMINAL_SOURCES: tuple[str, ...] = (TRAINING_LOG.name, WORKER_LOG.name, METRICS_LOG.name,
+                                     TRACE_SOURCE)
+"""Where the terminal event may come from (contract v1.2, ``terminal_event.sources``), in
+the order the audit looks."""
 
 REQUIRED: tuple[EvidenceKind, ...] = tuple(kind for kind in KINDS.values() if kind.required)
 """The kinds every attempt must list a file of."""

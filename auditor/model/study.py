@@ -31,6 +31,7 @@ from auditor.model.evidence import (
     completes_cleanly,
     phases_reached,
 )
+from auditor.model.kinds import TERMINAL_SOURCES
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +210,7 @@ class AttemptTask:
     files: tuple[FileTask, ...]
     steps_from: str
     terminal_pattern: str | None
-    terminal_sources: tuple[str, ...] = ("training_log", "worker_log", "metrics_log", "trace")
+    terminal_sources: tuple[str, ...] = TERMINAL_SOURCES
     """Where the protocol lets the terminal event come from (worker logs are scanned only
     when they may hold it)."""
 

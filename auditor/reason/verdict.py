@@ -34,7 +34,7 @@ from auditor.model import (
     TrainingLogScan,
     TrialRecord,
 )
-from auditor.model.kinds import TRIAL, WORKER_LOG
+from auditor.model.kinds import TRACE_SOURCE, TRAINING_LOG, TRIAL, WORKER_LOG
 from auditor.reason.causes import cause_of
 from auditor.reason.completion import Completion, completion, eligible_failures
 from auditor.reason.exits import ExitClass, attributed_in_log, classify_exit
@@ -337,7 +337,7 @@ def _terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | N
     allows, and, when the driver's log lacks it, the sentence saying which other source
     holds it (contract v1.2)."""
     sources, log = protocol.terminal_sources, shown.log
-    if "training_log" in sources and log is not None and log.terminal_event is not None:
+    if TRAINING_LOG.name in sources and log is not None and log.terminal_event is not None:
         shown.terminal = Citation(log.path, line=log.terminal_event.line,
                                   quote=log.terminal_event.text)
         return
@@ -346,7 +346,7 @@ def _terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | N
     lacks = f"the driver's log lacks `step:{steps}`" if log is not None \
         else "no driver's log holds it"
     workers = {w.key: w for w in attempt.spec.workers}
-    if "worker_log" in sources:
+    if WORKER_LOG.name in sources:
         for scan in sorted(attempt.read.worker_logs, key=lambda s: s.path):
             found = scan.terminal_event
             if found is None:
@@ -362,7 +362,7 @@ def _terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | N
                                f"`{scan.path}:{found.line}`.")
             shown.citations.append(shown.terminal)
             return
-    if "trace" in sources:
+    if TRACE_SOURCE in sources:
         for trace in sorted(attempt.read.traces, key=lambda t: t.path):
             line = next((at for step, at in trace.terminals if step == steps), None)
             if line is None:

@@ -25,8 +25,9 @@ from auditor.model.kinds import (
 
 PACKAGE = Path(__file__).resolve().parents[2] / "auditor"
 
-SAMPLE = {"job": "5055845", "pid": 3657525, "rank": 3, "role": "actor_rollout", "host": "gpu-n2"}
-HASHED_ONLY = {"worker_log", "idle_check"}
+SAMPLE = {"job": "5055845", "pid": 3657525, "rank": 3, "role": "actor_rollout", "host": "gpu-n2",
+          "name": "trainer_state.json"}
+HASHED_ONLY = {"idle_check", "metrics_log"}
 """The v1.2 kinds the audit hash-checks without parsing here (the seal gathers the idle
 checks into the period record; worker logs are read as terminal-event sources later)."""
 

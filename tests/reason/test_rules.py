@@ -166,7 +166,7 @@ def test_an_unknown_evidence_kind_is_named_and_a_period_zero_path_is_compared(
     record = _record(root).relative_to(root).as_posix()
     assert messages[f"AUD018{record}"] == (
         f"{record}: /evidence/0 has kind 'trial_record', not one of trial, training_log, "
-        "allocator_trace, device_evidence, process_record, worker_log, idle_check; "
+        "allocator_trace, device_evidence, process_record, worker_log, metrics_log, idle_check; "
         "trial-7000001.json is only hash-checked")
     zero = "pairs/host-qwen25-7b-gsm8k-c2-s162/period-0.json"
     assert "period" in messages[f"AUD015{zero}"]
