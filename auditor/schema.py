@@ -48,7 +48,7 @@ KINDS: tuple[str, ...] = (
 )
 """Every schema kind; ``<kind>.schema.json`` in ``auditor/schemas``."""
 
-ALLOCATOR_FORMS: tuple[str, ...] = ("phase", "sample", "terminal")
+ALLOCATOR_FORMS: tuple[str, ...] = ("phase", "sample", "terminal", "params")
 """The forms of an allocator record (``$defs`` of ``allocator-record``; ``terminal``: v1.2)."""
 
 _FILENAME_KINDS: tuple[tuple[re.Pattern[str], str, str | None], ...] = (
@@ -302,7 +302,8 @@ def _checker_for(kind: str, doc: object) -> Validator:
     (terminal when its ``kind`` says so, phase when it has ``phase``, else sample), for
     precise messages."""
     if canonical_kind(kind) == "allocator-record":
-        form = "terminal" if isinstance(doc, dict) and doc.get("kind") == "terminal" \
+        claimed = doc.get("kind") if isinstance(doc, dict) else None
+        form = claimed if claimed in ("terminal", "params") \
             else "phase" if isinstance(doc, dict) and "phase" in doc else "sample"
         return allocator_form_validator(form)
     return validator(kind)

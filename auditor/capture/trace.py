@@ -76,9 +76,24 @@ class Trace:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def phase(self, name: str, step: int = 0) -> _Phase:
-        """A context manager and a decorator writing one phase record per entry."""
-        return _Phase(self, name, step)
+    def phase(self, name: str, step: int = 0, *, params: Any = None) -> _Phase:
+        """A context manager and a decorator writing one phase record per entry. With
+        ``params`` (a torch module, or its parameters), a digest of its trainable parameters
+        is recorded before and after (contract v1.2: did the update change anything?)."""
+        return _Phase(self, name, step, params)
+
+    def params(self, model: Any, step: int, when: str, phase: str = "") -> None:
+        """Write one ``params`` record: the digest of ``model``'s trainable parameters at
+        ``step``, ``before`` or ``after`` the update (:mod:`auditor.capture.params`)."""
+        from auditor.capture.params import params_digest
+
+        if when not in ("before", "after"):
+            raise ValueError(f"when must be 'before' or 'after', not {when!r}")
+        digest, tensors, sampled = params_digest(model)
+        self._write({"kind": "params", "pid": self.pid, "rank": self.rank, "role": self.role,
+                     "host": self.host, "seq": None, "step": step, "when": when,
+                     "in_phase": phase, "digest": digest, "tensors": tensors,
+                     "sampled_bytes": sampled, "recorded_ns": time.time_ns()})
 
     def terminal(self, step: int) -> None:
         """Record that this rank finished its last step, ``step`` (contract v1.2): one record
@@ -172,13 +187,16 @@ class _Phase(contextlib.ContextDecorator):
     """One phase: ``with trace.phase("rollout_init"):`` or ``@trace.phase("actor_update", 1)``
     (a decorated function writes one record per call)."""
 
-    def __init__(self, trace: Trace, name: str, step: int) -> None:
+    def __init__(self, trace: Trace, name: str, step: int, params: Any = None) -> None:
         self.trace = trace
         self.name = name
         self.step = step
+        self.params = params
         self._started: list[int] = []  # a stack: a decorated function may recurse
 
     def __enter__(self) -> _Phase:
+        if self.params is not None:
+            self.trace.params(self.params, self.step, "before", self.name)
         self.trace.memory.reset_peaks()
         self._started.append(time.time_ns())
         return self
@@ -187,6 +205,8 @@ class _Phase(contextlib.ContextDecorator):
                  tb: object) -> None:
         # returns None: the exception, if any, goes on unchanged
         self.trace._phase_record(self.name, self.step, self._started.pop(), error)
+        if self.params is not None and error is None:  # (a failed update has no "after")
+            self.trace.params(self.params, self.step, "after", self.name)
 
 
 def trace_path(attempt_dir: Path, pid: int, host: str | None = None) -> Path:

@@ -41,6 +41,7 @@ digit moved anywhere in a line). Lines come from the shared splitter,
 
 from __future__ import annotations
 
+import re
 import sys
 from collections import deque
 from collections.abc import Iterator
@@ -64,6 +65,7 @@ FINDINGS_CAP = 100
 """Line findings kept per file; further ones are counted in one ``AUD013``."""
 
 MAX_DISTINCT = 1000
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 """Distinct pids (and ranks) recorded per file."""
 
 SMALL_TEXT = 64 << 10
@@ -93,7 +95,7 @@ class _Scan:
     __slots__ = (
         "path", "lines", "phases", "samples", "peak_allocated", "peak_reserved", "pids",
         "ranks", "first_ns", "last_ns", "last_seq", "kept", "dropped", "phase_tail",
-        "phases_dropped", "hosts", "terminals",
+        "phases_dropped", "hosts", "terminals", "params",
     )
 
     def __init__(self, path: str) -> None:
@@ -105,6 +107,8 @@ class _Scan:
         self.peak_reserved: int | None = None
         self.pids: dict[int, int] = {}
         self.ranks: dict[int, int] = {}
+        self.params: list[tuple[int, str, str, int]] = []
+        """(step, when, digest, line) of each parameter digest, up to :data:`MAX_DISTINCT`."""
         self.terminals: list[tuple[int, int]] = []
         """(step, line) of each terminal record, up to :data:`MAX_DISTINCT`."""
         self.hosts: dict[str, int] = {}
@@ -242,6 +246,7 @@ def read_allocator_trace(
         ranks=tuple(sorted(scan.ranks.items(), key=itemgetter(1))),
         hosts=tuple(sorted(scan.hosts.items(), key=itemgetter(1))),
         terminals=tuple(scan.terminals),
+        params=tuple(scan.params),
         first_ns=scan.first_ns,
         last_ns=scan.last_ns,
         findings=tuple(findings),
@@ -462,6 +467,16 @@ def _take(scan: _Scan, record: object, line: int, raw: bytes) -> bool:
                 _disorder(path, line, raw, seq=seq, last_seq=scan.last_seq)
             )
         scan.last_seq = seq
+    if record.get("kind") == "params":  # (contract v1.2: a digest before/after an update)
+        step, when, digest = record.get("step"), record.get("when"), record.get("digest")
+        if type(pid) is int and pid >= 1 and type(step) is int and step >= 0 \
+                and when in ("before", "after") and type(digest) is str \
+                and _DIGEST.fullmatch(digest) and type(seq) is int and seq >= 0:
+            if len(scan.params) < MAX_DISTINCT:
+                scan.params.append((step, when, digest, line))
+            return True
+        _explain(scan, record, line, "params")
+        return False
     if record.get("kind") == "terminal":  # (contract v1.2: the rank's own last-step record)
         step = record.get("step")
         if type(pid) is int and pid >= 1 and type(step) is int and step >= 0 \

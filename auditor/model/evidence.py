@@ -297,6 +297,8 @@ class AllocatorTrace:
     two are two processes writing one file."""
     terminals: tuple[tuple[int, int], ...] = ()
     """(step, line) of each terminal record (contract v1.2, ``Trace.terminal``)."""
+    params: tuple[tuple[int, str, str, int], ...] = ()
+    """(step, ``before``/``after``, digest, line) of each parameter digest (contract v1.2)."""
 
 
 @dataclass(frozen=True, slots=True)

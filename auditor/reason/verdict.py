@@ -114,6 +114,9 @@ class Shown:
     terminal: Citation | None = None
     """Where the terminal event is, in a source the protocol allows (contract v1.2: the
     driver's log, else a worker's own output, else a rank's terminal record); None: none."""
+    params_changed: bool = False
+    """Whether parameter digests show the final update changed the parameters on every rank
+    that recorded them (contract v1.2; False also when none recorded any)."""
 
 
 def judge_attempt(period: PeriodEvidence, attempt: AttemptEvidence,
@@ -274,6 +277,7 @@ def evidence_shows(period: PeriodEvidence, attempt: AttemptEvidence, protocol: P
                                for kind in EVENT_KINDS_CITED
                                if (event := shown.events.get(kind)) is not None)
     _terminal_shows(attempt, protocol, steps, shown)
+    _params_shows(attempt, steps, shown)
     for _, record in shown.eligible:
         message = f": {record.error_message}" if record.error_message else ""
         shown.citations.append(Citation(record.path, line=record.line,
@@ -375,6 +379,36 @@ def _terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | N
                                "rank itself, not forwarded).")
             shown.citations.append(shown.terminal)
             return
+
+
+def _params_shows(attempt: AttemptEvidence, steps: int | None, shown: Shown) -> None:
+    """Whether the final update changed the parameters, by the ranks' digests before and
+    after it (contract v1.2: the proof seed 002 lacked); nothing when none were recorded."""
+    if steps is None:
+        return
+    changed: list[str] = []
+    same: list[tuple[str, Citation]] = []
+    for trace in sorted(attempt.read.traces, key=lambda t: t.path):
+        at = [(when, digest, line) for step, when, digest, line in trace.params if step == steps]
+        before = next(((d, n) for w, d, n in at if w == "before"), None)
+        after = next(((d, n) for w, d, n in reversed(at) if w == "after"), None)
+        if before is None or after is None:
+            continue
+        rank = str(trace.ranks[0][0]) if trace.ranks else trace.path
+        cite = Citation(trace.path, line=after[1], quote=after[0][:12])
+        shown.citations.append(cite)
+        if before[0] != after[0]:
+            changed.append(rank)
+        else:
+            same.append((rank, cite))
+    if changed:
+        shown.shows.append(f"The parameter digests (a fixed sample of each trainable tensor) "
+                           f"changed across the step-{steps} update on "
+                           f"{'rank' if len(changed) == 1 else 'ranks'} {', '.join(changed)}.")
+    for rank, cite in same:
+        shown.shows.append(f"Rank {rank}'s final update changed nothing: its parameter digests "
+                           f"before and after step {steps} are equal (`{cite.path}:{cite.line}`).")
+    shown.params_changed = bool(changed) and not same
 
 
 def _log_shows(log: TrainingLogScan, steps: int | None, shown: Shown) -> None:
@@ -484,6 +518,9 @@ def _clean(period: PeriodEvidence, shown: Shown, after: list[Finding],
             decisive.append(finding("AUD205", subject, list(exit_class.citations),
                                     exit=exit_class.detail))
         return _judgement(Outcome.COMPLETED, Reason.COMPLETED, decisive, shown, [
+            "Completed calls, the terminal event and the ranks' parameter digests show the run "
+            "reached its final step and its final update changed the parameters (of a fixed "
+            "sample of each tensor)." if shown.params_changed else
             "Completed calls and the terminal line show the run reached its final step; they "
             "do not prove the optimizer changed parameters."])
     if done.complete:

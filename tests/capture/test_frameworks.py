@@ -160,3 +160,54 @@ def test_torchrun_ranks_printing_into_their_own_files(tmp_path: Path, mode: str)
         assert done.returncode != 0
         assert (row["verdict"], row["reason"]) == ("unresolved", "unclean_exit")
         assert row["cause"] in ("python_exception", "child_failed"), row["cause_detail"]
+
+
+PARAMS_TRAINER = """
+import sys
+import torch
+from auditor.capture import Trace, write_device_evidence
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=float(sys.argv[1]))
+with Trace(rank=0) as trace:
+    write_device_evidence(rank=0, trace=trace)
+    with trace.phase("actor_update", 1, params=model):
+        loss = model(torch.randn(4, 8)).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+    with trace.phase("weight_sync", 1):
+        pass
+    trace.terminal(1)
+print("step:1 - training/global_step:1 - actor/loss:%.3f" % loss.item(), flush=True)
+"""
+
+
+def test_the_ranks_parameter_digests_say_whether_the_final_update_changed_anything(
+        tmp_path: Path) -> None:
+    """Contract v1.2: a rank that passes its model to the update phase records a digest of a
+    fixed sample of each trainable tensor before and after it; the audit says the update
+    changed the parameters, or names the one that changed nothing (a zero learning rate)."""
+    pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
+    root = tmp_path / "study"
+    _protocol(root)
+    (root / "protocol.json").write_text(json.dumps(
+        {"schema": "run-evidence/protocol/v1", "scheduler": "none", "idle_check": "optional"}))
+    script = tmp_path / "train.py"
+    script.write_text(PARAMS_TRAINER)
+    for pair, job, lr in (("params-moved-s1", "7301", "0.1"), ("params-still-s1", "7302", "0")):
+        done = auditor(["run", "--root", str(root), "--pair", pair, "--period", "1",
+                        "--gpus", "1", "--job-id", job, "--dispatch", "TOTAL_TRAINING_STEPS=1",
+                        "--", sys.executable, str(script), lr], env=clean_env(), timeout=120)
+        assert done.returncode == 0, done.stderr
+        sealed = auditor(["seal", str(root), "--pair", pair, "--period", "1", "--gpus", "1",
+                          "--attempt-dir", f"{pair}-1gpu/attempt-{job}", "--commit", COMMIT,
+                          "--workload", "w", "--seed", "1", "--model", "m"])
+        assert sealed.returncode == 0, sealed.stderr
+    periods = _periods(root, tmp_path / "out")
+    moved, still = periods["params-moved-s1"], periods["params-still-s1"]
+    assert moved["verdict"] == still["verdict"] == "resolved"
+    assert "changed across the step-1 update on rank 0" in moved["diagnosis"]
+    assert "Rank 0's final update changed nothing" in still["diagnosis"]
+    diagnostic = (tmp_path / "out" / "diagnostic.md").read_text()
+    assert "final update changed the parameters" in diagnostic

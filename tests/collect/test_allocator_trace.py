@@ -727,3 +727,12 @@ def test_a_terminal_record_is_read_with_its_line_and_a_broken_one_is_a_finding()
     assert trace.terminals == ((3, 3),)
     assert [(f.rule_id, f.citations[0].line) for f in trace.findings] == [("AUD002", 4)]
     assert trace.samples == 2 and len(trace.phases) == 1
+
+
+def test_a_parameter_digest_is_read_and_a_malformed_one_is_a_finding() -> None:
+    params = {"kind": "params", "pid": 7, "rank": 0, "seq": 1, "step": 1, "when": "after",
+              "digest": "ab" * 32, "tensors": 4, "sampled_bytes": 1024}
+    data = line(phase(0)) + line(params) + line({**params, "seq": 2, "when": "during"})
+    trace = read(data)
+    assert trace.params == ((1, "after", "ab" * 32, 2),)
+    assert [(f.rule_id, f.citations[0].line) for f in trace.findings] == [("AUD002", 3)]
