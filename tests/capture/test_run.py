@@ -410,3 +410,31 @@ def test_the_launcher_checks_a_clean_exit_for_its_terminal_event(
         assert (trial["status"], trial["validation_error"]) == ("completed", None)
         assert trial["terminal_event"] == where.format(job=job)
     assert trial["invocation"]["exit_code"] == 0
+
+
+def test_only_the_ray_session_this_run_started_is_kept(tmp_path: Path) -> None:
+    """Contract v1.2: ``auditor run`` copies the worker logs of the Ray session its command
+    started (Ray names a session for the process that started it) and nothing of another
+    job's session on the node; without one, a note in the trial record, not a failure."""
+    base = tmp_path / "rt"
+    other = base / "ray" / "session_2026-12-06_00-00-00_000001_999999" / "logs"
+    other.mkdir(parents=True)
+    (other / "worker-aa11-ffffffff-4242.out").write_text("another job's worker\n")
+    script = ('d="$RAY_TMPDIR/ray/session_2026-12-06_00-00-01_000002_$$/logs"; mkdir -p "$d"; '
+              'echo "step:1 - training/global_step:1" > "$d/worker-bb22-01000000-777.out"; '
+              'echo warn > "$d/worker-bb22-01000000-777.err"')
+    env = {"RAY_TMPDIR": str(base), "PATH": os.environ["PATH"]}
+    from auditor.capture.launch import RunSpec, run
+
+    result = run(RunSpec("p", 1, 1, ("sh", "-c", script), root=tmp_path / "study",
+                         dispatch=(("TOTAL_TRAINING_STEPS", "1"),), job_id="5302"), env)
+    trial = load(result.trial_path)
+    host = trial["hostname"]
+    assert trial["worker_logs"]["kept"] == [f"worker-logs/{host}-777.err",
+                                            f"worker-logs/{host}-777.out"]
+    assert trial["status"] == "completed"  # (the worker's line is the terminal event)
+    assert trial["terminal_event"] == f"worker-logs/{host}-777.out:1"
+    quiet = run(RunSpec("p", 1, 1, ("true",), root=tmp_path / "study", job_id="5303"), env)
+    assert load(quiet.trial_path)["worker_logs"] == {
+        "kept": [], "notes": [f"no worker logs: no Ray session of this run under {base / 'ray'}, "
+                              "no torchrun --log-dir"]}
