@@ -116,7 +116,28 @@ def _load_schema(kind: str) -> Mapping[str, Any]:
         raise ValueError(f"unknown schema kind {kind!r}; expected one of {', '.join(KINDS)}")
     text = resources.files("auditor").joinpath("schemas", f"{kind}.schema.json").read_text("utf-8")
     schema: dict[str, Any] = json.loads(text)
+    _bound_integers(schema)
     return schema
+
+
+INT64 = (-(1 << 63), (1 << 63) - 1)
+"""The range of every integer field (a signed 64-bit integer: what the tables hold)."""
+
+
+def _bound_integers(node: object) -> None:
+    """Give every integer-typed subschema of ``node`` the 64-bit range where it sets no
+    tighter bound: a value past it is a finding naming its pointer, never a crash where
+    the tables are written (contract: every integer field is 64-bit)."""
+    if isinstance(node, dict):
+        types = node.get("type")
+        if types == "integer" or (isinstance(types, list) and "integer" in types):
+            node.setdefault("minimum", INT64[0])
+            node.setdefault("maximum", INT64[1])
+        for value in node.values():
+            _bound_integers(value)
+    elif isinstance(node, list):
+        for value in node:
+            _bound_integers(value)
 
 
 def validator(kind: str) -> Validator:

@@ -121,6 +121,7 @@ _DROPPED = bytes(byte for byte in range(256) if byte not in _KEPT)
 values, each negated: every colon becomes a minus sign, the number's only possible
 start, so a digit anywhere but right after a colon makes the array invalid JSON."""
 _INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
 """orjson reads a negative number below this as a float (see :func:`_fold_samples`)."""
 _WIDTH = len(SAMPLE_FIELDS)
 _AT = {key: SAMPLE_FIELDS.index(key)
@@ -222,7 +223,7 @@ def _fold_records(lines: list[bytes], after: int, hints: int) -> Folded | None:
         return None
     # Rising from at least -1, every seq is >= 0 (an invalid line may have left a
     # negative one: the next must still not be).
-    if seqs[0] <= after or not all(map(lt, seqs, seqs[1:])):
+    if seqs[0] <= after or not all(map(lt, seqs, seqs[1:])) or seqs[-1] > _INT64_MAX:
         return None
     steps: list[tuple[int, dict[str, Any] | int]] = [(i, records[i]) for i in phase_at]
     if not sample_ns:
@@ -230,14 +231,17 @@ def _fold_records(lines: list[bytes], after: int, hints: int) -> Folded | None:
     if hints & _MAYBE_NEGATIVE and (min(sample_ns) < 0 or min(allocated) < 0
                                     or min(reserved) < 0):
         return None
+    top_allocated, top_reserved, last_ns = max(allocated), max(reserved), max(sample_ns)
+    if max(top_allocated, top_reserved, last_ns) > _INT64_MAX:
+        return None  # (past 64 bits: the slow path names it)
     firsts = _first_pids(pids, 1)
     if firsts is None:
         return None
     steps.extend((offset if sample_at is None else sample_at[offset], pid)
                  for offset, pid in firsts)
     steps.sort(key=itemgetter(0))  # (a line is a phase record or a sample: no ties)
-    return Folded(len(lines), seqs[-1], len(sample_ns), max(allocated), max(reserved),
-                  min(sample_ns), max(sample_ns), steps)
+    return Folded(len(lines), seqs[-1], len(sample_ns), top_allocated, top_reserved,
+                  min(sample_ns), last_ns, steps)
 
 
 def _first_pids(pids: list[int], sign: int) -> list[tuple[int, int]] | None:
@@ -246,8 +250,9 @@ def _first_pids(pids: list[int], sign: int) -> list[tuple[int, int]] | None:
     :data:`MOST_PIDS` (the slow path then books them)."""
     if pids.count(pids[0]) == len(pids):  # the usual case: one pid throughout
         pid = sign * pids[0]
-        return None if pid < 1 else [(0, pid)]
+        return None if pid < 1 or pid > _INT64_MAX else [(0, pid)]
     distinct = set(pids)
-    if len(distinct) > MOST_PIDS or min(sign * pid for pid in distinct) < 1:
+    if len(distinct) > MOST_PIDS or min(sign * pid for pid in distinct) < 1 \
+            or max(sign * pid for pid in distinct) > _INT64_MAX:
         return None
     return sorted((pids.index(pid), sign * pid) for pid in distinct)

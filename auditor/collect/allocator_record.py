@@ -94,14 +94,21 @@ _PHASE_FORM = _form(PHASE_CHECKS)
 _SAMPLE_FORM = _form(SAMPLE_CHECKS)
 
 
+INT64_MAX = (1 << 63) - 1
+"""The largest value of every integer field (64-bit: what the tables hold)."""
+
+
 def _fits(form: _Form, record: dict[str, Any]) -> bool:
     get = record.get
     for key, least in form.bounded:
         value = get(key)
-        if type(value) is not int or value < least:
+        if type(value) is not int or value < least or value > INT64_MAX:
             return False
     for key, kind in form.typed:
-        if type(get(key)) is not kind:
+        value = get(key)
+        if type(value) is not kind:
+            return False
+        if kind is int and not -INT64_MAX - 1 <= cast(int, value) <= INT64_MAX:
             return False
     for key, kind, minimum, nullable, required in form.rest:
         value = get(key)
@@ -110,7 +117,9 @@ def _fits(form: _Form, record: dict[str, Any]) -> bool:
             continue  # (null where the schema allows it; a required key is never absent)
         if type(value) is not kind:
             return False
-        if minimum is not None and cast(int, value) < minimum:
+        if kind is int and (cast(int, value) > INT64_MAX
+                            or cast(int, value) < (-INT64_MAX - 1 if minimum is None
+                                                   else minimum)):
             return False
     return True
 
@@ -126,8 +135,8 @@ def sample_ok(record: dict[str, Any]) -> bool:
 
 
 def count(value: object) -> int | None:
-    """A non-negative integer, else None."""
-    return value if type(value) is int and value >= 0 else None
+    """A non-negative integer a signed 64-bit integer holds, else None."""
+    return value if type(value) is int and 0 <= value < (1 << 63) else None
 
 
 def repeats_a_key(raw: bytes, record: dict[str, Any]) -> bool:

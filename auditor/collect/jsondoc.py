@@ -219,9 +219,14 @@ def finish(stream: BinaryIO | HashingReader) -> FileDigest | None:
     return None
 
 
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
 def as_int(value: object) -> int | None:
-    """``value`` when it is a JSON integer (not a boolean, not ``1.0``), else None."""
-    return value if type(value) is int else None
+    """``value`` when it is a JSON integer (not a boolean, not ``1.0``) a signed 64-bit
+    integer holds, else None (the schema's finding names a larger one: past 64 bits no
+    table holds it, and one once crashed the audit where the tables were written)."""
+    return value if type(value) is int and INT64_MIN <= value <= INT64_MAX else None
 
 
 SHARED_STR_LIMIT = 40
