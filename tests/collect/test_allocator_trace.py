@@ -512,7 +512,8 @@ def test_sample_path_values_past_63_bits_beside_two_to_the_63(form: str) -> None
     """orjson reads the negated text of a value past ``2**63`` as a float that can equal
     ``-2**63`` itself: with both in one column, the least value need not be the float.
     The sample path must still leave such a batch to the record path, whatever the order
-    (both paths agree, and the peaks are the exact ints)."""
+    (both paths agree). Every integer field is 64-bit (issue 41): such values are findings
+    naming their lines, never a peak."""
     big = [str(2**63), str(2**63 + 1), str(2**63 + 1000), str(2**64 - 1)]
     for place in range(5):
         for pair in ((big[0], big[1]), (big[1], big[0]), (big[0], big[2]), (big[3], big[0])):
@@ -525,10 +526,12 @@ def test_sample_path_values_past_63_bits_beside_two_to_the_63(form: str) -> None
                     values[1] = str(2**64 + seq)
                 lines.append(_sample_text(form, values))
             trace = read(b"\n".join(lines) + b"\n")
+            flagged = {f.citations[0].line for f in trace.findings if f.rule_id == "AUD002"}
+            assert {6, 7} <= flagged, (place, pair, trace.findings)
             if place == 3:
-                assert trace.sample_peak_allocated_bytes == max(map(int, pair))
+                assert trace.sample_peak_allocated_bytes == 11  # (seq 11's; 5 and 6 are out)
             if place == 4:
-                assert trace.sample_peak_reserved_bytes == max(map(int, pair))
+                assert trace.sample_peak_reserved_bytes == 5
 
 
 @pytest.mark.parametrize("form", _FORMS)
