@@ -356,10 +356,11 @@ def _terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | N
             if found is None:
                 continue
             parts = WORKER_LOG.parts(scan.path) or {}
-            who = "-".join(parts[k] for k in ("host", "role", "pid", "rank") if k in parts)
+            who = scan.path.rsplit("/", 1)[-1].rsplit(".", 1)[0]  # (n2-4711, n2-rank0)
             pid = parts.get("pid")
             worker = workers.get((parts.get("host"), int(pid))) if pid else None
-            rank = f" (rank {worker.rank})" if worker is not None else ""
+            number = worker.rank if worker is not None else parts.get("rank")
+            rank = f" (rank {number})" if number is not None else ""
             shown.terminal = Citation(scan.path, line=found.line, quote=found.text)
             shown.shows.append(f"The terminal event for step {steps} is in a worker's own "
                                f"output: {lacks}; worker `{who}`{rank} printed it at "

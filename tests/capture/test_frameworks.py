@@ -156,6 +156,7 @@ def test_torchrun_ranks_printing_into_their_own_files(tmp_path: Path, mode: str)
         assert done.returncode == 0, done.stderr
         assert (row["verdict"], row["reason"]) == ("resolved", "completed")
         assert f"printed it at `{pair}-2gpu/attempt-{job}/worker-logs/" in row["diagnosis"]
+        assert f"worker `{trial['hostname']}-rank0` (rank 0) printed it" in row["diagnosis"]
     else:
         assert done.returncode != 0
         assert (row["verdict"], row["reason"]) == ("unresolved", "unclean_exit")
