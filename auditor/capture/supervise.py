@@ -165,7 +165,8 @@ class Supervision:
     def signal_all(self, signum: int) -> int:
         """Send ``signum`` to the command's group and every descendant outside it; returns
         how many processes outside the group it reached."""
-        _killpg(self.pgid, signum) if self.pgid > 0 else None
+        if self.pgid > 0:
+            _killpg(self.pgid, signum)
         reached = 0
         for pid in self.tree():
             with contextlib.suppress(OSError):

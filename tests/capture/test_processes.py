@@ -357,3 +357,37 @@ def test_a_study_without_a_scheduler_needs_no_dump(tmp_path: Path) -> None:
     assert main(["audit", str(root), "--out", str(tmp_path / "slurm"), "--quiet",
                  "--no-plots"]) == 0
     assert main(["gate", str(tmp_path / "slurm")]) == 1
+
+
+@pytest.mark.parametrize(("written", "rule_form"), [
+    ({HOST: True}, None),
+    ({HOST: False}, "host_failed"),
+    ({"other-node": True}, "host_absent"),
+    ({HOST: None}, "host_unavailable"),
+])
+def test_every_worker_hosts_own_idle_check_decides_under_a_required_policy(
+        tmp_path: Path, written: dict[str, bool | None], rule_form: str | None) -> None:
+    """Contract v1.2: the seal gathers each node's ``idle/<host>.json``; under
+    ``"idle_check": "required"`` the period needs a passed check of every worker's host:
+    one that failed, is absent, or could not be made leaves it unresolved, naming the host."""
+    root = tmp_path / "study"
+    _protocol(root, idle_check="required")
+
+    def checks(attempt: Path) -> None:
+        (attempt / "idle").mkdir()
+        for host, passed in written.items():
+            (attempt / "idle" / f"{host}.json").write_text(json.dumps(
+                {"schema": "run-evidence/idle-check/v1", "host": host, "passed": passed,
+                 "unavailable": None if passed is not None else "no NVML", "checked_ns": 1}))
+
+    assert _attempt(root, "completed", before_seal=checks)[0] == 0
+    record = load(root / "pairs" / PAIR / "period-1.json")
+    assert sorted(record["idle_check"]["hosts"]) == sorted(written)
+    row = _audit(root, tmp_path / "out")
+    findings = pq.read_table(tmp_path / "out" / "findings.parquet").to_pylist()
+    idle = [f["message"] for f in findings if f["rule_id"] == "AUD118"]
+    if rule_form is None:
+        assert (row["verdict"], idle) == ("resolved", [])
+    else:
+        assert (row["verdict"], row["reason"]) == ("unresolved", "idle_check_failed")
+        assert len(idle) == 1 and HOST in idle[0], idle

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.slurm.cluster import Cluster, ClusterError
+from tests.slurm.kit import wait_accounted
 
 __all__ = ["ELEMENTS", "EXAMPLE", "GPUS", "CosmosRun", "pair_of", "run_cosmos"]
 
@@ -153,7 +154,7 @@ def run_cosmos(cluster: Cluster, root: Path) -> CosmosRun:
     cluster.run(["scancel", f"{array}_6"])
     mark("scancel 6")
     cluster.wait_done(array, timeout=300)
-    _wait_accounted(cluster, array, list(ELEMENTS))
+    wait_accounted(cluster, array, list(ELEMENTS))
     run.seconds = time.monotonic() - submitted
     mark("all ended in sacct")
     run.dumps["contract"] = cluster.sacct(array)
@@ -165,15 +166,3 @@ def run_cosmos(cluster: Cluster, root: Path) -> CosmosRun:
         if out.is_file():
             run.logs[task] = out.read_text(errors="replace")
     return run
-
-
-def _wait_accounted(cluster: Cluster, array: str, tasks: list[int], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        shown = {line.split("|", 1)[0] for line in cluster.sacct(array).splitlines()}
-        missing = [task for task in tasks if f"{array}_{task}" not in shown]
-        if not missing:
-            return
-        if time.monotonic() > deadline:
-            raise ClusterError(f"sacct has no row for {array}_{missing} after {timeout} s")
-        time.sleep(1)

@@ -45,7 +45,8 @@ from pathlib import Path
 
 from tests.slurm.cluster import Cluster, ClusterError, ensure_installed
 
-__all__ = ["ABSENT_JOB", "COMMIT", "ELEMENTS", "GPUS", "SCRIPT", "KitRun", "pair_of", "run_kit"]
+__all__ = ["ABSENT_JOB", "COMMIT", "ELEMENTS", "GPUS", "SCRIPT", "KitRun", "pair_of", "run_kit",
+           "wait_accounted"]
 
 PYTHON = Path(sys.executable)
 """The interpreter the batch scripts run the example trainer with (this venv's)."""
@@ -224,7 +225,7 @@ def run_kit(cluster: Cluster, root: Path) -> KitRun:
     cluster.run(["scancel", f"{array}_5"])
     mark("scancel 5 (hanging)")
     cluster.wait_done(array, timeout=300)
-    _wait_accounted(cluster, array, [task for task in ELEMENTS if task != 11])
+    wait_accounted(cluster, array, [task for task in ELEMENTS if task != 11])
     run.seconds = time.monotonic() - submitted
     mark("all ended in sacct")
     _seal_absent(root, array, 11)
@@ -239,7 +240,7 @@ def run_kit(cluster: Cluster, root: Path) -> KitRun:
     return run
 
 
-def _wait_accounted(cluster: Cluster, array: str, tasks: list[int], timeout: float = 30) -> None:
+def wait_accounted(cluster: Cluster, array: str, tasks: list[int], timeout: float = 30) -> None:
     """Wait until sacct has a row of its own for each of ``tasks`` (an element that ended a
     moment ago may not be accounted yet)."""
     deadline = time.monotonic() + timeout
