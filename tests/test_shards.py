@@ -159,25 +159,17 @@ def test_trust_inputs_skips_the_evidence_rehash_but_not_the_parts(
         capsys, "merge", *map(str, parts), "--out", str(tmp_path / "again"), "--trust-inputs")
 
 def test_a_part_is_data_not_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A part's pickle may make only the model's types: one that would call a function is
-    refused (after its manifest is re-pinned, as a forger would)."""
-    import hashlib
+    """A part's data is JSON decoded by the model's types: a pickle in its place (that would
+    call a function) is refused, after its manifest is re-pinned as a forger would."""
+    import os
     import pickle
 
     root = copy_example(tmp_path)
     parts = _shards(root, tmp_path / "parts", 2)
-    import os
-
-    evil = pickle.dumps(os.getcwd)  # (a function of another module: anything but the model)
-    (parts[0] / "part.pickle").write_bytes(evil)
-    manifest = json.loads((parts[0] / "output_manifest.json").read_text())
-    for entry in manifest["outputs"]:
-        if entry["path"] == "part.pickle":
-            entry["sha256"] = hashlib.sha256(evil).hexdigest()
-            entry["size"] = len(evil)
-    (parts[0] / "output_manifest.json").write_text(json.dumps(manifest))
+    (parts[0] / "part.jsonl").write_bytes(pickle.dumps(os.getcwd))
+    _repin(parts[0], "part.jsonl")
     err = _refused(capsys, "merge", *map(str, parts), "--out", str(tmp_path / "merged"))
-    assert "cannot be read" in err and "refused to make" in err
+    assert "part.jsonl line 1: not JSON" in err
 
 
 def test_shard_usage_errors_are_one_line(tmp_path: Path,

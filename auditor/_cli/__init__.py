@@ -89,6 +89,9 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("--shard", metavar="I/N",
                        help="audit shard I of N (every N-th period from the I-th) into a "
                        "part for 'auditor merge' (needs --out)")
+    audit.add_argument("--key-file", type=Path, metavar="KEY",
+                       help="with --shard: sign the part (HMAC-SHA256) with this key, for "
+                       "'auditor merge --key-file KEY'")
 
     verify = commands.add_parser("verify", help="re-hash an audit's outputs and inputs")
     verify.add_argument("out", type=Path, help="an audit's output directory (--out)")
@@ -367,6 +370,8 @@ def _audit(args: argparse.Namespace) -> int:
         max_findings=args.max_findings, max_findings_per_file=args.max_findings_per_file,
         max_quote=args.max_quote, executor=args.executor,
     )
+    if args.key_file is not None and args.shard is None:
+        raise UsageError("--key-file signs a shard's part: it needs --shard I/N")
     if args.shard is not None:  # (a part for 'auditor merge', not a report)
         from auditor._cli.shards import audit_shard
 

@@ -15,10 +15,13 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from auditor.errors import InputError, UsageError
 from auditor.model import AuditOptions, CollectedParts
+
+if TYPE_CHECKING:
+    from auditor.pipeline.parts import Trust
 
 _SHARD = re.compile(r"^([0-9]+)/([0-9]+)$")
 MAX_SHARDS = 100_000
@@ -48,6 +51,13 @@ def add_parsers(commands: Any) -> None:
                        help="do not re-hash the evidence and inputs the parts pin (their "
                        "shards hashed them; each part's own files are still verified): the "
                        "merge then reads the parts, not the study")
+    merge.add_argument("--trust-parts", action="store_true",
+                       help="read parts that another user owns or may write (by default "
+                       "refused: a part decides the merged verdicts)")
+    merge.add_argument("--key-file", type=Path, metavar="KEY",
+                       help="accept only parts signed under this key (HMAC-SHA256; the "
+                       "key 'auditor audit --shard --key-file' signed them with): for parts "
+                       "that travel or live where others can write")
     merge.add_argument("--no-plots", action="store_true", help="do not render PNG plots")
     merge.add_argument("--quiet", action="store_true", help="no summary table")
     merge.add_argument("--json", action="store_true", help="print summary.json to stdout")
@@ -76,10 +86,11 @@ def collection_options(options: AuditOptions) -> dict[str, Any]:
 def audit_shard(args: argparse.Namespace, options: AuditOptions) -> int:
     """``auditor audit ROOT --shard I/N --out PART``: collect one shard into a part."""
     from auditor.pipeline.audit import Auditor, assemble_collected, drive, paused_gc
-    from auditor.pipeline.parts import part_files
+    from auditor.pipeline.parts import part_files, read_key
     from auditor.report.output import StagedOutput
 
     shard = parse_shard(args.shard)
+    key = read_key(args.key_file) if args.key_file else None  # (refused before any work)
     if args.out is None:
         raise UsageError("--shard needs --out PART (the part 'auditor merge' reads)")
     if args.json:
@@ -88,8 +99,8 @@ def audit_shard(args: argparse.Namespace, options: AuditOptions) -> int:
 
     with paused_gc(), spill_beside(args.out), _progress(quiet=args.quiet) as show:
         parts = drive(Auditor(args.root, options).collect(shard), show)
-        with StagedOutput(args.out, parts.root, args.force) as staged:
-            for name, data in part_files(parts, collection_options(options)).items():
+        with StagedOutput(args.out, parts.root, args.force, private=True) as staged:
+            for name, data in part_files(parts, collection_options(options), key).items():
                 staged.put(name, data)
             staged.seal(assemble_collected(parts))
     if not args.quiet:
@@ -108,7 +119,11 @@ def _merge(args: argparse.Namespace) -> int:
 
     waivers, anchors = waivers_of(args), anchors_of(args)
     check_limits(args)
-    parts = merge_parts([_read_part(path, inputs=not args.trust_inputs)
+    from auditor.pipeline.parts import Trust, read_key
+
+    trust = Trust(key=read_key(args.key_file) if args.key_file else None,
+                  anyone=args.trust_parts)
+    parts = merge_parts([_read_part(path, inputs=not args.trust_inputs, trust=trust)
                          for path in args.parts])
     check_output_dir(args.out, parts.root, args.force)
     options = AuditOptions(anchors=anchors, waivers=waivers,
@@ -127,24 +142,22 @@ def _merge(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_part(path: Path, inputs: bool) -> tuple[dict[str, Any], CollectedParts]:
-    """A part's ``part.json`` and its collected study, after its manifest verified (every
-    output and, unless not ``inputs``, every input it pins unchanged); one line
-    (:class:`InputError`) otherwise."""
-    from auditor.pipeline.parts import META, PART, read_part
+def _read_part(path: Path, inputs: bool, trust: Trust) -> tuple[dict[str, Any], CollectedParts]:
+    """A part's ``part.json`` and its collected study, read once and checked (owner, pins,
+    ``part.json``, signature: :func:`~auditor.pipeline.parts.read_part`), then its manifest
+    verified (every output and, unless not ``inputs``, every input it pins unchanged); one
+    line (:class:`InputError`) otherwise."""
+    from auditor.pipeline.parts import read_part
     from auditor.report.output import verify_outputs
 
-    differences, _ = verify_outputs(path, inputs=inputs)
+    meta, parts, manifest = read_part(path, trust)
+    differences, _ = verify_outputs(path, inputs=inputs, manifest=manifest)
     if differences:
         first = differences[0]
         raise InputError(f"merge: {path}: {len(differences)} difference(s) against its output "
                          f"manifest (first: {first.what} {first.group}/{first.path}); a part "
                          "must verify before it is merged")
-    try:
-        files = {name: (path / name).read_bytes() for name in (PART, META)}
-    except OSError as error:
-        raise InputError(f"merge: {path}: not a shard part ({error})") from None
-    return read_part(path, files)
+    return meta, parts
 
 
 HANDLERS = {"merge": _merge}

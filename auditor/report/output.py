@@ -211,8 +211,11 @@ class StagedOutput:
     earlier audit in ``out`` is replaced. An audit's outputs and a shard's part are both
     written so."""
 
-    def __init__(self, out: Path, root: Path, force: bool) -> None:
+    def __init__(self, out: Path, root: Path, force: bool, private: bool = False) -> None:
         check_output_dir(out, root, force)
+        self.private = private
+        """Files and directory writable by their owner alone, whatever the umask (a
+        shard's part: ``auditor merge`` refuses one that others may write)."""
         self.out = Path(os.path.abspath(out))  # (named and swapped by its own name: never "..")
         self.force = force
         self.written: list[tuple[str, str, int]] = []
@@ -228,7 +231,7 @@ class StagedOutput:
         self.path = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-{os.getpid()}-",
                                           dir=parent))
         try:
-            os.chmod(self.path, 0o777 & ~_umask())  # mkdtemp's 0700 would hide the report
+            os.chmod(self.path, 0o777 & ~self._mask())  # mkdtemp's 0700 would hide it
         except BaseException:
             self._remove()
             raise
@@ -243,6 +246,8 @@ class StagedOutput:
         target = self.path / name
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target, "wb") as handle:
+            if self.private:
+                os.fchmod(handle.fileno(), 0o666 & ~self._mask())
             sink = _HashingWriter(handle)
             if isinstance(data, bytes):
                 sink.write(data)
@@ -256,6 +261,8 @@ class StagedOutput:
         """Write the output manifest: every file put, and the inputs ``source`` read."""
         assert self.path is not None
         with open(self.path / MANIFEST, "wb") as handle:
+            if self.private:
+                os.fchmod(handle.fileno(), 0o666 & ~self._mask())
             write_manifest(source, self.written, handle)
             handle.flush()
             os.fsync(handle.fileno())
@@ -274,6 +281,9 @@ class StagedOutput:
             except BaseException:
                 shutil.rmtree(self.path, ignore_errors=True)
                 raise
+
+    def _mask(self) -> int:
+        return _umask() | (0o022 if self.private else 0)
 
     def _remove(self) -> None:
         if self.path is not None:
@@ -454,15 +464,18 @@ def _regular_digest(location: str) -> FileDigest:
     return sha256_file(location)
 
 
-def verify_outputs(out: Path | str, inputs: bool = True) -> tuple[list[Difference], int]:
+def verify_outputs(out: Path | str, inputs: bool = True,
+                   manifest: dict[str, Any] | None = None) -> tuple[list[Difference], int]:
     """Re-hash every output and (unless not ``inputs``) every input the manifest lists;
-    (differences, files checked)."""
+    (differences, files checked). ``manifest``: the manifest document, when the caller
+    has read it already (a merge reads a part's once, and checks what it names first)."""
     out = Path(out)
     manifest_path = out / MANIFEST
     if not out.is_dir():
         raise VerifyError(f"{out}: not a directory")
     try:
-        manifest = orjson.loads(regular_bytes(manifest_path))  # (a FIFO: never waited on)
+        if manifest is None:  # (a FIFO: never waited on)
+            manifest = orjson.loads(regular_bytes(manifest_path))
     except FileNotFoundError:
         raise VerifyError(f"{out}: no {MANIFEST}; is this an audit output directory?") from None
     except (OSError, orjson.JSONDecodeError) as error:
