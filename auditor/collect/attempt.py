@@ -8,75 +8,64 @@ count that the training-log scan matches the terminal event against.
 
 from __future__ import annotations
 
-import os
+import errno
 
-from auditor._io import CHUNK_SIZE, HashingReader
+from auditor._io import Beneath, Bounded, HashingReader, open_reason
 from auditor.collect.kinds import READ_ORDER, READERS, AttemptParts
 from auditor.model import AttemptRead, AttemptTask, FileOutcome, FileTask
 
 
-class _Descriptor:
-    """A file read through its descriptor (``os.open``, ``os.read``): no file object, whose
-    making and closing took 2 of the 10 us that opening, hashing and closing a small file
-    costs. A directory opens, and its first read raises ``IsADirectoryError`` as
-    ``open`` would have: the caller reports the file unreadable either way."""
-
-    __slots__ = ("fd",)
-
-    def __init__(self, path: str) -> None:
-        self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-
-    def read(self, size: int = CHUNK_SIZE) -> bytes:
-        return os.read(self.fd, size)
-
-    def __enter__(self) -> _Descriptor:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        os.close(self.fd)
-
-
 def read_attempt(task: AttemptTask) -> AttemptRead:
-    """Read, hash and parse every file of ``task``; never raises on file content."""
+    """Read, hash and parse every file of ``task``; never raises on file content. Each file
+    is opened below the root's descriptor without following a link
+    (:class:`~auditor._io.Beneath`) and read no further than its listed size plus one
+    block; one that grew past it or changed while read is unreadable, saying so."""
     files = sorted(task.files, key=lambda f: (READ_ORDER.get(f.kind, 9), f.display))
     outcomes: list[FileOutcome] = []
     parts = AttemptParts()
-    for file in files:
-        path = file.resolved or f"{task.root}/{file.display}"
-        try:
-            handle = _Descriptor(path)
-        except OSError as error:
-            outcomes.append(FileOutcome(file.display, file.kind, None, _os_reason(error)))
-            continue
-        with handle:
-            reader = HashingReader(handle)
+    with Beneath(task.root) as beneath:
+        for file in files:
             try:
-                parse = READERS.get(file.kind)
-                if parse is not None:
-                    parse(reader, file.display, task, parts)
-                reader.drain()
+                handle = _open(beneath, file)
             except OSError as error:
-                outcomes.append(FileOutcome(file.display, file.kind, None, _os_reason(error)))
+                outcomes.append(FileOutcome(file.display, file.kind, None, open_reason(error)))
                 continue
-        outcomes.append(FileOutcome(file.display, file.kind, reader.digest()))
+            with handle:
+                reader = HashingReader(handle)
+                try:
+                    parse = READERS.get(file.kind)
+                    if parse is not None:
+                        parse(reader, file.display, task, parts)
+                    reader.drain()
+                    problem = handle.problem()
+                except OSError as error:
+                    problem = open_reason(error)
+            outcomes.append(FileOutcome(file.display, file.kind, None, problem) if problem
+                            else FileOutcome(file.display, file.kind, reader.digest()))
     return AttemptRead(task.key, tuple(outcomes), parts.trial, parts.log, tuple(parts.traces),
                        tuple(parts.devices), tuple(parts.findings),
                        tuple(parts.processes), tuple(parts.worker_logs))
 
 
-def _os_reason(error: OSError) -> str:
-    """A short reason for an OS error, without the path (the caller has it)."""
-    return error.strerror or type(error).__name__
+def _open(beneath: Beneath, file: FileTask) -> Bounded:
+    """``file`` opened below the root: by its display path, or the real path its check
+    resolved (a link inside the root, followed by the check, never by the open)."""
+    rel = file.display if file.resolved is None else beneath.relative(file.resolved)
+    if rel is None:
+        raise OSError(errno.EXDEV, "resolves outside the root")
+    return beneath.open(rel, file.size)
 
 
-def hash_only(task: FileTask) -> FileOutcome:
-    """Hash a file that is not parsed (unlisted files): ``task.resolved`` is its path."""
+def hash_only(root: str, task: FileTask) -> FileOutcome:
+    """Hash a file that is not parsed (unlisted files) below ``root``."""
     if task.resolved is None:  # (never opened relative to wherever this process runs)
         return FileOutcome(task.display, task.kind, None, "no path to open")
     try:
-        with _Descriptor(task.resolved) as handle:
+        with Beneath(root) as beneath, _open(beneath, task) as handle:
             reader = HashingReader(handle)
             reader.drain()
-            return FileOutcome(task.display, task.kind, reader.digest())
+            problem = handle.problem()
     except OSError as error:
-        return FileOutcome(task.display, task.kind, None, _os_reason(error))
+        return FileOutcome(task.display, task.kind, None, open_reason(error))
+    return FileOutcome(task.display, task.kind, None, problem) if problem \
+        else FileOutcome(task.display, task.kind, reader.digest())

@@ -9,15 +9,17 @@ the output manifest, and turns what is wrong with it into findings (a dump named
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import pickle
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
-from auditor._io import HashingReader, sha256_file
+from auditor._io import Beneath, Bounded, HashingReader, open_reason, sha256_file
 from auditor.collect.discover import SACCT_PATH
 from auditor.collect.paths import check_path
 from auditor.collect.period import read_period
@@ -52,16 +54,39 @@ def read_input(root: Path, rel: str, reader_fn: Callable[[HashingReader, str], R
                                 error=f"{check.status} {check.why}".strip()))
         return None
     try:
-        with open(check.resolved, "rb") as handle:
+        with Beneath(str(root)) as beneath, _opened(beneath, check.resolved) as handle:
             reader = HashingReader(handle)
             record = reader_fn(reader, rel)
             reader.drain()
+            problem = handle.problem()
     except OSError as error:
+        problem = open_reason(error)
+    if problem:
         findings.append(finding("AUD011" if rel.startswith("pairs/") else "AUD014",
-                                rel, [Citation(rel)], error=error.strerror or "cannot read"))
+                                rel, [Citation(rel)], error=problem))
         return None
     inputs.append(InputFile("raw_evidence", rel, check.resolved, reader.digest()))
     return record
+
+
+def _opened(beneath: Beneath, resolved: str) -> Bounded:
+    """The checked file at ``resolved`` opened below the root without following a link."""
+    rel = beneath.relative(resolved)
+    if rel is None:
+        raise OSError(errno.EXDEV, "resolves outside the root")
+    return beneath.open(rel)
+
+
+@contextmanager
+def _dump(root: Path, path: Path, group: str) -> Iterator[Bounded | BinaryIO]:
+    """The scheduler's dump opened: the root's own below the root without following a
+    link; one named on the command line as the user named it."""
+    if group != "raw_evidence":
+        with open(path, "rb") as handle:
+            yield handle
+        return
+    with Beneath(str(root)) as beneath, _opened(beneath, str(path)) as bounded:
+        yield bounded
 
 
 def load_period(task: tuple[str, str, bool]
@@ -175,7 +200,7 @@ def read_sacct(task: tuple[Path, str | None, AuditOptions]
         findings.append(finding("AUD123", SACCT_PATH, [Citation(SACCT_PATH)]))
         return None, None, inputs, findings
     try:
-        with open(path, "rb") as handle:
+        with _dump(root, path, group) as handle:
             reader = HashingReader(handle)
             try:
                 dump = parse_sacct(
@@ -190,11 +215,13 @@ def read_sacct(task: tuple[Path, str | None, AuditOptions]
                 inputs.append(InputFile(group, display, os.path.abspath(path), reader.digest()))
                 return None, display, inputs, findings
             reader.drain()
+            if isinstance(handle, Bounded) and (problem := handle.problem()):
+                raise OSError(errno.EIO, problem)
     except OSError as error:
         if options.sacct is not None:
             raise InputError(f"{path}: cannot read sacct dump: {error.strerror}") from None
         findings.append(finding("AUD009", display, [Citation(display)],
-                                error=f"cannot read: {error.strerror}"))
+                                error=f"cannot read: {open_reason(error)}"))
         return None, display, inputs, findings
     inputs.append(InputFile(group, display, os.path.abspath(path), reader.digest()))
     findings.extend(dump.findings)

@@ -56,7 +56,7 @@ def plan_reads(
                     # (the usual path, the root's and the display's, is made by the reader)
                     resolved = None if check.resolved == f"{root}/{check.display}" \
                         else check.resolved
-                    files.append(FileTask(check.display, kind, resolved))
+                    files.append(FileTask(check.display, kind, resolved, entry.size))
             pre[key] = rows
             yield AttemptTask(key, str(root), tuple(files), protocol.steps_from,
                               protocol.terminal_pattern, protocol.terminal_sources)

@@ -197,6 +197,8 @@ class FileTask:
     resolved: str | None
     """The path to open; None for the root's path joined with ``display`` (the usual
     case, not sent to a worker twice)."""
+    size: int | None = None
+    """Its size as listed (a manifest's): it is read no further than this plus one block."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ import os
 from collections import Counter, deque
 from collections.abc import Callable, Container, Generator, Iterator, Sequence
 from dataclasses import replace
+from functools import partial
 from itertools import chain
 from pathlib import Path
 from typing import Any, TypeVar
@@ -248,8 +249,9 @@ class Auditor:
                 done += one.files_read
                 read_bytes += one.bytes_read
             yield Progress("read", done, total_files, read_bytes)
-        outcomes = yield from self._hash_unlisted(unlisted, unlisted_blocked, place,
-                                                  total_bytes, done, total_files, read_bytes)
+        outcomes = yield from self._hash_unlisted(str(root), unlisted, unlisted_blocked,
+                                                  place, total_bytes, done, total_files,
+                                                  read_bytes)
         return [], outcomes
 
     def _read_evidence(
@@ -306,19 +308,21 @@ class Auditor:
             joining.add(read)
             read_bytes += read.bytes_read
             yield Progress("read", done, total_files, read_bytes)
-        outcomes = yield from self._hash_unlisted(unlisted, unlisted_blocked, place,
-                                                  total_bytes, done, total_files, read_bytes)
+        outcomes = yield from self._hash_unlisted(str(root), unlisted, unlisted_blocked,
+                                                  place, total_bytes, done, total_files,
+                                                  read_bytes)
         return joining.units(), outcomes
 
-    def _hash_unlisted(self, unlisted: list[FileTask], blocked: list[FileOutcome],
+    def _hash_unlisted(self, root: str, unlisted: list[FileTask], blocked: list[FileOutcome],
                        place: dict[str, int], total_bytes: int, done: int, total_files: int,
                        read_bytes: int
                        ) -> Generator[Progress, None, list[tuple[tuple[int, int], FileOutcome]]]:
-        """Hash the files no period record lists (``blocked``: those not to be opened),
+        """Hash the files no period record lists below ``root`` (``blocked``: those not to
+        be opened),
         each with its place in the walk's order (``place``), counting on from the reading's
         progress (``done`` of ``total_files``, ``read_bytes``)."""
         outcomes = [((0, place.get(o.display, -1)), o) for o in blocked]
-        for outcome in self._pool.map(hash_only, unlisted, total_bytes):
+        for outcome in self._pool.map(partial(hash_only, root), unlisted, total_bytes):
             outcomes.append(((1, place.get(outcome.display, -1)), outcome))
             done += 1
             read_bytes += outcome.digest.size if outcome.digest else 0

@@ -35,9 +35,10 @@ def test_a_directory_or_a_missing_file_is_an_outcome_with_why(tmp_path: Path) ->
 def test_hash_only_of_a_directory_or_a_missing_file(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     (tmp_path / "f").write_bytes(b"x" * 70_000)
-    assert hash_only(FileTask("d", "other", str(tmp_path / "d"))).error == "Is a directory"
-    assert hash_only(FileTask("g", "other", str(tmp_path / "g"))).error \
+    assert hash_only(str(tmp_path), FileTask("d", "other", str(tmp_path / "d"))).error \
+        == "Is a directory"
+    assert hash_only(str(tmp_path), FileTask("g", "other", str(tmp_path / "g"))).error \
         == "No such file or directory"
-    digest = hash_only(FileTask("f", "other", str(tmp_path / "f"))).digest
+    digest = hash_only(str(tmp_path), FileTask("f", "other", str(tmp_path / "f"))).digest
     assert digest is not None and digest.size == 70_000
     assert digest.sha256 == hashlib.sha256(b"x" * 70_000).hexdigest()

@@ -60,8 +60,12 @@ def _opened_files() -> Iterator[list[str]]:
         return real_open(file, *args, **kwargs)
 
     def os_spy(file: Any, *args: Any, **kwargs: Any) -> Any:
+        directory = kwargs.get("dir_fd")
+        if directory is not None:  # (opened below a directory's descriptor: noted whole)
+            file = f"{os.readlink(f'/proc/self/fd/{directory}')}/{os.fspath(file)}"
         note(file)
-        return real_os_open(file, *args, **kwargs)
+        return real_os_open(file if directory is None else os.path.basename(file),
+                            *args, **kwargs)
 
     builtins.open = spy
     os.open = os_spy  # type: ignore[assignment]
