@@ -266,6 +266,9 @@ def _seal(args: argparse.Namespace) -> int:
         print(f"sealed {result.path}: {result.files} files, attempt {result.attempts}")
     else:
         print(f"{result.path}: this attempt is sealed already, identically; unchanged")
+    if result.removed:
+        print(f"seal: removed what a killed seal left beside the record: "
+              f"{', '.join(result.removed)}", file=sys.stderr)
     if result.missing:
         print(f"seal: the record lacks {', '.join(result.missing)} (pass --workload, --seed, "
               "--model): the audit will flag it", file=sys.stderr)

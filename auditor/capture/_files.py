@@ -7,9 +7,14 @@ audit, or ``seal``) never sees half a record, and a crash leaves the old one or 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
 import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +29,11 @@ def dumps(document: dict[str, Any]) -> bytes:
     """A JSON document as the kit writes it: two-space indent, keys in insertion order,
     UTF-8, a final newline (deterministic for equal documents)."""
     return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>[0-9]+)$")
+"""How :func:`write_atomic` names a temporary (``.NAME.tmp-PID``): what a writer killed
+mid-write leaves, and the next seal or run removes."""
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -48,6 +58,70 @@ def write_atomic(path: Path, data: bytes) -> None:
         temporary.unlink(missing_ok=True)
         raise
     _fsync_directory(path.parent)
+
+
+def remove_temporaries(directory: Path, name: str | None = None, below: bool = False
+                       ) -> list[str]:
+    """Remove the temporaries of :func:`write_atomic` in ``directory`` (of the file ``name``
+    only, when given; in every directory below it too, with ``below``) whose writers are
+    over: the caller knows they are (it holds the seal's lock, or the attempt's job ended).
+    Returns the paths removed, relative to ``directory``, sorted; links are never followed
+    and a file that cannot be removed stays."""
+    removed: list[str] = []
+    for folder, folders, files in os.walk(directory):
+        if not below:
+            folders.clear()
+        for file in files:
+            found = TEMPORARY.match(file)
+            if found is None or (name is not None and found["name"] != name):
+                continue
+            try:
+                os.unlink(os.path.join(folder, file))
+            except OSError:
+                continue
+            removed.append(os.path.relpath(os.path.join(folder, file), directory))
+    return sorted(removed)
+
+
+@contextmanager
+def locked(path: Path, wait_s: float = 600.0) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (a record written by read, change, write): an
+    ``fcntl.flock`` on ``.NAME.lock`` beside it, removed while still held (a waiter that
+    locked the removed file tries again), so no lock file is left. ``TimeoutError`` when
+    another holder keeps it ``wait_s``; ``OSError`` where the file system has no locks."""
+    lock = path.with_name(f".{path.name}.lock")
+    deadline = time.monotonic() + wait_s
+    while True:
+        descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             0o644)
+        try:
+            while True:
+                try:
+                    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise TimeoutError(f"{path}: another seal has held its lock for "
+                                           f"{wait_s:g} s") from None
+                    time.sleep(0.05)
+            try:
+                current = os.stat(lock, follow_symlinks=False)
+            except FileNotFoundError:
+                current = None
+            mine = os.fstat(descriptor)
+            if current is not None and (current.st_ino, current.st_dev) \
+                    == (mine.st_ino, mine.st_dev):
+                break
+        except BaseException:
+            os.close(descriptor)
+            raise
+        os.close(descriptor)  # (the holder before removed it: lock the one there now)
+    try:
+        yield
+    finally:
+        with suppress(OSError):
+            os.unlink(lock)
+        os.close(descriptor)
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from auditor import __version__
-from auditor.capture._files import dumps, hostname, write_atomic
+from auditor.capture._files import dumps, hostname, locked, remove_temporaries, write_atomic
 from auditor.capture.device import idle_check as check_idle
 from auditor.model.kinds import ALLOCATOR_TRACE, DEVICE_EVIDENCE, IDLE_CHECK, TRIAL, kind_of
 
@@ -80,6 +80,8 @@ class SealResult:
     missing: tuple[str, ...]
     """Fields the audit requires that were not given (workload, seed, model)."""
     idle_check: dict[str, Any] | None
+    removed: tuple[str, ...] = ()
+    """Temporaries a killed seal of this record left, removed (beside the record)."""
 
 
 def _attempt_dir(spec: SealSpec) -> tuple[Path, str]:
@@ -334,6 +336,20 @@ def seal(spec: SealSpec) -> SealResult:
             raise SealRefused(f"{place}: a link; the period record is written only inside "
                               "the root")
     missing = tuple(name for name in ("workload", "seed", "model") if name not in shared)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with locked(path):  # (two seals of one period: each reads what the other wrote)
+            removed = remove_temporaries(path.parent, path.name)  # (a killed seal's)
+            return _merged(spec, path, shared, entry, idle, missing, removed)
+    except (TimeoutError, OSError) as error:
+        raise SealRefused(f"{path}: cannot lock the period record "
+                          f"({getattr(error, 'strerror', None) or error})") from None
+
+
+def _merged(spec: SealSpec, path: Path, shared: dict[str, Any], entry: dict[str, Any],
+            idle: dict[str, Any] | None, missing: tuple[str, ...], removed: list[str]
+            ) -> SealResult:
+    """Write the record with ``entry`` added to what is there now (under its lock)."""
     existing = _existing(path)
     if existing is None:
         record = {**shared, **entry}
@@ -355,7 +371,7 @@ def seal(spec: SealSpec) -> SealResult:
                                   f"{entry['job_id']}, restart {entry['restart_count']}) is "
                                   "already sealed differently (its evidence changed since?)")
             return SealResult(path, False, len(old_attempts), len(entry["evidence"]), missing,
-                              None)
+                              None, tuple(removed))
         merged = sorted([*old_attempts, entry], key=lambda a: a.get("restart_count") or 0)
         record = {**shared, "attempts": merged}
         if "idle_check" in existing and idle is None:
@@ -366,7 +382,8 @@ def seal(spec: SealSpec) -> SealResult:
     record["sealed_ns"] = time.time_ns()
     record["sealed_by"] = {"tool": "auditor", "version": __version__}
     write_atomic(path, dumps(record))
-    return SealResult(path, True, attempts, len(entry["evidence"]), missing, idle)
+    return SealResult(path, True, attempts, len(entry["evidence"]), missing, idle,
+                      tuple(removed))
 
 
 def _existing(path: Path) -> dict[str, Any] | None:
