@@ -41,6 +41,7 @@ from auditor.capture._files import (
     JOB_ID_VARIABLE,
     dumps,
     hostname,
+    remove_temporaries,
     write_atomic,
 )
 from auditor.capture.processes import read_records
@@ -172,29 +173,54 @@ def run(spec: RunSpec, environ: Mapping[str, str] | None = None,
     directory = attempt.directory
     trial_path = directory / TRIAL.path_for(job=attempt.job_id)
     log_path = directory / TRAINING_LOG.path_for(job=attempt.job_id)
-    if os.path.lexists(trial_path) or os.path.lexists(log_path):  # (a link, dangling too)
-        raise RunRefused(f"{directory}: already holds this job's "
-                         f"{'trial record' if os.path.lexists(trial_path) else 'training log'} "
-                         "(an attempt is never overwritten; a requeue has its own restart count)")
+    if os.path.lexists(trial_path):  # (a link, dangling too)
+        raise RunRefused(f"{directory}: already holds this job's trial record (an attempt is "
+                         "never overwritten; a requeue has its own restart count)")
+    if os.path.lexists(log_path):
+        raise RunRefused(f"{directory}: already holds this job's training log but no trial "
+                         "record: its wrapper is still running, or was killed (an attempt is "
+                         "never overwritten; a requeue has its own restart count)")
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise RunRefused(f"{directory}: cannot create ({error.strerror})") from None
+    earlier = [] if spec.attempt_dir is not None else unfinished_attempts(attempt)
     child_env = {**environ, **dict(spec.dispatch), JOB_ID_VARIABLE: attempt.job_id,
                  ATTEMPT_DIR_VARIABLE: str(directory.resolve())}
     state = Supervision(grace_s=spec.grace_s)
     previous = {signum: signal.signal(signum, state.on_signal) for signum in TRAPPED}
     reaper = supervise.become_subreaper()
     try:  # (trapped until the trial is written: a second scancel must not lose it)
-        return _run_attempt(spec, attempt, child_env, state)
+        return _run_attempt(spec, attempt, child_env, state, earlier)
     finally:
         supervise.restore_subreaper(reaper)
         for signum, handler in previous.items():
             signal.signal(signum, signal.SIG_IGN if keep_trapped else handler)
 
 
+def unfinished_attempts(attempt: Attempt) -> list[dict[str, Any]]:
+    """The earlier attempts of this attempt's job (``attempt-<job>``, ``-r<k>`` below its
+    restart count) that have no trial record: their wrapper was killed (its command with
+    it) or their node failed. The job ran again, so their writers are over: the
+    temporaries a write killed midway left in them are removed. One item per attempt for
+    the trial record (``unfinished_attempts``)."""
+    found: list[dict[str, Any]] = []
+    names = [f"attempt-{attempt.job_id}"] + [f"attempt-{attempt.job_id}-r{restart}"
+                                             for restart in range(1, attempt.restart_count)]
+    for name in names if attempt.restart_count else ():
+        directory = attempt.directory.parent / name
+        if not directory.is_dir() or directory.is_symlink() \
+                or os.path.lexists(directory / TRIAL.path_for(job=attempt.job_id)):
+            continue
+        found.append({"attempt_dir": name,
+                      "training_log": os.path.lexists(
+                          directory / TRAINING_LOG.path_for(job=attempt.job_id)),
+                      "temporaries_removed": remove_temporaries(directory, below=True)})
+    return found
+
+
 def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
-                 state: Supervision) -> RunResult:
+                 state: Supervision, earlier: list[dict[str, Any]]) -> RunResult:
     directory = attempt.directory
     trial_path = directory / TRIAL.path_for(job=attempt.job_id)
     log_path = directory / TRAINING_LOG.path_for(job=attempt.job_id)
@@ -205,6 +231,10 @@ def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
         started_ns = time.time_ns()
         supervise.note(log_fd, f"{' '.join(spec.command)!s} (job {attempt.job_id}, restart "
                                f"{attempt.restart_count}, grace {spec.grace_s:g} s)")
+        for item in earlier:
+            supervise.note(log_fd, f"{item['attempt_dir']} has no trial record (its wrapper "
+                                   "was killed, or its node failed); temporaries removed: "
+                                   f"{len(item['temporaries_removed'])}")
         child_exit, child_pid, held = launch_and_wait(spec.command, child_env, log_fd, state,
                                                       spec.echo_fd, spec.drain_s)
         finished_ns = time.time_ns()
@@ -242,6 +272,7 @@ def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
     document["outlived"] = [{"pid": pid, "signal": sent}
                             for pid, sent in sorted(state.outlived.items())]
     document["process_records"] = len(records)
+    document["unfinished_attempts"] = earlier
     write_atomic(trial_path, dumps(document))
     return RunResult(status, attempt, trial_path, log_path, child_exit, received, exit_class,
                      state.killed_after_grace, held, tuple(sorted(state.outlived)))

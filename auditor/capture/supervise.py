@@ -19,6 +19,14 @@ wrapper still finds it (``/proc``), signals it and reaps it.
 
 Only processes descended from the command are ever signalled: the wrapper's other children
 (a library caller's) are left alone.
+
+Nothing outlives a killed wrapper either (a SIGKILL runs no handler of the wrapper's): the
+command gets ``PR_SET_PDEATHSIG`` (SIGKILL when the wrapper dies), and a *guardian* started
+beside it (:data:`GUARDIAN`, a few lines of Python that ignore the catchable signals) waits on
+a pipe whose other end only the wrapper holds. When the pipe closes without the wrapper's
+"done" (the wrapper died), the guardian SIGKILLs the command's process group and every
+process that carries this run's :data:`RUN_TOKEN` in its environment (what left the group
+or the session: torchrun's ranks, a daemonised helper), until none is left.
 """
 
 from __future__ import annotations
@@ -30,8 +38,9 @@ import os
 import selectors
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 NOTE = b"[auditor run] "
@@ -40,6 +49,57 @@ GRACE_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 """The signals the grace counts from (SIGUSR1 is a warning, never a reason to kill)."""
 PR_SET_CHILD_SUBREAPER = 36
 PR_GET_CHILD_SUBREAPER = 37
+PR_SET_PDEATHSIG = 1
+RUN_TOKEN = "AUDITOR_RUN_TOKEN"
+"""Set in the command's environment, one value per run: how the guardian knows the
+command's processes once the wrapper is gone (the process tree is broken by then)."""
+GUARDIAN = r"""
+import os, signal, sys, time
+for number in (1, 2, 10, 12, 13, 15):  # (SIGHUP, SIGINT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTERM)
+    signal.signal(number, signal.SIG_IGN)
+said = b""
+while True:
+    chunk = os.read(0, 4096)
+    if not chunk:
+        break
+    said += chunk
+lines = said.split(b"\n")
+if b"done" in lines:
+    sys.exit(0)
+group = int(lines[0]) if lines[0].isdigit() else 0
+marker = b"%s=%s" % (sys.argv[1].encode(), sys.argv[2].encode())
+if group > 0:
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+for _ in range(100):
+    hit = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+            if fields[0] == b"Z":  # (dead: its adopter reaps it)
+                continue
+            found = int(fields[2]) == group
+            if not found:
+                with open("/proc/%s/environ" % name, "rb") as handle:
+                    found = marker in handle.read().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if found:
+            try:
+                os.kill(int(name), signal.SIGKILL)
+                hit += 1
+            except OSError:
+                pass
+    if not hit:
+        break
+    time.sleep(0.05)
+"""
+"""The guardian's program (``python -I -S -c``: nothing of the wrapper's imported)."""
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -131,6 +191,8 @@ class Supervision:
     notes: list[bytes] = field(default_factory=list)
     outlived: dict[int, str] = field(default_factory=dict)
     """Each descendant that outlived the command: pid -> the last signal it was sent."""
+    guardian: subprocess.Popen[bytes] | None = None
+    """The process that ends the command if the wrapper dies (see the module docstring)."""
     ended_by: str | None = None
     """The signal that ended the command itself (``SIGTERM``), when one did."""
     seen: set[int] = field(default_factory=set)
@@ -206,16 +268,72 @@ class Supervision:
 
 def start(command: Iterable[str], env: dict[str, str], state: Supervision
           ) -> subprocess.Popen[bytes]:
-    """Start the command in a process group of its own, its output on one pipe (raises
-    ``OSError`` when it cannot start)."""
+    """Start the command in a process group of its own, its output on one pipe, and its
+    guardian (raises ``OSError`` when it cannot start; the guardian is then let go)."""
+    token = f"{os.getpid()}-{time.time_ns()}-{os.urandom(4).hex()}"
+    state.guardian = _guardian(token)
     state.others = frozenset(pid for pid, (parent, _) in _processes().items()
                              if parent == os.getpid())
-    process = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, env=env, process_group=0)
+    try:
+        process = subprocess.Popen(list(command), stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   env={**env, RUN_TOKEN: token}, process_group=0,
+                                   preexec_fn=_dies_with(os.getpid()))
+    except BaseException:
+        release(state)
+        raise
+    _tell(state, f"{process.pid}\n")
     state.pgid = process.pid
     if state.signals:  # (trapped while the command was being started: it gets it now)
         state.signal_all(signal.Signals[state.signals[0]])
     return process
+
+
+def _guardian(token: str) -> subprocess.Popen[bytes] | None:
+    """Start the guardian of a run whose command will carry ``token`` (None where it cannot
+    start: the run goes on, with the death signal alone)."""
+    try:
+        return subprocess.Popen([sys.executable, "-I", "-S", "-c", GUARDIAN, RUN_TOKEN, token],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
+
+
+def _dies_with(parent: int) -> Callable[[], None]:
+    """The command's first act in its own process: be SIGKILLed when the wrapper dies (and
+    end at once if it died already, before the request was made)."""
+    libc = _libc()
+    prctl = getattr(libc, "prctl", None)
+
+    def request() -> None:
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(137)
+    return request
+
+
+def _tell(state: Supervision, text: str) -> None:
+    guardian = state.guardian
+    if guardian is not None and guardian.stdin is not None:
+        with contextlib.suppress(OSError):
+            guardian.stdin.write(text.encode())
+            guardian.stdin.flush()
+
+
+def release(state: Supervision) -> None:
+    """Tell the guardian the command is over and the wrapper alive: it ends, touching
+    nothing."""
+    guardian, state.guardian = state.guardian, None
+    if guardian is None:
+        return
+    with contextlib.suppress(OSError):
+        if guardian.stdin is not None:
+            guardian.stdin.write(b"done\n")
+            guardian.stdin.close()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        guardian.wait(timeout=5)
 
 
 def wait(process: subprocess.Popen[bytes], state: Supervision, log_fd: int,
@@ -224,6 +342,13 @@ def wait(process: subprocess.Popen[bytes], state: Supervision, log_fd: int,
     SIGKILL ``drain_s`` later, to what outlived it); SIGKILL everything once the grace after
     a SIGTERM or SIGINT ran out. Returns whether the output pipe was still held open when
     the command exited."""
+    held = _wait(process, state, log_fd, echo_fd, drain_s)
+    release(state)  # (only now: should the waiting fail, the guardian ends what is left)
+    return held
+
+
+def _wait(process: subprocess.Popen[bytes], state: Supervision, log_fd: int,
+          echo_fd: int | None, drain_s: float) -> bool:
     assert process.stdout is not None
     pipe = process.stdout.fileno()
     os.set_blocking(pipe, False)
