@@ -83,17 +83,24 @@ def remove_temporaries(directory: Path, name: str | None = None, below: bool = F
     return sorted(removed)
 
 
+class LockError(Exception):
+    """A lock that could not be taken; ``str()`` says why."""
+
+
 @contextmanager
 def locked(path: Path, wait_s: float = 600.0) -> Iterator[None]:
     """Hold an exclusive lock on ``path`` (a record written by read, change, write): an
     ``fcntl.flock`` on ``.NAME.lock`` beside it, removed while still held (a waiter that
-    locked the removed file tries again), so no lock file is left. ``TimeoutError`` when
-    another holder keeps it ``wait_s``; ``OSError`` where the file system has no locks."""
+    locked the removed file tries again), so no lock file is left. :class:`LockError` when
+    another holder keeps it ``wait_s``, or the file system has no locks."""
     lock = path.with_name(f".{path.name}.lock")
     deadline = time.monotonic() + wait_s
     while True:
-        descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                             0o644)
+        try:
+            descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                 0o644)
+        except OSError as error:
+            raise LockError(f"cannot make {lock.name} ({error.strerror})") from None
         try:
             while True:
                 try:
@@ -101,9 +108,11 @@ def locked(path: Path, wait_s: float = 600.0) -> Iterator[None]:
                     break
                 except BlockingIOError:
                     if time.monotonic() >= deadline:
-                        raise TimeoutError(f"{path}: another seal has held its lock for "
-                                           f"{wait_s:g} s") from None
+                        raise LockError(f"another seal has held it for {wait_s:g} s") from None
                     time.sleep(0.05)
+                except OSError as error:
+                    raise LockError(f"the file system takes no lock ({error.strerror}); "
+                                    "on Lustre, mount with -o flock") from None
             try:
                 current = os.stat(lock, follow_symlinks=False)
             except FileNotFoundError:

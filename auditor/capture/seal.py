@@ -31,7 +31,14 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from auditor import __version__
-from auditor.capture._files import dumps, hostname, locked, remove_temporaries, write_atomic
+from auditor.capture._files import (
+    LockError,
+    dumps,
+    hostname,
+    locked,
+    remove_temporaries,
+    write_atomic,
+)
 from auditor.capture.device import idle_check as check_idle
 from auditor.model.kinds import ALLOCATOR_TRACE, DEVICE_EVIDENCE, IDLE_CHECK, TRIAL, kind_of
 
@@ -341,9 +348,8 @@ def seal(spec: SealSpec) -> SealResult:
         with locked(path):  # (two seals of one period: each reads what the other wrote)
             removed = remove_temporaries(path.parent, path.name)  # (a killed seal's)
             return _merged(spec, path, shared, entry, idle, missing, removed)
-    except (TimeoutError, OSError) as error:
-        raise SealRefused(f"{path}: cannot lock the period record "
-                          f"({getattr(error, 'strerror', None) or error})") from None
+    except LockError as error:
+        raise SealRefused(f"{path}: cannot lock the period record: {error}") from None
 
 
 def _merged(spec: SealSpec, path: Path, shared: dict[str, Any], entry: dict[str, Any],

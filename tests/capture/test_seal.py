@@ -279,3 +279,25 @@ def test_a_killed_seals_temporary_is_removed_by_the_next(
     assert _seal(tmp_path, rel, "--commit", COMMIT, *META) == 0
     assert f".period-1.json.tmp-{killed.pid}" in capsys.readouterr().err
     assert sorted(os.listdir(folder)) == [".period-2.json.tmp-1", "period-1.json"]
+
+
+def test_a_file_system_without_locks_refuses_the_seal_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Lustre mounted without ``-o flock`` answers flock with ENOSYS: the seal refuses
+    (exit 2, one line saying how to mount) rather than write the record unlocked."""
+    import errno
+    import fcntl
+
+    rel = _rel(tmp_path, _run(tmp_path))
+
+    def no_locks(*_: object) -> None:
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    capsys.readouterr()
+    assert _seal(tmp_path, rel, "--commit", COMMIT, *META) == 2
+    err = capsys.readouterr().err
+    assert "cannot lock the period record" in err and "-o flock" in err
+    assert err.count("\n") == 1
+    assert not (tmp_path / "pairs" / PAIR / "period-1.json").exists()
