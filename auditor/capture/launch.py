@@ -213,7 +213,7 @@ def unfinished_attempts(attempt: Attempt) -> list[dict[str, Any]]:
                 or os.path.lexists(directory / TRIAL.path_for(job=attempt.job_id)):
             continue
         found.append({"attempt_dir": name,
-                      "training_log": os.path.lexists(
+                      "log": os.path.lexists(
                           directory / TRAINING_LOG.path_for(job=attempt.job_id)),
                       "temporaries_removed": remove_temporaries(directory, below=True)})
     return found

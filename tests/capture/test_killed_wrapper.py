@@ -117,7 +117,7 @@ def test_the_next_run_finds_the_killed_attempt_and_removes_its_temporaries(
     trial = json.loads((tmp_path / "p-1gpu" / "attempt-7001-r1" / "trial-7001.json")
                        .read_text())
     assert trial["unfinished_attempts"] == [{
-        "attempt_dir": "attempt-7001", "training_log": True,
+        "attempt_dir": "attempt-7001", "log": True,
         "temporaries_removed": ["device-evidence/.device-rank0-p-1.json.tmp-4242"]}]
     assert not (attempt / "device-evidence" / ".device-rank0-p-1.json.tmp-4242").exists()
     log = (tmp_path / "p-1gpu" / "attempt-7001-r1" / "training-7001.log").read_text()
