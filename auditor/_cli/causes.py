@@ -15,9 +15,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from auditor.errors import InputError
+
+if TYPE_CHECKING:
+    from auditor.model.presets import TerminalSpec
 
 
 def add_parsers(commands: Any) -> None:
@@ -30,6 +33,9 @@ def add_parsers(commands: Any) -> None:
     causes.add_argument("--steps", type=int, default=None,
                         help="the dispatched TOTAL_TRAINING_STEPS: a log with its terminal "
                         "event completed (no cause)")
+    causes.add_argument("--protocol", type=Path, metavar="FILE",
+                        help="apply this protocol.json's terminal_event (a preset, patterns, "
+                        "veto, marker, JSON predicates) instead of verl's default")
     causes.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -43,9 +49,10 @@ def _causes(args: argparse.Namespace) -> int:
     from auditor._cli.inspect import _regular_file
 
     _regular_file(path)  # (a FIFO would wait for a writer, a device be read for ever)
+    terminal = _terminal_of(args.protocol) if args.protocol is not None else None
     try:
         with open(path, "rb") as handle:
-            scan = scan_training_log(handle, str(path), args.steps)
+            scan = scan_training_log(handle, str(path), args.steps, terminal=terminal)
     except IsADirectoryError:
         raise InputError(f"causes: {path} is a directory, not a log") from None
     except OSError as error:
@@ -60,6 +67,9 @@ def _causes(args: argparse.Namespace) -> int:
         sys.stdout.write(orjson.dumps({
             "log": str(path), "lines": scan.lines,
             "terminal_event": scan.terminal_event.line if scan.terminal_event else None,
+            "terminal_evidence": None if scan.terminal_event is None else (
+                "marker (no step number shown: weaker evidence)"
+                if scan.terminal_event.kind == "terminal_marker" else "step"),
             "found": [{"line": e.line, "cause": word, "kind": e.kind, "detail": e.detail,
                        "text": e.text} for e, word in found],
             "cause": None if cause is None else {
@@ -74,8 +84,12 @@ def _causes(args: argparse.Namespace) -> int:
         print(f"{event.line}: {word}: {printable(event.detail)}: {printable(event.text)}")
     if completed:
         assert scan.terminal_event is not None
-        print(f"cause: none (the terminal event for step {args.steps} is at line "
-              f"{scan.terminal_event.line}: the run completed)")
+        if scan.terminal_event.kind == "terminal_marker":
+            print(f"cause: none (an end marker is at line {scan.terminal_event.line}: no step "
+                  "number shown, weaker evidence than a step line)")
+        else:
+            print(f"cause: none (the terminal event for step {args.steps} is at line "
+                  f"{scan.terminal_event.line}: the run completed)")
     elif cause is None:
         print(f"cause: none found in {scan.lines:,} lines (the scheduler's record, the "
               "launcher's and the allocator traces may say more)")
@@ -84,6 +98,29 @@ def _causes(args: argparse.Namespace) -> int:
             if cause.knock_on else ""
         print(f"cause: {cause.word}: {printable(cause.detail)}{knock_on}")
     return 0
+
+
+def _terminal_of(path: Path) -> TerminalSpec | None:
+    """The matcher ``path`` (a protocol.json) gives: refused with one line when the file
+    cannot be read, or its ``terminal_event`` cannot work (an unknown preset, a pattern
+    without ``step``)."""
+    from auditor.collect.protocol import read_protocol
+
+    try:
+        with open(path, "rb") as handle:
+            protocol = read_protocol(handle, str(path))
+    except OSError as error:
+        raise InputError(f"causes: --protocol {path}: {error.strerror or error}") from None
+    broken = next((f for f in protocol.findings if f.rule_id in ("AUD014", "AUD002")), None)
+    if broken is not None:
+        raise InputError(f"causes: --protocol {path}: {broken.message}")
+    if protocol.terminal is not None:
+        return protocol.terminal
+    if protocol.terminal_pattern is not None:
+        from auditor.model.presets import TerminalSpec
+
+        return TerminalSpec(patterns=(protocol.terminal_pattern,))
+    return None
 
 
 HANDLERS = {"causes": _causes}

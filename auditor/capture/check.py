@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from auditor.collect.terminal import SpecError, resolve
 from auditor.collect.training_log import scan_training_log
 from auditor.model.kinds import (
     ALLOCATOR_TRACE,
@@ -30,6 +31,7 @@ from auditor.model.kinds import (
     TRAINING_LOG,
     WORKER_LOG,
 )
+from auditor.model.presets import TerminalSpec
 
 STEPS_FROM = "TOTAL_TRAINING_STEPS"
 PROTOCOL_LIMIT = 1 << 20
@@ -78,7 +80,7 @@ def check_terminal(directory: Path, log: Path, dispatch: dict[str, str],
     if not value.isdigit():
         return TerminalCheck(None, None)
     steps = int(value)
-    pattern = event.get("pattern") if isinstance(event.get("pattern"), str) else None
+    pattern = _spec(event)
     given = event.get("sources")
     sources = tuple(s for s in given if s in TERMINAL_SOURCES) if isinstance(given, list) \
         else TERMINAL_SOURCES
@@ -106,15 +108,37 @@ def _shown(path: Path, directory: Path) -> str:
         return path.name
 
 
-def _in_log(path: Path, steps: int, pattern: str | None) -> int | None:
+def _spec(event: dict[str, Any]) -> TerminalSpec | None:
+    """The matcher the protocol's ``terminal_event`` gives (contract v1.2), as the audit
+    reads it; None (the default) when it gives none or one that cannot work (the audit
+    reports that protocol, and applies the default too)."""
+    def texts(value: object) -> tuple[str, ...]:
+        if isinstance(value, str):
+            return (value,)
+        return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
+
+    marker = event.get("marker", False)
+    given = event.get("json")
+    tests: dict[str, Any] = given if isinstance(given, dict) else {}
+    try:
+        return resolve(
+            event.get("preset") if isinstance(event.get("preset"), str) else None,
+            patterns=texts(event.get("pattern")) + texts(event.get("patterns")),
+            offset=event.get("offset") if type(event.get("offset")) is int else None,
+            veto=texts(event.get("veto")),
+            marker=marker if isinstance(marker, bool) else texts(marker),
+            json=tuple((field, "field", test["field"]) if isinstance(test, dict)
+                       and isinstance(test.get("field"), str) else (field, "equals", test)
+                       for field, test in sorted(tests.items())))
+    except SpecError:
+        return None
+
+
+def _in_log(path: Path, steps: int, terminal: TerminalSpec | None) -> int | None:
     """The line of the terminal event in one log (None: none, or unreadable)."""
     try:
         with open(path, "rb") as handle:
-            try:
-                scan = scan_training_log(handle, path.name, steps, pattern)
-            except ValueError:  # (a protocol pattern that will not compile: the default)
-                handle.seek(0)
-                scan = scan_training_log(handle, path.name, steps, None)
+            scan = scan_training_log(handle, path.name, steps, terminal=terminal)
     except OSError:
         return None
     return scan.terminal_event.line if scan.terminal_event is not None else None

@@ -88,6 +88,8 @@ def _scan(reader: HashingReader, display: str, task: AttemptTask,
     reported it)."""
     trial = parts.trial
     steps = trial.dispatched_int(task.steps_from) if trial is not None else None
+    if task.terminal is not None:  # (checked as the protocol was read)
+        return scan_training_log(reader, display, steps, terminal=task.terminal)
     pattern = task.terminal_pattern
     if pattern is not None:
         try:  # (refused before a byte is read; nothing else the scan raises is caught here)

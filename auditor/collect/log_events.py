@@ -14,6 +14,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from auditor._text import clip
+from auditor.collect.terminal import MLLOG, Matcher
 from auditor.model import Finding, LogEvent, TrainingLogScan
 from auditor.model.lines import role_exit
 
@@ -192,12 +193,17 @@ class _Scanner:
         self,
         path: str,
         expected_steps: int | None,
-        custom: regex.Pattern[str] | None,
+        matcher: Matcher | None,
         max_events: int,
     ) -> None:
         self.path = path
         self.expected_steps = expected_steps
-        self.custom = custom
+        self.matcher = matcher
+        """The terminal matcher (None: verl's built-in one alone)."""
+        self.veto: tuple[int, str] | None = None
+        """(line, segment) of the first line that voids the file's terminal events."""
+        self.marker: tuple[int, str] | None = None
+        """(line, segment) of the first step-less end line."""
         self.tail_cap = max_events // 4
         self.head_cap = max_events - self.tail_cap
         self.head: list[LogEvent] = []
@@ -227,13 +233,23 @@ class _Scanner:
             LogEvent("step_line", number, _text(segment), str(step))
             for number, segment, step in self.step_lines
         ]
+        terminal = self.terminal
+        if self.veto is not None:  # (torchtitan's `Ran out of data`: nothing it printed counts)
+            number, segment = self.veto
+            self._add("terminal_vetoed", number, segment, "voids the file's terminal events")
+            terminal = None
+        elif terminal is None and self.marker is not None and self.matcher is not None \
+                and self.matcher.spec.markers_count:
+            number, segment = self.marker
+            terminal = LogEvent("terminal_marker", number, _text(segment),
+                                "no step number shown")
         kept = self._kept_events()
         events = sorted([*kept, *step_lines], key=lambda event: event.line)
         return TrainingLogScan(
             path=self.path,
             lines=lines,
             expected_steps=self.expected_steps,
-            terminal_event=self.terminal,
+            terminal_event=terminal,
             last_step=self.last_step,
             events=tuple(events),
             events_dropped=self.events_seen - len(kept),
@@ -277,10 +293,43 @@ class _Scanner:
             self._failures(number, segment, content)
         if content.startswith(KIT_NOTE):
             return  # (the wrapper's own line: it quotes the command, never a step it ran)
-        if self.custom is not None:
-            self._custom_steps(number, segment, content)
-        elif metrics or "step:" in content:
-            self._builtin_steps(number, segment, content)
+        if MLLOG in content:
+            self._mllog(number, segment, content)
+        matcher = self.matcher
+        if matcher is None or matcher.spec.builtin:
+            if metrics or "step:" in content:
+                self._builtin_steps(number, segment, content)
+            if matcher is None:
+                return
+        try:
+            if matcher.patterns:
+                for found in matcher.steps(content):
+                    self._step(number, segment, found.step, found.total)
+            if self.veto is None and matcher.veto and matcher.vetoes(content):
+                self.veto = (number, segment[: TEXT_LIMIT + 1])
+            if self.marker is None and matcher.marker and matcher.marks(content):
+                self.marker = (number, segment[: TEXT_LIMIT + 1])
+        except TimeoutError:
+            # a protocol's pattern that backtracks without end ((a|aa)+$): given up for the
+            # rest of the log, which the built-in matcher reads, rather than hang the audit
+            self.matcher = None
+            self.pattern_gave_up = number
+
+    def _mllog(self, number: int, segment: str, content: str) -> None:
+        """An MLPerf ``:::MLLOG`` record: its ``run_stop`` with status ``aborted`` is the
+        trainer's own abort (every protocol); one meeting the spec's predicates is the
+        terminal event (the record names no step: its own end, as the framework says)."""
+        from auditor.collect.terminal import aborted, holds, record_of  # (rare lines)
+
+        record = record_of(content)
+        if record is None:
+            return
+        if aborted(record):
+            self._add("aborted", number, segment, "MLPerf run_stop with status aborted")
+        elif self.terminal is None and self.matcher is not None \
+                and holds(self.matcher.spec.json, record):
+            self.terminal = LogEvent("terminal_event", number, _text(segment),
+                                     str(record.get("key", "record")))
 
     def _tracebacks(self, number: int, segment: str, key: str, content: str) -> bool:
         """Follow tracebacks per process; True when the segment is a frame or source line."""
@@ -462,31 +511,18 @@ class _Scanner:
                 if legacy_step is not None:
                     self.step_lines.append((number, segment[: TEXT_LIMIT + 1], legacy_step))
 
-    def _custom_steps(self, number: int, segment: str, content: str) -> None:
-        assert self.custom is not None
-        try:  # (materialised under the timeout: a lazy iterator would escape it)
-            matches = list(self.custom.finditer(content, timeout=PATTERN_TIMEOUT))
-        except TimeoutError:
-            # a pattern that backtracks without end ((a|aa)+$): given up for the rest of the
-            # log, which the built-in matcher reads, rather than hang the audit
-            self.custom = None
-            self.pattern_gave_up = number
-            return
-        for match in matches:
-            raw = match.group("step")
-            value = _STEP_VALUE.fullmatch(raw) if raw is not None else None
-            if value is None:
-                continue
-            step = _integral(value.group(1), value.group(2))
-            if step is not None:
-                self._step(number, segment, step)
-
-    def _step(self, number: int, segment: str, step: int) -> None:
+    def _step(self, number: int, segment: str, step: int, total: int | None = None) -> None:
+        """A step line: ``step`` (of ``total`` when the line states its own last step). It is
+        the terminal event when it is the dispatched step, and the line's last where it
+        states one (``step == total``: with no dispatched count, that alone)."""
         if not self.step_lines or self.step_lines[-1][0] != number:
             self.step_lines.append((number, segment[: TEXT_LIMIT + 1], step))
         if self.last_step is None or step > self.last_step:
             self.last_step = step
-        if self.terminal is None and step == self.expected_steps:
+        expected = self.expected_steps
+        final = step == expected if total is None else (
+            step == total and expected in (None, total))
+        if self.terminal is None and final:
             self.terminal = LogEvent("terminal_event", number, _text(segment), str(step))
 
     # ---------------------------------------------------------------- helpers

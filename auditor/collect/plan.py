@@ -59,7 +59,8 @@ def plan_reads(
                     files.append(FileTask(check.display, kind, resolved, entry.size))
             pre[key] = rows
             yield AttemptTask(key, str(root), tuple(files), protocol.steps_from,
-                              protocol.terminal_pattern, protocol.terminal_sources)
+                              protocol.terminal_pattern, protocol.terminal_sources,
+                              protocol.terminal)
 
 
 def evidence_row(record: PeriodRecord, spec: AttemptSpec, entry: EvidenceEntry, display: str,

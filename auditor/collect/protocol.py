@@ -14,6 +14,7 @@ terminal-event matcher applies.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, BinaryIO
 
@@ -21,7 +22,16 @@ from auditor import rules
 from auditor._io import HashingReader
 from auditor._text import clip
 from auditor.collect.jsondoc import as_list, as_obj, finish, load_json
-from auditor.model import DEFAULT_PROTOCOL, Citation, Configuration, EligibleFailure, Protocol
+from auditor.collect.terminal import SpecError, resolve
+from auditor.model import (
+    DEFAULT_PROTOCOL,
+    Citation,
+    Configuration,
+    EligibleFailure,
+    Finding,
+    Protocol,
+)
+from auditor.model.presets import TerminalSpec
 from auditor.schema import validate_document
 
 PROTOCOL_LIMIT = 1 << 20
@@ -89,6 +99,9 @@ def read_protocol(stream: BinaryIO | HashingReader, path: str) -> Protocol:
             )
         else:
             values["terminal_pattern"] = pattern
+    terminal = _terminal_spec(doc, usable, values.get("terminal_pattern"), path, findings)
+    if terminal is not None:
+        values["terminal"] = terminal
     if usable("/terminal_event/sources"):
         values["terminal_sources"] = tuple(dict.fromkeys(doc["terminal_event"]["sources"]))
     if usable("/completion_phases"):
@@ -119,6 +132,42 @@ def read_protocol(stream: BinaryIO | HashingReader, path: str) -> Protocol:
             (name, value.lower()) for name, value in as_obj(doc["anchors"]).items()
         )
     return Protocol(path=path, digest=digest, findings=tuple(findings), **values)
+
+
+_SPEC_KEYS = ("preset", "patterns", "offset", "veto", "marker", "json")
+
+
+def _terminal_spec(doc: dict[str, Any], usable: Callable[[str], bool], pattern: str | None,
+                   path: str, findings: list[Finding]) -> TerminalSpec | None:
+    """The matcher ``terminal_event`` gives (contract v1.2): None when it gives none of its
+    v1.2 keys (then its ``pattern``, if any, is the v1 matcher), or one that cannot work
+    (an ``AUD014``: the built-in matcher applies)."""
+    given = {key: doc["terminal_event"][key] for key in _SPEC_KEYS
+             if usable(f"/terminal_event/{key}")}
+    if not given:
+        return None
+    marker = given.get("marker", False)
+    try:
+        return resolve(
+            given.get("preset"),
+            patterns=((pattern,) if pattern else ()) + _texts(given.get("patterns")),
+            offset=given.get("offset"), veto=_texts(given.get("veto")),
+            marker=marker if isinstance(marker, bool) else _texts(marker),
+            json=tuple((field, "field", test["field"]) if isinstance(test, dict)
+                       else (field, "equals", test)
+                       for field, test in sorted(given.get("json", {}).items())))
+    except SpecError as error:
+        findings.append(rules.finding(
+            "AUD014", path, [Citation(path, pointer="/terminal_event")],
+            error=f"{error}; the built-in matcher applies"))
+        return None
+
+
+def _texts(value: object) -> tuple[str, ...]:
+    """One pattern or a list of them, as a tuple."""
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(str(item) for item in as_list(value))
 
 
 def _present(doc: dict[str, Any], pointer: str) -> bool:

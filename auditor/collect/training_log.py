@@ -51,6 +51,7 @@ from __future__ import annotations
 import codecs
 import re
 from bisect import bisect_left
+from functools import cache
 from typing import BinaryIO
 
 import ahocorasick_rs
@@ -58,7 +59,9 @@ import ahocorasick_rs
 from auditor import rules
 from auditor._io import DEFAULT_MAX_LINE, HashingReader, Line, iter_blocks
 from auditor.collect.log_events import PATTERN_TIMEOUT, _compile_pattern, _quote, _Scanner
+from auditor.collect.terminal import SpecError, matcher
 from auditor.model import Citation, Finding, TrainingLogScan
+from auditor.model.presets import VERL, TerminalSpec
 
 __all__ = ["scan_training_log"]
 
@@ -77,6 +80,7 @@ _TRIGGER_WORDS = (
     b"got signal", b"Killed", b"Aborted", b"Bus error", b"ActorDied", b"RayActorError",
     b"actor died", b"actor is dead", b"worker died", b"Root Cause", b"ode failure",
     b"xited with",  # a launcher's line naming a process's exit (model.lines.role_exit)
+    b":::MLLOG",  # an MLPerf record (its run_stop aborted: the trainer's own abort)
 )  # fmt: skip
 _TRIGGER = re.compile(b"|".join(re.escape(word) for word in _TRIGGER_WORDS))
 """The trigger words as one regex (matches the same lines)."""
@@ -124,6 +128,7 @@ def scan_training_log(
     pattern: str | None = None,
     max_events: int = 200,
     max_line: int = DEFAULT_MAX_LINE,
+    terminal: TerminalSpec | None = None,
 ) -> TrainingLogScan:
     """Read a training log once and report its terminal event, last step and other events.
 
@@ -151,9 +156,17 @@ def scan_training_log(
         raise ValueError(f"max_events must be >= 0, not {max_events}")
     if max_line < 1:
         raise ValueError(f"max_line must be >= 1, not {max_line}")
-    custom = _compile_pattern(pattern) if pattern is not None else None
-    scanner = _Scanner(path, expected_steps, custom, max_events)
-    reader = _Reader(scanner, max_line, examine_all=custom is not None)
+    if pattern is not None:
+        _compile_pattern(pattern)  # (refused with its own words, before a byte is read)
+        terminal = TerminalSpec(patterns=(pattern,))
+    spec = terminal if terminal is not None and terminal != VERL else None
+    try:
+        compiled = matcher(spec) if spec is not None else None
+    except SpecError as error:
+        raise ValueError(str(error)) from None
+    scanner = _Scanner(path, expected_steps, compiled, max_events)
+    reader = _Reader(scanner, max_line, examine_all=compiled is not None
+                     and not compiled.triggers, triggers=compiled.triggers if compiled else ())
     reader.read(stream)
 
     findings: list[Finding] = []
@@ -191,10 +204,14 @@ class _Reader:
     only "NCCL" that cannot matter, see :data:`_NCCL_ONLY_WORDS`).
     """
 
-    def __init__(self, scanner: _Scanner, max_line: int, examine_all: bool) -> None:
+    def __init__(self, scanner: _Scanner, max_line: int, examine_all: bool,
+                 triggers: tuple[bytes, ...] = ()) -> None:
         self.scanner = scanner
         self.max_line = max_line
         self.examine_all = examine_all
+        self.words = _TRIGGER_WORDS + triggers
+        """The trigger words, a preset's own added (a line holding none is not examined)."""
+        self.search = _TRIGGER_SEARCH if not triggers else _search_with(triggers)
         self.lines = 0
         """Lines read so far (the number of the last one)."""
         self.utf8: tuple[int, str] | None = None
@@ -233,7 +250,7 @@ class _Reader:
         if (
             self.examine_all
             or self.scanner.open_tracebacks
-            or any(word in data for word in _TRIGGER_WORDS)
+            or any(word in data for word in self.words)
         ):
             self._examine(number, data)
 
@@ -283,7 +300,7 @@ class _Reader:
             stop = end  # searched at once: bounds the memory the hits take
             if end - position > HIT_BLOCK:
                 stop = find(b"\n", position + HIT_BLOCK - 1, end) + 1
-            for line_start in _hit_lines(chunk, position, stop):
+            for line_start in _hit_lines(chunk, position, stop, self.search):
                 if line_start < position:
                     continue
                 number += _newlines(chunk, position, line_start)
@@ -367,7 +384,15 @@ def _line_bytes(chunk: bytes, start: int, newline: int) -> bytes:
     return chunk[start:newline]
 
 
-def _hit_lines(chunk: bytes, start: int, end: int) -> list[int]:
+@cache
+def _search_with(triggers: tuple[bytes, ...]) -> ahocorasick_rs.BytesAhoCorasick:
+    """:data:`_TRIGGER_SEARCH` with a preset's own words added (made once per preset)."""
+    words = tuple(w for w in _TRIGGER_WORDS if w not in (b"NCCL", b"\x00"))
+    return _search(tuple(dict.fromkeys(words + triggers)))
+
+
+def _hit_lines(chunk: bytes, start: int, end: int,
+               search: ahocorasick_rs.BytesAhoCorasick = _TRIGGER_SEARCH) -> list[int]:
     """Starts of the lines in ``chunk[start:end]`` (complete lines) that must be examined:
     those holding a trigger word, but a line holding only "NCCL" when it cannot matter
     (when it holds none of :data:`_NCCL_ONLY_WORDS` nor ESC).
@@ -384,7 +409,7 @@ def _hit_lines(chunk: bytes, start: int, end: int) -> list[int]:
     starts: set[int] = set()
     add = starts.add
     line_end = -1  # end of the line last added: its other words need no search
-    for _, at, _ in _TRIGGER_SEARCH.find_matches_as_indexes(view):
+    for _, at, _ in search.find_matches_as_indexes(view):
         position = start + at
         if position > line_end:
             add(rfind(b"\n", floor, position) + 1)

@@ -156,6 +156,9 @@ class CauseWord(StrEnum):
     PYTHON_EXCEPTION = "python_exception"
     NCCL = "nccl"
     CHILD_FAILED = "child_failed"
+    ABORTED = "aborted"
+    """The trainer recorded its own abort (contract v1.2: an MLPerf ``run_stop`` with status
+    ``aborted``)."""
     UNKNOWN = "unknown"
     """Nothing in the evidence says what ended the attempt."""
 

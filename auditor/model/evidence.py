@@ -11,6 +11,7 @@ from sys import intern
 
 from auditor.model.core import Finding
 from auditor.model.kinds import TERMINAL_SOURCES
+from auditor.model.presets import TerminalSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,6 +400,10 @@ class Protocol:
     terminal_sources: tuple[str, ...] = TERMINAL_SOURCES
     """Where the terminal event may come from (contract v1.2, ``terminal_event.sources``):
     the driver's log, a worker's own output, a metrics file, a rank's terminal record."""
+    terminal: TerminalSpec | None = None
+    """The terminal-event matcher ``terminal_event`` gives (contract v1.2: a preset, patterns,
+    offset, veto, marker, JSON predicates; its ``pattern`` among the patterns); None: verl's
+    built-in one."""
     completion_phases: tuple[str, ...] = ("actor_update", "weight_sync")
     completion_phases_by_role: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """``completion_phases`` given as a mapping from role to phases (contract v1.2): when

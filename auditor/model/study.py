@@ -32,6 +32,7 @@ from auditor.model.evidence import (
     phases_reached,
 )
 from auditor.model.kinds import TERMINAL_SOURCES
+from auditor.model.presets import TerminalSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +216,8 @@ class AttemptTask:
     terminal_sources: tuple[str, ...] = TERMINAL_SOURCES
     """Where the protocol lets the terminal event come from (worker logs are scanned only
     when they may hold it)."""
+    terminal: TerminalSpec | None = None
+    """The protocol's terminal-event matcher (None: verl's built-in one)."""
 
 
 @dataclass(frozen=True, slots=True)

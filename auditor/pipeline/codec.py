@@ -97,7 +97,7 @@ def _spelled(value: object) -> object:
 def _decoder(kind: Any) -> _Decoder:
     """How to make a ``kind`` (made once per type, kept)."""
     origin, args = typing.get_origin(kind), typing.get_args(kind)
-    if kind is Any:
+    if kind is Any or kind is object:
         return _plain
     if origin in (typing.Union, types.UnionType):
         others = [arg for arg in args if arg is not type(None)]

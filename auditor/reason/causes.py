@@ -41,7 +41,7 @@ C = CauseWord
 TIERS: dict[CauseWord, int] = {
     C.NODE_FAILURE: 1, C.PREEMPTED: 1, C.TIME_LIMIT: 1, C.CANCELLED: 1,
     C.HOST_OOM: 2, C.GPU_OOM: 2,
-    C.SEGFAULT: 3, C.SIGNAL: 3,
+    C.SEGFAULT: 3, C.SIGNAL: 3, C.ABORTED: 3,
     C.ACTOR_DIED: 4, C.PYTHON_EXCEPTION: 4,
     C.NCCL: 5,
     C.CHILD_FAILED: 6,
@@ -55,7 +55,7 @@ LOG_CAUSES: dict[str, CauseWord] = {
     "host_oom": C.HOST_OOM, "gpu_oom": C.GPU_OOM, "kv_cache_init_failure": C.GPU_OOM,
     "segfault": C.SEGFAULT, "signal": C.SIGNAL, "actor_died": C.ACTOR_DIED,
     "exception": C.PYTHON_EXCEPTION, "nccl_timeout": C.NCCL, "nccl_error": C.NCCL,
-    "child_failed": C.CHILD_FAILED,
+    "child_failed": C.CHILD_FAILED, "aborted": C.ABORTED,
 }
 """Log event kind -> the cause it shows."""
 

@@ -414,7 +414,13 @@ def _params_shows(attempt: AttemptEvidence, steps: int | None, shown: Shown) -> 
 
 def _log_shows(log: TrainingLogScan, steps: int | None, shown: Shown) -> None:
     """What the training log shows of the terminal event, and whether it was cut."""
-    if log.terminal_event is not None:
+    if log.terminal_event is not None and log.terminal_event.kind == "terminal_marker":
+        shown.shows.append("The training log holds only a marker of the end (an end line "
+                           "that names no step: weaker evidence, no step number shown), which "
+                           "the protocol accepts.")
+        shown.citations.append(Citation(log.path, line=log.terminal_event.line,
+                                        quote=log.terminal_event.text))
+    elif log.terminal_event is not None:
         shown.shows.append(f"The training log holds the terminal event for step {steps}.")
         shown.citations.append(Citation(log.path, line=log.terminal_event.line,
                                         quote=log.terminal_event.text))
@@ -513,6 +519,15 @@ def _clean(period: PeriodEvidence, shown: Shown, after: list[Finding],
     subject, log, steps = period.subject, shown.log, shown.steps
     exit_class, done = shown.exit_class, shown.completion
     assert exit_class is not None
+    abort = next((e for e in log.events if e.kind == "aborted"), None) if log else None
+    if abort is not None and log is not None:  # (contract v1.2: never a missing line)
+        item = finding("AUD204", subject, [Citation(log.path, line=abort.line,
+                                                    quote=abort.text)],
+                       exit=f"{exit_class.detail}, but the trainer recorded its own abort "
+                            f"({abort.detail}, line {abort.line})")
+        return _judgement(Outcome.UNRESOLVED, Reason.UNCLEAN_EXIT, [item, *after], shown, [
+            "A run the trainer itself aborted is not a completion, whatever its exit code; "
+            "it is not a measurement unless the protocol lists the failure."])
     if done.complete and shown.terminal is not None:
         decisive = list(after)
         if exit_class.kind is ExitKind.COORDINATED_SHUTDOWN:

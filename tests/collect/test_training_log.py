@@ -20,11 +20,13 @@ import pytest
 
 from auditor import _io
 from auditor import rules as table
-from auditor._io import HashingReader
+from auditor._io import DEFAULT_MAX_LINE, HashingReader
 from auditor.collect import log_events, training_log
 from auditor.collect.log_events import STEP_LINES_KEPT
+from auditor.collect.terminal import matcher
 from auditor.collect.training_log import scan_training_log
 from auditor.model import Citation, TrainingLogScan
+from auditor.model.presets import TerminalSpec
 from tests.collect.test_lines import plain_lines
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,7 +41,9 @@ def scan_file(
     path: Path, expected_steps: int | None, pattern: str | None = None, **limits: int
 ) -> TrainingLogScan:
     with path.open("rb") as handle:
-        return scan_training_log(handle, path.name, expected_steps, pattern, **limits)
+        return scan_training_log(handle, path.name, expected_steps, pattern,
+                                 max_events=limits.get("max_events", 200),
+                                 max_line=limits.get("max_line", DEFAULT_MAX_LINE))
 
 
 def scan_bytes(
@@ -628,7 +632,7 @@ def reference_scan(
     max_line: int = 65536,
 ) -> TrainingLogScan:
     path = "training-1.log"
-    custom = log_events._compile_pattern(pattern) if pattern is not None else None
+    custom = matcher(TerminalSpec(patterns=(pattern,))) if pattern is not None else None
     scanner = log_events._Scanner(path, expected_steps, custom, max_events)
     utf8: tuple[int, str] | None = None
     nul: tuple[int, str] | None = None

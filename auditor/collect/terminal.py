@@ -1,0 +1,197 @@
+"""Terminal-event matchers compiled (contract v1.2, "Terminal-event matchers").
+
+A :class:`~auditor.model.presets.TerminalSpec` (a preset's or a protocol's) made into what a
+log's scanner asks of each line it examines: the steps the line states (with their totals),
+whether it vetoes the file's events, whether it is a step-less end line (a marker), and
+whether a JSON record on it (``:::MLLOG {...}``) meets the spec's predicates. Patterns are
+compiled once per spec and process. A protocol's own patterns run under ``regex``'s time
+limit (a pattern that backtracks without end is given up, never hangs the audit); a preset's
+are ours, and run under ``re``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import orjson
+
+from auditor.model.presets import PRESETS, JsonTest, TerminalSpec
+
+MLLOG = ":::MLLOG "
+PATTERN_TIMEOUT = 1.0
+"""Seconds a protocol's pattern may search one line (as ``log_events``'s)."""
+
+
+class SpecError(ValueError):
+    """A ``terminal_event`` that cannot work; ``str()`` says why in one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """A step a line states: the step (offset applied) and its total when the line gives it."""
+
+    step: int
+    total: int | None
+
+
+class Matcher:
+    """A compiled :class:`TerminalSpec`."""
+
+    def __init__(self, spec: TerminalSpec) -> None:
+        self.spec = spec
+        own = not spec.triggers  # (a protocol's pattern: under regex's time limit)
+        self.patterns = [_compile(text, "pattern", own, step=True) for text in spec.patterns]
+        self.veto = [_compile(text, "veto", own) for text in spec.veto]
+        self.marker = [_compile(text, "marker", own) for text in spec.marker]
+        self.timed = own
+        self.triggers = tuple(word.encode() for word in spec.triggers)
+
+    def steps(self, content: str) -> Iterator[Step]:
+        """The steps ``content`` states (``TimeoutError`` when a protocol's pattern ran past
+        :data:`PATTERN_TIMEOUT`)."""
+        offset = self.spec.offset
+        for pattern in self.patterns:
+            found = (list(pattern.finditer(content, timeout=PATTERN_TIMEOUT)) if self.timed
+                     else pattern.finditer(content))
+            for match in found:
+                step = _number(match.group("step"))
+                if step is None:
+                    continue
+                total = _number(match.groupdict().get("total"))
+                yield Step(step + offset, None if total is None else total + offset)
+
+    def vetoes(self, content: str) -> bool:
+        return any(_search(pattern, content, self.timed) for pattern in self.veto)
+
+    def marks(self, content: str) -> bool:
+        return any(_search(pattern, content, self.timed) for pattern in self.marker)
+
+
+
+def record_of(content: str) -> dict[str, Any] | None:
+    """The ``:::MLLOG`` record on ``content`` (None when there is none, or it is not a JSON
+    object)."""
+    at = content.find(MLLOG)
+    if at < 0:
+        return None
+    try:
+        record = orjson.loads(content[at + len(MLLOG):])
+    except orjson.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def holds(tests: tuple[JsonTest, ...], record: object) -> bool:
+    """Whether ``record`` meets every predicate (none: never)."""
+    if not tests or not isinstance(record, dict):
+        return False
+    for path, how, value in tests:
+        found, have = field(record, path)
+        if not found:
+            return False
+        if how == "field":
+            other_found, other = field(record, str(value))
+            if not other_found or not _same(have, other):
+                return False
+        elif not _same(have, value):
+            return False
+    return True
+
+
+def field(record: dict[str, Any], path: str) -> tuple[bool, object]:
+    """(found, value) of a dotted path (a key holding a dot is tried whole first)."""
+    if path in record:
+        return True, record[path]
+    node: object = record
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def aborted(record: dict[str, Any]) -> bool:
+    """An MLPerf ``run_stop`` whose status is ``aborted``: the trainer's own abort."""
+    metadata = record.get("metadata")
+    return record.get("key") == "run_stop" and isinstance(metadata, dict) \
+        and metadata.get("status") == "aborted"
+
+
+@cache
+def matcher(spec: TerminalSpec) -> Matcher:
+    """``spec`` compiled (once per process)."""
+    return Matcher(spec)
+
+
+def resolve(preset: str | None, patterns: tuple[str, ...] = (), offset: int | None = None,
+            veto: tuple[str, ...] = (), marker: tuple[str, ...] | bool = False,
+            json: tuple[JsonTest, ...] = ()) -> TerminalSpec:
+    """The spec a protocol's ``terminal_event`` gives: its preset (``verl`` when it names
+    none and gives no pattern nor predicate) with what it adds; :class:`SpecError` for an
+    unknown preset or a pattern that cannot work. ``marker``: patterns, or True for the
+    preset's own."""
+    if preset is not None and preset not in PRESETS:
+        raise SpecError(f"terminal_event.preset {preset!r} is not one of "
+                        f"{', '.join(sorted(PRESETS))}")
+    base = PRESETS[preset].spec if preset is not None else (
+        TerminalSpec() if patterns or json else PRESETS["verl"].spec)
+    own_markers = marker if isinstance(marker, tuple) else ()
+    spec = TerminalSpec(
+        preset=base.preset,
+        patterns=base.patterns + patterns,
+        offset=base.offset if offset is None else offset,
+        veto=base.veto + veto,
+        marker=base.marker + own_markers,
+        markers_count=bool(marker),
+        json=json or base.json,
+        triggers=() if patterns or veto or own_markers else base.triggers,
+    )
+    Matcher(spec)  # (refused now, with one line, rather than while a log is read)
+    return spec
+
+
+def _compile(text: str, what: str, own: bool, step: bool = False) -> Any:
+    if own:
+        import regex
+
+        try:
+            compiled = regex.compile(text)
+        except (regex.error, RecursionError, OverflowError, ValueError, TypeError) as error:
+            raise SpecError(f"terminal_event.{what} {text!r} does not compile: "
+                            f"{error}") from None
+    else:
+        compiled = re.compile(text)
+    if step and "step" not in compiled.groupindex:
+        raise SpecError(f"terminal_event.{what} {text!r} has no named group 'step' "
+                        "(write it as (?P<step>...))")
+    return compiled
+
+
+def _search(pattern: Any, content: str, timed: bool) -> bool:
+    if timed:
+        return pattern.search(content, timeout=PATTERN_TIMEOUT) is not None
+    return pattern.search(content) is not None
+
+
+STEP_VALUE = re.compile(r"\s*(?:np\.[a-z]+\d*\(\s*)?([+-]?\d{1,18})(?:\.(\d*))?\s*\)?\s*")
+"""A step as loggers print it: ``12``, ``12.000``, ``np.int64(12)``, ``np.float64(12.0)``."""
+
+
+def _number(text: str | None) -> int | None:
+    """A step's value as :data:`STEP_VALUE` reads it (12 for ``np.float64(12.0)``); None for
+    anything else, a fraction included."""
+    value = STEP_VALUE.fullmatch(text) if text is not None else None
+    if value is None or (value.group(2) and value.group(2).strip("0")):
+        return None
+    return int(value.group(1))
+
+
+def _same(have: object, want: object) -> bool:
+    """JSON equality, a bool never equal to a number (``True == 1`` in Python)."""
+    if isinstance(have, bool) or isinstance(want, bool):
+        return type(have) is type(want) and have == want
+    return have == want
