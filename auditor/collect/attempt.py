@@ -44,7 +44,8 @@ def read_attempt(task: AttemptTask) -> AttemptRead:
                             else FileOutcome(file.display, file.kind, reader.digest()))
     return AttemptRead(task.key, tuple(outcomes), parts.trial, parts.log, tuple(parts.traces),
                        tuple(parts.devices), tuple(parts.findings),
-                       tuple(parts.processes), tuple(parts.worker_logs))
+                       tuple(parts.processes), tuple(parts.worker_logs),
+                       tuple(parts.metrics))
 
 
 def _open(beneath: Beneath, file: FileTask) -> Bounded:

@@ -15,6 +15,7 @@ from auditor._io import HashingReader
 from auditor.collect.allocator_trace import read_allocator_trace
 from auditor.collect.device import read_device
 from auditor.collect.log_events import _compile_pattern as compile_pattern
+from auditor.collect.metrics import read_metrics
 from auditor.collect.process import read_process
 from auditor.collect.training_log import scan_training_log
 from auditor.collect.trial import read_trial
@@ -31,6 +32,7 @@ from auditor.model.kinds import (
     ALLOCATOR_TRACE,
     DEVICE_EVIDENCE,
     KINDS,
+    METRICS_LOG,
     PROCESS_RECORD,
     TRAINING_LOG,
     TRIAL,
@@ -49,6 +51,7 @@ class AttemptParts:
     findings: list[Finding] = field(default_factory=list)
     processes: list[ProcessExit] = field(default_factory=list)
     worker_logs: list[TrainingLogScan] = field(default_factory=list)
+    metrics: list[TrainingLogScan] = field(default_factory=list)
 
 
 Reader = Callable[[HashingReader, str, AttemptTask, AttemptParts], None]
@@ -118,6 +121,21 @@ def _worker_log(reader: HashingReader, display: str, task: AttemptTask,
     parts.findings.extend(scan.findings)
 
 
+def _metrics(reader: HashingReader, display: str, task: AttemptTask,
+             parts: AttemptParts) -> None:
+    """A metrics file (contract v1.2): a JSON document, or JSON lines, or ``:::MLLOG``
+    lines, read for the record that meets the protocol's JSON predicates (its terminal
+    event); only when the protocol has predicates and allows the source."""
+    spec = task.terminal
+    if spec is None or not spec.json or METRICS_LOG.name not in task.terminal_sources:
+        return
+    trial = parts.trial
+    steps = trial.dispatched_int(task.steps_from) if trial is not None else None
+    scan = read_metrics(reader, display, spec, steps)
+    parts.metrics.append(scan)
+    parts.findings.extend(scan.findings)
+
+
 READERS: Mapping[str, Reader] = {
     TRIAL.name: _trial,
     DEVICE_EVIDENCE.name: _device,
@@ -125,6 +143,7 @@ READERS: Mapping[str, Reader] = {
     TRAINING_LOG.name: _log,
     PROCESS_RECORD.name: _process,
     WORKER_LOG.name: _worker_log,
+    METRICS_LOG.name: _metrics,
 }
 """The reader of each evidence kind, by its period-record word."""
 

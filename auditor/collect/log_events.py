@@ -327,7 +327,7 @@ class _Scanner:
         if aborted(record):
             self._add("aborted", number, segment, "MLPerf run_stop with status aborted")
         elif self.terminal is None and self.matcher is not None \
-                and holds(self.matcher.spec.json, record):
+                and holds(self.matcher.spec.json, record, self.expected_steps):
             self.terminal = LogEvent("terminal_event", number, _text(segment),
                                      str(record.get("key", "record")))
 

@@ -85,8 +85,10 @@ def record_of(content: str) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
-def holds(tests: tuple[JsonTest, ...], record: object) -> bool:
-    """Whether ``record`` meets every predicate (none: never)."""
+def holds(tests: tuple[JsonTest, ...], record: object, steps: int | None = None) -> bool:
+    """Whether ``record`` meets every predicate (none: never). Where the dispatch gives
+    ``steps``, two fields compared that hold integers must also equal it (a trainer's
+    ``global_step == max_steps`` of another step count is not this run's end)."""
     if not tests or not isinstance(record, dict):
         return False
     for path, how, value in tests:
@@ -95,7 +97,9 @@ def holds(tests: tuple[JsonTest, ...], record: object) -> bool:
             return False
         if how == "field":
             other_found, other = field(record, str(value))
-            if not other_found or not _same(have, other):
+            if not other_found or isinstance(have, bool) or not _same(have, other):
+                return False  # (two flags equal say nothing of a step)
+            if steps is not None and type(have) is int and have != steps:
                 return False
         elif not _same(have, value):
             return False

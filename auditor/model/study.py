@@ -245,6 +245,9 @@ class AttemptRead:
     """Its process records (contract v1.2), by path."""
     worker_logs: tuple[TrainingLogScan, ...] = ()
     """Its worker logs (contract v1.2), each scanned as a training log is, by path."""
+    metrics: tuple[TrainingLogScan, ...] = ()
+    """Its metrics files (contract v1.2), each with the JSON record that meets the
+    protocol's predicates as its terminal event, when one does."""
 
     @property
     def bytes_read(self) -> int:

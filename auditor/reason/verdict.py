@@ -34,7 +34,7 @@ from auditor.model import (
     TrainingLogScan,
     TrialRecord,
 )
-from auditor.model.kinds import TRACE_SOURCE, TRAINING_LOG, TRIAL, WORKER_LOG
+from auditor.model.kinds import METRICS_LOG, TRACE_SOURCE, TRAINING_LOG, TRIAL, WORKER_LOG
 from auditor.reason.causes import cause_of
 from auditor.reason.completion import Completion, completion, eligible_failures
 from auditor.reason.exits import ExitClass, attributed_in_log, classify_exit
@@ -114,6 +114,8 @@ class Shown:
     terminal: Citation | None = None
     """Where the terminal event is, in a source the protocol allows (contract v1.2: the
     driver's log, else a worker's own output, else a rank's terminal record); None: none."""
+    metrics: tuple[TrainingLogScan, ...] = ()
+    """The attempt's metrics files, as read (contract v1.2)."""
     params_changed: bool = False
     """Whether parameter digests show the final update changed the parameters on every rank
     that recorded them (contract v1.2; False also when none recorded any)."""
@@ -341,6 +343,7 @@ def _terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | N
     allows, and, when the driver's log lacks it, the sentence saying which other source
     holds it (contract v1.2)."""
     sources, log = protocol.terminal_sources, shown.log
+    shown.metrics = attempt.read.metrics
     if TRAINING_LOG.name in sources and log is not None and log.terminal_event is not None:
         shown.terminal = Citation(log.path, line=log.terminal_event.line,
                                   quote=log.terminal_event.text)
@@ -365,6 +368,17 @@ def _terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | N
             shown.shows.append(f"The terminal event for step {steps} is in a worker's own "
                                f"output: {lacks}; worker `{who}`{rank} printed it at "
                                f"`{scan.path}:{found.line}`.")
+            shown.citations.append(shown.terminal)
+            return
+    if METRICS_LOG.name in sources:
+        for scan in sorted(attempt.read.metrics, key=lambda s: s.path):
+            found = scan.terminal_event
+            if found is None:
+                continue
+            shown.terminal = Citation(scan.path, line=found.line, quote=found.text)
+            shown.shows.append(f"The terminal event is the framework's own record: {lacks}; "
+                               f"the metrics file `{scan.path}` (line {found.line}) holds a "
+                               "record meeting the protocol's JSON predicates.")
             shown.citations.append(shown.terminal)
             return
     if TRACE_SOURCE in sources:
@@ -519,9 +533,10 @@ def _clean(period: PeriodEvidence, shown: Shown, after: list[Finding],
     subject, log, steps = period.subject, shown.log, shown.steps
     exit_class, done = shown.exit_class, shown.completion
     assert exit_class is not None
-    abort = next((e for e in log.events if e.kind == "aborted"), None) if log else None
-    if abort is not None and log is not None:  # (contract v1.2: never a missing line)
-        item = finding("AUD204", subject, [Citation(log.path, line=abort.line,
+    abort, where = next(((e, scan.path) for scan in ([log] if log else []) + list(
+        shown.metrics) for e in scan.events if e.kind == "aborted"), (None, ""))
+    if abort is not None:  # (contract v1.2: the trainer's own abort, never a missing line)
+        item = finding("AUD204", subject, [Citation(where, line=abort.line,
                                                     quote=abort.text)],
                        exit=f"{exit_class.detail}, but the trainer recorded its own abort "
                             f"({abort.detail}, line {abort.line})")

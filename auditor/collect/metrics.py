@@ -1,0 +1,86 @@
+"""Collector for a metrics file, ``metrics/<name>`` (contract v1.2): a framework's own record
+of its run, read for the terminal event the protocol's JSON predicates describe.
+
+Three forms, told apart by the name and the bytes: a JSON document (``*.json``: the HF
+Trainer's ``trainer_state.json``), JSON lines (LlamaFactory's ``trainer_log.jsonl``, verl's
+file logger) and ``:::MLLOG`` lines (an MLPerf log). The first record meeting every predicate
+is the event (its line, its text); where the dispatch gives N, fields compared with each
+other that hold integers must also equal N (``current_steps == total_steps == N``), as a
+line's ``total`` must. A line is kept to :data:`MAX_RECORD` bytes, a document to
+:data:`MAX_DOCUMENT`; what is not JSON is passed over, never a crash.
+"""
+
+from __future__ import annotations
+
+from typing import BinaryIO
+
+import orjson
+
+from auditor._io import HashingReader, iter_lines, read_limited
+from auditor._text import clip
+from auditor.collect.terminal import MLLOG, aborted, holds, record_of
+from auditor.model import LogEvent, TrainingLogScan
+from auditor.model.presets import TerminalSpec
+
+MAX_RECORD = 1 << 20
+"""Bytes of one JSON line kept (a longer one is passed over)."""
+MAX_DOCUMENT = 64 << 20
+"""Bytes of a JSON document parsed (``trainer_state.json`` holds the whole log history)."""
+TEXT_LIMIT = 300
+
+
+def read_metrics(stream: BinaryIO | HashingReader, path: str, spec: TerminalSpec,
+                 steps: int | None) -> TrainingLogScan:
+    """The metrics file ``path`` read for the record meeting ``spec.json``: a scan whose
+    terminal event is that record (and whose events hold an MLPerf abort). The stream is
+    read to its end."""
+    terminal: LogEvent | None = None
+    events: list[LogEvent] = []
+    lines = 0
+    if path.endswith(".json"):
+        data = read_limited(stream, MAX_DOCUMENT)
+        try:
+            record = orjson.loads(data) if data is not None else None
+        except orjson.JSONDecodeError:
+            record = None
+        lines = data.count(b"\n") + 1 if data else 0
+        if holds(spec.json, record, steps):
+            terminal = LogEvent("terminal_event", 1, _shown(spec, record), "record")
+    else:
+        for line in iter_lines(stream, MAX_RECORD):
+            lines = line.number
+            if terminal is not None or line.length > MAX_RECORD:
+                continue
+            text = line.data.decode("utf-8", "replace")
+            record = record_of(text) if MLLOG in text else _json_line(line.data)
+            if record is None:
+                continue
+            if isinstance(record, dict) and aborted(record) and not events:
+                events.append(LogEvent("aborted", line.number, clip(text, TEXT_LIMIT),
+                                       "MLPerf run_stop with status aborted"))
+            elif holds(spec.json, record, steps):
+                terminal = LogEvent("terminal_event", line.number, clip(text, TEXT_LIMIT),
+                                    "record")
+    return TrainingLogScan(path=path, lines=lines, expected_steps=steps,
+                           terminal_event=terminal, last_step=None, events=tuple(events),
+                           events_dropped=0, findings=())
+
+
+def _json_line(data: bytes) -> object:
+    if not data.lstrip().startswith(b"{"):
+        return None
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _shown(spec: TerminalSpec, record: object) -> str:
+    """A document's deciding fields, as its event's text (the whole may be megabytes)."""
+    from auditor.collect.terminal import field
+
+    assert isinstance(record, dict)
+    names = [path for path, _, _ in spec.json] + [str(value) for _, how, value in spec.json
+                                                   if how == "field"]
+    shown = {name: field(record, name)[1] for name in dict.fromkeys(names)}
+    return clip(orjson.dumps(shown).decode(), TEXT_LIMIT)

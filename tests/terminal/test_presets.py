@@ -1,0 +1,289 @@
+"""Every framework's end of training, and its traps (issue 42, contract v1.2 "Terminal-event
+matchers"). Each line is made here from the framework's own format string (cited in
+``SOURCES.md``), under its launchers' prefixes and colours; each preset must find the
+dispatched step's line and accept none of its framework's traps."""
+
+from __future__ import annotations
+
+import io
+import json
+import pprint
+from pathlib import Path
+
+import pytest
+
+from auditor._cli import main
+from auditor.collect.terminal import SpecError, resolve
+from auditor.collect.training_log import scan_training_log
+from auditor.model import TrainingLogScan
+from auditor.model.presets import PRESETS
+
+N = 100
+RAY = "\x1b[36m({actor} pid=3165)\x1b[0m "  # (ray worker.py: coloured unless RAY_COLOR_PREFIX=0)
+
+
+def _scan(lines: list[str], preset: str | None, steps: int | None = N,
+          **extra: object) -> TrainingLogScan:
+    spec = resolve(preset, **extra)  # type: ignore[arg-type]
+    data = "".join(line + "\n" for line in lines).encode()
+    return scan_training_log(io.BytesIO(data), "training-1.log", steps, terminal=spec)
+
+
+def _found(lines: list[str], preset: str, **extra: object) -> bool:
+    return _scan(lines, preset, **extra).terminal_event is not None
+
+
+# ------------------------------------------------------------------------- formats
+
+
+def verl_line(step: int, metrics: dict[str, float], pformat: bool = False) -> str:
+    """verl's ``concat_dict_to_str`` (v0.4.1 ``{v:.3f}``; v0.5+ ``pprint.pformat(v)``)."""
+    out = [f"step:{step}"]
+    for key, value in metrics.items():
+        out.append(f"{key}:{pprint.pformat(value)}" if pformat else f"{key}:{value:.3f}")
+    return " - ".join(out)
+
+
+def titan_step(step: int, loss: float = 2.89959) -> str:
+    red, green, orange, reset = "\033[31m", "\033[32m", "\033[38;2;180;60;0m", "\033[39m"
+    message = (f"{red}step: {step:2}  {green}loss: {loss:8.5f}  "
+               f"{orange}grad_norm: {0.9573:7.4f}{reset}")
+    return f"[rank0]:[titan] 2026-05-18 16:06:47,301 - root - INFO - {message}"
+
+
+def titan_info(message: str, level: str = "INFO") -> str:
+    return f"[rank0]:[titan] 2026-05-18 16:06:51,630 - root - {level} - {message}"
+
+
+def megatron_iteration(iteration: int, total: int) -> str:
+    log_string = " [2026-08-20 10:11:12]"
+    log_string += " iteration {:8d}/{:8d} |".format(iteration, total)
+    log_string += " consumed samples: {:12d} |".format(iteration * 128)
+    return log_string + " lm loss: 1.702113E+00 |"
+
+
+def nemo_line(n: int, total: int, epoch: int = 0, description: str = "Training") -> str:
+    log_string = description + f" epoch {epoch}, iteration {n - 1}/{total - 1}"
+    for metric, val in {"lr": 3e-05, "global_step": float(n - 1)}.items():
+        log_string += f" | {metric}: {int(val)}" if val.is_integer() else f" | {metric}: {val:.4}"
+    return log_string
+
+
+def deepspeed_line(step: int) -> str:
+    return (f"[2026-08-20 10:11:12,345] [INFO] [logging.py:123:log_dist] [Rank 0] "
+            f"step={step}, skipped=0, lr=[3e-05], mom=[(0.9, 0.999)]")
+
+
+def mllog(key: str, status: str | None = None, prefix: str = "") -> str:
+    metadata: dict[str, object] = {"file": "/workspace/run.py", "lineno": 2113}
+    if status is not None:
+        metadata["status"] = status
+    record = {"namespace": "", "time_ms": 1744839180560, "event_type": "INTERVAL_END",
+              "key": key, "value": None, "metadata": metadata}
+    return prefix + ":::MLLOG " + json.dumps(record)
+
+
+def cosmos_rl(step: int, total: int) -> str:
+    return ("[cosmos] 2025-10-28 11:02:26,101 - cosmos - INFO - "
+            f"Step: {step}/{total}, Reward Mean: {0.5625:.4f}, Reward Std: {0.49:.4f}, "
+            f"Average loss: {0.0123:.5f}, Max loss: {0.0456:.5f}, Iteration time: {12.59:.2f}s.")
+
+
+def cosmos_sft(step: int, total: int) -> str:
+    return ("[rank0]:[cosmos] 2025-10-28 11:02:26,976 - cosmos - INFO - "
+            f"Step: {step}/{total}, Loss: {1.23456:.5f}, Grad norm: {2.5:.5f}, "
+            f"Iteration time: {3.21:.2f}s")
+
+
+# ------------------------------------------------------------------------- presets
+
+
+def test_verl_default_unchanged_and_its_trap() -> None:
+    done = RAY.format(actor="TaskRunner") + verl_line(N, {"actor/pg_loss": -0.012,
+                                                          "training/global_step": N})
+    assert _found([done], "verl") and _scan([done], None).terminal_event is not None
+    newer = RAY.format(actor="TaskRunner") + verl_line(
+        N, {"actor/entropy": 0.118, "training/global_step": N}, pformat=True)
+    assert _found([newer], "verl")
+    # v0.2: the last line is validation-only (`val/test_score`), after `step:N-1`
+    v02 = [RAY.format(actor="main_task") + verl_line(N - 1, {"critic/score/mean": 0.512}),
+           RAY.format(actor="main_task") + verl_line(N, {"val/test_score/gsm8k": 0.731})]
+    assert not _found(v02, "verl")
+
+
+def test_verl_sft() -> None:
+    line = "[rank0]:" + verl_line(N, {"train/loss": 0.41, "train/lr(1e-3)": 0.01})
+    assert _found([line], "verl-sft")
+    # v0.2: 0-based training, then `step:N - val/loss` (the trap: no train/loss there)
+    old = [verl_line(N - 1, {"train/loss": 0.412, "train/lr(1e-3)": 0.01}),
+           verl_line(N, {"val/loss": 0.439})]
+    assert not _found(old, "verl-sft")
+
+
+def test_openrlhf() -> None:
+    prefix = RAY.format(actor="PPOTrainer")
+    line = prefix + f"INFO 11-30 10:00:00 ppo_trainer.py:547] ✨ Global step {N}: " + \
+        str({"policy_loss": 0.01})
+    assert _found([line], "openrlhf")
+    assert not _found([prefix + f"Eval at step {N}", line.replace(f" {N}:", f" {N - 1}:")],
+                      "openrlhf")
+
+
+def test_lightning() -> None:
+    bar = "Epoch 0: 100%|██████████| 100/100 [00:10<00:00,  9.8it/s, v_num=0]"
+    stopped = f"`Trainer.fit` stopped: `max_steps={N!r}` reached."
+    assert _found([bar + stopped], "lightning")  # (stderr glued to stdout's bar)
+    epochs = "`Trainer.fit` stopped: `max_epochs=3` reached."
+    assert not _found([epochs], "lightning")  # (counts epochs: a marker, not by default)
+    scan = _scan([epochs], "lightning", marker=True)
+    assert scan.terminal_event is not None and scan.terminal_event.kind == "terminal_marker"
+    assert not _found(["No training batches."], "lightning", marker=True)
+    assert not _found([f"`Trainer.fit` stopped: `max_steps={N - 10}` reached."], "lightning")
+
+
+def test_hf_trainer_final_record_is_a_marker_only() -> None:
+    final = str({"train_runtime": 30.17, "train_samples_per_second": 4.2,
+                 "train_loss": 1.2, "epoch": 3.0})
+    assert not _found([final], "hf-trainer")  # (no step number: never by default)
+    scan = _scan([final], "hf-trainer", marker=True)
+    assert scan.terminal_event is not None and scan.terminal_event.kind == "terminal_marker"
+    assert not _found([str({"loss": 1.2, "learning_rate": 1e-5, "epoch": 2.9})], "hf-trainer",
+                      marker=True)
+
+
+def test_torchtitan_and_running_out_of_data() -> None:
+    end = [titan_step(N), titan_info("Sleeping 2 seconds for other ranks to complete"),
+           titan_info("Training completed")]
+    assert _found(end, "torchtitan")
+    out_of_data = [titan_step(90), titan_info("Ran out of data; last step was canceled.",
+                                              "WARNING"),
+                   titan_info("Training completed")]
+    assert not _found(out_of_data, "torchtitan", marker=True)  # (vetoed, marker or not)
+    vetoed = _scan([titan_step(N), *out_of_data[1:]], "torchtitan")
+    assert vetoed.terminal_event is None
+    assert [e.kind for e in vetoed.events if e.kind == "terminal_vetoed"] == ["terminal_vetoed"]
+    assert not _found([titan_info(f"\033[33mvalidate step: {N}  loss: 2.0\033[39m")],
+                      "torchtitan")
+    skipped = [titan_step(90), titan_info("Training completed")]  # (log_freq skipped step N)
+    assert not _found(skipped, "torchtitan")
+    marked = _scan(skipped, "torchtitan", marker=True)
+    assert marked.terminal_event is not None and marked.terminal_event.kind == "terminal_marker"
+
+
+def test_megatron() -> None:
+    assert _found([megatron_iteration(N, N)], "megatron")
+    assert _found(["[rank7]:" + megatron_iteration(N, N)], "megatron")
+    below = [megatron_iteration(90, N), f"[after training is done] datetime: 2026-08-20 "
+             "10:11:14 "]
+    assert not _found(below, "megatron")  # (a last printed iteration below N)
+    marked = _scan(below, "megatron", marker=True)
+    assert marked.terminal_event is not None and marked.terminal_event.kind == "terminal_marker"
+    assert not _found([megatron_iteration(N, N + 50)], "megatron")  # (step below its total)
+    assert not _found(["[exiting program at iteration 100] datetime: 2026-08-20 10:11:14 "],
+                      "megatron", marker=True)
+    assert _scan([megatron_iteration(N, N)], "megatron", steps=None).terminal_event is not None
+
+
+def test_nemo_is_zero_based() -> None:
+    assert _found([nemo_line(N, N)], "nemo")  # (iteration 99/99 is step 100 of 100)
+    assert not _found([nemo_line(N - 1, N)], "nemo")
+    assert not _found([nemo_line(N, N, description="Validation:")], "nemo")
+
+
+def test_deepspeed() -> None:
+    assert _found([deepspeed_line(0), deepspeed_line(N)], "deepspeed")
+    assert not _found([deepspeed_line(0)], "deepspeed")
+
+
+def test_mllog_run_stop_success_aborted_and_missing() -> None:
+    assert _found([mllog("run_start"), mllog("run_stop", "success", " 0: ")], "mllog")
+    aborted = _scan([mllog("run_stop", "aborted", "[1,0]<stdout>:")], "mllog")
+    assert aborted.terminal_event is None
+    assert [e.kind for e in aborted.events] == ["aborted"]
+    assert not _found([mllog("run_start"), mllog("epoch_stop"), mllog("eval_stop")], "mllog")
+    # an aborted run_stop is the trainer's own abort under any protocol, verl's included
+    assert [e.kind for e in _scan([mllog("run_stop", "aborted")], None).events] == ["aborted"]
+
+
+def test_cosmos_rl() -> None:
+    assert _found([cosmos_rl(N, N)], "cosmos-rl")
+    assert _found([cosmos_sft(N, N)], "cosmos-rl")
+    traps = [cosmos_rl(N - 1, N),
+             f"[cosmos] x - cosmos - INFO - Validation at step {N}/{N}...",
+             f"[cosmos] x - cosmos - INFO - Training step: {N}/{N}",
+             f"[cosmos] x - cosmos - INFO - Step: {N}/{N}, Reward Mean: 0.5, Reward Std: 0.4"]
+    assert not _found(traps, "cosmos-rl")
+
+
+# ------------------------------------------------------------------------- matchers
+
+
+def test_patterns_total_offset_and_veto_as_a_protocol_gives_them() -> None:
+    patterns = (r"done (?P<step>\d+) of (?P<total>\d+)",)
+    assert _scan([f"done {N} of {N}"], None, patterns=patterns).terminal_event is not None
+    assert _scan([f"done {N} of {N + 1}"], None, patterns=patterns).terminal_event is None
+    assert _scan([f"done {N - 1} of {N - 1}"], None, patterns=patterns,
+                 offset=1).terminal_event is not None
+    assert _scan([f"done {N} of {N}", "ABORT"], None, patterns=patterns,
+                 veto=("ABORT",)).terminal_event is None
+
+
+@pytest.mark.parametrize(("preset", "patterns", "said"), [
+    ("tensorflow", (), "is not one of"),
+    (None, (r"finished (\d+)",), "no named group 'step'"),
+    (None, (r"finished (?P<step>\d+",), "does not compile"),
+])
+def test_an_unusable_matcher_is_refused_in_one_line(
+        preset: str | None, patterns: tuple[str, ...], said: str) -> None:
+    with pytest.raises(SpecError, match=said):
+        resolve(preset, patterns=patterns)
+
+
+def test_the_schema_names_every_preset() -> None:
+    schema = json.loads((Path(__file__).parents[2] / "auditor" / "schemas"
+                         / "protocol.schema.json").read_text())
+    enum = schema["properties"]["terminal_event"]["properties"]["preset"]["enum"]
+    assert enum == list(PRESETS)
+
+
+def test_causes_applies_a_protocols_matcher(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("\n".join([titan_step(90), titan_info("Training completed")]) + "\n")
+    protocol = tmp_path / "protocol.json"
+    protocol.write_text(json.dumps({"terminal_event": {"preset": "torchtitan",
+                                                       "marker": True}}))
+    assert main(["causes", str(log), "--steps", str(N), "--protocol", str(protocol),
+                 "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["terminal_event"] == 2
+    assert document["terminal_evidence"].startswith("marker (no step number shown")
+    assert main(["causes", str(log), "--steps", str(N)]) == 0  # (verl's default: none)
+    assert "cause: none found" in capsys.readouterr().out
+    protocol.write_text(json.dumps({"terminal_event": {"preset": "tensorflow"}}))
+    assert main(["causes", str(log), "--protocol", str(protocol)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "tensorflow" in err
+
+
+def test_a_line_at_its_own_total_is_not_another_runs_end() -> None:
+    """``iteration 50/50`` is the end of a 50-step run: with 100 dispatched, not this one's."""
+    assert not _found([megatron_iteration(N // 2, N // 2)], "megatron")
+    assert not _found([cosmos_rl(N // 2, N // 2)], "cosmos-rl")
+
+
+@pytest.mark.parametrize(("records", "found"), [
+    ([{"current_steps": N, "total_steps": N, "percentage": 100.0}], True),
+    ([{"current_steps": N - 1, "total_steps": N, "loss": 1.0}], False),
+    ([{"current_steps": N // 2, "total_steps": N // 2, "percentage": 100.0}], False),
+    ([{"current_steps": True, "total_steps": True}], False),
+])
+def test_json_lines_records(records: list[dict[str, object]], found: bool) -> None:
+    """LlamaFactory's ``trainer_log.jsonl`` (``LogCallback``): the record at
+    ``total_steps``, where that is the dispatched count."""
+    from auditor.collect.metrics import read_metrics
+
+    data = "".join(json.dumps(record) + "\n" for record in records).encode()
+    scan = read_metrics(io.BytesIO(b"not json\n" + data), "metrics/trainer_log.jsonl",
+                        PRESETS["llamafactory"].spec, N)
+    assert (scan.terminal_event is not None) is found
