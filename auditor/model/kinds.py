@@ -213,7 +213,7 @@ METRICS_LOG = EvidenceKind(
 )
 """A file a trainer writes under ``metrics/`` (contract v1.2): a framework's JSON or JSON-lines
 records (``trainer_state.json``, verl's file logger, ``trainer_log.jsonl``, an MLPerf log);
-hash-checked (their terminal-event predicates are the framework presets')."""
+read for the record the protocol's JSON predicates describe (``collect/metrics.py``)."""
 IDLE_CHECK = EvidenceKind(
     name="idle_check", title="idle check", directory="idle",
     names=(FileName("idle/{host}.json", rf"(?P<host>{_HOST}|{_NUMBER})\.json", "<host>.json"),),

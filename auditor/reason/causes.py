@@ -140,9 +140,14 @@ def cause_of(trial: TrialRecord | None, exit_class: ExitClass | None,
              traces: tuple[tuple[int | None, PhaseRecord], ...],
              events: tuple[LogEvent, ...], log_path: str | None,
              processes: Sequence[ProcessExit] = ()) -> Cause | None:
-    """The cause of an attempt's end (None when it exited cleanly)."""
+    """The cause of an attempt's end (None when it exited cleanly, unless the trainer
+    recorded its own abort: contract v1.2, an MLPerf ``run_stop`` aborted on exit 0)."""
     if exit_class is not None and exit_class.clean:
-        return None
+        abort = next((e for e in events if e.kind == "aborted"), None)
+        if abort is None:
+            return None
+        return Cause(C.ABORTED, f"the trainer recorded its own abort ({abort.detail})",
+                     Citation(log_path or "", line=abort.line, quote=abort.text))
     first = _first_failed(processes)
     found = _ranked(chain(
         _sources(trial, exit_class, element, is_last, sacct_path, traces, events, log_path,

@@ -9,6 +9,7 @@ import io
 import json
 import pprint
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,13 +24,13 @@ RAY = "\x1b[36m({actor} pid=3165)\x1b[0m "  # (ray worker.py: coloured unless RA
 
 
 def _scan(lines: list[str], preset: str | None, steps: int | None = N,
-          **extra: object) -> TrainingLogScan:
-    spec = resolve(preset, **extra)  # type: ignore[arg-type]
+          **extra: Any) -> TrainingLogScan:
+    spec = resolve(preset, **extra)
     data = "".join(line + "\n" for line in lines).encode()
     return scan_training_log(io.BytesIO(data), "training-1.log", steps, terminal=spec)
 
 
-def _found(lines: list[str], preset: str, **extra: object) -> bool:
+def _found(lines: list[str], preset: str, **extra: Any) -> bool:
     return _scan(lines, preset, **extra).terminal_event is not None
 
 
@@ -57,8 +58,9 @@ def titan_info(message: str, level: str = "INFO") -> str:
 
 def megatron_iteration(iteration: int, total: int) -> str:
     log_string = " [2026-08-20 10:11:12]"
-    log_string += " iteration {:8d}/{:8d} |".format(iteration, total)
-    log_string += " consumed samples: {:12d} |".format(iteration * 128)
+    # (Megatron's own str.format calls, as training.py writes them)
+    log_string += " iteration {:8d}/{:8d} |".format(iteration, total)  # noqa: UP032
+    log_string += " consumed samples: {:12d} |".format(iteration * 128)  # noqa: UP032
     return log_string + " lm loss: 1.702113E+00 |"
 
 
@@ -173,7 +175,7 @@ def test_torchtitan_and_running_out_of_data() -> None:
 def test_megatron() -> None:
     assert _found([megatron_iteration(N, N)], "megatron")
     assert _found(["[rank7]:" + megatron_iteration(N, N)], "megatron")
-    below = [megatron_iteration(90, N), f"[after training is done] datetime: 2026-08-20 "
+    below = [megatron_iteration(90, N), "[after training is done] datetime: 2026-08-20 "
              "10:11:14 "]
     assert not _found(below, "megatron")  # (a last printed iteration below N)
     marked = _scan(below, "megatron", marker=True)

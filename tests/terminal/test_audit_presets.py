@@ -1,0 +1,90 @@
+"""A protocol's terminal-event matcher in a whole audit (issue 42): a study whose protocol
+names a framework's preset resolves on that framework's end line and on nothing of verl's;
+its trap leaves the period unresolved; an MLPerf abort is ``unclean_exit``, cause
+``aborted``, even on exit 0; a metrics file's record can be the event."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tests.helpers import audit, find, outcome_study, period_records, rewrite
+from tests.terminal.test_presets import mllog, titan_info, titan_step
+
+
+def _study(tmp_path: Path, terminal_event: dict[str, Any]) -> tuple[Path, str]:
+    root = outcome_study(tmp_path / "study", ["completed"])
+    protocol = json.loads((root / "protocol.json").read_text())
+    protocol["terminal_event"].update(terminal_event)
+    (root / "protocol.json").write_text(json.dumps(protocol))
+    return root, find(root, "*/attempt-*/training-*.log")
+
+
+def _without_verl(lines: list[str]) -> Any:
+    def change(data: bytes) -> bytes:
+        kept = [line for line in data.decode().splitlines() if "global_step" not in line]
+        return ("\n".join(kept + lines) + "\n").encode()
+    return change
+
+
+def _period(out: Path) -> dict[str, Any]:
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    (period,) = summary["periods"]
+    assert isinstance(period, dict)
+    return period
+
+
+def test_a_torchtitan_study_resolves_on_its_own_line_and_not_on_verls(tmp_path: Path) -> None:
+    root, log = _study(tmp_path, {"preset": "torchtitan"})
+    audit(root, tmp_path / "verl-line")  # (verl's line alone: this protocol's is missing)
+    assert _period(tmp_path / "verl-line")["reason"] == "terminal_event_missing"
+    rewrite(root, log, _without_verl([titan_step(1), titan_info("Training completed")]))
+    audit(root, tmp_path / "out")
+    assert _period(tmp_path / "out")["verdict"] == "resolved"
+    rewrite(root, log, lambda data: data + titan_info(
+        "Ran out of data; last step was canceled.", "WARNING").encode() + b"\n")
+    audit(root, tmp_path / "vetoed")
+    assert _period(tmp_path / "vetoed")["reason"] == "terminal_event_missing"
+
+
+def test_an_mlperf_abort_is_an_unclean_exit_caused_aborted(tmp_path: Path) -> None:
+    root, log = _study(tmp_path, {"preset": "mllog"})
+    rewrite(root, log, _without_verl([mllog("run_start"), mllog("run_stop", "aborted")]))
+    audit(root, tmp_path / "out")
+    period = _period(tmp_path / "out")
+    assert (period["verdict"], period["reason"], period["cause"]) == \
+        ("unresolved", "unclean_exit", "aborted")
+    rewrite(root, log, lambda data: data.replace(b'"aborted"', b'"success"'))
+    audit(root, tmp_path / "success")
+    assert _period(tmp_path / "success")["verdict"] == "resolved"
+
+
+def test_a_metrics_file_record_is_the_event(tmp_path: Path) -> None:
+    """The HF Trainer prints no step at its end; its ``trainer_state.json`` (copied under
+    ``metrics/``) says ``global_step == max_steps``, the dispatched count."""
+    root, log = _study(tmp_path, {"preset": "hf-trainer"})
+    rewrite(root, log, _without_verl([str({"train_runtime": 30.17, "epoch": 1.0})]))
+    attempt = root / log.rsplit("/", 1)[0]
+    (attempt / "metrics").mkdir()
+    state = json.dumps({"global_step": 1, "max_steps": 1, "log_history": []}).encode()
+    (attempt / "metrics" / "trainer_state.json").write_bytes(state)
+    for record_path in period_records(root):
+        record = orjson.loads(record_path.read_bytes())
+        for spec in record.get("attempts") or [record]:
+            spec["evidence"].append({"path": "metrics/trainer_state.json",
+                                     "kind": "metrics_log",
+                                     "sha256": hashlib.sha256(state).hexdigest(),
+                                     "size": len(state)})
+        record_path.write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))
+    audit(root, tmp_path / "out")
+    assert _period(tmp_path / "out")["verdict"] == "resolved"
+    diagnostic = (tmp_path / "out" / "diagnostic.md").read_text()
+    assert "metrics/trainer_state.json" in diagnostic
+    rel = f"{log.rsplit('/', 1)[0]}/metrics/trainer_state.json"
+    rewrite(root, rel, lambda data: data.replace(b'"max_steps": 1', b'"max_steps": 5'))
+    audit(root, tmp_path / "short")
+    assert _period(tmp_path / "short")["reason"] == "terminal_event_missing"
