@@ -289,3 +289,18 @@ def test_json_lines_records(records: list[dict[str, object]], found: bool) -> No
     scan = read_metrics(io.BytesIO(b"not json\n" + data), "metrics/trainer_log.jsonl",
                         PRESETS["llamafactory"].spec, N)
     assert (scan.terminal_event is not None) is found
+
+
+def test_the_readmes_protocols_read_without_a_finding() -> None:
+    """The README's ``terminal_event`` examples are protocols the audit takes as they are."""
+    import re
+
+    from auditor.collect.protocol import read_protocol
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    blocks = [block for block in re.findall(r"```json\n(.*?)```", readme, re.S)
+              if '"terminal_event"' in block]
+    assert len(blocks) >= 2
+    for block in blocks:
+        protocol = read_protocol(io.BytesIO(block.encode()), "protocol.json")
+        assert protocol.findings == () and protocol.terminal is not None, block
