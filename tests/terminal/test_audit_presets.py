@@ -88,3 +88,22 @@ def test_a_metrics_file_record_is_the_event(tmp_path: Path) -> None:
     rewrite(root, rel, lambda data: data.replace(b'"max_steps": 1', b'"max_steps": 5'))
     audit(root, tmp_path / "short")
     assert _period(tmp_path / "short")["reason"] == "terminal_event_missing"
+
+
+def test_a_protocols_matcher_crosses_a_shard_part(tmp_path: Path) -> None:
+    """A part carries the protocol's matcher (preset, markers, JSON predicates) as data:
+    the merge judges as the single audit does."""
+    from auditor._cli import main
+
+    root, log = _study(tmp_path, {"preset": "hf-trainer", "marker": True,
+                                  "json": {"global_step": {"field": "max_steps"}}})
+    rewrite(root, log, _without_verl([str({"train_runtime": 30.17, "epoch": 1.0})]))
+    audit(root, tmp_path / "single")
+    assert _period(tmp_path / "single")["verdict"] == "resolved"  # (on the marker)
+    assert main(["audit", str(root), "--shard", "1/1", "--out", str(tmp_path / "part"),
+                 "--quiet"]) == 0
+    assert main(["merge", str(tmp_path / "part"), "--out", str(tmp_path / "merged"),
+                 "--quiet", "--no-plots"]) == 0
+    for name in ("diagnostic.md", "summary.json"):
+        assert (tmp_path / "single" / name).read_bytes() == \
+            (tmp_path / "merged" / name).read_bytes(), name
