@@ -8,9 +8,10 @@ record then says ``status: "infrastructure_invalid"`` with the seed's ``validati
 audit's agree. The exit code stays the command's.
 
 The sources are the audit's (``terminal_event.sources`` of ``ROOT/protocol.json`` when there
-is one, else all): the training log, the worker logs under ``worker-logs/``, and the
-allocator traces' terminal records (``Trace.terminal``); the matcher is the training-log
-scanner the audit uses, under the protocol's ``terminal_event.pattern`` when it gives one.
+is one, else all): the training log, the worker logs under ``worker-logs/``, the records
+under ``metrics/`` (where the protocol has JSON predicates), and the allocator traces'
+terminal records (``Trace.terminal``); the matcher is the audit's, under the protocol's
+``terminal_event`` (a preset, patterns, veto, marker, predicates) when it gives one.
 Imported only at the command's end: the kit's own start stays light.
 """
 
@@ -22,10 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from auditor.collect.metrics import read_metrics
 from auditor.collect.terminal import SpecError, resolve
 from auditor.collect.training_log import scan_training_log
 from auditor.model.kinds import (
     ALLOCATOR_TRACE,
+    METRICS_LOG,
     TERMINAL_SOURCES,
     TRACE_SOURCE,
     TRAINING_LOG,
@@ -93,6 +96,12 @@ def check_terminal(directory: Path, log: Path, dispatch: dict[str, str],
         found = _in_log(path, steps, pattern)
         if found is not None:
             return TerminalCheck(steps, f"{_shown(path, directory)}:{found}")
+    if METRICS_LOG.name in sources and pattern is not None and pattern.json:
+        for path in sorted((directory / METRICS_LOG.directory).glob("*")):
+            found = _in_metrics(path, steps, pattern) if path.is_file() \
+                and not path.is_symlink() else None
+            if found is not None:
+                return TerminalCheck(steps, f"{_shown(path, directory)}:{found}")
     if TRACE_SOURCE in sources:
         for path in sorted((directory / ALLOCATOR_TRACE.directory).glob("*.jsonl")):
             found = _in_trace(path, steps)
@@ -139,6 +148,17 @@ def _in_log(path: Path, steps: int, terminal: TerminalSpec | None) -> int | None
     try:
         with open(path, "rb") as handle:
             scan = scan_training_log(handle, path.name, steps, terminal=terminal)
+    except OSError:
+        return None
+    return scan.terminal_event.line if scan.terminal_event is not None else None
+
+
+def _in_metrics(path: Path, steps: int, terminal: TerminalSpec) -> int | None:
+    """The line of the record meeting the protocol's JSON predicates in one metrics file."""
+    try:
+        with open(path, "rb") as handle:
+            scan = read_metrics(handle, f"{METRICS_LOG.directory}/{path.name}", terminal,
+                                steps)
     except OSError:
         return None
     return scan.terminal_event.line if scan.terminal_event is not None else None

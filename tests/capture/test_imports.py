@@ -34,7 +34,8 @@ def test_capture_imports_neither_pandas_nor_pyarrow_nor_other_stages() -> None:
     assert [m for m in imported if not _allowed(m)] == []
 
 
-CHECK_IMPORTS = {"auditor.collect.training_log", "auditor.collect.terminal"}
+CHECK_IMPORTS = {"auditor.collect.training_log", "auditor.collect.terminal",
+                 "auditor.collect.metrics"}
 """What the launcher's own check at the command's end imports, and only it (``check.py``,
 imported then): the audit's training-log scanner and its terminal-event matchers
 (``.importlinter`` says the same)."""

@@ -388,6 +388,18 @@ def test_the_command_keeps_its_trapped_signals_and_a_library_caller_gets_them_ba
      "training-{job}.log:2"),
     ('mkdir -p "$AUDITOR_ATTEMPT_DIR/worker-logs" && echo "step:1 - training/global_step:1" '
      '> "$AUDITOR_ATTEMPT_DIR/worker-logs/h1-rank0.out"', None, "worker-logs/h1-rank0.out:1"),
+    # contract v1.2: a preset, its veto, and a metrics file's record
+    ("echo '[rank0]:[titan] t - root - INFO - step:  1  loss:  2.89959'",
+     {"terminal_event": {"preset": "torchtitan"}}, "training-{job}.log:2"),
+    ("echo '[rank0]:[titan] t - root - INFO - step:  1  loss:  2.89959'; "
+     "echo 'Ran out of data; last step was canceled.'",
+     {"terminal_event": {"preset": "torchtitan"}}, None),
+    ('mkdir -p "$AUDITOR_ATTEMPT_DIR/metrics" && echo \'{"global_step": 1, "max_steps": 1}\' '
+     '> "$AUDITOR_ATTEMPT_DIR/metrics/trainer_state.json"',
+     {"terminal_event": {"preset": "hf-trainer"}}, "metrics/trainer_state.json:1"),
+    ('mkdir -p "$AUDITOR_ATTEMPT_DIR/metrics" && echo \'{"global_step": 1, "max_steps": 9}\' '
+     '> "$AUDITOR_ATTEMPT_DIR/metrics/trainer_state.json"',
+     {"terminal_event": {"preset": "hf-trainer"}}, None),
 ])
 def test_the_launcher_checks_a_clean_exit_for_its_terminal_event(
         tmp_path: Path, script: str, protocol: dict[str, Any] | None, where: str | None) -> None:
