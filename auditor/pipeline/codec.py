@@ -135,28 +135,38 @@ def _decoder(kind: Any) -> _Decoder:
 def _dataclass(kind: type[Any]) -> _Decoder:
     fields = [f for f in dataclasses.fields(kind) if f.init]
     names = frozenset(f.name for f in fields)
-    decoders: list[tuple[str, bool, _Decoder]] = []
+    decoders: list[tuple[str, _Decoder, frozenset[type]]] = []
     label = kind.__name__
 
     def make(doc: Any, where: str) -> Any:
         if not decoders:  # (made at first use: a type may hold itself, as a job its attempts)
             hints = typing.get_type_hints(kind)
-            decoders.extend((f.name, f.kw_only is True, _decoder(hints[f.name]))
+            decoders.extend((f.name, _decoder(hints[f.name]), _plain_types(hints[f.name]))
                             for f in fields)
         if type(doc) is not dict or doc.keys() != names:
             if type(doc) is not dict:
                 raise CodecError(f"{where}: expected a {label} object, got {_what(doc)}")
             wrong = sorted(doc.keys() ^ names)
             raise CodecError(f"{where}: {label} fields differ ({', '.join(wrong[:3])})")
-        args, kwargs = [], {}
-        for name, keyword, field in decoders:
-            value = field(doc[name], f"{where}.{name}")
-            if keyword:
-                kwargs[name] = value
-            else:
-                args.append(value)
-        return kind(*args, **kwargs)
+        values = {}
+        for name, field, plain in decoders:
+            value = doc[name]
+            # (a str, int, bool or None where the field takes one as it is: most fields,
+            # kept without a call; anything else is decoded, or refused, by its decoder)
+            values[name] = value if type(value) in plain else field(value, f"{where}.{name}")
+        return kind(**values)
     return make
+
+
+def _plain_types(kind: Any) -> frozenset[type]:
+    """The JSON value types a field of ``kind`` takes as they are (none for the others)."""
+    args = typing.get_args(kind)
+    if typing.get_origin(kind) in (typing.Union, types.UnionType) and len(args) == 2 \
+            and type(None) in args:
+        inner = next(arg for arg in args if arg is not type(None))
+        return frozenset({type(None)}) | _plain_types(inner) if _plain_types(inner) \
+            else frozenset()
+    return frozenset({kind}) if kind in (str, int, bool) else frozenset()
 
 
 def _fixed(items: tuple[_Decoder, ...], doc: Any, where: str) -> tuple[Any, ...]:
