@@ -54,7 +54,7 @@ from auditor.reason.accounting import accounting
 from auditor.reason.configurations import configurations
 from auditor.reason.exits import EXIT_KINDS
 from auditor.reason.facts import period_facts
-from auditor.reason.gate import apply_waivers, decide_gate, gate_reasons
+from auditor.reason.gate import admitted, apply_waivers, decide_gate, gate_reasons
 from auditor.reason.verdict import UNFINISHED_STATES, Context, Judgement, judge_attempt
 from auditor.rules import finding
 from auditor.store import Held, Kept
@@ -407,14 +407,17 @@ class StudyJudge:
         reasons = gate_reasons(collected, verdicts, chain(validation, new_findings), cells)
         lifted, waiver_uses, waived = apply_waivers(reasons, self.options.waivers)
         new_findings.extend(waived)
+        gate, gate_partial = admitted(
+            decide_gate(cells, reasons, lifted, verdicts, allow_partial=False),
+            decide_gate(cells, reasons, lifted, verdicts, allow_partial=True))
         return validation, Reasoning(
             verdicts=verdicts,
             attempts=outcomes,
             facts=facts,
             configurations=tuple(cells),
             accounting=accounting(collected, outcomes, verdicts),
-            gate=decide_gate(cells, reasons, lifted, verdicts, allow_partial=False),
-            gate_partial=decide_gate(cells, reasons, lifted, verdicts, allow_partial=True),
+            gate=gate,
+            gate_partial=gate_partial,
             gate_reasons=tuple(reasons),
             waivers=tuple(waiver_uses),
             findings=new_findings,

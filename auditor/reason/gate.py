@@ -9,6 +9,7 @@ a missing seed) come from the configurations themselves.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from itertools import chain
 
 from auditor.model import (
@@ -139,3 +140,14 @@ def decide_gate(configurations: list[ConfigurationResult], reasons: list[GateRea
     resolved = {config.key for config in configurations if config.status == "resolved"}
     return GateResult(allow_partial, not failing, tuple(included), tuple(failing), tuple(waived),
                       tuple(key for key in included if key not in resolved))
+
+
+def admitted(strict: GateResult, partial: GateResult) -> tuple[GateResult, GateResult]:
+    """Both gates as a script may read them (contract v1.2, "A failing gate admits
+    nothing"): where even the ``--allow-partial`` gate fails (the evidence cannot be
+    trusted), neither lists a configuration; a strict gate failing only on unresolved
+    configurations keeps its resolved subset."""
+    if partial.passed:
+        return strict, partial
+    return (replace(strict, included_configurations=(), included_by_waiver=()),
+            replace(partial, included_configurations=(), included_by_waiver=()))
