@@ -25,6 +25,9 @@ from fixtures.generate import (
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "fixtures" / "example_study"
 SHARED = REPO.parent / "shared"
+REAL_EVIDENCE = REPO / "fixtures" / "real-evidence"
+"""Public samples of other people's sacct dumps and training logs (their sources in each
+folder's ``SOURCES.md``), committed so a clone runs the tests that read them."""
 
 
 def copy_example(tmp_path: Path) -> Path:

@@ -15,7 +15,7 @@ import pytest
 
 from auditor._cli import main
 from auditor.model import AuditOptions, Finding
-from tests.helpers import EXAMPLE, SHARED, audit, copy_example
+from tests.helpers import EXAMPLE, REAL_EVIDENCE, audit, copy_example
 
 
 def _one_line_error(capsys: pytest.CaptureFixture[str], needle: str) -> None:
@@ -286,9 +286,8 @@ def test_sacct_command_on_the_example_dump(capsys: pytest.CaptureFixture[str]) -
     assert "20,828 GPU-seconds" in capsys.readouterr().out
 
 
-@pytest.mark.skipif(not (SHARED / "real-evidence").is_dir(), reason="shared/ not beside repo")
 def test_sacct_command_on_real_dumps(capsys: pytest.CaptureFixture[str]) -> None:
-    folder = SHARED / "real-evidence" / "sacct"
+    folder = REAL_EVIDENCE / "sacct"
     assert main(["sacct", str(folder / "nextflow__issue5276_node_fail_fixedwidth.txt")]) == 2
     _one_line_error(capsys, "sacct -P")
     assert main(["sacct", str(folder / "jobstats__issue6_alloctres_exclusive_4gpu.psv"),
@@ -472,7 +471,7 @@ def test_element_lookup_matches_the_collectors_job_for() -> None:
     from auditor.validate.checks import element_for
     from tests.collect.test_sacct import REAL_ARGS
 
-    folder = SHARED / "real-evidence" / "sacct"
+    folder = REAL_EVIDENCE / "sacct"
     dumps = [EXAMPLE / "accounting" / "sacct-raw.psv"]
     if folder.is_dir():
         dumps += [folder / "reportseff__array_energy_jobidraw.psv",

@@ -26,3 +26,23 @@ def test_no_script_the_project_ships_requeues_a_whole_array() -> None:
         for line in path.read_text().splitlines():
             if "scontrol requeue" in line and not line.lstrip().startswith("#"):
                 assert "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}" in line, (path, line)
+
+
+def test_the_readmes_library_example_runs_as_written(tmp_path: Path) -> None:
+    """A newcomer pastes the README's library block into Python, in a clone's root: it runs,
+    and the repr its comment shows is the one it gives."""
+    import subprocess
+    import sys
+
+    block = next(text for text in re.findall(r"```python\n(.*?)```", (REPO / "README.md")
+                                              .read_text(), re.S)
+                 if "run_audit(" in text)
+    (tmp_path / "fixtures").symlink_to(REPO / "fixtures")
+    shown = block.replace("\nresult          #", "\nprint(repr(result))  #", 1)
+    done = subprocess.run([sys.executable, "-c", shown], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    said = re.search(r"# (<AuditResult[^>]*?);\s*\n\s*#\s*(.*?>)", block)
+    assert said is not None
+    assert f"{said[1]}; {said[2]}" in done.stdout
+    assert (tmp_path / "audit-out" / "diagnostic.md").is_file()

@@ -1,4 +1,4 @@
-"""Whole audits fed with evidence written by other people (shared/real-evidence).
+"""Whole audits fed with evidence written by other people (fixtures/real-evidence).
 
 Generated fixtures prove the contract; these prove the auditor survives what
 real clusters and real verl / Ray runs leave behind: every real log placed in
@@ -14,11 +14,10 @@ import pytest
 
 from auditor._cli import main
 from tests.collect.test_sacct import REAL_ARGS
-from tests.helpers import SHARED, audit, find, outcome_study, rewrite, verdicts
+from tests.helpers import REAL_EVIDENCE, audit, find, outcome_study, rewrite, verdicts
 
-LOGS = SHARED / "real-evidence" / "logs"
-DUMPS = SHARED / "real-evidence" / "sacct"
-pytestmark = pytest.mark.skipif(not LOGS.is_dir(), reason="shared/real-evidence not present")
+LOGS = REAL_EVIDENCE / "logs"
+DUMPS = REAL_EVIDENCE / "sacct"
 
 
 @pytest.fixture(scope="module")

@@ -26,8 +26,8 @@ from typing import Any, NoReturn
 from auditor import __version__
 from auditor.errors import AuditorError, UsageError
 
-EPILOG = "Contract: run-evidence v1. Exit codes: 0 ok, 1 gate/verify failed, 2 usage or " \
-         "unreadable input, 3 internal error."
+EPILOG = "Contract: run-evidence v1.2 (docs/formats.md). Exit codes: 0 ok, 1 gate/verify " \
+         "failed, 2 usage or unreadable input, 3 internal error."
 
 
 class _Parser(argparse.ArgumentParser):

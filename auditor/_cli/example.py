@@ -28,8 +28,8 @@ def add_parsers(commands: Any) -> None:
     """Add the ``example`` sub-command to ``commands`` (an argparse sub-parsers action)."""
     example = commands.add_parser(
         "example", help="write a synthetic study (default: the bundled example study)",
-        description="Write a synthetic run-evidence study (evidence-contract v1). The default "
-        "kind is the bundled example study, byte for byte.")
+        description="Write a synthetic run-evidence study (run-evidence contract v1.2, in "
+        "its v1 forms). The default kind is the bundled example study, byte for byte.")
     example.add_argument("out", type=Path, help="output directory; must not exist or be empty")
     example.add_argument("--kind", choices=KINDS, default="example",
                          help="example: the seed study (default); mixed: one period per "

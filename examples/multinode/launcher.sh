@@ -1,8 +1,8 @@
 #!/bin/bash
-# A cosmos-shaped multi-node launcher (seed 000's two-node template), run by the batch node's
+# A cosmos-shaped multi-node launcher (a two-node template's shape), run by the batch node's
 # 'auditor run --role launcher': the controller on the first node, a policy replica on the
 # second, a rollout replica on the third, each one srun step under 'auditor run --step ROLE'.
-# Its status is the controller's (the step wrapper has applied seed 000's rule: its excused
+# Its status is the controller's (the step wrapper has applied the coordinated-shutdown rule: its excused
 # coordinated shutdown is 0); its peers are reaped on every path.
 mode=${1:-completed}
 nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))

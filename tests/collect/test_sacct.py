@@ -26,7 +26,7 @@ from auditor.collect.sacct import (
 from auditor.errors import SacctFormatError
 from auditor.model import SacctDump, SacctJob, SacctStep
 
-REAL = Path(__file__).resolve().parents[3] / "shared" / "real-evidence" / "sacct"
+REAL = Path(__file__).resolve().parents[2] / "fixtures" / "real-evidence" / "sacct"
 DEFECTS = Path(__file__).resolve().parents[2] / "fixtures" / "defects" / "sacct"
 
 needs_real = pytest.mark.skipif(not REAL.is_dir(), reason=f"{REAL} not present")

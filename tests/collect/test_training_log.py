@@ -1,6 +1,6 @@
 """Tests for :mod:`auditor.collect.training_log`.
 
-Three layers: every real log in ``/work/shared/real-evidence/logs`` against the
+Three layers: every real log in ``fixtures/real-evidence/logs`` against the
 facts its ``SOURCES.md`` states; the tiny defect fixtures under
 ``fixtures/defects/training_log/`` (one defect each); and large inputs
 generated in ``tmp_path`` (a 100 MB line, 200k lines) for bounded memory.
@@ -31,7 +31,7 @@ from tests.collect.test_lines import plain_lines
 
 REPO = Path(__file__).resolve().parents[2]
 DEFECTS = REPO / "fixtures" / "defects" / "training_log"
-REAL_LOGS = Path(__file__).resolve().parents[3] / "shared" / "real-evidence" / "logs"
+REAL_LOGS = Path(__file__).resolve().parents[2] / "fixtures" / "real-evidence" / "logs"
 
 LEGACY_PATTERN = r"^\s*step:(?P<step>\d+) - "
 """A protocol override for verl logs older than the ``training/global_step`` key."""
