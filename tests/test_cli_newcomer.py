@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,22 @@ def test_audit_prints_the_output_manifests_own_sha256(
     assert printed["output_manifest_sha256"] == digest
     summary = orjson.loads((out / "summary.json").read_bytes())
     assert "output_manifest_sha256" not in summary  # (the file stays the contract's)
+
+
+def test_plots_skipped_for_want_of_matplotlib_say_so_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Installed without the ``plots`` extra, the audit writes its report without plots
+    and says why in one line (it used to say nothing)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    for name in ("matplotlib", "matplotlib.backends.backend_agg", "matplotlib.figure"):
+        monkeypatch.setitem(sys.modules, name, None)  # (an import of it fails, as uninstalled)
+    root = copy_example(tmp_path)
+    assert main(["audit", str(root), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("plots skipped") == 1 and "auditor[plots]" in err
+    assert not (tmp_path / "out" / "plots").exists()

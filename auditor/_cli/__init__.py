@@ -465,10 +465,13 @@ def _may_be_a_study(root: Path) -> bool:
 
 def _plotter(root: Path) -> Any:
     """A :class:`~auditor.report.plots.Plotter`, started now so that matplotlib is imported
-    while the audit runs; None when matplotlib is not installed (no plots are drawn)."""
+    while the audit runs; None when matplotlib is not installed (no plots are drawn, and
+    one line on stderr says so)."""
     import importlib.util
 
     if importlib.util.find_spec("matplotlib") is None:
+        print("auditor: plots skipped: matplotlib is not installed (pip install "
+              "'auditor[plots]', or pass --no-plots)", file=sys.stderr)
         return None
     from auditor.report.plots import Plotter
 

@@ -21,6 +21,9 @@ from typing import Any
 JOB_ID_VARIABLE = "AUDITOR_JOB_ID"
 """Set by ``auditor run`` in its command's environment: the job id it records (SLURM's, or
 ``--job-id`` outside SLURM), so the training processes' device files agree with the trial."""
+GPUS_VARIABLE = "AUDITOR_GPUS"
+"""Set by ``auditor run`` in its command's environment: the GPUs the period runs with
+(``--gpus``), so a trainer may start one rank per GPU (the example trainer does)."""
 ATTEMPT_DIR_VARIABLE = "AUDITOR_ATTEMPT_DIR"
 """Set by ``auditor run`` in its command's environment: the attempt directory (absolute)."""
 

@@ -1,7 +1,8 @@
 """An example trainer using the producer kit, CPU only (no torch needed).
 
 ``python -m auditor.capture.example --mode M [ATTEMPT_DIR]`` (the directory defaults to the
-one ``auditor run`` exports) starts a driver that starts two rank processes. Each rank
+one ``auditor run`` exports) starts a driver that starts one rank process per GPU ``auditor run
+--gpus`` gave (``AUDITOR_GPUS``; two outside it). Each rank
 writes its allocator trace (:class:`~auditor.capture.Trace`: ``init_model``,
 ``rollout_init``, then per step ``rollout_generate``, ``actor_update``, ``weight_sync``) and
 its device file; the driver prints verl-style console lines, ``step:N -
@@ -37,13 +38,14 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from auditor.capture._files import ATTEMPT_DIR_VARIABLE
+from auditor.capture._files import ATTEMPT_DIR_VARIABLE, GPUS_VARIABLE
 from auditor.capture.device import write_device_evidence
 from auditor.capture.memory import Memory
 from auditor.capture.trace import Trace
 
 MODES = ("completed", "oom", "coordinated", "crash", "hang")
 RANKS = 2
+MAX_RANKS = 8
 PHASE_SECONDS = 0.02
 
 
@@ -102,16 +104,23 @@ def _rank(mode: str, attempt_dir: Path, rank: int) -> int:
     return 0
 
 
+def _rank_count() -> int:
+    """One rank per GPU ``auditor run --gpus`` gave (``AUDITOR_GPUS``, at most
+    :data:`MAX_RANKS`); :data:`RANKS` outside it."""
+    given = os.environ.get(GPUS_VARIABLE, "").strip()
+    return min(int(given), MAX_RANKS) if given.isdigit() and int(given) > 0 else RANKS
+
+
 def _driver(mode: str, attempt_dir: Path) -> int:
     """Start the ranks, wait for them, print the step lines; end as ``mode`` says."""
     prefix = f"(TaskRunner pid={os.getpid()}) "
-    steps = _steps()
-    _say(prefix + f"example trainer: mode {mode}, {RANKS} ranks, {steps} step(s), "
+    steps, count = _steps(), _rank_count()
+    _say(prefix + f"example trainer: mode {mode}, {count} ranks, {steps} step(s), "
          f"evidence in {attempt_dir}")
     ranks = [subprocess.Popen([sys.executable, "-m", "auditor.capture.example", "--mode", mode,
                                "--rank", str(rank), str(attempt_dir)],
                               env={**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank)})
-             for rank in range(RANKS)]
+             for rank in range(count)]
     codes = [process.wait() for process in ranks]
     if any(codes):
         _say(prefix + "Error executing job: a worker failed "
@@ -119,7 +128,7 @@ def _driver(mode: str, attempt_dir: Path) -> int:
         return 1
     for step in range(1, steps + 1):
         _say(prefix + f"step:{step} - training/global_step:{step} - training/epoch:0 - "
-             f"actor/loss:{0.5 / step:.3f} - timing_s/step:{3 * PHASE_SECONDS * RANKS:.3f}")
+             f"actor/loss:{0.5 / step:.3f} - timing_s/step:{3 * PHASE_SECONDS * count:.3f}")
     if mode == "coordinated":
         _say(prefix + "Coordinated shutdown: no policy replicas remain; the controller sends "
              "itself SIGTERM")

@@ -38,6 +38,7 @@ from auditor import __version__
 from auditor.capture import supervise
 from auditor.capture._files import (
     ATTEMPT_DIR_VARIABLE,
+    GPUS_VARIABLE,
     JOB_ID_VARIABLE,
     dumps,
     hostname,
@@ -186,7 +187,7 @@ def run(spec: RunSpec, environ: Mapping[str, str] | None = None,
         raise RunRefused(f"{directory}: cannot create ({error.strerror})") from None
     earlier = [] if spec.attempt_dir is not None else unfinished_attempts(attempt)
     child_env = {**environ, **dict(spec.dispatch), JOB_ID_VARIABLE: attempt.job_id,
-                 ATTEMPT_DIR_VARIABLE: str(directory.resolve())}
+                 ATTEMPT_DIR_VARIABLE: str(directory.resolve()), GPUS_VARIABLE: str(spec.gpus)}
     state = Supervision(grace_s=spec.grace_s)
     previous = {signum: signal.signal(signum, state.on_signal) for signum in TRAPPED}
     reaper = supervise.become_subreaper()

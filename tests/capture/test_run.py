@@ -450,3 +450,13 @@ def test_only_the_ray_session_this_run_started_is_kept(tmp_path: Path) -> None:
     assert load(quiet.trial_path)["worker_logs"] == {
         "kept": [], "notes": [f"no worker logs: no Ray session of this run under {base / 'ray'}, "
                               "no torchrun --log-dir"]}
+
+
+def test_the_example_trainer_starts_a_rank_per_gpu(tmp_path: Path) -> None:
+    """``auditor run --gpus 3`` exports ``AUDITOR_GPUS``: the example trainer starts three
+    ranks (it started two whatever ``--gpus`` said), each with its trace and device file."""
+    assert main([*run_args(tmp_path, "5401", "--dispatch", "TOTAL_TRAINING_STEPS=1", "--",
+                           gpus=3), *EXAMPLE, "--mode", "completed"]) == 0
+    attempt = attempt_of(tmp_path, "5401", gpus=3)
+    assert len(list((attempt / "allocator-traces").glob("*.jsonl"))) == 3
+    assert len(list((attempt / "device-evidence").glob("*.json"))) == 3
