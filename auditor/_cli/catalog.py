@@ -146,8 +146,9 @@ def _rerun(args: argparse.Namespace) -> int:
     if args.json:
         import orjson
 
-        document = [{"group": g.group, "meaning": g.meaning, "reasons": list(g.reasons),
-                     "array": g.array, "task_ids": list(g.task_ids),
+        document = [{"group": g.group, "cause": g.cause, "meaning": g.meaning,
+                     "reasons": list(g.reasons), "array": g.array,
+                     "array_job_id": g.array_job_id, "task_ids": list(g.task_ids),
                      "subjects": list(g.subjects), "without_task_id": list(g.without_task_id)}
                     for g in plan]
         sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -156,10 +157,12 @@ def _rerun(args: argparse.Namespace) -> int:
         print("rerun: nothing to rerun (every period is resolved or failed)")
     for group in plan:
         spec = f"--array={group.array}" if group.array else "(no array task id)"
+        if group.array and group.array_job_id:
+            spec += f" of array {group.array_job_id}"
         note = f"{len(group.subjects)} period(s): {', '.join(group.reasons)}"
         if group.without_task_id:
             note += "; without an array task id: " + ", ".join(group.without_task_id)
-        print(f"{group.group} {spec}  # {note}")
+        print(f"{group.name} {spec}  # {note}")
     return 0
 
 

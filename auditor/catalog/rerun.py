@@ -38,6 +38,12 @@ GROUPS: tuple[tuple[str, str, frozenset[str]], ...] = (
 """(group, what it means, the verdict reasons it holds), in the order printed; an unresolved
 reason none names is in ``other``."""
 
+CRASHED = ("crashed", "the trainer itself failed (a crash, an out-of-memory, its own abort): "
+           "rerun unchanged, it may fail the same way")
+TRAINERS_OWN = frozenset({"python_exception", "segfault", "child_failed", "aborted", "gpu_oom",
+                          "host_oom", "nan_loss", "engine_dead"})
+"""Causes of an unclean exit that are the trainer's own doing, not the infrastructure's."""
+
 
 @dataclass(frozen=True, slots=True)
 class RerunGroup:
@@ -49,6 +55,16 @@ class RerunGroup:
     task_ids: tuple[int, ...]
     subjects: tuple[str, ...]
     without_task_id: tuple[str, ...] = field(default=())
+    cause: str | None = None
+    """What ended its periods (one cause a line; None: none named)."""
+    array_job_id: str | None = None
+    """The job array its task ids are of (None: not recorded)."""
+
+    @property
+    def name(self) -> str:
+        """``group/cause`` (the group alone without a cause)."""
+        return f"{self.group}/{self.cause}" if self.cause and self.cause != self.group \
+            else self.group
 
     @property
     def array(self) -> str:
@@ -71,32 +87,42 @@ def array_spec(task_ids: Iterable[int]) -> str:
 
 
 def rerun_plan(out: Path) -> list[RerunGroup]:
-    """The plan of the audit in ``out``: one group per reason group with periods in it."""
+    """The plan of the audit in ``out``: one line per reason group, cause and array with
+    periods in it (an unclean exit the trainer caused is ``crashed``, not infrastructure)."""
     path = out / "periods.parquet"
     rows = _periods(path, _check_pinned(out, path))
     named = {reason: group for group, _, reasons in GROUPS for reason in reasons}
-    members: dict[str, list[dict[str, object]]] = {}
+    members: dict[tuple[str, str, str], list[dict[str, object]]] = {}
     for row in rows:
         if row["verdict"] != "unresolved":
             continue
-        members.setdefault(named.get(str(row["reason"]), "other"), []).append(row)
+        group = named.get(str(row["reason"]), "other")
+        cause = str(row["cause"]) if row.get("cause") is not None else ""
+        if group == "infrastructure" and cause in TRAINERS_OWN:
+            group = CRASHED[0]
+        array = str(row["array_job_id"]) if row.get("array_job_id") is not None else ""
+        members.setdefault((group, cause, array), []).append(row)
+    order = [*[(g, m) for g, m, _ in GROUPS[:1]], CRASHED, *[(g, m) for g, m, _ in GROUPS[1:]],
+             ("other", "unresolved for another reason")]
     plan = []
-    for group, meaning, _ in (*GROUPS, ("other", "unresolved for another reason",
-                                        frozenset())):
-        found = sorted(members.get(group, []), key=lambda r: str(r["subject"]))
-        if not found:
-            continue
-        plan.append(RerunGroup(
-            group, meaning, tuple(sorted({str(r["reason"]) for r in found})),
-            tuple(sorted({int(str(r["array_task_id"])) for r in found
-                          if r["array_task_id"] is not None})),
-            tuple(str(r["subject"]) for r in found),
-            tuple(str(r["subject"]) for r in found if r["array_task_id"] is None)))
+    for group, meaning in order:
+        for (_, cause, array), found in sorted(
+                (key, rows) for key, rows in members.items() if key[0] == group):
+            found = sorted(found, key=lambda r: str(r["subject"]))
+            plan.append(RerunGroup(
+                group, meaning, tuple(sorted({str(r["reason"]) for r in found})),
+                tuple(sorted({int(str(r["array_task_id"])) for r in found
+                              if r["array_task_id"] is not None})),
+                tuple(str(r["subject"]) for r in found),
+                tuple(str(r["subject"]) for r in found if r["array_task_id"] is None),
+                cause or None, array or None))
     return plan
 
 
 COLUMNS = ("subject", "array_task_id", "verdict", "reason")
 """The columns of ``periods.parquet`` the plan reads."""
+LATER_COLUMNS = ("cause", "array_job_id")
+"""Columns it reads where an audit wrote them (an older audit's table lacks the array)."""
 VERDICTS = frozenset({"resolved", "failed", "unresolved"})
 
 
@@ -123,8 +149,11 @@ def _periods(path: Path, data: bytes) -> list[dict[str, object]]:
         if schema.field(name).type != wanted:
             raise InputError(f"rerun: {path}: column {name!r} is {schema.field(name).type}, "
                              f"not {wanted}; is it an audit's periods table?")
+    later = [name for name in LATER_COLUMNS
+             if len(schema.get_all_field_indices(name)) == 1
+             and schema.field(name).type == SCHEMAS["periods"].field(name).type]
     try:
-        rows: list[dict[str, object]] = reader.read(columns=list(COLUMNS)).to_pylist()
+        rows: list[dict[str, object]] = reader.read(columns=[*COLUMNS, *later]).to_pylist()
     except (OSError, pa.ArrowException) as error:
         raise InputError(f"rerun: {path}: unreadable ({_first_line(error)})") from None
     for number, row in enumerate(rows):

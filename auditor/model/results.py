@@ -120,6 +120,8 @@ class PeriodFacts:
     pids_by_rank: tuple[int | None, ...]
     log_lines: int | None
     last_step: int | None
+    array_job_id: str | None = None
+    """The job array its record names (``auditor rerun`` says which array to resubmit)."""
 
 
 @dataclass(frozen=True, slots=True)

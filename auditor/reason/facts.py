@@ -47,5 +47,5 @@ def period_facts(period: PeriodEvidence, protocol: Protocol,
     return PeriodFacts(
         period.subject, record.pair, record.period, record.workload, record.seed, record.gpus,
         record.array_task_id, counted.job_id if counted else None, update_ns, sync_ns, peak,
-        pids, log_lines, last_step,
+        pids, log_lines, last_step, record.array_job_id,
     )

@@ -32,6 +32,7 @@ def _periods(result: AuditResult) -> Iterable[tuple[Any, ...]]:
             verdict.diagnosis, verdict.limits,
             facts.actor_update_finished_ns, facts.post_update_sync_finished_ns,
             facts.raw_peak_mib, list(facts.pids_by_rank), facts.log_lines, facts.last_step,
+            facts.array_job_id,
         )
 
 

@@ -57,6 +57,7 @@ PERIODS_SCHEMA = pa.schema([
     pa.field("pids_by_rank", pa.list_(pa.int64())),
     pa.field("log_lines", pa.int64()),
     pa.field("last_step", pa.int64()),
+    pa.field("array_job_id", pa.string(), metadata={"doc": "the job array its record names"}),
 ])
 
 ATTEMPTS_SCHEMA = pa.schema([

@@ -40,12 +40,14 @@ def test_the_mixed_study_groups_by_reason_never_a_resolved_or_failed_period(
     """Mixed: tasks 0 and 3 (and the retried period, no task id) resolved, task 2 failed
     (the protocol's out-of-memory); the rest unresolved, each for its reason."""
     groups = plan(mixed_out, capsys)
-    assert [(g["group"], g["array"], g["reasons"]) for g in groups] == [
-        ("infrastructure", "4,6,9", ["infrastructure_failure", "killed"]),
-        ("time_limit", "5,8", ["time_limit"]),
-        ("cancelled", "7", ["cancelled"]),
-        ("incomplete", "1", ["terminal_event_missing"]),
+    assert [(g["group"], g["cause"], g["array"], g["reasons"]) for g in groups] == [
+        ("infrastructure", "node_failure", "9", ["infrastructure_failure"]),
+        ("infrastructure", "signal", "4,6", ["killed"]),
+        ("time_limit", "time_limit", "5,8", ["time_limit"]),
+        ("cancelled", "cancelled", "7", ["cancelled"]),
+        ("incomplete", None, "1", ["terminal_event_missing"]),
     ]
+    assert {g["array_job_id"] for g in groups} == {"5061000"}
     listed = {s for g in groups for s in g["subjects"]}
     assert len(listed) == 7
     assert not listed & {"host-qwen25-7b-gsm8k-c2-s161/period-1",   # resolved
@@ -54,8 +56,10 @@ def test_the_mixed_study_groups_by_reason_never_a_resolved_or_failed_period(
     assert main(["rerun", str(mixed_out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split("  #")[0] for line in lines] == [
-        "infrastructure --array=4,6,9", "time_limit --array=5,8", "cancelled --array=7",
-        "incomplete --array=1"]
+        "infrastructure/node_failure --array=9 of array 5061000",
+        "infrastructure/signal --array=4,6 of array 5061000",
+        "time_limit --array=5,8 of array 5061000", "cancelled --array=7 of array 5061000",
+        "incomplete --array=1 of array 5061000"]
 
 
 def test_evidence_problems_are_a_group(tmp_path: Path,
@@ -131,3 +135,32 @@ def test_a_fifo_in_place_of_a_file_is_refused_not_waited_on(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"rerun: {out / name}: unreadable (not a regular file)" \
         in err, err
+
+
+def test_a_python_crash_is_not_infrastructure(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """An unclean exit whose cause is the trainer's own (a Python exception) is its own
+    line, ``crashed/python_exception``: rerunning it unchanged may crash again, where a
+    node failure's rerun will not."""
+    root = hardware_study(tmp_path / "s", "s", 8700000, [
+        ("gpu-node-01", "completed"), ("gpu-node-02", "completed")])
+    trial = next((root / "host-qwen25-7b-gsm8k-c2-s162-2gpu").rglob("trial-*.json"))
+    log = next(trial.parent.glob("training-*.log"))
+
+    def crashed(data: bytes) -> bytes:
+        document = orjson.loads(data)
+        document["invocation"]["exit_code"] = 1
+        for process in document["processes"]:
+            process["exit_code"] = 1
+        return orjson.dumps(document)
+
+    rewrite(root, trial.relative_to(root).as_posix(), crashed)
+    rewrite(root, log.relative_to(root).as_posix(), lambda data: data + (
+        b"Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n"
+        b"RuntimeError: boom\n"))
+    groups = plan(audited(root, tmp_path / "out"), capsys)
+    assert [(g["group"], g["cause"], g["array"], g["array_job_id"]) for g in groups] == [
+        ("crashed", "python_exception", "1", "8700000")]
+    assert main(["rerun", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().out.startswith(
+        "crashed/python_exception --array=1 of array 8700000  # 1 period(s): unclean_exit")
