@@ -387,6 +387,7 @@ class _Scanner:
                 rest = slurm["rest"].upper()
                 kind = "slurm_time_limit" if "DUE TO TIME LIMIT" in rest \
                     else "slurm_preempted" if "DUE TO PREEMPTION" in rest \
+                    or "DUE TO JOB REQUEUE" in rest \
                     else "node_failure" if "DUE TO NODE FAILURE" in rest \
                     else "slurm_task_failure" if "DUE TO TASK FAILURE" in rest \
                     else "slurm_step_cancelled" if slurm["what"] == "STEP" \

@@ -98,8 +98,13 @@ EXCEPTION_CAUSES: tuple[tuple[str, CauseWord], ...] = (
 
 
 def _exception_cause(exception: str) -> CauseWord:
-    return next((word for name, word in EXCEPTION_CAUSES if name in exception),
-                C.PYTHON_EXCEPTION)
+    found = next((word for name, word in EXCEPTION_CAUSES if name in exception), None)
+    if found is not None:
+        return found
+    # Python's own MemoryError (and numpy's _ArrayMemoryError, its subclass): the host's
+    # memory ran out (contract v1.2), where torch's OutOfMemoryError is the GPU's
+    return C.HOST_OOM if exception.rsplit(".", 1)[-1].endswith("MemoryError") \
+        else C.PYTHON_EXCEPTION
 
 
 def event_cause(event: LogEvent) -> CauseWord | None:

@@ -1,0 +1,48 @@
+"""Two causes the contract's v1.2 "More causes" corrects (issue 43, item 1, in part): Python's
+``MemoryError`` (and numpy's ``_ArrayMemoryError``, its subclass) is the host's memory,
+``host_oom``, never a bare ``python_exception`` (torch's ``OutOfMemoryError`` stays the
+GPU's); Slurm's ``CANCELLED ... DUE TO JOB REQUEUE`` is a requeue, ``preempted``, never a
+person's cancellation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from auditor._cli import main
+
+REQUEUED = ("slurmstepd: error: *** JOB 31182239 ON sh-06-34 CANCELLED AT 2018-11-05T10:35:06 "
+            "DUE TO JOB REQUEUE ***")
+"""A real line (a public Slurm guide on SIGUSR1 requeueing, Stanford's Sherlock cluster), as
+slurmstepd's ``_handle_signal_container`` prints ``"*** %s ON %s CANCELLED AT %s DUE TO JOB
+REQUEUE ***"`` (slurm src/slurmd/slurmstepd/req.c)."""
+
+
+def _cause(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str) -> str | None:
+    log = tmp_path / "t.log"
+    log.write_text(text)
+    capsys.readouterr()
+    assert main(["causes", str(log), "--json"]) == 0
+    cause = orjson.loads(capsys.readouterr().out)["cause"]
+    return None if cause is None else str(cause["cause"])
+
+
+@pytest.mark.parametrize(("text", "word"), [
+    ("Traceback (most recent call last):\n  File \"train.py\", line 10, in <module>\n"
+     "    buffer = bytearray(1 << 40)\nMemoryError\n", "host_oom"),
+    ("Traceback (most recent call last):\n  File \"prep.py\", line 3, in <module>\n"
+     "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 7.45 GiB for an array "
+     "with shape (1000000000,) and data type float64\n", "host_oom"),
+    ("Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n"
+     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n", "gpu_oom"),
+    ("Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n"
+     "ValueError: MemoryError is not what this is\n", "python_exception"),
+    (REQUEUED + "\n", "preempted"),
+    ("slurmstepd: error: *** JOB 42 ON n1 CANCELLED AT 2024-05-01T10:00:00 ***\n",
+     "cancelled"),
+])
+def test_memory_errors_and_requeues(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                    text: str, word: str) -> None:
+    assert _cause(tmp_path, capsys, text) == word
