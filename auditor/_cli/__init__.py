@@ -339,14 +339,8 @@ def check_limits(args: argparse.Namespace) -> None:
             raise UsageError(f"{flag} must be at least 1")
 
 
-def _audit(args: argparse.Namespace) -> int:
-    from auditor.model import AuditOptions
-    from auditor.pipeline.audit import Auditor, drive, paused_gc
-    from auditor.report.summary import build_summary
-
-    waivers, anchors = waivers_of(args), anchors_of(args)
-    inputs = [(name, Path(path)) for name, path in
-              _split_pairs(args.protocol_input, "--protocol-input")]
+def _check_audit_arguments(args: argparse.Namespace) -> None:
+    """Refuse, before any work, what ``audit``'s options cannot mean together (one line)."""
     if args.source and args.source_root is None:
         raise UsageError("--source needs --source-root")
     if args.jobs is not None and not 1 <= args.jobs <= MAX_JOBS:
@@ -355,6 +349,8 @@ def _audit(args: argparse.Namespace) -> int:
     check_limits(args)
     if args.sacct is not None and not args.sacct.is_file():
         raise UsageError(f"--sacct {args.sacct}: no such file")
+    if args.key_file is not None and args.shard is None:
+        raise UsageError("--key-file signs a shard's part: it needs --shard I/N")
     if args.executor is not None:
         from auditor.pipeline.pool import scheduler_address
 
@@ -362,6 +358,17 @@ def _audit(args: argparse.Namespace) -> int:
             raise UsageError("--jobs is this machine's readers; with --executor the "
                              "cluster's workers read (give one or the other)")
         scheduler_address(args.executor)  # (a malformed one refused before any work)
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from auditor.model import AuditOptions
+    from auditor.pipeline.audit import Auditor, drive, paused_gc
+    from auditor.report.summary import build_summary
+
+    waivers, anchors = waivers_of(args), anchors_of(args)
+    inputs = [(name, Path(path)) for name, path in
+              _split_pairs(args.protocol_input, "--protocol-input")]
+    _check_audit_arguments(args)
     fields = tuple(f.strip() for f in args.sacct_format.split(",")) if args.sacct_format else None
     options = AuditOptions(
         sacct=args.sacct, sacct_format=fields, sacct_delimiter=args.sacct_delimiter,
@@ -370,8 +377,6 @@ def _audit(args: argparse.Namespace) -> int:
         max_findings=args.max_findings, max_findings_per_file=args.max_findings_per_file,
         max_quote=args.max_quote, executor=args.executor,
     )
-    if args.key_file is not None and args.shard is None:
-        raise UsageError("--key-file signs a shard's part: it needs --shard I/N")
     if args.shard is not None:  # (a part for 'auditor merge', not a report)
         from auditor._cli.shards import audit_shard
 
