@@ -6,7 +6,6 @@ adversary's part is built here, from an honest one, as a forger would: edited, r
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
@@ -19,6 +18,7 @@ import pytest
 
 from auditor._cli import main
 from tests.helpers import copy_example, outcome_study
+from tests.test_shards import _repin
 
 OTHER_UID = 54321
 
@@ -38,16 +38,6 @@ def _merge(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
 
 def _gate(out: Path) -> int:
     return main(["gate", str(out)])
-
-
-def _repin(part: Path, name: str) -> None:
-    """Re-pin ``name`` in the part's manifest (so it verifies), as a forger would."""
-    data = (part / name).read_bytes()
-    manifest = json.loads((part / "output_manifest.json").read_text())
-    for entry in manifest["outputs"]:
-        if entry["path"] == name:
-            entry["sha256"], entry["size"] = hashlib.sha256(data).hexdigest(), len(data)
-    (part / "output_manifest.json").write_text(json.dumps(manifest))
 
 
 def _lines(part: Path) -> list[Any]:
