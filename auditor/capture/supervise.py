@@ -22,7 +22,8 @@ Only processes descended from the command are ever signalled: the wrapper's othe
 
 Nothing outlives a killed wrapper either (a SIGKILL runs no handler of the wrapper's): the
 command gets ``PR_SET_PDEATHSIG`` (SIGKILL when the wrapper dies), and a *guardian* started
-beside it (:data:`GUARDIAN`, a few lines of Python that ignore the catchable signals) waits on
+beside it (:data:`GUARDIAN`, a few lines of Python in a session of its own that ignore the
+termination signals a group or a terminal sends: HUP, INT, QUIT, USR1, USR2, PIPE, TERM) waits on
 a pipe whose other end only the wrapper holds. When the pipe closes without the wrapper's
 "done" (the wrapper died), the guardian SIGKILLs the command's process group and every
 process that carries this run's :data:`RUN_TOKEN` in its environment (what left the group
@@ -55,7 +56,7 @@ RUN_TOKEN = "AUDITOR_RUN_TOKEN"
 command's processes once the wrapper is gone (the process tree is broken by then)."""
 GUARDIAN = r"""
 import os, signal, sys, time
-for number in (1, 2, 10, 12, 13, 15):  # (SIGHUP, SIGINT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTERM)
+for number in (1, 2, 3, 10, 12, 13, 15):  # (HUP, INT, QUIT, USR1, USR2, PIPE, TERM)
     signal.signal(number, signal.SIG_IGN)
 said = b""
 while True:
@@ -295,7 +296,10 @@ def _guardian(token: str) -> subprocess.Popen[bytes] | None:
     try:
         return subprocess.Popen([sys.executable, "-I", "-S", "-c", GUARDIAN, RUN_TOKEN, token],
                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+                                stderr=subprocess.DEVNULL,
+                                # (a session of its own: a signal to the wrapper's group or
+                                # terminal, a Ctrl-\ ending the wrapper, never reaches it)
+                                start_new_session=True)
     except OSError:
         return None
 
