@@ -290,7 +290,7 @@ class _Scanner:
         # a traceback: ``raise ValueError("No available memory for the cache blocks")``
         # quoted in a frame is code, not the failure.
         if not metrics and not self._tracebacks(number, segment, key, content):
-            self._failures(number, segment, content)
+            self._failures(number, segment, _unhedged(content))
         if content.startswith(KIT_NOTE):
             return  # (the wrapper's own line: it quotes the command, never a step it ran)
         if MLLOG in content:
@@ -431,7 +431,8 @@ class _Scanner:
                 name = {"Killed": "SIGKILL", "Aborted": "SIGABRT",
                         "Bus error": "SIGBUS"}[shell.group(1)]
                 self._add("signal", number, segment, f"{name} (the shell's report)")
-        if ("ctor" in text or "actor" in text) and _ACTOR_DIED.search(text):
+        if ("ctor" in text or "actor" in text or "worker died" in text) \
+                and _ACTOR_DIED.search(text):
             self._add("actor_died", number, segment, "a Ray actor died")
         elif "RayTaskError(" in text and _EXCEPTION_STANDALONE.match(text) is None:
             # (a line that is the exception itself is one already)
@@ -596,6 +597,21 @@ def _compile_pattern(pattern: str) -> regex.Pattern[str]:
             "(write it as (?P<step>...))"
         )
     return compiled
+
+
+_HEDGES = ("Some common causes include", "There are some potential root causes",
+           "Possible causes", "possible causes")
+"""Where a message starts listing what *might* have happened (Ray's worker-death text names
+"SIGSEGV" and "the OOM killer" among them): never evidence (contract v1.2)."""
+
+
+def _unhedged(content: str) -> str:
+    """``content`` before its first hedge (:data:`_HEDGES`): what it says happened."""
+    for hedge in _HEDGES:
+        at = content.find(hedge)
+        if at >= 0:
+            content = content[:at]
+    return content
 
 
 def _strip_prefixes(segment: str) -> tuple[str, str]:

@@ -46,3 +46,25 @@ def _cause(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str) -> str
 def test_memory_errors_and_requeues(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                     text: str, word: str) -> None:
     assert _cause(tmp_path, capsys, text) == word
+
+
+RAY_WORKER_DEATH = (
+    "(raylet) A worker died or was killed while executing a task by an unexpected system "
+    "error. To troubleshoot the problem, check the logs for the dead worker. RayTask ID: "
+    "ffffffffffffffff Worker ID: 60f8d143462b96cd3bf4270eafe617aaf2d2ca7266cb Node ID: "
+    "4cb25bc084aeb5a31ca5402ad589ae042a71165a8e2dd8418fecee26 Worker IP address: "
+    "10.0.50.112 Worker port: 10015 Worker PID: 2938 Worker exit type: SYSTEM_ERROR Worker "
+    "exit detail: Worker unexpectedly exits with a connection error code 2. End of file. "
+    "Some common causes include: (1) the process was killed by the OOM killer due to high "
+    "memory usage, (2) ray stop --force was called, or (3) the worker crashed unexpectedly "
+    "due to SIGSEGV or another unexpected error.")
+"""Ray's worker-death text as its documentation shows it (ray docs, "Debugging Failures",
+from ``node_manager.cc``'s ``HandleClientConnectionError``): "SIGSEGV" and "the OOM killer"
+are among what *might* have happened, never evidence (contract v1.2)."""
+
+
+def test_hedged_text_is_never_evidence(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """It was named ``segfault``; the worker's death is what the line says happened."""
+    assert _cause(tmp_path, capsys, RAY_WORKER_DEATH + "\n") == "actor_died"
+    assert _cause(tmp_path, capsys, "Fatal Python error: Segmentation fault\n") == "segfault"
