@@ -425,8 +425,11 @@ class _Scanner:
             if found:
                 number_or_name = found.group(2) or _signal_name(
                     found.group(1) or found.group(3) or found.group(4))
-                sender = " from torchrun's elastic agent" if "death signal" in text else ""
-                self._add("signal", number, segment, f"{number_or_name}{sender}")
+                # (torchrun's agent *received* it and passes it on to its workers; who sent
+                # it, the log does not say: contract v1.2, signals named as received)
+                received = (", received by torchrun's elastic agent (sender not in the log)"
+                            if "death signal" in text else "")
+                self._add("signal", number, segment, f"{number_or_name}{received}")
             elif (shell := _SHELL_KILL.search(text.strip())) is not None:
                 name = {"Killed": "SIGKILL", "Aborted": "SIGABRT",
                         "Bus error": "SIGBUS"}[shell.group(1)]

@@ -68,3 +68,18 @@ def test_hedged_text_is_never_evidence(tmp_path: Path,
     """It was named ``segfault``; the worker's death is what the line says happened."""
     assert _cause(tmp_path, capsys, RAY_WORKER_DEATH + "\n") == "actor_died"
     assert _cause(tmp_path, capsys, "Fatal Python error: Segmentation fault\n") == "segfault"
+
+
+def test_a_signal_torchruns_agent_received_is_named_as_received(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """torchrun's ``Received 15 death signal, shutting down workers``: the agent received
+    SIGTERM (and passed it on); the log does not say who sent it. It was said to come
+    *from* the agent."""
+    log = Path(__file__).parents[2] / "fixtures" / "causes" / \
+        "signal__prime-rl-issue1360-received-15-death-signal.log"
+    capsys.readouterr()
+    assert main(["causes", str(log), "--json"]) == 0
+    cause = orjson.loads(capsys.readouterr().out)["cause"]
+    assert cause["cause"] == "signal"
+    assert "received by torchrun's elastic agent" in cause["detail"]
+    assert "from torchrun" not in cause["detail"]
