@@ -273,7 +273,8 @@ def _seal(args: argparse.Namespace) -> int:
         print(f"seal: the record lacks {', '.join(result.missing)} (pass --workload, --seed, "
               "--model): the audit will flag it", file=sys.stderr)
     if result.idle_check is not None and result.idle_check.get("passed") is None:
-        print(f"seal: no idle check could be made: {result.idle_check.get('unavailable')}",
+        print("seal: no idle check could be made: "
+              f"{result.idle_check.get('unavailable') or 'no reason recorded'}",
               file=sys.stderr)
     return 0
 
@@ -294,7 +295,8 @@ def _seal_node(args: argparse.Namespace) -> int:
     except OSError as error:
         raise UsageError(f"seal: {error.filename or args.root}: {error.strerror}") from None
     said = "passed" if result.get("passed") else "did not pass" \
-        if result.get("passed") is False else f"could not be made: {result.get('unavailable')}"
+        if result.get("passed") is False \
+        else f"could not be made: {result.get('unavailable') or 'no reason recorded'}"
     print(f"idle check of {result['host']} {said}: {path}")
     return 0
 

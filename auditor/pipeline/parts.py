@@ -266,7 +266,8 @@ def _meta(path: Path, data: bytes) -> dict[str, Any]:
             or type(total) is not int or total < 0:
         raise InputError(f"merge: {path}: {META} has no shard I/N and period count")
     if meta.get("auditor_version") != __version__:
-        raise InputError(f"merge: {path}: written by auditor {meta.get('auditor_version')}, "
+        raise InputError(f"merge: {path}: written by auditor "
+                         f"{meta.get('auditor_version') or 'of an unknown version'}, "
                          f"this is {__version__}; audit the shard again")
     periods = meta.get("periods")
     if not isinstance(periods, list) or not all(type(n) is int for n in periods) \
