@@ -289,3 +289,15 @@ def test_big_integers_and_undecodable_names_cross_a_part_exactly(
     for name in ("diagnostic.md", "summary.json", "findings.parquet", "evidence.md"):
         assert (tmp_path / "single" / name).read_bytes() == \
             (tmp_path / "merged" / name).read_bytes(), name
+
+
+def test_a_part_changed_after_its_manifest_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The bytes the merge decodes are the bytes it checks against the manifest's pin (read
+    once: the merge's verification does not hash the part's own files again)."""
+    root = copy_example(tmp_path)
+    part = _part(root, tmp_path / "part")
+    data = (part / "part.jsonl").read_bytes()
+    (part / "part.jsonl").write_bytes(data.replace(b"}\n", b"} \n", 1))  # (still JSON)
+    code, err = _merge(capsys, str(part), "--out", str(tmp_path / "merged"))
+    assert code == 2 and "part.jsonl differs from its output manifest" in err

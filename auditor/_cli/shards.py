@@ -147,11 +147,12 @@ def _read_part(path: Path, inputs: bool, trust: Trust) -> tuple[dict[str, Any], 
     ``part.json``, signature: :func:`~auditor.pipeline.parts.read_part`), then its manifest
     verified (every output and, unless not ``inputs``, every input it pins unchanged); one
     line (:class:`InputError`) otherwise."""
-    from auditor.pipeline.parts import read_part
+    from auditor.pipeline.parts import OWN_FILES, read_part
     from auditor.report.output import verify_outputs
 
     meta, parts, manifest = read_part(path, trust)
-    differences, _ = verify_outputs(path, inputs=inputs, manifest=manifest)
+    differences, _ = verify_outputs(path, inputs=inputs, manifest=manifest,
+                                    checked=OWN_FILES)
     if differences:
         first = differences[0]
         raise InputError(f"merge: {path}: {len(differences)} difference(s) against its output "

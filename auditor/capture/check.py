@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from auditor.collect.metrics import read_metrics
-from auditor.collect.terminal import SpecError, resolve
+from auditor.collect.terminal import SpecError, from_document
 from auditor.collect.training_log import scan_training_log
 from auditor.model.kinds import (
     ALLOCATOR_TRACE,
@@ -121,24 +121,8 @@ def _spec(event: dict[str, Any]) -> TerminalSpec | None:
     """The matcher the protocol's ``terminal_event`` gives (contract v1.2), as the audit
     reads it; None (the default) when it gives none or one that cannot work (the audit
     reports that protocol, and applies the default too)."""
-    def texts(value: object) -> tuple[str, ...]:
-        if isinstance(value, str):
-            return (value,)
-        return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
-
-    marker = event.get("marker", False)
-    given = event.get("json")
-    tests: dict[str, Any] = given if isinstance(given, dict) else {}
     try:
-        return resolve(
-            event.get("preset") if isinstance(event.get("preset"), str) else None,
-            patterns=texts(event.get("pattern")) + texts(event.get("patterns")),
-            offset=event.get("offset") if type(event.get("offset")) is int else None,
-            veto=texts(event.get("veto")),
-            marker=marker if isinstance(marker, bool) else texts(marker),
-            json=tuple((field, "field", test["field"]) if isinstance(test, dict)
-                       and isinstance(test.get("field"), str) else (field, "equals", test)
-                       for field, test in sorted(tests.items())))
+        return from_document(event)
     except SpecError:
         return None
 

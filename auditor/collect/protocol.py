@@ -22,7 +22,7 @@ from auditor import rules
 from auditor._io import HashingReader
 from auditor._text import clip
 from auditor.collect.jsondoc import as_list, as_obj, finish, load_json
-from auditor.collect.terminal import SpecError, resolve
+from auditor.collect.terminal import SpecError, from_document
 from auditor.model import (
     DEFAULT_PROTOCOL,
     Citation,
@@ -146,28 +146,15 @@ def _terminal_spec(doc: dict[str, Any], usable: Callable[[str], bool], pattern: 
              if usable(f"/terminal_event/{key}")}
     if not given:
         return None
-    marker = given.get("marker", False)
+    if pattern:
+        given["pattern"] = pattern
     try:
-        return resolve(
-            given.get("preset"),
-            patterns=((pattern,) if pattern else ()) + _texts(given.get("patterns")),
-            offset=given.get("offset"), veto=_texts(given.get("veto")),
-            marker=marker if isinstance(marker, bool) else _texts(marker),
-            json=tuple((field, "field", test["field"]) if isinstance(test, dict)
-                       else (field, "equals", test)
-                       for field, test in sorted(given.get("json", {}).items())))
+        return from_document(given)
     except SpecError as error:
         findings.append(rules.finding(
             "AUD014", path, [Citation(path, pointer="/terminal_event")],
             error=f"{error}; the built-in matcher applies"))
         return None
-
-
-def _texts(value: object) -> tuple[str, ...]:
-    """One pattern or a list of them, as a tuple."""
-    if value is None:
-        return ()
-    return (value,) if isinstance(value, str) else tuple(str(item) for item in as_list(value))
 
 
 def _present(doc: dict[str, Any], pointer: str) -> bool:

@@ -158,6 +158,29 @@ def resolve(preset: str | None, patterns: tuple[str, ...] = (), offset: int | No
     return spec
 
 
+def from_document(event: dict[str, Any]) -> TerminalSpec:
+    """The spec a ``terminal_event`` object gives (its ``preset``, ``pattern``/``patterns``,
+    ``offset``, ``veto``, ``marker``, ``json``; values of another type than the schema's are
+    left out, as the schema's reader leaves them); :class:`SpecError` for one that cannot
+    work. The audit's protocol reader and the launcher's own check both read it so."""
+    def texts(value: object) -> tuple[str, ...]:
+        if isinstance(value, str):
+            return (value,)
+        return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
+
+    preset, offset, marker = event.get("preset"), event.get("offset"), event.get("marker", False)
+    tests = event.get("json")
+    return resolve(
+        preset if isinstance(preset, str) else None,
+        patterns=texts(event.get("pattern")) + texts(event.get("patterns")),
+        offset=offset if type(offset) is int else None, veto=texts(event.get("veto")),
+        marker=marker if isinstance(marker, bool) else texts(marker),
+        json=tuple((field, "field", test["field"]) if isinstance(test, dict)
+                   and isinstance(test.get("field"), str) else (field, "equals", test)
+                   for field, test in sorted((tests if isinstance(tests, dict) else {})
+                                             .items())))
+
+
 def _compile(text: str, what: str, own: bool, step: bool = False) -> Any:
     if own:
         import regex

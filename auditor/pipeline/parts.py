@@ -39,6 +39,9 @@ PART = "part.jsonl"
 META = "part.json"
 SIGNATURE = "part.hmac"
 MANIFEST = "output_manifest.json"
+OWN_FILES = frozenset({PART, META})
+"""A part's files :func:`read_part` reads once and checks against its manifest's pins (a
+merge's verification need not hash them again)."""
 PART_SCHEMA = "auditor/shard-part/v2"
 MAX_LINE = 256 << 20
 """The longest line of a part (one period unit: its records, traces' phases and log events,
@@ -87,15 +90,16 @@ def part_files(parts: CollectedParts, collection: dict[str, Any],
     meta = orjson.dumps(part_meta(parts, collection), option=orjson.OPT_INDENT_2) + b"\n"
     files = {PART: data, META: meta}
     if key is not None:
-        files[SIGNATURE] = signature(key, meta, data).encode() + b"\n"
+        files[SIGNATURE] = signature(key, meta, hashlib.sha256(data).hexdigest()).encode() \
+            + b"\n"
     return files
 
 
-def signature(key: bytes, meta: bytes, data: bytes) -> str:
-    """The part's HMAC-SHA256 (hex) under ``key``: over its ``part.json`` and its data,
-    each by its SHA-256."""
+def signature(key: bytes, meta: bytes, data_sha256: str) -> str:
+    """The part's HMAC-SHA256 (hex) under ``key``: over its ``part.json`` and its data
+    (given by its SHA-256: the merge hashes the data as it reads it), each by its SHA-256."""
     message = (_SIGNED + hashlib.sha256(meta).hexdigest().encode() + b"\n"
-               + hashlib.sha256(data).hexdigest().encode() + b"\n")
+               + data_sha256.encode() + b"\n")
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
@@ -334,10 +338,7 @@ def _check_signature(path: Path, directory: int, trust: Trust,
         raise InputError(f"merge: {path}: not signed (no {SIGNATURE}); audit the shard with "
                          "--key-file, or merge without it")
     given = _whole(path, directory, SIGNATURE, Trust(anyone=True), pinned).strip()
-    message = (_SIGNED + hashlib.sha256(meta).hexdigest().encode() + b"\n"
-               + data_sha256.encode() + b"\n")
-    expected = hmac.new(trust.key, message, hashlib.sha256).hexdigest().encode()
-    if not hmac.compare_digest(given, expected):
+    if not hmac.compare_digest(given, signature(trust.key, meta, data_sha256).encode()):
         raise InputError(f"merge: {path}: its signature does not match (another key, or the "
                          "part was altered)")
 
