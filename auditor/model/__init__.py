@@ -17,6 +17,7 @@ Every name is importable from ``auditor.model`` itself.
 from __future__ import annotations
 
 from auditor.model.core import (
+    NEEDS,
     CauseWord,
     Citation,
     ExitKind,
@@ -95,7 +96,7 @@ from auditor.model.study import (
 )
 
 __all__ = [
-    "DEFAULT_PROTOCOL", "HASHED_STATUSES", "SLURM_STATES", "Accounting", "AllocatorTrace",
+    "DEFAULT_PROTOCOL", "HASHED_STATUSES", "NEEDS", "SLURM_STATES", "Accounting", "AllocatorTrace",
     "AttemptEvidence", "AttemptOutcome", "AttemptRead", "AttemptSpec", "AttemptSummary",
     "AttemptTask",
     "AuditOptions", "AuditResult", "Cause", "CauseWord", "Citation", "Collected", "CollectedParts",

@@ -101,6 +101,31 @@ class Reason(StrEnum):
     INFRASTRUCTURE_FAILURE = "infrastructure_failure"
 
 
+NEEDS: dict[Reason, str] = {
+    Reason.TERMINAL_EVENT_MISSING: "a rerun or a waiver",
+    Reason.COMPLETION_PHASE_MISSING: "a rerun or a waiver",
+    Reason.EVIDENCE_MISSING: "an evidence fix",
+    Reason.EVIDENCE_MISMATCH: "an evidence fix",
+    Reason.EVIDENCE_UNSAFE: "an evidence fix",
+    Reason.EVIDENCE_UNREADABLE: "an evidence fix",
+    Reason.EVIDENCE_INVALID: "an evidence fix",
+    Reason.PERIOD_RECORD_UNREADABLE: "an evidence fix",
+    Reason.IDENTITY_MISMATCH: "an evidence fix",
+    Reason.TIMELINE_INCONSISTENT: "an evidence fix",
+    Reason.IDLE_CHECK_FAILED: "a rerun",
+    Reason.COMMIT_MISMATCH: "a rerun at the pinned commit",
+    Reason.ARRAY_PARTIAL: "the scheduler to finish it",
+    Reason.CANCELLED: "a rerun",
+    Reason.PREEMPTED: "a rerun",
+    Reason.TIME_LIMIT: "a rerun with more time",
+    Reason.KILLED: "a rerun",
+    Reason.UNCLEAN_EXIT: "a rerun",
+    Reason.INFRASTRUCTURE_FAILURE: "a rerun",
+}
+"""What an unresolved period needs before it can resolve, by its reason (the report's
+line per unresolved period): a rerun, an evidence fix, a waiver, or waiting."""
+
+
 class VerdictKind(StrEnum):
     """The three verdicts of the contract."""
 

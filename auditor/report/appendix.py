@@ -24,6 +24,8 @@ from auditor.report.tables import sorted_findings
 from auditor.rules import describe
 
 MAX_FINDINGS_LISTED = 200
+MAX_OTHERS_LISTED = 5
+"""Errors and warnings about no single period the report lists (all: ``evidence.md``)."""
 MAX_NAMED_PERIODS = 500
 NS = 1_000_000_000
 
@@ -110,16 +112,8 @@ def accounting_section(result: AuditResult, reasoning: Reasoning) -> str:
                      + ", ".join(str(e.elapsed_s) for e in acc.elements) + " s.")
         lines.append("")
     elif acc.elements:
-        lines.append(table(
-            ["Element", "JobIDRaw", "State", "ElapsedRaw s", "GPUs", "GPU-seconds"],
-            ([code_span(e.job_id), code_span(e.job_id_raw) if e.job_id_raw else "—",
-              code_span(e.state),
-              str(e.elapsed_s) if e.elapsed_s is not None else "—",
-              str(e.gpus) if e.gpus is not None else "—",
-              f"{e.gpu_seconds:,}" if e.gpu_seconds is not None else "—"]
-             for e in acc.elements),
-            ["---", "---", "---", "---:", "---:", "---:"],
-        ))
+        lines.append(f"Each of the {number(len(acc.elements))} elements' state, `ElapsedRaw`, "
+                     "GPUs and GPU-seconds: [`evidence.md`](evidence.md).")
         lines.append("")
     missing = acc.jobs_without_element
     unknown = ("no scheduler dump was read" if not collected.scheduler_usable() else
@@ -159,16 +153,53 @@ def accounting_section(result: AuditResult, reasoning: Reasoning) -> str:
         (f"Wasted attempts (retried after a completed attempt): {acc.wasted_attempts}, "
          f"{figure(acc.wasted_gpu_seconds)} task-scope GPU-seconds. " if acc.wasted_attempts
          else "No attempt was wasted. ") + "Unresolved periods account for "
-        f"{figure(acc.unresolved_gpu_seconds)} task-scope GPU-seconds."
+        f"{figure(acc.unresolved_gpu_seconds)} task-scope GPU-seconds"
+        + ("; each configuration's are in `summary.json`." if reasoning.configurations
+           else ".")
     )
-    if reasoning.configurations:
-        lines.append("")
-        lines.append("Each configuration's task and reservation GPU-seconds are in "
-                     "`summary.json` (`configurations`).")
     return "\n".join(lines)
 
 
+def elements_table(reasoning: Reasoning) -> str:
+    """Every accounted element's row (``evidence.md``'s; the report sums them)."""
+    acc = reasoning.accounting
+    if not acc.elements:
+        return ""
+    return "\n".join(["## Scheduler elements", "", table(
+        ["Element", "JobIDRaw", "State", "ElapsedRaw s", "GPUs", "GPU-seconds"],
+        ([code_span(e.job_id), code_span(e.job_id_raw) if e.job_id_raw else "—",
+          code_span(e.state),
+          str(e.elapsed_s) if e.elapsed_s is not None else "—",
+          str(e.gpus) if e.gpus is not None else "—",
+          f"{e.gpu_seconds:,}" if e.gpu_seconds is not None else "—"]
+         for e in acc.elements),
+        ["---", "---", "---", "---:", "---:", "---:"])])
+
+
 def disagreements_section(reasoning: Reasoning) -> str:
+    """The report's: how often the launcher's own status disagrees, the periods it would
+    have rerun although they resolved named (the table is in ``evidence.md``)."""
+    found = reasoning.disagreements
+    if not found:
+        return ""
+    by = Counter((status, verdict) for _, status, _, verdict in found)
+    resolved = [subject for subject, _, _, verdict in found if verdict == "resolved"]
+    text = (f"The launcher's own status disagrees with the auditor's verdict for "
+            f"{counted(len(found), 'period')}: "
+            + ", ".join(f"{code_span(status)} where the verdict is {verdict} ({n:,})"
+                        for (status, verdict), n in sorted(by.items()))
+            + ". The auditor never copies it.")
+    if resolved:
+        text += (" Resolved although the launcher says otherwise: "
+                 + ", ".join(code_span(s, 300) for s in resolved[:MAX_NAMED_PERIODS])
+                 + (", ..." if len(resolved) > MAX_NAMED_PERIODS else "") + ".")
+    return "\n".join(["## Launcher and auditor disagree", "", text + " Each, with the "
+                       "launcher's validation error, is in [`evidence.md`](evidence.md) and "
+                       "`summary.json` (`disagreements`)."])
+
+
+def disagreements_table(reasoning: Reasoning) -> str:
+    """``evidence.md``'s table of every disagreement."""
     if not reasoning.disagreements:
         return ""
     lines = ["## Launcher and auditor disagree", "",
@@ -207,14 +238,9 @@ def findings_section(result: AuditResult) -> str:
                 "kept, as findings limits were reached (`AUD013` says where). "
                 "Every finding kept, with all its citations, is in `findings.parquet`.")
     else:
-        head = (f"{len(items):,} findings: {kinds}. Every finding, with all its citations, "
-                "is in `findings.parquet`.")
-    lines = ["## Findings", "", head]
-    by_rule = Counter((f.rule_id, f.symbol, f.severity.value) for f in items)
-    if by_rule:
-        lines += ["", table(["Rule", "Symbol", "Severity", "Count"],
-                            ([r, s, sev, str(n)] for (r, s, sev), n in sorted(by_rule.items())),
-                            ["---", "---", "---", "---:"])]
+        head = (f"{len(items):,} findings ({kinds}), each with its citations in "
+                "`findings.parquet`.")
+    lines = ["## Findings", "", head + " Counted by rule: [`evidence.md`](evidence.md)."]
     # a period's findings are its diagnosis; the others (a study's, an array's, a
     # configuration's, a file's) are said nowhere else
     periods = {v.subject for v in result.verdicts}
@@ -222,11 +248,22 @@ def findings_section(result: AuditResult) -> str:
     if others:
         lines += ["", "Errors and warnings about no single period:", ""]
         lines.extend(f"- {code_span(f.rule_id)} {code_span(f.subject)}: "
-                     f"{prose(describe(f), 300)}" for f in others[:MAX_FINDINGS_LISTED])
-        if len(others) > MAX_FINDINGS_LISTED:
-            lines.append(f"- and {len(others) - MAX_FINDINGS_LISTED:,} more in "
+                     f"{prose(describe(f), 300)}" for f in others[:MAX_OTHERS_LISTED])
+        if len(others) > MAX_OTHERS_LISTED:
+            lines.append(f"- and {len(others) - MAX_OTHERS_LISTED:,} more in "
                          "`findings.parquet`")
     return "\n".join(lines)
+
+
+def findings_table(result: AuditResult) -> str:
+    """``evidence.md``'s count of findings by rule."""
+    by_rule = Counter((f.rule_id, f.symbol, f.severity.value) for f in sorted_findings(result))
+    if not by_rule:
+        return ""
+    return "\n".join(["## Findings by rule", "", table(
+        ["Rule", "Symbol", "Severity", "Count"],
+        ([r, s, sev, str(n)] for (r, s, sev), n in sorted(by_rule.items())),
+        ["---", "---", "---", "---:"])])
 
 
 def plots_section(outputs: Sequence[tuple[str, str, int]]) -> str:
@@ -310,18 +347,16 @@ def provenance_section(result: AuditResult, outputs: Sequence[tuple[str, str, in
     groups = collected.input_counts()
     lines += ["", f"Inputs read and hashed: {groups.get('raw_evidence', 0):,} raw-evidence, "
                   f"{groups.get('source_inputs', 0):,} source-input and "
-                  f"{groups.get('protocol_inputs', 0):,} protocol-input files, each with its "
-                  "SHA-256 and size in `output_manifest.json`; inputs digest: "
-                  f"{inputs_digest(result)} (SHA-256 of their sorted "
-                  "`path<TAB>sha256<TAB>size<LF>` lines)."]
+                  f"{groups.get('protocol_inputs', 0):,} protocol-input files, in "
+                  f"`output_manifest.json`; inputs digest: {inputs_digest(result)} (SHA-256 "
+                  "of their sorted `path<TAB>sha256<TAB>size<LF>` lines)."]
     sources = [i for i in collected.inputs if i.group == "source_inputs"]
     if sources:
         lines += ["", code_block(f"{i.path}  {i.digest.sha256}" for i in sources)]
     if outputs:
-        lines += ["", f"The output directory holds exactly {len(outputs) + 2:,} files: this "
-                      "report; `output_manifest.json`, which pins it (`auditor audit` and "
-                      "`auditor verify` print its SHA-256); and these:", ""]
-        lines.append(code_block(f"{name}  {sha}  {size}" for name, sha, size in outputs))
+        lines += ["", f"The output directory holds exactly {len(outputs) + 2:,} files; "
+                      "`output_manifest.json` pins this report and the others (`auditor "
+                      "verify` checks them)."]
     lines += ["", _assertions(result)]
     return "\n".join(lines)
 

@@ -16,7 +16,7 @@ import functools
 import os
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from auditor._text import clip
@@ -27,6 +27,9 @@ from auditor.store import Kept, Mapped
 
 QUOTED_PER_FILE = 3
 """Locations of one file shown with their quotes (the rest are named without)."""
+SHOWN_QUOTE = 40
+"""Characters of a quote a group's pattern shows (``evidence.md`` shows each whole): a
+longer quote is left to it."""
 MAX_EXCEPTIONS = 10
 """Exceptions a group lists in the report (the rest: in ``evidence.md``)."""
 
@@ -102,11 +105,14 @@ class _Member:
             for path, files in self.files.items()))
 
 
-def _member(result: AuditResult, verdict: Verdict) -> _Member:
+def _member(result: AuditResult, verdict: Verdict,
+            skip: Callable[[Citation], bool] | None = None) -> _Member:
     names = names_of(result, verdict)
     files: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     quotes: dict[tuple[str, str], list[str]] = defaultdict(list)
     for cite in verdict.citations:
+        if skip is not None and skip(cite):
+            continue
         shown = _abstract(cite.path, names)
         where = _where(cite)
         if where not in files[shown][cite.path]:
@@ -125,9 +131,11 @@ class Pattern:
     """In the group's order (each made again as it is read)."""
 
 
-def group_pattern(result: AuditResult, members: Sequence[Verdict]) -> Pattern:
-    """The citations most of ``members`` share, as one line of placeholders, and the
-    members whose citations differ.
+def group_pattern(result: AuditResult, members: Sequence[Verdict],
+                  skip: Callable[[Citation], bool] | None = None) -> Pattern:
+    """The citations most of ``members`` share (but those ``skip`` leaves out: what the
+    report says elsewhere), as one line of placeholders, and the members whose citations
+    differ.
 
     Read in three passes over the members, each with its citations abstracted once, in
     the first, and kept by the store (on disk when they are many: a large group's members
@@ -137,7 +145,7 @@ def group_pattern(result: AuditResult, members: Sequence[Verdict]) -> Pattern:
     lines = _LineTally()
     made: Kept[_Member] = Kept()
     for verdict in members:
-        member = _member(result, verdict)
+        member = _member(result, verdict, skip)
         lines.add(member)
         made.append(member)
     general = lines.varying()
@@ -237,8 +245,8 @@ class _QuoteTally:
     def shown(self) -> str:
         """The quote shown (quotes that differ from period to period are each period's own,
         in ``evidence.md``)."""
-        if self.alike and self.one is not None:
-            return code_span(clip(self.one, 100), 120)
+        if self.alike and self.one is not None and len(self.one) <= SHOWN_QUOTE:
+            return code_span(self.one, SHOWN_QUOTE + 20)
         return ""
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import weakref
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ from auditor.model import (
     SacctJob,
     Verdict,
 )
-from auditor.report.mdformat import code_span, number
+from auditor.report.mdformat import code_span, number, prose
 from auditor.store import Kept, SortedRows, pickles_fast
 
 
@@ -257,14 +257,13 @@ def dispatch_sentence(result: AuditResult, members: Sequence[Verdict]) -> str:
 
 
 def dispatches_alike(result: AuditResult, members: Sequence[Verdict]) -> bool:
-    """Whether every period of ``members`` was dispatched with the same keys and values
-    (the report then says it once, for the study)."""
+    """Whether every period of ``members`` with a trial record was dispatched with the same
+    keys and values (the report then says it once, for the study)."""
     seen = set()
-    for verdict in members:
+    for verdict in members:  # (a period without a trial record dispatched nothing known)
         view, _ = counted_view(result, verdict.subject)
-        if not view.dispatch:
-            return False
-        seen.add(tuple(sorted(view.dispatch)))
+        if view.dispatch:
+            seen.add(tuple(sorted(view.dispatch)))
         if len(seen) > 1:
             return False
     return bool(seen)
@@ -331,8 +330,9 @@ def _explain(result: AuditResult, rows: list[tuple[SacctJob, list[AttemptOutcome
     if exits and all(job.exit_code == o.exit_code for job, o in exits):
         notes.append("the attempts' own exit codes")
     elif shifted:
-        code = shifted[0].exit_code or 0
-        notes.append(f"`{code - 128}:0` may be the attempt's {code} (sacct drops the 128)")
+        codes = sorted({o.exit_code or 0 for o in shifted})
+        notes.append(", ".join(f"`{code - 128}:0` may be the attempt's {code} less 128"
+                               for code in codes) + " (sacct drops the 128)")
     elif shared > 1:
         notes.append(("these attempts exited 0, and " if clean else "")
                      + "an element's state and exit are its job's, after every attempt it "
@@ -404,14 +404,13 @@ def reached_sentence(result: AuditResult, members: Sequence[Verdict]) -> str:
 
 @dataclass(frozen=True)
 class DiagnosisGroup:
-    """A diagnosis group (periods with the same verdict, reason, diagnosis and limits)."""
+    """A diagnosis group: periods with the same verdict, reason and cause (contract v1.2:
+    one ``### `` section each, what its periods share said once, then the exceptions)."""
 
     title: str
     members: Sequence[Verdict]
     """Its verdicts, in the study's order."""
     kind: str
-    diagnosis: str
-    limits: str
     jobs: list[str | None]
     """The actual job of each of its first members the report names."""
     updated: bool
@@ -419,31 +418,30 @@ class DiagnosisGroup:
 
 
 def diagnosis_groups(reasoning: Reasoning, named: int) -> list[DiagnosisGroup]:
-    """The diagnosis groups, unresolved first (of each, the jobs of its first ``named``
-    members). A group's members are its own verdicts,
+    """The diagnosis groups, by (verdict, reason, cause), unresolved first (of each, the
+    jobs of its first ``named`` members). A group's members are its own verdicts,
     made in this one pass over the study's (with their facts, which are in the same order)
     and kept by the store (read by place from the study's packed ones, every pass over a
     group remade every block of its verdicts: at a million files, three groups read six
     times each); of their facts, only what the section names."""
-    groups: dict[tuple[str, str, str, str], Kept[Verdict]] = defaultdict(Kept)
-    jobs: dict[tuple[str, str, str, str], list[str | None]] = defaultdict(list)
-    first: dict[tuple[str, str, str, str], tuple[str, bool]] = {}
-    gpus: dict[tuple[str, str, str, str], set[int]] = defaultdict(set)
-    causes: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
+    groups: dict[tuple[str, str, str], Kept[Verdict]] = defaultdict(Kept)
+    jobs: dict[tuple[str, str, str], list[str | None]] = defaultdict(list)
+    first: dict[tuple[str, str, str], tuple[str, bool]] = {}
+    gpus: dict[tuple[str, str, str], set[int]] = defaultdict(set)
     for verdict, facts in zip(reasoning.verdicts, reasoning.facts, strict=True):
-        key = (verdict.verdict.value, verdict.reason, verdict.diagnosis, verdict.limits)
+        key = (verdict.verdict.value, str(verdict.reason),
+               str(verdict.cause.word) if verdict.cause is not None else "")
         groups[key].append(verdict)
         if len(kept := jobs[key]) < named:
             kept.append(facts.job_id)
         first.setdefault(key, (verdict.subject, bool(facts.actor_update_finished_ns)))
         if facts.gpus is not None:
             gpus[key].add(facts.gpus)
-        causes[key].add(cause_word(verdict))
     order = {"unresolved": 0, "failed": 1, "resolved": 2}
     out: list[DiagnosisGroup] = []
     for group, members in sorted(groups.items(),
-                              key=lambda item: (order[item[0][0]], item[0][1], first[item[0]][0])):
-        kind, reason_word, diagnosis, limits = group
+                                 key=lambda item: (order[item[0][0]], item[0][1:])):
+        kind, reason_word, cause = group
         gpu_text = "/".join(f"{g}-GPU" for g in sorted(gpus[group]))
         title = f"{number(len(members)).capitalize()} {gpu_text} {kind} period" \
                 f"{'s' if len(members) != 1 else ''}"
@@ -451,10 +449,10 @@ def diagnosis_groups(reasoning: Reasoning, named: int) -> list[DiagnosisGroup]:
             title += f": `{reason_word}`"
         elif kind == "failed":
             title += ": eligible failure"
-        if len(causes[group]) == 1 and (word := next(iter(causes[group]))):
-            title += f", cause {word}"
-        out.append(DiagnosisGroup(title, members, kind, diagnosis, limits, jobs[group],
-                          first[group][1]))
+        if cause:
+            title += f", cause `{cause}`"
+        out.append(DiagnosisGroup(title.replace("  ", " "), members, kind, jobs[group],
+                                  first[group][1]))
     return out
 
 
@@ -479,3 +477,76 @@ def cause_word(verdict: Verdict) -> str:
         return ""
     knock = f" (then {', '.join(f'`{k}`' for k in cause.knock_on)})" if cause.knock_on else ""
     return f"`{cause.word}`{knock}"
+
+
+_SPLIT_KEPT = 4096
+"""Split diagnoses kept for the next member (a group's periods share a few texts; a text of
+one period's own, with its quote and time, is split again if asked again)."""
+
+
+def sentences(text: str) -> tuple[str, ...]:
+    """A diagnosis's sentences: split after ``.``, ``!`` or ``?`` and a space, before a
+    capital letter or a digit, never inside a code span (``trial-<job>.json`` stays
+    whole)."""
+    out: list[str] = []
+    start = 0
+    inside = False
+    for at, char in enumerate(text):
+        if char == "`":
+            inside = not inside
+        elif (not inside and char == " " and at > 0 and text[at - 1] in ".!?"
+              and at + 1 < len(text) and (text[at + 1].isupper() or text[at + 1].isdigit())):
+            out.append(text[start:at])
+            start = at + 1
+    if text[start:].strip():
+        out.append(text[start:])
+    return tuple(out)
+
+
+def cause_sentence(verdict: Verdict) -> str:
+    """What ended the period, with its detail and the knock-ons named apart."""
+    cause = verdict.cause
+    if cause is None or not cause.detail or (
+            cause.citation is not None and (cause.citation.pointer or "").startswith(
+                "/invocation/")):
+        return ""  # (none, or the exit's own: the exit's sentence says it)
+    then = f" (then {', '.join(f'`{k}`' for k in cause.knock_on)})" if cause.knock_on else ""
+    return f"Cause: `{cause.word}`{then}, {cause.detail.rstrip('.')}."
+
+
+def shared_sentences(members: Sequence[Verdict], redundant: Callable[[str], bool],
+                     listed: int = 10
+                     ) -> tuple[list[str], list[tuple[Verdict, list[str]]], int]:
+    """What a group's periods all say (their diagnosis's sentences and their cause's, in the
+    first period's order), the sentences of each period that sets it apart (its first
+    ``listed``), and how many more do. Two passes over the members; none held."""
+    split: dict[str, tuple[str, ...]] = {}
+
+    def said(verdict: Verdict) -> tuple[str, ...]:
+        known = split.get(verdict.diagnosis)
+        if known is None:
+            if len(split) >= _SPLIT_KEPT:
+                split.clear()
+            known = split[verdict.diagnosis] = tuple(
+                s for s in sentences(verdict.diagnosis) if not redundant(s))
+        cause = cause_sentence(verdict)
+        return known + (cause,) if cause else known
+
+    shared: list[str] | None = None
+    for verdict in members:
+        own = said(verdict)
+        shared = list(own) if shared is None else [s for s in shared if s in own]
+    common = set(shared or ())
+    apart: list[tuple[Verdict, list[str]]] = []
+    others = 0
+    for verdict in members:
+        differs = [s for s in said(verdict) if s not in common]
+        if not differs:
+            continue
+        if len(apart) < listed:
+            apart.append((verdict, [prose(s, limit=1000) for s in differs]))
+        else:
+            others += 1
+    # (a sentence every period says is said of each)
+    return [prose(s.replace("In this period ", "In each period, ", 1), limit=1000)
+            for s in shared or ()], apart, others

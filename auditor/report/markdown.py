@@ -31,28 +31,24 @@ from auditor.report.appendix import (
     accounting_section,
     arrays_of,
     disagreements_section,
+    disagreements_table,
+    elements_table,
     findings_section,
+    findings_table,
     outside_arrays,
     plots_section,
     provenance_section,
     waivers_section,
 )
 from auditor.report.citations import (
-    exception_lines,
-    group_pattern,
     render_evidence,
 )
+from auditor.report.diagnosis import diagnosis_section
 from auditor.report.groups import (
     cause_word,
-    completion_sentence,
     counted_attempt,
     diagnosis_groups,
-    dispatch_sentence,
-    dispatches_alike,
-    names_unique,
     outcome_of,
-    reached_sentence,
-    scheduler_sentence,
 )
 from auditor.report.mdformat import (
     SpilledCodeBlock,
@@ -65,6 +61,7 @@ from auditor.report.mdformat import (
     utc,
     utc_seconds,
 )
+from auditor.report.overview import configurations_section, unresolved_lines
 from auditor.report.tables import device_values
 from auditor.rules import in_family
 from auditor.store import SortedRows
@@ -90,8 +87,10 @@ def markdown_chunks(result: AuditResult, outputs: Sequence[tuple[str, str, int]]
     linked = any(name == "evidence.md" for name, _, _ in outputs)
     sections: list[Callable[[], str | Iterator[str]]] = [
         lambda: _headline(result, reasoning),
+        lambda: configurations_section(result),
+        lambda: unresolved_lines(result),
         lambda: _problems(result, reasoning),
-        lambda: _diagnosis(result, reasoning, linked),
+        lambda: diagnosis_section(result, reasoning, linked),
         lambda: _period_table_lines(result, reasoning),
         lambda: _locator(result),
         lambda: accounting_section(result, reasoning),
@@ -110,18 +109,15 @@ def markdown_chunks(result: AuditResult, outputs: Sequence[tuple[str, str, int]]
                 yield gap + made.strip("\n")
                 gap = "\n\n"
             continue
-        yield gap  # (lines: never empty, none starting or ending the section with "\n")
+        first = next(made, None)  # (a section of lines may have none: then left out)
+        if first is None:
+            continue
+        yield gap + first  # (lines: none starting or ending the section with "\n")
         gap = "\n\n"
-        yield from _joined(made)
+        for line in made:
+            yield "\n"
+            yield line
     yield "\n"
-
-
-def _joined(lines: Iterator[str]) -> Iterator[str]:
-    """``lines`` with a newline between each two (what ``"\\n".join`` makes, in pieces)."""
-    yield next(lines, "")
-    for line in lines:
-        yield "\n"
-        yield line
 
 
 def render_evidence_md(result: AuditResult) -> str:
@@ -132,7 +128,16 @@ def render_evidence_md(result: AuditResult) -> str:
 def evidence_md_lines(result: AuditResult) -> Iterator[str]:
     """``evidence.md`` a line at a time (what :func:`render_evidence_md` joins)."""
     groups = diagnosis_groups(result.reasoning, MAX_NAMED_PERIODS)
-    return render_evidence(result, [(group.title, group.members) for group in groups])
+    yield from render_evidence(result, [(group.title, group.members) for group in groups])
+    for section in (_period_table_lines(result, result.reasoning, full=True),
+                    iter(elements_table(result.reasoning).splitlines()),
+                    iter(findings_table(result).splitlines()),
+                    iter(disagreements_table(result.reasoning).splitlines())):
+        first = next(section, None)
+        if first is not None:
+            yield "\n"
+            yield first + "\n"
+            yield from (line + "\n" for line in section)
 
 
 def _study(result: AuditResult) -> str:
@@ -368,68 +373,7 @@ def _problems(result: AuditResult, reasoning: Reasoning) -> str:
     return "\n".join(lines)
 
 
-def _cause_sentence(members: Sequence[Verdict]) -> str:
-    """The cause's detail, when every period of the group gives the same."""
-    details = {(v.cause.word, v.cause.detail) for v in members if v.cause is not None}
-    if len(details) != 1 or len(members) != sum(1 for v in members if v.cause):
-        return ""
-    word, detail = next(iter(details))
-    return f"Cause: {code_span(word)}, {prose(detail, 300)}." if detail else ""
-
-
-def _diagnosis(result: AuditResult, reasoning: Reasoning, linked: bool) -> str:
-    lines = ["## Diagnosis and limits"]
-    alike = len(reasoning.verdicts) > 1 and dispatches_alike(result, reasoning.verdicts)
-    if alike:  # (said once for the study, not in every group)
-        lines += ["", dispatch_sentence(result, reasoning.verdicts)]
-    unique = names_unique(reasoning)  # (else periods are named by subject)
-    for group in diagnosis_groups(reasoning, MAX_NAMED_PERIODS):
-        members, kind = group.members, group.kind
-        lines += ["", f"### {group.title}", ""]
-        named = ", ".join(_job_period(job if unique else None, v)
-                          for job, v in zip(group.jobs, members[:MAX_NAMED_PERIODS],
-                                            strict=True))
-        rest = len(members) - MAX_NAMED_PERIODS
-        lines.append(f"Applies to{' (job / period)' if unique else ''}: "
-                     f"{named}"
-                     + (f", and {rest:,} more (see `periods.parquet`)." if rest > 0 else "."))
-        said = [s for s in (_cause_sentence(members),
-                            "" if alike else dispatch_sentence(result, members),
-                             scheduler_sentence(result, members),
-                             completion_sentence(result, members)
-                             if group.updated else
-                             reached_sentence(result, members) if kind == "unresolved" else "")
-                 if s]
-        lines += ["", prose(group.diagnosis, limit=4000)]  # (the verdict's; shared next)
-        lines += ["", " ".join(said)] if said else []
-        lines += ["", f"**Limits.** {prose(group.limits, limit=4000)}", ""]
-        lines.append(_evidence_pattern(result, members, linked))
-    return "\n".join(lines)
-
-
-def _job_period(job: str | None, verdict: Verdict) -> str:
-    """A period as the table names it (``5055846 / 1``); by its subject without a job."""
-    return f"{job} / {verdict.period}" if job else code_span(verdict.subject)
-
-
-def _evidence_pattern(result: AuditResult, members: Sequence[Verdict], linked: bool) -> str:
-    """The group's evidence, once, as the pattern its periods share, then the exceptions."""
-    pattern = group_pattern(result, members)
-    where = ("each period's own in [`evidence.md`](evidence.md)" if linked
-             else "each period's own in `findings.parquet`")
-    shared = ("" if len(members) == 1 else
-              ", the same in every period" if not pattern.exceptions else
-              f", the same in {len(members) - len(pattern.exceptions):,} of "
-              f"{len(members):,} periods")
-    head = f"Evidence{shared} (paths under `ATTEMPT` or `BASE`; {where}): "
-    text = head + pattern.text + "."
-    if pattern.exceptions:
-        text += "\n\nExceptions (their citations differ from the pattern):\n\n" + \
-            "\n".join(exception_lines(pattern.exceptions))
-    return text
-
-
-def _period_rows(result: AuditResult, reasoning: Reasoning
+def _period_rows(result: AuditResult, reasoning: Reasoning, full: bool = True
                  ) -> Iterator[tuple[list[str], str]]:
     """The table's rows, one per attempt (a retried period's every attempt), with each
     attempt's PIDs line, made as they are wanted. What a row says of its verdict and
@@ -477,6 +421,8 @@ def _period_rows(result: AuditResult, reasoning: Reasoning
     for (_, subject, task_id, workload_name, seed, gpu_count, job_id, period, actor_ns,
          sync_ns, raw_peak, pids_by_rank) in ordered:
         outcome_text, each = said[subject]
+        if not full and (actor_ns is None or not outcome_text.startswith("unresolved")):
+            continue
         index = str(task_id) if task_id is not None else "—"
         workload = prose(f"{workload_name or '?'} / {seed if seed is not None else '?'}")
         gpus = str(gpu_count) if gpu_count is not None else "—"
@@ -484,7 +430,7 @@ def _period_rows(result: AuditResult, reasoning: Reasoning
             if entry is None or isinstance(entry, int):
                 which = f", attempt {entry + 1}" if entry is not None else ""
                 yield ([index, workload, f"{job_id or '?'} / {period}{which}", gpus,
-                        outcome_text, utc(actor_ns, with_date=dated),
+                        *([outcome_text] if full else []), utc(actor_ns, with_date=dated),
                         utc(sync_ns, with_date=dated),
                         str(raw_peak) if raw_peak is not None else "—"],
                        f"{job_id or '?'} / {period}{which}: "
@@ -493,45 +439,70 @@ def _period_rows(result: AuditResult, reasoning: Reasoning
             number, job, outcome, pids = entry
             which = f", attempt {number + 1}"
             yield ([index, workload, f"{job} / {period}{which}", gpus,
-                    f"{outcome}; not counted", "—", "—", "—"],
+                    *([f"{outcome}; not counted"] if full else []), "—", "—", "—"],
                    f"{job} / {period}{which}: {pids}")
 
 
-def _period_table_lines(result: AuditResult, reasoning: Reasoning) -> Iterator[str]:
+MAX_TABLE_ROWS = 12
+"""Rows of the report's final-step table (every period's row is in ``evidence.md``)."""
+
+
+def _period_table_lines(result: AuditResult, reasoning: Reasoning, full: bool = False
+                        ) -> Iterator[str]:
     """The period table's section a line at a time (the table's a row at a time; of each
-    row, only its PIDs line is kept, for the block after the table)."""
+    row, only its PIDs line is kept, for the block after the table): in the report, the
+    periods whose ranks reached the final-step update (at most :data:`MAX_TABLE_ROWS`
+    rows), the times seed ``002`` tabled; in ``evidence.md`` (``full``), every period."""
     dates = {utc(ns, with_date=True)[:10] for f in reasoning.facts
              for ns in (f.actor_update_finished_ns, f.post_update_sync_finished_ns) if ns}
     one_date = next(iter(dates)) if len(dates) == 1 else None
+    reached = sum(1 for f, v in zip(reasoning.facts, reasoning.verdicts, strict=True)
+                  if f.actor_update_finished_ns is not None
+                  and v.verdict is VerdictKind.UNRESOLVED)
+    if not full and not reached:
+        return
     # a row's PIDs line names its attempt when its period has more than one (the test the
     # rows themselves were put to, once held whole: a job id may say ", attempt " too)
     retried = any(len(period.attempts) > 1 for period in (
         counted_attempt(result, f.subject)[0] for f in reasoning.facts) if period is not None) \
         or any(", attempt " in f"{f.job_id or '?'} / {f.period}" for f in reasoning.facts)
     when = f"rendered as UTC on {one_date}" if one_date else "rendered as UTC"
-    yield "## Periods"
+    left = len(reasoning.facts) - reached
+    yield "## Periods" if full else "## How far the unresolved periods got"
     yield ""
     yield (
-        f"Times are the exact latest `finished_ns` across ranks, {when}. “Sync” is the weight "
+        ("Every period, a row per attempt. " if full else
+         "Unresolved periods whose ranks recorded the final-step actor update"
+         + (f" (the other {number(left)}: [`evidence.md`](evidence.md)). " if left else
+            " (every period's row: [`evidence.md`](evidence.md)). "))
+        + f"Times: the latest `finished_ns` across ranks, {when}. “Sync” is the weight "
         "synchronization **after** the final-step actor update, excluding initialization "
-        "synchronization. Peaks are the launcher's raw trial peaks (or the highest device "
-        "peak), not eligible completed-run peaks."
-        + (" A retried period has a row per attempt; the times and peak are those of the "
-           "attempt its verdict rests on." if retried else "")
+        "synchronization. Peaks: raw trial peaks, not eligible completed-run peaks."
+        + (" A retried period's times and peak are its counted attempt's." if retried else "")
     )
     yield ""
     pids = SpilledCodeBlock()  # (each row's PIDs line, on disk till the table is made)
+    rows = 0
 
     def cells() -> Iterator[list[str]]:
-        for row, line in _period_rows(result, reasoning):
+        nonlocal rows
+        for row, line in _period_rows(result, reasoning, full):
+            rows += 1
+            if not full and rows > MAX_TABLE_ROWS:
+                continue
             pids.add(line)
             yield row
 
+    verdict = ["Verdict"] if full else []
     yield from table_lines(
-        ["Index", "Workload / seed", "Actual job / period", "GPUs", "Verdict",
+        ["Index", "Workload / seed", "Actual job / period", "GPUs", *verdict,
          "Actor update finished", "Post-update sync finished", "Raw peak MiB"],
-        cells(), ["---", "---", "---", "---:", "---", "---", "---", "---:"],
+        cells(), ["---", "---", "---", "---:", *(["---"] if full else []), "---", "---", "---:"],
     )
+    if rows > MAX_TABLE_ROWS and not full:
+        yield ""
+        yield (f"The other {rows - MAX_TABLE_ROWS:,} rows are in [`evidence.md`](evidence.md) "
+               "and `periods.parquet`.")
     yield from ("", "Worker PIDs in rank order:", "")
     yield from pids
 

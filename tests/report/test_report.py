@@ -96,15 +96,17 @@ def test_untrusted_log_text_cannot_inject_markup(tmp_path: Path) -> None:
     audit(root, tmp_path / "out")
     from markdown_it import MarkdownIt
 
-    text = (tmp_path / "out" / "diagnostic.md").read_text()
-    assert "evil.example" in text  # the hostile line is quoted, inert (in a code span)
-    assert "\x1b" not in text
-    rendered = MarkdownIt("commonmark", {"html": True}).enable("table").render(text)
-    outside = re.sub(r"<code>.*?</code>", "", rendered, flags=re.DOTALL)
-    assert "<img" not in outside and "<!--" not in outside and "evil" not in outside
-    assert "<h1>Heading" not in rendered
-    for line in text.splitlines():
-        assert not line.startswith("# Heading")
+    report = (tmp_path / "out" / "diagnostic.md").read_text()
+    cited = (tmp_path / "out" / "evidence.md").read_text()
+    assert "evil.example" in cited  # the hostile line is quoted, inert (in a code span)
+    for text in (report, cited):
+        assert "\x1b" not in text
+        rendered = MarkdownIt("commonmark", {"html": True}).enable("table").render(text)
+        outside = re.sub(r"<code>.*?</code>", "", rendered, flags=re.DOTALL)
+        assert "<img" not in outside and "<!--" not in outside and "evil" not in outside
+        assert "<h1>Heading" not in rendered
+        for line in text.splitlines():
+            assert not line.startswith("# Heading")
 
 
 @pytest.mark.parametrize("hostile", [HOSTILE, "`" * 5 + "x", "a\nb\r\nc", "<b>bold</b>",
@@ -344,8 +346,9 @@ def test_hostile_names_in_records_stay_inert_when_the_report_is_rendered(
 
 
 def test_periods_sharing_a_job_and_number_are_named_by_subject() -> None:
-    """A group's "Applies to" names each period by its job and number, unless two periods
-    of the study share both (found sorted on disk): then each by its subject."""
+    """A group's "Applies to" names each period by its pair and number with its job
+    (contract v1.2), unless two periods of the study share a job and number (found sorted
+    on disk): then by its subject alone, no job said that would name two."""
     from dataclasses import replace
 
     from auditor.pipeline.audit import run_audit
@@ -354,9 +357,10 @@ def test_periods_sharing_a_job_and_number_are_named_by_subject() -> None:
 
     result = run_audit(EXAMPLE)
     plain = render_markdown(result)
-    assert "Applies to (job / period): " in plain and "Applies to: `" not in plain
+    applies = re.compile(r"^Applies to: `[^`]+/period-\d+` \(job \d+\)", re.MULTILINE)
+    assert applies.search(plain)
     facts = list(result.reasoning.facts)
     facts[1] = replace(facts[1], job_id=facts[0].job_id, period=facts[0].period)
     clashing = replace(result, reasoning=replace(result.reasoning, facts=tuple(facts)))
     named = render_markdown(clashing)
-    assert "Applies to (job / period)" not in named and "Applies to: `" in named
+    assert not applies.search(named) and "Applies to: `" in named

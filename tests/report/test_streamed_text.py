@@ -12,7 +12,12 @@ import pytest
 from auditor._cli import main
 from auditor._text import printable
 from auditor.pipeline.audit import run_audit
-from auditor.report.markdown import markdown_chunks, render_markdown
+from auditor.report.markdown import (
+    evidence_md_lines,
+    markdown_chunks,
+    render_evidence_md,
+    render_markdown,
+)
 from auditor.report.output import _write_lines
 
 LINES = ["# Evidence cited\n", "- `a/period-1`: trial-\udcff.json\n", "\n", "- é \ud800 ok\n"] * 5
@@ -37,5 +42,10 @@ def test_the_report_is_made_in_pieces_its_period_table_a_row_at_a_time(
     chunks = list(markdown_chunks(result))
     assert "".join(chunks) == render_markdown(result)
     rows = [chunk for chunk in chunks if chunk.startswith("| ")]
-    assert len(rows) >= len(result.verdicts) + 2  # (the header, its rule, a row each)
+    assert len(rows) >= 4 + 2  # (the header, its rule, a row each of the four that got far)
     assert all(chunk.count("\n") == 0 for chunk in rows)
+    lines = list(evidence_md_lines(result))  # (every period's row, one piece each)
+    assert "".join(lines) == render_evidence_md(result)
+    rows = [line for line in lines if line.startswith("| ")]
+    assert len(rows) >= len(result.verdicts) + 2
+    assert all(line.count("\n") == 1 for line in rows)

@@ -139,7 +139,7 @@ def test_spilling_from_the_first_record_writes_the_same_bytes(
     assert main(["audit", str(root), "--out", str(tmp_path / "objects"), "--quiet",
                  "--no-plots"]) in (0, 1)
     objects = _outputs(tmp_path / "objects")
-    assert objects["diagnostic.md"].count(b", attempt 2") >= 1  # (a retried period's row)
+    assert objects["evidence.md"].count(b", attempt 2") >= 1  # (a retried period's row)
     _spill_from(monkeypatch, 0)
     temporary = tmp_path / "tmp"
     temporary.mkdir()

@@ -125,7 +125,7 @@ def test_damaged_study_reports_each_file_with_its_status(tmp_path: Path) -> None
     assert summary["gate_allow_partial"]["passed"] is False  # evidence is not intact
     # the report names every affected file and period on its first screen
     first_screen = "\n".join((tmp_path / "out" / "diagnostic.md").read_text()
-                             .splitlines()[:40])
+                             .splitlines()[:60])  # (v1.2: the first 60 lines)
     for path in (altered, deleted, unlisted):
         assert f"`{path}`" in first_screen  # (a code span: no escapes)
     for subject in ("gsm8k-c2-s161/period-2", "math-c2-s162/period-1",

@@ -1,0 +1,137 @@
+"""The report's first screen after the headline (contract v1.2, "The report, as people and
+tools read it"): a table per configuration (its seeds, its periods' verdicts, whether it
+enters the evaluation and why) and one line per unresolved period (its full pair id,
+period, job, reason, cause, the line that decided it, and what it needs)."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
+
+from auditor._text import clip
+from auditor.model import NEEDS, AuditResult, Citation, Reason, Verdict, VerdictKind
+from auditor.report.citations import names_of
+from auditor.report.mdformat import code_span, number, table
+
+MAX_UNRESOLVED_LINES = 100
+"""Unresolved periods the report names a line each (the rest: ``auditor rerun`` and
+``periods.parquet``; a million-period study would otherwise print a million lines)."""
+
+
+def seed_ranges(seeds: Iterable[int]) -> str:
+    """``161-163, 165``: sorted seeds, runs of consecutive ones as ranges."""
+    runs: list[list[int]] = []
+    for seed in sorted(set(seeds)):
+        if runs and seed == runs[-1][-1] + 1:
+            runs[-1].append(seed)
+        else:
+            runs.append([seed])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def configurations_section(result: AuditResult) -> str:
+    """``## Configurations``: one row per configuration, in the study's order."""
+    reasoning = result.reasoning
+    configs = reasoning.configurations
+    if not configs:
+        return ""
+    tally: dict[str, Counter[str]] = defaultdict(Counter)
+    for verdict, facts in zip(reasoning.verdicts, reasoning.facts, strict=True):
+        if facts.workload is None or facts.gpus is None:
+            continue
+        tally[f"{facts.workload}@{facts.gpus}"][_label(verdict)] += 1
+    partial = reasoning.gate_partial
+    admitted = set(partial.included_configurations) if partial.passed else set()
+    waived = set(partial.included_by_waiver)
+    rows = []
+    for config in configs:
+        counts = tally.get(config.key, Counter())
+        verdicts = "; ".join(_counted(label, n) for label, n in sorted(
+            counts.items(), key=lambda item: (_ORDER.get(item[0].split(" ")[0], 3), item[0])))
+        unresolved = sum(n for label, n in counts.items() if label.startswith("unresolved"))
+        seeds = seed_ranges(config.seeds) or "—"
+        if config.missing_seeds:
+            seeds += f" (not run: {seed_ranges(config.missing_seeds)})"
+        if config.key in admitted:
+            enters = "yes, by a waiver" if config.key in waived else "yes"
+        elif not partial.passed:
+            enters = "no: the gate fails"
+        else:
+            why = []
+            if unresolved:
+                why.append(f"{number(unresolved)} unresolved")
+            if config.missing_seeds:
+                why.append(f"seed{'s' if len(config.missing_seeds) > 1 else ''} "
+                           f"{seed_ranges(config.missing_seeds)} not run")
+            enters = "no: " + (", ".join(why) if why else "not a configuration the protocol "
+                               "lists")
+        rows.append([code_span(config.key), seeds, verdicts or "no period", enters])
+    return "\n".join(["## Configurations", "",
+                      table(["Configuration", "Seeds", "Periods", "Enters the evaluation"],
+                            rows)])
+
+
+_ORDER = {"resolved": 0, "failed": 1, "unresolved": 2}
+
+
+def _label(verdict: Verdict) -> str:
+    """``resolved``, ``failed (`gpu_oom`)`` or ``unresolved (`killed`)``: what the
+    configuration table counts."""
+    if verdict.verdict is VerdictKind.RESOLVED:
+        return "resolved"
+    if verdict.verdict is VerdictKind.FAILED:
+        return f"failed (`{verdict.cause.word}`)" if verdict.cause else "failed"
+    return f"unresolved (`{verdict.reason}`)"
+
+
+def _counted(label: str, n: int) -> str:
+    return f"{n:,} {label}"
+
+
+def unresolved_lines(result: AuditResult) -> Iterator[str]:
+    """``## Unresolved periods``: one line per unresolved period, in the study's order, at
+    most :data:`MAX_UNRESOLVED_LINES`."""
+    reasoning = result.reasoning
+    shown = total = 0
+    for verdict, facts in zip(reasoning.verdicts, reasoning.facts, strict=True):
+        if verdict.verdict is not VerdictKind.UNRESOLVED:
+            continue
+        total += 1
+        if shown >= MAX_UNRESOLVED_LINES:
+            continue
+        if not shown:
+            yield from ("## Unresolved periods", "")
+        shown += 1
+        job = f" (job {facts.job_id})" if facts.job_id else ""
+        cause = f", cause `{verdict.cause.word}`" if verdict.cause is not None else ""
+        decided = deciding_line(verdict, names_of(result, verdict).attempt_dir)
+        yield (f"- {code_span(verdict.subject, 300)}{job}: `{verdict.reason}`{cause}"
+               + (f"; {decided}" if decided else "")
+               + f". Needs {NEEDS.get(Reason(verdict.reason), 'a rerun')}.")
+    if total > shown:
+        yield (f"- and {total - shown:,} more: `auditor rerun` lists every one by array and "
+               "cause; `periods.parquet` has each.")
+
+
+def deciding_line(verdict: Verdict, attempt_dir: str = "") -> str:
+    """The citation the verdict's first deciding finding rests on, with what it says there
+    (from the verdict's own citation of the same place when the finding quotes nothing);
+    a path in the attempt's directory ``attempt_dir`` shown under ``ATTEMPT/``."""
+    cite = next((c for f in verdict.findings for c in f.citations), None)
+    if cite is None and verdict.cause is not None:
+        cite = verdict.cause.citation
+    if cite is None:
+        return ""
+    quote = cite.quote or next((c.quote for c in verdict.citations
+                                if c.path == cite.path and c.quote), "")
+    return code_span(_place(cite, attempt_dir), 200) + (f" ({code_span(clip(quote, 100), 110)})"
+                                           if quote else "")
+
+
+def _place(cite: Citation, attempt_dir: str) -> str:
+    where = f":{cite.line}" if cite.line is not None else \
+        f"#{cite.pointer}" if cite.pointer else ""
+    folder = attempt_dir.rstrip("/") + "/"
+    path = "ATTEMPT/" + cite.path[len(folder):] if attempt_dir and \
+        cite.path.startswith(folder) else cite.path
+    return f"{path}{where}"
