@@ -14,6 +14,35 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from auditor._text import clip
+from auditor.collect.failure_texts import (
+    _ACTOR_DIED,
+    _AGENT_FAILED,
+    _CHILD_FAILED,
+    _DEATH_SIGNAL,
+    _GPU_OOM,
+    _HOST_OOM,
+    _KV_CACHE,
+    _KV_CACHE_NAMES,
+    _KV_CACHE_TROUBLE,
+    _MORE_CAUSES,
+    _MORE_WORDS,
+    _NCCL_ERROR,
+    _NCCL_TIMEOUT,
+    _NODE_FAILURE,
+    _NOT_NCCL_FAULT,
+    _POTENTIAL_CAUSES,
+    _RAY_NODE_DEAD,
+    _RAY_TASK_ERROR,
+    _ROOT_CAUSE,
+    _ROOT_FIELD,
+    _SEGFAULT,
+    _SHELL_KILL,
+    _SHUTDOWN,
+    _SLURM_CANCEL,
+    _TIMEOUT_WORD,
+    ROOT_CAUSE_LINES,
+    _unhedged,
+)
 from auditor.collect.terminal import MLLOG, Matcher
 from auditor.model import Finding, LogEvent, TrainingLogScan
 from auditor.model.lines import role_exit
@@ -60,11 +89,19 @@ _PROCESS_PREFIX = re.compile(
     r"|\((?:raylet|gcs_server|dashboard|dashboard_agent|runtime_env_agent|log_monitor"
     r"|monitor|autoscaler|scheduler)(?:, ip=[^()\s]+)?(?: \+[\w.]+)?\) ?"  # Ray system
     r"|\[(?:rank|default)\d+\]: ?"  # torch.distributed / torchrun
+    r"|\[[\w.-]{1,100}/[\w.-]{1,100}/[\w.-]{1,100} \(pid \d+\)\] ?"  # Metaflow's task
+    r"|[\w.-]{1,100}/\d{1,6} (?=\[default\d+\]:)"  # nemo-run's task, before torchrun's
 )
 _OTHER_PREFIX = re.compile(
     r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
     r"\[?[\w./-]+:\d+\] ?"  # vLLM logger
     r"|[\w.-]+ +\| "  # docker compose service
+    r"|\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)? (?=\[)"
+    # (a time before a bracketed prefix: Metaflow's, a Slurm >= 25.05 line's)
+    r"|\[?[IWEF]\d{3,4} \d\d:\d\d:\d\d(?:\.\d{1,9})?(?: \d+)? [\w./-]{1,200}:\d+\] ?"
+    # (torch's and glog's E0321 02:07:08.408271 [pid] file.cpp:607])
+    r"|\[pod [\w.-]{1,200}\] ?|\[[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}\] ?"
+    # (Metaflow on Kubernetes: its pod; on AWS Batch: the task's uuid)
 )
 _PREFIX = re.compile(f"(?P<process>{_PROCESS_PREFIX.pattern})|{_OTHER_PREFIX.pattern}")
 """Either prefix, the process one first (one match per prefix instead of two)."""
@@ -88,103 +125,8 @@ _STEP_VALUE = re.compile(r"\s*(?:np\.[a-z]+\d*\(\s*)?([+-]?\d{1,18})(?:\.(\d*))?
 _TRACEBACK = "Traceback (most recent call last)"
 _EXCEPTION_IN_TRACEBACK = re.compile(r"([A-Za-z_][\w.]*(?:\([\w.]+\))?)(?::\s|:?$)")
 _EXCEPTION_STANDALONE = re.compile(
-    r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?:\([\w.]+\))?):\s"
-)
-
-# Failure texts, most specific first: the first one found is the event's detail.
-_HOST_OOM = (
-    "exceeded memory limit",  # slurmstepd: "Job 123 exceeded memory limit (.. > ..)"
-    "Out Of Memory",  # srun: "task 0: Out Of Memory"
-    "ray.exceptions.OutOfMemoryError",  # Ray's memory monitor killed the task: host RAM
-    "Task was killed due to the node running low on memory",
-    "exceeds the memory usage threshold",
-    "oom-kill",  # kernel "invoked oom-killer", slurmstepd "oom-kill event(s)"
-    "oom_kill",
-    "Out of memory: Killed process",
-    "Out of memory: Kill process",
-    "out-of-memory handler",
-    "Memory cgroup out of memory",
-)
-_GPU_OOM = (
-    "torch.cuda.OutOfMemoryError",
-    "torch.OutOfMemoryError",
-    "RayTaskError(OutOfMemoryError)",  # a remote task raised torch's OutOfMemoryError
-    "CUDA out of memory",
-    "CUDA error: out of memory",
-    "CUDA Error: out of memory",  # vLLM's cumem allocator (sleep mode wake-up)
-    "cudaErrorMemoryAllocation",
-    "HIP out of memory",
-)
-_KV_CACHE = "No available memory for the cache blocks"  # vLLM V0
-_KV_CACHE_NAMES = ("KV cache", "kv cache", "KV Cache")
-_KV_CACHE_TROUBLE = (  # vLLM V1: "... larger than the available KV cache memory ..."
-    "Error",
-    "nsufficient",
-    "not enough",
-    "Not enough",
-    "larger than the available",
-    "Try increasing",
-)
-_NCCL_TIMEOUT = (
-    "Watchdog caught collective operation timeout",
-    "Timeout at NCCL work",
-    "NCCL operations have failed or timed out",
-    "Heartbeat monitor timed out",
-    "heartbeat monitor timed out",
-    "watchdog got stuck",
-)
-_NCCL_ERROR = (
-    "NCCL error",  # torch: "DistBackendError: NCCL error in: ...ProcessGroupNCCL.cpp..."
-    "ncclSystemError",
-    "ncclInternalError",
-    "ncclRemoteError",
-)
-"""An NCCL communication failure: the system, NCCL itself or a peer (a network error)."""
-_NOT_NCCL_FAULT = ("invalid usage", "nvalidUsage", "cuda error", "udaError", "out of memory")
-"""What makes an "NCCL error" the code's (invalid usage) or the GPU's (a CUDA error, out of
-memory), not the communication's."""
-_TIMEOUT_WORD = re.compile(r"\bTimeout\b(?!\s*\(ms\))")
-"""After ``ProcessGroupNCCL``: a timeout named in other words (not the ``Timeout(ms)`` setting)."""
-# What ended a run (contract v1.1 "Causes"), from real logs of each ending (fixtures/causes):
-# each a literal the prefilter finds (training_log._TRIGGER_WORDS) and a check on the line.
-_SEGFAULT = re.compile(r"Segmentation fault|\bSIGSEGV\b|return code = -11\b")
-"""A worker's own crash report (torchrun's summary of a child killed by SIGSEGV is its
-``child_failed``, read from that summary)."""
-_DEATH_SIGNAL = re.compile(r"Received (\d{1,9}) death signal|<Signals\.(SIG[A-Z0-9]+): \d+>"
-                           r"|SignalException: Process \d+ got signal: (\d{1,9})\b"
-                           r"|exits with return code = -(\d{1,9})\b")
-_SHELL_KILL = re.compile(r"(?:^|\bline \d+:\s+\d+ |task \d+: )(Killed|Aborted|Bus error)\b")
-_ACTOR_DIED = re.compile(r"(?:ActorDiedError|RayActorError)(?:\)|:)|The actor died unexpectedly"
-                         r"|The actor is dead because|A worker died or was killed while")
-_RAY_TASK_ERROR = re.compile(r"RayTaskError\((\w+)\)")
-_CHILD_FAILED = "ChildFailedError"
-_ROOT_CAUSE = "Root Cause (first observed failure)"
-_ROOT_FIELD = re.compile(r"^\s*(rank|exitcode)\s*: (-?\d{1,9})\b")
-"""A field of torchrun's root-cause table (numbers of at most 9 digits: a longer one is no
-rank nor exit code, and never reaches int())."""
-_AGENT_FAILED = re.compile(r"failed \(exitcode: (-?\d{1,9})\) local_rank: (\d{1,9}) \(pid: \d+\)")
-_NODE_FAILURE = re.compile(r"\b(?:srun|salloc|sbatch): error: Node failure on (\S+)"
-                           r"|DUE TO NODE FAILURE")
-_POTENTIAL_CAUSES = "There are some potential root causes"
-"""Ray's list of what might have killed a worker: text, not evidence (it names SIGSEGV and
-the OOM killer whatever happened)."""
-ROOT_CAUSE_LINES = 12
-"""Lines after torchrun's ``Root Cause`` header in which its rank and exit code are read."""
-
-_SLURM_CANCEL = re.compile(
-    r"\*\*\* (?P<what>JOB|STEP) (?P<id>[\w.+\[\]-]+)(?: ON \S+)? CANCELLED AT \S+(?P<rest>[^*]*)"
-)
-_SHUTDOWN = re.compile(  # run on the lower-cased line; bounded repeats keep it linear
-    r"coordinated[\s_-]{1,3}(?:[a-z]{1,20}[\s_-]{1,3})?shut(?:ting)?[\s_-]{0,3}down"
-    r"|cosmos_shutdown_on_no_policy_replicas(?!\s*=|['\"]\s*[:,=])"  # not an assignment
-    r"|shut(?:ting)?[\s_-]{0,3}down\b.{0,120}?\bno\s{1,3}(?:[a-z]{1,20}\s{1,3})?policy[\s_-]"
-    r"{1,3}replicas?"
-    r"|\bno\s{1,3}(?:[a-z]{1,20}\s{1,3})?policy[\s_-]{1,3}replicas?\b.{0,120}?shut(?:ting)?"
-    r"[\s_-]{0,3}down"
-)
-
-
-
+    r"((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception)(?:\([\w.]+\))?):\s"
+)  # (a bare ``Exception: ...`` too)
 
 class _Scanner:
     """The state of one scan: what was found so far, and unfinished tracebacks."""
@@ -218,6 +160,10 @@ class _Scanner:
         self.last_step: int | None = None
         self.open_tracebacks: dict[str, int] = {}
         """Process key -> last line of a traceback whose exception line is still due."""
+        self.frame_indent: dict[str, int] = {}
+        """Process key -> the indentation of its open traceback's ``File`` lines (a log
+        indented whole, or one that lost its indentation: Metaflow's): its source lines are
+        indented further, its exception line less (or as much, when frames are not)."""
         self.root_cause: list[object] | None = None
         """torchrun's root-cause table being read: [header line, its text, rank, exit code]."""
         self.agent_failure: tuple[int, str, int, int] | None = None
@@ -334,18 +280,25 @@ class _Scanner:
     def _tracebacks(self, number: int, segment: str, key: str, content: str) -> bool:
         """Follow tracebacks per process; True when the segment is a frame or source line."""
         open_tracebacks = self.open_tracebacks
+        stripped = content.lstrip()
+        indent = len(content) - len(stripped)
         if _TRACEBACK in content:
             self._add("traceback", number, segment)
             self._open(key, number)
-        elif content.startswith('  File "'):
+            self.frame_indent.pop(key, None)
+        elif stripped.startswith('File "') and (indent or key in open_tracebacks):
             self._open(key, number)  # a frame: also opens an excerpt that lost its header
+            self.frame_indent[key] = indent
             return True
         elif key in open_tracebacks:
-            if not content or content[0] in " \t":
+            frames = self.frame_indent.get(key, 2)
+            if not stripped or (indent > frames if frames else indent > 0) or (
+                    not frames and _EXCEPTION_IN_TRACEBACK.match(stripped) is None):
                 open_tracebacks[key] = number  # source line, caret markers
                 return True
             del open_tracebacks[key]
-            match = _EXCEPTION_IN_TRACEBACK.match(content)
+            self.frame_indent.pop(key, None)
+            match = _EXCEPTION_IN_TRACEBACK.match(stripped)
             if match:
                 self._add("exception", number, segment, match.group(1))
         elif "Error" in content or "Exception" in content:
@@ -449,6 +402,15 @@ class _Scanner:
             if node:
                 self._add("node_failure", number, segment,
                           f"node failure on {node.group(1)}" if node.group(1) else "")
+        if "marked dead" in text and _RAY_NODE_DEAD.search(text):
+            self._add("node_failure", number, segment, "Ray marked a node dead (missed "
+                      "heartbeats)")
+        if any(word in text for word in _MORE_WORDS):
+            for kind, pattern in _MORE_CAUSES:
+                found = pattern.search(text)
+                if found:
+                    self._add(kind, number, segment, found.group(0))
+                    break
 
     def _child_failed(self, number: int, segment: str, text: str) -> None:
         """torchrun's summary of a failed child: its root-cause rank and exit code come from
@@ -600,21 +562,6 @@ def _compile_pattern(pattern: str) -> regex.Pattern[str]:
             "(write it as (?P<step>...))"
         )
     return compiled
-
-
-_HEDGES = ("Some common causes include", "There are some potential root causes",
-           "Possible causes", "possible causes")
-"""Where a message starts listing what *might* have happened (Ray's worker-death text names
-"SIGSEGV" and "the OOM killer" among them): never evidence (contract v1.2)."""
-
-
-def _unhedged(content: str) -> str:
-    """``content`` before its first hedge (:data:`_HEDGES`): what it says happened."""
-    for hedge in _HEDGES:
-        at = content.find(hedge)
-        if at >= 0:
-            content = content[:at]
-    return content
 
 
 def _strip_prefixes(segment: str) -> tuple[str, str]:

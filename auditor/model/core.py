@@ -184,6 +184,22 @@ class CauseWord(StrEnum):
     ABORTED = "aborted"
     """The trainer recorded its own abort (contract v1.2: an MLPerf ``run_stop`` with status
     ``aborted``)."""
+    GPU_ERROR = "gpu_error"
+    """A GPU or driver fault other than out-of-memory (illegal memory access, unspecified
+    launch failure, uncorrectable ECC, an Xid)."""
+    RENDEZVOUS = "rendezvous"
+    """The distributed job never formed (elastic rendezvous, TCP-store timeouts)."""
+    RAY_SYSTEM = "ray_system"
+    """Ray's control plane failed (GCS unreachable or lost)."""
+    STORAGE = "storage"
+    """The run could not write its files (no space, quota, a truncated checkpoint write)."""
+    NAN_LOSS = "nan_loss"
+    """The trainer aborted on numerical divergence."""
+    ENGINE_DEAD = "engine_dead"
+    """The rollout or inference engine died under the trainer (its output holds the root
+    cause)."""
+    NETWORK = "network"
+    """A remote service refused at start (HTTP 429, a connection that never opened)."""
     UNKNOWN = "unknown"
     """Nothing in the evidence says what ended the attempt."""
 

@@ -19,6 +19,7 @@ pattern in :mod:`auditor.collect.log_events`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -40,13 +41,22 @@ C = CauseWord
 
 TIERS: dict[CauseWord, int] = {
     C.NODE_FAILURE: 1, C.PREEMPTED: 1, C.TIME_LIMIT: 1, C.CANCELLED: 1,
-    C.HOST_OOM: 2, C.GPU_OOM: 2,
-    C.SEGFAULT: 3, C.SIGNAL: 3, C.ABORTED: 3,
-    C.ACTOR_DIED: 4, C.PYTHON_EXCEPTION: 4,
-    C.NCCL: 5,
-    C.CHILD_FAILED: 6,
+    C.ENGINE_DEAD: 2,
+    C.HOST_OOM: 3, C.GPU_OOM: 3, C.GPU_ERROR: 3, C.STORAGE: 3, C.RENDEZVOUS: 3,
+    C.RAY_SYSTEM: 3, C.NETWORK: 3,
+    C.SEGFAULT: 4, C.SIGNAL: 4, C.ABORTED: 4, C.NAN_LOSS: 4,
+    C.ACTOR_DIED: 5, C.PYTHON_EXCEPTION: 5,
+    C.NCCL: 6,
+    C.CHILD_FAILED: 7,
 }
-"""Each cause word's tier: the lowest tier found is the cause (see the module docstring)."""
+"""Each cause word's tier: the lowest tier found is the cause (see the module docstring).
+An engine's death outranks the error inside the engine that caused it (its own output holds
+the root cause: named in the detail); a GPU fault, a write that failed, a job that never
+formed, Ray's control plane or a remote service refusing outrank the exceptions and
+collective errors they raise in the trainer."""
+
+ENGINE_ROOT_TIERS = (3, 4, 5)
+"""What an engine's death may rest on, named in its detail: the first error of these tiers."""
 
 LOG_CAUSES: dict[str, CauseWord] = {
     "slurm_time_limit": C.TIME_LIMIT, "slurm_cancelled": C.CANCELLED,
@@ -56,6 +66,9 @@ LOG_CAUSES: dict[str, CauseWord] = {
     "segfault": C.SEGFAULT, "signal": C.SIGNAL, "actor_died": C.ACTOR_DIED,
     "exception": C.PYTHON_EXCEPTION, "nccl_timeout": C.NCCL, "nccl_error": C.NCCL,
     "child_failed": C.CHILD_FAILED, "aborted": C.ABORTED,
+    "engine_dead": C.ENGINE_DEAD, "gpu_error": C.GPU_ERROR, "nan_loss": C.NAN_LOSS,
+    "storage": C.STORAGE, "rendezvous": C.RENDEZVOUS, "ray_system": C.RAY_SYSTEM,
+    "network": C.NETWORK,
 }
 """Log event kind -> the cause it shows."""
 
@@ -78,9 +91,10 @@ class _Found:
     word: CauseWord
     detail: str
     citation: Citation | None
-    order: tuple[int, int]
-    """(source rank, line): the scheduler first, the launcher's exit, the records in time,
-    then the signal the batch script received (the log says whose it was)."""
+    order: tuple[int, ...]
+    """(source rank, then its own order: a line, or a time and a line): the scheduler
+    first, the launcher's exit, the records in time, then the signal the batch script
+    received (the log says whose it was)."""
     tier: int = 0
     """Its word's tier, or more for a knock-on that can never win (0: the word's own)."""
 
@@ -93,6 +107,12 @@ EXCEPTION_CAUSES: tuple[tuple[str, CauseWord], ...] = (
     ("KeyboardInterrupt", C.SIGNAL),
     ("ActorDiedError", C.ACTOR_DIED),
     ("RayActorError", C.ACTOR_DIED),
+    ("EngineDeadError", C.ENGINE_DEAD),
+    ("RendezvousConnectionError", C.RENDEZVOUS),
+    ("RendezvousTimeoutError", C.RENDEZVOUS),
+    ("DistStoreError", C.RENDEZVOUS),
+    ("RaySystemError", C.RAY_SYSTEM),
+    ("CommError", C.NETWORK),
 )
 """An exception type that names another cause than a Python exception (first match)."""
 
@@ -136,15 +156,23 @@ def _decided(found: list[_Found]) -> Cause:
     if first.word == C.CHILD_FAILED:
         first = next((f for f in found if f.word == C.CHILD_FAILED
                       and f.detail.startswith("root cause")), first)
+    detail = first.detail
+    if first.word == C.ENGINE_DEAD:  # (contract v1.2: its own output holds the root cause)
+        root = min((f for f in found if (f.tier or TIERS[f.word]) in ENGINE_ROOT_TIERS),
+                   key=lambda f: f.order, default=None)
+        if root is not None:
+            detail += f"; the first error before it: {root.word}, {root.detail}"
+            found = [f for f in found if f is not root]  # (its root, not its knock-on)
     knock_on = tuple(dict.fromkeys(f.word for f in found if f.word != first.word))
-    return Cause(first.word, first.detail, first.citation, knock_on)
+    return Cause(first.word, detail, first.citation, knock_on)
 
 
 def cause_of(trial: TrialRecord | None, exit_class: ExitClass | None,
              element: SacctJob | None, is_last: bool, sacct_path: str,
              traces: tuple[tuple[int | None, PhaseRecord], ...],
              events: tuple[LogEvent, ...], log_path: str | None,
-             processes: Sequence[ProcessExit] = ()) -> Cause | None:
+             processes: Sequence[ProcessExit] = (),
+             worker_logs: Sequence[tuple[str, tuple[LogEvent, ...]]] = ()) -> Cause | None:
     """The cause of an attempt's end (None when it exited cleanly, unless the trainer
     recorded its own abort: contract v1.2, an MLPerf ``run_stop`` aborted on exit 0)."""
     if exit_class is not None and exit_class.clean:
@@ -156,7 +184,7 @@ def cause_of(trial: TrialRecord | None, exit_class: ExitClass | None,
     first = _first_failed(processes)
     found = _ranked(chain(
         _sources(trial, exit_class, element, is_last, sacct_path, traces, events, log_path,
-                 knock_on_exit=first is not None),
+                 knock_on_exit=first is not None, worker_logs=worker_logs),
         _process_sources(processes, first)))
     if not found:
         return Cause(C.UNKNOWN, "nothing in the evidence says what ended the attempt", None)
@@ -197,7 +225,9 @@ def _process_sources(processes: Sequence[ProcessExit], first: ProcessExit | None
 def _sources(trial: TrialRecord | None, exit_class: ExitClass | None, element: SacctJob | None,
              is_last: bool, sacct_path: str, traces: tuple[tuple[int | None, PhaseRecord], ...],
              events: tuple[LogEvent, ...], log_path: str | None,
-             knock_on_exit: bool = False) -> Iterator[_Found]:
+             knock_on_exit: bool = False,
+             worker_logs: Sequence[tuple[str, tuple[LogEvent, ...]]] = ()
+             ) -> Iterator[_Found]:
     if element is not None and is_last:
         word = SACCT_CAUSES.get(element.state)
         oom_steps = [s for s in element.steps if s.state == "OUT_OF_MEMORY"]
@@ -231,16 +261,21 @@ def _sources(trial: TrialRecord | None, exit_class: ExitClass | None, element: S
     for rank, record in traces:
         oom = any(word in record.error_type or word in record.error_message
                   for word in OOM_TYPES)
+        # first in time across ranks by each record's own time (contract v1.2), never by
+        # its line in its own rank's file (rank 0's knock-on is often on an earlier line)
+        when = record.finished_ns if record.finished_ns is not None else record.started_ns
         yield _Found(C.GPU_OOM if oom else C.PYTHON_EXCEPTION,
                      f"rank {rank}: {record.phase} raised {record.error_type}",
                      Citation(record.path, line=record.line,
-                              quote=f"{record.phase} {record.error_type}"), (2, record.line))
+                              quote=f"{record.phase} {record.error_type}"),
+                     (2, when if when is not None else 1 << 63, record.line))
     earlier = stepped = False
-    for event in sorted(events, key=lambda e: e.line):
+    logs = [(log_path, events)] if log_path is not None else []
+    for path, event, order in merged_events([*logs, *worker_logs]):
         word = event_cause(event)
-        if word is None or log_path is None:
+        if word is None:
             continue
-        detail = event.detail or event.kind.replace("_", " ")
+        detail = _slurm_detail(event) or event.detail or event.kind.replace("_", " ")
         # a cancellation line with no reason after another cause is srun killing the step
         # (after an out-of-memory error, a bus error, a task failure): its knock-on
         # (contract v1.2: a STEP line is one step ending, a launcher stopping its other
@@ -251,7 +286,75 @@ def _sources(trial: TrialRecord | None, exit_class: ExitClass | None, element: S
             or (stepped and event.kind == "signal" and "shell's report" in event.detail)
         # (srun's "task 0: Killed" of a step it cancelled: the step's end, not a cause)
         stepped = stepped or event.kind == "slurm_step_cancelled"
-        yield _Found(word, f"{detail} (log line {event.line})",
-                     Citation(log_path, line=event.line, quote=event.text), (3, event.line),
+        where = "log line" if path == log_path else f"{path.rsplit('/', 1)[-1]} line"
+        yield _Found(word, f"{detail} ({where} {event.line})",
+                     Citation(path, line=event.line, quote=event.text), (3, *order),
                      tier=KNOCK_ON_TIER if knock_on else 0)
         earlier = earlier or event.kind != "slurm_step_cancelled"
+
+
+_OWN_TIME = re.compile(
+    r"(?<!\d)(?:(?P<year>\d{4})-)?(?P<month>\d\d)-(?P<day>\d\d)[ T](?P<clock>\d\d:\d\d:\d\d)"
+    r"(?:[.,](?P<fraction>\d{1,9}))?"  # 2024-03-27 21:46:54,999 / vLLM's 05-01 14:39:06
+    r"|\b[IWEF](?P<glog>\d{3,4}) (?P<gclock>\d\d:\d\d:\d\d)(?:\.(?P<gfraction>\d{1,9}))?"
+    # (torch's and glog's E0321 / E321 02:07:08.408271257)
+)
+TIME_WITHIN = 120
+"""Characters at a line's start in which its own time is looked for (a prefix's)."""
+
+
+def own_time(text: str) -> tuple[int, int, int, int] | None:
+    """When a log line says it was printed: (month, day, second of the day, nanosecond),
+    from its first timestamp near its start; None when it states none. The year, which
+    glog and vLLM leave out, is not compared (a run crosses no new year)."""
+    found = _OWN_TIME.search(text, 0, TIME_WITHIN)
+    if found is None:
+        return None
+    if found["glog"]:
+        digits = found["glog"]
+        month, day = int(digits[:-2]), int(digits[-2:])
+        clock, fraction = found["gclock"], found["gfraction"] or ""
+    else:
+        month, day = int(found["month"]), int(found["day"])
+        clock, fraction = found["clock"], found["fraction"] or ""
+    hours, minutes, seconds = (int(part) for part in clock.split(":"))
+    return (month, day, hours * 3600 + minutes * 60 + seconds,
+            int((fraction + "000000000")[:9]))
+
+
+def merged_events(logs: Sequence[tuple[str, tuple[LogEvent, ...]]]
+                  ) -> list[tuple[str, LogEvent, tuple[int, ...]]]:
+    """Every log's events in one order (contract v1.2: first in time across ranks and files
+    by their own times): one log's by line; several logs' by the time each line states (a
+    line that states none takes the last time stated before it in its file; one before any
+    comes first), then by file and line. Each with its path and its order."""
+    if len(logs) <= 1:
+        return [(path, event, (event.line,)) for path, events in logs
+                for event in sorted(events, key=lambda e: e.line)]
+    merged = []
+    for index, (path, events) in enumerate(logs):
+        last: tuple[int, int, int, int] = (0, 0, 0, 0)
+        for event in sorted(events, key=lambda e: e.line):
+            last = own_time(event.text) or last
+            merged.append((path, event, (*last, index, event.line)))
+    return sorted(merged, key=lambda item: item[2])
+
+
+SLURM_ENDS = {"slurm_time_limit": "cancelled at its time limit", "slurm_cancelled": "cancelled",
+              "slurm_step_cancelled": "cancelled", "node_failure": "cancelled due to node failure",
+              "slurm_task_failure": "cancelled due to a task's failure"}
+"""What slurmstepd's ``*** JOB|STEP <id> ... CANCELLED AT ...`` line says, by its event."""
+
+
+def _slurm_detail(event: LogEvent) -> str:
+    """A cause's detail for slurmstepd's cancellation line: which job or step, and why, in
+    words (its event's detail is the bare id); ``""`` for any other event."""
+    if event.kind == "slurm_preempted":
+        why = ("cancelled for a job requeue" if "REQUEUE" in event.text.upper()
+               else "cancelled for preemption")
+    elif event.kind in SLURM_ENDS and "CANCELLED" in event.text:
+        why = SLURM_ENDS[event.kind]
+    else:
+        return ""
+    what = "step" if "." in event.detail else "job"
+    return f"slurmstepd: {what} {event.detail} {why}"

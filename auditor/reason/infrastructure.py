@@ -42,6 +42,12 @@ def infrastructure(
             ("slurm_cancelled", "AUD206", "slurmstepd cancelled the job"),
             ("nccl_timeout", "AUD209", "NCCL watchdog timeout"),
             ("host_oom", "AUD209", "host-RAM out-of-memory kill"),
+            # contract v1.2's more causes that make a period an infrastructure failure
+            ("gpu_error", "AUD209", "a GPU or driver fault"),
+            ("rendezvous", "AUD209", "the distributed job never formed (rendezvous)"),
+            ("ray_system", "AUD209", "Ray's control plane (GCS) failed"),
+            ("storage", "AUD209", "the run could not write its files"),
+            ("network", "AUD209", "a remote service refused (network)"),
         ):
             event = events.get(kind_name)
             if event is not None:

@@ -151,7 +151,8 @@ def judge_attempt(period: PeriodEvidence, attempt: AttemptEvidence,
             tuple((record.rank, record) for trace in attempt.read.traces
                   for record in trace.phases if record.error_type),
             log.events if log is not None else (), log.path if log is not None else None,
-            attempt.read.processes)
+            attempt.read.processes,
+            tuple((scan.path, scan.events) for scan in attempt.read.worker_logs))
     return judgement
 
 

@@ -1,0 +1,218 @@
+"""Contract v1.2 "More causes" (issue 43 item 1): the new words and what they do to a
+period's verdict, first in time across a rank's own files by the times their lines state,
+and the near-misses that must never be read as a cause.
+
+The real public logs of each new word are named by it in ``tests/reason/test_causes.py``
+(``fixtures/causes``, their sources in its ``SOURCES.md``); here they are audited in a
+study, where the word decides the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import orjson
+import pandas as pd
+import pytest
+
+from auditor._cli import main
+from tests.helpers import find, outcome_study, rewrite
+
+CAUSES = Path(__file__).resolve().parents[2] / "fixtures" / "causes"
+
+REASONS = {  # (contract v1.2: each new word's verdict effect)
+    "gpu_error__pytorch-issue113128-default0-rank12-watchdog-uncorrectable-ecc.log":
+        ("gpu_error", "infrastructure_failure"),
+    "rendezvous__pytorch-issue107021-c10d-client-timeout-rdzv-connection-error.log":
+        ("rendezvous", "infrastructure_failure"),
+    "ray_system__tinyzero-issue75-driver-gcs-connect-timeout.log":
+        ("ray_system", "infrastructure_failure"),
+    "storage__dolly-issue139-metaflow-prefix-errno28-torch-save.log":
+        ("storage", "infrastructure_failure"),
+    "network__ip-adapter-issue209-diffusers-oserror-couldnt-connect.log":
+        ("network", "infrastructure_failure"),
+    "nan_loss__lemma-issue5-check-nan-losses-runtimeerror.log": ("nan_loss", "unclean_exit"),
+    "engine_dead__verl-issue4308-taskrunner-raytaskerror-enginedeaderror.log":
+        ("engine_dead", "unclean_exit"),
+}
+
+
+def _failed_with(root: Path, index: int, log: bytes) -> None:
+    """Period ``index`` exited 1 and its training log is ``log``."""
+    trial = find(root, f"*-s{161 + index}-4gpu/attempt-*/trial-*.json")
+
+    def failed(data: bytes) -> bytes:
+        document = orjson.loads(data)
+        document["invocation"]["exit_code"] = 1
+        document["status"], document["validation_error"] = "failed", None
+        return orjson.dumps(document)
+    rewrite(root, trial, failed)
+    rewrite(root, find(root, f"*-s{161 + index}-4gpu/attempt-*/training-*.log"),
+            lambda _: log)
+
+
+def _periods(root: Path, out: Path) -> pd.DataFrame:
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots"]) == 0
+    return pd.read_parquet(out / "periods.parquet").set_index("seed")
+
+
+def test_each_new_word_decides_its_periods_reason(tmp_path: Path) -> None:
+    root = outcome_study(tmp_path / "study", ["terminal_missing"] * len(REASONS))
+    for index, name in enumerate(REASONS):
+        _failed_with(root, index, (CAUSES / name).read_bytes())
+    periods = _periods(root, tmp_path / "out")
+    for index, (name, (word, reason)) in enumerate(REASONS.items()):
+        row = periods.loc[161 + index]
+        assert (row["cause"], row["reason"], row["verdict"]) == (word, reason, "unresolved"), \
+            (name, row["cause"], row["reason"], row["cause_detail"])
+
+
+def test_an_engines_death_names_the_error_inside_it_as_its_root(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """SGLang's scheduler hit an illegal memory access, then the engine died (SIGQUIT from
+    its child): ``engine_dead``, its detail the first error before it (contract v1.2)."""
+    log = CAUSES / "engine_dead__verl-issue1611-sglang-illegal-memory-access-sigquit.log"
+    assert main(["causes", str(log), "--json"]) == 0
+    cause = json.loads(capsys.readouterr().out)["cause"]
+    assert cause["cause"] == "engine_dead"
+    assert "the first error before it: gpu_error, CUDA error: an illegal memory access" \
+        in cause["detail"]
+
+
+NEAR_MISSES = {  # (a line each, in a log of a run that went on; none is what ended it)
+    "CUDA out of memory is gpu_oom, never gpu_error":
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n",
+    "a collective timeout after the watchdog's prefix stays nccl":
+        "[rank0]:[E ProcessGroupNCCL.cpp:1575] [PG 0 Rank 0] Process group watchdog thread "
+        "terminated with exception: [Rank 0] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600081 milliseconds before timing out.\n",
+    "a NaN in a progress line": "step:12 - training/global_step:12 - actor/loss:nan - "
+                                "actor/grad_norm:nan\n",
+    "a grad norm warning": "[2024-03-01 10:00:00] WARNING grad norm: nan, skipping step\n",
+    "a rate limit the hub retried": "Rate limited. Waiting 196.0s before retry [Retry 1/5].\n",
+    "wandb retrying": "wandb: Network error (ReadTimeout), entering retry loop.\n",
+    "a raylet's heartbeat warning": "(raylet) node_manager.cc:158: Last heartbeat was sent "
+                                    "8987 ms ago. There might be resource pressure on this node. "
+                                    "If heartbeat keeps lagging, this node can be marked as dead "
+                                    "mistakenly.\n",
+    "Ray's list of what might have happened": "(raylet) A worker died or was killed while "
+                                              "executing a task. There are some potential root "
+                                              "causes. (1) The process is killed by SIGKILL by "
+                                              "OOM killer due to high memory usage. (2) ray stop "
+                                              "--force is called. (3) The worker is crashed "
+                                              "unexpectedly due to SIGSEGV or other unexpected "
+                                              "errors. GCS may have been killed\n",
+    "a source line quoting the check": '  File "train.py", line 9, in step\n'
+                                       '    raise FloatingPointError("Loss is nan")\n',
+}
+NOT = {"CUDA out of memory is gpu_oom, never gpu_error": "gpu_error",
+       "a collective timeout after the watchdog's prefix stays nccl": "gpu_error",
+       "Ray's list of what might have happened": "ray_system"}
+
+
+@pytest.mark.parametrize("name", list(NEAR_MISSES))
+def test_a_near_miss_is_never_a_new_cause(name: str, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "training.log"
+    log.write_text("step:1 - training/global_step:1 - actor/loss:0.5\n" + NEAR_MISSES[name])
+    assert main(["causes", str(log), "--json"]) == 0
+    cause = json.loads(capsys.readouterr().out)["cause"]
+    new = {"gpu_error", "rendezvous", "ray_system", "storage", "nan_loss", "engine_dead",
+           "network", "node_failure", "host_oom"}
+    named = cause["cause"] if cause else None
+    if name in NOT:
+        assert named != NOT[name], cause
+    else:
+        assert named not in new, cause
+
+
+def test_a_rank_that_failed_first_by_its_own_clock_is_the_root(tmp_path: Path) -> None:
+    """Two ranks' own files (contract v1.2 worker logs): rank 0's error is on its file's
+    line 2, rank 1's on its line 5, but rank 1's line states the earlier time: rank 1's is
+    the cause, rank 0's its knock-on (by line numbers in separate files it was rank 0)."""
+    root = outcome_study(tmp_path / "study", ["terminal_missing"])
+    _failed_with(root, 0, b"starting\n")
+    record_path = next((root / "pairs").glob("*/period-1.json"))
+    record = json.loads(record_path.read_text())
+    logs = {
+        "worker-logs/gpu-node-10-rank0.err":
+            b"[rank0]:[W1206 10:00:05.100000 11 init.cpp:1] waiting\n"
+            b"[rank0]:[E1206 10:00:09.660000 11 ProcessGroupGloo.cpp:144] RuntimeError: "
+            b"Connection closed by peer [10.0.0.2]:29500\n",
+        "worker-logs/gpu-node-10-rank1.err":
+            b"[rank1]:[W1206 10:00:05.200000 12 init.cpp:1] waiting\n"
+            b"[rank1]:[W1206 10:00:06.000000 12 init.cpp:1] still waiting\n"
+            b"[rank1]:[W1206 10:00:07.000000 12 init.cpp:1] still waiting\n"
+            b"[rank1]:[W1206 10:00:08.000000 12 init.cpp:1] still waiting\n"
+            b"[rank1]:[E1206 10:00:09.000000 12 train.py:40] ValueError: bad batch at step 3\n",
+    }
+    for name, text in logs.items():
+        target = root / record["attempt_dir"] / name
+        target.parent.mkdir(exist_ok=True)
+        target.write_bytes(text)
+        record["evidence"].append({"path": name, "kind": "worker_log",
+                                   "sha256": hashlib.sha256(text).hexdigest(),
+                                   "size": len(text)})
+    record_path.write_text(json.dumps(record, indent=2))
+    row = _periods(root, tmp_path / "out").loc[161]
+    assert row["cause"] == "python_exception", row["cause_detail"]
+    assert row["cause_detail"] == "ValueError (gpu-node-10-rank1.err line 5)"
+    assert row["cause_at"].endswith("worker-logs/gpu-node-10-rank1.err:5"), row["cause_at"]
+
+
+READ = {  # (a reader fault each: what the log's own exception line says, under its prefix)
+    "python_exception__anlp-lora-ft-tqdm-glued-traceback-indented.log":
+        "RuntimeError (log line 31)",  # a progress bar glued to it, the log indented whole
+    "python_exception__metaflow-dcdl-week4-raise-source-line-json-typeerror.log":
+        "TypeError (log line 13)",  # Metaflow's prefix, frames unindented, `raise` above
+    "python_exception__mozmlops-metaflow-kubernetes-pod-prefix-keyerror.log":
+        "KeyError (log line 5)",  # Metaflow's and the pod's prefixes
+    "python_exception__pytorch-pr61803-64-rank-interleaved-tracebacks-typeerror.log":
+        "TypeError (log line 4)",  # 64 ranks' tracebacks interleaved
+    "signal__bigscience-jz-torchelastic-error-file-json-signalexception-15.log":
+        "SIGTERM (log line 1)",  # the elastic error handler's JSON, its traceback escaped
+    "time_limit__gnn-4-io-delta-gcn-epoch5-of-20.log":
+        "slurmstepd: job 9274167 cancelled at its time limit (log line 20)",
+}
+
+
+@pytest.mark.parametrize("name", list(READ))
+def test_the_cause_detail_is_the_root_events_own(name: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["causes", str(CAUSES / name), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cause"]["detail"] == READ[name]
+
+
+@pytest.mark.parametrize(("line", "word", "detail"), [
+    ("Exception: Capture cuda graph failed: see above\n", "python_exception", "Exception"),
+    ("<Signals.SIGUSR1: 10>\n", "signal", "SIGUSR1"),  # (a time limit only where the kit
+    # recorded it or sacct says TIMEOUT: contract v1.2)
+    ("Received 10 death signal, shutting down workers\n", "signal", "SIGUSR1, received by "
+     "torchrun's elastic agent (sender not in the log)"),
+])
+def test_a_line_alone(line: str, word: str, detail: str, tmp_path: Path,
+                      capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "training.log"
+    log.write_text("step:1 - training/global_step:1 - actor/loss:0.5\n" + line)
+    assert main(["causes", str(log), "--json"]) == 0
+    cause = json.loads(capsys.readouterr().out)["cause"]
+    assert (cause["cause"], cause["detail"]) == (word, f"{detail} (log line 2)")
+
+
+def test_a_traceback_in_a_log_indented_whole_is_read_by_its_frames_indentation(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A log a wrapper indented by four spaces: the frames at six, their source at eight,
+    the exception line at four (less than the frames: the traceback's end)."""
+    log = tmp_path / "training.log"
+    log.write_text("    step:1 - training/global_step:1\n"
+                   "    Traceback (most recent call last):\n"
+                   '      File "train.py", line 3, in <module>\n'
+                   "        main()\n"
+                   '      File "train.py", line 2, in main\n'
+                   "        raise ValueError('bad batch')\n"
+                   "    ValueError: bad batch\n")
+    assert main(["causes", str(log), "--json"]) == 0
+    cause = json.loads(capsys.readouterr().out)["cause"]
+    assert (cause["cause"], cause["detail"]) == ("python_exception", "ValueError (log line 7)")
