@@ -508,8 +508,28 @@ def in_family(family: str) -> tuple[str, ...]:
     return tuple(sorted(rule.rule_id for rule in _RULES if rule.family == family))
 
 
+class _Unknown:
+    """A value the check did not have: ``?`` whatever the field's format (``{n:,}``)."""
+
+    def __format__(self, spec: str) -> str:
+        return "?"
+
+    def __str__(self) -> str:
+        return "?"
+
+    __repr__ = __str__
+
+
+_UNKNOWN = _Unknown()
+
+
 class _Defaulting(dict[str, object]):
-    """A format map that renders unknown fields as ``?``."""
+    """A format map that renders unknown fields, and fields whose value is None, as ``?``
+    (a message never prints Python's ``None``)."""
 
     def __missing__(self, key: str) -> object:
-        return "?"
+        return _UNKNOWN
+
+    def __getitem__(self, key: str) -> object:
+        value = super().__getitem__(key)
+        return _UNKNOWN if value is None else value

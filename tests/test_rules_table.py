@@ -126,6 +126,21 @@ def test_a_missing_value_renders_as_a_question_mark() -> None:
     assert item.message == "f: ? differs from ? (expected ?, found ?)"
 
 
+def test_no_message_prints_none_whatever_value_is_missing() -> None:
+    """Every rule's template and each of its forms, every field given as None (a reader
+    that found no value): the message and the report's description say ``?``, never
+    Python's ``None`` (issue 43 item 5's sweep)."""
+    for rule in ALL:
+        for form in (None, *rule.forms):
+            template = rule.template_of(form)
+            fields = {name: None for _, name, _, _ in string.Formatter().parse(template)
+                      if name and name not in ("subject",)}
+            item = finding(rule.rule_id, "subject", **fields,
+                           **({"form": form} if form else {}))
+            assert "None" not in item.message, (rule.rule_id, form, item.message)
+            assert "None" not in describe(item), (rule.rule_id, form)
+
+
 def test_an_unknown_rule_is_refused() -> None:
     with pytest.raises(KeyError):
         finding("AUD999", "x")
