@@ -133,10 +133,12 @@ def test_no_message_prints_none_whatever_value_is_missing() -> None:
     for rule in ALL:
         for form in (None, *rule.forms):
             template = rule.template_of(form)
-            fields = {name: None for _, name, _, _ in string.Formatter().parse(template)
-                      if name and name not in ("subject",)}
-            item = finding(rule.rule_id, "subject", **fields,
-                           **({"form": form} if form else {}))
+            values: dict[str, object] = {
+                name: None for _, name, _, _ in string.Formatter().parse(template)
+                if name and name not in ("subject",)}
+            if form:
+                values["form"] = form
+            item = finding(rule.rule_id, "subject", (), **values)
             assert "None" not in item.message, (rule.rule_id, form, item.message)
             assert "None" not in describe(item), (rule.rule_id, form)
 

@@ -24,8 +24,8 @@ from auditor.collect.failure_texts import (
     _KV_CACHE,
     _KV_CACHE_NAMES,
     _KV_CACHE_TROUBLE,
+    _MORE_ANY,
     _MORE_CAUSES,
-    _MORE_WORDS,
     _NCCL_ERROR,
     _NCCL_TIMEOUT,
     _NODE_FAILURE,
@@ -90,8 +90,10 @@ _PROCESS_PREFIX = re.compile(
     r"|monitor|autoscaler|scheduler)(?:, ip=[^()\s]+)?(?: \+[\w.]+)?\) ?"  # Ray system
     r"|\[(?:rank|default)\d+\]: ?"  # torch.distributed / torchrun
     r"|\[[\w.-]{1,100}/[\w.-]{1,100}/[\w.-]{1,100} \(pid \d+\)\] ?"  # Metaflow's task
-    r"|[\w.-]{1,100}/\d{1,6} (?=\[default\d+\]:)"  # nemo-run's task, before torchrun's
 )
+_NEMO_RUN = re.compile(r"[\w.-]{1,100}/\d{1,6} (?=\[default\d+\]:)")
+"""nemo-run's task before torchrun's ``[default0]:`` (tried only on a line holding that: a
+pattern that starts with any word would be tried, and fail, at every line's start)."""
 _OTHER_PREFIX = re.compile(
     r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
     r"\[?[\w./-]+:\d+\] ?"  # vLLM logger
@@ -405,7 +407,7 @@ class _Scanner:
         if "marked dead" in text and _RAY_NODE_DEAD.search(text):
             self._add("node_failure", number, segment, "Ray marked a node dead (missed "
                       "heartbeats)")
-        if any(word in text for word in _MORE_WORDS):
+        if _MORE_ANY.find_matches_as_indexes(text):
             for kind, pattern in _MORE_CAUSES:
                 found = pattern.search(text)
                 if found:
@@ -568,6 +570,9 @@ def _strip_prefixes(segment: str) -> tuple[str, str]:
     """Split ``segment`` into (process key, content): Ray/rank prefixes form the key."""
     key_parts: list[str] = []
     position = 0
+    if "[default" in segment and (nemo := _NEMO_RUN.match(segment)) is not None:
+        key_parts.append(nemo.group(0).rstrip())
+        position = nemo.end()
     for _ in range(4):  # prefixes nest: compose | vLLM logger, (Ray) [rank0]: ...
         prefix = _PREFIX.match(segment, position)
         if prefix is None:
