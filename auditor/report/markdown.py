@@ -387,7 +387,10 @@ def _period_rows(result: AuditResult, reasoning: Reasoning, full: bool = True
     """By subject: the verdict's words, and for a retried period each attempt in order
     (the counted one's index, or an other's index, job, outcome and PIDs)."""
     texts: dict[str, str] = {}
-    for verdict in reasoning.verdicts:
+    for verdict, fact in zip(reasoning.verdicts, facts, strict=True):
+        if not full and (verdict.verdict is not VerdictKind.UNRESOLVED
+                         or fact.actor_update_finished_ns is None):
+            continue  # (the report's table: the unresolved periods that got that far)
         cause = cause_word(verdict)
         text = verdict.verdict.value + (
             f" (`{verdict.reason}`{', ' + cause if cause else ''})"
@@ -413,6 +416,8 @@ def _period_rows(result: AuditResult, reasoning: Reasoning, full: bool = True
     # waiting on disk: a million periods' facts held for the sort were about 70 MB)
     ordered = SortedRows(0)
     for f in facts:
+        if f.subject not in said:
+            continue
         ordered.extend((((f.gpus or 0, f.array_task_id if f.array_task_id is not None
                           else 1 << 30, f.pair, f.period), f.subject, f.array_task_id,
                          f.workload, f.seed, f.gpus, f.job_id, f.period,
@@ -421,8 +426,6 @@ def _period_rows(result: AuditResult, reasoning: Reasoning, full: bool = True
     for (_, subject, task_id, workload_name, seed, gpu_count, job_id, period, actor_ns,
          sync_ns, raw_peak, pids_by_rank) in ordered:
         outcome_text, each = said[subject]
-        if not full and (actor_ns is None or not outcome_text.startswith("unresolved")):
-            continue
         index = str(task_id) if task_id is not None else "—"
         workload = prose(f"{workload_name or '?'} / {seed if seed is not None else '?'}")
         gpus = str(gpu_count) if gpu_count is not None else "—"
@@ -461,11 +464,6 @@ def _period_table_lines(result: AuditResult, reasoning: Reasoning, full: bool = 
                   and v.verdict is VerdictKind.UNRESOLVED)
     if not full and not reached:
         return
-    # a row's PIDs line names its attempt when its period has more than one (the test the
-    # rows themselves were put to, once held whole: a job id may say ", attempt " too)
-    retried = any(len(period.attempts) > 1 for period in (
-        counted_attempt(result, f.subject)[0] for f in reasoning.facts) if period is not None) \
-        or any(", attempt " in f"{f.job_id or '?'} / {f.period}" for f in reasoning.facts)
     when = f"rendered as UTC on {one_date}" if one_date else "rendered as UTC"
     left = len(reasoning.facts) - reached
     yield "## Periods" if full else "## How far the unresolved periods got"
@@ -478,18 +476,20 @@ def _period_table_lines(result: AuditResult, reasoning: Reasoning, full: bool = 
         + f"Times: the latest `finished_ns` across ranks, {when}. “Sync” is the weight "
         "synchronization **after** the final-step actor update, excluding initialization "
         "synchronization. Peaks: raw trial peaks, not eligible completed-run peaks."
-        + (" A retried period's times and peak are its counted attempt's." if retried else "")
     )
     yield ""
     pids = SpilledCodeBlock()  # (each row's PIDs line, on disk till the table is made)
     rows = 0
+    retried = more = False
 
     def cells() -> Iterator[list[str]]:
-        nonlocal rows
+        nonlocal rows, retried, more
         for row, line in _period_rows(result, reasoning, full):
+            if not full and rows == MAX_TABLE_ROWS:
+                more = True  # (the report's table stops: the rest are evidence.md's)
+                return
             rows += 1
-            if not full and rows > MAX_TABLE_ROWS:
-                continue
+            retried = retried or ", attempt " in row[2]
             pids.add(line)
             yield row
 
@@ -499,10 +499,13 @@ def _period_table_lines(result: AuditResult, reasoning: Reasoning, full: bool = 
          "Actor update finished", "Post-update sync finished", "Raw peak MiB"],
         cells(), ["---", "---", "---", "---:", *(["---"] if full else []), "---", "---", "---:"],
     )
-    if rows > MAX_TABLE_ROWS and not full:
+    if retried:
         yield ""
-        yield (f"The other {rows - MAX_TABLE_ROWS:,} rows are in [`evidence.md`](evidence.md) "
-               "and `periods.parquet`.")
+        yield ("A retried period has a row per attempt; its times and peak are those of the "
+               "attempt its verdict rests on.")
+    if more:
+        yield ""
+        yield "The other rows are in [`evidence.md`](evidence.md) and `periods.parquet`."
     yield from ("", "Worker PIDs in rank order:", "")
     yield from pids
 
