@@ -59,6 +59,19 @@ def outcome_study(root: Path, outcomes: list[str], **knobs: Any) -> Path:
     return root
 
 
+def failed_with_log(root: Path, index: int, log: bytes) -> None:
+    """Period ``index`` of an :func:`outcome_study` (pair ``...-s<161+index>``) exited 1, its
+    launcher said ``failed``, and its training log is ``log`` (each manifest entry kept)."""
+    def failed(data: bytes) -> bytes:
+        trial = orjson.loads(data)
+        trial["invocation"]["exit_code"] = 1
+        trial["status"], trial["validation_error"] = "failed", None
+        return orjson.dumps(trial)
+    rewrite(root, find(root, f"*-s{161 + index}-4gpu/attempt-*/trial-*.json"), failed)
+    rewrite(root, find(root, f"*-s{161 + index}-4gpu/attempt-*/training-*.log"),
+            lambda _: log)
+
+
 def period_records(root: Path) -> list[Path]:
     """Every period record of a study."""
     return sorted((root / "pairs").glob("*/period-*.json"))

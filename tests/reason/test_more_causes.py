@@ -13,12 +13,11 @@ import hashlib
 import json
 from pathlib import Path
 
-import orjson
 import pandas as pd
 import pytest
 
 from auditor._cli import main
-from tests.helpers import find, outcome_study, rewrite
+from tests.helpers import failed_with_log, outcome_study
 
 CAUSES = Path(__file__).resolve().parents[2] / "fixtures" / "causes"
 
@@ -39,20 +38,6 @@ REASONS = {  # (contract v1.2: each new word's verdict effect)
 }
 
 
-def _failed_with(root: Path, index: int, log: bytes) -> None:
-    """Period ``index`` exited 1 and its training log is ``log``."""
-    trial = find(root, f"*-s{161 + index}-4gpu/attempt-*/trial-*.json")
-
-    def failed(data: bytes) -> bytes:
-        document = orjson.loads(data)
-        document["invocation"]["exit_code"] = 1
-        document["status"], document["validation_error"] = "failed", None
-        return orjson.dumps(document)
-    rewrite(root, trial, failed)
-    rewrite(root, find(root, f"*-s{161 + index}-4gpu/attempt-*/training-*.log"),
-            lambda _: log)
-
-
 def _periods(root: Path, out: Path) -> pd.DataFrame:
     assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots"]) == 0
     return pd.read_parquet(out / "periods.parquet").set_index("seed")
@@ -61,7 +46,7 @@ def _periods(root: Path, out: Path) -> pd.DataFrame:
 def test_each_new_word_decides_its_periods_reason(tmp_path: Path) -> None:
     root = outcome_study(tmp_path / "study", ["terminal_missing"] * len(REASONS))
     for index, name in enumerate(REASONS):
-        _failed_with(root, index, (CAUSES / name).read_bytes())
+        failed_with_log(root, index, (CAUSES / name).read_bytes())
     periods = _periods(root, tmp_path / "out")
     for index, (name, (word, reason)) in enumerate(REASONS.items()):
         row = periods.loc[161 + index]
@@ -133,7 +118,7 @@ def test_a_rank_that_failed_first_by_its_own_clock_is_the_root(tmp_path: Path) -
     line 2, rank 1's on its line 5, but rank 1's line states the earlier time: rank 1's is
     the cause, rank 0's its knock-on (by line numbers in separate files it was rank 0)."""
     root = outcome_study(tmp_path / "study", ["terminal_missing"])
-    _failed_with(root, 0, b"starting\n")
+    failed_with_log(root, 0, b"starting\n")
     record_path = next((root / "pairs").glob("*/period-1.json"))
     record = json.loads(record_path.read_text())
     logs = {

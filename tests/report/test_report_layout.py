@@ -9,7 +9,6 @@ of five outcomes and a 21-period study of twelve causes read from real public lo
 
 from __future__ import annotations
 
-import functools
 import re
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import pandas as pd
 import pytest
 
 from auditor._cli import main
-from tests.helpers import EXAMPLE, find, outcome_study, rewrite
+from tests.helpers import EXAMPLE, failed_with_log, outcome_study
 
 CAUSES = Path(__file__).resolve().parents[2] / "fixtures" / "causes"
 BUDGETS = {"seed": 12_000, "mixed": 18_000, "five outcomes": 12_500, "twelve causes": 26_000}
@@ -52,10 +51,6 @@ TWELVE = [  # (a real public log of each ending: fixtures/causes/SOURCES.md)
 ]
 
 
-def _replaced(new: bytes, _: bytes) -> bytes:
-    return new
-
-
 def _five(root: Path) -> Path:
     return outcome_study(root, FIVE)
 
@@ -64,16 +59,7 @@ def _twelve(root: Path) -> Path:
     """21 periods that exited 1, each training log replaced by a real public log."""
     outcome_study(root, ["terminal_missing"] * len(TWELVE))
     for index, name in enumerate(TWELVE):
-        attempt = find(root, f"*-s{161 + index}-4gpu/attempt-*/trial-*.json")
-        log = find(root, f"*-s{161 + index}-4gpu/attempt-*/training-*.log")
-
-        def failed(data: bytes) -> bytes:
-            trial = orjson.loads(data)
-            trial["invocation"]["exit_code"] = 1
-            trial["status"], trial["validation_error"] = "failed", None
-            return orjson.dumps(trial)
-        rewrite(root, attempt, failed)
-        rewrite(root, log, functools.partial(_replaced, (CAUSES / name).read_bytes()))
+        failed_with_log(root, index, (CAUSES / name).read_bytes())
     return root
 
 
@@ -162,3 +148,27 @@ def test_twelve_causes_are_each_named(audited: tuple[str, Path]) -> None:
         pytest.skip("the twelve-cause study's")
     causes = set(pd.read_parquet(out / "periods.parquet")["cause"].dropna())
     assert len(causes) >= 12, causes
+
+
+def test_the_mixed_examples_sections_keep_the_facts_the_contract_lists(
+        audited: tuple[str, Path]) -> None:
+    """Resolved periods together, the excused shutdown and the retried period set apart
+    with what a reviewer must see; a received signal by name; sacct's words as printed."""
+    name, out = audited
+    if name != "mixed":
+        pytest.skip("the mixed example's")
+    text = (out / "diagnostic.md").read_text()
+    sections = {part.split("\n", 1)[0]: part for part in re.split(r"(?m)^### ", text)[1:]}
+    resolved = sections["Three 4-GPU resolved periods"]
+    assert re.search(r"^- `host-qwen25-7b-math-c2-s161/period-1`: Exit: exit 143 is a "
+                     r"coordinated shutdown: the controller \(pid \d+\) exited 143 with "
+                     r"`COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS=1` and no signal received",
+                     resolved, re.MULTILINE)
+    assert re.search(r"^- `host-qwen25-7b-math-c2-s164/period-1`: The period ran 2 "
+                     r"attempts; attempt 1 counts", resolved, re.MULTILINE)
+    time_limit = sections["Two 4-GPU unresolved periods: `time_limit`, cause `time_limit`"]
+    assert "the batch script received SIGUSR1" in time_limit
+    assert "`TIMEOUT 0:0`" in time_limit
+    killed = sections["Two 4-GPU unresolved periods: `killed`, cause `signal`"]
+    assert "`FAILED 137:0`" in killed and "killed by SIGKILL" in killed
+    assert "`COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS` is off ('0')" in killed
