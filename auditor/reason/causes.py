@@ -294,7 +294,7 @@ def _sources(trial: TrialRecord | None, exit_class: ExitClass | None, element: S
 
 
 _OWN_TIME = re.compile(
-    r"(?<!\d)(?:(?P<year>\d{4})-)?(?P<month>\d\d)-(?P<day>\d\d)[ T](?P<clock>\d\d:\d\d:\d\d)"
+    r"(?<!\d)(?:\d{4}-)?(?P<month>\d\d)-(?P<day>\d\d)[ T](?P<clock>\d\d:\d\d:\d\d)"
     r"(?:[.,](?P<fraction>\d{1,9}))?"  # 2024-03-27 21:46:54,999 / vLLM's 05-01 14:39:06
     r"|\b[IWEF](?P<glog>\d{3,4}) (?P<gclock>\d\d:\d\d:\d\d)(?:\.(?P<gfraction>\d{1,9}))?"
     # (torch's and glog's E0321 / E321 02:07:08.408271257)
