@@ -35,20 +35,23 @@ def configurations_section(result: AuditResult) -> str:
     configs = reasoning.configurations
     if not configs:
         return ""
-    tally: dict[str, Counter[str]] = defaultdict(Counter)
+    tally: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
+    """By configuration, by verdict: how many periods, by their cause or reason word."""
     for verdict, facts in zip(reasoning.verdicts, reasoning.facts, strict=True):
         if facts.workload is None or facts.gpus is None:
             continue
-        tally[f"{facts.workload}@{facts.gpus}"][_label(verdict)] += 1
+        word = "" if verdict.verdict is VerdictKind.RESOLVED else \
+            str(verdict.cause.word) if verdict.verdict is VerdictKind.FAILED and verdict.cause \
+            else "" if verdict.verdict is VerdictKind.FAILED else str(verdict.reason)
+        tally[f"{facts.workload}@{facts.gpus}"][verdict.verdict.value][word] += 1
     partial = reasoning.gate_partial
     admitted = set(partial.included_configurations) if partial.passed else set()
     waived = set(partial.included_by_waiver)
     rows = []
     for config in configs:
-        counts = tally.get(config.key, Counter())
-        verdicts = "; ".join(_counted(label, n) for label, n in sorted(
-            counts.items(), key=lambda item: (_ORDER.get(item[0].split(" ")[0], 3), item[0])))
-        unresolved = sum(n for label, n in counts.items() if label.startswith("unresolved"))
+        counts = tally.get(config.key, {})
+        verdicts = "; ".join(_verdicts(kind, counts[kind]) for kind in _ORDER if kind in counts)
+        unresolved = sum(counts.get("unresolved", Counter()).values())
         seeds = seed_ranges(config.seeds) or "—"
         if config.missing_seeds:
             seeds += f" (not run: {seed_ranges(config.missing_seeds)})"
@@ -71,21 +74,15 @@ def configurations_section(result: AuditResult) -> str:
                             rows)])
 
 
-_ORDER = {"resolved": 0, "failed": 1, "unresolved": 2}
+_ORDER = ("resolved", "failed", "unresolved")
 
 
-def _label(verdict: Verdict) -> str:
-    """``resolved``, ``failed (`gpu_oom`)`` or ``unresolved (`killed`)``: what the
-    configuration table counts."""
-    if verdict.verdict is VerdictKind.RESOLVED:
-        return "resolved"
-    if verdict.verdict is VerdictKind.FAILED:
-        return f"failed (`{verdict.cause.word}`)" if verdict.cause else "failed"
-    return f"unresolved (`{verdict.reason}`)"
-
-
-def _counted(label: str, n: int) -> str:
-    return f"{n:,} {label}"
+def _verdicts(kind: str, words: Counter[str]) -> str:
+    """``2 unresolved (`killed`, 2 `time_limit`)``: a verdict's periods counted, with their
+    causes (failed) or reasons (unresolved), each counted where more than one."""
+    named = ", ".join(f"{n:,} `{word}`" if n > 1 else f"`{word}`"
+                      for word, n in sorted(words.items()) if word)
+    return f"{sum(words.values()):,} {kind}" + (f" ({named})" if named else "")
 
 
 def unresolved_lines(result: AuditResult) -> Iterator[str]:
