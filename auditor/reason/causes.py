@@ -4,17 +4,21 @@ rests on (contract v1.1, "Causes").
 Every source is asked: the scheduler (sacct's state of the job's last attempt), the launcher
 (the signal the batch script received, the exit code), the allocator traces (a phase that
 raised), the process records (contract v1.2: the first to fail, by its own end time; every
-later one is its knock-on) and the training log's events. Among what they show, a cause of a
-higher tier wins (the scheduler's and the node's word, then memory, then a crash or a
-signal, then an actor's death or a Python exception, then NCCL, then a launcher's summary of
-a child's failure); in a tier, the first in time (the log's order) wins. Everything else
+later one is its knock-on) and the events of the training log and the worker logs the kit
+kept. Among what they show, a cause of a higher tier wins (:data:`TIERS`: the scheduler's
+and the node's word, an engine's death, memory and the other faults of the machine and its
+services, a crash or a signal, an actor's death or a Python exception, NCCL, a launcher's
+summary of a child's failure); in a tier, the first in time wins (trace records by their own
+times; log lines by the times they state across files, one file's by its lines). Everything else
 found is named as a knock-on (peers' NCCL errors after one rank ran out of memory). An
 attempt that exited cleanly has no cause (None: a completed run, or one that lacks its
 terminal line); one that ended otherwise with nothing found, or only knock-ons, is
 ``unknown``.
 
-The words and their tiers are data (:data:`TIERS`); a new cause is a word here and a line
-pattern in :mod:`auditor.collect.log_events`.
+The words and their tiers are data (:data:`TIERS`); a new cause is a word in
+:class:`~auditor.model.CauseWord`, its tier and event kind here, a line pattern in
+:mod:`auditor.collect.failure_texts` (and a literal of it in the log prefilter's words when
+its line may hold no "rror"), and at least three real public logs in ``fixtures/causes``.
 """
 
 from __future__ import annotations

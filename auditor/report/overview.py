@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 
 from auditor._text import clip
-from auditor.model import NEEDS, AuditResult, Citation, Reason, Verdict, VerdictKind
+from auditor.model import NEEDS, AuditResult, Citation, Verdict, VerdictKind
 from auditor.report.citations import names_of
 from auditor.report.mdformat import code_span, number, table
 
@@ -104,7 +104,7 @@ def unresolved_lines(result: AuditResult) -> Iterator[str]:
         decided = deciding_line(verdict, names_of(result, verdict).attempt_dir)
         yield (f"- {code_span(verdict.subject, 300)}{job}: `{verdict.reason}`{cause}"
                + (f"; {decided}" if decided else "")
-               + f". Needs {NEEDS.get(Reason(verdict.reason), 'a rerun')}.")
+               + f". Needs {NEEDS.get(verdict.reason, 'a rerun')}.")
     if total > shown:
         yield (f"- and {total - shown:,} more: `auditor rerun` lists every one by array and "
                "cause; `periods.parquet` has each.")
