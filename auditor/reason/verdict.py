@@ -453,7 +453,8 @@ def _log_shows(log: TrainingLogScan, steps: int | None, shown: Shown) -> None:
             seen += " in what was read"
         shown.shows.append(f"The training log holds no line with `step:{steps}` followed by "
                            f"`training/global_step:{steps}`; {seen}.")
-        shown.citations.append(Citation(log.path, quote=f"{log.lines} lines scanned"))
+        shown.citations.append(Citation(
+            log.path, quote=f"{log.lines} line{'' if log.lines == 1 else 's'} scanned"))
         if clipped is not None:
             shown.shows.append(sentence(
                 f"Line {clipped.citations[0].line} was examined only in part (line of "

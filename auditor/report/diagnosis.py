@@ -114,7 +114,7 @@ def _limits(members: Sequence[Verdict], said: dict[str, str], title: str) -> str
     def shown(text: str) -> str:
         first = said.setdefault(text, title)
         return prose(text, limit=4000) if first == title else \
-            f"As for {prose(first.split(': ', 1)[-1], 200)} above."
+            f"The same as under “{prose(first, 200)}” above."
     if len(texts) == 1:
         return f"**Limits.** {shown(next(iter(texts)))}"
     return "**Limits.** " + " ".join(
@@ -140,6 +140,8 @@ def _evidence_pattern(result: AuditResult, members: Sequence[Verdict],
               ", the same in every period" if not pattern.exceptions else
               f", the same in {len(members) - len(pattern.exceptions):,} of "
               f"{len(members):,} periods")
-    others = f" ({'the other' if len(pattern.exceptions) == 1 else 'the others'}: "\
-        "[`evidence.md`](evidence.md))" if pattern.exceptions else ""
+    named = ", ".join(code_span(v.subject, 300) for v in pattern.exceptions[:3]) \
+        if len(pattern.exceptions) <= 3 else f"{len(pattern.exceptions):,} periods"
+    others = (f" ({'the other' if len(pattern.exceptions) == 1 else 'the others'}, {named}: "
+              "[`evidence.md`](evidence.md))") if pattern.exceptions else ""
     return f"Evidence{shared}{others}: {pattern.text}."

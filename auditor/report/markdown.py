@@ -279,8 +279,12 @@ def _reconstruction(reasoning: Reasoning) -> str:
     resolved = [c for c in configs if c.status == "resolved"]
     waived_in = ", ".join(code_span(key) for key in reasoning.gate_partial.included_by_waiver)
     verb = "resolves" if len(resolved) == 1 else "resolve"
-    text += (f" {number(len(resolved)).capitalize()} of {number(len(configs))} configurations "
-             f"{verb}")
+    if len(configs) == 1:  # (not "zero of one configurations resolve")
+        text += (f" The one configuration, {code_span(configs[0].key)}, "
+                 + ("resolves" if resolved else "does not resolve"))
+    else:
+        text += (f" {number(len(resolved)).capitalize()} of {number(len(configs))} "
+                 f"configurations {verb}")
     if resolved:
         kinds = {c.outcome for c in resolved}
         gpu_set = {c.gpus for c in resolved}
@@ -465,14 +469,12 @@ def _period_table_lines(result: AuditResult, reasoning: Reasoning, full: bool = 
     if not full and not reached:
         return
     when = f"rendered as UTC on {one_date}" if one_date else "rendered as UTC"
-    left = len(reasoning.facts) - reached
     yield "## Periods" if full else "## How far the unresolved periods got"
     yield ""
     yield (
         ("Every period, a row per attempt. " if full else
-         "Unresolved periods whose ranks recorded the final-step actor update"
-         + (f" (the other {number(left)}: [`evidence.md`](evidence.md)). " if left else
-            " (every period's row: [`evidence.md`](evidence.md)). "))
+         "Unresolved periods whose ranks recorded the final-step actor update (every "
+         "period's row, with its PIDs: [`evidence.md`](evidence.md)). ")
         + f"Times: the latest `finished_ns` across ranks, {when}. “Sync” is the weight "
         "synchronization **after** the final-step actor update, excluding initialization "
         "synchronization. Peaks: raw trial peaks, not eligible completed-run peaks."

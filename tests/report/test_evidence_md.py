@@ -94,8 +94,8 @@ def test_a_period_whose_citations_differ_is_listed_as_the_exception(tmp_path: Pa
     out = tmp_path / "out"
     assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots"]) == 0
     report = (out / "diagnostic.md").read_text()
-    assert "Evidence, the same in 8 of 9 periods (the other: [`evidence.md`](evidence.md))" \
-        in report
+    assert ("Evidence, the same in 8 of 9 periods (the other, "
+            "`host-qwen25-7b-math-c2-s162/period-2`: [`evidence.md`](evidence.md))") in report
     assert "allocator-3539673" not in report  # (the exception's own citations: evidence.md)
     cited = (out / "evidence.md").read_text()
     line = next(line for line in cited.splitlines()
