@@ -506,6 +506,23 @@ def _judgement(outcome: Outcome, reason: Reason, decisive: list[Finding], shown:
                      shown.exit_class)
 
 
+ENDED_LIMITS: dict[Reason | None, str] = {
+    None: "An infrastructure failure ends the attempt before it can measure anything; the "
+          "period needs a new run to resolve.",
+    Reason.CANCELLED: "A cancelled attempt ends before it can measure anything; it is neither "
+                      "a completion nor an eligible failure, and the period needs a new run to "
+                      "resolve.",
+    Reason.TIME_LIMIT: "An attempt its time limit ended says nothing about whether the "
+                       "configuration fits; it is neither a completion nor an eligible "
+                       "failure, and the period needs a new run, with more time, to resolve.",
+    Reason.PREEMPTED: "A preempted or requeued attempt ends before it can measure anything; "
+                      "the period needs a new run to resolve.",
+}
+"""What an attempt the scheduler or the machine ended does not prove, by the reason its end
+gives (None: a node, memory, a GPU, storage, the network...); the words the report's limits
+say."""
+
+
 def _blocked(blockers: list[tuple[Reason, Finding]], infra: Finding | None, shown: Shown,
              sacct_path: str) -> Judgement:
     """Unresolved: the evidence cannot support a verdict (unless a scheduler kill explains
@@ -518,9 +535,8 @@ def _blocked(blockers: list[tuple[Reason, Finding]], infra: Finding | None, show
         # no idle check): the scheduler's word explains the absence, so it is the reason.
         shown.shows.insert(0, sentence(f"The scheduler ended the job: {infra.message}"))
         shown.shows.append(sentence(_blocker_sentence("evidence missing", decisive)))
-        return _judgement(Outcome.UNRESOLVED, _blocks(infra), [infra, *decisive], shown, [
-            "An infrastructure failure ends the attempt before it can measure anything; the "
-            "period needs a new run to resolve."])
+        return _judgement(Outcome.UNRESOLVED, _blocks(infra), [infra, *decisive], shown,
+                          [ENDED_LIMITS.get(_blocks(infra), ENDED_LIMITS[None])])
     reason = blockers[0][0]
     shown.shows.insert(0, sentence(_blocker_sentence(reason.replace("_", " "), decisive)))
     return _judgement(Outcome.UNRESOLVED, reason, decisive, shown, [
@@ -589,9 +605,8 @@ def _unclean(subject: str, shown: Shown, infra: Finding | None) -> Judgement:
     if shown.eligible:
         return _eligible(subject, shown)
     if infra is not None:
-        return _judgement(Outcome.UNRESOLVED, _blocks(infra), [infra], shown, [
-            "An infrastructure failure ends the attempt before it can measure anything; the "
-            "period needs a new run to resolve."])
+        return _judgement(Outcome.UNRESOLVED, _blocks(infra), [infra], shown,
+                          [ENDED_LIMITS.get(_blocks(infra), ENDED_LIMITS[None])])
     nccl = _nccl_failure(subject, shown)
     if nccl is not None:
         return nccl

@@ -169,6 +169,9 @@ def test_the_mixed_examples_sections_keep_the_facts_the_contract_lists(
     time_limit = sections["Two 4-GPU unresolved periods: `time_limit`, cause `time_limit`"]
     assert "the batch script received SIGUSR1" in time_limit
     assert "`TIMEOUT 0:0`" in time_limit
+    # (its limits are a time limit's, never "an infrastructure failure")
+    assert "An attempt its time limit ended says nothing" in time_limit
+    assert "nfrastructure failure" not in time_limit
     killed = sections["Two 4-GPU unresolved periods: `killed`, cause `signal`"]
     assert "`FAILED 137:0`" in killed and "killed by SIGKILL" in killed
     assert "`COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS` is off ('0')" in killed
