@@ -17,6 +17,7 @@ Every name is importable from ``auditor.model`` itself.
 from __future__ import annotations
 
 from auditor.model.core import (
+    ENDED_LIMITS,
     NEEDS,
     CauseWord,
     Citation,
@@ -96,7 +97,8 @@ from auditor.model.study import (
 )
 
 __all__ = [
-    "DEFAULT_PROTOCOL", "HASHED_STATUSES", "NEEDS", "SLURM_STATES", "Accounting", "AllocatorTrace",
+    "DEFAULT_PROTOCOL", "ENDED_LIMITS", "HASHED_STATUSES", "NEEDS", "SLURM_STATES",
+    "Accounting", "AllocatorTrace",
     "AttemptEvidence", "AttemptOutcome", "AttemptRead", "AttemptSpec", "AttemptSummary",
     "AttemptTask",
     "AuditOptions", "AuditResult", "Cause", "CauseWord", "Citation", "Collected", "CollectedParts",

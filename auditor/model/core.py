@@ -125,6 +125,22 @@ NEEDS: dict[Reason, str] = {
 """What an unresolved period needs before it can resolve, by its reason (the report's
 line per unresolved period): a rerun, an evidence fix, a waiver, or waiting."""
 
+ENDED_LIMITS: dict[Reason | None, str] = {
+    None: "An infrastructure failure ends the attempt before it can measure anything; the "
+          "period needs a new run to resolve.",
+    Reason.CANCELLED: "A cancelled attempt ends before it can measure anything; it is neither "
+                      "a completion nor an eligible failure, and the period needs a new run to "
+                      "resolve.",
+    Reason.TIME_LIMIT: "An attempt its time limit ended says nothing about whether the "
+                       "configuration fits; it is neither a completion nor an eligible "
+                       "failure, and the period needs a new run, with more time, to resolve.",
+    Reason.PREEMPTED: "A preempted or requeued attempt ends before it can measure anything; "
+                      "the period needs a new run to resolve.",
+}
+"""What an attempt the scheduler or the machine ended does not prove, by the reason its end
+gives (None: a node, memory, a GPU, storage, the network...); the words the report's limits
+say."""
+
 
 class VerdictKind(StrEnum):
     """The three verdicts of the contract."""

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from auditor.model import (
+    ENDED_LIMITS,
     AttemptEvidence,
     Cause,
     Citation,
@@ -504,23 +505,6 @@ def _judgement(outcome: Outcome, reason: Reason, decisive: list[Finding], shown:
                limits: list[str]) -> Judgement:
     return Judgement(outcome, reason, decisive, shown.shows, limits, shown.citations,
                      shown.exit_class)
-
-
-ENDED_LIMITS: dict[Reason | None, str] = {
-    None: "An infrastructure failure ends the attempt before it can measure anything; the "
-          "period needs a new run to resolve.",
-    Reason.CANCELLED: "A cancelled attempt ends before it can measure anything; it is neither "
-                      "a completion nor an eligible failure, and the period needs a new run to "
-                      "resolve.",
-    Reason.TIME_LIMIT: "An attempt its time limit ended says nothing about whether the "
-                       "configuration fits; it is neither a completion nor an eligible "
-                       "failure, and the period needs a new run, with more time, to resolve.",
-    Reason.PREEMPTED: "A preempted or requeued attempt ends before it can measure anything; "
-                      "the period needs a new run to resolve.",
-}
-"""What an attempt the scheduler or the machine ended does not prove, by the reason its end
-gives (None: a node, memory, a GPU, storage, the network...); the words the report's limits
-say."""
 
 
 def _blocked(blockers: list[tuple[Reason, Finding]], infra: Finding | None, shown: Shown,
