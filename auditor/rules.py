@@ -503,6 +503,12 @@ def describe(item: Finding) -> str:
                                                           **dict(item.values)}))
 
 
+def unprefixed(item: Finding) -> str:
+    """The finding's message less the period's name before it (a diagnosis names its
+    periods above); a file's name stays."""
+    return item.message.removeprefix(f"{item.subject}: ")
+
+
 def in_family(family: str) -> tuple[str, ...]:
     """The ids of the rules a cross-check family of the report counts, in id order."""
     return tuple(sorted(rule.rule_id for rule in _RULES if rule.family == family))

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from auditor.model import Citation, Finding, SacctJob, TrainingLogScan, TrialRecord
+from auditor.model import CauseWord, Citation, Finding, SacctJob, TrainingLogScan, TrialRecord
+from auditor.reason.causes import TIERS, event_cause
 from auditor.rules import describe, finding
 
 
@@ -50,11 +51,21 @@ def infrastructure(
             ("network", "AUD209", "a remote service refused (network)"),
         ):
             event = events.get(kind_name)
-            if event is not None:
+            if event is not None and not (kind_name == "nccl_timeout"
+                                          and follows_a_failure(event.line, log)):
                 return finding(rule, subject, [Citation(log.path, line=event.line,
                                                         quote=event.text)],
                                form="log", text=text)
     return None
+
+
+def follows_a_failure(line: int, log: TrainingLogScan) -> bool:
+    """Whether the log's NCCL error or timeout at ``line`` only follows a failure that
+    outranks it on an earlier line (peers fail their collective after one rank ran out of
+    memory, crashed or raised): the cause names that failure, and the period's end is not
+    the infrastructure's."""
+    return any(event.line < line and (word := event_cause(event)) is not None
+               and TIERS[word] < TIERS[CauseWord.NCCL] for event in log.events)
 
 
 def _reported(element: SacctJob) -> dict[str, object]:

@@ -39,8 +39,13 @@ from auditor.model.kinds import METRICS_LOG, TRACE_SOURCE, TRAINING_LOG, TRIAL, 
 from auditor.reason.causes import cause_of
 from auditor.reason.completion import Completion, completion, eligible_failures
 from auditor.reason.exits import ExitClass, attributed_in_log, classify_exit
-from auditor.reason.infrastructure import cancelled_in_log, ended_after, infrastructure
-from auditor.rules import RULES, describe, finding
+from auditor.reason.infrastructure import (
+    cancelled_in_log,
+    ended_after,
+    follows_a_failure,
+    infrastructure,
+)
+from auditor.rules import RULES, describe, finding, unprefixed
 from auditor.validate.checks import element_for
 
 UNFINISHED_STATES = frozenset({"PENDING", "RUNNING", "REQUEUED", "SUSPENDED", "RESIZING",
@@ -454,8 +459,9 @@ def _log_shows(log: TrainingLogScan, steps: int | None, shown: Shown) -> None:
             seen += " in what was read"
         shown.shows.append(f"The training log holds no line with `step:{steps}` followed by "
                            f"`training/global_step:{steps}`; {seen}.")
-        shown.citations.append(Citation(
-            log.path, quote=f"{log.lines} line{'' if log.lines == 1 else 's'} scanned"))
+        shown.citations.append(Citation(  # (what the whole file lacks: no line to quote)
+            log.path, quote=f"no terminal event in {log.lines} "
+                            f"line{'' if log.lines == 1 else 's'}"))
         if clipped is not None:
             shown.shows.append(sentence(
                 f"Line {clipped.citations[0].line} was examined only in part (line of "
@@ -517,7 +523,7 @@ def _blocked(blockers: list[tuple[Reason, Finding]], infra: Finding | None, show
             and all(word in ABSENCE for word, _ in blockers):
         # A job killed by the scheduler naturally leaves evidence missing (no trial record,
         # no idle check): the scheduler's word explains the absence, so it is the reason.
-        shown.shows.insert(0, sentence(f"The scheduler ended the job: {infra.message}"))
+        shown.shows.insert(0, sentence(f"The scheduler ended the job: {unprefixed(infra)}"))
         shown.shows.append(sentence(_blocker_sentence("evidence missing", decisive)))
         return _judgement(Outcome.UNRESOLVED, _blocks(infra), [infra, *decisive], shown,
                           [ENDED_LIMITS.get(_blocks(infra), ENDED_LIMITS[None])])
@@ -652,15 +658,14 @@ def _eligible(subject: str, shown: Shown) -> Judgement:
 def _nccl_failure(subject: str, shown: Shown) -> Judgement | None:
     """Unresolved as an infrastructure failure when the log's NCCL error is the
     communication's own: only under an unclean exit (a completed run may print one in its
-    teardown), when no memory failure came first (peers then fail their collectives: a
-    knock-on) and no kill ended the attempt."""
+    teardown), when no failure that outranks it came first (peers then fail their
+    collectives: a knock-on) and no kill ended the attempt."""
     exit_class, log, events = shown.exit_class, shown.log, shown.events
     assert exit_class is not None
     nccl = events.get("nccl_error")
     if nccl is None or log is None or exit_class.kind in KILLED_KINDS:
         return None
-    if any((event := events.get(kind)) is not None and event.line < nccl.line
-           for kind in ("gpu_oom", "host_oom", "kv_cache_init_failure")):
+    if follows_a_failure(nccl.line, log):
         return None
     item = finding("AUD209", subject, [Citation(log.path, line=nccl.line, quote=nccl.text),
                                        *exit_class.citations],
@@ -679,10 +684,11 @@ def _pointer(key: str) -> str:
 
 
 def _blocker_sentence(label: str, decisive: list[Finding]) -> str:
-    first = decisive[0].message
-    more = f" ({len(decisive) - 1} more problem(s) listed in the findings)" \
-        if len(decisive) > 1 else ""
-    return f"Unresolved because of {label}: {first}{more}"
+    more = len(decisive) - 1
+    listed = f" ({more} more {'problem' if more == 1 else 'problems'} listed in the " \
+             "findings)" if more else ""
+    return f"Unresolved because of {label}: {unprefixed(decisive[0])}{listed}"
+
 
 
 def sentence(text: str) -> str:

@@ -510,6 +510,8 @@ def cause_sentence(verdict: Verdict) -> str:
             cause.citation is not None and (cause.citation.pointer or "").startswith(
                 "/invocation/")):
         return ""  # (none, or the exit's own: the exit's sentence says it)
+    if not cause.knock_on and cause.detail.rstrip(".") in verdict.diagnosis.replace("`", ""):
+        return ""  # (the diagnosis says it already: the scheduler's word for the job's end)
     then = f" (then {', '.join(f'`{k}`' for k in cause.knock_on)})" if cause.knock_on else ""
     return f"Cause: `{cause.word}`{then}, {cause.detail.rstrip('.')}."
 

@@ -54,6 +54,30 @@ def test_each_new_word_decides_its_periods_reason(tmp_path: Path) -> None:
             (name, row["cause"], row["reason"], row["cause_detail"])
 
 
+KNOCK_ONS = {  # (a real log each: whether its NCCL timeouts only follow another failure)
+    "gpu_oom__funasr-issue2006-rank2-oom-knockon-peer-nccl-timeouts.log":
+        ("gpu_oom", "unclean_exit"),  # rank 2 out of memory, then its peers' timeouts
+    "gpu_error__sd-scripts-issue1434-runtimeerror-ecc-then-nccl-watchdog.log":
+        ("gpu_error", "infrastructure_failure"),  # an ECC fault first: the machine's
+    "nccl__llamafactory-issue7396-watchdog-allreduce-numbered-prefix.log":
+        ("nccl", "infrastructure_failure"),  # the collective's own timeout
+}
+
+
+def test_peers_timing_out_after_a_ranks_failure_take_that_failures_reason(
+        tmp_path: Path) -> None:
+    """The reason follows the root cause: an out-of-memory rank's peers timing out in their
+    collective is the configuration's unclean exit (a rerun of it runs out of memory
+    again), not an infrastructure failure."""
+    root = outcome_study(tmp_path / "study", ["terminal_missing"] * len(KNOCK_ONS))
+    for index, name in enumerate(KNOCK_ONS):
+        failed_with_log(root, index, (CAUSES / name).read_bytes())
+    periods = _periods(root, tmp_path / "out")
+    for index, (name, expected) in enumerate(KNOCK_ONS.items()):
+        row = periods.loc[161 + index]
+        assert (row["cause"], row["reason"]) == expected, (name, row["cause_detail"])
+
+
 def test_an_engines_death_names_the_error_inside_it_as_its_root(
         capsys: pytest.CaptureFixture[str]) -> None:
     """SGLang's scheduler hit an illegal memory access, then the engine died (SIGQUIT from

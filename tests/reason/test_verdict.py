@@ -283,6 +283,35 @@ def test_an_nccl_error_after_a_gpu_oom_is_its_knock_on() -> None:
     assert rules_of(judgement) == ["AUD204"]
 
 
+@pytest.mark.parametrize("first", [("gpu_oom", ""), ("exception", "ValueError"),
+                                   ("segfault", "SIGSEGV")])
+@pytest.mark.parametrize("nccl", ["nccl_timeout", "nccl_error"])
+def test_an_nccl_failure_after_a_ranks_own_failure_is_its_knock_on(
+        first: tuple[str, str], nccl: str) -> None:
+    """Peers time out in their collective after one rank ran out of memory, raised or
+    crashed: the period is that rank's unclean exit (its cause), not the infrastructure's."""
+    events = [event(first[0], 10, first[1]), event(nccl, 20, "ncclInternalError")]
+    judgement = judge(attempt(the_trial=trial(exit_code=1),
+                              the_log=log(terminal=False, events=events)))
+    assert (judgement.outcome, judgement.reason) == ("unresolved", Reason.UNCLEAN_EXIT)
+    assert judgement.cause is not None and judgement.cause.word == first_cause(first[0])
+
+
+@pytest.mark.parametrize("later", ["exception", "child_failed"])
+def test_an_nccl_timeout_before_a_ranks_failure_is_the_infrastructures(later: str) -> None:
+    """The near-miss: the collective timed out first, and what follows is its knock-on."""
+    events = [event("nccl_timeout", 10), event(later, 20, "RuntimeError")]
+    judgement = judge(attempt(the_trial=trial(exit_code=1),
+                              the_log=log(terminal=False, events=events)))
+    assert (judgement.outcome, judgement.reason) == ("unresolved",
+                                                     Reason.INFRASTRUCTURE_FAILURE)
+    assert judgement.decisive[0].citations[0].line == 10
+
+
+def first_cause(kind: str) -> str:
+    return {"gpu_oom": "gpu_oom", "exception": "python_exception", "segfault": "segfault"}[kind]
+
+
 def test_an_nccl_error_before_a_kill_is_the_kills_knock_on() -> None:
     events = [event("nccl_error", 10, "ncclInternalError")]
     judgement = judge(attempt(the_trial=trial(exit_code=137),
