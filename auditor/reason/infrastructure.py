@@ -5,20 +5,30 @@ after the attempt had already exited cleanly.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
-from auditor.model import CauseWord, Citation, Finding, SacctJob, TrainingLogScan, TrialRecord
-from auditor.reason.causes import TIERS, event_cause
+from auditor.model import (
+    CauseWord,
+    Citation,
+    Finding,
+    LogEvent,
+    SacctJob,
+    TrainingLogScan,
+    TrialRecord,
+)
+from auditor.reason.causes import TIERS, event_cause, merged_events
 from auditor.rules import describe, finding
 
 
 def infrastructure(
-    element: SacctJob | None, is_last: bool, log: TrainingLogScan | None, sacct_path: str,
+    element: SacctJob | None, is_last: bool, logs: Sequence[TrainingLogScan], sacct_path: str,
     subject: str,
 ) -> Finding | None:
     """An infrastructure cause for the attempt's end, from sacct (for the job's last
-    attempt) and the log; its rule's ``blocks`` is the reason."""
-    events = {event.kind: event for event in reversed(log.events)} if log else {}
+    attempt) and the logs (the driver's, then the worker logs the kit kept, in the one time
+    order causes use: a worker's GPU fault is the period's reason as it is its cause); its
+    rule's ``blocks`` is the reason."""
     if element is not None and is_last:
         cite = [Citation(sacct_path, line=element.line, quote=element.state_raw)]
         if element.state == "TIMEOUT":
@@ -35,28 +45,37 @@ def infrastructure(
             where = f"step {oom_steps[0].step}" if oom_steps else "the job"
             return finding("AUD209", subject, cite, form="sacct_oom", where=where,
                            job_id=element.job_id)
-    if log is not None:
-        for kind_name, rule, text in (
-            ("slurm_time_limit", "AUD207", "slurmstepd cancelled the job at its time limit"),
-            ("slurm_preempted", "AUD219", "slurmstepd cancelled the job due to preemption"),
-            ("node_failure", "AUD208", "the log reports a node failure"),
-            ("slurm_cancelled", "AUD206", "slurmstepd cancelled the job"),
-            ("nccl_timeout", "AUD209", "NCCL watchdog timeout"),
-            ("host_oom", "AUD209", "host-RAM out-of-memory kill"),
-            # contract v1.2's more causes that make a period an infrastructure failure
-            ("gpu_error", "AUD209", "a GPU or driver fault"),
-            ("rendezvous", "AUD209", "the distributed job never formed (rendezvous)"),
-            ("ray_system", "AUD209", "Ray's control plane (GCS) failed"),
-            ("storage", "AUD209", "the run could not write its files"),
-            ("network", "AUD209", "a remote service refused (network)"),
-        ):
-            event = events.get(kind_name)
-            if event is not None and not (kind_name == "nccl_timeout"
-                                          and follows_a_failure(event.line, log)):
-                return finding(rule, subject, [Citation(log.path, line=event.line,
-                                                        quote=event.text)],
-                               form="log", text=text)
+    merged = merged_events([(log.path, log.events) for log in logs if log.events])
+    first: dict[str, int] = {}  # (each kind's first event, by its place in time)
+    for place, (_, event, _) in enumerate(merged):
+        first.setdefault(event.kind, place)
+    for kind_name, rule, text in LOG_ENDS:
+        at = first.get(kind_name)
+        if at is None or kind_name == "nccl_timeout" and _outranked(
+                event for _, event, _ in merged[:at]):
+            continue  # (none, or a knock-on, as every later timeout is)
+        path, event, _ = merged[at]
+        return finding(rule, subject, [Citation(path, line=event.line, quote=event.text)],
+                       form="log", text=text)
     return None
+
+
+LOG_ENDS: tuple[tuple[str, str, str], ...] = (
+    ("slurm_time_limit", "AUD207", "slurmstepd cancelled the job at its time limit"),
+    ("slurm_preempted", "AUD219", "slurmstepd cancelled the job due to preemption"),
+    ("node_failure", "AUD208", "the log reports a node failure"),
+    ("slurm_cancelled", "AUD206", "slurmstepd cancelled the job"),
+    ("nccl_timeout", "AUD209", "NCCL watchdog timeout"),
+    ("host_oom", "AUD209", "host-RAM out-of-memory kill"),
+    # contract v1.2's more causes that make a period an infrastructure failure
+    ("gpu_error", "AUD209", "a GPU or driver fault"),
+    ("rendezvous", "AUD209", "the distributed job never formed (rendezvous)"),
+    ("ray_system", "AUD209", "Ray's control plane (GCS) failed"),
+    ("storage", "AUD209", "the run could not write its files"),
+    ("network", "AUD209", "a remote service refused (network)"),
+)
+"""A log event that makes the attempt's end the infrastructure's (or the scheduler's): its
+rule (whose ``blocks`` is the reason) and what it says, first kind first."""
 
 
 def follows_a_failure(line: int, log: TrainingLogScan) -> bool:
@@ -64,8 +83,14 @@ def follows_a_failure(line: int, log: TrainingLogScan) -> bool:
     outranks it on an earlier line (peers fail their collective after one rank ran out of
     memory, crashed or raised): the cause names that failure, and the period's end is not
     the infrastructure's."""
-    return any(event.line < line and (word := event_cause(event)) is not None
-               and TIERS[word] < TIERS[CauseWord.NCCL] for event in log.events)
+    return _outranked(event for event in log.events if event.line < line)
+
+
+def _outranked(before: Iterable[LogEvent]) -> bool:
+    """Whether any of the events ``before`` an NCCL failure shows a cause that outranks
+    NCCL's (:data:`~auditor.reason.causes.TIERS`)."""
+    return any((word := event_cause(event)) is not None and TIERS[word] < TIERS[CauseWord.NCCL]
+               for event in before)
 
 
 def _reported(element: SacctJob) -> dict[str, object]:

@@ -122,6 +122,7 @@ class Shown:
     driver's log, else a worker's own output, else a rank's terminal record); None: none."""
     metrics: tuple[TrainingLogScan, ...] = ()
     """The attempt's metrics files, as read (contract v1.2)."""
+    worker_logs: tuple[TrainingLogScan, ...] = ()  # (those the kit kept, by path: v1.2)
     params_changed: bool = False
     """Whether parameter digests show the final update changed the parameters on every rank
     that recorded them (contract v1.2; False also when none recorded any)."""
@@ -158,7 +159,7 @@ def judge_attempt(period: PeriodEvidence, attempt: AttemptEvidence,
                   for record in trace.phases if record.error_type),
             log.events if log is not None else (), log.path if log is not None else None,
             attempt.read.processes,
-            tuple((scan.path, scan.events) for scan in attempt.read.worker_logs))
+            tuple((scan.path, scan.events) for scan in shown.worker_logs))
     return judgement
 
 
@@ -267,6 +268,7 @@ def evidence_shows(period: PeriodEvidence, attempt: AttemptEvidence, protocol: P
         eligible=eligible_failures(attempt.read.traces, protocol), log=log,
         events={event.kind: event for event in reversed(log.events)} if log else {},
         element=element, is_last=is_last,
+        worker_logs=tuple(sorted(attempt.read.worker_logs, key=lambda s: s.path)),
     )
     if shown.exit_class is not None:
         shown.shows.append(sentence(f"Exit: {shown.exit_class.detail}"))
@@ -361,7 +363,7 @@ def _terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | N
         else "no driver's log holds it"
     workers = {w.key: w for w in attempt.spec.workers}
     if WORKER_LOG.name in sources:
-        for scan in sorted(attempt.read.worker_logs, key=lambda s: s.path):
+        for scan in shown.worker_logs:
             found = scan.terminal_event
             if found is None:
                 continue
@@ -484,7 +486,8 @@ def decide(period: PeriodEvidence, blockers: list[tuple[Reason, Finding]], shown
     """The attempt's outcome from its blockers and what its evidence shows."""
     collected = context.collected
     sacct_path = collected.sacct.path if collected.sacct else ""
-    infra = infrastructure(shown.element, shown.is_last, shown.log, sacct_path, period.subject)
+    logs = [shown.log, *shown.worker_logs] if shown.log else list(shown.worker_logs)
+    infra = infrastructure(shown.element, shown.is_last, logs, sacct_path, period.subject)
     if blockers:
         return _blocked(blockers, infra, shown, sacct_path)
     trial, exit_class = shown.trial, shown.exit_class

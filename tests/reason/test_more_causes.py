@@ -143,8 +143,6 @@ def test_a_rank_that_failed_first_by_its_own_clock_is_the_root(tmp_path: Path) -
     the cause, rank 0's its knock-on (by line numbers in separate files it was rank 0)."""
     root = outcome_study(tmp_path / "study", ["terminal_missing"])
     failed_with_log(root, 0, b"starting\n")
-    record_path = next((root / "pairs").glob("*/period-1.json"))
-    record = json.loads(record_path.read_text())
     logs = {
         "worker-logs/gpu-node-10-rank0.err":
             b"[rank0]:[W1206 10:00:05.100000 11 init.cpp:1] waiting\n"
@@ -157,6 +155,18 @@ def test_a_rank_that_failed_first_by_its_own_clock_is_the_root(tmp_path: Path) -
             b"[rank1]:[W1206 10:00:08.000000 12 init.cpp:1] still waiting\n"
             b"[rank1]:[E1206 10:00:09.000000 12 train.py:40] ValueError: bad batch at step 3\n",
     }
+    _worker_logs(root, logs)
+    row = _periods(root, tmp_path / "out").loc[161]
+    assert row["cause"] == "python_exception", row["cause_detail"]
+    assert row["cause_detail"] == "ValueError (gpu-node-10-rank1.err line 5)"
+    assert row["cause_at"].endswith("worker-logs/gpu-node-10-rank1.err:5"), row["cause_at"]
+
+
+def _worker_logs(root: Path, logs: dict[str, bytes]) -> None:
+    """The first period's attempt keeps ``logs`` (path -> text) as its worker logs, each
+    listed in its period record."""
+    record_path = next((root / "pairs").glob("*/period-1.json"))
+    record = json.loads(record_path.read_text())
     for name, text in logs.items():
         target = root / record["attempt_dir"] / name
         target.parent.mkdir(exist_ok=True)
@@ -165,10 +175,50 @@ def test_a_rank_that_failed_first_by_its_own_clock_is_the_root(tmp_path: Path) -
                                    "sha256": hashlib.sha256(text).hexdigest(),
                                    "size": len(text)})
     record_path.write_text(json.dumps(record, indent=2))
+
+
+DRIVER = (b"(TaskRunner pid=4242) ray.exceptions.ActorDiedError: The actor died unexpectedly "
+          b"before finishing this task.\n")
+WORKERS = {  # (what the workers' own files say -> the period's cause and reason)
+    "a GPU fault in a worker's own file": (
+        {"worker-logs/gpu-node-11-rank1.err":
+         b"[2024-05-01 10:00:02] step 3\n"
+         b"[2024-05-01 10:00:04] RuntimeError: CUDA error: an illegal memory access was "
+         b"encountered\n"},
+        ("gpu_error", "infrastructure_failure", "gpu-node-11-rank1.err")),
+    "a peer's timeout after a worker ran out of memory, by their times": (
+        {"worker-logs/gpu-node-10-rank0.err":  # (its timeout on its file's first line)
+         b"[rank0]:[E1206 10:10:00.000000 11 ProcessGroupNCCL.cpp:563] [Rank 0] Watchdog "
+         b"caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for "
+         b"600081 milliseconds before timing out.\n",
+         "worker-logs/gpu-node-11-rank1.err":
+         b"[rank1]:[W1206 09:59:00.000000 12 init.cpp:1] step 3\n"
+         b"[rank1]:[E1206 10:00:00.000000 12 train.py:40] torch.OutOfMemoryError: CUDA out of "
+         b"memory. Tried to allocate 2.00 GiB\n"},
+        ("gpu_oom", "unclean_exit", "gpu-node-11-rank1.err")),
+    "a worker's own collective timeout, nothing before it": (  # (the driver's log: no word)
+        {"training": b"starting\n", "worker-logs/gpu-node-10-rank0.err":
+         b"[rank0]:[E1206 10:10:00.000000 11 ProcessGroupNCCL.cpp:563] [Rank 0] Watchdog "
+         b"caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for "
+         b"600081 milliseconds before timing out.\n"},
+        ("nccl", "infrastructure_failure", "gpu-node-10-rank0.err")),
+}
+
+
+@pytest.mark.parametrize("name", list(WORKERS))
+def test_a_worker_logs_failure_decides_the_reason_as_it_does_the_cause(
+        name: str, tmp_path: Path) -> None:
+    """The driver's log says only that an actor died (or nothing); the worker logs the kit
+    kept say why. The reason follows the cause they show (a GPU fault is the machine's; a timeout
+    that only follows a worker's out-of-memory error is that error's unclean exit)."""
+    logs, (word, reason, where) = WORKERS[name]
+    logs = dict(logs)  # (the table stays whole for the next case)
+    root = outcome_study(tmp_path / "study", ["terminal_missing"])
+    failed_with_log(root, 0, logs.pop("training", DRIVER))
+    _worker_logs(root, logs)
     row = _periods(root, tmp_path / "out").loc[161]
-    assert row["cause"] == "python_exception", row["cause_detail"]
-    assert row["cause_detail"] == "ValueError (gpu-node-10-rank1.err line 5)"
-    assert row["cause_at"].endswith("worker-logs/gpu-node-10-rank1.err:5"), row["cause_at"]
+    assert (row["cause"], row["reason"]) == (word, reason), row["cause_detail"]
+    assert where in row["cause_at"], row["cause_at"]
 
 
 READ = {  # (a reader fault each: what the log's own exception line says, under its prefix)
