@@ -1,6 +1,6 @@
-"""Infrastructure: what the scheduler and the log say ended an attempt (a time limit, a
-cancellation, a node failure, host memory, an NCCL timeout), and whether that end came
-after the attempt had already exited cleanly.
+"""Infrastructure: which sacct row is an attempt's, what the scheduler and the logs say ended
+the attempt (a time limit, a cancellation, a node failure, host memory, an NCCL timeout, a
+GPU fault, ...), and whether that end came after the attempt had already exited cleanly.
 """
 
 from __future__ import annotations
@@ -11,24 +11,42 @@ from datetime import UTC, datetime
 from auditor.model import (
     CauseWord,
     Citation,
+    Collected,
     Finding,
     LogEvent,
+    PeriodEvidence,
     SacctJob,
     TrainingLogScan,
     TrialRecord,
 )
 from auditor.reason.causes import TIERS, event_cause, merged_events
 from auditor.rules import describe, finding
+from auditor.validate.checks import element_for
+
+
+def scheduler_element(period: PeriodEvidence, job_id: str | None,
+                      collected: Collected) -> SacctJob | None:
+    """The sacct row of the attempt's job; for an element still inside a pending range
+    (``7000000_[2-3]``), which has no row of its own, that range."""
+    element = element_for(collected.sacct, job_id)
+    record = period.record
+    if element is None and collected.sacct is not None and record.array_task_id is not None:
+        element = next((job for job in collected.sacct.jobs
+                        if job.array_job_id == record.array_job_id
+                        and job.covers(record.array_task_id)), None)
+    return element
 
 
 def infrastructure(
     element: SacctJob | None, is_last: bool, logs: Sequence[TrainingLogScan], sacct_path: str,
-    subject: str,
+    subject: str, completed: bool = False,
 ) -> Finding | None:
     """An infrastructure cause for the attempt's end, from sacct (for the job's last
     attempt) and the logs (the driver's, then the worker logs the kit kept, in the one time
     order causes use: a worker's GPU fault is the period's reason as it is its cause); its
-    rule's ``blocks`` is the reason."""
+    rule's ``blocks`` is the reason. ``completed``: the attempt exited cleanly with its
+    terminal event and every rank's completion phases, so a line it outlived (:data:`OUTLIVED`)
+    was not its end."""
     if element is not None and is_last:
         cite = [Citation(sacct_path, line=element.line, quote=element.state_raw)]
         if element.state == "TIMEOUT":
@@ -51,9 +69,9 @@ def infrastructure(
         first.setdefault(event.kind, place)
     for kind_name, rule, text in LOG_ENDS:
         at = first.get(kind_name)
-        if at is None or kind_name == "nccl_timeout" and _outranked(
-                event for _, event, _ in merged[:at]):
-            continue  # (none, or a knock-on, as every later timeout is)
+        if at is None or completed and kind_name in OUTLIVED or kind_name == "nccl_timeout" \
+                and _outranked(event for _, event, _ in merged[:at]):
+            continue  # (none, outlived, or a knock-on, as every later timeout is)
         path, event, _ = merged[at]
         return finding(rule, subject, [Citation(path, line=event.line, quote=event.text)],
                        form="log", text=text)
@@ -76,6 +94,13 @@ LOG_ENDS: tuple[tuple[str, str, str], ...] = (
 )
 """A log event that makes the attempt's end the infrastructure's (or the scheduler's): its
 rule (whose ``blocks`` is the reason) and what it says, first kind first."""
+
+OUTLIVED = frozenset({"rendezvous", "ray_system", "storage", "network"})
+"""Contract v1.2's causes that a completed run may print and outlive without doubt on what it
+measured: a store or GCS gone at teardown (torchrun's agents and Ray's raylets print them as the
+head exits first), a remote service retried at start, a write that failed outside training.
+They name what ended an attempt that did not complete; a GPU fault, host memory and an NCCL
+timeout still leave a completed run unresolved."""
 
 
 def follows_a_failure(line: int, log: TrainingLogScan) -> bool:

@@ -44,9 +44,9 @@ from auditor.reason.infrastructure import (
     ended_after,
     follows_a_failure,
     infrastructure,
+    scheduler_element,
 )
 from auditor.rules import RULES, describe, finding, unprefixed
-from auditor.validate.checks import element_for
 
 UNFINISHED_STATES = frozenset({"PENDING", "RUNNING", "REQUEUED", "SUSPENDED", "RESIZING",
                                "CONFIGURING", "COMPLETING", "REQUEUE_HOLD", "REQUEUE_FED"})
@@ -161,19 +161,6 @@ def judge_attempt(period: PeriodEvidence, attempt: AttemptEvidence,
             attempt.read.processes,
             tuple((scan.path, scan.events) for scan in shown.worker_logs))
     return judgement
-
-
-def scheduler_element(period: PeriodEvidence, job_id: str | None,
-                      collected: Collected) -> SacctJob | None:
-    """The sacct row of the attempt's job; for an element still inside a pending range
-    (``7000000_[2-3]``), which has no row of its own, that range."""
-    element = element_for(collected.sacct, job_id)
-    record = period.record
-    if element is None and collected.sacct is not None and record.array_task_id is not None:
-        element = next((job for job in collected.sacct.jobs
-                        if job.array_job_id == record.array_job_id
-                        and job.covers(record.array_task_id)), None)
-    return element
 
 
 # ------------------------------------------------------------------ 1. blockers
@@ -487,7 +474,10 @@ def decide(period: PeriodEvidence, blockers: list[tuple[Reason, Finding]], shown
     collected = context.collected
     sacct_path = collected.sacct.path if collected.sacct else ""
     logs = [shown.log, *shown.worker_logs] if shown.log else list(shown.worker_logs)
-    infra = infrastructure(shown.element, shown.is_last, logs, sacct_path, period.subject)
+    completed = shown.exit_class is not None and shown.exit_class.clean \
+        and shown.completion.complete and shown.terminal is not None
+    infra = infrastructure(shown.element, shown.is_last, logs, sacct_path, period.subject,
+                           completed)
     if blockers:
         return _blocked(blockers, infra, shown, sacct_path)
     trial, exit_class = shown.trial, shown.exit_class

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from auditor._cli import main
-from tests.helpers import failed_with_log, outcome_study
+from tests.helpers import failed_with_log, find, outcome_study, rewrite
 
 CAUSES = Path(__file__).resolve().parents[2] / "fixtures" / "causes"
 
@@ -76,6 +76,37 @@ def test_peers_timing_out_after_a_ranks_failure_take_that_failures_reason(
     for index, (name, expected) in enumerate(KNOCK_ONS.items()):
         row = periods.loc[161 + index]
         assert (row["cause"], row["reason"]) == expected, (name, row["cause_detail"])
+
+
+TEARDOWN = (  # (torch's elastic agent closing its rendezvous after the head node's agent has
+    # gone: dynamic_rendezvous.py's shutdown() warning, with exc_info, as real runs print it)
+    b"WARNING:torch.distributed.elastic.rendezvous.dynamic_rendezvous:The node "
+    b"'gpu-node-11_3140_0' has failed to shutdown the rendezvous '4711' due to an error of "
+    b"type RendezvousConnectionError.\n"
+    b"Traceback (most recent call last):\n"
+    b'  File "/opt/conda/lib/python3.10/site-packages/torch/distributed/elastic/rendezvous/'
+    b'c10d_rendezvous_backend.py", line 113, in _call_store\n'
+    b"    return getattr(self._store, store_op)(*args, **kwargs)\n"
+    b"RuntimeError: Connection reset by peer\n"
+    b"torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to "
+    b"the C10d store has failed. See inner exception for details.\n")
+
+
+def test_a_completed_run_outlives_its_agents_rendezvous_teardown(tmp_path: Path) -> None:
+    """A run that exited 0 with its terminal line and every completion phase stays resolved
+    when its log ends with the store's teardown error (contract v1.2: the words name what
+    ended an attempt that did not complete); the same lines where the run exited 1 are its
+    infrastructure failure."""
+    root = outcome_study(tmp_path / "study", ["completed", "completed"])
+    for index in (0, 1):
+        log = find(root, f"*-s{161 + index}-4gpu/attempt-*/training-*.log")
+        rewrite(root, log, lambda data: data + TEARDOWN)
+    failed_with_log(root, 1, (root / find(root, "*-s162-4gpu/attempt-*/training-*.log"))
+                    .read_bytes())
+    periods = _periods(root, tmp_path / "out")
+    assert tuple(periods.loc[161, ["verdict", "reason"]]) == ("resolved", "completed")
+    assert tuple(periods.loc[162, ["verdict", "reason", "cause"]]) == (
+        "unresolved", "infrastructure_failure", "rendezvous")
 
 
 def test_an_engines_death_names_the_error_inside_it_as_its_root(

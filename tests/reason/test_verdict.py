@@ -183,6 +183,36 @@ def test_a_clean_exit_without_the_terminal_event_is_unresolved() -> None:
     assert rules_of(judgement) == ["AUD201"]
 
 
+@pytest.mark.parametrize("kind", ["rendezvous", "ray_system", "storage", "network"])
+def test_a_completed_run_outlives_a_store_a_gcs_a_disk_or_a_service_line(kind: str) -> None:
+    """A torchrun agent's store gone at teardown, a raylet losing the GCS as the head exits,
+    a remote service retried at start: what ends an attempt that did not complete, never
+    what undoes one that did (contract v1.2: a clean exit has no cause)."""
+    judgement = judge(attempt(the_log=log(events=[event(kind, 95)])))
+    assert (judgement.outcome, judgement.reason) == ("completed", Reason.COMPLETED)
+
+
+@pytest.mark.parametrize("kind", ["gpu_error", "host_oom", "nccl_timeout"])
+def test_a_completed_run_with_a_gpu_fault_host_oom_or_nccl_timeout_stays_unresolved(
+        kind: str) -> None:
+    """The near-misses: a fault of the machine the run was measured on casts doubt on what
+    it measured, whatever its exit."""
+    judgement = judge(attempt(the_log=log(events=[event(kind, 50)])))
+    assert (judgement.outcome, judgement.reason) == ("unresolved",
+                                                     Reason.INFRASTRUCTURE_FAILURE)
+
+
+@pytest.mark.parametrize(("exit_code", "terminal", "kind"), [
+    (0, False, "storage"),  # (the log lost its end: the disk may be why)
+    (1, False, "network"), (1, True, "rendezvous"), (137, True, "ray_system")])
+def test_an_outlived_line_still_ends_a_run_that_did_not_complete(
+        exit_code: int, terminal: bool, kind: str) -> None:
+    judgement = judge(attempt(the_trial=trial(exit_code=exit_code),
+                              the_log=log(terminal=terminal, events=[event(kind, 50)])))
+    assert (judgement.outcome, judgement.reason) == ("unresolved",
+                                                     Reason.INFRASTRUCTURE_FAILURE)
+
+
 def test_a_clean_exit_with_a_rank_short_of_a_completion_phase_is_unresolved() -> None:
     """Rank 1 has ``actor_update`` but its ``weight_sync`` raised."""
     traces = [trace(PIDS[0], completed_phases(PIDS[0], 0)),
