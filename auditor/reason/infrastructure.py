@@ -69,8 +69,9 @@ def infrastructure(
         first.setdefault(event.kind, place)
     for kind_name, rule, text in LOG_ENDS:
         at = first.get(kind_name)
-        if at is None or completed and kind_name in OUTLIVED or kind_name == "nccl_timeout" \
-                and _outranked(event for _, event, _ in merged[:at]):
+        outlived = completed and kind_name in OUTLIVED
+        knock_on = kind_name == "nccl_timeout" and _outranked(e for _, e, _ in merged[:at or 0])
+        if at is None or outlived or knock_on:
             continue  # (none, outlived, or a knock-on, as every later timeout is)
         path, event, _ = merged[at]
         return finding(rule, subject, [Citation(path, line=event.line, quote=event.text)],

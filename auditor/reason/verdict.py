@@ -683,7 +683,6 @@ def _blocker_sentence(label: str, decisive: list[Finding]) -> str:
     return f"Unresolved because of {label}: {unprefixed(decisive[0])}{listed}"
 
 
-
 def sentence(text: str) -> str:
     """``text`` stripped, ending in a full stop."""
     text = text.strip()
