@@ -72,9 +72,12 @@ _TIMEOUT_WORD = re.compile(r"\bTimeout\b(?!\s*\(ms\))")
 _SEGFAULT = re.compile(r"Segmentation fault|\bSIGSEGV\b|return code = -11\b")
 """A worker's own crash report (torchrun's summary of a child killed by SIGSEGV is its
 ``child_failed``, read from that summary)."""
-_DEATH_SIGNAL = re.compile(r"Received (\d{1,9}) death signal|<Signals\.(SIG[A-Z0-9]+): \d+>"
-                           r"|SignalException: Process \d+ got signal: (\d{1,9})\b"
-                           r"|exits with return code = -(\d{1,9})\b")
+_DEATH_SIGNAL = re.compile(
+    r"Received (?:(?P<number>\d{1,9})|Signals\.(?P<name>SIG[A-Z0-9]+)) death signal"
+    # (torch's agent logs its Signals member: "15" on Python 3.11+, "Signals.SIGTERM" before)
+    r"|<Signals\.(?P<member>SIG[A-Z0-9]+): \d+>"
+    r"|SignalException: Process \d+ got signal: (?P<got>\d{1,9})\b"
+    r"|exits with return code = -(?P<code>\d{1,9})\b")
 _SHELL_KILL = re.compile(r"(?:^|\bline \d+:\s+\d+ |task \d+: )(Killed|Aborted|Bus error)\b")
 _ACTOR_DIED = re.compile(r"(?:ActorDiedError|RayActorError)(?:\)|:)|The actor died unexpectedly"
                          r"|The actor is dead because|A worker died or was killed while")
@@ -138,8 +141,13 @@ _MORE_ANY = ahocorasick_rs.AhoCorasick([
 """A literal of each of their alternatives: a line holding none is not searched by them (one
 automaton pass: 39 substring tests a line were most of a small log's scan)."""
 _RAY_NODE_DEAD = re.compile(r"has been marked dead because the (?:detector|monitor) has missed "
-                            r"too many heartbeats")
-"""Ray's GCS marking a node dead (contract v1.2: ``node_failure``)."""
+                            r"too many heartbeats|been marked as dead by the GCS")
+"""Ray's GCS marking a node dead, or the node's raylet told so as it exits ("Exiting because
+this node manager has mistakenly been marked as dead by the GCS": ray-project/ray#28562)
+(contract v1.2: ``node_failure``)."""
+_NO_RAYLET_KILL = re.compile(r"(?<![\d,])0 Workers \(tasks / actors\) killed due to memory")
+"""A raylet's periodic summary that counts no memory-pressure kill ("0 Workers (tasks /
+actors) killed due to memory pressure (OOM), 2 Workers crashed due to other reasons")."""
 _POTENTIAL_CAUSES = "There are some potential root causes"
 """Ray's list of what might have killed a worker: text, not evidence (it names SIGSEGV and
 the OOM killer whatever happened)."""

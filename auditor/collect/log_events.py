@@ -28,6 +28,7 @@ from auditor.collect.failure_texts import (
     _MORE_CAUSES,
     _NCCL_ERROR,
     _NCCL_TIMEOUT,
+    _NO_RAYLET_KILL,
     _NODE_FAILURE,
     _NOT_NCCL_FAULT,
     _POTENTIAL_CAUSES,
@@ -124,6 +125,11 @@ _GLOBAL_STEP_KEY = re.compile(
 _LEGACY_STEP_LINE = re.compile(r"\s*step:\s*" + _VALUE)
 _STEP_VALUE = re.compile(r"\s*(?:np\.[a-z]+\d*\(\s*)?([+-]?\d{1,18})(?:\.(\d*))?\s*\)?\s*")
 
+HEDGE_SPAN = 4
+"""Lines after a hedge (or after its last listed line) that may still be its list."""
+_NEW_RECORD = re.compile(r"\s*(?:Traceback \(|[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)"
+                         r"\b|slurmstepd:|srun:|salloc:|\*\*\* )")
+"""What starts a record of its own after a hedge (never its list's next line)."""
 _TRACEBACK = "Traceback (most recent call last)"
 _EXCEPTION_IN_TRACEBACK = re.compile(r"([A-Za-z_][\w.]*(?:\([\w.]+\))?)(?::\s|:?$)")
 _EXCEPTION_STANDALONE = re.compile(
@@ -168,6 +174,9 @@ class _Scanner:
         indented further, its exception line less (or as much, when frames are not)."""
         self.root_cause: list[object] | None = None
         """torchrun's root-cause table being read: [header line, its text, rank, exit code]."""
+        self.hedge: tuple[int, str] | None = None
+        """(line, process key) of the last line of a hedge (Ray's "There are some potential
+        root causes", hard-wrapped or one item a line): what follows it closely is its list."""
         self.agent_failure: tuple[int, str, int, int] | None = None
         """torchrun's agent line ``failed (exitcode: X) local_rank: L``: (line, text, L, X)."""
         self.pattern_gave_up: int | None = None
@@ -206,6 +215,14 @@ class _Scanner:
 
     # ------------------------------------------------------------------ lines
 
+    def _hedged(self, number: int, key: str, content: str) -> bool:
+        """Whether the line continues the hedge just before it: within
+        :data:`HEDGE_SPAN` lines, from the same process, and no new record of its own (a
+        traceback, an exception's line, slurmstepd's or srun's)."""
+        hedge = self.hedge
+        return hedge is not None and number - hedge[0] <= HEDGE_SPAN and key == hedge[1] \
+            and _NEW_RECORD.match(content) is None
+
     def examine(self, number: int, data: bytes) -> None:
         """Look at one physical line that passed the prefilter (or must be seen)."""
         text = data.decode("utf-8", "replace")
@@ -238,7 +255,10 @@ class _Scanner:
         # a traceback: ``raise ValueError("No available memory for the cache blocks")``
         # quoted in a frame is code, not the failure.
         if not metrics and not self._tracebacks(number, segment, key, content):
-            self._failures(number, segment, _unhedged(content))
+            said = "" if self._hedged(number, key, content) else _unhedged(content)
+            if len(said) < len(content):
+                self.hedge = (number, key)  # (a hedge starts, or its list goes on)
+            self._failures(number, segment, said)
         if content.startswith(KIT_NOTE):
             return  # (the wrapper's own line: it quotes the command, never a step it ran)
         if MLLOG in content:
@@ -312,6 +332,8 @@ class _Scanner:
     def _failures(self, number: int, segment: str, content: str) -> None:
         if "emory" in content or "oom" in content:
             host = _first(content, _HOST_OOM)
+            if host == _HOST_OOM[0] and _NO_RAYLET_KILL.search(content):
+                host = None  # (a raylet's summary that counts no memory kill)
             if host:
                 self._add("host_oom", number, segment, host)
             else:
@@ -378,12 +400,13 @@ class _Scanner:
             # (death signal, <Signals.SIGKILL: 9>, got signal; a shell's Killed/Aborted)
             found = _DEATH_SIGNAL.search(text)
             if found:
-                number_or_name = found.group(2) or _signal_name(
-                    found.group(1) or found.group(3) or found.group(4))
+                number_or_name = found["name"] or found["member"] or _signal_name(
+                    found["number"] or found["got"] or found["code"])
                 # (torchrun's agent *received* it and passes it on to its workers; who sent
                 # it, the log does not say: contract v1.2, signals named as received)
                 received = (", received by torchrun's elastic agent (sender not in the log)"
-                            if "death signal" in text else "")
+                            if "death signal" in text or "SignalException" in text else "")
+                # (the agent's signal handler raises SignalException in the agent itself)
                 self._add("signal", number, segment, f"{number_or_name}{received}")
             elif (shell := _SHELL_KILL.search(text.strip())) is not None:
                 name = {"Killed": "SIGKILL", "Aborted": "SIGABRT",
@@ -404,7 +427,7 @@ class _Scanner:
             if node:
                 self._add("node_failure", number, segment,
                           f"node failure on {node.group(1)}" if node.group(1) else "")
-        if "marked dead" in text and _RAY_NODE_DEAD.search(text):
+        if "marked" in text and _RAY_NODE_DEAD.search(text):
             self._add("node_failure", number, segment, "Ray marked a node dead (missed "
                       "heartbeats)")
         if _MORE_ANY.find_matches_as_indexes(text):

@@ -275,10 +275,13 @@ def _sources(trial: TrialRecord | None, exit_class: ExitClass | None, element: S
                      (2, when if when is not None else 1 << 63, record.line))
     earlier = stepped = False
     logs = [(log_path, events)] if log_path is not None else []
-    for path, event, order in merged_events([*logs, *worker_logs]):
+    merged = merged_events([*logs, *worker_logs])
+    signalled = {(path, event.line) for path, event, _ in merged if event.kind == "signal"}
+    for path, event, order in merged:
         word = event_cause(event)
-        if word is None:
-            continue
+        if word is None or (event.kind == "exception" and word is C.SIGNAL
+                            and (path, event.line) in signalled):
+            continue  # (a SignalException's line: its signal event names it, as received)
         detail = _slurm_detail(event) or event.detail or event.kind.replace("_", " ")
         # a cancellation line with no reason after another cause is srun killing the step
         # (after an out-of-memory error, a bus error, a task failure): its knock-on

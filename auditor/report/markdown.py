@@ -307,7 +307,7 @@ def _reconstruction(reasoning: Reasoning) -> str:
                + (f", and {counted(len(integrity) - 1, 'more reason')}" if len(integrity) > 1
                   else "") + ")") if integrity else ""
         text += (" **No configuration can enter the evaluation: the gate fails, even with "
-                 f"`--allow-partial`{why}.**")
+                 f"`--allow-partial`{why}.** Included configurations: none.")
         return text
     if resolved:
         text += (" Evaluation is restricted to that resolved subset: "

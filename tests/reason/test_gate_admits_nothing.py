@@ -53,4 +53,6 @@ def test_altered_evidence_admits_no_configuration(
     assert "included configurations: none" in capsys.readouterr().out
     assert main(["gate", str(out)]) == 1
     assert "included configurations: none" in capsys.readouterr().out
-    assert "No configuration can enter the evaluation" in (out / "diagnostic.md").read_text()
+    report = (out / "diagnostic.md").read_text()
+    assert "No configuration can enter the evaluation" in report
+    assert "Included configurations: none." in report  # (contract v1.2: the report says none)

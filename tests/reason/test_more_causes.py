@@ -147,6 +147,10 @@ NEAR_MISSES = {  # (a line each, in a log of a run that went on; none is what en
     "a source line quoting the check": '  File "train.py", line 9, in step\n'
                                        '    raise FloatingPointError("Loss is nan")\n',
 }
+NEAR_MISSES["a raylet's summary counting no memory kill"] = (
+    "[2024-01-05 10:00:00,000 I 88 88] (raylet) node_manager.cc:3069: 0 Workers (tasks / "
+    "actors) killed due to memory pressure (OOM), 2 Workers crashed due to other reasons at "
+    "node (ID: 5f2e, IP: 10.0.0.2) over the last time period.\n")
 NOT = {"CUDA out of memory is gpu_oom, never gpu_error": "gpu_error",
        "a collective timeout after the watchdog's prefix stays nccl": "gpu_error",
        "Ray's list of what might have happened": "ray_system"}
@@ -166,6 +170,34 @@ def test_a_near_miss_is_never_a_new_cause(name: str, tmp_path: Path,
         assert named != NOT[name], cause
     else:
         assert named not in new, cause
+
+
+HEDGED = {  # (Ray's list of what might have happened, over several lines: never evidence)
+    "one item a line": "There are some potential root causes.\n"
+                       "(1) The process is killed by SIGKILL by OOM killer due to high memory "
+                       "usage.\n(2) ray stop --force is called.\n"
+                       "(3) The worker is crashed unexpectedly due to SIGSEGV or other "
+                       "unexpected errors.\n",
+    "hard-wrapped": "Some common causes include: (1) the process was killed by the OOM killer "
+                    "due to high\nmemory usage, (2) ray stop --force was called, or (3) the "
+                    "worker crashed unexpectedly due to\nSIGSEGV or another unexpected "
+                    "error.\n",
+}
+
+
+@pytest.mark.parametrize("name", list(HEDGED))
+def test_a_hedge_over_several_lines_is_never_evidence(name: str, tmp_path: Path) -> None:
+    """The lines after a hedge are its list (the audit's prefilter sees the hedge itself, so
+    that its list is known as one), and a real failure after them is still read."""
+    root = outcome_study(tmp_path / "study", ["terminal_missing", "terminal_missing"])
+    died = ("(TaskRunner pid=42) ray.exceptions.ActorDiedError: The actor died unexpectedly "
+            "before finishing this task.\n")
+    failed_with_log(root, 0, (died + HEDGED[name]).encode())
+    failed_with_log(root, 1, (HEDGED[name] + "\n" * 5 + "Segmentation fault (core dumped)\n")
+                    .encode())
+    periods = _periods(root, tmp_path / "out")
+    assert periods.loc[161, "cause"] == "actor_died", periods.loc[161, "cause_detail"]
+    assert periods.loc[162, "cause"] == "segfault", periods.loc[162, "cause_detail"]
 
 
 def test_a_rank_that_failed_first_by_its_own_clock_is_the_root(tmp_path: Path) -> None:
@@ -262,7 +294,8 @@ READ = {  # (a reader fault each: what the log's own exception line says, under 
     "python_exception__pytorch-pr61803-64-rank-interleaved-tracebacks-typeerror.log":
         "TypeError (log line 4)",  # 64 ranks' tracebacks interleaved
     "signal__bigscience-jz-torchelastic-error-file-json-signalexception-15.log":
-        "SIGTERM (log line 1)",  # the elastic error handler's JSON, its traceback escaped
+        "SIGTERM, received by torchrun's elastic agent (sender not in the log) (log line 1)",
+    # (the elastic error handler's JSON, its traceback escaped; the agent's SignalException)
     "time_limit__gnn-4-io-delta-gcn-epoch5-of-20.log":
         "slurmstepd: job 9274167 cancelled at its time limit (log line 20)",
 }
@@ -281,6 +314,21 @@ def test_the_cause_detail_is_the_root_events_own(name: str,
     # recorded it or sacct says TIMEOUT: contract v1.2)
     ("Received 10 death signal, shutting down workers\n", "signal", "SIGUSR1, received by "
      "torchrun's elastic agent (sender not in the log)"),
+    # (torch's agent under Python 3.10 and before prints the Signals member)
+    ("W0616 00:44:57.731000 4026234 torch/distributed/elastic/agent/server/api.py:719] "
+     "Received Signals.SIGTERM death signal, shutting down workers\n", "signal",
+     "SIGTERM, received by torchrun's elastic agent (sender not in the log)"),
+    # (raised by the agent's own signal handler: the agent received it)
+    ("torch.distributed.elastic.multiprocessing.api.SignalException: Process 2345 got "
+     "signal: 15\n", "signal",
+     "SIGTERM, received by torchrun's elastic agent (sender not in the log)"),
+    # (DETR, DeiT and MAE print Python's own spelling, then sys.exit(1))
+    ("Loss is nan, stopping training\n", "nan_loss", "Loss is nan"),
+    # (the node's raylet told so as it exits: ray-project/ray#28562)
+    ("[2022-09-20 10:00:00,000 C 123 123] (raylet) node_manager.cc:999: [Timeout] Exiting "
+     "because this node manager has mistakenly been marked as dead by the GCS: GCS didn't "
+     "receive heartbeats from this node for 30000 ms.\n", "node_failure",
+     "Ray marked a node dead (missed heartbeats)"),
 ])
 def test_a_line_alone(line: str, word: str, detail: str, tmp_path: Path,
                       capsys: pytest.CaptureFixture[str]) -> None:
