@@ -18,7 +18,8 @@ ROLE_EXIT = re.compile(
 NOT_A_ROLE = frozenset({"loop", "main", "job", "script", "command", "launcher", "srun", "step",
                         "task", "it", "process"})
 """Words before "exited with" that name no process of the launcher's (seed 000's own
-``Main loop exited with status: 143`` is the controller's status, as the launcher saw it)."""
+``Main loop exited with status: 143`` is the controller's status, as the launcher saw it:
+:func:`role_exit` reads it as the controller's)."""
 
 
 def role_exit(line: str) -> tuple[str, int] | None:
@@ -29,6 +30,8 @@ def role_exit(line: str) -> tuple[str, int] | None:
     if match is None:
         return None
     role = match["role"].lower()
+    if role == "loop" and "main loop" in line.lower():
+        role = "controller"  # (seed 000's monitor: the controller's status, as it saw it)
     code = int(match["code"])
     if role in NOT_A_ROLE or code == 0:
         return None

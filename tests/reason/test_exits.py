@@ -139,6 +139,35 @@ def test_only_the_controller_may_exit_143(tmp_path: Path) -> None:
     assert verdicts(summary)[S.format(161)] == ("unresolved", "killed")
 
 
+@pytest.mark.parametrize(("where", "expected"), [
+    ("before the shutdown", ("unresolved", "killed")),
+    # (the controller announced its shutdown, but has not exited: the policy's 143 may be
+    # what took its replicas away, as the launcher reports it late: never excused)
+    ("after the shutdown line", ("unresolved", "killed")),
+    # (after the controller's own exit, as its monitor saw it: the launcher reaping its
+    # peers, which seed 000's template does on every path)
+    ("after the controller's exit", ("resolved", "completed")),
+])
+def test_a_launchers_line_naming_the_policys_143_before_the_controllers_exit(
+        tmp_path: Path, where: str, expected: tuple[str, str]) -> None:
+    """Contract v1.2: a 143 that a launcher's own line (``policy exited with code 143``)
+    attributes to another process is never excused, wherever the controller's shutdown
+    announcement falls; the kit's own check reads the same lines."""
+    root, _ = _coordinated(tmp_path)
+    log = find(root, "*-s161-4gpu/attempt-*/training-*.log")
+    said = b"[launcher] policy exited with code 143\n"
+
+    def insert(data: bytes) -> bytes:
+        lines = data.splitlines(keepends=True)
+        shutdown = next(i for i, line in enumerate(lines) if b"coordinated shutdown" in line)
+        loop = next(i for i, line in enumerate(lines) if b"Main loop exited" in line)
+        at = {"before the shutdown": shutdown, "after the shutdown line": shutdown + 1,
+              "after the controller's exit": loop + 1}[where]
+        return b"".join([*lines[:at], said, *lines[at:]])
+    rewrite(root, log, insert)
+    assert verdicts(audit(root, tmp_path / "out"))[S.format(161)] == expected
+
+
 def test_wall_clock_timeout_overrides_an_excused_143(tmp_path: Path) -> None:
     root, _ = _coordinated(tmp_path)
     rewrite(root, "accounting/sacct-raw.psv",
