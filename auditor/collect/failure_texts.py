@@ -148,9 +148,6 @@ this node manager has mistakenly been marked as dead by the GCS": ray-project/ra
 _NO_RAYLET_KILL = re.compile(r"(?<![\d,])0 Workers \(tasks / actors\) killed due to memory")
 """A raylet's periodic summary that counts no memory-pressure kill ("0 Workers (tasks /
 actors) killed due to memory pressure (OOM), 2 Workers crashed due to other reasons")."""
-_POTENTIAL_CAUSES = "There are some potential root causes"
-"""Ray's list of what might have killed a worker: text, not evidence (it names SIGSEGV and
-the OOM killer whatever happened)."""
 ROOT_CAUSE_LINES = 12
 """Lines after torchrun's ``Root Cause`` header in which its rank and exit code are read."""
 

@@ -31,7 +31,6 @@ from auditor.collect.failure_texts import (
     _NO_RAYLET_KILL,
     _NODE_FAILURE,
     _NOT_NCCL_FAULT,
-    _POTENTIAL_CAUSES,
     _RAY_NODE_DEAD,
     _RAY_TASK_ERROR,
     _ROOT_CAUSE,
@@ -380,12 +379,10 @@ class _Scanner:
             if "shut" in lowered and _SHUTDOWN.search(lowered):
                 self._add("coordinated_shutdown", number, segment)
 
-    def _ends(self, number: int, segment: str, content: str) -> None:
+    def _ends(self, number: int, segment: str, text: str) -> None:
         """What ended a run, beyond memory, NCCL and Slurm's own lines: a segmentation
         fault, a signal, a dead actor, a failed child (torchrun's root cause), a node
-        failure, an exception a Ray task raised."""
-        cut = content.find(_POTENTIAL_CAUSES)
-        text = content if cut < 0 else content[:cut]
+        failure, an exception a Ray task raised (``text``: the line before any hedge)."""
         if self.root_cause is not None or "failed (exitcode" in text:
             # torchrun's summary of a failed child (its agent line, its root-cause table):
             # what it says of a signal is the child's exit, read as child_failed
