@@ -498,10 +498,10 @@ def test_mixed_rollout_init_oom(mixed: Path) -> None:
 @pytest.mark.parametrize(
     ("outcome", "flag", "controller", "signal", "sacct"),
     [
-        ("coordinated_shutdown", "1", 143, None, ["FAILED", "143:0"]),
-        ("flag_off_143", "0", 143, None, ["FAILED", "143:0"]),
-        ("scancel_sigusr1", "1", 143, "SIGUSR1", ["FAILED", "143:0"]),
-        ("sigkill_137", "1", 137, None, ["FAILED", "137:0"]),
+        ("coordinated_shutdown", "1", 143, None, ["FAILED", "15:0"]),
+        ("flag_off_143", "0", 143, None, ["FAILED", "15:0"]),
+        ("scancel_sigusr1", "1", 143, "SIGUSR1", ["FAILED", "15:0"]),
+        ("sigkill_137", "1", 137, None, ["FAILED", "9:0"]),
     ],
 )
 def test_mixed_exit_classification_cases(

@@ -77,12 +77,14 @@ def test_the_model_says_which_code_the_trial_shows() -> None:
 
 
 def test_a_trials_143_against_sacct_15_0_is_no_contradiction(tmp_path: Path) -> None:
-    """The generated flag-off 143 study with sacct's ``FAILED 143:0`` and with what a real
-    Slurm prints for it, ``FAILED 15:0``: the same verdicts, the same findings."""
+    """The generated flag-off 143 study with what a real Slurm's ``sacct -P`` prints for it,
+    ``FAILED 15:0``, and with the exact ``FAILED 143:0`` (as ``sacct --json``'s code reads):
+    the same verdicts, the same findings."""
     root = outcome_study(tmp_path / "study", ["flag_off_143", "coordinated_shutdown"])
+    assert b"|FAILED|15:0|" in (root / "accounting/sacct-raw.psv").read_bytes()
     before = audit(root, tmp_path / "before")
-    rewrite(root, "accounting/sacct-raw.psv", lambda data: data.replace(b"|143:0|", b"|15:0|"))
-    assert b"|15:0|" in (root / "accounting/sacct-raw.psv").read_bytes()
+    rewrite(root, "accounting/sacct-raw.psv", lambda data: data.replace(b"|15:0|", b"|143:0|"))
+    assert b"|15:0|" not in (root / "accounting/sacct-raw.psv").read_bytes()
     after = audit(root, tmp_path / "after")
     assert [(p["verdict"], p["reason"], p["rule_ids"]) for p in after["periods"]] == [
         (p["verdict"], p["reason"], p["rule_ids"]) for p in before["periods"]]

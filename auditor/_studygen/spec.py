@@ -69,10 +69,10 @@ OUTCOME_NOTES = {
     "rollout_init_oom": "rank 0 rollout_init torch.OutOfMemoryError, exit 1, later phases "
     "absent, traceback in the log; sacct FAILED 2:0 (the seed's 2-GPU periods)",
     "coordinated_shutdown": "controller 143, flag on, received_signal null, terminal present, "
-    "coordinated-shutdown line; the pre-fix launcher said failed; sacct FAILED 143:0",
+    "coordinated-shutdown line; the pre-fix launcher said failed; sacct FAILED 15:0 (143 less 128)",
     "flag_off_143": "as coordinated_shutdown but the flag is '0' and no shutdown line",
-    "scancel_sigusr1": "as coordinated_shutdown but received_signal SIGUSR1; sacct FAILED 143:0",
-    "sigkill_137": "controller 137, terminal present, all phases ok; sacct FAILED 137:0",
+    "scancel_sigusr1": "as coordinated_shutdown but received_signal SIGUSR1; sacct FAILED 15:0",
+    "sigkill_137": "controller 137, terminal present, all phases ok; sacct FAILED 9:0",
     "cancelled": "received_signal SIGTERM, exit 143, no terminal, phases through "
     "rollout_generate, slurmstepd CANCELLED line; sacct CANCELLED by 1234 0:15",
     "timed_out": "controller 143, flag on, received_signal null, no terminal, slurmstepd "
@@ -141,10 +141,10 @@ _STEP_STATE = {
     "completed": ("COMPLETED", "0:0"),
     "terminal_missing": ("COMPLETED", "0:0"),
     "rollout_init_oom": ("FAILED", "1:0"),
-    "coordinated_shutdown": ("FAILED", "143:0"),
-    "flag_off_143": ("FAILED", "143:0"),
-    "scancel_sigusr1": ("FAILED", "143:0"),
-    "sigkill_137": ("FAILED", "137:0"),
+    "coordinated_shutdown": ("FAILED", "15:0"),  # (sacct prints 143 less 128: print.c)
+    "flag_off_143": ("FAILED", "15:0"),
+    "scancel_sigusr1": ("FAILED", "15:0"),
+    "sigkill_137": ("FAILED", "9:0"),
     "cancelled": ("CANCELLED", "0:15"),
     "timed_out": ("CANCELLED", "0:15"),
     "node_failure": ("CANCELLED by 0", "-2:0"),
@@ -156,10 +156,10 @@ _ELEMENT_STATE_ORDER = (
     ("node_failure", "NODE_FAIL", "1:0"),
     ("timed_out", "TIMEOUT", "0:0"),
     ("cancelled", "CANCELLED by 1234", "0:15"),
-    ("sigkill_137", "FAILED", "137:0"),
-    ("coordinated_shutdown", "FAILED", "143:0"),
-    ("flag_off_143", "FAILED", "143:0"),
-    ("scancel_sigusr1", "FAILED", "143:0"),
+    ("sigkill_137", "FAILED", "9:0"),  # (137 and 143 less 128, as sacct prints them)
+    ("coordinated_shutdown", "FAILED", "15:0"),
+    ("flag_off_143", "FAILED", "15:0"),
+    ("scancel_sigusr1", "FAILED", "15:0"),
     ("terminal_missing", "FAILED", "2:0"),
     ("rollout_init_oom", "FAILED", "2:0"),
 )

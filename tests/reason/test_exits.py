@@ -171,7 +171,7 @@ def test_a_launchers_line_naming_the_policys_143_before_the_controllers_exit(
 def test_wall_clock_timeout_overrides_an_excused_143(tmp_path: Path) -> None:
     root, _ = _coordinated(tmp_path)
     rewrite(root, "accounting/sacct-raw.psv",
-            lambda b: b.replace(b"|FAILED|143:0|", b"|TIMEOUT|0:0|", 1), update_manifest=False)
+            lambda b: b.replace(b"|FAILED|15:0|", b"|TIMEOUT|0:0|", 1), update_manifest=False)
     summary = audit(root, tmp_path / "out")
     assert verdicts(summary)[S.format(161)] == ("unresolved", "time_limit")
 
@@ -184,7 +184,7 @@ def test_scheduler_states_on_an_unclean_exit(tmp_path: Path, state: str, reason:
                                              rule: str) -> None:
     root = outcome_study(tmp_path / "study", ["sigkill_137"])
     rewrite(root, "accounting/sacct-raw.psv",
-            lambda b: b.replace(b"|FAILED|137:0|", f"|{state}|0:9|".encode(), 1),
+            lambda b: b.replace(b"|FAILED|9:0|", f"|{state}|0:9|".encode(), 1),
             update_manifest=False)
     summary = audit(root, tmp_path / "out")
     period = summary["periods"][0]
@@ -197,7 +197,7 @@ def test_out_of_memory_on_a_step_row_only(tmp_path: Path) -> None:
 
     def step_oom(data: bytes) -> bytes:
         lines = data.decode().splitlines(keepends=True)
-        lines = [line.replace("|FAILED|137:0|", "|OUT_OF_MEMORY|0:125|")
+        lines = [line.replace("|FAILED|9:0|", "|OUT_OF_MEMORY|0:125|")
                  if line.split("|")[0].endswith(".0") else line for line in lines]
         return "".join(lines).encode()
 

@@ -180,5 +180,8 @@ def test_the_mixed_examples_sections_keep_the_facts_the_contract_lists(
     assert node.count("sacct reports `NODE_FAIL`") == 1 and "NODE_FAIL for job" not in node
     assert node.count("host-qwen25-7b-gsm8k-c2-s164/period-1") == 1
     killed = sections["Two 4-GPU unresolved periods: `killed`, cause `signal`"]
-    assert "`FAILED 137:0`" in killed and "killed by SIGKILL" in killed
+    # (sacct prints a script's 137 and 143 less 128: contract v1.1, and says so)
+    assert "`FAILED 9:0`" in killed and "killed by SIGKILL" in killed
+    assert "`9:0` may be the attempt's 137 less 128" in killed
+    assert "`15:0` may be the attempt's 143 less 128" in resolved
     assert "`COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS` is off ('0')" in killed
