@@ -127,8 +127,10 @@ _STEP_VALUE = re.compile(r"\s*(?:np\.[a-z]+\d*\(\s*)?([+-]?\d{1,18})(?:\.(\d*))?
 HEDGE_SPAN = 4
 """Lines after a hedge (or after its last listed line) that may still be its list."""
 _NEW_RECORD = re.compile(r"\s*(?:Traceback \(|[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)"
-                         r"\b|slurmstepd:|srun:|salloc:|\*\*\* )")
-"""What starts a record of its own after a hedge (never its list's next line)."""
+                         r"\b|slurmstepd:|srun:|salloc:|\*\*\* |Fatal Python error|Segmentation "
+                         r"fault|\[?\d{4}-\d\d-\d\d[ T]\d|(?:INFO|WARNING|WARN|ERROR|CRITICAL)\b)")
+"""What starts a record of its own after a hedge (never its list's next line): a traceback,
+an exception's line, Slurm's, a crash report, a timestamped or levelled logger line."""
 _TRACEBACK = "Traceback (most recent call last)"
 _EXCEPTION_IN_TRACEBACK = re.compile(r"([A-Za-z_][\w.]*(?:\([\w.]+\))?)(?::\s|:?$)")
 _EXCEPTION_STANDALONE = re.compile(

@@ -189,15 +189,19 @@ HEDGED = {  # (Ray's list of what might have happened, over several lines: never
 def test_a_hedge_over_several_lines_is_never_evidence(name: str, tmp_path: Path) -> None:
     """The lines after a hedge are its list (the audit's prefilter sees the hedge itself, so
     that its list is known as one), and a real failure after them is still read."""
-    root = outcome_study(tmp_path / "study", ["terminal_missing", "terminal_missing"])
+    root = outcome_study(tmp_path / "study", ["terminal_missing"] * 3)
     died = ("(TaskRunner pid=42) ray.exceptions.ActorDiedError: The actor died unexpectedly "
             "before finishing this task.\n")
     failed_with_log(root, 0, (died + HEDGED[name]).encode())
     failed_with_log(root, 1, (HEDGED[name] + "\n" * 5 + "Segmentation fault (core dumped)\n")
                     .encode())
+    # (a crash report of its own on the very next line: never the hedge's list)
+    failed_with_log(root, 2, (HEDGED[name] + "Fatal Python error: Segmentation fault\n")
+                    .encode())
     periods = _periods(root, tmp_path / "out")
     assert periods.loc[161, "cause"] == "actor_died", periods.loc[161, "cause_detail"]
     assert periods.loc[162, "cause"] == "segfault", periods.loc[162, "cause_detail"]
+    assert periods.loc[163, "cause"] == "segfault", periods.loc[163, "cause_detail"]
 
 
 def test_a_rank_that_failed_first_by_its_own_clock_is_the_root(tmp_path: Path) -> None:
