@@ -137,6 +137,7 @@ _EXCEPTION_STANDALONE = re.compile(
     r"((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception)(?:\([\w.]+\))?):\s"
 )  # (a bare ``Exception: ...`` too)
 
+
 class _Scanner:
     """The state of one scan: what was found so far, and unfinished tracebacks."""
 
@@ -218,8 +219,8 @@ class _Scanner:
 
     def _hedged(self, number: int, key: str, content: str) -> bool:
         """Whether the line continues the hedge just before it: within
-        :data:`HEDGE_SPAN` lines, from the same process, and no new record of its own (a
-        traceback, an exception's line, slurmstepd's or srun's)."""
+        :data:`HEDGE_SPAN` lines, from the same process, and no record of its own
+        (:data:`_NEW_RECORD`)."""
         hedge = self.hedge
         return hedge is not None and number - hedge[0] <= HEDGE_SPAN and key == hedge[1] \
             and _NEW_RECORD.match(content) is None

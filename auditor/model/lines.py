@@ -36,3 +36,9 @@ def role_exit(line: str) -> tuple[str, int] | None:
     if role in NOT_A_ROLE or code == 0:
         return None
     return role, code
+
+
+def launcher_status(status: str, error: str | None) -> str:
+    """The diagnosis's sentence of the launcher's own status (the trial's ``status`` and
+    ``validation_error``): one wording, so the report can tell where it says it again."""
+    return f"The launcher recorded status `{status}`" + (f" ({error})" if error else "") + "."

@@ -59,8 +59,9 @@ the root cause: named in the detail); a GPU fault, a write that failed, a job th
 formed, Ray's control plane or a remote service refusing outrank the exceptions and
 collective errors they raise in the trainer."""
 
-ENGINE_ROOT_TIERS = (3, 4, 5)
-"""What an engine's death may rest on, named in its detail: the first error of these tiers."""
+ENGINE_ROOT_TIERS = frozenset({TIERS[C.GPU_ERROR], TIERS[C.SEGFAULT], TIERS[C.PYTHON_EXCEPTION]})
+"""What an engine's death may rest on, named in its detail: the first error of these tiers
+(a fault of the machine, a crash or signal, an exception; never the scheduler's word)."""
 
 LOG_CAUSES: dict[str, CauseWord] = {
     "slurm_time_limit": C.TIME_LIMIT, "slurm_cancelled": C.CANCELLED,

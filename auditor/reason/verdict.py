@@ -36,6 +36,7 @@ from auditor.model import (
     TrialRecord,
 )
 from auditor.model.kinds import METRICS_LOG, TRACE_SOURCE, TRAINING_LOG, TRIAL, WORKER_LOG
+from auditor.model.lines import launcher_status
 from auditor.reason.causes import cause_of
 from auditor.reason.completion import Completion, completion, eligible_failures
 from auditor.reason.exits import ExitClass, attributed_in_log, classify_exit
@@ -279,8 +280,7 @@ def evidence_shows(period: PeriodEvidence, attempt: AttemptEvidence, protocol: P
         shown.citations.append(Citation(record.path, line=record.line,
                                         quote=f"{record.phase} {record.error_type}{message}"))
     if trial is not None and trial.status:
-        error = f" ({trial.validation_error})" if trial.validation_error else ""
-        shown.shows.append(f"The launcher recorded status `{trial.status}`{error}.")
+        shown.shows.append(launcher_status(trial.status, trial.validation_error))
         shown.citations.append(Citation(trial.path, pointer="/status", quote=trial.status))
     _unmeasured(attempt, shown)
     _idle_shows(period, protocol, shown)

@@ -30,8 +30,6 @@ QUOTED_PER_FILE = 3
 SHOWN_QUOTE = 40
 """Characters of a quote a group's pattern shows (``evidence.md`` shows each whole): a
 longer quote is left to it."""
-MAX_EXCEPTIONS = 10
-"""Exceptions a group lists in the report (the rest: in ``evidence.md``)."""
 
 
 @dataclass(frozen=True)
@@ -332,15 +330,3 @@ def render_evidence(result: AuditResult, groups: Sequence[tuple[str, Sequence[Ve
         yield from ("\n", f"## {title}\n", "\n")
         for verdict in members:
             yield f"- {code_span(verdict.subject)}: {cite_group(verdict.citations)}\n"
-
-
-def exception_lines(exceptions: Sequence[Verdict]) -> list[str]:
-    """The report's list of a group's exceptions, each with its own citations."""
-    lines = [f"- {code_span(v.subject)}: {cite_group(v.citations)}"
-             for v in exceptions[:MAX_EXCEPTIONS]]
-    if len(exceptions) > MAX_EXCEPTIONS:
-        lines.append(f"- and {len(exceptions) - MAX_EXCEPTIONS:,} more: see "
-                     "[`evidence.md`](evidence.md)")
-    return lines
-
-

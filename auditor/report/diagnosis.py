@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from auditor.model import AuditResult, Citation, Reasoning, Verdict
+from auditor.model.lines import launcher_status
 from auditor.report.appendix import MAX_NAMED_PERIODS
 from auditor.report.citations import group_pattern
 from auditor.report.groups import (
@@ -87,8 +88,8 @@ def _redundant(result: AuditResult, alike: bool) -> Callable[[str], bool]:
     and a failed one is a blocker's sentence); the launcher's status where it disagrees
     (its section says so); which ranks missed a completion phase, rank by rank (the
     phases the traces reach are said for the group)."""
-    disagreeing = {f"The launcher recorded status `{status}`" + (f" ({error})" if error else "")
-                   + "." for _, status, error, _ in result.reasoning.disagreements}
+    disagreeing = {launcher_status(status, error)
+                   for _, status, error, _ in result.reasoning.disagreements}
 
     def said_elsewhere(sentence: str) -> bool:
         return (alike and sentence.startswith(("The dispatch specifies ",

@@ -512,8 +512,7 @@ def cause_sentence(verdict: Verdict) -> str:
         return ""  # (none, or the exit's own: the exit's sentence says it)
     if not cause.knock_on and cause.detail.rstrip(".") in verdict.diagnosis.replace("`", ""):
         return ""  # (the diagnosis says it already: the scheduler's word for the job's end)
-    then = f" (then {', '.join(f'`{k}`' for k in cause.knock_on)})" if cause.knock_on else ""
-    return f"Cause: `{cause.word}`{then}, {cause.detail.rstrip('.')}."
+    return f"Cause: {cause_word(verdict)}, {cause.detail.rstrip('.')}."
 
 
 def shared_sentences(members: Sequence[Verdict], redundant: Callable[[str], bool],

@@ -342,6 +342,19 @@ def first_cause(kind: str) -> str:
     return {"gpu_oom": "gpu_oom", "exception": "python_exception", "segfault": "segfault"}[kind]
 
 
+def test_the_rank_whose_record_ended_first_is_the_root_whatever_its_line() -> None:
+    """Contract v1.2, first in time by the records' own times: rank 0's record sits on an
+    earlier line of its file but ended later (its knock-on, in the collective rank 1 left)."""
+    traces = [trace(PIDS[0], (phase(PIDS[0], 0, "actor_update", 1, start=900,
+                                    error="RuntimeError"),)),
+              trace(PIDS[1], (phase(PIDS[1], 1, "actor_update", 5, start=100,
+                                    error="RuntimeError"),))]
+    judgement = judge(attempt(traces=traces, the_trial=trial(exit_code=1),
+                              the_log=log(terminal=False)))
+    assert judgement.cause is not None
+    assert judgement.cause.detail.startswith("rank 1: actor_update raised"), judgement.cause
+
+
 def test_an_nccl_error_before_a_kill_is_the_kills_knock_on() -> None:
     events = [event("nccl_error", 10, "ncclInternalError")]
     judgement = judge(attempt(the_trial=trial(exit_code=137),

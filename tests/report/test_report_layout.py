@@ -180,6 +180,10 @@ def test_the_mixed_examples_sections_keep_the_facts_the_contract_lists(
     assert node.count("sacct reports `NODE_FAIL`") == 1 and "NODE_FAIL for job" not in node
     assert node.count("host-qwen25-7b-gsm8k-c2-s164/period-1") == 1
     killed = sections["Two 4-GPU unresolved periods: `killed`, cause `signal`"]
+    # (where the launcher's status disagrees with the verdict, its own section says so once)
+    assert "## Launcher and auditor disagree" in text
+    for section in (killed, resolved):
+        assert "The launcher recorded status `failed`" not in section
     # (sacct prints a script's 137 and 143 less 128: contract v1.1, and says so)
     assert "`FAILED 9:0`" in killed and "killed by SIGKILL" in killed
     assert "`9:0` may be the attempt's 137 less 128" in killed
