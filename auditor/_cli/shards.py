@@ -112,7 +112,7 @@ def audit_shard(args: argparse.Namespace, options: AuditOptions) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from auditor._cli import anchors_of, check_limits, spill_beside, waivers_of
+    from auditor._cli import _helper_pays, anchors_of, check_limits, spill_beside, waivers_of
     from auditor.pipeline.audit import drive, judge, merge_parts, paused_gc
     from auditor.report.output import check_output_dir, write_outputs
     from auditor.report.summary import build_summary, dumps
@@ -132,7 +132,8 @@ def _merge(args: argparse.Namespace) -> int:
                            max_quote=args.max_quote)
     with paused_gc(), spill_beside(args.out):
         result = drive(judge(parts, options), lambda event: None)
-        write_outputs(result, args.out, force=args.force, plots=not args.no_plots)
+        write_outputs(result, args.out, force=args.force, plots=not args.no_plots,
+                      helper=_helper_pays(result, options))
         summary = build_summary(result) if args.json else None
     if summary is not None:
         sys.stdout.write(dumps(summary).decode())

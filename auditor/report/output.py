@@ -40,6 +40,7 @@ from auditor._text import printable, printable_json, unprintable
 from auditor.errors import OutputError, VerifyError
 from auditor.model.paths import join_text
 from auditor.model.results import TABLES
+from auditor.report.beside import Beside
 from auditor.store.heap import paused_gc, release_free_memory
 
 if TYPE_CHECKING:
@@ -155,7 +156,7 @@ def _first_stranger(out: Path, written: dict[str, tuple[str, int]]) -> str | Non
 
 def write_outputs(result: AuditResult, out: Path, force: bool = False,
                   plots: bool = True, summary: dict[str, Any] | None = None,
-                  plotter: Plotter | None = None) -> None:
+                  plotter: Plotter | None = None, helper: bool = False) -> None:
     """Write every output of ``result`` to ``out`` atomically.
 
     ``summary``, when given, is written as ``summary.json`` (:func:`auditor.report.summary.
@@ -164,13 +165,17 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
     plots in its helper process while the tables are written (else they are drawn here,
     after them). The cyclic garbage collector is paused while they are written
     (:func:`~auditor.store.heap.paused_gc`): a result of a large study is millions of objects
-    without cycles, which each of its collections would scan."""
+    without cycles, which each of its collections would scan. ``helper``: ``evidence.md``
+    is written by a forked copy of this process while this one writes the tables
+    (:mod:`auditor.report.beside`; the command asks for it where a second CPU is free and
+    nothing else runs in its process)."""
     with paused_gc():
-        _write_outputs(result, out, force, plots, summary, plotter)
+        _write_outputs(result, out, force, plots, summary, plotter, helper)
 
 
 def _write_outputs(result: AuditResult, out: Path, force: bool, plots: bool,
-                   summary: dict[str, Any] | None, plotter: Plotter | None) -> None:
+                   summary: dict[str, Any] | None, plotter: Plotter | None,
+                   helper: bool) -> None:
     with signals_deferred():  # (pyarrow, a compiled extension, is not to be cut short)
         from auditor.report.markdown import evidence_md_lines, markdown_chunks
         from auditor.report.summary import dumps, summary_chunks
@@ -190,14 +195,18 @@ def _write_outputs(result: AuditResult, out: Path, force: bool, plots: bool,
 
             data = plot_data(result)
             drawing = plotter.draw(data) if plotter is not None else None
-        for name in TABLES:
-            put(f"{name}.parquet", partial(write_table, name, result))
-        put("summary.json", dumps(summary) if summary is not None
-            else lambda sink: sink.writelines(summary_chunks(result)))
-        if plots:
-            for name, png in _drawn(drawing) or draw_plots(data):
-                put(name, png)
-        put("evidence.md", partial(_write_lines, evidence_md_lines(result)))
+        evidence = partial(_write_lines, evidence_md_lines(result))
+        with staged.beside("evidence.md", evidence) if helper \
+                else contextlib.nullcontext() as beside:
+            for name in TABLES:
+                put(f"{name}.parquet", partial(write_table, name, result))
+            put("summary.json", dumps(summary) if summary is not None
+                else lambda sink: sink.writelines(summary_chunks(result)))
+            if plots:
+                for name, png in _drawn(drawing) or draw_plots(data):
+                    put(name, png)
+            staged.take("evidence.md", beside, evidence)
+            release_free_memory()
         put("diagnostic.md", partial(_write_lines, markdown_chunks(result, written)))
         staged.seal(result)
 
@@ -240,6 +249,28 @@ class StagedOutput:
     def put(self, name: str, data: bytes | Callable[[io.RawIOBase], object]) -> None:
         """Write ``data`` (bytes, or a function writing to a stream) as ``name``, hashed
         as it is written."""
+        self.written.append((name, *self._write(name, data)))
+
+    def beside(self, name: str, data: Callable[[io.RawIOBase], object]) -> Beside:
+        """Begin writing ``name`` in a forked child (:mod:`auditor.report.beside`) while
+        this process goes on; :meth:`take` it, with the same ``data``, where :meth:`put`
+        would have written it. Use the result as a context manager around both."""
+        return Beside(lambda: "{} {}".format(*self._write(name, data)))
+
+    def take(self, name: str, beside: Beside | None,
+             data: Callable[[io.RawIOBase], object]) -> None:
+        """Record ``name`` as the child begun by :meth:`beside` wrote it, or, where it did
+        not (it failed, or never started, or there was none), write it here: the same
+        bytes either way."""
+        digest, _, size = ((beside.result() if beside is not None else None) or "").partition(" ")
+        if len(digest) == 64 and size.isdigit() and self.path is not None \
+                and (self.path / name).stat().st_size == int(size):
+            self.written.append((name, digest, int(size)))
+        else:
+            self.put(name, data)
+
+    def _write(self, name: str, data: bytes | Callable[[io.RawIOBase], object]
+               ) -> tuple[str, int]:
         assert self.path is not None
         if self._sealed:  # (a file put after the manifest would be one it does not pin)
             raise RuntimeError(f"{self.out}: {name} put after the output manifest was written")
@@ -255,7 +286,7 @@ class StagedOutput:
                 data(sink)
             handle.flush()
             os.fsync(handle.fileno())
-        self.written.append((name, sink.hash.hexdigest(), sink.size))
+        return sink.hash.hexdigest(), sink.size
 
     def seal(self, source: AuditResult | Collected) -> None:
         """Write the output manifest: every file put, and the inputs ``source`` read."""

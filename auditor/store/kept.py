@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any, Generic, TypeVar, overload
 
-from auditor.store.settings import spill_from, spilling, temporary_file
+from auditor.store.settings import read_at, spill_from, spilling, temporary_file, write_at
 
 PACK_BLOCK = 64
 """Records pickled and compressed together (a judged period's verdict and records took
@@ -40,6 +40,7 @@ class _Blocks(Generic[T]):
         weakref.finalize(self, self._file.close)  # (closed with its owner: no warning)
         self._places: list[tuple[int, int]] = []
         """Each block's (offset, length) in the file."""
+        self._end = 0
         self.tail: list[T] = []
         self._made: tuple[int, list[T]] = (-1, [])
 
@@ -57,17 +58,16 @@ class _Blocks(Generic[T]):
             self.tail = []
             assert self._file is not None
             with spilling():
-                self._file.seek(0, 2)
-                self._places.append((self._file.tell(), len(data)))
-                self._file.write(data)
+                write_at(self._file, data, self._end)
+            self._places.append((self._end, len(data)))
+            self._end += len(data)
 
     def load(self, number: int) -> list[T]:
         """Block ``number``'s records, made anew."""
         assert self._file is not None
         offset, length = self._places[number]
         with spilling():
-            self._file.seek(offset)
-            data = self._file.read(length)
+            data = read_at(self._file, length, offset)
         loaded: list[T] = pickle.loads(zlib.decompress(data))
         return loaded
 

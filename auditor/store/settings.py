@@ -96,3 +96,27 @@ def temporary_file() -> IO[bytes]:
     """An unnamed temporary file in :func:`spill_directory` (it goes with its object)."""
     with spilling():
         return tempfile.TemporaryFile(dir=spill_directory())
+
+
+def write_at(file: IO[bytes], data: bytes, offset: int) -> None:
+    """Write ``data`` at ``offset`` of ``file`` (unbuffered, by position).
+
+    By position, never through the file's offset: a process forked from this one (the
+    report's helper, :mod:`auditor.report.beside`) shares that offset, and a read of its own
+    would move it under this process's feet."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(file.fileno(), view, offset)
+        view, offset = view[written:], offset + written
+
+
+def read_at(file: IO[bytes], length: int, offset: int) -> bytes:
+    """``length`` bytes of ``file`` from ``offset``, by position (see :func:`write_at`)."""
+    parts = []
+    while length > 0:
+        part = os.pread(file.fileno(), length, offset)
+        if not part:
+            raise OSError(f"a temporary file ended {length} bytes early")
+        parts.append(part)
+        length, offset = length - len(part), offset + len(part)
+    return b"".join(parts)

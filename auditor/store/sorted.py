@@ -23,7 +23,7 @@ from typing import IO, Any, TypeVar
 
 from auditor.model import HASHED_STATUSES, EvidenceFile
 from auditor.store.kept import Kept
-from auditor.store.settings import spill_from, spilling, temporary_file
+from auditor.store.settings import read_at, spill_from, spilling, temporary_file, write_at
 
 RUN_ROWS = 16_384
 """Rows sorted together before they go to disk (a run), or
@@ -48,6 +48,8 @@ class SortedRows:
         self._runs: list[list[tuple[int, int]]] = []
         """Each run's pieces: (offset, length) in the file."""
         self._file: IO[bytes] | None = None
+        self._end = 0
+        """Where the file's next piece goes."""
         self._size = 0
 
     def __len__(self) -> int:
@@ -68,13 +70,12 @@ class SortedRows:
             if self._file is None:
                 self._file = temporary_file()
                 weakref.finalize(self, self._file.close)  # (closed with its owner)
-            self._file.seek(0, 2)
             pieces = []
             for start in range(0, len(run), self._piece_rows):
                 data = pickle.dumps(run[start:start + self._piece_rows], protocol=5)
-                pieces.append((self._file.tell(), len(data)))
-                self._file.write(data)
-            self._file.flush()
+                write_at(self._file, data, self._end)
+                pieces.append((self._end, len(data)))
+                self._end += len(data)
         self._runs.append(pieces)
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
@@ -88,8 +89,9 @@ class SortedRows:
     def _run(self, pieces: list[tuple[int, int]]) -> Iterator[tuple[Any, ...]]:
         assert self._file is not None
         for offset, length in pieces:
-            self._file.seek(offset)
-            yield from pickle.loads(self._file.read(length))
+            with spilling():
+                data = read_at(self._file, length, offset)
+            yield from pickle.loads(data)
 
 
 _ROW_FIELDS = attrgetter(*(f.name for f in fields(EvidenceFile)))

@@ -1,0 +1,161 @@
+"""``evidence.md`` written by a forked helper while the tables are written
+(:mod:`auditor.report.beside`): the same bytes whether it runs, fails, dies or is never
+asked for; a helper left running when the writing fails is killed and reaped; the command
+asks for one from its own process only."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+import auditor._cli as cli
+import auditor.report.markdown as markdown
+import auditor.report.tables as tables
+from auditor import AuditOptions, run_audit, write_outputs
+from auditor._cli import main
+from auditor.model import AuditResult
+from tests.helpers import copy_example
+
+
+@pytest.fixture(scope="module")
+def example_result(tmp_path_factory: pytest.TempPathFactory) -> AuditResult:
+    return run_audit(copy_example(tmp_path_factory.mktemp("beside")), AuditOptions(jobs=1))
+
+
+def _outputs(out: Path) -> dict[str, bytes]:
+    """Every output's bytes, the manifest's time of making left out."""
+    files = {path.name: path.read_bytes() for path in sorted(out.iterdir())}
+    manifest = orjson.loads(files.pop("output_manifest.json"))
+    manifest.pop("created_utc")
+    files["output_manifest.json"] = orjson.dumps(manifest, option=orjson.OPT_SORT_KEYS)
+    return files
+
+
+def _recorded(monkeypatch: pytest.MonkeyPatch, note: Path,
+              misbehave: Callable[[], None] | None = None) -> None:
+    """``evidence.md``'s lines, written down by the process that makes them (and, in a
+    child only, ``misbehave`` first)."""
+    parent = os.getpid()
+    original = markdown.evidence_md_lines
+
+    def lines(result: AuditResult) -> Iterator[str]:
+        with open(note, "a") as handle:
+            handle.write(f"{os.getpid()}\n")
+        if misbehave is not None and os.getpid() != parent:
+            misbehave()
+        yield from original(result)
+
+    monkeypatch.setattr(markdown, "evidence_md_lines", lines)
+
+
+def _makers(note: Path) -> list[int]:
+    return [int(line) for line in note.read_text().split()] if note.exists() else []
+
+
+def _no_child_left(pids: list[int]) -> None:
+    for pid in pids:
+        if pid != os.getpid():
+            with pytest.raises(ChildProcessError):  # (reaped: not even a zombie)
+                os.waitpid(pid, os.WNOHANG)
+
+
+def test_a_helper_writes_evidence_md_and_every_output_is_the_same(
+        example_result: AuditResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_outputs(example_result, tmp_path / "alone", plots=False)
+    _recorded(monkeypatch, tmp_path / "note")
+    write_outputs(example_result, tmp_path / "beside", plots=False, helper=True)
+    makers = _makers(tmp_path / "note")
+    assert len(makers) == 1 and makers[0] != os.getpid()  # (the child made them)
+    _no_child_left(makers)
+    assert _outputs(tmp_path / "beside") == _outputs(tmp_path / "alone")
+    assert main(["verify", str(tmp_path / "beside")]) == 0
+
+
+def _raise() -> None:
+    raise RuntimeError("the helper failed")
+
+
+def _killed() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _silent_exit() -> None:
+    os._exit(0)  # (no report sent: the file may be half written)
+
+
+@pytest.mark.parametrize("misbehave", [_raise, _killed, _silent_exit],
+                         ids=["raises", "killed", "exits-silently"])
+def test_a_failing_helper_leaves_the_file_to_the_writer(
+        example_result: AuditResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        misbehave: Callable[[], None]) -> None:
+    write_outputs(example_result, tmp_path / "alone", plots=False)
+    _recorded(monkeypatch, tmp_path / "note", misbehave)
+    write_outputs(example_result, tmp_path / "beside", plots=False, helper=True)
+    makers = _makers(tmp_path / "note")
+    assert makers[-1] == os.getpid() and len(makers) == 2  # (tried there, then made here)
+    _no_child_left(makers)
+    assert _outputs(tmp_path / "beside") == _outputs(tmp_path / "alone")
+    assert main(["verify", str(tmp_path / "beside")]) == 0
+
+
+def test_a_helper_still_writing_when_the_writing_fails_is_ended(
+        example_result: AuditResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _recorded(monkeypatch, tmp_path / "note", lambda: time.sleep(120))
+
+    def interrupted(*_: Any) -> None:
+        deadline = time.monotonic() + 30  # (the child has begun: it wrote its pid)
+        while not _makers(tmp_path / "note") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tables, "write_table", interrupted)
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        write_outputs(example_result, tmp_path / "out", plots=False, helper=True)
+    assert time.monotonic() - started < 60  # (killed, not waited for)
+    makers = _makers(tmp_path / "note")
+    assert len(makers) == 1 and makers[0] != os.getpid()
+    _no_child_left(makers)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["note"]  # (no output, no staging)
+
+
+def test_a_spilled_result_reads_the_same_in_the_helper(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the child reads the spilled records from the parent's unnamed files, whose offsets
+    # the two processes share: only positional reads keep them apart
+    monkeypatch.setenv("AUDITOR_SPILL_FROM", "0")
+    result = run_audit(copy_example(tmp_path), AuditOptions(jobs=1))
+    write_outputs(result, tmp_path / "alone", plots=False)
+    write_outputs(result, tmp_path / "beside", plots=False, helper=True)
+    assert _outputs(tmp_path / "beside") == _outputs(tmp_path / "alone")
+
+
+def test_the_command_asks_for_a_helper_from_its_own_process_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = copy_example(tmp_path)
+    note = tmp_path / "note"
+    _recorded(monkeypatch, note)
+    monkeypatch.setattr(cli, "HELPER_FROM", 1)  # (the example's 18 periods would not pay)
+
+    def audit(out: str, *extra: str) -> list[int]:
+        note.unlink(missing_ok=True)
+        assert main(["audit", str(root), "--out", str(tmp_path / out), "--quiet",
+                     "--no-plots", *extra]) in (0, 1)
+        return _makers(note)
+
+    assert audit("called") == [os.getpid()]  # (a caller of main: never forked)
+    monkeypatch.setattr(cli, "_ONLY_EXITING", True)  # (as the command's entry point sets)
+    makers = audit("command")
+    assert len(makers) == 1 and makers[0] != os.getpid()
+    _no_child_left(makers)
+    assert audit("one-job", "--jobs", "1") == [os.getpid()]  # (asked for one process)
+    monkeypatch.setattr(cli, "HELPER_FROM", 19)
+    assert audit("few", "--jobs", "2") == [os.getpid()]  # (18 periods: too few to pay)
+    assert _outputs(tmp_path / "command") == _outputs(tmp_path / "called")
