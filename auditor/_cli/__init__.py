@@ -553,8 +553,9 @@ def spill_beside(out: Path | None) -> contextlib.AbstractContextManager[object]:
 
 
 HELPER_FROM = 1_000
-"""Periods from which the command writes ``evidence.md`` in a forked helper while it writes
-the tables (:mod:`auditor.report.beside`): at 4,000 the file took 0.4 s, a fork a few ms."""
+"""Periods from which the command writes ``diagnostic.md`` in a forked helper while it
+writes the other outputs (:mod:`auditor.report.beside`): at 4,000 the report took 0.5 s, a
+fork a few ms."""
 
 
 def _helper_pays(result: Any, options: Any) -> bool:

@@ -266,8 +266,8 @@ def findings_table(result: AuditResult) -> str:
         ["---", "---", "---", "---:"])])
 
 
-def plots_section(outputs: Sequence[tuple[str, str, int]]) -> str:
-    plots = [name for name, _, _ in outputs if name.endswith(".png")]
+def plots_section(outputs: Sequence[str]) -> str:
+    plots = [name for name in outputs if name.endswith(".png")]
     if not plots:
         return ""
     lines = ["## Plots", ""]
@@ -299,7 +299,7 @@ def _sealing(result: AuditResult) -> str:
     return text + "."
 
 
-def provenance_section(result: AuditResult, outputs: Sequence[tuple[str, str, int]]) -> str:
+def provenance_section(result: AuditResult, outputs: Sequence[str]) -> str:
     collected = result.collected
     lines = ["## Provenance", ""]
     protocol = collected.protocol

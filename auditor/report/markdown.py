@@ -72,19 +72,19 @@ PHASE_WORDS = {"rollout_init": "rollout-initialization", "init_model": "model-in
 MAX_FINDINGS_LISTED = 200
 
 
-def render_markdown(result: AuditResult, outputs: Sequence[tuple[str, str, int]] = ()) -> str:
-    """The whole report. ``outputs`` lists (name, sha256, size) of the other outputs (with
-    ``evidence.md`` among them when it was written: the report links it)."""
+def render_markdown(result: AuditResult, outputs: Sequence[str] = ()) -> str:
+    """The whole report. ``outputs`` names the other outputs (with ``evidence.md`` among
+    them when it is written: the report links it), in the order they are written; it needs
+    their names only, so it can be written beside them."""
     return "".join(markdown_chunks(result, outputs))
 
 
-def markdown_chunks(result: AuditResult, outputs: Sequence[tuple[str, str, int]] = ()
-                    ) -> Iterator[str]:
+def markdown_chunks(result: AuditResult, outputs: Sequence[str] = ()) -> Iterator[str]:
     """:func:`render_markdown`'s text in pieces, its sections one after another, made as
     they are wanted, the period table a line at a time (a million periods' table was
     about 80 MB while it was made)."""
     reasoning = result.reasoning
-    linked = any(name == "evidence.md" for name, _, _ in outputs)
+    linked = "evidence.md" in outputs
     sections: list[Callable[[], str | Iterator[str]]] = [
         lambda: _headline(result, reasoning),
         lambda: configurations_section(result),

@@ -165,10 +165,9 @@ def write_outputs(result: AuditResult, out: Path, force: bool = False,
     plots in its helper process while the tables are written (else they are drawn here,
     after them). The cyclic garbage collector is paused while they are written
     (:func:`~auditor.store.heap.paused_gc`): a result of a large study is millions of objects
-    without cycles, which each of its collections would scan. ``helper``: ``evidence.md``
-    is written by a forked copy of this process while this one writes the tables
-    (:mod:`auditor.report.beside`; the command asks for it where a second CPU is free and
-    nothing else runs in its process)."""
+    without cycles, which each of its collections would scan. ``helper``: ``diagnostic.md``
+    is written by a forked copy of this process while this one writes the others
+    (:mod:`auditor.report.beside`; the command asks for one where a second CPU is free)."""
     with paused_gc():
         _write_outputs(result, out, force, plots, summary, plotter, helper)
 
@@ -187,27 +186,31 @@ def _write_outputs(result: AuditResult, out: Path, force: bool, plots: bool,
             staged.put(name, data)
             release_free_memory()  # (what making it freed is not held through the next)
 
-        written = staged.written
         release_free_memory()  # (what the reading freed is not held through the writing)
         drawing = None
         if plots:
             from auditor.report.plots import draw_plots, plot_data
 
-            data = plot_data(result)
-            drawing = plotter.draw(data) if plotter is not None else None
-        evidence = partial(_write_lines, evidence_md_lines(result))
-        with staged.beside("evidence.md", evidence) if helper \
+            drawn = plot_data(result)
+            drawing = plotter.draw(drawn) if plotter is not None else None
+        files: list[tuple[str, bytes | Callable[[io.RawIOBase], object]]] = [
+            (f"{name}.parquet", partial(write_table, name, result)) for name in TABLES]
+        files.append(("summary.json", dumps(summary) if summary is not None
+                      else lambda sink: sink.writelines(summary_chunks(result))))
+        if plots:  # (their names are known once they are drawn)
+            for name, data in files:
+                put(name, data)
+            files = list(_drawn(drawing) or draw_plots(drawn))
+        files.append(("evidence.md", partial(_write_lines, evidence_md_lines(result))))
+        # the report needs the other outputs' names only: from here it can be written (by
+        # the helper, when there is one) while this process writes the rest
+        names = [name for name, _, _ in staged.written] + [name for name, _ in files]
+        report = partial(_write_lines, markdown_chunks(result, names))
+        with staged.beside("diagnostic.md", report) if helper \
                 else contextlib.nullcontext() as beside:
-            for name in TABLES:
-                put(f"{name}.parquet", partial(write_table, name, result))
-            put("summary.json", dumps(summary) if summary is not None
-                else lambda sink: sink.writelines(summary_chunks(result)))
-            if plots:
-                for name, png in _drawn(drawing) or draw_plots(data):
-                    put(name, png)
-            staged.take("evidence.md", beside, evidence)
-            release_free_memory()
-        put("diagnostic.md", partial(_write_lines, markdown_chunks(result, written)))
+            for name, data in files:
+                put(name, data)
+            staged.take("diagnostic.md", beside, report)
         staged.seal(result)
 
 

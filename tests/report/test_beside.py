@@ -1,4 +1,4 @@
-"""``evidence.md`` written by a forked helper while the tables are written
+"""``diagnostic.md`` written by a forked helper while the other outputs are written
 (:mod:`auditor.report.beside`): the same bytes whether it runs, fails, dies or is never
 asked for; a helper left running when the writing fails is killed and reaped; the command
 asks for one from its own process only."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,8 @@ def example_result(tmp_path_factory: pytest.TempPathFactory) -> AuditResult:
 
 def _outputs(out: Path) -> dict[str, bytes]:
     """Every output's bytes, the manifest's time of making left out."""
-    files = {path.name: path.read_bytes() for path in sorted(out.iterdir())}
+    files = {path.relative_to(out).as_posix(): path.read_bytes()
+             for path in sorted(out.rglob("*")) if path.is_file()}
     manifest = orjson.loads(files.pop("output_manifest.json"))
     manifest.pop("created_utc")
     files["output_manifest.json"] = orjson.dumps(manifest, option=orjson.OPT_SORT_KEYS)
@@ -40,19 +41,19 @@ def _outputs(out: Path) -> dict[str, bytes]:
 
 def _recorded(monkeypatch: pytest.MonkeyPatch, note: Path,
               misbehave: Callable[[], None] | None = None) -> None:
-    """``evidence.md``'s lines, written down by the process that makes them (and, in a
-    child only, ``misbehave`` first)."""
+    """The report's text, written down by the process that makes it (and, in a child
+    only, ``misbehave`` first)."""
     parent = os.getpid()
-    original = markdown.evidence_md_lines
+    original = markdown.markdown_chunks
 
-    def lines(result: AuditResult) -> Iterator[str]:
+    def chunks(result: AuditResult, outputs: Sequence[str] = ()) -> Iterator[str]:
         with open(note, "a") as handle:
             handle.write(f"{os.getpid()}\n")
         if misbehave is not None and os.getpid() != parent:
             misbehave()
-        yield from original(result)
+        yield from original(result, outputs)
 
-    monkeypatch.setattr(markdown, "evidence_md_lines", lines)
+    monkeypatch.setattr(markdown, "markdown_chunks", chunks)
 
 
 def _makers(note: Path) -> list[int]:
@@ -66,11 +67,13 @@ def _no_child_left(pids: list[int]) -> None:
                 os.waitpid(pid, os.WNOHANG)
 
 
-def test_a_helper_writes_evidence_md_and_every_output_is_the_same(
-        example_result: AuditResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    write_outputs(example_result, tmp_path / "alone", plots=False)
+@pytest.mark.parametrize("plots", [False, True], ids=["no-plots", "plots"])
+def test_a_helper_writes_the_report_and_every_output_is_the_same(
+        example_result: AuditResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        plots: bool) -> None:
+    write_outputs(example_result, tmp_path / "alone", plots=plots)
     _recorded(monkeypatch, tmp_path / "note")
-    write_outputs(example_result, tmp_path / "beside", plots=False, helper=True)
+    write_outputs(example_result, tmp_path / "beside", plots=plots, helper=True)
     makers = _makers(tmp_path / "note")
     assert len(makers) == 1 and makers[0] != os.getpid()  # (the child made them)
     _no_child_left(makers)
