@@ -57,6 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     tree = _worktree(args.against, scratch)
     env_b = {**os.environ, "PYTHONPATH": str(tree)}
     env_a = {**os.environ, "PYTHONPATH": str(REPO)}
+    for sources in (REPO, tree):
+        bench.compile_sources(sources)
     results = []
     try:
         for size in sizes:

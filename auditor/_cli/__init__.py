@@ -556,16 +556,32 @@ HELPER_FROM = 1_000
 """Periods from which the command writes ``diagnostic.md`` in a forked helper while it
 writes the other outputs (:mod:`auditor.report.beside`): at 4,000 the report took 0.5 s, a
 fork a few ms."""
+HELPER_MOST_RSS = 256 << 20
+"""The most this process may hold (resident) for a helper to be forked: the helper reads the
+whole result, so it comes to hold about as much again, and every process of the audit is to
+stay under 512 MiB (a million files' audit, at about 480 MB here, writes without one)."""
 
 
 def _helper_pays(result: Any, options: Any) -> bool:
     """Whether the outputs are written with a helper: in the command's own process (a caller
-    of :func:`main` is never forked), with a second CPU it may use (not under ``--jobs 1``)
-    and periods enough to pay for it."""
+    of :func:`main` is never forked), on Linux (where the readers are forked too: macOS's
+    system libraries do not survive a fork), with a second CPU it may use (not under
+    ``--jobs 1``), periods enough to pay for it and memory to spare
+    (:data:`HELPER_MOST_RSS`)."""
     from auditor.pipeline.pool import usable_cpus
 
-    return _ONLY_EXITING and (options.jobs or usable_cpus()) >= 2 \
-        and len(result.reasoning.verdicts) >= HELPER_FROM
+    return _ONLY_EXITING and sys.platform == "linux" and (options.jobs or usable_cpus()) >= 2 \
+        and len(result.reasoning.verdicts) >= HELPER_FROM and _resident() < HELPER_MOST_RSS
+
+
+def _resident() -> int:
+    """This process's resident bytes now (Linux's ``/proc/self/statm``; unknown: as if
+    too many)."""
+    try:
+        with open("/proc/self/statm", "rb") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 1 << 62
 
 
 @contextlib.contextmanager

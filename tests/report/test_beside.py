@@ -161,4 +161,7 @@ def test_the_command_asks_for_a_helper_from_its_own_process_only(
     assert audit("one-job", "--jobs", "1") == [os.getpid()]  # (asked for one process)
     monkeypatch.setattr(cli, "HELPER_FROM", 19)
     assert audit("few", "--jobs", "2") == [os.getpid()]  # (18 periods: too few to pay)
+    monkeypatch.setattr(cli, "HELPER_FROM", 1)
+    monkeypatch.setattr(cli, "HELPER_MOST_RSS", 1 << 20)  # (this process holds more)
+    assert audit("full", "--jobs", "2") == [os.getpid()]
     assert _outputs(tmp_path / "command") == _outputs(tmp_path / "called")
