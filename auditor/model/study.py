@@ -407,6 +407,10 @@ class TableRows(typing.Protocol):
         """The rows as Arrow record batches, in order."""
         ...
 
+    def finish(self) -> None:
+        """No more rows: reading them from here on never writes."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Collected:

@@ -204,6 +204,9 @@ def _write_outputs(result: AuditResult, out: Path, force: bool, plots: bool,
         files.append(("evidence.md", partial(_write_lines, evidence_md_lines(result))))
         # the report needs the other outputs' names only: from here it can be written (by
         # the helper, when there is one) while this process writes the rest
+        if helper:  # (it reads the kept tables too: it must find nothing of them to write)
+            for kept in result.collected.tables.values():
+                kept.finish()
         names = [name for name, _, _ in staged.written] + [name for name, _ in files]
         report = partial(_write_lines, markdown_chunks(result, names))
         with staged.beside("diagnostic.md", report) if helper \

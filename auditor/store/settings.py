@@ -14,11 +14,12 @@ Two settings, each with a sane default a user never has to touch:
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from auditor.errors import OutputError, UsageError
 
@@ -108,6 +109,37 @@ def write_at(file: IO[bytes], data: bytes, offset: int) -> None:
     while view:
         written = os.pwrite(file.fileno(), view, offset)
         view, offset = view[written:], offset + written
+
+
+class ReadFromStart(io.RawIOBase):
+    """``file`` read from its start by position (see :func:`write_at`), through an offset of
+    this reader's own: what a library that reads a stream (pyarrow's IPC reader) is given."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        super().__init__()
+        self._descriptor = file.fileno()
+        self._at = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = os.pread(self._descriptor, len(buffer), self._at)
+        buffer[:len(data)] = data
+        self._at += len(data)
+        return len(data)
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._at,
+                os.SEEK_END: os.fstat(self._descriptor).st_size}[whence]
+        self._at = max(base + offset, 0)
+        return self._at
+
+    def tell(self) -> int:
+        return self._at
 
 
 def read_at(file: IO[bytes], length: int, offset: int) -> bytes:

@@ -27,7 +27,7 @@ from typing import IO, Any
 import pyarrow as pa
 
 from auditor._text import printable_json
-from auditor.store.settings import spilling, temporary_file
+from auditor.store.settings import ReadFromStart, spilling, temporary_file
 
 TS = pa.timestamp("ns", tz="UTC")
 
@@ -232,14 +232,22 @@ class TableRows:
         with spilling():
             self._writer.write_batch(batch)
 
-    def batches(self) -> Iterator[pa.RecordBatch]:
-        """Every row, a batch of :data:`BATCH_ROWS` at a time, in the order added."""
+    def finish(self) -> None:
+        """No more rows: what is pending is written out and the file closed for writing, so
+        that reading it never writes (a helper forked to write the report reads it too)."""
         if self._writer is not None:
             if self._pending:
                 self._spill(self._pending)
                 self._pending = []
             with spilling():
                 self._writer.close()
+                self._file.flush()  # (read by position: from the file, not this buffer)
             self._writer = None
-        self._file.seek(0)
-        yield from pa.ipc.open_stream(self._file)
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """Every row, a batch of :data:`BATCH_ROWS` at a time, in the order added."""
+        self.finish()
+        # (by position, on one thread: a forked helper reads the same file, and a pool of
+        # threads made before the fork has none of its threads in the child)
+        yield from pa.ipc.open_stream(ReadFromStart(self._file),
+                                      options=pa.ipc.IpcReadOptions(use_threads=False))

@@ -140,6 +140,27 @@ def test_a_spilled_result_reads_the_same_in_the_helper(
     assert _outputs(tmp_path / "beside") == _outputs(tmp_path / "alone")
 
 
+def test_the_kept_tables_are_finished_before_the_helper_is_forked(
+        example_result: AuditResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # (the report reads the devices table too: a helper that found rows still to write
+    # would write them into the file the tables are read from, beside this process)
+    kept = example_result.collected.tables
+    finished: list[str] = []
+    for name, rows in kept.items():
+        original = rows.finish
+
+        def finish(name: str = name, original: Callable[[], None] = original) -> None:
+            finished.append(name)
+            original()
+
+        monkeypatch.setattr(rows, "finish", finish)
+    _recorded(monkeypatch, tmp_path / "note",
+              lambda: None if set(finished) >= set(kept) else os._exit(3))
+    write_outputs(example_result, tmp_path / "beside", plots=False, helper=True)
+    makers = _makers(tmp_path / "note")
+    assert len(makers) == 1 and makers[0] != os.getpid()  # (the child wrote the report)
+
+
 def test_the_command_asks_for_a_helper_from_its_own_process_only(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = copy_example(tmp_path)

@@ -8,6 +8,7 @@ import os
 import pickle
 import random
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -240,3 +241,49 @@ def test_a_temporary_directory_inside_the_evidence_root_is_refused(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "inside the evidence root" in err
     assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+
+
+def _in_a_child_and_here(read: Callable[[], object], passes: int = 30) -> None:
+    """``read()`` ``passes`` times in a forked child and in this process at once: both must
+    give what one read alone gives (the store's temporary files are shared through the fork,
+    their offsets with them)."""
+    expected = read()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            code = 0 if all(read() == expected for _ in range(passes)) else 1
+        finally:
+            os._exit(code)
+    try:
+        here = [read() == expected for _ in range(passes)]
+    finally:
+        _, status = os.waitpid(pid, 0)
+    assert all(here) and os.waitstatus_to_exitcode(status) == 0
+
+
+def test_kept_records_read_in_a_forked_child_and_here_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SPILL_FROM_VARIABLE, "0")
+    kept = Kept(("record", number, "x" * (number % 97)) for number in range(3000))
+    rows = SortedRows(key=0, run_rows=500, piece_rows=50)
+    rows.extend((-number, str(number)) for number in range(3000))
+    _in_a_child_and_here(lambda: (list(kept), list(rows)))
+
+
+def test_table_rows_read_in_a_forked_child_and_here_at_once() -> None:
+    import pyarrow as pa
+
+    from auditor.store.tables import BATCH_ROWS, TableRows
+
+    def value(kind: pa.DataType, number: int) -> object:
+        return (f"{number}" if pa.types.is_string(kind) else number % 100
+                if pa.types.is_integer(kind) else number / 7 if pa.types.is_floating(kind)
+                else number % 2 == 0 if pa.types.is_boolean(kind) else None)
+
+    table = TableRows("devices")
+    table.extend(tuple(value(field.type, number) for field in table.schema)
+                 for number in range(5 * BATCH_ROWS + 7))
+    table.finish()  # (what the report does before it forks a helper)
+    _in_a_child_and_here(lambda: [batch.column("path").to_pylist()
+                                  for batch in table.batches()], passes=15)
