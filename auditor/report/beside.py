@@ -31,38 +31,47 @@ MESSAGE_LIMIT = 4096
 
 
 class Beside:
-    """``work()`` run in a forked child; :meth:`result` gives the string it returned, or
-    None when it gave none. A context manager: a child still running at the block's end
-    (the parent failed or was interrupted meanwhile) is killed and reaped, so it never
-    writes on into a staging directory that is being removed."""
+    """``work()`` run in a forked child, started as the block is entered; :meth:`result`
+    gives the string it returned, or None when it gave none. A child still running when
+    the block ends (the parent failed, or was interrupted, even as it forked) is killed
+    and reaped, so it never writes on into a staging directory that is being removed."""
 
     def __init__(self, work: Callable[[], str]) -> None:
+        self._work = work
         self._pid: int | None = None
         self._read: int | None = None
+
+    def __enter__(self) -> Beside:
         try:
-            read, write = os.pipe()
-        except OSError:
-            return
-        try:
-            with signals_deferred(), warnings.catch_warnings():
-                # (born with SIGINT and SIGTERM held, and their handlers the parent's
-                # recorders: the child sets its own before it lets them in. Python 3.12
-                # warns of a fork beside threads: a test's process has them; the command
-                # asks only from its own, which has none)
-                warnings.simplefilter("ignore", DeprecationWarning)
-                pid = os.fork()
-                if pid == 0:  # pragma: no cover - the child (its work is covered here too)
-                    _child(work, read, write)
-        except OSError:  # (no process to spare: the caller writes the file itself)
-            os.close(read)
-            os.close(write)
-            return
-        os.close(write)
-        self._pid, self._read = pid, read
+            self._start()
+        except OSError:  # (no pipe or no process to spare: the caller writes the file)
+            self._reap(kill=True)
+        except BaseException:  # (a signal held through the fork is raised as it ends)
+            self._reap(kill=True)
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._reap(kill=True)
+
+    def _start(self) -> None:
+        with signals_deferred(), warnings.catch_warnings():
+            # (born with SIGINT and SIGTERM held, and their handlers the parent's recorders:
+            # the child sets its own before it lets them in. Python 3.12 warns of a fork
+            # beside threads: a test's process has them; the command asks only from its
+            # own, which has none)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self._read, write = os.pipe()
+            try:
+                self._pid = os.fork()
+                if self._pid == 0:  # pragma: no cover - the child (its work is covered too)
+                    _child(self._work, self._read, write)
+            finally:
+                os.close(write)
 
     def result(self) -> str | None:
         """What the child's work returned (waiting for it to end); None when it failed, was
-        killed or never started. Called once."""
+        killed, never started or could not be waited for. Called once."""
         if self._pid is None or self._read is None:
             return None
         message = b""
@@ -78,25 +87,23 @@ class Beside:
             return None
 
     def _reap(self, kill: bool) -> int | None:
-        """End the child (killed first when ``kill``) and its pipe; its exit status."""
-        pid, self._pid = self._pid, None
-        if self._read is not None:
-            os.close(self._read)
-            self._read = None
-        if pid is None:
-            return None
-        if kill:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        with signals_deferred():  # (a child left unreaped is a zombie till this one exits)
-            _, status = os.waitpid(pid, 0)
-        return os.waitstatus_to_exitcode(status)
-
-    def __enter__(self) -> Beside:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._reap(kill=True)
+        """End the child (killed first when ``kill``) and its pipe; its exit status (None
+        when there was none, or it cannot be known)."""
+        with signals_deferred():  # (never cut short: a child left is a writer left running)
+            pid, self._pid = self._pid, None
+            if self._read is not None:
+                os.close(self._read)
+                self._read = None
+            if pid is None:
+                return None
+            if kill:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            try:
+                _, status = os.waitpid(pid, 0)
+            except ChildProcessError:  # (SIGCHLD ignored, as a launcher may leave it: the
+                return None  # system reaped it, and its exit status is not known)
+            return os.waitstatus_to_exitcode(status)
 
 
 def _child(work: Callable[[], str], read: int, write: int) -> None:  # pragma: no cover

@@ -261,7 +261,7 @@ class StagedOutput:
         """Begin writing ``name`` in a forked child (:mod:`auditor.report.beside`) while
         this process goes on; :meth:`take` it, with the same ``data``, where :meth:`put`
         would have written it. Use the result as a context manager around both."""
-        return Beside(lambda: "{} {}".format(*self._write(name, data)))
+        return Beside(lambda: "{} {}".format(*self._write(name, data, make_parents=False)))
 
     def take(self, name: str, beside: Beside | None,
              data: Callable[[io.RawIOBase], object]) -> None:
@@ -275,13 +275,14 @@ class StagedOutput:
         else:
             self.put(name, data)
 
-    def _write(self, name: str, data: bytes | Callable[[io.RawIOBase], object]
-               ) -> tuple[str, int]:
+    def _write(self, name: str, data: bytes | Callable[[io.RawIOBase], object],
+               make_parents: bool = True) -> tuple[str, int]:
         assert self.path is not None
         if self._sealed:  # (a file put after the manifest would be one it does not pin)
             raise RuntimeError(f"{self.out}: {name} put after the output manifest was written")
         target = self.path / name
-        target.parent.mkdir(parents=True, exist_ok=True)
+        if make_parents:  # (not a helper's: the staging directory it writes in may be gone)
+            target.parent.mkdir(parents=True, exist_ok=True)
         with open(target, "wb") as handle:
             if self.private:
                 os.fchmod(handle.fileno(), 0o666 & ~self._mask())

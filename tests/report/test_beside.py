@@ -136,8 +136,50 @@ def test_a_spilled_result_reads_the_same_in_the_helper(
     monkeypatch.setenv("AUDITOR_SPILL_FROM", "0")
     result = run_audit(copy_example(tmp_path), AuditOptions(jobs=1))
     write_outputs(result, tmp_path / "alone", plots=False)
+    _recorded(monkeypatch, tmp_path / "note")
     write_outputs(result, tmp_path / "beside", plots=False, helper=True)
+    makers = _makers(tmp_path / "note")
+    assert len(makers) == 1 and makers[0] != os.getpid()
     assert _outputs(tmp_path / "beside") == _outputs(tmp_path / "alone")
+
+
+def test_a_helper_nobody_can_wait_for_leaves_the_file_to_the_writer(
+        example_result: AuditResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # (a launcher that ignores SIGCHLD leaves it ignored for what it runs: the system then
+    # reaps the helper itself, and its exit status cannot be known)
+    write_outputs(example_result, tmp_path / "alone", plots=False)
+    _recorded(monkeypatch, tmp_path / "note")
+    before = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        write_outputs(example_result, tmp_path / "beside", plots=False, helper=True)
+    finally:
+        signal.signal(signal.SIGCHLD, before)
+    makers = _makers(tmp_path / "note")
+    assert len(makers) == 2 and makers[0] != os.getpid() == makers[1]
+    assert _outputs(tmp_path / "beside") == _outputs(tmp_path / "alone")
+
+
+def test_an_interrupt_as_the_helper_is_forked_ends_it(
+        example_result: AuditResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # (the fork holds SIGINT till it is done, then raises it: the child is there by then)
+    _recorded(monkeypatch, tmp_path / "note", lambda: time.sleep(120))
+    forked: list[int] = []
+    fork = os.fork
+
+    def interrupted_fork() -> int:
+        pid = fork()
+        if pid:
+            forked.append(pid)
+            os.kill(os.getpid(), signal.SIGINT)
+        return pid
+
+    monkeypatch.setattr(os, "fork", interrupted_fork)
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        write_outputs(example_result, tmp_path / "out", plots=False, helper=True)
+    assert time.monotonic() - started < 60 and len(forked) == 1
+    _no_child_left(forked)
+    assert sorted(p.name for p in tmp_path.iterdir()) in (["note"], [])  # (no staging left)
 
 
 def test_the_kept_tables_are_finished_before_the_helper_is_forked(
