@@ -24,7 +24,7 @@ import sys
 import warnings
 from collections.abc import Callable
 
-from auditor._signals import signals_deferred
+from auditor._signals import helper_args, helper_context, helper_signals, signals_deferred
 
 MESSAGE_LIMIT = 4096
 """The most bytes of a child's report read back (a hash and a size need far fewer)."""
@@ -61,11 +61,12 @@ class Beside:
             # beside threads: a test's process has them; the command asks only from its
             # own, which has none)
             warnings.simplefilter("ignore", DeprecationWarning)
+            lifeline = helper_args(helper_context())[0]  # (the readers' own, on Linux)
             self._read, write = os.pipe()
             try:
                 self._pid = os.fork()
                 if self._pid == 0:  # pragma: no cover - the child (its work is covered too)
-                    _child(self._work, self._read, write)
+                    _child(self._work, lifeline, self._read, write)
             finally:
                 os.close(write)
 
@@ -106,16 +107,16 @@ class Beside:
             return os.waitstatus_to_exitcode(status)
 
 
-def _child(work: Callable[[], str], read: int, write: int) -> None:  # pragma: no cover
+def _child(work: Callable[[], str], lifeline: int, read: int, write: int
+           ) -> None:  # pragma: no cover - the child
     """Run ``work`` and send its result; never return (``os._exit``: the parent's exit
     hooks, buffers and pools are the parent's, and its code after the fork is not run)."""
     code = 1
     try:
         os.close(read)
-        # ^C reaches the whole process group: the parent answers it, and ends this child
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        # as the readers do: ^C and SIGTERM are the parent's to answer (it ends this child),
+        # and a parent killed outright (SIGKILL) ends it too, as its lifeline closes
+        helper_signals(lifeline)
         # streams of its own: another thread of the parent (a progress bar's) may have held
         # a stream's lock as it forked, and nothing of the child's is to be seen anyway
         sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - till os._exit

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -228,3 +230,62 @@ def test_the_command_asks_for_a_helper_from_its_own_process_only(
     monkeypatch.setattr(cli, "HELPER_MOST_RSS", 1 << 20)  # (this process holds more)
     assert audit("full", "--jobs", "2") == [os.getpid()]
     assert _outputs(tmp_path / "command") == _outputs(tmp_path / "called")
+
+
+_KILLED_WRITER = """
+import os, signal, sys, time
+from pathlib import Path
+
+import auditor.report.markdown as markdown
+import auditor.report.tables as tables
+from auditor import AuditOptions, run_audit, write_outputs
+
+root, out, note = sys.argv[1:4]
+result = run_audit(root, AuditOptions(jobs=1))
+parent, original = os.getpid(), markdown.markdown_chunks
+
+
+def chunks(result, outputs=()):
+    if os.getpid() != parent:  # (the helper: says who it is, then takes its time)
+        Path(note).write_text(str(os.getpid()))
+        time.sleep(120)
+    yield from original(result, outputs)
+
+
+def write_table(*_):  # (the writer, once the helper is there: killed outright)
+    while not Path(note).exists():
+        time.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+markdown.markdown_chunks, tables.write_table = chunks, write_table
+write_outputs(result, Path(out), plots=False, helper=True)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a lifeline is for forked helpers")
+def test_a_helper_ends_with_a_writer_killed_outright(tmp_path: Path) -> None:
+    # (the out-of-memory killer, a job's time limit: nothing else would end the helper,
+    # which leaves ^C and SIGTERM to its parent)
+    note = tmp_path / "note"
+    done = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(copy_example(tmp_path)),
+                           str(tmp_path / "out"), str(note)], timeout=120, check=False)
+    assert done.returncode == -signal.SIGKILL
+    helper = int(note.read_text())
+    deadline = time.monotonic() + 30
+    try:
+        while _running(helper):
+            assert time.monotonic() < deadline, "the helper outlived its killed writer"
+            time.sleep(0.05)
+    finally:
+        if _running(helper):  # (this test's own stray: never left behind)
+            os.kill(helper, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie no one has reaped yet is not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
