@@ -202,11 +202,11 @@ def _write_outputs(result: AuditResult, out: Path, force: bool, plots: bool,
                 put(name, data)
             files = list(_drawn(drawing) or draw_plots(drawn))
         files.append(("evidence.md", partial(_write_lines, evidence_md_lines(result))))
-        # the report needs the other outputs' names only: from here it can be written (by
-        # the helper, when there is one) while this process writes the rest
         if helper:  # (it reads the kept tables too: it must find nothing of them to write)
             for kept in result.collected.tables.values():
                 kept.finish()
+        # the report needs the other outputs' names only: from here it can be written (by
+        # the helper, when there is one) while this process writes the rest
         names = [name for name, _, _ in staged.written] + [name for name, _ in files]
         report = partial(_write_lines, markdown_chunks(result, names))
         with staged.beside("diagnostic.md", report) if helper \
@@ -260,7 +260,8 @@ class StagedOutput:
     def beside(self, name: str, data: Callable[[io.RawIOBase], object]) -> Beside:
         """Begin writing ``name`` in a forked child (:mod:`auditor.report.beside`) while
         this process goes on; :meth:`take` it, with the same ``data``, where :meth:`put`
-        would have written it. Use the result as a context manager around both."""
+        would have written it. The child is forked as the result is entered (a context
+        manager around both)."""
         return Beside(lambda: "{} {}".format(*self._write(name, data, make_parents=False)))
 
     def take(self, name: str, beside: Beside | None,
@@ -269,8 +270,7 @@ class StagedOutput:
         not (it failed, or never started, or there was none), write it here: the same
         bytes either way."""
         digest, _, size = ((beside.result() if beside is not None else None) or "").partition(" ")
-        if len(digest) == 64 and size.isdigit() and self.path is not None \
-                and (self.path / name).stat().st_size == int(size):
+        if len(digest) == 64 and size.isdigit() and _size(self.path, name) == int(size):
             self.written.append((name, digest, int(size)))
         else:
             self.put(name, data)
@@ -327,6 +327,14 @@ class StagedOutput:
         if self.path is not None:
             with signals_deferred():
                 shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _size(directory: Path | None, name: str) -> int | None:
+    """The size of ``directory/name``; None when there is no such file."""
+    try:
+        return None if directory is None else (directory / name).stat().st_size
+    except OSError:
+        return None
 
 
 def _write_lines(lines: Iterator[str], sink: io.RawIOBase, batch: int = 4096) -> None:
