@@ -559,7 +559,7 @@ fork a few ms."""
 HELPER_MOST_RSS = 256 << 20
 """The most this process may hold (resident) for a helper to be forked: the helper reads the
 whole result, so it comes to hold about as much again, and every process of the audit is to
-stay under 512 MiB (a million files' audit, at about 480 MB here, writes without one)."""
+stay under 512 MiB (a million files' audit, at about 450 MB here, writes without one)."""
 
 
 def _helper_pays(result: Any, options: Any) -> bool:
