@@ -133,8 +133,10 @@ class ReadFromStart(io.RawIOBase):
         return len(data)
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._at,
-                os.SEEK_END: os.fstat(self._descriptor).st_size}[whence]
+        if whence == os.SEEK_END:
+            base = os.fstat(self._descriptor).st_size
+        else:  # (SEEK_SET or SEEK_CUR; a stream's reader asks for no other)
+            base = self._at if whence == os.SEEK_CUR else 0
         self._at = max(base + offset, 0)
         return self._at
 
