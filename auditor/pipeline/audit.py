@@ -174,7 +174,7 @@ class Auditor:
         if folding is not None and folding.judge.ends is not None:
             # (the workers judge: each batch of periods is closed under its jobs)
             units, unlisted = yield from self._read_periods(root, box, records, unnamed,
-                                                            protocol, folding)
+                                                            folding)
         else:
             units, unlisted = yield from self._read_evidence(root, box, records, unnamed,
                                                              protocol, shard, folding)
@@ -182,15 +182,16 @@ class Auditor:
 
     def _read_periods(
         self, root: Path, box: list[StudyLayout], records_box: list[Kept[LoadedPeriod]],
-        unnamed: dict[str, str], protocol: Protocol, fold: Fold,
+        unnamed: dict[str, str], fold: Fold,
     ) -> Generator[Progress, None, tuple[list[PeriodUnit],
                                          list[tuple[tuple[int, int], FileOutcome]]]]:
         """Read, validate and judge every period in the workers, a batch of whole periods a
         task (:func:`~auditor.pipeline.worker.fold_batch`: consecutive periods, cut only where no
         later period names an earlier one's job, so each batch is judged on its own), and
         fold what comes back; then hash the files no period record lists. The arguments
-        are :meth:`_read_evidence`'s; the periods' reads are planned here as each batch
-        goes out (a record's entries unpacked to plan them, then sent packed)."""
+        are :meth:`_read_evidence`'s (but the protocol: the workers' context has it); each
+        period goes to its worker as loaded (its entries packed), and its reads are planned
+        there."""
         assert fold.judge.ends is not None
         layout = box.pop()
         periods = records_box.pop()
@@ -229,13 +230,7 @@ class Auditor:
             for start, end in ranges:
                 batch = []
                 for index in range(start, end):
-                    loaded = next(records)
-                    pre: dict[str, list[EvidenceFile]] = {}
-                    tasks = tuple(plan_reads(
-                        root, [(index, unpack_entries(loaded), loaded.known_regular())],
-                        protocol, pre))
-                    batch.append(PeriodTask(index, loaded, tasks, tuple(
-                        (key, tuple(rows)) for key, rows in pre.items())))
+                    batch.append(PeriodTask(index, next(records)))
                 yield PeriodBatch(tuple(batch), rows.popleft() if rows is not None else None,
                                   None if pins is None else _pins_of(batch, pins))
 

@@ -17,9 +17,9 @@ from typing import Any
 
 from auditor.collect.attempt import read_attempt
 from auditor.collect.inputs import LoadedPeriod, unpack_entries
+from auditor.collect.plan import plan_reads
 from auditor.model import (
     TIMELINE_PERIODS,
-    AttemptTask,
     EvidenceFile,
     Finding,
     InputFile,
@@ -77,15 +77,14 @@ def unit_rows(unit: PeriodUnit) -> UnitRows:
 @pickles_fast
 @dataclass(frozen=True, slots=True)
 class PeriodTask:
-    """One period for a worker to read and judge (:func:`fold_batch`): its place among
-    the study's records (``index``: a whole study's, so its place in the fold too), its
-    record as loaded (the manifest entries packed), the read tasks of its attempts and, by
-    each one's key, the evidence rows decided before reading."""
+    """One period for a worker to plan, read and judge (:func:`fold_batch`): its place
+    among the study's records (``index``: a whole study's, so its place in the fold too)
+    and its record as loaded (the manifest entries packed: they are unpacked once, where
+    the reads are planned and made, and the tasks planned never cross between
+    processes)."""
 
     index: int
     loaded: LoadedPeriod
-    attempts: tuple[AttemptTask, ...]
-    pre: tuple[tuple[str, tuple[EvidenceFile, ...]], ...]
 
 
 @pickles_fast
@@ -145,13 +144,14 @@ def fold_batch(context: JudgeContext, batch: PeriodBatch) -> list[FoldedPeriod]:
     folding them one by one in the audit's own process would keep)."""
     judge = _judge_of(context).narrowed(
         batch.rows.load() if batch.rows is not None else None, batch.pins)
-    protocol = context.study.protocol
+    protocol, root = context.study.protocol, context.study.root
     units: list[PeriodUnit] = []
     sizes: list[tuple[int, int]] = []
     for task in batch.tasks:
-        reads = {read.key: read for read in map(read_attempt, task.attempts)}
-        pre = {key: list(rows) for key, rows in task.pre}
         record = unpack_entries(task.loaded)
+        pre: dict[str, list[EvidenceFile]] = {}
+        reads = {read.key: read for read in map(read_attempt, plan_reads(
+            root, [(task.index, record, task.loaded.known_regular())], protocol, pre))}
         (evidence,), _ = assemble([record], pre, reads, task.index)
         units.append(PeriodUnit(task.index, evidence, task.loaded.problems,
                                 task.loaded.record_input))
