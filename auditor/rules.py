@@ -223,7 +223,8 @@ _RULES: tuple[Rule, ...] = (
          "pairs/ is not named as a period record (pairs/<pair>/period-<n>.json).",
          "{path}: present but listed in no period record", W,
          forms={"stray_in_pairs": "{path}: under pairs/ but not named "
-                                  "pairs/<pair>/period-<n>.json, so not read as a period record "
+                                  "pairs/<pair>/period-<n>.json (<n> in ASCII digits, no "
+                                  "leading zero, below 2^63), so not read as a period record "
                                   "(were it one, its period is missing from this audit)"}),
     Rule("AUD106", "attempt-dir-orphan", "Attempt directory referenced by no period",
          "An attempt directory on disk is named by no period record.",

@@ -16,10 +16,10 @@ from operator import attrgetter
 from pathlib import Path
 
 from auditor.model import Listing, Progress, StudyLayout
+from auditor.model.paths import period_number
 from auditor.model.study import NUL
 
 _name_of = attrgetter("name")
-PERIOD_RE = re.compile(r"^period-(\d+)\.json$")
 ATTEMPT_DIR_RE = re.compile(r"^attempt-[^/]+$")
 SACCT_PATH = "accounting/sacct-raw.psv"
 """Where a study root keeps its scheduler dump."""
@@ -45,14 +45,15 @@ def find_period_records(root: Path, regular: set[str] | None = None
         folders: list[str] = []
         for rel in _walk(root, pairs, set() if regular is None else regular, folders):
             parts = rel.split("/")
-            if len(parts) == 3 and PERIOD_RE.match(parts[2]):
+            if len(parts) == 3 and period_number(parts[2]) is not None:
                 period_records.append(rel)
             else:
                 stray.append(rel)
         # a directory in a period record's place is a record that cannot be read: its
         # period is kept (unresolved), never dropped because the walk went into it
         period_records.extend(rel for rel in folders
-                              if rel.count("/") == 2 and PERIOD_RE.match(rel.rsplit("/", 1)[1]))
+                              if rel.count("/") == 2
+                              and period_number(rel.rsplit("/", 1)[1]) is not None)
     return tuple(sorted(period_records, key=_natural_key)), tuple(stray)
 
 
@@ -177,5 +178,4 @@ def _is_regular(entry: os.DirEntry[str]) -> bool:
 def _natural_key(rel: str) -> tuple[str, int, str]:
     """Sort ``pairs/<pair>/period-<n>.json`` by pair, then period number."""
     parts = rel.split("/")
-    match = PERIOD_RE.match(parts[-1])
-    return (parts[1] if len(parts) > 1 else rel, int(match.group(1)) if match else 0, rel)
+    return (parts[1] if len(parts) > 1 else rel, period_number(parts[-1]) or 0, rel)

@@ -47,13 +47,13 @@ from auditor.model import (
     Worker,
 )
 from auditor.model.kinds import KINDS
+from auditor.model.paths import INT64_MAX, period_number
 from auditor.schema import validate_document
 
 PERIOD_LIMIT = DEFAULT_LIMIT
 """Largest period record parsed (bytes)."""
 
-_PERIOD_PATH = re.compile(r"(?:^|/)pairs/(?P<pair>[^/]+)/period-(?P<period>[0-9]+)\.json$")
-_PERIOD_NAME = re.compile(r"period-(?P<period>[0-9]+)")
+_PERIOD_NAME = re.compile(r"period-(?P<period>[0-9]{1,19})(?![0-9])")
 
 
 def identity_from_path(path: str) -> tuple[str, int]:
@@ -62,12 +62,23 @@ def identity_from_path(path: str) -> tuple[str, int]:
     For a path of another shape: the parent directory's name (or the file's
     stem) and the first number after ``period-`` in the name (or 0).
     """
-    match = _PERIOD_PATH.search(path)
-    if match:
-        return match["pair"], int(match["period"])
+    named = _named(path)
+    if named is not None:
+        return named
     posix = PurePosixPath(path)
     name_match = _PERIOD_NAME.search(posix.name)
-    return posix.parent.name or posix.stem, int(name_match["period"]) if name_match else 0
+    number = int(name_match["period"]) if name_match else 0
+    return posix.parent.name or posix.stem, number if number <= INT64_MAX else 0
+
+
+def _named(path: str) -> tuple[str, int] | None:
+    """(pair, period) of a path ``[.../]pairs/<pair>/period-<n>.json`` whose name is a
+    period record's (:func:`~auditor.model.paths.period_number`), else None."""
+    parts = path.rsplit("/", 3)
+    if len(parts) < 3 or parts[-3] != "pairs" or not parts[-2]:
+        return None
+    number = period_number(parts[-1])
+    return None if number is None else (parts[-2], number)
 
 
 def read_period(stream: BinaryIO | HashingReader, path: str) -> PeriodRecord:
@@ -102,7 +113,7 @@ def read_period(stream: BinaryIO | HashingReader, path: str) -> PeriodRecord:
                     pointer=entry.pointer, kind=entry.kind, file=entry.path))
     pair = as_str(doc.get("pair"))
     period = as_int(doc.get("period"))
-    named = _PERIOD_PATH.search(path) is not None  # (period-0.json names period 0)
+    named = _named(path) is not None  # (period-0.json names period 0)
     for field, inside, outside in (("pair", pair, path_pair),
                                    ("period", period, path_period if named else None)):
         if inside is not None and outside not in (None, "") and inside != outside:

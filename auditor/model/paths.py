@@ -6,6 +6,24 @@ normalised here, by string operations only (no file system is consulted).
 
 from __future__ import annotations
 
+import re
+
+_PERIOD_FILE = re.compile(r"period-(0|[1-9][0-9]{0,18})\.json")
+INT64_MAX = (1 << 63) - 1
+
+
+def period_number(name: str) -> int | None:
+    """The period a record's file name gives: ``period-<n>.json``, ``n`` in ASCII digits
+    without a leading zero and at most a signed 64-bit integer (what the tables hold);
+    None for any other name. One spelling per period: ``period-01.json`` or
+    ``period-\u0661.json`` (an Arabic-Indic one) is no period record, so never a second
+    record of period 1."""
+    match = _PERIOD_FILE.fullmatch(name)
+    if match is None:
+        return None
+    number = int(match[1])
+    return number if number <= INT64_MAX else None
+
 
 def join_text(*parts: str) -> str | None:
     """Join manifest path parts into a normalised POSIX string (``a/./b//c`` -> ``a/b/c``);

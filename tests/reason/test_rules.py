@@ -770,8 +770,9 @@ def test_a_misnamed_period_record_is_called_what_it_is(clean: Path, tmp_path: Pa
     said = dict(zip(findings["subject"], findings["message"], strict=False))
     misnamed = "pairs/host-qwen25-7b-gsm8k-c2-s161/period_1.json"
     assert said[misnamed] == (
-        f"{misnamed}: under pairs/ but not named pairs/<pair>/period-<n>.json, so not read "
-        "as a period record (were it one, its period is missing from this audit)")
+        f"{misnamed}: under pairs/ but not named pairs/<pair>/period-<n>.json (<n> in ASCII "
+        "digits, no leading zero, below 2^63), so not read as a period record (were it one, "
+        "its period is missing from this audit)")
     stray = (root / _completed(root, "trial-*.json")).with_name("stray.txt")
     rel = stray.relative_to(root).as_posix()
     assert said[rel] == f"{rel}: present but listed in no period record"
