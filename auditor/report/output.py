@@ -461,7 +461,7 @@ def write_manifest(result: AuditResult | Collected, written: list[tuple[str, str
         "schema": MANIFEST_SCHEMA,
         "created_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         "auditor_version": __version__,
-        "root": str(collected.root),
+        "root": printable(str(collected.root)),  # (a name not UTF-8: as its files' are)
         "outputs": [{"path": n, "sha256": s, "size": z} for n, s, z in sorted(written)],
     }, option=orjson.OPT_INDENT_2)
     handle.write(head[:-2])  # without the closing "\n}"
@@ -548,7 +548,9 @@ def verify_outputs(out: Path | str, inputs: bool = True,
             continue
         entries.append(("outputs", item["path"], str(out / inside), item["sha256"],
                         item["size"]))
-    root, raw = manifest.get("root", ""), manifest.get("raw_evidence", [])
+    root, raw = manifest["root"], manifest.get("raw_evidence", [])
+    if not os.path.isdir(root) and os.path.isdir(unprintable(root)):
+        root = unprintable(root)  # (a name that is not UTF-8 is written printable)
     root_gone = inputs and bool(raw) and not os.path.isdir(root)
     if root_gone:  # one line, not one "missing" per file of a study moved or deleted
         differences.append(Difference(

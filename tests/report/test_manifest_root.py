@@ -1,0 +1,61 @@
+"""The output manifest's ``root``: written for a root whose name is not UTF-8 (it crashed
+the audit), read back by ``verify``, and refused, never a crash, when a manifest's is not a
+name."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from auditor._cli import main
+from tests.helpers import EXAMPLE
+
+
+def _one_line(capsys: pytest.CaptureFixture[str], *words: str) -> None:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error" not in err, err
+    for word in words:
+        assert word in err, err
+
+
+def test_a_root_whose_name_is_not_utf8_is_audited_and_verified(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = Path(os.fsdecode(bytes(tmp_path) + b"/odd\xffroot"))
+    shutil.copytree(EXAMPLE, root, symlinks=True)
+    out = tmp_path / "out"
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots"]) == 0
+    manifest = orjson.loads((out / "output_manifest.json").read_bytes())
+    assert manifest["root"] == f"{tmp_path}/odd\\xffroot"
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 0
+    assert "match" in capsys.readouterr().out
+    trial = next(root.glob("*/attempt-*/trial-*.json"))
+    trial.write_bytes(trial.read_bytes() + b" ")
+    assert main(["verify", str(out)]) == 1  # (read there, through the name as it is)
+    assert "changed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("change", [
+    lambda m: m.update(root=None),
+    lambda m: m.pop("root"),
+    lambda m: m.update(root=7),
+    lambda m: m["raw_evidence"][0].update(absolute=5),
+])
+def test_a_manifest_whose_root_is_not_a_name_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], change: Any) -> None:
+    out = tmp_path / "out"
+    assert main(["audit", str(EXAMPLE), "--out", str(out), "--quiet", "--no-plots"]) == 0
+    path = out / "output_manifest.json"
+    manifest = orjson.loads(path.read_bytes())
+    change(manifest)
+    path.write_bytes(orjson.dumps(manifest))
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 2
+    _one_line(capsys, "malformed manifest")
+    assert main(["catalog", str(out), "--into", str(tmp_path / "cat")]) == 2
+    _one_line(capsys, "malformed manifest")
