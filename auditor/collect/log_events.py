@@ -113,16 +113,17 @@ _PREFIX = re.compile(f"(?P<process>{_PROCESS_PREFIX.pattern})|{_OTHER_PREFIX.pat
 # lookbehind or alternation makes it try every position (100x slower on the
 # 3 kB metric lines verl prints once per step).
 #
+# A step's value is ASCII digits (``[0-9]``, never ``\d``, which also matches a full-width or
+# an Arabic-Indic digit: ``int()`` reads those as digits; the contract's ``step:N`` is ASCII).
 # A key is ``step:`` (or ``training/global_step:``) not preceded by a character of a
 # longer key name (``global_step:``, ``timing_s/step:``, ``val-step:``): the lookbehind
 # comes after the literal so the engine still searches for the literal first.
-_VALUE = r"(?:np\.[a-z]+\d*\(\s*)?(\d{1,18})(?:\.(\d*))?\)?(?![\w.])"
+_VALUE = r"(?:np\.[a-z]+[0-9]*\(\s*)?([0-9]{1,18})(?:\.([0-9]*))?\)?(?![\w.])"
 _STEP_KEY = re.compile(r"step:(?<![\w/.\-]step:)\s*" + _VALUE)
 _GLOBAL_STEP_KEY = re.compile(
     r"training/global_step:(?<![\w/.\-]training/global_step:)\s*" + _VALUE
 )
 _LEGACY_STEP_LINE = re.compile(r"\s*step:\s*" + _VALUE)
-_STEP_VALUE = re.compile(r"\s*(?:np\.[a-z]+\d*\(\s*)?([+-]?\d{1,18})(?:\.(\d*))?\s*\)?\s*")
 
 HEDGE_SPAN = 4
 """Lines after a hedge (or after its last listed line) that may still be its list."""

@@ -204,8 +204,11 @@ def _search(pattern: Any, content: str, timed: bool) -> bool:
     return pattern.search(content) is not None
 
 
-STEP_VALUE = re.compile(r"\s*(?:np\.[a-z]+\d*\(\s*)?([+-]?\d{1,18})(?:\.(\d*))?\s*\)?\s*")
-"""A step as loggers print it: ``12``, ``12.000``, ``np.int64(12)``, ``np.float64(12.0)``."""
+STEP_VALUE = re.compile(
+    r"\s*(?:np\.[a-z]+[0-9]*\(\s*)?([+-]?[0-9]{1,18})(?:\.([0-9]*))?\s*\)?\s*")
+"""A step as loggers print it: ``12``, ``12.000``, ``np.int64(12)``, ``np.float64(12.0)``; in
+ASCII digits only (a pattern's ``\\d`` also takes a full-width or an Arabic-Indic digit,
+which ``int()`` reads as one)."""
 
 
 def _number(text: str | None) -> int | None:

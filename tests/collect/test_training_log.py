@@ -361,6 +361,17 @@ def test_terminal_value_not_one(value: str) -> None:
     assert scan.terminal_event is None
 
 
+@pytest.mark.parametrize("digit", ["\uff11", "\u0661", "\u09e7", "\U0001d7cf"])
+@pytest.mark.parametrize("pattern", [None, r"^step:(?P<step>\d+) - "])
+def test_a_step_in_other_digits_is_no_terminal_event(digit: str, pattern: str | None) -> None:
+    """``step:N`` is written in ASCII digits: a full-width, Arabic-Indic, Bengali or
+    mathematical digit one (which ``int()`` reads as 1) is no terminal event, by the default
+    matcher or a protocol's pattern whose ``\\d`` takes it."""
+    line = f"step:{digit} - actor/pg_loss:0.1 - training/global_step:{digit}\n".encode()
+    assert scan_bytes(line, 1, pattern).terminal_event is None
+    assert scan_bytes(line.replace(digit.encode(), b"1"), 1, pattern).terminal_event is not None
+
+
 def test_terminal_float_form() -> None:
     scan = defect("terminal_float_form.log")
     assert scan.terminal_event is not None
