@@ -8,7 +8,10 @@ pinning them and every input the shard read, so ``auditor verify PART`` re-check
 audit. A part is data, never code: JSON lines (a head, then one line per period unit, then
 one per unlisted file) that :mod:`auditor.pipeline.codec` decodes by the model's own types,
 each line at most :data:`MAX_LINE` bytes, then checked field by field against ``part.json``
-(root, shard, period count, the shard's own periods, protocol and input digests).
+(root, shard, period count, the shard's own periods, protocol and input digests), and
+path by path: each input it names (a period record's, the study's) is one its manifest pins,
+raw evidence below the study's root, and each evidence file, unlisted file and layout path a
+path below that root (what the merged manifest and ``auditor verify`` would open).
 
 Labs keep parts on shared file systems, so :func:`read_part` opens a part's directory and
 files without following links, reads each once (the bytes decoded are the bytes hashed and
@@ -31,8 +34,9 @@ from typing import Any
 import orjson
 
 from auditor import __version__
+from auditor._text import printable, printable_json
 from auditor.errors import InputError
-from auditor.model import CollectedParts, FileOutcome, PeriodUnit
+from auditor.model import HASHED_STATUSES, CollectedParts, FileOutcome, InputFile, PeriodUnit
 from auditor.pipeline.codec import CodecError, decode, encode
 
 PART = "part.jsonl"
@@ -87,7 +91,9 @@ def part_files(parts: CollectedParts, collection: dict[str, Any],
     """A part's files by name (:data:`PART`, :data:`META` and, given a ``key``,
     :data:`SIGNATURE`): what the command line writes."""
     data = b"".join(part_lines(parts))
-    meta = orjson.dumps(part_meta(parts, collection), option=orjson.OPT_INDENT_2) + b"\n"
+    # (a root or an option's path that is not UTF-8 written printable, as the manifest's)
+    meta = orjson.dumps(printable_json(part_meta(parts, collection)),
+                        option=orjson.OPT_INDENT_2) + b"\n"
     files = {PART: data, META: meta}
     if key is not None:
         files[SIGNATURE] = signature(key, meta, hashlib.sha256(data).hexdigest()).encode() \
@@ -164,6 +170,8 @@ def read_part(path: Path, trust: Trust = Trust()
         os.close(directory)
     _check_against_meta(path, meta, parts)
     _check_manifest_inputs(path, meta, manifest)
+    _check_data_paths(path, parts)
+    _check_data_inputs(path, parts, manifest)
     return meta, parts, manifest
 
 
@@ -347,7 +355,7 @@ def _check_against_meta(path: Path, meta: dict[str, Any], parts: CollectedParts)
     """The decoded study against ``part.json``, field by field."""
     digests = {item.path: item.digest.sha256 for item in parts.study_inputs}
     protocol = parts.protocol.digest.sha256 if parts.protocol.digest else None
-    checks = (("root", str(parts.root), meta["root"]),
+    checks = (("root", printable(str(parts.root)), meta["root"]),
               ("shard", list(parts.shard) if parts.shard else None, meta["shard"]),
               ("periods_total", parts.periods_total, meta["periods_total"]),
               ("periods", [unit.index for unit in parts.units], meta["periods"]),
@@ -383,6 +391,93 @@ def _check_manifest_inputs(path: Path, meta: dict[str, Any], manifest: dict[str,
                         and _beneath(absolute, os.path.realpath(source_root)))):
                 raise InputError(f"merge: {path}: its {MANIFEST} names {absolute!r}, outside "
                                  "its study's root and the inputs its options name")
+
+
+def _check_data_paths(path: Path, parts: CollectedParts) -> None:
+    """Every path the part's data holds that the merge, its report or ``auditor verify``
+    of its output would open (the study's root, its layout's files, each evidence file read
+    and hashed: the merged manifest's raw evidence is the root joined with its path) names
+    a file below the study's root; one line naming the part and the field otherwise."""
+    root = str(parts.root)
+    if root == "/" or os.path.normpath(root) != root:
+        raise InputError(f"merge: {path}: {PART} root {root!r} is not a study root (a "
+                         "normal absolute path other than /)")
+    if str(parts.layout.root) != root:
+        raise InputError(f"merge: {path}: {PART} layout.root {str(parts.layout.root)!r} is "
+                         "not its study's root")
+    layout = parts.layout
+    named = [("layout.period_records", rel) for rel in layout.period_records]
+    named += [("layout.attempt_dirs", rel) for rel in layout.attempt_dirs]
+    named += [("layout.stray_pair_files", rel) for rel in layout.stray_pair_files]
+    named += [(f"layout.{name}", rel) for name in ("protocol", "execution_commits", "sacct")
+              if (rel := getattr(layout, name)) is not None]
+    for field, rel in named:
+        _check_relative(path, field, rel)
+    for unit in parts.units:
+        for attempt in unit.evidence.attempts:
+            for row in attempt.files:
+                if row.actual_sha256 is not None and row.status in HASHED_STATUSES:
+                    _check_relative(path, f"unit {unit.index} evidence path", row.path)
+    for _, outcome in parts.unlisted:
+        if outcome.digest is not None:
+            _check_relative(path, "unlisted display", outcome.display)
+
+
+def _check_relative(path: Path, field: str, rel: str) -> None:
+    """Refuse a root-relative path of the part's data that is empty, absolute, or has an
+    empty, ``.`` or ``..`` part (joined with the root, it would name a file elsewhere)."""
+    if not _relative(rel):
+        raise InputError(f"merge: {path}: {PART} {field} {rel!r} is not a path below its "
+                         "study's root")
+
+
+def _relative(rel: str) -> bool:
+    """Whether ``rel`` joined with a root names a file below it (string work)."""
+    return bool(rel) and "\0" not in rel \
+        and all(piece not in ("", ".", "..") for piece in rel.split("/"))
+
+
+def _check_data_inputs(path: Path, parts: CollectedParts, manifest: dict[str, Any]) -> None:
+    """Each input the part's data holds (the study's, each period record's), which the merged
+    output manifest lists for ``auditor verify`` to open, is one its own manifest pins (path,
+    absolute path, digest: what :func:`_check_manifest_inputs` let through) and, for raw
+    evidence, a file below the study's root; one line naming the part and the field
+    otherwise (a part's manifest is checked, its data must not name another file)."""
+    root = str(parts.root)
+    given = [(f"study_inputs[{n}]", item) for n, item in enumerate(parts.study_inputs)]
+    for unit in parts.units:
+        item = unit.record_input
+        if item is None:
+            continue
+        field = f"unit {unit.index} record_input"
+        if item.group != "raw_evidence" or item.path != unit.evidence.record.path:
+            raise InputError(f"merge: {path}: {PART} {field} is not its period record's "
+                             f"raw evidence ({item.group} {item.path!r})")
+        given.append((field, item))
+    wanted: dict[tuple[object, ...], str] = {}
+    for field, item in given:
+        if item.group == "raw_evidence" and not (
+                _relative(item.path) and _beneath(item.absolute, root)):
+            raise InputError(f"merge: {path}: {PART} {field}.absolute names "
+                             f"{item.absolute!r}, outside its study's root")
+        wanted.setdefault(_input_key(item), field)
+    paths = {key[:2] for key in wanted}
+    for group in ("raw_evidence", "source_inputs", "protocol_inputs"):
+        for entry in manifest.get(group) or ():
+            if isinstance(entry, dict) and (group, entry.get("path")) in paths:
+                wanted.pop((group, entry["path"], entry.get("absolute"), entry.get("sha256"),
+                            entry.get("size")), None)
+    if wanted:
+        (kind, rel, absolute, _, _), field = next(iter(wanted.items()))
+        raise InputError(f"merge: {path}: {PART} {field}.absolute names {absolute!r}, which "
+                         f"its {MANIFEST} does not pin as {kind} {rel!r}")
+
+
+def _input_key(item: InputFile) -> tuple[str, str, str, str, int]:
+    """An input as its output manifest's entry shows it (a name that is not UTF-8 written
+    printable)."""
+    return (item.group, printable(item.path), printable(item.absolute), item.digest.sha256,
+            item.digest.size)
 
 
 def _beneath(absolute: str, root: str) -> bool:

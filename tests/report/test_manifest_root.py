@@ -59,3 +59,18 @@ def test_a_manifest_whose_root_is_not_a_name_is_refused(
     _one_line(capsys, "malformed manifest")
     assert main(["catalog", str(out), "--into", str(tmp_path / "cat")]) == 2
     _one_line(capsys, "malformed manifest")
+
+
+def test_shards_of_a_root_whose_name_is_not_utf8_merge(tmp_path: Path) -> None:
+    root = Path(os.fsdecode(bytes(tmp_path) + b"/odd\xffroot"))
+    shutil.copytree(EXAMPLE, root, symlinks=True)
+    for shard in ("1/2", "2/2"):
+        assert main(["audit", str(root), "--shard", shard, "--out",
+                     str(tmp_path / f"part{shard[0]}"), "--quiet"]) == 0
+    assert main(["merge", str(tmp_path / "part1"), str(tmp_path / "part2"), "--out",
+                 str(tmp_path / "merged"), "--quiet", "--no-plots"]) == 0
+    assert main(["audit", str(root), "--out", str(tmp_path / "whole"), "--quiet",
+                 "--no-plots"]) == 0
+    for name in ("summary.json", "diagnostic.md", "evidence.md"):
+        assert (tmp_path / "merged" / name).read_bytes() == \
+            (tmp_path / "whole" / name).read_bytes(), name
