@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import orjson
 
 from auditor import __version__
-from auditor._io import regular_bytes, sha256_file
+from auditor._io import Beneath, HashingReader, open_reason, regular_bytes, sha256_file
 from auditor._signals import signals_deferred
 from auditor._text import printable, printable_json, unprintable
 from auditor.errors import OutputError, VerifyError
@@ -501,6 +501,56 @@ class Difference:
     detail: str = ""
 
 
+def _checked(entries: list[tuple[str, str, str, str, int]], root: str) -> list[Difference]:
+    """What differs of ``entries`` (group, path, location, sha256, size) now. The evidence
+    is read below its root as the audit read it (no link followed: a file swapped for a link
+    since is never read where the link leads), the other inputs and outputs where their
+    locations lead."""
+    differences: list[Difference] = []
+    with Beneath(root) as beneath:
+        for group, path, location, sha256, size in entries:
+            below = beneath if group == "raw_evidence" else None
+            try:
+                try:
+                    digest = _input_digest(location, below)
+                except (FileNotFoundError, _Outside):  # (a name that is not UTF-8 is
+                    if unprintable(location) == location:  # listed printable)
+                        raise
+                    digest = _input_digest(unprintable(location), below)
+            except FileNotFoundError:
+                differences.append(Difference(group, path, "missing"))
+            except _Outside:
+                differences.append(Difference(group, path, "unsafe",
+                                              "outside the evidence root; not read"))
+            except OSError as error:
+                differences.append(Difference(group, path, "unreadable", open_reason(error)))
+            else:
+                if digest.sha256 != sha256 or digest.size != size:
+                    differences.append(Difference(
+                        group, path, "changed", f"expected {sha256[:16]}…/{size}, found "
+                        f"{digest.sha256[:16]}…/{digest.size}"))
+    return differences
+
+
+class _Outside(Exception):
+    """An evidence file's location is not below the evidence root."""
+
+
+def _input_digest(location: str, beneath: Beneath | None) -> FileDigest:
+    """The digest of the input at ``location``: a regular file, read below the evidence
+    root without following a link when ``beneath`` is given (raw evidence; :class:`_Outside`
+    when it is not below it), else where ``location`` leads."""
+    if beneath is None:
+        return _regular_digest(location)
+    rel = beneath.relative(location)
+    if rel is None:
+        raise _Outside
+    with beneath.open(rel) as file:
+        reader = HashingReader(file)
+        reader.drain()
+        return reader.digest()
+
+
 def _regular_digest(location: str) -> FileDigest:
     """The digest of the regular file at ``location`` (links followed); anything else (a
     FIFO put in a file's place would block the read for ever, a device never end it) is an
@@ -563,23 +613,7 @@ def verify_outputs(out: Path | str, inputs: bool = True,
         for item in manifest.get(group, []):
             location = item.get("absolute") or str(Path(root) / item["path"])
             entries.append((group, item["path"], location, item["sha256"], item["size"]))
-    for group, path, location, sha256, size in entries:
-        try:
-            try:
-                digest = _regular_digest(location)
-            except FileNotFoundError:  # (a name that is not UTF-8 is listed printable)
-                if unprintable(location) == location:
-                    raise
-                digest = _regular_digest(unprintable(location))
-        except FileNotFoundError:
-            differences.append(Difference(group, path, "missing"))
-        except OSError as error:
-            differences.append(Difference(group, path, "unreadable", error.strerror or ""))
-        else:
-            if digest.sha256 != sha256 or digest.size != size:
-                differences.append(Difference(
-                    group, path, "changed",
-                    f"expected {sha256[:16]}…/{size}, found {digest.sha256[:16]}…/{digest.size}"))
+    differences.extend(_checked(entries, root))
     listed = {item["path"] for item in manifest["outputs"]} | {MANIFEST}
     for dirpath, _, filenames in os.walk(out):
         for filename in filenames:

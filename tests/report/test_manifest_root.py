@@ -74,3 +74,22 @@ def test_shards_of_a_root_whose_name_is_not_utf8_merge(tmp_path: Path) -> None:
     for name in ("summary.json", "diagnostic.md", "evidence.md"):
         assert (tmp_path / "merged" / name).read_bytes() == \
             (tmp_path / "whole" / name).read_bytes(), name
+
+
+def test_verify_reads_the_evidence_below_its_root_without_following_a_link(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An evidence file swapped for a link to a copy of itself outside the root: verify
+    does not read through it (a link-following verify found it unchanged)."""
+    root = tmp_path / "study"
+    shutil.copytree(EXAMPLE, root, symlinks=True)
+    out = tmp_path / "out"
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots"]) == 0
+    trial = next(root.glob("*/attempt-*/trial-*.json"))
+    outside = tmp_path / "elsewhere.json"
+    shutil.copy(trial, outside)
+    trial.unlink()
+    trial.symlink_to(outside)
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 1
+    said = capsys.readouterr().out
+    assert "unreadable" in said and trial.name in said and "not followed" in said, said
