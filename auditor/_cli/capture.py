@@ -9,6 +9,7 @@ error in one line (exit 2).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -106,8 +107,9 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError("run: no command given (auditor run ... -- CMD...)")
     for name in ("grace", "drain"):
         value = getattr(args, name)
-        if value is not None and not value >= 0:
-            raise UsageError(f"run: --{name} must be a number of seconds, not {value}")
+        if value is not None and not (value >= 0 and math.isfinite(value)):  # (nan, inf: no)
+            raise UsageError(f"run: --{name} must be a finite number of seconds, 0 or more, "
+                             f"not {value}")
     if args.step is not None:
         return _step(args, command)
     missing = [f"--{name}" for name in ("pair", "period", "gpus")

@@ -47,7 +47,7 @@ def add_parsers(commands: Any) -> None:
     query.add_argument("--limit", type=_rows, default=None, metavar="N",
                        help=f"print at most N rows, 0 for all (default: the table "
                        f"{TABLE_LIMIT:,}, then a line saying how many were not shown; "
-                       "--json and --csv every row)")
+                       "--json and --csv every row); N above 2**63-1 is refused")
 
     rerun = commands.add_parser(
         "rerun", help="print what to rerun of an audit, as --array= specs",
@@ -59,15 +59,21 @@ def add_parsers(commands: Any) -> None:
 
 TABLE_LIMIT = 1000
 """Rows the table shows by default (a rich table of 100,000 rows takes minutes to draw)."""
+MAX_ROWS = (1 << 63) - 1
+"""The largest ``--limit`` (DuckDB takes a row count as a signed 64-bit integer at most)."""
 
 
 def _rows(text: str) -> int:
+    """``--limit``'s value: a whole number of rows from 0 (all) to :data:`MAX_ROWS`."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of rows") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} is not a number of rows (0: all)")
+    if value > MAX_ROWS:
+        raise argparse.ArgumentTypeError(f"{value} rows is more than the most a query can "
+                                         f"give ({MAX_ROWS}, 2**63-1; 0: all)")
     return value
 
 

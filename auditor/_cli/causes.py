@@ -102,15 +102,23 @@ def _causes(args: argparse.Namespace) -> int:
 
 def _terminal_of(path: Path) -> TerminalSpec | None:
     """The matcher ``path`` (a protocol.json) gives: refused with one line when the file
-    cannot be read, or its ``terminal_event`` cannot work (an unknown preset, a pattern
-    without ``step``)."""
-    from auditor.collect.protocol import read_protocol
+    is not a regular one (a FIFO would wait for a writer, a device be read for ever), is
+    larger than the audit parses (:data:`~auditor.collect.protocol.PROTOCOL_LIMIT`), cannot
+    be read, or its ``terminal_event`` cannot work (an unknown preset, a pattern without
+    ``step``)."""
+    import io
 
-    try:
-        with open(path, "rb") as handle:
-            protocol = read_protocol(handle, str(path))
+    from auditor._io import regular_bytes
+    from auditor.collect.protocol import PROTOCOL_LIMIT, read_protocol
+
+    try:  # (at most one byte past the limit is read: enough to tell it is over)
+        data = regular_bytes(path, limit=PROTOCOL_LIMIT + 1)
     except OSError as error:
         raise InputError(f"causes: --protocol {path}: {error.strerror or error}") from None
+    if len(data) > PROTOCOL_LIMIT:
+        raise InputError(f"causes: --protocol {path}: larger than the {PROTOCOL_LIMIT:,} "
+                         "bytes a protocol file may have")
+    protocol = read_protocol(io.BytesIO(data), str(path))
     broken = next((f for f in protocol.findings if f.rule_id in ("AUD014", "AUD002")), None)
     if broken is not None:
         raise InputError(f"causes: --protocol {path}: {broken.message}")

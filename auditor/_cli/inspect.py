@@ -147,6 +147,18 @@ def _regular_file(path: Path) -> None:
         raise InputError(f"{path}: is not a regular file (a device, FIFO or socket)")
 
 
+def _exists(path: Path) -> bool:
+    """Whether ``path`` names something (a link, followed, to something): False only when
+    it certainly does not (a directory that cannot be searched is no proof)."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        pass
+    return True
+
+
 _SCHEMALESS = {
     "training-log": (TRAINING_LOG.loose_compiled, "a training log is plain text, with no "
                      "schema to check it against ('auditor audit' reads it)"),
@@ -171,11 +183,15 @@ def _validate(args: argparse.Namespace) -> int:
     problems = 0
     for path in args.files:
         kind = args.kind or kind_for_filename(path.name)
+        no_schema = next((why for pattern, why in _SCHEMALESS.values()
+                          if pattern.fullmatch(path.name)), None)
+        if not _exists(path):  # (said first: no --kind would make it readable)
+            unknown = " (nor can its kind be told from the name; pass --kind)" \
+                if kind is None and no_schema is None else ""
+            raise InputError(f"{path}: no such file{unknown}")
         if kind is None:
-            why = next((why for pattern, why in _SCHEMALESS.values()
-                        if pattern.fullmatch(path.name)),
-                       "cannot tell its kind from the name; pass --kind")
-            raise UsageError(f"{path}: {why}")
+            raise UsageError(f"{path}: "
+                             f"{no_schema or 'cannot tell its kind from the name; pass --kind'}")
         kind = canonical_kind(kind)
         _regular_file(path)
         try:

@@ -1,0 +1,131 @@
+"""Hostile command-line arguments: each is refused with one line and exit 2, never a hang,
+a read without end or an internal error (exit 3)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from auditor._cli import main
+from tests.helpers import copy_example
+
+MAIN = "import sys; from auditor._cli import main; sys.exit(main(sys.argv[1:]))"
+"""``main([...])`` in a child process: one that hangs is killed at its deadline and fails."""
+DEADLINE_S = 30
+
+
+def _main_within_deadline(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``main(argv)`` in a child, failing the test (not hanging it) past :data:`DEADLINE_S`."""
+    try:
+        return subprocess.run([sys.executable, "-c", MAIN, *argv], capture_output=True,
+                              text=True, check=False, timeout=DEADLINE_S,
+                              env={**os.environ, "NO_COLOR": "1"})
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"auditor {' '.join(argv)} still running after {DEADLINE_S} s")
+
+
+def _one_line(err: str, needle: str) -> None:
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err and "internal error" not in err, err
+    assert needle in err, err
+
+
+@pytest.fixture(scope="module")
+def cat(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A catalogue of the example study's audit."""
+    tmp = tmp_path_factory.mktemp("hostile-query")
+    root = copy_example(tmp)
+    assert main(["audit", str(root), "--out", str(tmp / "out"), "--quiet", "--no-plots"]) == 0
+    assert main(["catalog", str(tmp / "out"), "--into", str(tmp / "cat")]) == 0
+    return tmp / "cat"
+
+
+@pytest.mark.parametrize("what", ["fifo", "/dev/zero"])
+def test_causes_refuses_a_protocol_that_is_no_regular_file(tmp_path: Path, what: str) -> None:
+    """A FIFO as --protocol would wait for a writer for ever, /dev/zero never end."""
+    log = tmp_path / "training-1.log"
+    log.write_text("step: 1\n")
+    protocol = what
+    if what == "fifo":
+        protocol = str(tmp_path / "protocol.json")
+        os.mkfifo(protocol)
+    done = _main_within_deadline("causes", str(log), "--protocol", protocol)
+    assert done.returncode == 2, done.stderr
+    _one_line(done.stderr, f"--protocol {protocol}: not a regular file")
+
+
+def test_causes_reads_at_most_the_protocol_limit(tmp_path: Path) -> None:
+    """A protocol.json of a terabyte (sparse: zeros) is refused after its first MiB, not
+    read to its end."""
+    log = tmp_path / "training-1.log"
+    log.write_text("step: 1\n")
+    huge = tmp_path / "protocol.json"
+    huge.touch()
+    try:
+        os.truncate(huge, 1 << 40)
+    except OSError as error:
+        pytest.skip(f"no sparse terabyte file here: {error.strerror}")
+    done = _main_within_deadline("causes", str(log), "--protocol", str(huge))
+    assert done.returncode == 2, done.stderr
+    _one_line(done.stderr, "larger than the 1,048,576 bytes a protocol file may have")
+
+
+@pytest.mark.parametrize("limit", ["99999999999999999999999", str(1 << 63)])
+def test_query_refuses_a_limit_over_2_63_minus_1(cat: Path, limit: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main(["query", str(cat), "SELECT 1", "--limit", limit]) == 2
+    _one_line(capsys.readouterr().err, f"--limit: {limit} rows is more than the most a query "
+              "can give (9223372036854775807, 2**63-1; 0: all)")
+
+
+def test_query_takes_a_limit_of_2_63_minus_1_and_its_help_says_the_most(
+        cat: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main(["query", str(cat), "SELECT 1 AS one", "--limit", str((1 << 63) - 1),
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"one": 1}]
+    with pytest.raises(SystemExit):
+        main(["query", "--help"])
+    assert "N above 2**63-1 is refused" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("argv", [["--grace", "inf"], ["--grace=-inf"], ["--grace", "Infinity"],
+                                  ["--grace", "1e999"], ["--drain", "inf"]])
+def test_run_refuses_a_grace_or_drain_that_is_not_finite(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    """As nan and -1 are: no attempt is started that would wait for ever."""
+    code = main(["run", "--pair", "p", "--period", "1", "--gpus", "1", "--root", str(tmp_path),
+                 "--job-id", "1", *argv, "--", "true"])
+    assert code == 2
+    name = argv[0].split("=")[0]
+    _one_line(capsys.readouterr().err, f"{name} must be a finite number of seconds, 0 or more")
+    assert not (tmp_path / "p-1gpu").exists()
+
+
+@pytest.mark.parametrize(("name", "said"), [
+    ("nonexistent", "no such file (nor can its kind be told from the name; pass --kind)"),
+    ("trial-1.json", "no such file"),
+    ("training-1.log", "no such file"),
+])
+def test_validate_says_a_missing_file_does_not_exist(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, said: str) -> None:
+    """Exit 2 (unreadable or no kind, as documented), saying first that there is no file."""
+    path = tmp_path / name
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    _one_line(err, f"{path}: {said}")
+    assert "cannot tell its kind" not in err and "plain text" not in err
+
+
+def test_validate_says_a_dangling_link_does_not_exist(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    link = tmp_path / "trial-1.json"
+    link.symlink_to(tmp_path / "gone.json")
+    assert main(["validate", str(link)]) == 2
+    _one_line(capsys.readouterr().err, f"{link}: no such file")
