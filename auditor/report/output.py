@@ -598,7 +598,7 @@ def verify_outputs(out: Path | str, inputs: bool = True,
             continue
         entries.append(("outputs", item["path"], str(out / inside), item["sha256"],
                         item["size"]))
-    root, raw = manifest["root"], manifest.get("raw_evidence", [])
+    root, raw = manifest.get("root", ""), manifest.get("raw_evidence", [])
     if not os.path.isdir(root) and os.path.isdir(unprintable(root)):
         root = unprintable(root)  # (a name that is not UTF-8 is written printable)
     root_gone = inputs and bool(raw) and not os.path.isdir(root)

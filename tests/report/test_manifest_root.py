@@ -42,7 +42,6 @@ def test_a_root_whose_name_is_not_utf8_is_audited_and_verified(
 
 @pytest.mark.parametrize("change", [
     lambda m: m.update(root=None),
-    lambda m: m.pop("root"),
     lambda m: m.update(root=7),
     lambda m: m["raw_evidence"][0].update(absolute=5),
 ])
