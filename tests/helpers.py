@@ -37,6 +37,14 @@ def copy_example(tmp_path: Path) -> Path:
     return root
 
 
+def example_catalogue(tmp: Path) -> Path:
+    """A catalogue (``auditor catalog``) of an audit of the example study, in ``tmp``."""
+    root = copy_example(tmp)
+    assert main(["audit", str(root), "--out", str(tmp / "out"), "--quiet", "--no-plots"]) == 0
+    assert main(["catalog", str(tmp / "out"), "--into", str(tmp / "cat")]) == 0
+    return tmp / "cat"
+
+
 def outcome_study(root: Path, outcomes: list[str], **knobs: Any) -> Path:
     """A study with one 4-GPU period per outcome (pair ``...-s<161+i>``), one element each."""
     elements: list[ElementSpec] = []

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from auditor._cli import main
-from tests.helpers import copy_example
+from tests.helpers import example_catalogue
 
 MAIN = "import sys; from auditor._cli import main; sys.exit(main(sys.argv[1:]))"
 """``main([...])`` in a child process: one that hangs is killed at its deadline and fails."""
@@ -38,11 +38,7 @@ def _one_line(err: str, needle: str) -> None:
 @pytest.fixture(scope="module")
 def cat(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A catalogue of the example study's audit."""
-    tmp = tmp_path_factory.mktemp("hostile-query")
-    root = copy_example(tmp)
-    assert main(["audit", str(root), "--out", str(tmp / "out"), "--quiet", "--no-plots"]) == 0
-    assert main(["catalog", str(tmp / "out"), "--into", str(tmp / "cat")]) == 0
-    return tmp / "cat"
+    return example_catalogue(tmp_path_factory.mktemp("hostile-query"))
 
 
 @pytest.mark.parametrize("what", ["fifo", "/dev/zero"])

@@ -12,18 +12,14 @@ from pathlib import Path
 import pytest
 
 from auditor._cli import main
-from tests.helpers import copy_example
+from tests.helpers import example_catalogue
 
 ROWS = "SELECT range AS i, 'r' || range AS s FROM range({n})"
 
 
 @pytest.fixture(scope="module")
 def cat(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("query-output")
-    root = copy_example(tmp)
-    assert main(["audit", str(root), "--out", str(tmp / "out"), "--quiet", "--no-plots"]) == 0
-    assert main(["catalog", str(tmp / "out"), "--into", str(tmp / "cat")]) == 0
-    return tmp / "cat"
+    return example_catalogue(tmp_path_factory.mktemp("query-output"))
 
 
 def query(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[str, str]:
