@@ -125,3 +125,18 @@ def test_validate_says_a_dangling_link_does_not_exist(
     link.symlink_to(tmp_path / "gone.json")
     assert main(["validate", str(link)]) == 2
     _one_line(capsys.readouterr().err, f"{link}: no such file")
+
+
+def test_sacct_says_what_the_dumps_fields_leave_unknown(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A dump captured with made-up field names: every row's state is UNKNOWN, and the
+    command says why (as the audit's AUD021 and AUD019), on stderr and in --json."""
+    dump = tmp_path / "sacct.psv"
+    dump.write_text("1|2|3\n4|5|6\n")
+    assert main(["sacct", str(dump), "--format", "A,B,C"]) == 0
+    err = capsys.readouterr().err
+    assert "captured without JobID, State" in err and "the gate fails" in err, err
+    assert err.count("invocations are not placed inside their allocation") == 1, err
+    assert main(["sacct", str(dump), "--format", "A,B,C", "--json"]) == 0
+    rules = {item["rule_id"] for item in json.loads(capsys.readouterr().out)["findings"]}
+    assert {"AUD019", "AUD021"} <= rules

@@ -8,6 +8,7 @@ import os
 import re
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from auditor.errors import InputError, UsageError
@@ -77,6 +78,7 @@ def _gate(args: argparse.Namespace) -> int:
 
 def _sacct(args: argparse.Namespace) -> int:
     from auditor._io import HashingReader
+    from auditor.collect.inputs import field_findings
     from auditor.collect.sacct import parse_sacct, summary_json
 
     fields = tuple(f.strip() for f in args.sacct_format.split(",")) if args.sacct_format else None
@@ -91,6 +93,8 @@ def _sacct(args: argparse.Namespace) -> int:
     refused = next((f for f in dump.findings if f.rule_id == "AUD009"), None)
     if refused is not None and not dump.jobs:  # (as the audit refuses it: no records)
         raise InputError(refused.message)
+    # (what its fields leave unknown, as the audit finds it: said below, and in --json)
+    dump = replace(dump, findings=(*dump.findings, *field_findings(dump, str(args.file))))
     summary = summary_json(dump)
     from auditor._text import printable
     from auditor.rules import RULES
@@ -122,10 +126,11 @@ def _sacct(args: argparse.Namespace) -> int:
     return 0
 
 
-SACCT_NOTICES = frozenset({"AUD008", "AUD019", "AUD023", "AUD024", "AUD124"})
+SACCT_NOTICES = frozenset({"AUD008", "AUD019", "AUD021", "AUD023", "AUD024", "AUD124"})
 """Findings ``auditor sacct`` also says on stderr: a row it could not read (and how many
-more were not kept), a field the figures need, a header that disagrees with --format (which
-was used), a dump captured without -D, a state Slurm does not name."""
+more were not kept), a field the figures need, a dump without JobID or State (every row is
+then UNKNOWN: the audit fails its gate), a header that disagrees with --format (which was
+used), a dump captured without -D, a state Slurm does not name."""
 NOTES_PER_RULE = 5
 """Notes said of one rule; the rest are counted in one line (a dump of garbage has
 thousands of unreadable rows)."""

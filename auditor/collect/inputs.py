@@ -225,6 +225,15 @@ def read_sacct(task: tuple[Path, str | None, AuditOptions]
         return None, display, inputs, findings
     inputs.append(InputFile(group, display, os.path.abspath(path), reader.digest()))
     findings.extend(dump.findings)
+    findings.extend(field_findings(dump, display))
+    return dump, display, inputs, findings
+
+
+def field_findings(dump: SacctDump, display: str) -> list[Finding]:
+    """What the dump's captured fields leave unknown: ``AUD021`` without JobID or State
+    (:data:`SACCT_STATES`), ``AUD019`` without another field the audit uses
+    (:data:`SACCT_NEEDS`)."""
+    findings = []
     captured = {field.lower() for field in dump.fields}
     if {"start", "end"} <= captured:
         captured.add("elapsed")  # (without ElapsedRaw, the reader takes End minus Start)
@@ -234,8 +243,8 @@ def read_sacct(task: tuple[Path, str | None, AuditOptions]
             findings.append(finding(
                 rule, display, [Citation(display)],
                 fields=", ".join(name for name, _ in lacking),
-                consequence="; ".join(why for _, why in lacking)))
-    return dump, display, inputs, findings
+                consequence="; ".join(dict.fromkeys(why for _, why in lacking))))
+    return findings
 
 
 SACCT_STATES: tuple[tuple[frozenset[str], str, str], ...] = (
