@@ -28,7 +28,7 @@ import orjson
 
 from auditor import rules
 from auditor._text import clip
-from auditor.model import Citation, Finding
+from auditor.model import INT64_MAX, INT64_MIN, Citation, Finding
 from auditor.model.kinds import KINDS as EVIDENCE_KINDS
 
 if TYPE_CHECKING:  # jsonschema (80 ms to import) only checks what the fast path cannot pass
@@ -120,7 +120,7 @@ def _load_schema(kind: str) -> Mapping[str, Any]:
     return schema
 
 
-INT64 = (-(1 << 63), (1 << 63) - 1)
+INT64 = (INT64_MIN, INT64_MAX)
 """The range of every integer field (a signed 64-bit integer: what the tables hold)."""
 
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple, cast
 
 from auditor.collect.jsondoc import has_duplicate_keys
+from auditor.model import INT64_MAX, INT64_MIN
 from auditor.schema import load_schema
 
 
@@ -94,10 +95,6 @@ _PHASE_FORM = _form(PHASE_CHECKS)
 _SAMPLE_FORM = _form(SAMPLE_CHECKS)
 
 
-INT64_MAX = (1 << 63) - 1
-"""The largest value of every integer field (64-bit: what the tables hold)."""
-
-
 def _fits(form: _Form, record: dict[str, Any]) -> bool:
     get = record.get
     for key, least in form.bounded:
@@ -108,7 +105,7 @@ def _fits(form: _Form, record: dict[str, Any]) -> bool:
         value = get(key)
         if type(value) is not kind:
             return False
-        if kind is int and not -INT64_MAX - 1 <= cast(int, value) <= INT64_MAX:
+        if kind is int and not INT64_MIN <= cast(int, value) <= INT64_MAX:
             return False
     for key, kind, minimum, nullable, required in form.rest:
         value = get(key)
@@ -118,7 +115,7 @@ def _fits(form: _Form, record: dict[str, Any]) -> bool:
         if type(value) is not kind:
             return False
         if kind is int and (cast(int, value) > INT64_MAX
-                            or cast(int, value) < (-INT64_MAX - 1 if minimum is None
+                            or cast(int, value) < (INT64_MIN if minimum is None
                                                    else minimum)):
             return False
     return True

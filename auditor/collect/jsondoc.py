@@ -26,7 +26,7 @@ import orjson
 from auditor import rules
 from auditor._io import HashingReader, read_limited
 from auditor._text import clip
-from auditor.model import Citation, FileDigest, Finding
+from auditor.model import INT64_MAX, INT64_MIN, Citation, FileDigest, Finding
 from auditor.schema import json_type, pointer_of
 
 DEFAULT_LIMIT = 16 << 20
@@ -219,7 +219,6 @@ def finish(stream: BinaryIO | HashingReader) -> FileDigest | None:
     return None
 
 
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def as_int(value: object) -> int | None:

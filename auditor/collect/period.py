@@ -37,6 +37,7 @@ from auditor.collect.jsondoc import (
     load_json,
 )
 from auditor.model import (
+    INT64_MAX,
     AttemptSpec,
     Citation,
     EvidenceEntry,
@@ -47,7 +48,7 @@ from auditor.model import (
     Worker,
 )
 from auditor.model.kinds import KINDS
-from auditor.model.paths import INT64_MAX, period_number
+from auditor.model.paths import period_number
 from auditor.schema import validate_document
 
 PERIOD_LIMIT = DEFAULT_LIMIT

@@ -22,6 +22,8 @@ from auditor.model import core, evidence, kinds, presets, results, study
 from auditor.model.construct import quick_init
 from auditor.model.core import (
     ENDED_LIMITS,
+    INT64_MAX,
+    INT64_MIN,
     NEEDS,
     CauseWord,
     Citation,
@@ -101,7 +103,8 @@ from auditor.model.study import (
 )
 
 __all__ = [
-    "DEFAULT_PROTOCOL", "ENDED_LIMITS", "HASHED_STATUSES", "NEEDS", "SLURM_STATES",
+    "DEFAULT_PROTOCOL", "ENDED_LIMITS", "HASHED_STATUSES", "INT64_MAX", "INT64_MIN", "NEEDS",
+    "SLURM_STATES",
     "Accounting", "AllocatorTrace",
     "AttemptEvidence", "AttemptOutcome", "AttemptRead", "AttemptSpec", "AttemptSummary",
     "AttemptTask",
@@ -124,3 +127,4 @@ for _module in (core, evidence, kinds, presets, results, study):
     for _item in list(vars(_module).values()):
         if isinstance(_item, type) and _item.__module__ == _module.__name__:
             quick_init(_item)
+del _module, _item

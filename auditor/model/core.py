@@ -14,6 +14,11 @@ from typing import Any, TypeVar
 _R = TypeVar("_R")
 
 
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+"""The range of every integer the evidence may hold (a signed 64-bit integer: what the tables
+hold); a value past it is a finding, never a crash where the tables are written."""
+
+
 class Severity(StrEnum):
     """How much a finding matters to the verdict of its subject."""
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 
+from auditor.model.core import INT64_MAX
+
 _PERIOD_FILE = re.compile(r"period-(0|[1-9][0-9]{0,18})\.json")
-INT64_MAX = (1 << 63) - 1
 
 
 def period_number(name: str) -> int | None:
