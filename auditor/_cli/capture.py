@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from auditor.errors import UsageError
+from auditor.model import INT64_MAX, INT64_MIN
 
 
 def add_parsers(commands: Any) -> None:
@@ -32,7 +34,7 @@ def add_parsers(commands: Any) -> None:
         "no other process failed before it), else with the command's status.")
     run.add_argument("--step", metavar="ROLE", help="wrap one process of the attempt "
                      "(controller, policy, rollout, rank...): its process record only")
-    run.add_argument("--rank", type=int, default=None,
+    run.add_argument("--rank", type=_count, default=None,
                      help="with --step: its rank within its role (default: SLURM_PROCID of a "
                      "multi-task step, else none)")
     run.add_argument("--pair")
@@ -74,7 +76,7 @@ def add_parsers(commands: Any) -> None:
     source.add_argument("--git", type=Path, metavar="DIR",
                         help="read the commit from the HEAD of this git tree")
     seal.add_argument("--workload")
-    seal.add_argument("--seed", type=int)
+    seal.add_argument("--seed", type=_int64)
     seal.add_argument("--model")
     seal.add_argument("--study", help="the study's name (default: ROOT's directory name)")
     seal.add_argument("--idle-check", action="store_true",
@@ -87,14 +89,30 @@ def add_parsers(commands: Any) -> None:
                       "seal)")
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not positive")
+def _whole(text: str, least: int | None) -> int:
+    """``text`` as a whole number in ASCII digits, at least ``least``, that the records'
+    64-bit integers hold (what the audit accepts of them)."""
+    if not re.fullmatch(r"\s*[+-]?[0-9]+\s*", text):  # (int() also takes other digits)
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    value = int(text)
+    if least is not None and value < least:
+        raise argparse.ArgumentTypeError(
+            f"{value} is not {'positive' if least == 1 else f'{least} or more'}")
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise argparse.ArgumentTypeError(f"{value} is past what a record holds (2^63-1)")
     return value
+
+
+def _positive(text: str) -> int:
+    return _whole(text, 1)
+
+
+def _count(text: str) -> int:
+    return _whole(text, 0)
+
+
+def _int64(text: str) -> int:
+    return _whole(text, None)
 
 
 def _run(args: argparse.Namespace) -> int:

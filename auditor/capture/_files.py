@@ -18,6 +18,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from auditor._text import printable_json
+
 JOB_ID_VARIABLE = "AUDITOR_JOB_ID"
 """Set by ``auditor run`` in its command's environment: the job id it records (SLURM's, or
 ``--job-id`` outside SLURM), so the training processes' device files agree with the trial."""
@@ -30,8 +32,16 @@ ATTEMPT_DIR_VARIABLE = "AUDITOR_ATTEMPT_DIR"
 
 def dumps(document: dict[str, Any]) -> bytes:
     """A JSON document as the kit writes it: two-space indent, keys in insertion order,
-    UTF-8, a final newline (deterministic for equal documents)."""
-    return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    UTF-8, a final newline (deterministic for equal documents). A text that is not UTF-8 (a
+    command's argument, an environment value or a file name the system gave as bytes) is
+    written :func:`~auditor._text.printable` (``\\xNN`` for each such byte): the record is
+    written whatever the command was given, never lost after the command ran."""
+    text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(printable_json(document), indent=2, ensure_ascii=False)
+                + "\n").encode("utf-8")
 
 
 TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>[0-9]+)$")

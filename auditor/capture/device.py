@@ -33,6 +33,7 @@ from auditor.capture._files import (
     write_atomic,
 )
 from auditor.capture.memory import Memory
+from auditor.capture.processes import check_role
 from auditor.model.kinds import DEVICE_EVIDENCE
 
 MIB = 1 << 20
@@ -151,6 +152,7 @@ def write_device_evidence(attempt_dir: str | os.PathLike[str] | None = None,
     its path. Call it once the device is chosen and again at the end, so the file carries
     the process's peaks: from ``trace`` (a :class:`~auditor.capture.Trace`, its highest
     phase peak) when given, else torch's since the last reset, else null (not measured)."""
+    check_role(role)  # (a '-' in it would make the file's name ambiguous, as a process's)
     memory = memory if memory is not None else (trace.memory if trace is not None else Memory())
     rank = rank_of(rank)
     if local_device is None:

@@ -128,8 +128,10 @@ class RunResult:
 
 
 def _digits(value: str | None) -> str | None:
+    """``value``'s ASCII digits (a job id, a count), else None: ``isdigit`` alone also takes
+    ``\u0663`` or ``\u00b2``, which the audit refuses in a job id."""
     value = (value or "").strip()
-    return value if value.isdigit() else None
+    return value if value.isascii() and value.isdigit() else None
 
 
 def resolve_attempt(spec: RunSpec, environ: Mapping[str, str]) -> Attempt:

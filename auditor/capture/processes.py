@@ -34,7 +34,8 @@ def check_role(role: str) -> str:
     ``ValueError`` saying why."""
     if not ROLE.fullmatch(role or ""):
         raise ValueError(f"role {role!r}: letters, digits, '_' and '.' only (it is part of "
-                         "the process record's name, <host>-<role>-<pid>.json)")
+                         "the names of the files the kit writes, <host>-<role>-<pid>.json and "
+                         "worker-<role>-<rank>-<host>-<pid>.json)")
     return role
 
 

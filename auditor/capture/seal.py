@@ -31,6 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from auditor import __version__
+from auditor._text import printable
 from auditor.capture._files import (
     LockError,
     dumps,
@@ -139,8 +140,12 @@ def _files(directory: Path) -> list[str]:
         for name in names:
             path = os.path.join(current, name)
             if not stat.S_ISREG(os.lstat(path).st_mode):
-                raise SealRefused(f"{path}: not a regular file; not sealed")
-            found.append(os.path.relpath(path, directory).replace(os.sep, "/"))
+                raise SealRefused(f"{printable(path)}: not a regular file; not sealed")
+            rel = os.path.relpath(path, directory).replace(os.sep, "/")
+            if printable(rel) != rel:  # (a record is JSON, which holds UTF-8 text only)
+                raise SealRefused(f"{printable(path)}: a file name that is not UTF-8 cannot "
+                                  "be pinned by a period record; rename it, then seal")
+            found.append(rel)
     return sorted(found)
 
 

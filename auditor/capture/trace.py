@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from auditor._text import printable_json
 from auditor.capture._files import attempt_dir_of, hostname, rank_of
 from auditor.capture.memory import Memory
 from auditor.model.kinds import ALLOCATOR_TRACE
@@ -154,8 +155,13 @@ class Trace:
                 raise ValueError(f"{self.path}: trace is closed")
             record["seq"] = self._seq
             self._seq += 1
-            line = (json.dumps(record, ensure_ascii=False, separators=(",", ":"))
-                    + "\n").encode("utf-8")
+            text = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+            try:
+                line = text.encode("utf-8")
+            except UnicodeEncodeError:  # (an error message holding a file name's bytes:
+                # written printable, never the record lost and the caller's error replaced)
+                line = (json.dumps(printable_json(record), ensure_ascii=False,
+                                   separators=(",", ":")) + "\n").encode("utf-8")
             written = os.write(self._fd, line)
             # a regular file takes the whole line in one write; a short write (disk full)
             # leaves a partial last line, which the audit names, rather than a lost tail

@@ -1,0 +1,107 @@
+"""What the kit is given that is not UTF-8, or not a number a record holds: the record is
+written whatever the command was given (never lost after the command ran), a trace keeps a
+phase's record and the caller's own error, and an argument the audit would refuse is refused
+before anything runs, with one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from auditor._cli import main
+from auditor.capture import Trace
+from tests.capture.support import lines
+
+ODD = os.fsdecode(b"caf\xe9")
+"""A text made of a byte that is not UTF-8, as the system hands it to Python."""
+
+
+def _run(target: Path, job: str, *extra: str) -> int:
+    return main(["run", "--pair", "p", "--period", "1", "--gpus", "1", "--attempt-dir",
+                 str(target), "--job-id", job, *extra])
+
+
+@pytest.mark.parametrize("given", [
+    ["--", "sh", "-c", "echo ran", "sh", ODD],
+    ["--dispatch", f"NOTE={ODD}", "--", "sh", "-c", "echo ran"],
+])
+def test_a_run_given_text_that_is_not_utf8_keeps_its_record(tmp_path: Path,
+                                                            given: list[str]) -> None:
+    target = tmp_path / "attempt"
+    assert _run(target, "60", *given) == 0
+    record = json.loads((target / "trial-60.json").read_bytes())
+    assert record["invocation"]["exit_code"] == 0
+    assert "caf\\\\xe9" in (target / "trial-60.json").read_text()  # (written printable)
+    assert "ran" in (target / "training-60.log").read_text()
+
+
+def test_a_step_given_text_that_is_not_utf8_keeps_its_process_record(tmp_path: Path) -> None:
+    target = tmp_path / "attempt"
+    target.mkdir()
+    assert main(["run", "--step", "worker", "--attempt-dir", str(target), "--", "sh", "-c",
+                 "exit 3", "sh", ODD]) == 3
+    (record,) = (target / "processes").iterdir()
+    assert json.loads(record.read_bytes())["exit_code"] == 3
+
+
+def test_a_phase_whose_error_is_not_utf8_keeps_its_record_and_the_error(
+        tmp_path: Path) -> None:
+    with Trace(tmp_path, rank=0) as trace:
+        with pytest.raises(MemoryError) as raised, trace.phase("rollout_init"):
+            raise MemoryError(f"x {ODD}")
+    assert raised.value.__context__ is None  # (the caller's own error, not one of the kit's)
+    (record,) = lines(trace.path)
+    assert (record["phase"], record["error_type"], record["error_message"]) == (
+        "rollout_init", "MemoryError", "x caf\\xe9")
+
+
+def test_seal_refuses_a_file_name_that_is_not_utf8(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "p-1gpu" / "attempt-70"
+    assert _run(target, "70", "--", "true") == 0
+    (target / f"core{ODD}").write_bytes(b"x")
+    capsys.readouterr()
+    assert main(["seal", str(tmp_path), "--pair", "p", "--period", "1", "--gpus", "1",
+                 "--attempt-dir", "p-1gpu/attempt-70", "--commit", "0" * 40]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not UTF-8" in err and "corecaf\\xe9" in err, err
+    assert not (tmp_path / "pairs").exists()
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["run", "--pair", "p", "--period", "1", "--gpus", "1", "--job-id", "\u0663", "--",
+      "true"], "no job id"),
+    (["run", "--pair", "p", "--period", "1", "--gpus", "1", "--job-id", "\u00b2", "--",
+      "true"], "no job id"),
+    (["run", "--pair", "p", "--period", str(1 << 63), "--gpus", "1", "--job-id", "1", "--",
+      "true"], "past what a record holds"),
+    (["run", "--pair", "p", "--period", "\u0661", "--gpus", "1", "--job-id", "1", "--",
+      "true"], "not a whole number"),
+    (["run", "--step", "w", "--rank", "-3", "--", "true"], "not 0 or more"),
+    (["seal", ".", "--pair", "p", "--period", "99999999999999999999999", "--gpus", "1",
+      "--attempt-dir", "a"], "past what a record holds"),
+    (["seal", ".", "--pair", "p", "--period", "1", "--gpus", "1", "--attempt-dir", "a",
+      "--seed", str(1 << 64)], "past what a record holds"),
+])
+def test_numbers_a_record_cannot_hold_are_refused(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str],
+                                                  argv: list[str], message: str) -> None:
+    os.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_device_file_refuses_a_role_that_would_make_its_name_ambiguous(
+        tmp_path: Path) -> None:
+    from auditor.capture import write_device_evidence
+
+    with pytest.raises(ValueError, match="letters, digits"):
+        write_device_evidence(tmp_path, rank=0, role="pol-icy")
+    assert not (tmp_path / "device-evidence").exists()
+    assert write_device_evidence(tmp_path, rank=0, role="policy").name.startswith(
+        "worker-policy-0-")
