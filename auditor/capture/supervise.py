@@ -340,6 +340,11 @@ def release(state: Supervision) -> None:
         guardian.wait(timeout=5)
 
 
+HELD_AFTER_S = 0.5
+"""How long what the command's pipe still holds as it exits is read before the pipe counts as
+held open by something else (a straggler that writes on)."""
+
+
 def wait(process: subprocess.Popen[bytes], state: Supervision, log_fd: int,
          echo_fd: int | None, drain_s: float) -> bool:
     """Copy the command's output until it exited and nothing of it is left (SIGTERM, then
@@ -386,6 +391,13 @@ def _wait(process: subprocess.Popen[bytes], state: Supervision, log_fd: int,
             left = state.tree()
             state.reap()
             if drain_until is None:
+                # (what the command wrote before it exited is read first: a pipe that still
+                # holds it is not one held open; a straggler writing on is, after a while)
+                until = now + HELD_AFTER_S
+                while reading and selector.select(timeout=0) and time.monotonic() < until:
+                    reading, echo_fd = _copy(pipe, log_fd, echo_fd)
+                    if not reading:
+                        selector.unregister(pipe)
                 held = reading
                 drain_until = now + drain_s
                 if left:

@@ -105,3 +105,21 @@ def test_a_device_file_refuses_a_role_that_would_make_its_name_ambiguous(
     assert not (tmp_path / "device-evidence").exists()
     assert write_device_evidence(tmp_path, rank=0, role="policy").name.startswith(
         "worker-policy-0-")
+
+
+def test_output_still_in_the_pipe_as_the_command_exits_is_no_pipe_held_open(
+        tmp_path: Path) -> None:
+    """A command that writes 100 KB and exits leaves some of it in the pipe: that is read,
+    not called a pipe held open (half of such runs said so); a straggler that keeps the
+    pipe is still named."""
+    held = []
+    for run in range(8):
+        target = tmp_path / f"a{run}"
+        assert _run(target, str(90 + run), "--", "sh", "-c",
+                    "head -c 100000 /dev/zero | tr '\\0' x") == 0
+        held.append(json.loads((target / f"trial-{90 + run}.json").read_bytes())[
+            "pipe_held_open"])
+    assert held == [False] * 8
+    target = tmp_path / "straggler"
+    assert _run(target, "99", "--drain", "1", "--", "sh", "-c", "(sleep 3) & echo hi") == 0
+    assert json.loads((target / "trial-99.json").read_bytes())["pipe_held_open"] is True
