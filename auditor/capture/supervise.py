@@ -36,6 +36,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import select
 import selectors
 import signal
 import subprocess
@@ -464,9 +465,24 @@ def _copy(pipe: int, log_fd: int, echo_fd: int | None) -> tuple[bool, int | None
     if not data:
         return False, echo_fd
     os.write(log_fd, data)
-    if echo_fd is not None:
-        try:
-            os.write(echo_fd, data)
-        except OSError:
-            echo_fd = None
-    return True, echo_fd
+    return True, (_echo(echo_fd, data) if echo_fd is not None else None)
+
+
+ECHO_PIECE = 4096
+"""Bytes echoed at a time: a pipe that says it can be written takes this many at once."""
+
+
+def _echo(echo_fd: int, data: bytes) -> int | None:
+    """Echo ``data`` to this process's stdout without ever waiting on it: what a stdout
+    that cannot take it now (a pipe whose reader stopped, a stopped terminal) is not given
+    (the log has it all), since a write that waited would stop the wrapper's clock, and
+    with it the grace after a SIGTERM; None once the stdout failed (closed)."""
+    view = memoryview(data)
+    try:
+        while view:
+            if not select.select([], [echo_fd], [], 0)[1]:
+                return echo_fd
+            view = view[os.write(echo_fd, view[:ECHO_PIECE]):]
+    except (OSError, ValueError):
+        return None
+    return echo_fd

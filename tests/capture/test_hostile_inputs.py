@@ -123,3 +123,40 @@ def test_output_still_in_the_pipe_as_the_command_exits_is_no_pipe_held_open(
     target = tmp_path / "straggler"
     assert _run(target, "99", "--drain", "1", "--", "sh", "-c", "(sleep 3) & echo hi") == 0
     assert json.loads((target / "trial-99.json").read_bytes())["pipe_held_open"] is True
+
+
+def test_a_stdout_nobody_reads_never_stops_the_grace(tmp_path: Path) -> None:
+    """The wrapper's stdout a pipe whose reader stopped, the command ignoring SIGTERM and
+    writing on: the SIGKILL still comes when the grace is over (a blocking echo held the
+    wrapper in a write, its clock stopped, until the reader went away)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.capture.support import clean_env
+
+    target = tmp_path / "attempt"
+    command = ("import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+               "while True: print('y' * 1000, flush=True)")
+    wrapper = subprocess.Popen(
+        [sys.executable, "-m", "auditor", "run", "--pair", "p", "--period", "1", "--gpus",
+         "1", "--attempt-dir", str(target), "--job-id", "39", "--grace", "2", "--",
+         sys.executable, "-c", command],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=clean_env())
+    try:
+        deadline = time.monotonic() + 30
+        while not (target / "training-39.log").exists() \
+                or (target / "training-39.log").stat().st_size < 1 << 20:
+            assert time.monotonic() < deadline, "the command never wrote"
+            time.sleep(0.1)
+        wrapper.send_signal(signal.SIGTERM)  # (its stdout full, nobody reading it)
+        assert wrapper.wait(timeout=20) == 137  # (the command, SIGKILLed after the grace)
+    finally:
+        if wrapper.poll() is None:
+            wrapper.kill()
+            wrapper.wait()
+        assert wrapper.stdout is not None
+        wrapper.stdout.close()
+    record = json.loads((target / "trial-39.json").read_bytes())
+    assert record["killed_after_grace"] is True
