@@ -470,18 +470,21 @@ def _copy(pipe: int, log_fd: int, echo_fd: int | None) -> tuple[bool, int | None
 
 ECHO_PIECE = 4096
 """Bytes echoed at a time: a pipe that says it can be written takes this many at once."""
+ECHO_WAIT_S = 0.1
+"""The longest the echo waits for this process's stdout to take a piece before it gives up
+echoing (a pipe whose reader stopped, a stopped terminal): the log has everything."""
 
 
 def _echo(echo_fd: int, data: bytes) -> int | None:
-    """Echo ``data`` to this process's stdout without ever waiting on it: what a stdout
-    that cannot take it now (a pipe whose reader stopped, a stopped terminal) is not given
-    (the log has it all), since a write that waited would stop the wrapper's clock, and
-    with it the grace after a SIGTERM; None once the stdout failed (closed)."""
+    """Echo ``data`` to this process's stdout, never waiting on it for long: a write that
+    waited would stop the wrapper's clock, and with it the grace after a SIGTERM. None once
+    the stdout failed (closed) or took nothing for :data:`ECHO_WAIT_S`: from then on only
+    the log has the output, as with a closed stdout."""
     view = memoryview(data)
     try:
         while view:
-            if not select.select([], [echo_fd], [], 0)[1]:
-                return echo_fd
+            if not select.select([], [echo_fd], [], ECHO_WAIT_S)[1]:
+                return None
             view = view[os.write(echo_fd, view[:ECHO_PIECE]):]
     except (OSError, ValueError):
         return None
