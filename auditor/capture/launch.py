@@ -30,7 +30,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -252,13 +252,16 @@ def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
     kept = keep_worker_logs(directory, hostname(), spec.command, state.seen, child_env)
     document["worker_logs"] = {"kept": kept.files, "notes": kept.notes}
     records = read_records(directory)
-    exit_class = attributed_in_log(classify_exit(trial, spec.flag, records),
-                                   said_in_log(log_path, TRAINING_LOG.path_for(
-                                       job=attempt.job_id)))
+    said = said_in_log(log_path, TRAINING_LOG.path_for(job=attempt.job_id))
+    exit_class = attributed_in_log(classify_exit(trial, spec.flag, records), said)
     status = _exit_status(exit_class, child_exit, received)
     document["invocation"]["exit_code"] = status
     document["status"] = "completed" if exit_class.clean else exit_class.kind
-    document["status_detail"] = exit_class.detail
+    # (the detail of the record as written, the wrapper's status in it, as the audit will
+    # read it: a signalled wrapper whose command exited 0 says exit 138, not 0)
+    document["status_detail"] = exit_class.detail if status == child_exit else \
+        attributed_in_log(classify_exit(replace(trial, exit_code=status), spec.flag, records),
+                          said).detail
     if exit_class.clean:  # (contract v1.2: the launcher checks too, as seed 002's did)
         from auditor.capture.check import check_terminal
 

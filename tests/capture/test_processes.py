@@ -239,6 +239,10 @@ def test_the_pre_timeout_signal_starts_no_kill_timer(tmp_path: Path) -> None:
     assert trial["killed_after_grace"] is False
     assert trial["invocation"]["received_signal"] == "SIGUSR1"
     assert wrapper.returncode == 128 + signal.SIGUSR1  # (signalled: never a success)
+    # the record says the wrapper's status, and its detail says the same (the command's own
+    # 0 is its process's): as the audit will read it
+    assert trial["invocation"]["exit_code"] == 138 and trial["processes"][0]["exit_code"] == 0
+    assert "(invocation exit 138)" in trial["status_detail"], trial["status_detail"]
 
 
 def test_a_library_launcher_records_its_childrens_exits(tmp_path: Path) -> None:
