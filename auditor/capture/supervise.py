@@ -481,11 +481,13 @@ def _echo(echo_fd: int, data: bytes) -> int | None:
     the stdout failed (closed) or took nothing for :data:`ECHO_WAIT_S`: from then on only
     the log has the output, as with a closed stdout."""
     view = memoryview(data)
+    ready = select.poll()  # (not select.select: it refuses a descriptor past 1023)
+    ready.register(echo_fd, select.POLLOUT)
     try:
         while view:
-            if not select.select([], [echo_fd], [], ECHO_WAIT_S)[1]:
+            if not ready.poll(ECHO_WAIT_S * 1000):
                 return None
             view = view[os.write(echo_fd, view[:ECHO_PIECE]):]
-    except (OSError, ValueError):
+    except OSError:  # (a closed or broken stdout: the write says so)
         return None
     return echo_fd

@@ -160,3 +160,26 @@ def test_a_stdout_nobody_reads_never_stops_the_grace(tmp_path: Path) -> None:
         wrapper.stdout.close()
     record = json.loads((target / "trial-39.json").read_bytes())
     assert record["killed_after_grace"] is True
+
+
+def test_the_echo_writes_to_a_descriptor_past_1023() -> None:
+    """A launcher holding many files open hands the wrapper a high stdout descriptor: the
+    echo still reaches it (``select.select`` refuses one past 1023; ``poll`` does not)."""
+    import resource
+
+    from auditor.capture.supervise import _echo
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1100:
+        pytest.skip("this system allows fewer than 1,100 open files")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1100), hard))
+    read, write = os.pipe()
+    try:
+        high = os.dup2(write, 1090)
+        assert _echo(high, b"echoed") == high
+        assert os.read(read, 100) == b"echoed"
+        os.close(high)
+    finally:
+        os.close(read)
+        os.close(write)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
