@@ -232,18 +232,20 @@ def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
                      | os.O_NOFOLLOW, 0o644)
     try:
         started_ns = time.time_ns()
-        supervise.note(log_fd, f"{' '.join(spec.command)!s} (job {attempt.job_id}, restart "
-                               f"{attempt.restart_count}, grace {spec.grace_s:g} s)")
+        supervise.note(state, log_fd, f"{' '.join(spec.command)!s} (job {attempt.job_id}, "
+                                      f"restart {attempt.restart_count}, grace "
+                                      f"{spec.grace_s:g} s)")
         for item in earlier:
-            supervise.note(log_fd, f"{item['attempt_dir']} has no trial record (its wrapper "
-                                   "was killed, or its node failed); temporaries removed: "
-                                   f"{len(item['temporaries_removed'])}")
+            supervise.note(state, log_fd, f"{item['attempt_dir']} has no trial record (its "
+                                          "wrapper was killed, or its node failed); "
+                                          "temporaries removed: "
+                                          f"{len(item['temporaries_removed'])}")
         child_exit, child_pid, held = launch_and_wait(spec.command, child_env, log_fd, state,
                                                       spec.echo_fd, spec.drain_s)
         finished_ns = time.time_ns()
         await_own_signal(state, child_exit)
         received = state.signals[0] if state.signals else None
-        supervise.note(log_fd, f"command exited {child_exit}")
+        supervise.note(state, log_fd, f"command exited {child_exit}")
     finally:
         supervise.flush_notes(state, log_fd)
         os.close(log_fd)
@@ -362,7 +364,7 @@ def launch_and_wait(command: Sequence[str], env: dict[str, str], log_fd: int,
     try:
         process = supervise.start(command, env, state)
     except OSError as error:
-        supervise.note(log_fd, f"cannot start {command[0]!r}: {error.strerror or error}")
+        supervise.note(state, log_fd, f"cannot start {command[0]!r}: {error.strerror or error}")
         return 127 if isinstance(error, FileNotFoundError) else 126, os.getpid(), False
     if started is not None:
         started(process.pid)

@@ -14,8 +14,13 @@ wrapper still finds it (``/proc``), signals it and reaps it.
   SIGTERM (contract v1.2, "Signals").
 - Once the command itself exited, whatever is left of its descendants (in its group or not)
   is sent SIGTERM, then SIGKILL ``drain_s`` later, and reaped; each is recorded
-  (:attr:`Supervision.outlived`). The output pipe is read meanwhile; a process that holds it
-  open outside the wrapper's reach (another user's, say) stops the reading after ``drain_s``.
+  (:attr:`Supervision.outlived`), and so is every process group one of them was seen in (a
+  descendant that keeps forking outruns any look at ``/proc``, never its group's signal); the
+  SIGKILL is repeated until nothing is left. The output pipe is read meanwhile; a process that
+  holds it open outside the wrapper's reach (another user's, say) stops the reading after
+  ``drain_s``.
+- The wrapper's own lines in the log (``[auditor run] ...``) wait while a line of the
+  command's is unfinished: one written there would split it (a terminal line among them).
 
 Only processes descended from the command are ever signalled: the wrapper's other children
 (a library caller's) are left alone.
@@ -47,6 +52,9 @@ from dataclasses import dataclass, field
 
 NOTE = b"[auditor run] "
 SEEN_EVERY_S = 1.0
+GROUP_FRESH_S = 5.0
+"""How long a process group in which a descendant of the command was seen stays one the end
+of the command may signal though no look at ``/proc`` found a member since."""
 GRACE_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 """The signals the grace counts from (SIGUSR1 is a warning, never a reason to kill)."""
 PR_SET_CHILD_SUBREAPER = 36
@@ -133,24 +141,26 @@ def restore_subreaper(previous: int | None) -> None:
         libc.prctl(PR_SET_CHILD_SUBREAPER, previous, 0, 0, 0)
 
 
-def _processes() -> dict[int, tuple[int, str]]:
-    """Every live process: pid -> (parent pid, state letter), from ``/proc/<pid>/stat``."""
-    found: dict[int, tuple[int, str]] = {}
+def _processes() -> dict[int, tuple[int, str, int]]:
+    """Every live process: pid -> (parent pid, state letter, process group), from
+    ``/proc/<pid>/stat``."""
+    found: dict[int, tuple[int, str, int]] = {}
     try:
         names = os.listdir("/proc")
     except OSError:
         return found
-    for name in names:
-        if not name.isdigit():
-            continue
+    # (newest first: a process that keeps forking is read while it is still there, and its
+    # group is then known)
+    for name in sorted((name for name in names if name.isdigit()), key=int, reverse=True):
         try:
             with open(f"/proc/{name}/stat", "rb") as handle:
                 stat = handle.read()
         except OSError:
             continue  # (gone meanwhile)
         fields = stat[stat.rfind(b")") + 2:].split()  # (the command name may hold spaces)
-        if len(fields) >= 2 and fields[1].isdigit():
-            found[int(name)] = (int(fields[1]), fields[0].decode("ascii", "replace"))
+        if len(fields) >= 3 and fields[1].isdigit() and fields[2].isdigit():
+            found[int(name)] = (int(fields[1]), fields[0].decode("ascii", "replace"),
+                                int(fields[2]))
     return found
 
 
@@ -191,6 +201,13 @@ class Supervision:
     kill_at: float | None = None
     killed_after_grace: bool = False
     notes: list[bytes] = field(default_factory=list)
+    """The wrapper's lines for the log not yet written: held while a line of the command's
+    is unfinished (:func:`flush_notes`)."""
+    mid_line: bool = False
+    """Whether the command's output in the log ends inside a line (no newline or carriage
+    return yet)."""
+    output_over: bool = False
+    """Whether the command's output is no longer copied (its notes then wait for nothing)."""
     outlived: dict[int, str] = field(default_factory=dict)
     """Each descendant that outlived the command: pid -> the last signal it was sent."""
     guardian: subprocess.Popen[bytes] | None = None
@@ -201,6 +218,10 @@ class Supervision:
     """Every pid of the command's tree seen while it ran (looked at every
     :data:`SEEN_EVERY_S`): whose framework sessions are this run's (Ray names its session for
     the process that started it)."""
+    groups: dict[int, float] = field(default_factory=dict)
+    """The process groups of the command's descendants, each with when one was last seen in
+    it (``time.monotonic``): a descendant that keeps forking can be missed by every look at
+    ``/proc`` (each fork a new pid), never by its group's signal (see :meth:`fresh_groups`)."""
 
     def tree(self) -> list[int]:
         """The command's live descendants (its own process excluded once it is gone): its
@@ -210,7 +231,7 @@ class Supervision:
         table = _processes()
         me = os.getpid()
         children: dict[int, list[int]] = {}
-        for pid, (parent, _) in table.items():
+        for pid, (parent, _, _) in table.items():
             children.setdefault(parent, []).append(pid)
         roots = [self.pgid] if self.pgid in table else []
         roots += [pid for pid in children.get(me, ()) if pid != self.pgid
@@ -223,8 +244,21 @@ class Supervision:
                 continue
             found.append(pid)
             stack.extend(children.get(pid, ()))
-        return [pid for pid in found if table.get(pid, (0, "Z"))[1] != "Z"
-                and pid != self.pgid]
+        live = [pid for pid in found if table[pid][1] != "Z"]
+        now = time.monotonic()
+        for pid in live:
+            self.groups[table[pid][2]] = now
+        return [pid for pid in live if pid != self.pgid]
+
+    def fresh_groups(self) -> list[int]:
+        """The process groups a descendant of the command was seen in during the last
+        :data:`GROUP_FRESH_S` that still have a member (never the wrapper's own group): safe
+        to signal, as a group's number is never taken again while any process is in it, and
+        no sooner than every pid was handed out since it emptied."""
+        now, own = time.monotonic(), os.getpgrp()
+        return sorted(group for group, when in self.groups.items()
+                      if group != own and now - when <= GROUP_FRESH_S
+                      and _killpg(group, 0))
 
     def signal_all(self, signum: int) -> int:
         """Send ``signum`` to the command's group and every descendant outside it; returns
@@ -262,7 +296,7 @@ class Supervision:
         """Collect the exit of every orphan re-parented to the wrapper that ended (a zombie
         otherwise: the wrapper is their parent now)."""
         me = os.getpid()
-        for pid, (parent, _) in _processes().items():
+        for pid, (parent, _, _) in _processes().items():
             if parent == me and pid != self.pgid and pid not in self.others:
                 with contextlib.suppress(ChildProcessError, OSError):
                     os.waitpid(pid, os.WNOHANG)
@@ -274,7 +308,7 @@ def start(command: Iterable[str], env: dict[str, str], state: Supervision
     guardian (raises ``OSError`` when it cannot start; the guardian is then let go)."""
     token = f"{os.getpid()}-{time.time_ns()}-{os.urandom(4).hex()}"
     state.guardian = _guardian(token)
-    state.others = frozenset(pid for pid, (parent, _) in _processes().items()
+    state.others = frozenset(pid for pid, (parent, _, _) in _processes().items()
                              if parent == os.getpid())
     try:
         process = subprocess.Popen(list(command), stdin=subprocess.DEVNULL,
@@ -372,7 +406,7 @@ def _wait(process: subprocess.Popen[bytes], state: Supervision, log_fd: int,
             flush_notes(state, log_fd)
             if reading:
                 for _ in selector.select(timeout=0.1):
-                    reading, echo_fd = _copy(pipe, log_fd, echo_fd)
+                    reading, echo_fd = _copy(state, pipe, log_fd, echo_fd)
                 if not reading:
                     selector.unregister(pipe)
             else:
@@ -386,76 +420,126 @@ def _wait(process: subprocess.Popen[bytes], state: Supervision, log_fd: int,
                         and not state.killed_after_grace:
                     state.signal_all(signal.SIGKILL)
                     state.killed_after_grace = True
-                    note(log_fd, f"grace over: SIGKILL to process group {state.pgid} and "
+                    note(state, log_fd, f"grace over: SIGKILL to process group {state.pgid} and "
                                  "its descendants")
                 continue
             left = state.tree()
+            groups = state.fresh_groups()  # (members no look found: Supervision.groups)
             state.reap()
             if drain_until is None:
                 # (what the command wrote before it exited is read first: a pipe that still
                 # holds it is not one held open; a straggler writing on is, after a while)
                 until = now + HELD_AFTER_S
                 while reading and selector.select(timeout=0) and time.monotonic() < until:
-                    reading, echo_fd = _copy(pipe, log_fd, echo_fd)
+                    reading, echo_fd = _copy(state, pipe, log_fd, echo_fd)
                     if not reading:
                         selector.unregister(pipe)
                 held = reading
                 drain_until = now + drain_s
-                if left:
-                    _end(state, left, signal.SIGTERM, log_fd, f"{len(left)} of the command's "
-                         f"processes outlived it (pids {_pids(left)}): SIGTERM, SIGKILL after "
-                         f"{drain_s:g} s")
-            if not reading and not left:
+                if left or groups:
+                    _end(state, left, signal.SIGTERM, log_fd,
+                         (f"{len(left)} of the command's processes" if left else
+                          "processes of the command's that no look found")
+                         + f" outlived it ({_pids(left, groups)}): SIGTERM, SIGKILL after "
+                           f"{drain_s:g} s")
+            if not reading and not left and not groups:
                 return held
             if now >= drain_until:
-                if left:
+                if left or groups:
                     _end(state, left, signal.SIGKILL, log_fd,
-                         f"still there {drain_s:g} s after the command exited (pids "
-                         f"{_pids(left)}): SIGKILL")
+                         f"still there {drain_s:g} s after the command exited "
+                         f"({_pids(left, groups)}): SIGKILL")
                     _settle(state)
                 elif reading:
-                    note(log_fd, f"output pipe still open {drain_s:g} s after the command "
+                    note(state, log_fd, f"output pipe still open {drain_s:g} s after the command "
                                  "exited, held by no process of the command's; reading stops")
                 return held
     finally:
         selector.close()
         process.stdout.close()
+        state.output_over = True  # (what notes wait for now is written as they come)
+        flush_notes(state, log_fd)
 
 
 def _end(state: Supervision, pids: list[int], signum: int, log_fd: int, text: str) -> None:
     for pid in pids:
-        if _kill(pid, signum):
+        if pid > 0 and _kill(pid, signum):
             state.outlived[pid] = signal.Signals(signum).name
-    note(log_fd, text)
+    for group in state.fresh_groups():
+        _killpg(group, signum)
+    note(state, log_fd, text)
 
 
 def _settle(state: Supervision, timeout: float = 2.0) -> None:
-    """Wait (briefly) until every SIGKILLed descendant is gone and reaped."""
+    """Wait (briefly) until every SIGKILLed descendant is gone and reaped, SIGKILLing what
+    each look finds: a descendant that forked between a look at ``/proc`` and its SIGKILL
+    left a child the look missed (one that keeps forking moves to a new pid every few
+    milliseconds), and each SIGKILLed one forks no more."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         state.reap()
-        if not state.tree():
+        left = state.tree()
+        groups = state.fresh_groups()
+        if not left and not groups:
             return
-        time.sleep(0.02)
+        for pid in left:
+            if _kill(pid, signal.SIGKILL):
+                state.outlived[pid] = "SIGKILL"
+        for group in groups:
+            _killpg(group, signal.SIGKILL)
+        time.sleep(0.01)
 
 
-def _pids(pids: list[int]) -> str:
+def _pids(pids: list[int], groups: list[int]) -> str:
+    """``pids 1, 2``, and the process groups signalled with them (``process groups 7``)."""
     shown = ", ".join(str(pid) for pid in sorted(pids)[:8])
-    return shown + (f" and {len(pids) - 8} more" if len(pids) > 8 else "")
+    said = [f"pids {shown}" + (f" and {len(pids) - 8} more" if len(pids) > 8 else "")] \
+        if pids else []
+    if groups:
+        said.append("process group" + ("s " if len(groups) > 1 else " ")
+                    + ", ".join(str(group) for group in groups))
+    return "; ".join(said)
 
 
-def note(log_fd: int, text: str) -> None:
-    """A line of the wrapper's own in the command's log."""
-    os.write(log_fd, NOTE + text.encode("utf-8", "replace") + b"\n")
+def note(state: Supervision, log_fd: int, text: str) -> None:
+    """A line of the wrapper's own in the command's log (as soon as no line of the
+    command's is left unfinished: :func:`flush_notes`)."""
+    state.notes.append(NOTE + text.encode("utf-8", "replace") + b"\n")
+    flush_notes(state, log_fd)
 
 
 def flush_notes(state: Supervision, log_fd: int) -> None:
-    """Write the notes the signal handler left."""
+    """Write the notes waiting (the signal handler's too), unless the command's output is
+    inside a line: a note written there would split the command's line in two (a terminal
+    event among them); they wait for its end, or for the end of the output, after which an
+    unfinished last line is ended first."""
+    if not state.notes or (state.mid_line and not state.output_over):
+        return
+    if state.mid_line:
+        os.write(log_fd, b"\n")
+        state.mid_line = False
     while state.notes:
         os.write(log_fd, state.notes.pop(0))
 
 
-def _copy(pipe: int, log_fd: int, echo_fd: int | None) -> tuple[bool, int | None]:
+def _log_output(state: Supervision, log_fd: int, data: bytes) -> None:
+    """Write ``data`` of the command's to the log, and the notes waiting where its last
+    line in ``data`` ends (a carriage return ends a progress bar's piece)."""
+    if state.notes:
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+        if cut or not state.mid_line:
+            if cut:
+                os.write(log_fd, data[:cut])
+            state.mid_line = False
+            flush_notes(state, log_fd)
+            data = data[cut:]
+    if data:
+        os.write(log_fd, data)
+        state.mid_line = data[-1:] not in (b"\n", b"\r")
+
+
+def _copy(state: Supervision, pipe: int, log_fd: int, echo_fd: int | None
+          ) -> tuple[bool, int | None]:
     """Copy what the pipe holds; returns (still open, the echo descriptor or None once it
     failed: a closed stdout does not stop the log)."""
     try:
@@ -464,7 +548,7 @@ def _copy(pipe: int, log_fd: int, echo_fd: int | None) -> tuple[bool, int | None
         return True, echo_fd
     if not data:
         return False, echo_fd
-    os.write(log_fd, data)
+    _log_output(state, log_fd, data)
     return True, (_echo(echo_fd, data) if echo_fd is not None else None)
 
 

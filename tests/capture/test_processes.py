@@ -395,3 +395,23 @@ def test_every_worker_hosts_own_idle_check_decides_under_a_required_policy(
     else:
         assert (row["verdict"], row["reason"]) == ("unresolved", "idle_check_failed")
         assert len(idle) == 1 and HOST in idle[0], idle
+
+
+def test_the_wrappers_notes_never_split_a_line_of_the_commands(tmp_path: Path) -> None:
+    """A signal that reaches the wrapper while the command is half-way through a line: the
+    wrapper's note waits for the line's end, so a terminal line stays whole."""
+    marker = tmp_path / "half"
+    code = ("import pathlib, signal, sys, time; signal.signal(signal.SIGUSR1, signal.SIG_IGN); "
+            "sys.stdout.write('step:1 - train'); sys.stdout.flush(); "
+            f"pathlib.Path({str(marker)!r}).touch(); time.sleep(1.0); "
+            "print('ing/global_step:1', flush=True); time.sleep(0.3)")
+    wrapper = start_auditor(["run", "--pair", PAIR, "--period", "1", "--gpus", "2", "--root",
+                             str(tmp_path), "--job-id", "6202", "--", sys.executable, "-c",
+                             code], clean_env())
+    wait_for(marker.exists, 30)
+    time.sleep(0.2)  # (the half line is in the log by now)
+    wrapper.send_signal(signal.SIGUSR1)
+    wrapper.communicate(timeout=60)
+    log = (attempt_of(tmp_path, "6202", PAIR) / "training-6202.log").read_text().splitlines()
+    assert "step:1 - training/global_step:1" in log, log
+    assert any(line.startswith("[auditor run] received SIGUSR1") for line in log), log

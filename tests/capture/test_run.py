@@ -460,3 +460,40 @@ def test_the_example_trainer_starts_a_rank_per_gpu(tmp_path: Path) -> None:
     attempt = attempt_of(tmp_path, "5401", gpus=3)
     assert len(list((attempt / "allocator-traces").glob("*.jsonl"))) == 3
     assert len(list((attempt / "device-evidence").glob("*.json"))) == 3
+
+
+
+def test_a_grandchild_that_keeps_forking_is_ended_all_the_same(tmp_path: Path) -> None:
+    """A descendant that ignores SIGTERM and moves to a new pid every few milliseconds (each
+    fork's parent exits) is not outrun by the end of the command: it is ended, though no
+    look at ``/proc`` may find it, through its process group. (It beats a file at each
+    fork, which shows whether it lives on; should it escape, it ends itself 20 s later.)"""
+    beat = tmp_path / "beat"
+    hop = ("import os, signal, sys, time\n"
+           "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+           "end = time.monotonic() + 20\n"
+           "if os.fork(): sys.exit(0)\n"
+           "os.setsid()\n"
+           "while time.monotonic() < end:\n"
+           "    if os.fork(): os._exit(0)\n"
+           f"    with open({str(beat)!r}, 'a') as f: f.write('.')\n"
+           "    time.sleep(0.002)\n")
+    code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+            f"{hop!r}]); time.sleep(0.2); print('started', flush=True)")
+    assert main([*run_args(tmp_path, "5013", "--drain", "0.3", "--"), sys.executable,
+                 "-c", code]) == 0
+    assert beat.stat().st_size > 0  # (it was hopping)
+    time.sleep(0.2)
+    size = beat.stat().st_size
+    time.sleep(0.5)
+    assert beat.stat().st_size == size, "a descendant of the command outlived the wrapper"
+    log = (attempt_of(tmp_path, "5013") / "training-5013.log").read_text()
+    assert "SIGKILL" in log
+
+
+def test_a_last_line_without_its_newline_keeps_a_line_of_its_own(tmp_path: Path) -> None:
+    """The wrapper's closing note follows the command's unfinished last line on a line of
+    its own (glued to it before)."""
+    assert main([*run_args(tmp_path, "5014", "--"), "printf", "step:1 - last"]) == 0
+    log = (attempt_of(tmp_path, "5014") / "training-5014.log").read_text().splitlines()
+    assert log[-2:] == ["step:1 - last", "[auditor run] command exited 0"], log
