@@ -86,9 +86,10 @@ def record_of(content: str) -> dict[str, Any] | None:
 
 
 def holds(tests: tuple[JsonTest, ...], record: object, steps: int | None = None) -> bool:
-    """Whether ``record`` meets every predicate (none: never). Where the dispatch gives
-    ``steps``, two fields compared that hold integers must also equal it (a trainer's
-    ``global_step == max_steps`` of another step count is not this run's end)."""
+    """Whether ``record`` meets every predicate (none: never). Two fields compared must
+    hold the same count (:func:`_count`), and where the dispatch gives ``steps``, that count
+    (a trainer's ``global_step == max_steps`` of another step count is not this run's
+    end)."""
     if not tests or not isinstance(record, dict):
         return False
     for path, how, value in tests:
@@ -97,9 +98,12 @@ def holds(tests: tuple[JsonTest, ...], record: object, steps: int | None = None)
             return False
         if how == "field":
             other_found, other = field(record, str(value))
-            if not other_found or isinstance(have, bool) or not _same(have, other):
-                return False  # (two flags equal say nothing of a step)
-            if steps is not None and type(have) is int and have != steps:
+            count = _count(have)
+            # (two fields equal say something of a run's end only as counts: two flags, two
+            # nulls or two texts equal say nothing of a step)
+            if not other_found or count is None or count != _count(other):
+                return False
+            if steps is not None and count != steps:
                 return False
         elif not _same(have, value):
             return False
@@ -218,6 +222,16 @@ def _number(text: str | None) -> int | None:
     if value is None or (value.group(2) and value.group(2).strip("0")):
         return None
     return int(value.group(1))
+
+
+def _count(value: object) -> int | None:
+    """``value`` as a count of steps: a whole number (``3`` or ``3.0``), never a flag, a
+    text or a fraction; None otherwise."""
+    if type(value) is int:
+        return value
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return None
 
 
 def _same(have: object, want: object) -> bool:

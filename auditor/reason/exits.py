@@ -40,7 +40,7 @@ SIGKILL_EXIT = 128 + signal.SIGKILL
 
 def flag_is_on(value: str | None) -> bool:
     """The launcher's truthiness: ``1``/``true``/``yes`` in any case, nothing else."""
-    return value is not None and value.strip().strip('"').lower() in TRUTHY
+    return value is not None and value.lower() in TRUTHY  # (" 1" is off there too)
 
 
 SIGNALS = frozenset(int(number) for number in signal.valid_signals())
@@ -171,8 +171,10 @@ def classify_exit(trial: TrialRecord, flag_name: str,
         if is_coordinated_controller_exit(p.role, p.exit_code, flag_value,
                                           received or p.received_signal)
     ]
+    # (the trial's own item beside process records is the wrapper around the launcher: its
+    # exit is the invocation's, judged below; a process record in the role is a process)
     failing = [p for p in processes if p.failed and p not in coordinated
-               and not (records and p.role == LAUNCHER)]
+               and not (records and p.role == LAUNCHER and p.path is None)]
     if coordinated and records:  # (v1.2: the knock-ons of the shutdown are the launcher's)
         cause = _attributed(coordinated[0], failing)
         failing = [] if cause is None else [cause]

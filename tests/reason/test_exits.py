@@ -7,6 +7,8 @@ coordinated-shutdown rule (or loosening it) fails them.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -14,7 +16,16 @@ import pytest
 
 from auditor.model import ProcessExit, TrialRecord
 from auditor.reason.exits import classify_exit, flag_is_on, is_coordinated_controller_exit
-from tests.helpers import audit, edit_json, find, outcome_study, rewrite, verdicts
+from tests.helpers import (
+    audit,
+    edit_json,
+    edit_record,
+    find,
+    outcome_study,
+    period_records,
+    rewrite,
+    verdicts,
+)
 
 S = "host-qwen25-7b-gsm8k-c2-s{}/period-1"
 FLAG = "COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS"
@@ -98,6 +109,8 @@ def _coordinated(tmp_path: Path) -> tuple[Path, str]:
 @pytest.mark.parametrize(("value", "clean"), [
     ("1", True), ("true", True), ("TRUE", True), ("yes", True), ("Yes", True),
     ("0", False), ("false", False), ("", False), ("no", False), ("2", False), (None, False),
+    # (the launcher's own truthiness strips nothing: " 1" leaves the shutdown off there)
+    (" 1", False), ("1 ", False), ('"1"', False),
 ])
 def test_flag_truthiness(tmp_path: Path, value: str | None, clean: bool) -> None:
     root, trial = _coordinated(tmp_path)
@@ -125,6 +138,46 @@ def test_a_signalled_script_is_never_a_success(tmp_path: Path, signal: str, reas
     edit_json(root, trial, signalled)
     summary = audit(root, tmp_path / "out")
     assert verdicts(summary)[S.format(161)] == ("unresolved", reason)
+
+
+def _with_records(root: Path, trial: str, others: list[dict]) -> None:
+    """The attempt's controller's own process record (its 143, a second before the command
+    returned) and ``others`` (each ending two seconds before it), listed in its period
+    record as process records."""
+    doc = json.loads((root / trial).read_text())
+    attempt = trial.rsplit("/", 1)[0]
+    started, finished = doc["invocation"]["started_ns"], doc["invocation"]["finished_ns"]
+    controller = {"role": "controller", "host": "gpu-node-10", "pid": doc["processes"][0]["pid"],
+                  "rank": None, "started_ns": started, "ended_ns": finished - 10**9,
+                  "exit_code": 143, "signal": "SIGTERM", "received_signal": None}
+    records = [controller, *({"host": "gpu-node-10", "rank": None, "started_ns": started,
+                              "ended_ns": finished - 2 * 10**9, "signal": None,
+                              "received_signal": None, **other} for other in others)]
+    entries = []
+    for record in records:
+        rel = f"processes/{record['host']}-{record['role']}-{record['pid']}.json"
+        data = json.dumps(record).encode()
+        (root / attempt / rel).parent.mkdir(exist_ok=True)
+        (root / attempt / rel).write_bytes(data)
+        entries.append({"path": rel, "kind": "process_record", "size": len(data),
+                        "sha256": hashlib.sha256(data).hexdigest()})
+    (record_path,) = period_records(root)
+    edit_record(record_path, lambda period: period["evidence"].extend(entries))
+
+
+@pytest.mark.parametrize(("role", "code", "expected"), [
+    # (a process record in the launcher's role is a process: its failure before the
+    # controller's end is what the controller's 143 may be the knock-on of)
+    ("launcher", 1, ("unresolved", "unclean_exit")),
+    ("launcher", 137, ("unresolved", "killed")),
+    ("rank", 137, ("unresolved", "killed")),
+    ("launcher", 0, ("resolved", "completed")),
+])
+def test_a_process_record_in_any_role_may_take_the_excuse_away(
+        tmp_path: Path, role: str, code: int, expected: tuple[str, str]) -> None:
+    root, trial = _coordinated(tmp_path)
+    _with_records(root, trial, [{"role": role, "pid": 4242, "exit_code": code}])
+    assert verdicts(audit(root, tmp_path / "out"))[S.format(161)] == expected
 
 
 def test_only_the_controller_may_exit_143(tmp_path: Path) -> None:
@@ -246,7 +299,8 @@ def test_predicate_both_directions() -> None:
     assert not is_coordinated_controller_exit("controller", 137, "1", None)
     assert not is_coordinated_controller_exit("policy", 143, "1", None)
     assert not is_coordinated_controller_exit("controller", 143, "1", "SIGTERM")
-    assert flag_is_on(" True ") and not flag_is_on("off")
+    assert flag_is_on("True") and not flag_is_on("off")
+    assert not flag_is_on(" 1") and not flag_is_on("1 ") and not flag_is_on('"1"')
     assert classify_exit(_trial(143), FLAG).kind == "coordinated_shutdown"
     assert classify_exit(_trial(143, flag="0"), FLAG).kind == "sigterm"
     assert classify_exit(_trial(137), FLAG).kind == "sigkill"

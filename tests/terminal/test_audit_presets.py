@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from tests.helpers import audit, find, outcome_study, period_records, rewrite
 from tests.terminal.test_presets import mllog, titan_info, titan_step
@@ -88,6 +89,36 @@ def test_a_metrics_file_record_is_the_event(tmp_path: Path) -> None:
     rewrite(root, rel, lambda data: data.replace(b'"max_steps": 1', b'"max_steps": 5'))
     audit(root, tmp_path / "short")
     assert _period(tmp_path / "short")["reason"] == "terminal_event_missing"
+
+
+@pytest.mark.parametrize(("steps", "resolves"), [
+    ('"global_step": 1.0, "max_steps": 1.0', True),
+    ('"global_step": 3.0, "max_steps": 3.0', False),  # (another count, as a float)
+    ('"global_step": "1", "max_steps": "1"', False),  # (texts are no count)
+    ('"global_step": null, "max_steps": null', False),  # (nothing equal to nothing)
+    ('"global_step": true, "max_steps": true', False),
+    ('"global_step": 1.5, "max_steps": 1.5', False),
+])
+def test_two_fields_equal_are_the_event_only_as_the_dispatched_count(
+        tmp_path: Path, steps: str, resolves: bool) -> None:
+    """The HF Trainer's predicate (``global_step`` equal to ``max_steps``) holds only of
+    two equal whole numbers that are the dispatched step count."""
+    root, log = _study(tmp_path, {"preset": "hf-trainer"})
+    rewrite(root, log, _without_verl([str({"train_runtime": 30.17, "epoch": 1.0})]))
+    attempt = root / log.rsplit("/", 1)[0]
+    (attempt / "metrics").mkdir()
+    state = ("{" + steps + ', "log_history": []}').encode()
+    (attempt / "metrics" / "trainer_state.json").write_bytes(state)
+    for record_path in period_records(root):
+        record = orjson.loads(record_path.read_bytes())
+        for spec in record.get("attempts") or [record]:
+            spec["evidence"].append({"path": "metrics/trainer_state.json",
+                                     "kind": "metrics_log",
+                                     "sha256": hashlib.sha256(state).hexdigest(),
+                                     "size": len(state)})
+        record_path.write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))
+    audit(root, tmp_path / "out")
+    assert (_period(tmp_path / "out")["verdict"] == "resolved") is resolves
 
 
 def test_a_protocols_matcher_crosses_a_shard_part(tmp_path: Path) -> None:
