@@ -26,6 +26,7 @@ Nothing here prints: :func:`run` returns a :class:`RunResult` for the command li
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -295,7 +296,7 @@ def said_in_log(log_path: Path, shown: str) -> list[tuple[str, int, Citation]]:
     said: list[tuple[str, int, Citation]] = []
     try:
         with open(log_path, "rb") as handle:
-            for number, raw in _lines_holding(handle, b"xited with"):
+            for number, raw in _lines_holding(handle, ROLE_EXIT_WORDS):
                 found = role_exit(raw.decode("utf-8", "replace"))
                 if found is None:
                     continue
@@ -307,25 +308,31 @@ def said_in_log(log_path: Path, shown: str) -> list[tuple[str, int, Citation]]:
     return said
 
 
-def _lines_holding(handle: Any, word: bytes, block: int = 1 << 20
+ROLE_EXIT_WORDS = re.compile(rb"xited|erminated with")
+"""The words every line :func:`~auditor.model.lines.role_exit` reads holds."""
+
+
+def _lines_holding(handle: Any, words: re.Pattern[bytes], block: int = 1 << 20
                    ) -> Iterator[tuple[int, bytes]]:
-    """(line number, line) of each line of ``handle`` that holds ``word``, in order."""
+    """(line number, line) of each line of ``handle`` that holds one of ``words``, in
+    order."""
     rest, number = b"", 1  # (rest: the unfinished last line of the blocks read so far)
     while True:
         data = handle.read(block)
         text = rest + data
         end = len(text) if not data else text.rfind(b"\n") + 1
         searched, rest = text[:end], text[end:][-block:]  # (a line past a block: its tail)
-        at = searched.find(word)
+        found = words.search(searched)
         start = 0
-        while at >= 0:
+        while found is not None:
+            at = found.start()
             first = searched.rfind(b"\n", 0, at) + 1
             last = searched.find(b"\n", at)
             last = len(searched) if last < 0 else last
             number += searched.count(b"\n", start, first)
             yield number, searched[first:last]
             start = first
-            at = searched.find(word, last)
+            found = words.search(searched, last)
         number += searched.count(b"\n", start)
         if not data:
             return

@@ -79,7 +79,8 @@ _TRIGGER_WORDS = (
     b"egmentation", b"SIGSEGV", b"xitcode", b"return code", b"death signal", b"Signals.",
     b"got signal", b"Killed", b"Aborted", b"Bus error", b"ActorDied", b"RayActorError",
     b"actor died", b"actor is dead", b"worker died", b"Root Cause", b"ode failure",
-    b"xited with",  # a launcher's line naming a process's exit (model.lines.role_exit)
+    # a launcher's line naming a process's exit (model.lines.role_exit)
+    b"xited", b"erminated with",
     b":::MLLOG",  # an MLPerf record (its run_stop aborted: the trainer's own abort)
     # contract v1.2's more causes (failure_texts._MORE_CAUSES), where a line that says it
     # need not hold "rror" or "xception" (a logger's ERROR, a warning); kept few: with 65

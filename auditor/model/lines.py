@@ -11,10 +11,12 @@ import re
 
 ROLE_EXIT = re.compile(
     r"\b(?P<role>[A-Za-z][\w-]*?)(?:[ _-](?:replica|process|worker|rank))?(?:[ _-]?\d+)?"
-    r"(?: \(pid \d+\))? exited with (?:exit )?(?:code|status)"
-    r"[:=]? ?(?P<code>-?\d{1,4})\b", re.IGNORECASE)
+    r"(?: \(pid \d+\))? (?:exited|terminated)(?: with|,) (?:non-?zero |exit |return )?"
+    r"(?:code|status|rc)[:=]? ?(?P<code>-?\d{1,4})\b", re.IGNORECASE)
 """A launcher's own line naming a process's exit: ``policy exited with code 143``,
-``rollout replica 1 exited with status 1``."""
+``rollout replica 1 exited with status 1``, ``policy exited with return code 143``,
+``policy terminated with exit code 143``, ``policy exited with non-zero status 143``,
+``policy exited, rc=143``."""
 NOT_A_ROLE = frozenset({"loop", "main", "job", "script", "command", "launcher", "srun", "step",
                         "task", "it", "process"})
 """Words before "exited with" that name no process of the launcher's (seed 000's own
@@ -24,7 +26,7 @@ NOT_A_ROLE = frozenset({"loop", "main", "job", "script", "command", "launcher", 
 
 def role_exit(line: str) -> tuple[str, int] | None:
     """(role, exit code) of a launcher's line saying a process exited non-zero, or None."""
-    if "xited with" not in line:
+    if "xited with" not in line and "xited," not in line and "erminated with" not in line:
         return None
     match = ROLE_EXIT.search(line)
     if match is None:

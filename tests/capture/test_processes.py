@@ -415,3 +415,20 @@ def test_the_wrappers_notes_never_split_a_line_of_the_commands(tmp_path: Path) -
     log = (attempt_of(tmp_path, "6202", PAIR) / "training-6202.log").read_text().splitlines()
     assert "step:1 - training/global_step:1" in log, log
     assert any(line.startswith("[auditor run] received SIGUSR1") for line in log), log
+
+
+def test_the_kits_check_reads_every_wording_the_audit_reads(tmp_path: Path) -> None:
+    """``auditor run``'s own check finds the launcher's lines the audit finds, in each
+    wording, up to the controller's own exit (lines past a block's end included)."""
+    from auditor.capture.launch import said_in_log
+
+    log = tmp_path / "training.log"
+    log.write_bytes(b"x" * (1 << 20) + b"\n"
+                    + b"[launcher] policy terminated with exit code 143\n"
+                    + b"[launcher] rollout exited, rc=1\n"
+                    + b"[launcher] reward exited with return code 2\n"
+                    + b"[launcher] controller exited with code 143\n"
+                    + b"[launcher] policy exited with code 137\n")
+    said = said_in_log(log, "training.log")
+    assert [(role, code, cite.line) for role, code, cite in said] == [
+        ("policy", 143, 2), ("rollout", 1, 3), ("reward", 2, 4)]

@@ -221,6 +221,27 @@ def test_a_launchers_line_naming_the_policys_143_before_the_controllers_exit(
     assert verdicts(audit(root, tmp_path / "out"))[S.format(161)] == expected
 
 
+@pytest.mark.parametrize("said", [
+    b"[launcher] policy exited with return code 143",
+    b"[launcher] policy terminated with exit code 143",
+    b"[launcher] policy exited, rc=143",
+    b"[launcher] policy exited with non-zero status 143",
+])
+def test_other_wordings_of_the_launchers_line_take_the_excuse_away(tmp_path: Path,
+                                                                   said: bytes) -> None:
+    """The contract's ``policy exited with code 143`` is one wording ("such as"): the others
+    launchers print say the same, and the 143 stays unexcused."""
+    root, _ = _coordinated(tmp_path)
+    log = find(root, "*-s161-4gpu/attempt-*/training-*.log")
+
+    def insert(data: bytes) -> bytes:
+        lines = data.splitlines(keepends=True)
+        shutdown = next(i for i, line in enumerate(lines) if b"coordinated shutdown" in line)
+        return b"".join([*lines[:shutdown], said + b"\n", *lines[shutdown:]])
+    rewrite(root, log, insert)
+    assert verdicts(audit(root, tmp_path / "out"))[S.format(161)] == ("unresolved", "killed")
+
+
 def test_wall_clock_timeout_overrides_an_excused_143(tmp_path: Path) -> None:
     root, _ = _coordinated(tmp_path)
     rewrite(root, "accounting/sacct-raw.psv",
