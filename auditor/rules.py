@@ -307,7 +307,9 @@ _RULES: tuple[Rule, ...] = (
                                "(idle_check.hosts)",
                 "host_unavailable": "{subject}: no idle check could be made on {host} "
                                     "({unavailable}); the protocol requires one",
-                "host_failed": "{subject}: the idle check on {host} did not pass"}),
+                "host_failed": "{subject}: the idle check on {host} did not pass",
+                "own_file": "{subject}: {host}'s own idle check ({path}) says passed={passed}"
+                            "{why}, where the period record says {said}"}),
     Rule("AUD119", "sacct-element-missing", "No scheduler record for the attempt",
          "The attempt's job id has no allocation row in the sacct dump (its step rows, if "
          "any, do not say how the allocation ended).",

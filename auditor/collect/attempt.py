@@ -45,7 +45,7 @@ def read_attempt(task: AttemptTask) -> AttemptRead:
     return AttemptRead(task.key, tuple(outcomes), parts.trial, parts.log, tuple(parts.traces),
                        tuple(parts.devices), tuple(parts.findings),
                        tuple(parts.processes), tuple(parts.worker_logs),
-                       tuple(parts.metrics))
+                       tuple(parts.metrics), tuple(parts.idle))
 
 
 def _open(beneath: Beneath, file: FileTask) -> Bounded:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from auditor._io import HashingReader
 from auditor.collect.allocator_trace import read_allocator_trace
 from auditor.collect.device import read_device
+from auditor.collect.idle import read_idle
 from auditor.collect.log_events import _compile_pattern as compile_pattern
 from auditor.collect.metrics import read_metrics
 from auditor.collect.process import read_process
@@ -24,6 +25,7 @@ from auditor.model import (
     AttemptTask,
     DeviceEvidence,
     Finding,
+    HostIdle,
     ProcessExit,
     TrainingLogScan,
     TrialRecord,
@@ -31,6 +33,7 @@ from auditor.model import (
 from auditor.model.kinds import (
     ALLOCATOR_TRACE,
     DEVICE_EVIDENCE,
+    IDLE_CHECK,
     KINDS,
     METRICS_LOG,
     PROCESS_RECORD,
@@ -52,6 +55,7 @@ class AttemptParts:
     processes: list[ProcessExit] = field(default_factory=list)
     worker_logs: list[TrainingLogScan] = field(default_factory=list)
     metrics: list[TrainingLogScan] = field(default_factory=list)
+    idle: list[HostIdle] = field(default_factory=list)
 
 
 Reader = Callable[[HashingReader, str, AttemptTask, AttemptParts], None]
@@ -75,6 +79,13 @@ def _process(reader: HashingReader, display: str, _: AttemptTask,
     process, findings = read_process(reader, display)
     if process is not None:
         parts.processes.append(process)
+    parts.findings.extend(findings)
+
+
+def _idle(reader: HashingReader, display: str, _: AttemptTask, parts: AttemptParts) -> None:
+    idle, findings = read_idle(reader, display)
+    if idle is not None:
+        parts.idle.append(idle)
     parts.findings.extend(findings)
 
 
@@ -144,6 +155,7 @@ READERS: Mapping[str, Reader] = {
     PROCESS_RECORD.name: _process,
     WORKER_LOG.name: _worker_log,
     METRICS_LOG.name: _metrics,
+    IDLE_CHECK.name: _idle,
 }
 """The reader of each evidence kind, by its period-record word."""
 

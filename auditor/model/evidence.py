@@ -89,12 +89,15 @@ class IdleCheck:
 
 @dataclass(frozen=True, slots=True)
 class HostIdle:
-    """One node's idle check (``idle_check.hosts.<host>``)."""
+    """One node's idle check: an entry of the period record's ``idle_check.hosts.<host>``,
+    or the node's own file ``ATTEMPT/idle/<host>.json`` (``path``; contract v1.2)."""
 
     host: str
     passed: bool | None
     unavailable: str | None = None
     checked_ns: int | None = None
+    path: str | None = None
+    """The node's own file, for one read from it (None for the record's entry)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from auditor.model.evidence import (
     AttemptSpec,
     DeviceEvidence,
     FileDigest,
+    HostIdle,
     PeriodRecord,
     ProcessExit,
     Protocol,
@@ -248,6 +249,8 @@ class AttemptRead:
     metrics: tuple[TrainingLogScan, ...] = ()
     """Its metrics files (contract v1.2), each with the JSON record that meets the
     protocol's predicates as its terminal event, when one does."""
+    idle: tuple[HostIdle, ...] = ()
+    """Each node's own idle check file (contract v1.2: ``idle/<host>.json``), by path."""
 
     @property
     def bytes_read(self) -> int:

@@ -207,6 +207,7 @@ def _period_checks(period: PeriodEvidence, collected: Collected) -> Iterator[Fin
             [Citation(record.path, pointer="/idle_check/passed", quote=str(idle.passed))],
             passed=idle.passed, used=used, processes=idle.gpu_processes,
         )
+    yield from _own_idle_files(period, idle, optional)
     yield from _sealed_late(period)
     for attempt in period.attempts:
         trial = attempt.read.trial
@@ -261,6 +262,35 @@ def _host_idle_checks(record: PeriodRecord, subject: str, idle: IdleCheck,
                               unavailable=item.unavailable or "not said why")
         elif item.passed is not True:
             yield finding("AUD118", subject, [cite], form="host_failed", host=host)
+
+
+def _own_idle_files(period: PeriodEvidence, idle: IdleCheck | None,
+                    optional: bool) -> Iterator[Finding]:
+    """Each node's own idle check file (``idle/<host>.json`` of the last attempt: the
+    period's end) held against the record that gathered it: a node whose own file says its
+    check failed (or, under a required policy, could not be made) never passes on the
+    record's word. Where the record says the same of that node, its own finding says it."""
+    if not period.attempts:
+        return
+    by_host = {item.host: item.passed for item in idle.hosts} if idle is not None else {}
+    for own in period.attempts[-1].read.idle:
+        if own.passed is True or (own.passed is None and optional):
+            continue
+        named = idle is not None and (not idle.hosts or own.host in by_host)
+        said = None if idle is None else by_host.get(own.host) if idle.hosts else idle.passed
+        if named and said is own.passed:
+            continue
+        yield finding(
+            "AUD118", period.subject,
+            [Citation(own.path or "", pointer="/passed", quote=_json_word(own.passed))],
+            form="own_file", host=own.host, path=own.path, passed=_json_word(own.passed),
+            why=f" ({own.unavailable})" if own.unavailable else "",
+            said=f"passed={_json_word(said)}" if named else "nothing of it")
+
+
+def _json_word(value: bool | None) -> str:
+    """``true``, ``false`` or ``null``, as the file says it."""
+    return "null" if value is None else "true" if value else "false"
 
 
 def _sealed_late(period: PeriodEvidence) -> Iterator[Finding]:

@@ -27,13 +27,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "auditor"
 
 SAMPLE = {"job": "5055845", "pid": 3657525, "rank": 3, "role": "actor_rollout", "host": "gpu-n2",
           "name": "trainer_state.json"}
-HASHED_ONLY = {"idle_check"}
-"""The v1.2 kinds the audit hash-checks without parsing here (the seal gathers the idle
-checks into the period record; worker logs are read as terminal-event sources later)."""
-
-
 def test_every_kind_has_its_reader_and_every_reader_its_kind() -> None:
-    assert set(READERS) == set(KINDS) - HASHED_ONLY
+    assert set(READERS) == set(KINDS)
     assert sorted(KINDS, key=READ_ORDER.__getitem__)[0] == TRIAL.name  # (its step count first)
 
 

@@ -1,0 +1,65 @@
+"""Each node's own idle check file (contract v1.2: ``ATTEMPT/idle/<host>.json``) is read and
+held against the period record that gathered it, through whole audits."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.helpers import audit, edit_record, find, outcome_study, period_records, verdicts
+
+S = "host-qwen25-7b-gsm8k-c2-s161/period-1"
+
+
+def _with_own_file(root: Path, own: dict[str, Any]) -> None:
+    """The period's node's own idle check file, listed in its record (kind idle_check)."""
+    attempt = find(root, "*/attempt-*/trial-*.json").rsplit("/", 1)[0]
+    data = json.dumps({"schema": "run-evidence/idle-check/v1", "host": "gpu-node-10",
+                       "checked_ns": 1_789_500_500_000_000_000, **own}).encode()
+    (root / attempt / "idle").mkdir()
+    (root / attempt / "idle" / "gpu-node-10.json").write_bytes(data)
+    (record_path,) = period_records(root)
+    edit_record(record_path, lambda period: period["evidence"].append(
+        {"path": "idle/gpu-node-10.json", "kind": "idle_check", "size": len(data),
+         "sha256": hashlib.sha256(data).hexdigest()}))
+
+
+def _optional(root: Path) -> None:
+    protocol = json.loads((root / "protocol.json").read_text())
+    protocol["idle_check"] = "optional"
+    (root / "protocol.json").write_text(json.dumps(protocol))
+
+
+@pytest.mark.parametrize(("own", "optional", "expected"), [
+    ({"passed": False}, False, ("unresolved", "idle_check_failed")),
+    ({"passed": False}, True, ("unresolved", "idle_check_failed")),  # (made, and failed)
+    ({"passed": None, "unavailable": "nvidia-smi not found"}, False,
+     ("unresolved", "idle_check_failed")),
+    ({"passed": None, "unavailable": "nvidia-smi not found"}, True, ("resolved", "completed")),
+    ({"passed": True}, False, ("resolved", "completed")),
+])
+def test_a_nodes_own_file_is_held_against_the_record(
+        tmp_path: Path, own: dict[str, Any], optional: bool, expected: tuple[str, str]) -> None:
+    root = outcome_study(tmp_path / "study", ["completed"])
+    if optional:
+        _optional(root)
+    _with_own_file(root, own)
+    summary = audit(root, tmp_path / "out")
+    assert verdicts(summary)[S] == expected
+    diagnostic = (tmp_path / "out" / "diagnostic.md").read_text()
+    if expected[0] == "unresolved":
+        assert "gpu-node-10's own idle check" in diagnostic
+        assert "where the period record says passed=true" in diagnostic
+
+
+def test_a_malformed_own_file_is_a_finding_naming_it(tmp_path: Path) -> None:
+    root = outcome_study(tmp_path / "study", ["completed"])
+    _with_own_file(root, {"passed": "no"})
+    audit(root, tmp_path / "out")
+    findings = pq.read_table(tmp_path / "out" / "findings.parquet").to_pylist()
+    assert any((f["path"] or "").endswith("idle/gpu-node-10.json") for f in findings), findings
