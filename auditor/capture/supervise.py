@@ -409,6 +409,7 @@ def _wait(process: subprocess.Popen[bytes], state: Supervision, log_fd: int,
                     reading, echo_fd = _copy(state, pipe, log_fd, echo_fd)
                 if not reading:
                     selector.unregister(pipe)
+                    state.output_over = True  # (no line of the command's is left to end)
             else:
                 time.sleep(0.05)
             now = time.monotonic()
@@ -434,6 +435,7 @@ def _wait(process: subprocess.Popen[bytes], state: Supervision, log_fd: int,
                     reading, echo_fd = _copy(state, pipe, log_fd, echo_fd)
                     if not reading:
                         selector.unregister(pipe)
+                        state.output_over = True
                 held = reading
                 drain_until = now + drain_s
                 if left or groups:

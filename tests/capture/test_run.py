@@ -497,3 +497,22 @@ def test_a_last_line_without_its_newline_keeps_a_line_of_its_own(tmp_path: Path)
     assert main([*run_args(tmp_path, "5014", "--"), "printf", "step:1 - last"]) == 0
     log = (attempt_of(tmp_path, "5014") / "training-5014.log").read_text().splitlines()
     assert log[-2:] == ["step:1 - last", "[auditor run] command exited 0"], log
+
+
+def test_a_command_that_closes_its_output_mid_line_holds_no_note_back(tmp_path: Path) -> None:
+    """Notes wait for the end of a line of the command's only while its output may still
+    bring one: once it closed its output, the grace's note is written as it happens."""
+    code = ("import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "sys.stdout.write('half'); sys.stdout.flush(); os.close(1); os.close(2); "
+            "time.sleep(10)")
+    wrapper = start_auditor([*run_args(tmp_path, "5015", "--grace", "3", "--"),
+                             sys.executable, "-c", code], clean_env())
+    log_path = attempt_of(tmp_path, "5015") / "training-5015.log"
+    wait_for(lambda: log_path.exists() and b"half" in log_path.read_bytes(), 30)
+    time.sleep(0.3)
+    wrapper.send_signal(signal.SIGTERM)
+    wait_for(lambda: b"received SIGTERM" in log_path.read_bytes(), 1.5)  # (not at the kill)
+    wrapper.communicate(timeout=60)
+    assert log_path.read_text().splitlines()[1:3] == [
+        "half", "[auditor run] received SIGTERM; forwarded to process group "
+        + log_path.read_text().split("forwarded to process group ", 1)[1].split("\n")[0]]
