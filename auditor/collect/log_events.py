@@ -54,6 +54,10 @@ KIT_NOTE = "[auditor run] "
 """How ``auditor run`` starts its own lines in the log: one quotes the command line, which
 may hold a terminal line's very text (an argument), so no step is ever read from them."""
 
+_SHELL_TRACE = re.compile(r"\++ ")
+"""The start of a shell's trace of a command it runs (``set -x``, bash's default ``PS4``:
+one ``+`` a level of nesting, then a space)."""
+
 TEXT_LIMIT = 300
 """Characters of a line kept in an event's ``text``."""
 
@@ -262,8 +266,11 @@ class _Scanner:
             if len(said) < len(content):
                 self.hedge = (number, key)  # (a hedge starts, or its list goes on)
             self._failures(number, segment, said)
-        if content.startswith(KIT_NOTE):
-            return  # (the wrapper's own line: it quotes the command, never a step it ran)
+        if content.startswith(KIT_NOTE) or _SHELL_TRACE.match(content):
+            # (the wrapper's own line quotes the command, and a shell's trace (set -x) the
+            # commands a script runs, a grep for the terminal line among them: never a
+            # step that ran)
+            return
         if MLLOG in content:
             self._mllog(number, segment, content)
         matcher = self.matcher

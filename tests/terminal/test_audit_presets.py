@@ -138,3 +138,22 @@ def test_a_protocols_matcher_crosses_a_shard_part(tmp_path: Path) -> None:
     for name in ("diagnostic.md", "summary.json"):
         assert (tmp_path / "single" / name).read_bytes() == \
             (tmp_path / "merged" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize(("traced", "resolves"), [
+    ("+ grep -q 'step:1 - training/global_step:1' training.log", False),
+    ("++ echo step:1 - training/global_step:1", False),
+    ("+++ test -n 'step:1 - training/global_step:1'", False),
+    ("step:1 - training/global_step:1 - + not a trace", True),  # (the trainer's own line)
+])
+def test_a_shell_trace_quoting_the_terminal_line_is_no_event(tmp_path: Path, traced: str,
+                                                             resolves: bool) -> None:
+    """Seed 002's case (a clean exit, every phase done, the terminal line lost) with the
+    batch script's ``set -x`` trace of a command that holds the line's text: the shell
+    echoing a command is not the trainer printing its last step."""
+    root = outcome_study(tmp_path / "study", ["terminal_missing"])
+    log = find(root, "*/attempt-*/training-*.log")
+    rewrite(root, log, lambda data: data + traced.encode() + b"\n")
+    summary = audit(root, tmp_path / "out")
+    (period,) = summary["periods"]
+    assert (period["verdict"] == "resolved") is resolves, period
