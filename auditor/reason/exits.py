@@ -129,16 +129,29 @@ def _ended_by_signal(process: ProcessExit) -> bool:
         or bool(process.received_signal)
 
 
+def _exit_unknown(process: ProcessExit) -> bool:
+    """A process record that says no exit: it may have failed (a trial record's own item
+    without one is v1's, where unknown counts as not failed)."""
+    return process.path is not None and process.exit_code is None and not process.signal
+
+
+def _exited(process: ProcessExit) -> str:
+    """``exited 143``, or that its record says no exit."""
+    return "left no exit code in its record" if process.exit_code is None and \
+        not process.signal else f"exited {process.exit_code}"
+
+
 def _attributed(controller: ProcessExit, others: Iterable[ProcessExit]) -> ProcessExit | None:
     """The first other process whose failure the evidence may have caused the controller's
-    143 by: one that failed before the controller ended (or when either time is unknown),
-    or after it other than by a reaping signal."""
+    143 by: one that failed (or whose record says no exit) before the controller ended (or
+    when either time is unknown), or failed after it other than by a reaping signal."""
     end = controller.ended_ns
     for process in others:
-        if not process.failed:
+        unknown = _exit_unknown(process)
+        if not process.failed and not unknown:
             continue
         before = end is None or process.ended_ns is None or process.ended_ns <= end
-        if before or not _ended_by_signal(process):
+        if before or not (unknown or _ended_by_signal(process)):
             return process
     return None
 
@@ -176,7 +189,8 @@ def classify_exit(trial: TrialRecord, flag_name: str,
     failing = [p for p in processes if p.failed and p not in coordinated
                and not (records and p.role == LAUNCHER and p.path is None)]
     if coordinated and records:  # (v1.2: the knock-ons of the shutdown are the launcher's)
-        cause = _attributed(coordinated[0], failing)
+        cause = _attributed(coordinated[0], [
+            *failing, *(p for p in records if _exit_unknown(p) and p not in coordinated)])
         failing = [] if cause is None else [cause]
     if code == 0 and not failing:
         if coordinated:
@@ -202,8 +216,9 @@ def classify_exit(trial: TrialRecord, flag_name: str,
         proc = failing[0]
         return ExitClass(
             False, ExitKind.PROCESS_FAILURE,
-            f"invocation exit 0 but {_shown(proc)} exited {proc.exit_code}",
-            (code_cite, _cite(trial, proc, "exit_code", str(proc.exit_code))),
+            f"invocation exit 0 but {_shown(proc)} {_exited(proc)}",
+            (code_cite, _cite(trial, proc, "exit_code", "null" if proc.exit_code is None
+                              else str(proc.exit_code))),
         )
     if code == SIGKILL_EXIT:
         return ExitClass(False, ExitKind.SIGKILL, "exit 137: killed by SIGKILL, never a success",
@@ -213,7 +228,8 @@ def classify_exit(trial: TrialRecord, flag_name: str,
         # (a shutdown another process's failure caused ends as that failure did: a replica's
         # crash is an unclean exit, its kill a kill)
         kind = ExitKind.PROCESS_FAILURE if coordinated and failing \
-            and not _ended_by_signal(failing[0]) else ExitKind.SIGTERM
+            and not _ended_by_signal(failing[0]) and not _exit_unknown(failing[0]) \
+            else ExitKind.SIGTERM
         return ExitClass(False, kind, f"exit 143 (SIGTERM) is not excused: {why}",
                          (code_cite, *cited))
     if killed_by_signal(code):
@@ -238,9 +254,10 @@ def _why_143_not_excused(trial: TrialRecord, processes: Sequence[ProcessExit],
                 (_cite(trial, signalled, "received_signal", signalled.received_signal or ""),))
     if failing:
         other = failing[0]
-        return (f"{_shown(other)} exited {other.exit_code}"
+        return (f"{_shown(other)} {_exited(other)}"
                 + (" before the controller ended" if other.ended_ns is not None else ""),
-                (_cite(trial, other, "exit_code", str(other.exit_code)),))
+                (_cite(trial, other, "exit_code", "null" if other.exit_code is None
+                       else str(other.exit_code)),))
     return "another process failed", ()
 
 

@@ -172,9 +172,11 @@ def _with_records(root: Path, trial: str, others: list[dict]) -> None:
     ("launcher", 137, ("unresolved", "killed")),
     ("rank", 137, ("unresolved", "killed")),
     ("launcher", 0, ("resolved", "completed")),
+    # (a record that says no exit may be the failure the shutdown followed: never excused)
+    ("policy", None, ("unresolved", "killed")),
 ])
 def test_a_process_record_in_any_role_may_take_the_excuse_away(
-        tmp_path: Path, role: str, code: int, expected: tuple[str, str]) -> None:
+        tmp_path: Path, role: str, code: int | None, expected: tuple[str, str]) -> None:
     root, trial = _coordinated(tmp_path)
     _with_records(root, trial, [{"role": role, "pid": 4242, "exit_code": code}])
     assert verdicts(audit(root, tmp_path / "out"))[S.format(161)] == expected
