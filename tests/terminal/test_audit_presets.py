@@ -64,14 +64,10 @@ def test_an_mlperf_abort_is_an_unclean_exit_caused_aborted(tmp_path: Path) -> No
     assert _period(tmp_path / "success")["verdict"] == "resolved"
 
 
-def test_a_metrics_file_record_is_the_event(tmp_path: Path) -> None:
-    """The HF Trainer prints no step at its end; its ``trainer_state.json`` (copied under
-    ``metrics/``) says ``global_step == max_steps``, the dispatched count."""
-    root, log = _study(tmp_path, {"preset": "hf-trainer"})
-    rewrite(root, log, _without_verl([str({"train_runtime": 30.17, "epoch": 1.0})]))
+def _with_trainer_state(root: Path, log: str, state: bytes) -> None:
+    """``state`` as the attempt's ``metrics/trainer_state.json``, listed in its record."""
     attempt = root / log.rsplit("/", 1)[0]
     (attempt / "metrics").mkdir()
-    state = json.dumps({"global_step": 1, "max_steps": 1, "log_history": []}).encode()
     (attempt / "metrics" / "trainer_state.json").write_bytes(state)
     for record_path in period_records(root):
         record = orjson.loads(record_path.read_bytes())
@@ -81,6 +77,15 @@ def test_a_metrics_file_record_is_the_event(tmp_path: Path) -> None:
                                      "sha256": hashlib.sha256(state).hexdigest(),
                                      "size": len(state)})
         record_path.write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))
+
+
+def test_a_metrics_file_record_is_the_event(tmp_path: Path) -> None:
+    """The HF Trainer prints no step at its end; its ``trainer_state.json`` (copied under
+    ``metrics/``) says ``global_step == max_steps``, the dispatched count."""
+    root, log = _study(tmp_path, {"preset": "hf-trainer"})
+    rewrite(root, log, _without_verl([str({"train_runtime": 30.17, "epoch": 1.0})]))
+    _with_trainer_state(root, log, json.dumps(
+        {"global_step": 1, "max_steps": 1, "log_history": []}).encode())
     audit(root, tmp_path / "out")
     assert _period(tmp_path / "out")["verdict"] == "resolved"
     diagnostic = (tmp_path / "out" / "diagnostic.md").read_text()
@@ -105,18 +110,7 @@ def test_two_fields_equal_are_the_event_only_as_the_dispatched_count(
     two equal whole numbers that are the dispatched step count."""
     root, log = _study(tmp_path, {"preset": "hf-trainer"})
     rewrite(root, log, _without_verl([str({"train_runtime": 30.17, "epoch": 1.0})]))
-    attempt = root / log.rsplit("/", 1)[0]
-    (attempt / "metrics").mkdir()
-    state = ("{" + steps + ', "log_history": []}').encode()
-    (attempt / "metrics" / "trainer_state.json").write_bytes(state)
-    for record_path in period_records(root):
-        record = orjson.loads(record_path.read_bytes())
-        for spec in record.get("attempts") or [record]:
-            spec["evidence"].append({"path": "metrics/trainer_state.json",
-                                     "kind": "metrics_log",
-                                     "sha256": hashlib.sha256(state).hexdigest(),
-                                     "size": len(state)})
-        record_path.write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))
+    _with_trainer_state(root, log, ("{" + steps + ', "log_history": []}').encode())
     audit(root, tmp_path / "out")
     assert (_period(tmp_path / "out")["verdict"] == "resolved") is resolves
 
