@@ -37,7 +37,9 @@ from auditor.model.core import (
 )
 from auditor.model.evidence import (
     DEFAULT_PROTOCOL,
+    SLURM_STATE_FLAGS,
     SLURM_STATES,
+    UNFINISHED_STATES,
     AllocatorTrace,
     AttemptSpec,
     Configuration,
@@ -104,7 +106,7 @@ from auditor.model.study import (
 
 __all__ = [
     "DEFAULT_PROTOCOL", "ENDED_LIMITS", "HASHED_STATUSES", "INT64_MAX", "INT64_MIN", "NEEDS",
-    "SLURM_STATES",
+    "SLURM_STATE_FLAGS", "SLURM_STATES", "UNFINISHED_STATES",
     "Accounting", "AllocatorTrace",
     "AttemptEvidence", "AttemptOutcome", "AttemptRead", "AttemptSpec", "AttemptSummary",
     "AttemptTask",

@@ -443,18 +443,25 @@ DEFAULT_PROTOCOL = Protocol(path=None)
 """The built-in rules (no ``protocol.json``)."""
 
 
-SLURM_STATES = frozenset({
-    # base states
-    "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
-    "PENDING", "PREEMPTED", "RUNNING", "SUSPENDED", "TIMEOUT",
-    # flags sacct may show in a base state's place
+SLURM_STATE_FLAGS = frozenset({
     "COMPLETING", "CONFIGURING", "EXPEDITING", "LAUNCH_FAILED", "POWER_UP_NODE",
     "RECONFIG_FAIL", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "RESV_DEL_HOLD",
     "REVOKED", "SIGNALING", "SPECIAL_EXIT", "STAGE_OUT", "STOPPED", "UPDATE_DB",
 })
+"""The state flags sacct may show in a base state's place: each says the job is between
+states (completing, staging out, held, requeued, stopped, being signalled, powering up,
+revoked to another cluster ...), none says how it ended."""
+SLURM_STATES = frozenset({
+    "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
+    "PENDING", "PREEMPTED", "RUNNING", "SUSPENDED", "TIMEOUT",
+}) | SLURM_STATE_FLAGS
 """Every job state and state flag Slurm names (its ``job_state_codes`` page): a ``State``
 outside them is a typo, a site's patch or a newer Slurm, and the audit says so (``AUD124``)
 rather than treat it as finished."""
+UNFINISHED_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED"}) | SLURM_STATE_FLAGS
+"""The states of an element that has not ended (contract: ``PENDING``, ``RUNNING``,
+``REQUEUED``, ``SUSPENDED``; and every flag shown in a base state's place, which says the
+job is between states, not how it ended): its periods are unresolved, never passed."""
 
 
 @dataclass(frozen=True, slots=True)

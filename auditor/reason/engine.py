@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from itertools import chain
 
 from auditor.model import (
+    UNFINISHED_STATES,
     AttemptEvidence,
     AttemptOutcome,
     AuditOptions,
@@ -55,7 +56,7 @@ from auditor.reason.configurations import configurations
 from auditor.reason.exits import EXIT_KINDS
 from auditor.reason.facts import period_facts
 from auditor.reason.gate import admitted, apply_waivers, decide_gate, gate_reasons
-from auditor.reason.verdict import UNFINISHED_STATES, Context, Judgement, judge_attempt
+from auditor.reason.verdict import Context, Judgement, judge_attempt
 from auditor.rules import finding
 from auditor.store import Held, Kept
 from auditor.validate.checks import element_for, forget_lookups, period_checks, study_checks

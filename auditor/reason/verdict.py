@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from auditor.model import (
     ENDED_LIMITS,
+    UNFINISHED_STATES,
     AttemptEvidence,
     Cause,
     Citation,
@@ -49,8 +50,6 @@ from auditor.reason.infrastructure import (
 )
 from auditor.rules import RULES, describe, finding, unprefixed
 
-UNFINISHED_STATES = frozenset({"PENDING", "RUNNING", "REQUEUED", "SUSPENDED", "RESIZING",
-                               "CONFIGURING", "COMPLETING", "REQUEUE_HOLD", "REQUEUE_FED"})
 FILE_STATUS_RULES = {"missing": "AUD101", "mismatched": "AUD102", "unsafe": "AUD103",
                      "unreadable": "AUD104"}
 """The integrity rule of each status an evidence row may have other than verified."""

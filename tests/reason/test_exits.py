@@ -297,10 +297,17 @@ def test_pending_element_makes_the_array_partial(tmp_path: Path) -> None:
     assert summary["periods"][0]["verdict"] == "resolved"
 
 
-def test_running_element_is_never_passed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("state", [
+    "RUNNING",
+    # (flags sacct shows in a base state's place: the job is between states, not ended)
+    "STOPPED", "SIGNALING", "SPECIAL_EXIT", "RESV_DEL_HOLD", "STAGE_OUT", "POWER_UP_NODE",
+    "REVOKED", "UPDATE_DB",
+])
+def test_running_element_is_never_passed(tmp_path: Path, state: str) -> None:
     root = outcome_study(tmp_path / "study", ["completed"])
     rewrite(root, "accounting/sacct-raw.psv",
-            lambda b: b.replace(b"|COMPLETED|0:0|", b"|RUNNING|0:0|", 1), update_manifest=False)
+            lambda b: b.replace(b"|COMPLETED|0:0|", f"|{state}|0:0|".encode(), 1),
+            update_manifest=False)
     summary = audit(root, tmp_path / "out")
     assert (summary["periods"][0]["verdict"], summary["periods"][0]["reason"]) == (
         "unresolved", "array_partial")
