@@ -179,6 +179,7 @@ def _attempt(value: object, index: int, pointer: str) -> AttemptSpec:
         ),
         pointer=pointer,
         restart_count=as_int(obj.get("restart_count")),
+        array_task_id=as_int(obj.get("array_task_id")),
     )
 
 

@@ -70,6 +70,9 @@ class AttemptSpec:
     restart_count: int | None = None
     """The attempt's ``SLURM_RESTART_COUNT`` when the record gives it (a requeued job keeps
     its id: attempts are told apart by it, contract v1.1)."""
+    array_task_id: int | None = None
+    """The array element the attempt ran in, when the record gives it (a retried period's
+    attempts may each have run in another element)."""
 
 
 @dataclass(frozen=True, slots=True)

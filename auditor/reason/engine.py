@@ -513,10 +513,13 @@ def _unfinished_elements(collected: Collected,
     covered = {o.job_id for o in outcomes if o.job_id}
     out = []
     for job in collected.sacct.jobs:
-        if job.array_task_spec is not None and job.pending_tasks == ():
+        ranged = job.array_task_spec is not None
+        if ranged and job.pending_tasks == ():
             continue  # (a stale range: every task it names has a row of its own)
-        if job.array_job_id in arrays and job.state in UNFINISHED_STATES \
-                and job.job_id_raw not in covered and job.job_id not in covered:
+        # (a range's JobIDRaw is the array's own id, which the task that started last runs
+        # under: an attempt in that job covers none of the tasks the range still holds)
+        if job.array_job_id in arrays and job.state in UNFINISHED_STATES and (
+                ranged or (job.job_id_raw not in covered and job.job_id not in covered)):
             out.append(finding("AUD210", job.job_id,
                                [Citation(collected.sacct.path, line=job.line,
                                          quote=job.state_raw)],

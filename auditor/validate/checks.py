@@ -639,25 +639,37 @@ def _absent_elements(collected: Collected) -> Iterator[Finding]:
         return
     shown = {(job.array_job_id, job.array_task_id) for job in sacct.jobs
              if job.array_task_id is not None}
-    named: dict[tuple[str, int], list[int]] = defaultdict(list)
-    """Each element's periods by their places (a large study's are kept packed: only
-    those of an element not shown are made again)."""
+    named: dict[tuple[str, int], list[tuple[int, str, str | None]]] = defaultdict(list)
+    """Where the period records name each element: (place of the period, pointer, the job id
+    the attempt ran as) (a large study's periods are kept packed: only those of an element
+    not shown are made again)."""
     for place, period in enumerate(collected.periods):
         record = period.record
-        if record.array_job_id and record.array_task_id is not None:
-            named[(record.array_job_id, record.array_task_id)].append(place)
-    for (array, task), places in sorted(named.items()):
+        if not record.array_job_id:
+            continue
+        # (each attempt's element, else its period's: a retried period's attempts may have
+        # run in other elements, the one its verdict rests on among them)
+        for spec in record.attempts:
+            task = spec.array_task_id if spec.array_task_id is not None \
+                else record.array_task_id
+            if task is not None:
+                named[(record.array_job_id, task)].append(
+                    (place, f"{spec.pointer}/array_task_id", spec.job_id))
+        if not record.attempts and record.array_task_id is not None:
+            named[(record.array_job_id, record.array_task_id)].append(
+                (place, "/array_task_id", None))
+    for (array, task), where in sorted(named.items()):
         if (array, task) in shown or any(job.array_job_id == array and job.covers(task)
                                          for job in sacct.jobs):
             continue
-        periods = [collected.periods[place] for place in places]
-        if any(element_for(sacct, spec.job_id) is not None
-               for period in periods for spec in period.record.attempts):
+        if any(element_for(sacct, job_id) is not None for _, _, job_id in where):
             continue  # (known by its job id: AUD111 says where the two disagree)
+        paths = [collected.periods[place].record.path for place, _, _ in where]
         yield finding("AUD126", f"{array}_{task}",
-                      [Citation(sacct.path), *(Citation(p.record.path, pointer="/array_task_id",
-                                                        quote=str(task)) for p in periods)],
-                      records=", ".join(p.record.path for p in periods))
+                      [Citation(sacct.path), *(Citation(path, pointer=pointer, quote=str(task))
+                                               for path, (_, pointer, _) in zip(paths, where,
+                                                                                strict=True))],
+                      records=", ".join(dict.fromkeys(paths)))
 
 
 def _commit(record: PeriodRecord, collected: Collected) -> Iterator[Finding]:

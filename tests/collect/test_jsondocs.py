@@ -225,6 +225,7 @@ def test_read_period_single_attempt_form() -> None:
                 EvidenceEntry("training-5055845.log", "training_log", SHA, 90211, "/evidence/1"),
             ),
             pointer="",
+            array_task_id=8,  # (the one attempt's element is the period's)
         ),
     )
     assert record.idle_check == IdleCheck(True, 1789500000000000000, (0, 0, 0, 0), 0)

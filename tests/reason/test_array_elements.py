@@ -1,0 +1,62 @@
+"""The array's elements against the scheduler's dump, through whole audits: every element a
+period's attempts ran in must show, and a pending range keeps the array partial whatever its
+JobIDRaw."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from fixtures.generate import (
+    MODEL,
+    SEED_COMMIT,
+    ElementSpec,
+    PeriodSpec,
+    StudySpec,
+    default_protocol,
+    write_study,
+)
+from tests.helpers import audit, outcome_study, rewrite
+
+
+def _without_element(data: bytes, element: bytes) -> bytes:
+    return b"".join(line for line in data.splitlines(keepends=True)
+                    if not line.startswith(element + b"|") and not line.startswith(element + b"."))
+
+
+def test_an_element_a_retried_periods_attempt_ran_in_must_show(tmp_path: Path) -> None:
+    """A retried period's attempts ran in elements 0 and 1: the dump lacking element 0 (the
+    first attempt's) is AUD126 and fails the gate, as it is for a one-attempt period."""
+    root = outcome_study(tmp_path / "study", ["retried"])
+    rewrite(root, "accounting/sacct-raw.psv",
+            lambda data: _without_element(data, b"7000000_0"), update_manifest=False)
+    summary = audit(root, tmp_path / "out")
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    assert "7000000_0" in set(findings[findings["rule_id"] == "AUD126"]["subject"])
+    assert summary["gate"]["passed"] is False
+
+
+def test_a_pending_range_under_the_arrays_own_job_id_keeps_the_array_partial(
+        tmp_path: Path) -> None:
+    """Element 1 ran as job 7000000 (the array's own id, as the task that starts last does);
+    a range row ``7000000_[1-2]`` whose JobIDRaw is that id still holds task 2 pending."""
+    periods = [PeriodSpec(pair=f"host-{MODEL}-gsm8k-c2-s{161 + i}", workload="gsm8k",
+                          seed=161 + i, model=MODEL, period=1, gpus=4, outcome="completed")
+               for i in range(2)]
+    spec = StudySpec(
+        study="t", array_job_id="7000000",
+        elements=[ElementSpec(array_task_id=0, job_id="7000001", periods=[periods[0]],
+                              node="gpu-node-10"),
+                  ElementSpec(array_task_id=1, job_id="7000000", periods=[periods[1]],
+                              node="gpu-node-11")],
+        protocol=default_protocol(periods),
+        execution_commits={p.pair: SEED_COMMIT for p in periods},
+        sacct_extra_lines=["7000000_[1-2]|7000000|host-capacity|PENDING|0:0|Unknown|Unknown|0|"
+                           "|None assigned|(Priority)"])
+    root = tmp_path / "study"
+    write_study(spec, root)
+    summary = audit(root, tmp_path / "out")
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    assert "AUD210" in set(findings["rule_id"])
+    assert summary["gate"]["passed"] is False
