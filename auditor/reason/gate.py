@@ -81,16 +81,36 @@ def _configuration_reasons(verdicts: Sequence[Verdict],
         for subject in config.periods:
             verdict = verdicts[at[subject]]
             if verdict.verdict is VerdictKind.UNRESOLVED:
-                rule = verdict.findings[0].rule_id if verdict.findings else "AUD214"
+                rules = _unresolved_by(verdict)
                 reasons.append(GateReason(
-                    rule, subject,
+                    rules[0], subject,
                     f"configuration {config.key} unresolved: {subject} is unresolved "
                     f"({verdict.reason})", False))
+                # (each other rule that would leave it unresolved is a reason of its own: a
+                # waiver of one lifts that one, never the period)
+                reasons.extend(GateReason(
+                    rule, subject, f"configuration {config.key} unresolved: {subject} is "
+                    f"unresolved by {rule} ({RULES[rule].symbol}) too", False)
+                    for rule in rules[1:])
         if config.missing_seeds or not config.periods:
             reasons.append(GateReason("AUD213", config.key,
                                       f"configuration {config.key} unresolved: missing seed(s) "
                                       f"{', '.join(map(str, config.missing_seeds))}", False))
     return reasons
+
+
+def _unresolved_by(verdict: Verdict) -> list[str]:
+    """The rules that leave an unresolved period so, the decisive one (its verdict's first
+    finding) first, then each other one among its findings that blocks a verdict or is an
+    error, once each; ``AUD214`` for a verdict with no finding."""
+    if not verdict.findings:
+        return ["AUD214"]
+    rules = [verdict.findings[0].rule_id]
+    for item in verdict.findings[1:]:
+        if item.rule_id not in rules and (item.severity is Severity.ERROR
+                                          or RULES[item.rule_id].blocks is not None):
+            rules.append(item.rule_id)
+    return rules
 
 
 def apply_waivers(reasons: list[GateReason], waivers: Iterable[Waiver]

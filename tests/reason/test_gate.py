@@ -4,6 +4,8 @@ in both modes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from auditor.model import (
     Citation,
     ConfigurationResult,
@@ -16,6 +18,7 @@ from auditor.model import (
 )
 from auditor.reason.gate import apply_waivers, decide_gate, gate_reasons
 from auditor.rules import RULES, finding
+from tests.helpers import audit, edit_record, outcome_study, period_records, rewrite
 from tests.reason.values import LOG, RECORD, SACCT, attempt, collected, period
 
 A, B = "host-m-gsm8k-c2-s161/period-1", "host-m-gsm8k-c2-s162/period-1"
@@ -223,3 +226,26 @@ def test_the_plain_gate_is_never_laxer_than_allow_partial() -> None:
     plain = decide_gate(cells, reasons, {0}, [verdict(A)], allow_partial=False)
     partial = decide_gate(cells, reasons, {0}, [verdict(A)], allow_partial=True)
     assert partial.passed or not plain.passed, (plain, partial)
+
+
+def test_a_waiver_of_one_rule_leaves_a_periods_other_blocking_rules(tmp_path: Path) -> None:
+    """A period unresolved by its element still running (AUD210) and by its idle check
+    (AUD118): waiving AUD210 for it lifts that reason, not the idle check's; the gate still
+    fails, and passes once both are waived."""
+    root = outcome_study(tmp_path / "study", ["completed", "completed"])
+    rewrite(root, "accounting/sacct-raw.psv",
+            lambda data: data.replace(b"7000000_0|7000001|host-capacity|COMPLETED|",
+                                      b"7000000_0|7000001|host-capacity|RUNNING|", 1),
+            update_manifest=False)
+    record = next(path for path in period_records(root) if "s161" in str(path))
+
+    def failed_check(doc: dict) -> None:
+        doc["idle_check"].update(passed=False, gpu_processes=3)
+    edit_record(record, failed_check)
+    subject = "host-qwen25-7b-gsm8k-c2-s161/period-1"
+    one = audit(root, tmp_path / "one", "--waive", f"AUD210:{subject}", "--reason", "lag")
+    assert one["gate"]["passed"] is False
+    assert any("AUD118" in reason for reason in one["gate"]["reasons"]), one["gate"]
+    both = audit(root, tmp_path / "both", "--waive", f"AUD210:{subject}", "--reason", "lag",
+                 "--waive", f"AUD118:{subject}", "--reason", "checked by hand")
+    assert both["gate"]["passed"] is True
