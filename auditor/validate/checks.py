@@ -207,6 +207,7 @@ def _period_checks(period: PeriodEvidence, collected: Collected) -> Iterator[Fin
             [Citation(record.path, pointer="/idle_check/passed", quote=str(idle.passed))],
             passed=idle.passed, used=used, processes=idle.gpu_processes,
         )
+    yield from _attempts_twice(period)
     yield from _own_idle_files(period, idle, optional)
     yield from _sealed_late(period)
     for attempt in period.attempts:
@@ -262,6 +263,30 @@ def _host_idle_checks(record: PeriodRecord, subject: str, idle: IdleCheck,
                               unavailable=item.unavailable or "not said why")
         elif item.passed is not True:
             yield finding("AUD118", subject, [cite], form="host_failed", host=host)
+
+
+def _attempts_twice(period: PeriodEvidence) -> Iterator[Finding]:
+    """An ``AUD127`` for each attempt the period record lists again: by its directory
+    (``./`` and a trailing ``/`` aside), else by its job and restart."""
+    first: dict[tuple[str, ...], str] = {}
+    for spec in period.record.attempts:
+        if spec.attempt_dir:
+            key: tuple[str, ...] = ("dir", "/".join(
+                part for part in spec.attempt_dir.split("/") if part not in ("", ".")))
+        elif spec.job_id:
+            key = ("job", spec.job_id, str(spec.restart_count or 0))
+        else:
+            continue
+        shown = spec.attempt_dir or f"job {spec.job_id} restart {spec.restart_count or 0}"
+        if key in first:
+            yield finding("AUD127", period.subject,
+                          [Citation(period.record.path, pointer=spec.pointer or "/",
+                                    quote=shown),
+                           Citation(period.record.path, pointer=first[key] or "/")],
+                          pointer=spec.pointer or "/", attempt=shown,
+                          first=first[key] or "/")
+        else:
+            first[key] = spec.pointer
 
 
 def _own_idle_files(period: PeriodEvidence, idle: IdleCheck | None,

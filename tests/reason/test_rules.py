@@ -448,6 +448,49 @@ def _element_absent(root: Path, tmp: Path) -> list[str]:
     return _no_sacct_row(root, tmp)  # (the element's rows gone, no range holding it)
 
 
+_ATTEMPT_KEYS = ("job_id", "array_task_id", "attempt_dir", "workers", "evidence",
+                 "restart_count")
+
+
+def _listed_twice(record: dict) -> None:
+    """The single-attempt form made the multi-attempt one, listing its attempt twice."""
+    attempt = {key: record.pop(key) for key in _ATTEMPT_KEYS if key in record}
+    attempt["idle_check"] = record["idle_check"]
+    record["attempts"] = [attempt, dict(attempt, attempt_dir="./" + attempt["attempt_dir"])]
+
+
+@scenario("AUD127")
+def _attempt_twice(root: Path, tmp: Path) -> list[str]:
+    edit_record(_record(root), _listed_twice)
+    return []
+
+
+def test_an_attempt_listed_twice_unresolves_its_period(
+        clean: Path, tmp_path: Path) -> None:
+    """One run listed twice is no retry: the period is unresolved (identity), never resolved
+    with a wasted copy of itself; one listed once in the same form is not AUD127."""
+    from tests.helpers import audit, verdicts
+
+    subject = "host-qwen25-7b-gsm8k-c2-s161/period-1"
+    root = tmp_path / "study"
+    shutil.copytree(clean, root)
+    edit_record(_record(root), _listed_twice)
+    summary = audit(root, tmp_path / "twice")
+    assert verdicts(summary)[subject] == ("unresolved", "identity_mismatch")
+    findings = pd.read_parquet(tmp_path / "twice" / "findings.parquet")
+    (message,) = findings[findings["rule_id"] == "AUD127"]["message"]
+    assert "/attempts/1 lists attempt ./" in message and "first at /attempts/0" in message
+
+    def once(record: dict) -> None:
+        _listed_twice(record)
+        record["attempts"].pop()
+    shutil.rmtree(root)
+    shutil.copytree(clean, root)
+    edit_record(_record(root), once)
+    assert "AUD127" not in _fired(root, tmp_path / "once", [])
+    assert verdicts(audit(root, tmp_path / "once2"))[subject] == ("resolved", "completed")
+
+
 @scenario("AUD219")
 def _preempted(root: Path, tmp: Path) -> list[str]:
     rewrite(root, "accounting/sacct-raw.psv",
