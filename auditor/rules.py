@@ -404,7 +404,8 @@ _RULES: tuple[Rule, ...] = (
                 "sacct_after": "{subject}: {exit}; sacct reports {state} for job {job_id}: the "
                                "signal was the time limit's"}),
     Rule("AUD208", "node-failure", "Node failure",
-         "The scheduler reports NODE_FAIL (or BOOT_FAIL) for the element, or the training log "
+         "The scheduler reports NODE_FAIL (or BOOT_FAIL) for the element or one of its "
+         "steps, or the training log "
          "a node failure (slurmstepd's DUE TO NODE FAILURE, srun's or salloc's Node failure): "
          "an infrastructure failure either way.", SACCT_ENDED, E,
          blocks=Reason.INFRASTRUCTURE_FAILURE,

@@ -55,9 +55,15 @@ def infrastructure(
             return finding("AUD219", subject, cite, **_reported(element))
         if element.state in ("CANCELLED", "DEADLINE"):
             return finding("AUD206", subject, cite, **_reported(element))
-        if element.state in ("NODE_FAIL", "BOOT_FAIL"):
-            return finding("AUD208", subject, cite, state=element.state_raw,
-                           job_id=element.job_id)
+        failed_nodes = [s for s in element.steps if s.state in ("NODE_FAIL", "BOOT_FAIL")]
+        if element.state in ("NODE_FAIL", "BOOT_FAIL") or failed_nodes:
+            # (a step's node may fail under a job that ends otherwise: its own row says it)
+            step = failed_nodes[0] if element.state not in ("NODE_FAIL", "BOOT_FAIL") \
+                else None
+            return finding("AUD208", subject, cite if step is None else [
+                Citation(sacct_path, line=step.line, quote=step.state_raw)],
+                state=element.state_raw if step is None
+                else f"{step.state_raw} (step {step.step})", job_id=element.job_id)
         oom_steps = [s for s in element.steps if s.state == "OUT_OF_MEMORY"]
         if element.state == "OUT_OF_MEMORY" or oom_steps:
             where = f"step {oom_steps[0].step}" if oom_steps else "the job"

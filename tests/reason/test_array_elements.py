@@ -60,3 +60,21 @@ def test_a_pending_range_under_the_arrays_own_job_id_keeps_the_array_partial(
     findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
     assert "AUD210" in set(findings["rule_id"])
     assert summary["gate"]["passed"] is False
+
+
+def test_a_steps_node_failure_is_the_infrastructures_under_a_completed_job(
+        tmp_path: Path) -> None:
+    """A step row's NODE_FAIL under a job sacct says COMPLETED: the node that ran the
+    attempt failed, so the period is an infrastructure failure, as for the job's own state
+    (a completed step beside it is nothing)."""
+    root = outcome_study(tmp_path / "study", ["completed"])
+    rewrite(root, "accounting/sacct-raw.psv",
+            lambda data: data.replace(b"7000001.0|apptainer|COMPLETED|",
+                                      b"7000001.0|apptainer|NODE_FAIL|"),
+            update_manifest=False)
+    summary = audit(root, tmp_path / "out")
+    (period,) = summary["periods"]
+    assert (period["verdict"], period["reason"]) == ("unresolved", "infrastructure_failure")
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    (message,) = findings[findings["rule_id"] == "AUD208"]["message"]
+    assert "NODE_FAIL (step 0)" in message, message
