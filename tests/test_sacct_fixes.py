@@ -29,7 +29,15 @@ from auditor._cli import main
 from auditor._io import HashingReader
 from auditor.collect.sacct import parse_sacct
 from auditor.model import SacctDump
-from tests.helpers import audit, edit_json, edit_record, outcome_study, period_records, rewrite
+from tests.helpers import (
+    audit,
+    edit_json,
+    edit_record,
+    outcome_study,
+    period_records,
+    rewrite,
+    verdicts,
+)
 
 DUMPS = Path(__file__).resolve().parent.parent / "fixtures" / "slurm"
 NS = 1_000_000_000
@@ -458,3 +466,28 @@ def test_auditor_sacct_counts_unreadable_rows_past_the_first_few(
     assert len(named) == NOTES_PER_RULE < len(err) <= NOTES_PER_RULE + 2, err
     assert any(f"and {200 - NOTES_PER_RULE:,} more AUD008" in line for line in err), err
     assert any("800 further findings not kept" in line for line in err), err
+
+
+@pytest.mark.parametrize(("earlier", "expected"), [
+    # (the first run completed; its own record says its step ran out of memory, and the
+    # rerun failed: the period has no completion to rest on)
+    ("OUT_OF_MEMORY|0:125", ("unresolved", "unclean_exit")),
+    ("NODE_FAIL|0:0", ("unresolved", "unclean_exit")),
+    ("COMPLETED|0:0", ("resolved", "completed")),  # (its record says nothing against it)
+])
+def test_an_earlier_runs_own_record_judges_that_run(tmp_path: Path, earlier: str,
+                                                    expected: tuple[str, str]) -> None:
+    """With sacct -D, each run of a requeued job has its own record: one whose step shows
+    the node or the memory failed makes that run an infrastructure failure, as the latest
+    record does the last run's, so a later failed rerun is what the period rests on."""
+    root = requeued_study(tmp_path / "study", with_d=True)
+    def first_step(data: bytes) -> bytes:
+        lines = data.splitlines(keepends=True)
+        at = next(i for i, line in enumerate(lines) if line.startswith(b"7000000_1.0|"))
+        lines[at] = lines[at].replace(b"|COMPLETED|0:0|", f"|{earlier}|".encode(), 1)
+        return b"".join(lines)  # (the first run's step: -D lists the earlier record first)
+    rewrite(root, "accounting/sacct-raw.psv", first_step, update_manifest=False)
+    edit_json(root, f"{DIR}/attempt-7000002-r1/trial-7000002.json",
+              lambda doc: doc["invocation"].update(exit_code=1))
+    summary = audit(root, tmp_path / "out")
+    assert verdicts(summary)["host-qwen25-7b-gsm8k-c2-s162/period-1"] == expected

@@ -589,7 +589,7 @@ def _timeline(attempt: AttemptEvidence, sacct: SacctDump | None,
             yield finding("AUD116", subject, [Citation(trace.path)], form="samples")
     element = element_for(sacct, attempt.spec.job_id or trial.job_id)
     if element is not None and sacct is not None:
-        element, unmatched = _own_record(element, attempt, period)
+        element, unmatched = own_record(element, attempt, period)
         if element is None:
             yield finding("AUD119", subject, [Citation(sacct.path), Citation(
                 trial.path, pointer="/restart_count")], form="restart", **unmatched)
@@ -629,7 +629,7 @@ def restart_of(attempt: AttemptEvidence) -> int | None:
     return int(match["restart"]) if match is not None and match["restart"] else None
 
 
-def _own_record(element: SacctJob, attempt: AttemptEvidence, period: PeriodEvidence | None
+def own_record(element: SacctJob, attempt: AttemptEvidence, period: PeriodEvidence | None
                 ) -> tuple[SacctJob | None, dict[str, object]]:
     """The record of the attempt's own run (the element itself when its run is unknown or
     the latest), or None and what the dump lacks (``job_id``, ``restart``, ``latest``)."""
