@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
 from auditor.model import (
+    AttemptEvidence,
     CauseWord,
     Citation,
     Collected,
@@ -21,7 +22,7 @@ from auditor.model import (
 )
 from auditor.reason.causes import TIERS, event_cause, merged_events
 from auditor.rules import describe, finding
-from auditor.validate.checks import element_for
+from auditor.validate.checks import element_for, own_record
 
 
 def scheduler_element(period: PeriodEvidence, job_id: str | None,
@@ -35,6 +36,24 @@ def scheduler_element(period: PeriodEvidence, job_id: str | None,
                         if job.array_job_id == record.array_job_id
                         and job.covers(record.array_task_id)), None)
     return element
+
+
+HARDWARE_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY"})
+"""States of a run's record (or of one of its steps) that say its node or its memory failed."""
+
+
+def run_record(element: SacctJob, attempt: AttemptEvidence, period: PeriodEvidence
+               ) -> tuple[SacctJob, bool]:
+    """The record that judges an attempt that is not its job's last run, and whether it
+    judges it as the latest record judges the last run: its own earlier record (``sacct
+    -D``) when that says its node or its memory failed (on it or a step), else the job's
+    latest record, as for any earlier run (False)."""
+    own, _ = own_record(element, attempt, period)
+    if own is not None and own is not element and (
+            own.state in HARDWARE_STATES
+            or any(step.state in HARDWARE_STATES for step in own.steps)):
+        return own, True
+    return element, False
 
 
 def infrastructure(

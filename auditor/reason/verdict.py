@@ -46,10 +46,10 @@ from auditor.reason.infrastructure import (
     ended_after,
     follows_a_failure,
     infrastructure,
+    run_record,
     scheduler_element,
 )
 from auditor.rules import RULES, describe, finding, unprefixed
-from auditor.validate.checks import own_record
 
 FILE_STATUS_RULES = {"missing": "AUD101", "mismatched": "AUD102", "unsafe": "AUD103",
                      "unreadable": "AUD104"}
@@ -150,11 +150,7 @@ def judge_attempt(period: PeriodEvidence, attempt: AttemptEvidence,
     is_last = context.last_attempt_of_job.get(job_id or "") \
         == f"{period.subject}#{attempt.spec.index}"
     if not is_last and element is not None:
-        own, _ = own_record(element, attempt, period)
-        if own is not None and own is not element and _hardware_failed(own):
-            # (an earlier run's own record (sacct -D) says how that run's node or memory
-            # failed: it judges the attempt as the latest record judges the last one)
-            element, is_last = own, True
+        element, is_last = run_record(element, attempt, period)
     shown = evidence_shows(period, attempt, context.protocol, element, is_last)
     shown.sacct_path = context.collected.sacct.path if context.collected.sacct else ""
     judgement = decide(period, blockers, shown, context)
@@ -245,15 +241,6 @@ def _exit_class(trial: TrialRecord, attempt: AttemptEvidence, protocol: Protocol
             said.append((role, int(code), Citation(log.path, line=event.line,
                                                    quote=event.text)))
     return attributed_in_log(exit_class, said)
-
-
-HARDWARE_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY"})
-"""States of a run's record (or of one of its steps) that say its node or its memory failed."""
-
-
-def _hardware_failed(record: SacctJob) -> bool:
-    return record.state in HARDWARE_STATES \
-        or any(step.state in HARDWARE_STATES for step in record.steps)
 
 
 def evidence_shows(period: PeriodEvidence, attempt: AttemptEvidence, protocol: Protocol,

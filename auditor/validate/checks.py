@@ -23,7 +23,6 @@ from auditor.model import (
     Citation,
     Collected,
     Finding,
-    IdleCheck,
     PeriodEvidence,
     PeriodRecord,
     SacctDump,
@@ -39,6 +38,7 @@ from auditor.model.kinds import (
     EvidenceKind,
 )
 from auditor.rules import finding
+from auditor.validate.idle import idle_checks
 
 ATTEMPT_NAME_RE = re.compile(r"(?:^|/)attempt-(?P<job>[^/]+?)(?:-r(?P<restart>\d{1,9}))?$")
 """An attempt directory: ``attempt-<job>`` (restart 0) or ``attempt-<job>-r<restart_count>``
@@ -185,30 +185,8 @@ def _period_checks(period: PeriodEvidence, collected: Collected) -> Iterator[Fin
     if not record.readable:
         return
     subject = period.subject
-    idle = record.idle_check
-    optional = collected.protocol.idle_check == "optional"
-    hosts = worker_hosts(period)
-    if idle is not None and (idle.hosts or len(hosts) > 1):
-        yield from _host_idle_checks(record, subject, idle, hosts, optional)
-    elif idle is None:
-        if not optional:  # (under an optional policy the report says it, and nothing more)
-            yield finding("AUD118", subject, [Citation(record.path, pointer="/idle_check")],
-                          form="absent")
-    elif idle.passed is None and idle.unavailable is not None:
-        if not optional:
-            yield finding("AUD118", subject,
-                          [Citation(record.path, pointer="/idle_check/unavailable",
-                                    quote=idle.unavailable)],
-                          form="unavailable", unavailable=idle.unavailable)
-    elif idle.passed is not True:
-        used = ", ".join(str(v) for v in idle.gpu_memory_used_mib) or "?"
-        yield finding(
-            "AUD118", subject,
-            [Citation(record.path, pointer="/idle_check/passed", quote=str(idle.passed))],
-            passed=idle.passed, used=used, processes=idle.gpu_processes,
-        )
+    yield from idle_checks(period, collected.protocol.idle_check == "optional")
     yield from _attempts_twice(period)
-    yield from _own_idle_files(period, idle, optional)
     yield from _sealed_late(period)
     for attempt in period.attempts:
         trial = attempt.read.trial
@@ -230,39 +208,6 @@ def _period_checks(period: PeriodEvidence, collected: Collected) -> Iterator[Fin
 
 SEALED_LATE_NS = 3600 * NS
 """A period sealed later than this after its last attempt ended is said to be (``AUD125``)."""
-
-
-def worker_hosts(period: PeriodEvidence) -> tuple[str, ...]:
-    """The hosts the period's last attempt's workers ran on (contract v1.2), sorted."""
-    if not period.attempts:
-        return ()
-    return tuple(sorted({w.host for w in period.attempts[-1].spec.workers if w.host}))
-
-
-def _host_idle_checks(record: PeriodRecord, subject: str, idle: IdleCheck,
-                      hosts: tuple[str, ...], optional: bool) -> Iterator[Finding]:
-    """Every worker host's own idle check (contract v1.2): each must have passed; one that
-    could not be made decides nothing under an optional policy."""
-    by_host = {item.host: item for item in idle.hosts}
-    pointer = "/idle_check/hosts"
-    if not idle.hosts:  # (the one-node form, for workers on several nodes)
-        if not optional or idle.passed is False:
-            yield finding("AUD118", subject, [Citation(record.path, pointer="/idle_check")],
-                          form="one_node", hosts=", ".join(hosts))
-        return
-    for host in hosts or tuple(by_host):
-        item = by_host.get(host)
-        cite = Citation(record.path, pointer=f"{pointer}/{host}")
-        if item is None:
-            if not optional:  # (optional: a check not made decides nothing)
-                yield finding("AUD118", subject, [Citation(record.path, pointer=pointer)],
-                              form="host_absent", host=host)
-        elif item.passed is None:
-            if not optional:
-                yield finding("AUD118", subject, [cite], form="host_unavailable", host=host,
-                              unavailable=item.unavailable or "not said why")
-        elif item.passed is not True:
-            yield finding("AUD118", subject, [cite], form="host_failed", host=host)
 
 
 def _attempts_twice(period: PeriodEvidence) -> Iterator[Finding]:
@@ -287,35 +232,6 @@ def _attempts_twice(period: PeriodEvidence) -> Iterator[Finding]:
                           first=first[key] or "/")
         else:
             first[key] = spec.pointer
-
-
-def _own_idle_files(period: PeriodEvidence, idle: IdleCheck | None,
-                    optional: bool) -> Iterator[Finding]:
-    """Each node's own idle check file (``idle/<host>.json`` of the last attempt: the
-    period's end) held against the record that gathered it: a node whose own file says its
-    check failed (or, under a required policy, could not be made) never passes on the
-    record's word. Where the record says the same of that node, its own finding says it."""
-    if not period.attempts:
-        return
-    by_host = {item.host: item.passed for item in idle.hosts} if idle is not None else {}
-    for own in period.attempts[-1].read.idle:
-        if own.passed is True or (own.passed is None and optional):
-            continue
-        named = idle is not None and (not idle.hosts or own.host in by_host)
-        said = None if idle is None else by_host.get(own.host) if idle.hosts else idle.passed
-        if named and said is own.passed:
-            continue
-        yield finding(
-            "AUD118", period.subject,
-            [Citation(own.path or "", pointer="/passed", quote=_json_word(own.passed))],
-            form="own_file", host=own.host, path=own.path, passed=_json_word(own.passed),
-            why=f" ({own.unavailable})" if own.unavailable else "",
-            said=f"passed={_json_word(said)}" if named else "nothing of it")
-
-
-def _json_word(value: bool | None) -> str:
-    """``true``, ``false`` or ``null``, as the file says it."""
-    return "null" if value is None else "true" if value else "false"
 
 
 def _sealed_late(period: PeriodEvidence) -> Iterator[Finding]:
