@@ -380,7 +380,7 @@ class _Scanner:
                     else "slurm_step_cancelled" if slurm["what"] == "STEP" \
                     else "slurm_cancelled"
                 self._add(kind, number, segment, slurm["id"])
-        if "xited" in content or "erminated with" in content:
+        if "xited with" in content or "xited," in content or "erminated with" in content:
             said = role_exit(content)
             if said is not None:
                 self._add("role_exit", number, segment, f"{said[0]} {said[1]}")

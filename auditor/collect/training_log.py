@@ -80,7 +80,7 @@ _TRIGGER_WORDS = (
     b"got signal", b"Killed", b"Aborted", b"Bus error", b"ActorDied", b"RayActorError",
     b"actor died", b"actor is dead", b"worker died", b"Root Cause", b"ode failure",
     # a launcher's line naming a process's exit (model.lines.role_exit)
-    b"xited", b"erminated with",
+    b"xited with", b"xited,", b"erminated with",
     b":::MLLOG",  # an MLPerf record (its run_stop aborted: the trainer's own abort)
     # contract v1.2's more causes (failure_texts._MORE_CAUSES), where a line that says it
     # need not hold "rror" or "xception" (a logger's ERROR, a warning); kept few: with 65
