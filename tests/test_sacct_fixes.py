@@ -491,3 +491,44 @@ def test_an_earlier_runs_own_record_judges_that_run(tmp_path: Path, earlier: str
               lambda doc: doc["invocation"].update(exit_code=1))
     summary = audit(root, tmp_path / "out")
     assert verdicts(summary)["host-qwen25-7b-gsm8k-c2-s162/period-1"] == expected
+
+
+def test_an_earlier_runs_record_judges_only_the_attempt_its_end_hit(tmp_path: Path) -> None:
+    """One element runs two periods in one job; its first run completed period 1, then its
+    node failed in period 2, which the rerun (``-r1``) completed. The first run's own
+    record (NODE_FAIL, and its period-2 step's) is not period 1's end: period 1 had
+    finished before it. Both periods stay resolved."""
+    from fixtures.generate import (
+        MODEL,
+        SEED_COMMIT,
+        ElementSpec,
+        PeriodSpec,
+        StudySpec,
+        default_protocol,
+        write_study,
+    )
+
+    pair = f"host-{MODEL}-gsm8k-c2-s161"
+    first = PeriodSpec(pair=pair, workload="gsm8k", seed=161, model=MODEL, period=1, gpus=4,
+                       outcome="completed")
+    second = PeriodSpec(pair=pair, workload="gsm8k", seed=161, model=MODEL, period=2, gpus=2,
+                        outcome="completed")
+    root = tmp_path / "study"
+    write_study(StudySpec(study="t", array_job_id="7000000", elements=[ElementSpec(
+        array_task_id=0, job_id="7000001", periods=[first, second], node="gpu-node-10")],
+        protocol=default_protocol([first, second]), execution_commits={pair: SEED_COMMIT}),
+        root)
+    rerun = f"{pair}-2gpu/attempt-7000001-r1"
+    (root / f"{pair}-2gpu/attempt-7000001").rename(root / rerun)
+    edit_record(root / f"pairs/{pair}/period-2.json",
+                lambda doc: doc.update(attempt_dir=rerun, restart_count=1))
+    edit_json(root, f"{rerun}/trial-7000001.json",
+              lambda doc: doc.update(restart_count=1, attempt=2))
+    edit_record(root / f"pairs/{pair}/period-1.json", lambda doc: doc.update(restart_count=0))
+    edit_json(root, f"{pair}-4gpu/attempt-7000001/trial-7000001.json",
+              lambda doc: doc.update(restart_count=0))
+    lines = (root / "accounting/sacct-raw.psv").read_text().splitlines()
+    earlier = [line.replace("|COMPLETED|", "|NODE_FAIL|", 1)
+               if line.startswith(("7000000_0|", "7000000_0.1|")) else line for line in lines]
+    (root / "accounting/sacct-raw.psv").write_text("\n".join(earlier + lines) + "\n")
+    assert set(verdicts(audit(root, tmp_path / "out")).values()) == {("resolved", "completed")}

@@ -56,10 +56,17 @@ from auditor.reason.configurations import configurations
 from auditor.reason.exits import EXIT_KINDS
 from auditor.reason.facts import period_facts
 from auditor.reason.gate import admitted, apply_waivers, decide_gate, gate_reasons
+from auditor.reason.infrastructure import run_key
 from auditor.reason.verdict import Context, Judgement, judge_attempt
 from auditor.rules import finding
 from auditor.store import Held, Kept
-from auditor.validate.checks import element_for, forget_lookups, period_checks, study_checks
+from auditor.validate.checks import (
+    element_for,
+    forget_lookups,
+    period_checks,
+    restart_of,
+    study_checks,
+)
 
 LAUNCHER_STATUS = {
     "resolved": VerdictKind.RESOLVED, "completed": VerdictKind.RESOLVED,
@@ -538,8 +545,9 @@ def _counted_trial(period: PeriodEvidence,
 
 
 def _launched_last(periods: list[PeriodEvidence], latest: dict[str, tuple[int, str]]) -> None:
-    """Fold ``periods`` (in the study's order) into ``latest``: for each job id, the start
-    and ``subject#index`` of the attempt launched last in it (by invocation start; of equal
+    """Fold ``periods`` (in the study's order) into ``latest``: for each job id, and for
+    each run of a job whose restart is known (``<job>#r<n>``: :func:`run_key`), the start and
+    ``subject#index`` of the attempt launched last in it (by invocation start; of equal
     starts, the later in order)."""
     for period in periods:
         for attempt in period.attempts:
@@ -548,8 +556,10 @@ def _launched_last(periods: list[PeriodEvidence], latest: dict[str, tuple[int, s
             if not job:
                 continue
             start = trial.started_ns if trial and trial.started_ns is not None else -1
-            if job not in latest or start >= latest[job][0]:
-                latest[job] = (start, f"{period.subject}#{attempt.spec.index}")
+            who = f"{period.subject}#{attempt.spec.index}"
+            for key in (job, run_key(job, restart_of(attempt))):
+                if key is not None and (key not in latest or start >= latest[key][0]):
+                    latest[key] = (start, who)
 
 
 def _judge_period(

@@ -42,13 +42,33 @@ HARDWARE_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY"})
 """States of a run's record (or of one of its steps) that say its node or its memory failed."""
 
 
-def run_record(element: SacctJob, attempt: AttemptEvidence, period: PeriodEvidence
-               ) -> tuple[SacctJob, bool]:
-    """The record that judges an attempt that is not its job's last run, and whether it
-    judges it as the latest record judges the last run: its own earlier record (``sacct
-    -D``) when that says its node or its memory failed (on it or a step), else the job's
-    latest record, as for any earlier run (False)."""
+RUN_END_SLACK_S = 60
+"""How long before its run's recorded end an attempt may have ended and still be what that
+end hit (a trial record is written as the command returns; clocks of two nodes differ)."""
+NS = 1_000_000_000
+
+
+def run_key(job: str, restart: int | None) -> str | None:
+    """The key of one run of a job (``<job>#r<n>``), None when its restart is unknown."""
+    return None if restart is None else f"{job}#r{restart}"
+
+
+def run_record(element: SacctJob, attempt: AttemptEvidence, period: PeriodEvidence,
+               last_of_run: bool) -> tuple[SacctJob, bool]:
+    """The record that judges an attempt that is not its job's last, and whether it judges
+    it as the latest record judges the job's last: the run's own earlier record (``sacct
+    -D``) when the attempt is the last its run launched (``last_of_run``: an element runs
+    several periods in one job), had not ended before the run did (:data:`RUN_END_SLACK_S`)
+    and that record says its node or its memory failed (on it or a step); else the job's
+    latest record, as for any earlier attempt (False)."""
+    if not last_of_run:
+        return element, False
     own, _ = own_record(element, attempt, period)
+    trial = attempt.read.trial
+    finished = trial.finished_ns if trial is not None else None
+    if own is not None and own.end is not None and finished is not None \
+            and finished < (own.end - RUN_END_SLACK_S) * NS:
+        return element, False  # (it had ended before its run did: not what the run's end hit)
     if own is not None and own is not element and (
             own.state in HARDWARE_STATES
             or any(step.state in HARDWARE_STATES for step in own.steps)):

@@ -46,10 +46,12 @@ from auditor.reason.infrastructure import (
     ended_after,
     follows_a_failure,
     infrastructure,
+    run_key,
     run_record,
     scheduler_element,
 )
 from auditor.rules import RULES, describe, finding, unprefixed
+from auditor.validate.checks import restart_of
 
 FILE_STATUS_RULES = {"missing": "AUD101", "mismatched": "AUD102", "unsafe": "AUD103",
                      "unreadable": "AUD104"}
@@ -149,8 +151,11 @@ def judge_attempt(period: PeriodEvidence, attempt: AttemptEvidence,
                                  form="no_trial")))
     is_last = context.last_attempt_of_job.get(job_id or "") \
         == f"{period.subject}#{attempt.spec.index}"
-    if not is_last and element is not None:
-        element, is_last = run_record(element, attempt, period)
+    if not is_last and element is not None and job_id:
+        run = run_key(job_id, restart_of(attempt))
+        element, is_last = run_record(
+            element, attempt, period, run is not None and context.last_attempt_of_job.get(run)
+            == f"{period.subject}#{attempt.spec.index}")
     shown = evidence_shows(period, attempt, context.protocol, element, is_last)
     shown.sacct_path = context.collected.sacct.path if context.collected.sacct else ""
     judgement = decide(period, blockers, shown, context)
