@@ -52,9 +52,6 @@ from dataclasses import dataclass, field
 
 NOTE = b"[auditor run] "
 SEEN_EVERY_S = 1.0
-GROUP_FRESH_S = 5.0
-"""How long a process group in which a descendant of the command was seen stays one the end
-of the command may signal though no look at ``/proc`` found a member since."""
 GRACE_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 """The signals the grace counts from (SIGUSR1 is a warning, never a reason to kill)."""
 PR_SET_CHILD_SUBREAPER = 36
@@ -218,10 +215,11 @@ class Supervision:
     """Every pid of the command's tree seen while it ran (looked at every
     :data:`SEEN_EVERY_S`): whose framework sessions are this run's (Ray names its session for
     the process that started it)."""
-    groups: dict[int, float] = field(default_factory=dict)
-    """The process groups of the command's descendants, each with when one was last seen in
-    it (``time.monotonic``): a descendant that keeps forking can be missed by every look at
-    ``/proc`` (each fork a new pid), never by its group's signal (see :meth:`fresh_groups`)."""
+    groups: set[int] = field(default_factory=set)
+    """The process groups the command's descendants were seen in, while each has a member
+    (an emptied one is let go at the next look): a descendant that keeps forking can be
+    missed by every look at ``/proc`` (each fork a new pid), never by its group's signal
+    (:meth:`live_groups`)."""
 
     def tree(self) -> list[int]:
         """The command's live descendants (its own process excluded once it is gone): its
@@ -245,20 +243,24 @@ class Supervision:
             found.append(pid)
             stack.extend(children.get(pid, ()))
         live = [pid for pid in found if table[pid][1] != "Z"]
-        now = time.monotonic()
-        for pid in live:
-            self.groups[table[pid][2]] = now
+        self.groups.update(table[pid][2] for pid in live)
+        self.live_groups()  # (let go of the emptied ones now: see live_groups)
         return [pid for pid in live if pid != self.pgid]
 
-    def fresh_groups(self) -> list[int]:
-        """The process groups a descendant of the command was seen in during the last
-        :data:`GROUP_FRESH_S` that still have a member (never the wrapper's own group): safe
-        to signal, as a group's number is never taken again while any process is in it, and
-        no sooner than every pid was handed out since it emptied."""
-        now, own = time.monotonic(), os.getpgrp()
-        return sorted(group for group, when in self.groups.items()
-                      if group != own and now - when <= GROUP_FRESH_S
-                      and _killpg(group, 0))
+    def live_groups(self) -> list[int]:
+        """The process groups a descendant of the command was seen in that still have a
+        member (never the wrapper's own group), each emptied one let go: safe to signal, as
+        a group's number is never taken again while any process is in it, and one let go as
+        soon as a look finds it empty (looks come at least every :data:`SEEN_EVERY_S` while
+        the command runs) is never signalled after its number could be reused."""
+        own = os.getpgrp()
+        live = []
+        for group in sorted(self.groups):  # (a copy: the signal handler may add one)
+            if group != own and _killpg(group, 0):
+                live.append(group)
+            else:
+                self.groups.discard(group)
+        return live
 
     def signal_all(self, signum: int) -> int:
         """Send ``signum`` to the command's group and every descendant outside it; returns
@@ -425,7 +427,7 @@ def _wait(process: subprocess.Popen[bytes], state: Supervision, log_fd: int,
                                  "its descendants")
                 continue
             left = state.tree()
-            groups = state.fresh_groups()  # (members no look found: Supervision.groups)
+            groups = state.live_groups()  # (members no look found: Supervision.groups)
             state.reap()
             if drain_until is None:
                 # (what the command wrote before it exited is read first: a pipe that still
@@ -467,7 +469,7 @@ def _end(state: Supervision, pids: list[int], signum: int, log_fd: int, text: st
     for pid in pids:
         if pid > 0 and _kill(pid, signum):
             state.outlived[pid] = signal.Signals(signum).name
-    for group in state.fresh_groups():
+    for group in state.live_groups():
         _killpg(group, signum)
     note(state, log_fd, text)
 
@@ -481,7 +483,7 @@ def _settle(state: Supervision, timeout: float = 2.0) -> None:
     while time.monotonic() < deadline:
         state.reap()
         left = state.tree()
-        groups = state.fresh_groups()
+        groups = state.live_groups()
         if not left and not groups:
             return
         for pid in left:

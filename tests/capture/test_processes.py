@@ -401,15 +401,20 @@ def test_the_wrappers_notes_never_split_a_line_of_the_commands(tmp_path: Path) -
     """A signal that reaches the wrapper while the command is half-way through a line: the
     wrapper's note waits for the line's end, so a terminal line stays whole."""
     marker = tmp_path / "half"
-    code = ("import pathlib, signal, sys, time; signal.signal(signal.SIGUSR1, signal.SIG_IGN); "
+    # (the command finishes its line half a second after the forwarded signal reached it:
+    # the wrapper's note, made as the signal came, would be written in between)
+    code = ("import pathlib, signal, sys, time; got = []; "
+            "signal.signal(signal.SIGUSR1, lambda *_: got.append(1)); "
             "sys.stdout.write('step:1 - train'); sys.stdout.flush(); "
-            f"pathlib.Path({str(marker)!r}).touch(); time.sleep(1.0); "
-            "print('ing/global_step:1', flush=True); time.sleep(0.3)")
+            f"pathlib.Path({str(marker)!r}).touch(); end = time.monotonic() + 30\n"
+            "while not got and time.monotonic() < end: time.sleep(0.01)\n"
+            "time.sleep(0.5); print('ing/global_step:1', flush=True); time.sleep(0.3)")
     wrapper = start_auditor(["run", "--pair", PAIR, "--period", "1", "--gpus", "2", "--root",
                              str(tmp_path), "--job-id", "6202", "--", sys.executable, "-c",
                              code], clean_env())
     wait_for(marker.exists, 30)
-    time.sleep(0.2)  # (the half line is in the log by now)
+    log_path = attempt_of(tmp_path, "6202", PAIR) / "training-6202.log"
+    wait_for(lambda: b"step:1 - train" in log_path.read_bytes(), 30)  # (the half line)
     wrapper.send_signal(signal.SIGUSR1)
     wrapper.communicate(timeout=60)
     log = (attempt_of(tmp_path, "6202", PAIR) / "training-6202.log").read_text().splitlines()

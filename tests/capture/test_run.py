@@ -463,7 +463,9 @@ def test_the_example_trainer_starts_a_rank_per_gpu(tmp_path: Path) -> None:
 
 
 
-def test_a_grandchild_that_keeps_forking_is_ended_all_the_same(tmp_path: Path) -> None:
+@pytest.mark.parametrize("drain", [("--drain", "0.3"), ()], ids=["drain-0.3", "drain-default"])
+def test_a_grandchild_that_keeps_forking_is_ended_all_the_same(tmp_path: Path,
+                                                               drain: tuple[str, ...]) -> None:
     """A descendant that ignores SIGTERM and moves to a new pid every few milliseconds (each
     fork's parent exits) is not outrun by the end of the command: it is ended, though no
     look at ``/proc`` may find it, through its process group. (It beats a file at each
@@ -478,10 +480,12 @@ def test_a_grandchild_that_keeps_forking_is_ended_all_the_same(tmp_path: Path) -
            "    if os.fork(): os._exit(0)\n"
            f"    with open({str(beat)!r}, 'a') as f: f.write('.')\n"
            "    time.sleep(0.002)\n")
-    code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
-            f"{hop!r}]); time.sleep(0.2); print('started', flush=True)")
-    assert main([*run_args(tmp_path, "5013", "--drain", "0.3", "--"), sys.executable,
-                 "-c", code]) == 0
+    code = ("import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+            f"{hop!r}]); end = time.monotonic() + 10\n"
+            f"while not os.path.exists({str(beat)!r}) and time.monotonic() < end: "
+            "time.sleep(0.01)\n"
+            "print('started', flush=True)")
+    assert main([*run_args(tmp_path, "5013", *drain, "--"), sys.executable, "-c", code]) == 0
     assert beat.stat().st_size > 0  # (it was hopping)
     time.sleep(0.2)
     size = beat.stat().st_size
@@ -516,3 +520,50 @@ def test_a_command_that_closes_its_output_mid_line_holds_no_note_back(tmp_path: 
     assert log_path.read_text().splitlines()[1:3] == [
         "half", "[auditor run] received SIGTERM; forwarded to process group "
         + log_path.read_text().split("forwarded to process group ", 1)[1].split("\n")[0]]
+
+
+def test_a_group_seen_once_is_ended_however_long_the_drain(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """The forking descendant is seen while the command runs, and never again (every later
+    look at ``/proc`` misses it, as one that keeps forking may): its process group is still
+    signalled at the end of a drain longer than any freshness (a group is let go only once a
+    look finds it empty)."""
+    from auditor.capture import supervise
+
+    beat = tmp_path / "beat"
+    real, started, command = supervise._processes, time.monotonic(), [0]
+
+    def hiding() -> dict[int, tuple[int, str, int]]:
+        table = real()
+        if time.monotonic() - started < 2.2:
+            return table
+        return {pid: value for pid, value in table.items()
+                if value[2] in (os.getpgrp(), command[0])}
+
+    real_start = supervise.start
+
+    def start(*args: Any) -> Any:
+        process = real_start(*args)
+        command[0] = process.pid
+        return process
+
+    monkeypatch.setattr(supervise, "_processes", hiding)
+    monkeypatch.setattr(supervise, "start", start)
+    hop = ("import os, signal, sys, time\n"
+           "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+           "end = time.monotonic() + 20\n"
+           "if os.fork(): sys.exit(0)\n"
+           "os.setsid()\n"
+           "while time.monotonic() < end:\n"
+           "    if os.fork(): os._exit(0)\n"
+           f"    with open({str(beat)!r}, 'a') as f: f.write('.')\n"
+           "    time.sleep(0.002)\n")
+    code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+            f"{hop!r}]); time.sleep(2.5); print('started', flush=True)")
+    assert main([*run_args(tmp_path, "5016", "--drain", "6", "--"), sys.executable, "-c",
+                 code]) == 0
+    time.sleep(0.2)
+    size = beat.stat().st_size
+    time.sleep(0.5)
+    assert beat.stat().st_size == size, "a descendant of the command outlived the wrapper"
