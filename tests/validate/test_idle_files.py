@@ -63,3 +63,14 @@ def test_a_malformed_own_file_is_a_finding_naming_it(tmp_path: Path) -> None:
     audit(root, tmp_path / "out")
     findings = pq.read_table(tmp_path / "out" / "findings.parquet").to_pylist()
     assert any((f["path"] or "").endswith("idle/gpu-node-10.json") for f in findings), findings
+
+
+@pytest.mark.parametrize("extra", [{"gpu_memory_used_mib": [0.0, 3.5]}, {"checked_ns": None},
+                                   {"gpu_processes": "none"}])
+def test_a_sites_own_fields_in_its_file_decide_nothing(tmp_path: Path,
+                                                       extra: dict[str, Any]) -> None:
+    """The contract's fields are host, passed, unavailable and checked_ns: a site's checker
+    writing its own fields its own way (floats, a null time) leaves a passed check passed."""
+    root = outcome_study(tmp_path / "study", ["completed"])
+    _with_own_file(root, {"passed": True, **extra})
+    assert verdicts(audit(root, tmp_path / "out"))[S] == ("resolved", "completed")
