@@ -86,10 +86,10 @@ def record_of(content: str) -> dict[str, Any] | None:
 
 
 def holds(tests: tuple[JsonTest, ...], record: object, steps: int | None = None) -> bool:
-    """Whether ``record`` meets every predicate (none: never). Two fields compared must
-    hold the same count (:func:`_count`), and where the dispatch gives ``steps``, that count
-    (a trainer's ``global_step == max_steps`` of another step count is not this run's
-    end)."""
+    """Whether ``record`` meets every predicate (none: never). Two fields compared must hold
+    equal values, neither null nor a flag, and where the dispatch gives ``steps``, two counts
+    (:func:`_count`) must also equal it (a trainer's ``global_step == max_steps`` of another
+    step count is not this run's end)."""
     if not tests or not isinstance(record, dict):
         return False
     for path, how, value in tests:
@@ -98,12 +98,12 @@ def holds(tests: tuple[JsonTest, ...], record: object, steps: int | None = None)
             return False
         if how == "field":
             other_found, other = field(record, str(value))
-            count = _count(have)
-            # (two fields equal say something of a run's end only as counts: two flags, two
-            # nulls or two texts equal say nothing of a step)
-            if not other_found or count is None or count != _count(other):
+            # (two flags, or two nulls, equal say nothing of a run's end)
+            if not other_found or have is None or isinstance(have, bool) \
+                    or not _same(have, other):
                 return False
-            if steps is not None and count != steps:
+            count = _count(have)
+            if steps is not None and count is not None and count != steps:
                 return False
         elif not _same(have, value):
             return False
@@ -225,11 +225,12 @@ def _number(text: str | None) -> int | None:
 
 
 def _count(value: object) -> int | None:
-    """``value`` as a count of steps: a whole number (``3`` or ``3.0``), never a flag, a
-    text or a fraction; None otherwise."""
+    """``value`` as a count of steps: an integer, or a text of ASCII digits (``"3"``); None
+    otherwise (a float is an epoch's kind of number: the contract's predicates need no
+    step)."""
     if type(value) is int:
         return value
-    if type(value) is float and value.is_integer():
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 20:
         return int(value)
     return None
 
