@@ -18,6 +18,7 @@ from auditor.model import (
     Finding,
     GateReason,
     GateResult,
+    Reason,
     Severity,
     Verdict,
     VerdictKind,
@@ -46,7 +47,8 @@ def gate_reasons(collected: Collected, verdicts: Sequence[Verdict], findings: It
     ruled.extend((FROZEN_GATE, _reason(FROZEN_GATE, item)) for item in _frozen(collected))
     ruled.sort(key=lambda pair: pair[0].order)  # (stable: in the findings' order within)
     reasons = [reason for policy, reason in ruled if policy.integrity]
-    reasons.extend(_configuration_reasons(verdicts, configurations))
+    reasons.extend(_configuration_reasons(
+        verdicts, configurations, collected.sacct.path if collected.sacct else None))
     reasons.extend(reason for policy, reason in ruled if not policy.integrity)
     return reasons
 
@@ -70,7 +72,8 @@ def _frozen(collected: Collected) -> list[Finding]:
 
 
 def _configuration_reasons(verdicts: Sequence[Verdict],
-                           configurations: list[ConfigurationResult]) -> list[GateReason]:
+                           configurations: list[ConfigurationResult],
+                           sacct_path: str | None = None) -> list[GateReason]:
     """An unresolved configuration's reasons: each unresolved period (named by its
     verdict's first finding), and its missing seeds."""
     at = {v.subject: place for place, v in enumerate(verdicts)}  # (kept packed, when many)
@@ -81,7 +84,7 @@ def _configuration_reasons(verdicts: Sequence[Verdict],
         for subject in config.periods:
             verdict = verdicts[at[subject]]
             if verdict.verdict is VerdictKind.UNRESOLVED:
-                rules = _unresolved_by(verdict)
+                rules = _unresolved_by(verdict, sacct_path)
                 reasons.append(GateReason(
                     rules[0], subject,
                     f"configuration {config.key} unresolved: {subject} is unresolved "
@@ -99,18 +102,42 @@ def _configuration_reasons(verdicts: Sequence[Verdict],
     return reasons
 
 
-def _unresolved_by(verdict: Verdict) -> list[str]:
+def _unresolved_by(verdict: Verdict, sacct_path: str | None) -> list[str]:
     """The rules that leave an unresolved period so, the decisive one (its verdict's first
     finding) first, then each other one among its findings that blocks a verdict or is an
-    error, once each; ``AUD214`` for a verdict with no finding."""
+    error, once each; ``AUD214`` for a verdict with no finding. Where the decisive one is
+    the scheduler's end of the job (it cites the dump: :data:`ENDINGS`), the evidence that
+    end left missing (no trial record, no idle check made: :func:`_left_missing`) is its
+    consequence, no reason of its own."""
     if not verdict.findings:
         return ["AUD214"]
-    rules = [verdict.findings[0].rule_id]
+    first = verdict.findings[0]
+    ended = bool(sacct_path) and bool(first.citations) \
+        and first.citations[0].path == sacct_path and RULES[first.rule_id].blocks in ENDINGS
+    rules = [first.rule_id]
     for item in verdict.findings[1:]:
-        if item.rule_id not in rules and (item.severity is Severity.ERROR
-                                          or RULES[item.rule_id].blocks is not None):
+        rule = RULES[item.rule_id]
+        if item.rule_id in rules or (ended and _left_missing(item)):
+            continue
+        if item.severity is Severity.ERROR or rule.blocks is not None:
             rules.append(item.rule_id)
     return rules
+
+
+ENDINGS = frozenset({Reason.TIME_LIMIT, Reason.CANCELLED, Reason.PREEMPTED,
+                     Reason.INFRASTRUCTURE_FAILURE})
+"""The reasons of the scheduler's end of a job (its dump cites it) whose consequence is
+evidence left missing."""
+NOT_MADE = frozenset({"absent", "unavailable", "host_absent", "host_unavailable"})
+"""The forms of ``AUD118`` that say an idle check was not made (a failed one is no absence)."""
+
+
+def _left_missing(item: Finding) -> bool:
+    """Whether ``item`` says evidence is missing (a file, a kind, an idle check not made),
+    as a job the scheduler ended leaves it."""
+    if item.rule_id == "AUD118":
+        return item.value("form") in NOT_MADE
+    return RULES[item.rule_id].blocks is Reason.EVIDENCE_MISSING
 
 
 def apply_waivers(reasons: list[GateReason], waivers: Iterable[Waiver]

@@ -249,3 +249,14 @@ def test_a_waiver_of_one_rule_leaves_a_periods_other_blocking_rules(tmp_path: Pa
     both = audit(root, tmp_path / "both", "--waive", f"AUD210:{subject}", "--reason", "lag",
                  "--waive", f"AUD118:{subject}", "--reason", "checked by hand")
     assert both["gate"]["passed"] is True
+
+
+def test_what_the_schedulers_end_left_missing_is_no_reason_of_its_own(tmp_path: Path) -> None:
+    """A node failure (sacct's NODE_FAIL) leaves no trial record and no idle check behind:
+    those absences are the failure's consequence, so waiving the failure's rule for the
+    period is enough (the period's other reasons are its own causes, not these)."""
+    root = outcome_study(tmp_path / "study", ["completed", "node_failure"])
+    subject = "host-qwen25-7b-gsm8k-c2-s162/period-1"
+    summary = audit(root, tmp_path / "out", "--waive", f"AUD208:{subject}", "--reason",
+                    "node replaced")
+    assert summary["gate"]["passed"] is True, summary["gate"]
