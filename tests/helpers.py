@@ -67,6 +67,29 @@ def outcome_study(root: Path, outcomes: list[str], **knobs: Any) -> Path:
     return root
 
 
+def period_spec(seed: int = 161, period: int = 1, gpus: int = 4,
+                outcome: str = "completed") -> PeriodSpec:
+    """One period of pair ``host-<model>-gsm8k-c2-s<seed>``."""
+    return PeriodSpec(pair=f"host-{MODEL}-gsm8k-c2-s{seed}", workload="gsm8k", seed=seed,
+                      model=MODEL, period=period, gpus=gpus, outcome=outcome)
+
+
+def element_study(root: Path, elements: list[tuple[str, list[PeriodSpec]]],
+                  sacct_extra_lines: tuple[str, ...] = ()) -> Path:
+    """A study of array ``7000000`` whose element ``i`` ran as job ``elements[i][0]`` the
+    periods ``elements[i][1]`` (on ``gpu-node-<10 + i>``), with lines added to its dump."""
+    periods = [period for _, ran in elements for period in ran]
+    write_study(StudySpec(
+        study="test_study", array_job_id="7000000",
+        elements=[ElementSpec(array_task_id=task, job_id=job, periods=ran,
+                              node=f"gpu-node-{10 + task:02d}")
+                  for task, (job, ran) in enumerate(elements)],
+        protocol=default_protocol(periods),
+        execution_commits={p.pair: SEED_COMMIT for p in periods},
+        sacct_extra_lines=list(sacct_extra_lines)), root)
+    return root
+
+
 def failed_with_log(root: Path, index: int, log: bytes) -> None:
     """Period ``index`` of an :func:`outcome_study` (pair ``...-s<161+index>``) exited 1, its
     launcher said ``failed``, and its training log is ``log`` (each manifest entry kept)."""

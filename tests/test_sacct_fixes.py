@@ -33,8 +33,10 @@ from tests.helpers import (
     audit,
     edit_json,
     edit_record,
+    element_study,
     outcome_study,
     period_records,
+    period_spec,
     rewrite,
     verdicts,
 )
@@ -498,26 +500,9 @@ def test_an_earlier_runs_record_judges_only_the_attempt_its_end_hit(tmp_path: Pa
     node failed in period 2, which the rerun (``-r1``) completed. The first run's own
     record (NODE_FAIL, and its period-2 step's) is not period 1's end: period 1 had
     finished before it. Both periods stay resolved."""
-    from fixtures.generate import (
-        MODEL,
-        SEED_COMMIT,
-        ElementSpec,
-        PeriodSpec,
-        StudySpec,
-        default_protocol,
-        write_study,
-    )
-
-    pair = f"host-{MODEL}-gsm8k-c2-s161"
-    first = PeriodSpec(pair=pair, workload="gsm8k", seed=161, model=MODEL, period=1, gpus=4,
-                       outcome="completed")
-    second = PeriodSpec(pair=pair, workload="gsm8k", seed=161, model=MODEL, period=2, gpus=2,
-                        outcome="completed")
-    root = tmp_path / "study"
-    write_study(StudySpec(study="t", array_job_id="7000000", elements=[ElementSpec(
-        array_task_id=0, job_id="7000001", periods=[first, second], node="gpu-node-10")],
-        protocol=default_protocol([first, second]), execution_commits={pair: SEED_COMMIT}),
-        root)
+    first, second = period_spec(161, 1, 4), period_spec(161, 2, 2)
+    pair = first.pair
+    root = element_study(tmp_path / "study", [("7000001", [first, second])])
     rerun = f"{pair}-2gpu/attempt-7000001-r1"
     (root / f"{pair}-2gpu/attempt-7000001").rename(root / rerun)
     edit_record(root / f"pairs/{pair}/period-2.json",

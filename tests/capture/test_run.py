@@ -463,6 +463,21 @@ def test_the_example_trainer_starts_a_rank_per_gpu(tmp_path: Path) -> None:
 
 
 
+def _hopper(beat: Path) -> str:
+    """A program that ignores SIGTERM, leaves its session and moves to a new pid every few
+    milliseconds (each fork's parent exits), beating ``beat`` at each fork; it ends itself
+    20 s later, should it escape."""
+    return ("import os, signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "end = time.monotonic() + 20\n"
+            "if os.fork(): sys.exit(0)\n"
+            "os.setsid()\n"
+            "while time.monotonic() < end:\n"
+            "    if os.fork(): os._exit(0)\n"
+            f"    with open({str(beat)!r}, 'a') as f: f.write('.')\n"
+            "    time.sleep(0.002)\n")
+
+
 @pytest.mark.parametrize("drain", [("--drain", "0.3"), ()], ids=["drain-0.3", "drain-default"])
 def test_a_grandchild_that_keeps_forking_is_ended_all_the_same(tmp_path: Path,
                                                                drain: tuple[str, ...]) -> None:
@@ -471,15 +486,7 @@ def test_a_grandchild_that_keeps_forking_is_ended_all_the_same(tmp_path: Path,
     look at ``/proc`` may find it, through its process group. (It beats a file at each
     fork, which shows whether it lives on; should it escape, it ends itself 20 s later.)"""
     beat = tmp_path / "beat"
-    hop = ("import os, signal, sys, time\n"
-           "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-           "end = time.monotonic() + 20\n"
-           "if os.fork(): sys.exit(0)\n"
-           "os.setsid()\n"
-           "while time.monotonic() < end:\n"
-           "    if os.fork(): os._exit(0)\n"
-           f"    with open({str(beat)!r}, 'a') as f: f.write('.')\n"
-           "    time.sleep(0.002)\n")
+    hop = _hopper(beat)
     code = ("import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
             f"{hop!r}]); end = time.monotonic() + 10\n"
             f"while not os.path.exists({str(beat)!r}) and time.monotonic() < end: "
@@ -550,15 +557,7 @@ def test_a_group_seen_once_is_ended_however_long_the_drain(tmp_path: Path,
 
     monkeypatch.setattr(supervise, "_processes", hiding)
     monkeypatch.setattr(supervise, "start", start)
-    hop = ("import os, signal, sys, time\n"
-           "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-           "end = time.monotonic() + 20\n"
-           "if os.fork(): sys.exit(0)\n"
-           "os.setsid()\n"
-           "while time.monotonic() < end:\n"
-           "    if os.fork(): os._exit(0)\n"
-           f"    with open({str(beat)!r}, 'a') as f: f.write('.')\n"
-           "    time.sleep(0.002)\n")
+    hop = _hopper(beat)
     code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
             f"{hop!r}]); time.sleep(2.5); print('started', flush=True)")
     assert main([*run_args(tmp_path, "5016", "--drain", "6", "--"), sys.executable, "-c",

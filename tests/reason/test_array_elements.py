@@ -8,16 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fixtures.generate import (
-    MODEL,
-    SEED_COMMIT,
-    ElementSpec,
-    PeriodSpec,
-    StudySpec,
-    default_protocol,
-    write_study,
-)
-from tests.helpers import audit, outcome_study, rewrite
+from tests.helpers import audit, element_study, outcome_study, period_spec, rewrite
 
 
 def _without_element(data: bytes, element: bytes) -> bytes:
@@ -41,21 +32,10 @@ def test_a_pending_range_under_the_arrays_own_job_id_keeps_the_array_partial(
         tmp_path: Path) -> None:
     """Element 1 ran as job 7000000 (the array's own id, as the task that starts last does);
     a range row ``7000000_[1-2]`` whose JobIDRaw is that id still holds task 2 pending."""
-    periods = [PeriodSpec(pair=f"host-{MODEL}-gsm8k-c2-s{161 + i}", workload="gsm8k",
-                          seed=161 + i, model=MODEL, period=1, gpus=4, outcome="completed")
-               for i in range(2)]
-    spec = StudySpec(
-        study="t", array_job_id="7000000",
-        elements=[ElementSpec(array_task_id=0, job_id="7000001", periods=[periods[0]],
-                              node="gpu-node-10"),
-                  ElementSpec(array_task_id=1, job_id="7000000", periods=[periods[1]],
-                              node="gpu-node-11")],
-        protocol=default_protocol(periods),
-        execution_commits={p.pair: SEED_COMMIT for p in periods},
-        sacct_extra_lines=["7000000_[1-2]|7000000|host-capacity|PENDING|0:0|Unknown|Unknown|0|"
-                           "|None assigned|(Priority)"])
-    root = tmp_path / "study"
-    write_study(spec, root)
+    root = element_study(
+        tmp_path / "study", [("7000001", [period_spec(161)]), ("7000000", [period_spec(162)])],
+        ("7000000_[1-2]|7000000|host-capacity|PENDING|0:0|Unknown|Unknown|0|"
+         "|None assigned|(Priority)",))
     summary = audit(root, tmp_path / "out")
     findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
     assert "AUD210" in set(findings["rule_id"])
