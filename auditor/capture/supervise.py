@@ -138,10 +138,10 @@ def restore_subreaper(previous: int | None) -> None:
         libc.prctl(PR_SET_CHILD_SUBREAPER, previous, 0, 0, 0)
 
 
-def _processes() -> dict[int, tuple[int, str, int]]:
-    """Every live process: pid -> (parent pid, state letter, process group), from
+def _processes() -> dict[int, tuple[int, str, int, int]]:
+    """Every live process: pid -> (parent pid, state letter, process group, session), from
     ``/proc/<pid>/stat``."""
-    found: dict[int, tuple[int, str, int]] = {}
+    found: dict[int, tuple[int, str, int, int]] = {}
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -155,9 +155,9 @@ def _processes() -> dict[int, tuple[int, str, int]]:
         except OSError:
             continue  # (gone meanwhile)
         fields = stat[stat.rfind(b")") + 2:].split()  # (the command name may hold spaces)
-        if len(fields) >= 3 and fields[1].isdigit() and fields[2].isdigit():
+        if len(fields) >= 4 and all(field.isdigit() for field in fields[1:4]):
             found[int(name)] = (int(fields[1]), fields[0].decode("ascii", "replace"),
-                                int(fields[2]))
+                                int(fields[2]), int(fields[3]))
     return found
 
 
@@ -229,7 +229,7 @@ class Supervision:
         table = _processes()
         me = os.getpid()
         children: dict[int, list[int]] = {}
-        for pid, (parent, _, _) in table.items():
+        for pid, (parent, *_) in table.items():
             children.setdefault(parent, []).append(pid)
         roots = [self.pgid] if self.pgid in table else []
         roots += [pid for pid in children.get(me, ()) if pid != self.pgid
@@ -243,7 +243,14 @@ class Supervision:
             found.append(pid)
             stack.extend(children.get(pid, ()))
         live = [pid for pid in found if table[pid][1] != "Z"]
-        self.groups.update(table[pid][2] for pid in live)
+        # (a group is the command's when it is the command's own, when a descendant made it
+        # (its number is a descendant's pid), or when its session is one a descendant made:
+        # never a group of the wrapper's session that a descendant joined)
+        session = os.getsid(0)
+        self.groups.update(
+            table[pid][2] for pid in live
+            if table[pid][2] == self.pgid or table[pid][2] in found
+            or table[pid][2] in self.seen or table[pid][3] != session)
         self.live_groups()  # (let go of the emptied ones now: see live_groups)
         return [pid for pid in live if pid != self.pgid]
 
@@ -298,7 +305,7 @@ class Supervision:
         """Collect the exit of every orphan re-parented to the wrapper that ended (a zombie
         otherwise: the wrapper is their parent now)."""
         me = os.getpid()
-        for pid, (parent, _, _) in _processes().items():
+        for pid, (parent, *_) in _processes().items():
             if parent == me and pid != self.pgid and pid not in self.others:
                 with contextlib.suppress(ChildProcessError, OSError):
                     os.waitpid(pid, os.WNOHANG)
@@ -310,7 +317,7 @@ def start(command: Iterable[str], env: dict[str, str], state: Supervision
     guardian (raises ``OSError`` when it cannot start; the guardian is then let go)."""
     token = f"{os.getpid()}-{time.time_ns()}-{os.urandom(4).hex()}"
     state.guardian = _guardian(token)
-    state.others = frozenset(pid for pid, (parent, _, _) in _processes().items()
+    state.others = frozenset(pid for pid, (parent, *_) in _processes().items()
                              if parent == os.getpid())
     try:
         process = subprocess.Popen(list(command), stdin=subprocess.DEVNULL,

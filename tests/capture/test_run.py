@@ -541,7 +541,7 @@ def test_a_group_seen_once_is_ended_however_long_the_drain(tmp_path: Path,
     beat = tmp_path / "beat"
     real, started, command = supervise._processes, time.monotonic(), [0]
 
-    def hiding() -> dict[int, tuple[int, str, int]]:
+    def hiding() -> dict[int, tuple[int, str, int, int]]:
         table = real()
         if time.monotonic() - started < 2.2:
             return table
@@ -566,3 +566,24 @@ def test_a_group_seen_once_is_ended_however_long_the_drain(tmp_path: Path,
     size = beat.stat().st_size
     time.sleep(0.5)
     assert beat.stat().st_size == size, "a descendant of the command outlived the wrapper"
+
+
+def test_a_group_a_descendant_joined_is_not_the_commands(tmp_path: Path) -> None:
+    """A descendant that joins another process group of the wrapper's session (one this
+    test made, standing for the batch script's other work) is ended on its own; that group
+    is never signalled: its other member lives on."""
+    import subprocess
+
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                 process_group=0)
+    try:
+        code = ("import os, signal, subprocess, sys; subprocess.Popen([sys.executable, '-c', "
+                "'import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                f"os.setpgid(0, {bystander.pid}); time.sleep(60)']); print('started')")
+        assert main([*run_args(tmp_path, "5017", "--drain", "0.3", "--"), sys.executable, "-c",
+                     code]) == 0
+        time.sleep(0.2)
+        assert bystander.poll() is None, "the wrapper signalled a group that is not the command's"
+    finally:
+        bystander.kill()
+        bystander.wait()
