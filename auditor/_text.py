@@ -49,6 +49,20 @@ def printable_json(value: Any) -> Any:
     return value
 
 
+def json_line(value: Any, **dumps: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False, **dumps)``, every text :func:`printable` when
+    one is not UTF-8 (a command's argument, an environment value or a file name the system
+    gave as bytes): what encodes to UTF-8 whatever the value held."""
+    import json
+
+    text = json.dumps(value, ensure_ascii=False, **dumps)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(printable_json(value), ensure_ascii=False, **dumps)
+    return text
+
+
 def counted(n: int, thing: str) -> str:
     """``n`` things, in the right number: ``1 trace``, ``1,400 findings``."""
     return f"{n:,} {thing}{'' if n == 1 else 's'}"

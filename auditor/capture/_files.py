@@ -8,7 +8,6 @@ audit, or ``seal``) never sees half a record, and a crash leaves the old one or 
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import re
 import socket
@@ -18,7 +17,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from auditor._text import printable_json
+from auditor._text import json_line
 
 JOB_ID_VARIABLE = "AUDITOR_JOB_ID"
 """Set by ``auditor run`` in its command's environment: the job id it records (SLURM's, or
@@ -36,12 +35,7 @@ def dumps(document: dict[str, Any]) -> bytes:
     command's argument, an environment value or a file name the system gave as bytes) is
     written :func:`~auditor._text.printable` (``\\xNN`` for each such byte): the record is
     written whatever the command was given, never lost after the command ran."""
-    text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return (json.dumps(printable_json(document), indent=2, ensure_ascii=False)
-                + "\n").encode("utf-8")
+    return (json_line(document, indent=2) + "\n").encode("utf-8")
 
 
 TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>[0-9]+)$")

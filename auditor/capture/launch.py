@@ -51,7 +51,7 @@ from auditor.capture.supervise import Supervision
 from auditor.capture.workers import keep_worker_logs
 from auditor.model import Citation, ProcessExit, TrialRecord
 from auditor.model.kinds import DEVICE_EVIDENCE, TRAINING_LOG, TRIAL
-from auditor.model.lines import role_exit
+from auditor.model.lines import ROLE_EXIT_WORDS, role_exit
 from auditor.reason.exits import ExitClass, attributed_in_log, classify_exit
 
 DEFAULT_FLAG = "COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS"
@@ -296,7 +296,7 @@ def said_in_log(log_path: Path, shown: str) -> list[tuple[str, int, Citation]]:
     said: list[tuple[str, int, Citation]] = []
     try:
         with open(log_path, "rb") as handle:
-            for number, raw in _lines_holding(handle, ROLE_EXIT_WORDS):
+            for number, raw in _lines_holding(handle, ROLE_EXIT_SEARCH):
                 found = role_exit(raw.decode("utf-8", "replace"))
                 if found is None:
                     continue
@@ -308,8 +308,8 @@ def said_in_log(log_path: Path, shown: str) -> list[tuple[str, int, Citation]]:
     return said
 
 
-ROLE_EXIT_WORDS = re.compile(rb"xited|erminated with")
-"""The words every line :func:`~auditor.model.lines.role_exit` reads holds."""
+ROLE_EXIT_SEARCH = re.compile(b"|".join(re.escape(word.encode()) for word in ROLE_EXIT_WORDS))
+"""The words every line :func:`~auditor.model.lines.role_exit` reads holds, as one search."""
 
 
 def _lines_holding(handle: Any, words: re.Pattern[bytes], block: int = 1 << 20

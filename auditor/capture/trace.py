@@ -18,14 +18,13 @@ and ``error_message``, and the exception goes on unchanged.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from auditor._text import printable_json
+from auditor._text import json_line
 from auditor.capture._files import attempt_dir_of, hostname, rank_of
 from auditor.capture.memory import Memory
 from auditor.model.kinds import ALLOCATOR_TRACE
@@ -155,13 +154,9 @@ class Trace:
                 raise ValueError(f"{self.path}: trace is closed")
             record["seq"] = self._seq
             self._seq += 1
-            text = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
-            try:
-                line = text.encode("utf-8")
-            except UnicodeEncodeError:  # (an error message holding a file name's bytes:
-                # written printable, never the record lost and the caller's error replaced)
-                line = (json.dumps(printable_json(record), ensure_ascii=False,
-                                   separators=(",", ":")) + "\n").encode("utf-8")
+            # (an error message holding a file name's bytes is written printable: never
+            # the record lost and the caller's error replaced)
+            line = (json_line(record, separators=(",", ":")) + "\n").encode("utf-8")
             written = os.write(self._fd, line)
             # a regular file takes the whole line in one write; a short write (disk full)
             # leaves a partial last line, which the audit names, rather than a lost tail

@@ -45,7 +45,7 @@ from auditor.collect.failure_texts import (
 )
 from auditor.collect.terminal import MLLOG, Matcher
 from auditor.model import Finding, LogEvent, TrainingLogScan
-from auditor.model.lines import role_exit
+from auditor.model.lines import mentions_exit, role_exit
 
 if TYPE_CHECKING:
     import regex
@@ -380,7 +380,7 @@ class _Scanner:
                     else "slurm_step_cancelled" if slurm["what"] == "STEP" \
                     else "slurm_cancelled"
                 self._add(kind, number, segment, slurm["id"])
-        if "xited with" in content or "xited," in content or "erminated with" in content:
+        if mentions_exit(content):
             said = role_exit(content)
             if said is not None:
                 self._add("role_exit", number, segment, f"{said[0]} {said[1]}")

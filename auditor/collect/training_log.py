@@ -61,6 +61,7 @@ from auditor._io import DEFAULT_MAX_LINE, HashingReader, Line, iter_blocks
 from auditor.collect.log_events import PATTERN_TIMEOUT, _compile_pattern, _quote, _Scanner
 from auditor.collect.terminal import SpecError, matcher
 from auditor.model import Citation, Finding, TrainingLogScan
+from auditor.model.lines import ROLE_EXIT_WORDS
 from auditor.model.presets import VERL, TerminalSpec
 
 __all__ = ["scan_training_log"]
@@ -80,7 +81,7 @@ _TRIGGER_WORDS = (
     b"got signal", b"Killed", b"Aborted", b"Bus error", b"ActorDied", b"RayActorError",
     b"actor died", b"actor is dead", b"worker died", b"Root Cause", b"ode failure",
     # a launcher's line naming a process's exit (model.lines.role_exit)
-    b"xited with", b"xited,", b"erminated with",
+    *(word.encode() for word in ROLE_EXIT_WORDS),
     b":::MLLOG",  # an MLPerf record (its run_stop aborted: the trainer's own abort)
     # contract v1.2's more causes (failure_texts._MORE_CAUSES), where a line that says it
     # need not hold "rror" or "xception" (a logger's ERROR, a warning); kept few: with 65

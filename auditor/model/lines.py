@@ -24,9 +24,19 @@ NOT_A_ROLE = frozenset({"loop", "main", "job", "script", "command", "launcher", 
 :func:`role_exit` reads it as the controller's)."""
 
 
+ROLE_EXIT_WORDS = ("xited with", "xited,", "erminated with")
+"""Words every line :data:`ROLE_EXIT` reads holds (one of them): the logs' prefilters
+search for these, and only lines holding one are matched."""
+
+
+def mentions_exit(line: str) -> bool:
+    """Whether ``line`` holds one of :data:`ROLE_EXIT_WORDS`."""
+    return any(word in line for word in ROLE_EXIT_WORDS)
+
+
 def role_exit(line: str) -> tuple[str, int] | None:
     """(role, exit code) of a launcher's line saying a process exited non-zero, or None."""
-    if "xited with" not in line and "xited," not in line and "erminated with" not in line:
+    if not mentions_exit(line):
         return None
     match = ROLE_EXIT.search(line)
     if match is None:
