@@ -364,12 +364,16 @@ _RULES: tuple[Rule, ...] = (
          "its final state is unknown", E,
          gate=GatePolicy(1, True, "scheduler dump incomplete: {message}")),
     # ----------------------------------------------------------------- reason
-    Rule("AUD127", "attempt-listed-twice", "One attempt listed twice in a period",
+    Rule("AUD127", "attempt-listed-twice", "One attempt listed twice",
          "A period record lists one attempt directory (or, without one, one job and restart) "
-         "more than once: one run is one attempt, and counting it twice would count its "
-         "GPU time twice and make a retry of it.",
+         "more than once, or two period records list it: one run is one attempt of one "
+         "period, and counting it twice would count its GPU time twice and make a retry of "
+         "it, or give another period's run as this one's. Every period listing it is "
+         "unresolved, whichever record is the copy.",
          "{subject}: {pointer} lists attempt {attempt} again (first at {first})", E,
-         blocks=Reason.IDENTITY_MISMATCH),
+         blocks=Reason.IDENTITY_MISMATCH,
+         forms={"other_record": "{subject}: {where} lists attempt {attempt}, which "
+                "{others} also list{s}"}),
     Rule("AUD201", "terminal-event-missing", "Clean exit without the terminal event",
          "The attempt exited cleanly but its training log lacks the terminal event for the "
          "dispatched step count.",

@@ -9,9 +9,11 @@ Both forms of the contract are read: the single-attempt form (``job_id``,
 A record that cannot be read (empty, too large, not JSON, duplicate keys, not
 an object) still yields a record: ``readable=False``, the pair and period taken
 from its path, the cause's finding and an ``AUD011``. Nothing on disk silently
-drops out of the audit. A readable record with a missing or mistyped ``pair``
-or ``period`` also falls back to its path for that value (with the schema
-finding). Field values of the wrong type are read as None, except an integer
+drops out of the audit. A readable record at a record's path
+(``pairs/<pair>/period-<n>.json``) is the period its path names, whatever its ``pair``
+and ``period`` say (``AUD015`` when they differ): one record a period, so a copy of a
+record elsewhere, or a typo, is a period of its own, never a second verdict of another's.
+Field values of the wrong type are read as None, except an integer
 ``job_id``/``array_job_id``, which is read as its digits (the schema still flags
 it): the id is unambiguous and identity checks keep working.
 """
@@ -121,10 +123,14 @@ def read_period(stream: BinaryIO | HashingReader, path: str) -> PeriodRecord:
             findings.append(rules.finding(
                 "AUD015", path, [Citation(path, pointer=f"/{field}", quote=str(inside))],
                 field=field, inside=inside, outside=outside))
-    return PeriodRecord(
+    if not named:  # (another shape of path, read alone: what the record says it is)
+        path_pair, path_period = pair or path_pair, period if period is not None \
+            else path_period
+    return PeriodRecord(  # (in a study, a record is the period its path names: one
+        # record a period, so every period one verdict, however a copy or a typo says)
         path=path,
-        pair=pair if pair else path_pair,
-        period=period if period is not None else path_period,
+        pair=path_pair,
+        period=path_period,
         readable=True,
         study=as_str(doc.get("study")),
         workload=as_str(doc.get("workload")),

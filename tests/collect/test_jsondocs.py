@@ -609,6 +609,7 @@ def test_period_record_disagreeing_with_its_path() -> None:
         "pairs/real-pair/period-1.json: pair is other-pair inside, real-pair in the path",
         "pairs/real-pair/period-1.json: period is 3 inside, 1 in the path",
     ]
+    assert record.subject == "real-pair/period-1"  # (the period its path names)
 
 
 class _Obj(tuple[Any, ...]):

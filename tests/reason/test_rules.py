@@ -491,6 +491,36 @@ def test_an_attempt_listed_twice_unresolves_its_period(
     assert verdicts(audit(root, tmp_path / "once2"))[subject] == ("resolved", "completed")
 
 
+def test_a_copied_record_is_a_period_of_its_own_and_its_attempt_unresolves_both(
+        clean: Path, tmp_path: Path) -> None:
+    """A record copied to another pair's folder is the period its path names (one verdict
+    a period, never two), and the one attempt two records list leaves both unresolved,
+    each citing the other; a copy naming another attempt leaves the original as it was."""
+    from tests.helpers import audit, verdicts
+
+    subject = "host-qwen25-7b-gsm8k-c2-s161/period-1"
+    root = tmp_path / "study"
+    shutil.copytree(clean, root)
+    (root / "pairs/host-copy").mkdir()
+    shutil.copy(_record(root), root / "pairs/host-copy/period-1.json")
+    summary = audit(root, tmp_path / "copied")
+    subjects = pd.read_parquet(tmp_path / "copied" / "periods.parquet")["subject"].tolist()
+    assert len(subjects) == len(set(subjects)) == len(summary["periods"])
+    assert verdicts(summary)[subject] == ("unresolved", "identity_mismatch")
+    assert verdicts(summary)["host-copy/period-1"] == ("unresolved", "identity_mismatch")
+    findings = pd.read_parquet(tmp_path / "copied" / "findings.parquet")
+    claims = findings[findings["rule_id"] == "AUD127"]
+    assert sorted(claims["subject"]) == ["host-copy/period-1", subject]
+    assert all(claims["message"].str.contains("which pairs/.*/period-1.json also lists"))
+
+    def elsewhere(record: dict) -> None:
+        record["attempt_dir"] = "host-copy-4gpu/attempt-9999999"
+    edit_record(root / "pairs/host-copy/period-1.json", elsewhere)
+    summary = audit(root, tmp_path / "apart")
+    assert verdicts(summary)[subject] == ("resolved", "completed")
+    assert verdicts(summary)["host-copy/period-1"][0] == "unresolved"
+
+
 @scenario("AUD219")
 def _preempted(root: Path, tmp: Path) -> list[str]:
     rewrite(root, "accounting/sacct-raw.psv",

@@ -31,10 +31,14 @@ FLAG = "COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS"
 
 
 def _shutdown(number: int) -> PeriodEvidence:
-    """A period whose one attempt, in job 7000001, ended in a coordinated shutdown (143)."""
+    """A period whose one attempt, in job 7000001 (its own directory: one attempt is one
+    period's), ended in a coordinated shutdown (143)."""
     ended = trial(exit_code=143, processes=[("controller", 143), ("policy", 0)],
                   env=[(FLAG, "1")])
-    return period(attempt(the_trial=replace(ended, period=number)), number=number)
+    one = period(attempt(the_trial=replace(ended, period=number)), number=number)
+    spec = replace(one.attempts[0].spec, attempt_dir=f"arm-{number}/attempt-7000001")
+    return PeriodEvidence(replace(one.record, attempts=(spec,)),
+                          (replace(one.attempts[0], spec=spec),))
 
 
 def test_periods_sharing_a_job_wait_for_the_job_s_last_attempt() -> None:
