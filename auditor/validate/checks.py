@@ -263,7 +263,7 @@ def _claimed_twice(collected: Collected) -> Iterator[Finding]:
             others = [other.path for other in records if other is not record]
             yield finding("AUD127", record.subject,
                           [Citation(record.path, pointer=f"{spec.pointer}/attempt_dir",
-                                    quote=spec.attempt_dir),
+                                    quote=spec.attempt_dir or ""),
                            *(Citation(path) for path in others)],
                           form="other_record", where=spec.pointer or "its record",
                           attempt=spec.attempt_dir,
