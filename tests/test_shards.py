@@ -172,6 +172,35 @@ def test_a_part_is_data_not_code(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "part.jsonl line 1: not JSON" in err
 
 
+def test_merge_refuses_shards_that_listed_the_study_apart_or_a_unit_out_of_its_place(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Shards start apart: a record moved between them makes the second shard's N-th period
+    another record than the first's listing says. Merged, some periods would count twice
+    and others not at all, under the same period count; the merge refuses. So it does a
+    part (re-pinned, as a forger would) whose units swapped their places."""
+    root = copy_example(tmp_path)
+    first = _shards(root, tmp_path / "early", 2)[0]
+    (root / "pairs/zzz-moved").mkdir()
+    (root / "pairs/host-qwen25-7b-code_heavy_tail-c2-s161/period-2.json").rename(
+        root / "pairs/zzz-moved/period-2.json")
+    second = _shards(root, tmp_path / "late", 2)[1]
+    err = _refused(capsys, "merge", str(first), str(second), "--out", str(tmp_path / "m"))
+    assert "listed the study's files differently" in err
+    assert not (tmp_path / "m").exists()
+
+    parts = _shards(root, tmp_path / "parts", 2)
+    lines = (parts[0] / "part.jsonl").read_bytes().splitlines(keepends=True)
+    units = [n for n, line in enumerate(lines) if line.startswith(b'{"unit"')]
+    one, two = (json.loads(lines[n]) for n in units[:2])
+    one["unit"]["index"], two["unit"]["index"] = two["unit"]["index"], one["unit"]["index"]
+    lines[units[0]], lines[units[1]] = (json.dumps(two).encode() + b"\n",
+                                        json.dumps(one).encode() + b"\n")
+    (parts[0] / "part.jsonl").write_bytes(b"".join(lines))
+    _repin(parts[0], "part.jsonl")
+    err = _refused(capsys, "merge", *map(str, parts), "--out", str(tmp_path / "m2"))
+    assert "not the study's record at that place" in err
+
+
 def test_shard_usage_errors_are_one_line(tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     root = copy_example(tmp_path)
@@ -179,6 +208,12 @@ def test_shard_usage_errors_are_one_line(tmp_path: Path,
         assert "--shard expects I/N" in _refused(capsys, "audit", str(root), "--shard", spec,
                                                  "--out", str(tmp_path / "p"))
     assert "needs --out" in _refused(capsys, "audit", str(root), "--shard", "1/2")
+    # what judges the merged audit is the merge's: a shard given it would drop it unseen
+    for extra in (["--anchor", f"protocol={'0' * 64}"], ["--max-findings", "5"],
+                  ["--waive", "AUD201:x/period-1", "--reason", "r"]):
+        err = _refused(capsys, "audit", str(root), "--shard", "1/2", "--out",
+                       str(tmp_path / "p"), *extra)
+        assert extra[0] in err and "give them to 'auditor merge'" in err
 
 
 def _repin(part: Path, name: str) -> None:
@@ -193,7 +228,7 @@ def _repin(part: Path, name: str) -> None:
     (part / "output_manifest.json").write_text(json.dumps(manifest))
 
 
-@pytest.mark.parametrize("shard", [None, "ab", [1], [1, "three"], [3, 2]])
+@pytest.mark.parametrize("shard", [None, "ab", [1], [1, "three"], [3, 2], [1, 10**12]])
 def test_a_part_json_of_the_wrong_shape_is_refused_even_when_pinned(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], shard: object) -> None:
     root = copy_example(tmp_path)

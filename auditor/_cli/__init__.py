@@ -351,6 +351,21 @@ def _check_audit_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--sacct {args.sacct}: no such file")
     if args.key_file is not None and args.shard is None:
         raise UsageError("--key-file signs a shard's part: it needs --shard I/N")
+    if args.shard is not None:  # (a part is judged by the merge: these are the merge's)
+        from auditor.model import AuditOptions
+
+        plain = AuditOptions()
+        given = [flag for flag, value, default in (
+            ("--anchor", args.anchor, []), ("--waive", args.waive, []),
+            ("--reason", args.reason, []),
+            ("--max-findings", args.max_findings, plain.max_findings),
+            ("--max-findings-per-file", args.max_findings_per_file,
+             plain.max_findings_per_file),
+            ("--max-quote", args.max_quote, plain.max_quote)) if value != default]
+        if given:
+            raise UsageError(f"{', '.join(given)}: the merged audit's, not a shard's part's "
+                             "(a part is judged as it is merged): give them to "
+                             "'auditor merge'")
     if args.executor is not None:
         from auditor.pipeline.pool import scheduler_address
 

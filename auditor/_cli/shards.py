@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from auditor.pipeline.parts import Trust
 
 _SHARD = re.compile(r"^([0-9]+)/([0-9]+)$")
-MAX_SHARDS = 100_000
 
 
 def add_parsers(commands: Any) -> None:
@@ -65,6 +64,8 @@ def add_parsers(commands: Any) -> None:
 
 def parse_shard(text: str) -> tuple[int, int]:
     """``I/N`` (1 <= I <= N) as a pair; a usage error otherwise."""
+    from auditor.pipeline.parts import MAX_SHARDS
+
     found = _SHARD.match(text.strip())
     if found is None or not 1 <= int(found[1]) <= int(found[2]) <= MAX_SHARDS:
         raise UsageError(f"--shard expects I/N with 1 <= I <= N (e.g. 2/8), got {text!r}")

@@ -431,10 +431,21 @@ def merge_parts(parts: list[tuple[dict[str, Any], CollectedParts]]) -> Collected
         raise UsageError("merge: " + "; ".join(
             [f"shard {', '.join(map(str, repeated))} given more than once"] * bool(repeated)
             + [f"shard {', '.join(map(str, missing))} of {count} missing"] * bool(missing)))
+    for _, part in parts[1:]:  # (shards start apart: each must have listed the same files)
+        if part.layout != base.layout:
+            raise UsageError("merge: the parts listed the study's files differently (they "
+                             "changed between the shards' audits): audit every shard again")
     units = [unit for _, part in parts for unit in part.units]
     if sorted(unit.index for unit in units) != list(range(base.periods_total)):
         raise UsageError(f"merge: the parts do not hold each of the study's "
                          f"{base.periods_total} periods once")
+    records = base.layout.period_records
+    for unit in units:  # (a unit's place is a period of the listing: its record, no other)
+        if len(records) != base.periods_total \
+                or unit.evidence.record.path != records[unit.index]:
+            raise UsageError(f"merge: a part's period {unit.index} is "
+                             f"{unit.evidence.record.path!r}, not the study's record at that "
+                             "place: audit every shard again")
     return replace(base, units=tuple(units),
                    unlisted=tuple(item for _, part in parts for item in part.unlisted),
                    shard=None)

@@ -54,6 +54,8 @@ MAX_META = 64 << 20
 """The largest ``part.json`` or output manifest read whole (a manifest lists each evidence
 file of the shard: about 200 bytes each)."""
 MIN_KEY = 16
+MAX_SHARDS = 100_000
+"""The most shards a study is split in (a part saying more is refused, never counted)."""
 _SIGNED = b"auditor shard part v2\n"
 _Unlisted = tuple[tuple[int, int], FileOutcome]
 
@@ -273,8 +275,8 @@ def _meta(path: Path, data: bytes) -> dict[str, Any]:
     if not isinstance(meta, dict) or meta.get("schema") != PART_SCHEMA:
         raise InputError(f"merge: {path}: not a shard part (no {META} of {PART_SCHEMA})")
     shard, total = meta.get("shard"), meta.get("periods_total")
-    if not (isinstance(shard, list) and len(shard) == 2
-            and all(type(n) is int for n in shard) and 1 <= shard[0] <= shard[1]) \
+    if not (isinstance(shard, list) and len(shard) == 2 and all(type(n) is int for n in shard)
+            and 1 <= shard[0] <= shard[1] <= MAX_SHARDS) \
             or type(total) is not int or total < 0:
         raise InputError(f"merge: {path}: {META} has no shard I/N and period count")
     if meta.get("auditor_version") != __version__:
