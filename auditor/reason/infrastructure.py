@@ -110,8 +110,14 @@ def infrastructure(
                            job_id=element.job_id)
     merged = merged_events([(log.path, log.events) for log in logs if log.events])
     first: dict[str, int] = {}  # (each kind's first event, by its place in time)
+    earlier = False
     for place, (_, event, _) in enumerate(merged):
+        if event.kind == "slurm_cancelled" and earlier:
+            continue  # (the job's cancellation after another cause: its knock-on, as causes
+            # read it; memory's "being killed" then "*** JOB ... CANCELLED" is memory's end)
         first.setdefault(event.kind, place)
+        earlier = earlier or (event.kind != "slurm_step_cancelled"
+                              and event_cause(event) is not None)
     for kind_name, rule, text in LOG_ENDS:
         at = first.get(kind_name)
         outlived = completed and kind_name in OUTLIVED

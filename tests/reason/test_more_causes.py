@@ -61,6 +61,11 @@ KNOCK_ONS = {  # (a real log each: whether its NCCL timeouts only follow another
         ("gpu_error", "infrastructure_failure"),  # an ECC fault first: the machine's
     "nccl__llamafactory-issue7396-watchdog-allreduce-numbered-prefix.log":
         ("nccl", "infrastructure_failure"),  # the collective's own timeout
+    "host_oom__trinity-notes-exceeded-memory-limit-job-cancelled.log":
+        ("host_oom", "infrastructure_failure"),  # slurmstepd's kill for memory, then its
+    # "*** JOB ... CANCELLED" (a knock-on: never the reason `cancelled`)
+    "cancelled__spank-plugins-pr17-scancel-step-and-job.log":
+        ("cancelled", "cancelled"),  # a cancellation with nothing before it stays one
 }
 
 
