@@ -37,6 +37,7 @@ from auditor.model import (
     PhaseRecord,
     ProcessExit,
     SacctJob,
+    SacctStep,
     TrialRecord,
 )
 from auditor.reason.exits import ExitClass, killed_by_signal, signal_name
@@ -235,15 +236,16 @@ def _sources(trial: TrialRecord | None, exit_class: ExitClass | None, element: S
              ) -> Iterator[_Found]:
     if element is not None and is_last:
         word = SACCT_CAUSES.get(element.state)
-        oom_steps = [s for s in element.steps if s.state == "OUT_OF_MEMORY"]
-        if word is None and oom_steps:
-            word = C.HOST_OOM
+        row: SacctJob | SacctStep = element
+        where = ""
+        oom = next((step for step in element.steps if step.state == "OUT_OF_MEMORY"), None)
+        if word is None and oom is not None:  # (a step's own row says it, and is cited)
+            word, row, where = C.HOST_OOM, oom, f"step {oom.step} of "
         if word is not None:
-            where = f"step {oom_steps[0].step} of " if oom_steps and word == C.HOST_OOM else ""
-            yield _Found(word, f"sacct reports {element.state_raw} for {where}job "
+            yield _Found(word, f"sacct reports {row.state_raw} for {where}job "
                                f"{element.job_id}",
-                         Citation(sacct_path, line=element.line, quote=element.state_raw),
-                         (0, element.line))
+                         Citation(sacct_path, line=row.line, quote=row.state_raw),
+                         (0, row.line))
     if trial is not None and trial.received_signal:
         signal = trial.received_signal.upper()
         timed = "USR1" in signal or (element is not None and is_last

@@ -105,9 +105,10 @@ def infrastructure(
                 else f"{step.state_raw} (step {step.step})", job_id=element.job_id)
         oom_steps = [s for s in element.steps if s.state == "OUT_OF_MEMORY"]
         if element.state == "OUT_OF_MEMORY" or oom_steps:
-            where = f"step {oom_steps[0].step}" if oom_steps else "the job"
-            return finding("AUD209", subject, cite, form="sacct_oom", where=where,
-                           job_id=element.job_id)
+            oom = oom_steps[0] if element.state != "OUT_OF_MEMORY" else None
+            return finding("AUD209", subject, cite if oom is None else [  # (its own row)
+                Citation(sacct_path, line=oom.line, quote=oom.state_raw)], form="sacct_oom",
+                where="the job" if oom is None else f"step {oom.step}", job_id=element.job_id)
     merged = merged_events([(log.path, log.events) for log in logs if log.events])
     first: dict[str, int] = {}  # (each kind's first event, by its place in time)
     earlier = False

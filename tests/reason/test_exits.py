@@ -282,6 +282,14 @@ def test_out_of_memory_on_a_step_row_only(tmp_path: Path) -> None:
     period = summary["periods"][0]
     assert (period["verdict"], period["reason"]) == ("unresolved", "infrastructure_failure")
     assert "AUD209" in period["rule_ids"]
+    # the step's own row is cited, with what it says (the job's row says FAILED)
+    dump = (root / "accounting/sacct-raw.psv").read_text().splitlines()
+    step_line = next(n for n, line in enumerate(dump, 1) if "|OUT_OF_MEMORY|" in line)
+    rows = pd.read_parquet(tmp_path / "out" / "periods.parquet")
+    assert rows["cause_detail"][0] == "sacct reports OUT_OF_MEMORY for step 0 of job 7000000_0"
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    oom = findings[findings["rule_id"] == "AUD209"]
+    assert oom["line"].tolist() == [step_line] and "OUT_OF_MEMORY" in oom["message"].iloc[0]
 
 
 def test_pending_element_makes_the_array_partial(tmp_path: Path) -> None:
