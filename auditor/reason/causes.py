@@ -238,9 +238,9 @@ def _sources(trial: TrialRecord | None, exit_class: ExitClass | None, element: S
         word = SACCT_CAUSES.get(element.state)
         row: SacctJob | SacctStep = element
         where = ""
-        oom = next((step for step in element.steps if step.state == "OUT_OF_MEMORY"), None)
-        if word is None and oom is not None:  # (a step's own row says it, and is cited)
-            word, row, where = C.HOST_OOM, oom, f"step {oom.step} of "
+        step = next((step for step in element.steps if step.state == "OUT_OF_MEMORY"), None)
+        if word is None and step is not None:  # (a step's own row says it, and is cited)
+            word, row, where = C.HOST_OOM, step, f"step {step.step} of "
         if word is not None:
             yield _Found(word, f"sacct reports {row.state_raw} for {where}job "
                                f"{element.job_id}",
