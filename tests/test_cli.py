@@ -183,6 +183,23 @@ def test_gate_exit_codes_and_reasons(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["gate", str(out)]) == 2
     _one_line_error(capsys, "does not match")
     assert capsys.readouterr().out == ""
+    # re-pinned (anyone who may write the directory can): still read as a gate, or refused
+    # before a word is printed, never a truthy "false" passed nor a crash after a PASS
+    import hashlib
+    manifest = orjson.loads((out / "output_manifest.json").read_bytes())
+    for gate in ({"passed": "false"}, {"passed": True, "included_configurations": 5},
+                 {"passed": True, "reasons": [1]}, None):
+        document["gate"] = gate
+        data = orjson.dumps(document)
+        summary.write_bytes(data)
+        for entry in manifest["outputs"]:
+            if entry["path"] == "summary.json":
+                entry["sha256"], entry["size"] = hashlib.sha256(data).hexdigest(), len(data)
+        (out / "output_manifest.json").write_bytes(orjson.dumps(manifest))
+        assert main(["gate", str(out)]) == 2, gate
+        printed = capsys.readouterr()
+        assert printed.out == "" and printed.err.count("\n") == 1
+        assert "is not a gate" in printed.err and "Traceback" not in printed.err
     (out / "output_manifest.json").unlink()  # (nor is one no manifest pins)
     assert main(["gate", str(out), "--allow-partial"]) == 2
     _one_line_error(capsys, "run 'auditor verify")

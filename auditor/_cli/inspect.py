@@ -56,12 +56,21 @@ def _gate(args: argparse.Namespace) -> int:
     if listed != (hashlib.sha256(data).hexdigest(), len(data)):
         raise UsageError(f"{path}: does not match {args.out / MANIFEST} (changed since the "
                          f"audit, or no audit's); run 'auditor verify {args.out}'")
+    key = "gate_allow_partial" if args.allow_partial else "gate"
     try:
         summary = orjson.loads(data)
-        gate = summary["gate_allow_partial" if args.allow_partial else "gate"]
-        passed = bool(gate["passed"])
-    except (orjson.JSONDecodeError, KeyError, TypeError) as error:
+        gate = summary[key] if isinstance(summary, dict) else None
+    except (orjson.JSONDecodeError, KeyError) as error:
         raise UsageError(f"{path}: unreadable summary ({error})") from None
+    lists = ("included_configurations", "included_by_waiver", "reasons", "waived")
+    # (every value read before a word is printed: the verdict is a JSON true, never a
+    # truthy "false", and a list of texts is one)
+    if not isinstance(gate, dict) or type(gate.get("passed")) is not bool or not all(
+            isinstance(items := gate.get(name, []), list)
+            and all(isinstance(item, str) for item in items) for name in lists):
+        raise UsageError(f"{path}: unreadable summary ({key} is not a gate: 'passed' true or "
+                         "false and lists of texts)")
+    passed = gate["passed"]
     mode = " (--allow-partial)" if args.allow_partial else ""
     print(f"gate{mode}: {'PASS' if passed else 'FAIL'}")
     included = gate.get("included_configurations", [])
