@@ -197,9 +197,9 @@ def test_gate_exit_codes_and_reasons(tmp_path: Path, capsys: pytest.CaptureFixtu
                 entry["sha256"], entry["size"] = hashlib.sha256(data).hexdigest(), len(data)
         (out / "output_manifest.json").write_bytes(orjson.dumps(manifest))
         assert main(["gate", str(out)]) == 2, gate
-        printed = capsys.readouterr()
-        assert printed.out == "" and printed.err.count("\n") == 1
-        assert "is not a gate" in printed.err and "Traceback" not in printed.err
+        said = capsys.readouterr()
+        assert said.out == "" and said.err.count("\n") == 1
+        assert "is not a gate" in said.err and "Traceback" not in said.err
     (out / "output_manifest.json").unlink()  # (nor is one no manifest pins)
     assert main(["gate", str(out), "--allow-partial"]) == 2
     _one_line_error(capsys, "run 'auditor verify")
