@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -199,6 +200,38 @@ def test_merge_refuses_shards_that_listed_the_study_apart_or_a_unit_out_of_its_p
     _repin(parts[0], "part.jsonl")
     err = _refused(capsys, "merge", *map(str, parts), "--out", str(tmp_path / "m2"))
     assert "not the study's record at that place" in err
+
+
+def _unit_forged(part: Path, forge: Callable[[dict], None]) -> None:
+    """Rewrite the first unit of ``part`` by ``forge`` and re-pin it, as a forger would."""
+    lines = (part / "part.jsonl").read_bytes().splitlines(keepends=True)
+    at = next(n for n, line in enumerate(lines) if line.startswith(b'{"unit"'))
+    document = json.loads(lines[at])
+    forge(document["unit"]["evidence"])
+    lines[at] = json.dumps(document).encode() + b"\n"
+    (part / "part.jsonl").write_bytes(b"".join(lines))
+    _repin(part, "part.jsonl")
+
+
+@pytest.mark.parametrize(("forge", "said"), [
+    (lambda unit: unit["attempts"][0]["read"]["traces"][0]["phases"][0].__setitem__(
+        "pid", {"__int__": "9" * 30}), "is past a signed 64-bit integer"),
+    (lambda unit: unit["attempts"][0]["spec"].__setitem__("index", 2**63 - 1),
+     "no shard's audit writes"),
+    (lambda unit: unit["record"]["findings"].append(
+        {"rule_id": "AUD201", "symbol": "x", "severity": "info", "subject": "s",
+         "message": "m", "citations": [], "values": [["k", {"__dict__": [[[1, 2], 3]]}]]}),
+     "a mapping's key is not a JSON scalar"),
+])
+def test_a_part_value_no_shard_writes_is_refused_never_a_crash(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], forge: Callable[[dict], None],
+        said: str) -> None:
+    root = copy_example(tmp_path)
+    parts = _shards(root, tmp_path / "parts", 2, "--no-plots")
+    _unit_forged(parts[0], forge)
+    err = _refused(capsys, "merge", *map(str, parts), "--out", str(tmp_path / "m"),
+                   "--trust-inputs", "--no-plots")
+    assert said in err and not (tmp_path / "m").exists()
 
 
 def test_shard_usage_errors_are_one_line(tmp_path: Path,

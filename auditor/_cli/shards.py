@@ -12,8 +12,10 @@ same options (the output manifest's time aside).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -131,7 +133,7 @@ def _merge(args: argparse.Namespace) -> int:
                            max_findings=args.max_findings,
                            max_findings_per_file=args.max_findings_per_file,
                            max_quote=args.max_quote)
-    with paused_gc(), spill_beside(args.out):
+    with paused_gc(), spill_beside(args.out), _made_by_no_shard():
         result = drive(judge(parts, options), lambda event: None)
         write_outputs(result, args.out, force=args.force, plots=not args.no_plots,
                       helper=_helper_pays(result, options))
@@ -142,6 +144,19 @@ def _merge(args: argparse.Namespace) -> int:
         print(f"merged {len(args.parts)} parts: {result!r}; report: "
               f"{args.out / 'diagnostic.md'}")
     return 0
+
+
+@contextlib.contextmanager
+def _made_by_no_shard() -> Iterator[None]:
+    """A value of the parts that decodes by its type yet no shard's audit writes (a count
+    past a table's column, a digest that is not text) is the parts' fault: one line, never a
+    crash. (A part the caller owns, or one trusted or signed: a forger's, or a damaged one.)"""
+    try:
+        yield
+    except (OverflowError, UnicodeEncodeError) as error:
+        raise InputError(f"merge: the parts hold a value no shard's audit writes "
+                         f"({type(error).__name__}: {str(error)[:200]}); audit the shards "
+                         "again") from None
 
 
 def _read_part(path: Path, inputs: bool, trust: Trust) -> tuple[dict[str, Any], CollectedParts]:

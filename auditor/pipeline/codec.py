@@ -10,7 +10,9 @@ enums and tuples are native to it). What JSON cannot hold exactly is spelled out
 back exactly: an integer past 64 bits (which JSON parsers read as a float) as
 ``{"__int__": "DIGITS"}``, a string that is not Unicode text (a file name's undecodable
 bytes, held as lone surrogates) as ``{"__str__": [CODE POINTS]}``, and a mapping with such a
-key as ``{"__dict__": [[KEY, VALUE], ...]}``.
+key as ``{"__dict__": [[KEY, VALUE], ...]}``. An integer field of a model type holds a signed
+64-bit integer, as every collector reads one (a larger one is refused); only a value the types
+leave open (a finding's) may be larger.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from auditor.model import INT64_MAX, INT64_MIN
 from auditor.model.study import Listing
 
 T = TypeVar("T")
@@ -227,6 +230,15 @@ def _int(doc: Any, where: str) -> int:
     raise CodecError(f"{where}: expected an integer, got {_what(doc)}")
 
 
+def _int64(doc: Any, where: str) -> int:
+    """An integer field of a model type: a signed 64-bit one, as every collector reads them
+    (``as_int``): a larger one is no audit's, and no table could hold it."""
+    value = _int(doc, where)
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise CodecError(f"{where}: {value} is past a signed 64-bit integer")
+    return value
+
+
 def _str(doc: Any, where: str) -> str:
     if type(doc) is str:
         return doc
@@ -256,8 +268,10 @@ def _plain(doc: Any, where: str) -> Any:
             return _int(doc, where)
         if doc.keys() == {_TEXT}:
             return _str(doc, where)
-        return {_plain(key, where): _plain(value, f"{where}.{key}")
-                for key, value in _pairs(doc, where)}
+        pairs = [(_plain(key, where), value) for key, value in _pairs(doc, where)]
+        if not all(type(key) in (str, int, float, bool) or key is None for key, _ in pairs):
+            raise CodecError(f"{where}: a mapping's key is not a JSON scalar")
+        return {key: _plain(value, f"{where}.{key}") for key, value in pairs}
     if type(doc) is list:
         return [_plain(value, f"{where}[{n}]") for n, value in enumerate(doc)]
     return doc
@@ -270,6 +284,6 @@ def _what(doc: Any) -> str:
 
 
 _SCALARS: dict[Any, _Decoder] = {
-    int: _int, str: _str, bool: _scalar(bool, "a boolean"),
+    int: _int64, str: _str, bool: _scalar(bool, "a boolean"),
     float: _scalar(float, "a number"), Path: _path, type(None): _scalar(type(None), "null"),
 }

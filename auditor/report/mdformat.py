@@ -165,7 +165,10 @@ def utc_seconds(seconds: int | None, with_date: bool = True) -> str:
     """Epoch seconds as ``YYYY-MM-DD HH:MM:SS`` UTC."""
     if seconds is None:
         return "unknown"
-    moment = datetime.fromtimestamp(seconds, UTC)
+    try:
+        moment = datetime.fromtimestamp(seconds, UTC)
+    except (OverflowError, OSError, ValueError):  # (past any calendar: as it is)
+        return f"epoch {seconds}"
     return f"{moment:%Y-%m-%d %H:%M:%S}" if with_date else f"{moment:%H:%M:%S}"
 
 
