@@ -756,6 +756,29 @@ def test_findings_a_collector_counted_are_counted_as_not_kept(tmp_path: Path) ->
     assert summary["findings"]["not_kept"] == 50
 
 
+def test_verify_finds_an_output_turned_link_and_a_folder_added(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An output replaced by a link (to an identical copy) is no longer the output written,
+    and a folder or a link to one added beside the outputs is added, as a file is; the
+    report's own plots folder is none of them."""
+    out = tmp_path / "out"
+    assert main(["audit", str(copy_example(tmp_path)), "--out", str(out), "--quiet"]) == 0
+    assert (out / "plots").is_dir()
+    assert main(["verify", str(out), "--quiet"]) == 0
+    copy = tmp_path / "summary-copy.json"
+    shutil.copy(out / "summary.json", copy)
+    (out / "summary.json").unlink()
+    (out / "summary.json").symlink_to(copy)
+    (out / "extra").mkdir()
+    (out / "linked").symlink_to(tmp_path)
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 1
+    said = capsys.readouterr().out
+    assert "changed: outputs/summary.json (a link in its place; not read)" in said
+    assert "added: outputs/extra" in said and "added: outputs/linked" in said
+    assert "plots" not in said
+
+
 def test_verify_finds_a_relative_sacct_path_from_any_directory(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``--sacct dump.psv`` given relative to the working directory is pinned by its absolute

@@ -501,15 +501,18 @@ class Difference:
     detail: str = ""
 
 
-def _checked(entries: list[tuple[str, str, str, str, int]], root: str) -> list[Difference]:
+def _checked(entries: list[tuple[str, str, str, str, int]], root: str,
+             out: str) -> list[Difference]:
     """What differs of ``entries`` (group, path, location, sha256, size) now. The evidence
-    is read below its root as the audit read it (no link followed: a file swapped for a link
-    since is never read where the link leads), the other inputs and outputs where their
+    is read below its root as the audit read it, and the outputs below ``out`` as they were
+    written (no link followed: a file swapped for a link since is never read where the link
+    leads, and an output that is now a link differs), the other inputs where their
     locations lead."""
     differences: list[Difference] = []
-    with Beneath(root) as beneath:
+    with Beneath(root) as beneath, Beneath(out) as written:
         for group, path, location, sha256, size in entries:
-            below = beneath if group == "raw_evidence" else None
+            below = beneath if group == "raw_evidence" else \
+                written if group == "outputs" else None
             try:
                 try:
                     digest = _input_digest(location, below)
@@ -523,13 +526,23 @@ def _checked(entries: list[tuple[str, str, str, str, int]], root: str) -> list[D
                 differences.append(Difference(group, path, "unsafe",
                                               "outside the evidence root; not read"))
             except OSError as error:
-                differences.append(Difference(group, path, "unreadable", open_reason(error)))
+                differences.append(
+                    Difference(group, path, "changed", "a link in its place; not read")
+                    if error.errno == errno.ELOOP and group == "outputs" else
+                    Difference(group, path, "unreadable", open_reason(error)))
             else:
                 if digest.sha256 != sha256 or digest.size != size:
                     differences.append(Difference(
                         group, path, "changed", f"expected {sha256[:16]}…/{size}, found "
                         f"{digest.sha256[:16]}…/{digest.size}"))
     return differences
+
+
+def _parents(rel: str) -> Iterator[str]:
+    """The folders above a relative path (``plots/a.png``: ``plots``)."""
+    parts = rel.split("/")[:-1]
+    for end in range(1, len(parts) + 1):
+        yield "/".join(parts[:end])
 
 
 class _Outside(Exception):
@@ -596,8 +609,8 @@ def verify_outputs(out: Path | str, inputs: bool = True,
             differences.append(Difference("outputs", item["path"], "unsafe",
                                           "path leaves the output directory; not read"))
             continue
-        entries.append(("outputs", item["path"], str(out / inside), item["sha256"],
-                        item["size"]))
+        entries.append(("outputs", item["path"], os.path.join(os.path.abspath(out), inside),
+                        item["sha256"], item["size"]))
     root, raw = manifest.get("root", ""), manifest.get("raw_evidence", [])
     if not os.path.isdir(root) and os.path.isdir(unprintable(root)):
         root = unprintable(root)  # (a name that is not UTF-8 is written printable)
@@ -613,11 +626,13 @@ def verify_outputs(out: Path | str, inputs: bool = True,
         for item in manifest.get(group, []):
             location = item.get("absolute") or str(Path(root) / item["path"])
             entries.append((group, item["path"], location, item["sha256"], item["size"]))
-    differences.extend(_checked(entries, root))
+    differences.extend(_checked(entries, root, os.path.abspath(out)))
     listed = {item["path"] for item in manifest["outputs"]} | {MANIFEST}
-    for dirpath, _, filenames in os.walk(out):
-        for filename in filenames:
-            rel = (Path(dirpath) / filename).relative_to(out).as_posix()
-            if rel not in listed:
+    folders = {parent for name in listed for parent in _parents(name)}
+    for dirpath, dirnames, filenames in os.walk(out):  # (links not followed: listed)
+        for name in [*filenames, *dirnames]:
+            rel = (Path(dirpath) / name).relative_to(out).as_posix()
+            if rel not in listed and (name in filenames or rel not in folders
+                                      or os.path.islink(out / rel)):
                 differences.append(Difference("outputs", rel, "added"))
     return sorted(differences, key=lambda d: (d.group, d.path)), len(entries)
