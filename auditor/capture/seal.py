@@ -26,9 +26,11 @@ import os
 import re
 import stat
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, BinaryIO
 
 from auditor import __version__
 from auditor._text import printable
@@ -149,19 +151,61 @@ def _files(directory: Path) -> list[str]:
     return sorted(found)
 
 
-def _hash(path: Path) -> tuple[str, int]:
+_NO_LINK = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+MAX_JSON = 64 << 20
+"""The most bytes of a trial record, device file or period record read to find its fields."""
+
+
+@contextmanager
+def _regular(base: Path, relative: str) -> Iterator[BinaryIO]:
+    """``base / relative`` opened as the regular file it was listed as: each directory below
+    ``base`` (the attempt's, its links refused already) and the file itself opened without
+    following a link, and a FIFO never waited on. A file swapped for a link or a FIFO since
+    ``_files`` listed it is refused (it could lead out of the root, or hang the seal), never
+    read where it leads."""
+    path = base / relative
+    *folders, name = relative.split("/")
+    try:
+        descriptor = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for folder in folders:
+                inner = os.open(folder, _NO_LINK | os.O_DIRECTORY, dir_fd=descriptor)
+                os.close(descriptor)
+                descriptor = inner
+            opened = os.open(name, _NO_LINK | os.O_NONBLOCK, dir_fd=descriptor)
+        finally:
+            os.close(descriptor)
+    except OSError as error:
+        raise SealRefused(f"{printable(str(path))}: cannot be read as it was listed "
+                          f"({error.strerror}: a link is not followed); not sealed") from None
+    with os.fdopen(opened, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(opened).st_mode):
+            raise SealRefused(f"{printable(str(path))}: not a regular file; not sealed")
+        yield handle
+
+
+def _hash(base: Path, relative: str) -> tuple[str, int]:
+    """The file's SHA-256 and size, refused when it changed as it was read (its pin would
+    hold neither what it was nor what it became)."""
     digest = hashlib.sha256()
     size = 0
-    with open(path, "rb") as handle:
+    with _regular(base, relative) as handle:
+        before = os.fstat(handle.fileno())
         while chunk := handle.read(1 << 20):
             digest.update(chunk)
             size += len(chunk)
+        after = os.fstat(handle.fileno())
+    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) \
+            or size != after.st_size:
+        raise SealRefused(f"{printable(str(base / relative))}: changed while it was hashed; "
+                          "seal once the attempt's files are written")
     return digest.hexdigest(), size
 
 
-def _json(path: Path) -> dict[str, Any] | None:
+def _json(base: Path, relative: str) -> dict[str, Any] | None:
     try:
-        document = json.loads(path.read_bytes())
+        with _regular(base, relative) as handle:
+            document = json.loads(handle.read(MAX_JSON + 1))
     except (OSError, ValueError):
         return None
     return document if isinstance(document, dict) else None
@@ -176,13 +220,13 @@ def _workers(directory: Path, files: list[str]) -> list[dict[str, Any]]:
     for relative in files:
         kind = kind_of(relative)
         if kind == DEVICE_EVIDENCE.name:
-            document = _json(directory / relative) or {}
+            document = _json(directory, relative) or {}
             named = DEVICE_EVIDENCE.worker_of(relative)
             _add_worker(found, document.get("role"), document.get("rank"), document.get("pid"),
                         named[0] if named and named[0] else document.get("hostname"))
         elif kind == ALLOCATOR_TRACE.name:
             named = ALLOCATOR_TRACE.worker_of(relative)
-            for record in _first_phase(directory / relative):
+            for record in _first_phase(directory, relative):
                 _add_worker(found, record.get("role"), record.get("rank"), record.get("pid"),
                             named[0] if named and named[0] else record.get("host"))
     return sorted(found.values(), key=lambda w: (w["role"], w["rank"], w.get("host") or "",
@@ -202,9 +246,9 @@ def _add_worker(found: dict[tuple[str | None, int], dict[str, Any]], role: objec
                           **({"host": host} if host else {})}
 
 
-def _first_phase(path: Path) -> list[dict[str, Any]]:
+def _first_phase(base: Path, relative: str) -> list[dict[str, Any]]:
     try:
-        with open(path, "rb") as handle:
+        with _regular(base, relative) as handle:
             for line in handle:
                 try:
                     record = json.loads(line)
@@ -226,7 +270,7 @@ def attempt_entry(spec: SealSpec) -> tuple[dict[str, Any], dict[str, Any]]:
     if len(trials) != 1:
         raise SealRefused(f"{directory}: {len(trials)} trial records (one expected: "
                           "'auditor run' writes it when the attempt ends)")
-    trial = _json(directory / trials[0])
+    trial = _json(directory, trials[0])
     if trial is None:
         raise SealRefused(f"{directory / trials[0]}: not a readable JSON object")
     for name, want in (("pair", spec.pair), ("period", spec.period), ("gpus", spec.gpus)):
@@ -237,7 +281,7 @@ def attempt_entry(spec: SealSpec) -> tuple[dict[str, Any], dict[str, Any]]:
         raise SealRefused(f"{directory / trials[0]}: no job_id")
     evidence = []
     for name in files:
-        sha256, size = _hash(directory / name)
+        sha256, size = _hash(directory, name)
         evidence.append({"path": name, "kind": kind_of(name), "sha256": sha256, "size": size})
     restart = trial.get("restart_count")
     entry = {"job_id": trial["job_id"], "restart_count": restart if type(restart) is int else 0,
@@ -283,7 +327,7 @@ def check_node(spec: SealSpec) -> tuple[Path, dict[str, Any]]:
     directory, _ = _attempt_dir(spec)
     job = os.environ.get("SLURM_JOB_ID")
     trials = [name for name in os.listdir(directory) if kind_of(name) == TRIAL.name]
-    trial = _json(directory / trials[0]) if len(trials) == 1 else None
+    trial = _json(directory, trials[0]) if len(trials) == 1 else None
     if trial is not None and job != trial.get("job_id"):
         raise SealRefused(f"--idle-check-only outside the attempt's job (SLURM_JOB_ID is "
                           f"{job!r}, the attempt's job {trial.get('job_id')!r})")
@@ -306,7 +350,7 @@ def _gathered(directory: Path, files: list[str]) -> dict[str, Any] | None:
     for relative in files:
         if kind_of(relative) != IDLE_CHECK.name:
             continue
-        document = _json(directory / relative) or {}
+        document = _json(directory, relative) or {}
         host = document.get("host")
         named = IDLE_CHECK.parts(relative) or {}
         if not isinstance(host, str) or host != named.get("host"):
@@ -400,7 +444,10 @@ def _merged(spec: SealSpec, path: Path, shared: dict[str, Any], entry: dict[str,
 def _existing(path: Path) -> dict[str, Any] | None:
     if not os.path.lexists(path):
         return None
-    document = _json(path)
+    if os.path.islink(path):  # (it could lead out of the root: neither read nor replaced)
+        raise SealRefused(f"{path}: a link in the period record's place; not followed, not "
+                          "overwritten")
+    document = _json(path.parent, path.name)
     if document is None:
         raise SealRefused(f"{path}: exists but is not a readable period record; not "
                           "overwritten")

@@ -217,6 +217,78 @@ def test_a_link_or_unlistable_folder_in_the_attempt_is_refused(
         e for e in record["evidence"] if e["path"] == "stray.txt").items()
 
 
+@pytest.mark.parametrize("swap", ["link", "fifo"])
+def test_a_file_swapped_after_listing_is_refused_never_followed_nor_waited_on(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        swap: str) -> None:
+    """Between the listing (regular files only) and the hashing, a file becomes a link out of
+    the root or a FIFO: the seal refuses it (it read the link's target and pinned it, or
+    waited on the FIFO for ever)."""
+    import auditor.capture.seal as sealing
+
+    attempt = _run(tmp_path)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the attempt's\n")
+    (attempt / "zzz.log").write_text("listed\n")
+    listed = sealing._files
+
+    def listed_then_swapped(directory: Path) -> list[str]:
+        names = listed(directory)
+        (attempt / "zzz.log").unlink()
+        if swap == "link":
+            (attempt / "zzz.log").symlink_to(outside)
+        else:
+            os.mkfifo(attempt / "zzz.log")
+        return names
+    monkeypatch.setattr(sealing, "_files", listed_then_swapped)
+    assert _seal(tmp_path, _rel(tmp_path, attempt), "--commit", COMMIT, *META) == 2
+    err = capsys.readouterr().err
+    assert "zzz.log" in err and "not sealed" in err
+    assert not (tmp_path / "pairs" / PAIR / "period-1.json").exists()
+
+
+def test_a_file_changing_as_it_is_hashed_or_a_record_place_taken_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file written to while the seal hashes it would be pinned as neither what it was
+    nor what it became; a link or a FIFO in the period record's place is neither read (out
+    of the root, or a wait for ever) nor replaced."""
+    import auditor.capture.seal as sealing
+
+    attempt = _run(tmp_path)
+    growing = attempt / "zzz.log"
+    growing.write_text("first line\n")
+    made = hashlib.sha256
+
+    class Appending:
+        def __init__(self) -> None:
+            self.inner = made()
+
+        def update(self, chunk: bytes) -> None:
+            if chunk.startswith(b"first line"):  # (the writer goes on as it is read)
+                with open(growing, "a") as handle:
+                    handle.write("more\n")
+            self.inner.update(chunk)
+
+        def hexdigest(self) -> str:
+            return self.inner.hexdigest()
+    monkeypatch.setattr(sealing.hashlib, "sha256", Appending)
+    assert _seal(tmp_path, _rel(tmp_path, attempt), "--commit", COMMIT, *META) == 2
+    assert "changed while it was hashed" in capsys.readouterr().err
+    monkeypatch.undo()
+    record = tmp_path / "pairs" / PAIR / "period-1.json"
+    record.parent.mkdir(parents=True)
+    for taken in ("link", "fifo"):
+        if taken == "link":
+            record.symlink_to(tmp_path / "elsewhere.json")
+        else:
+            os.mkfifo(record)
+        assert _seal(tmp_path, _rel(tmp_path, attempt), "--commit", COMMIT, *META) == 2
+        assert "period-1.json" in capsys.readouterr().err
+        assert record.is_symlink() or record.is_fifo()
+        record.unlink()
+
+
 def _seal_process(root: Path, attempt: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "auditor", "seal", str(root), "--pair", PAIR, "--period", "1",
