@@ -234,6 +234,31 @@ def test_a_part_value_no_shard_writes_is_refused_never_a_crash(
     assert said in err and not (tmp_path / "m").exists()
 
 
+def test_shards_given_a_relative_sacct_merge_from_any_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative --sacct is where the shards were run from: their parts name it absolute,
+    so the merge, run elsewhere, finds the same file (it refused it as outside the study)."""
+    import contextlib
+
+    root = copy_example(tmp_path)
+    dump = tmp_path / "given" / "dump.psv"
+    dump.parent.mkdir()
+    shutil.move(root / "accounting" / "sacct-raw.psv", dump)
+    with contextlib.chdir(dump.parent):
+        parts = _shards(root, tmp_path / "parts", 2, "--sacct", "dump.psv", "--no-plots")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with contextlib.chdir(elsewhere):
+        assert main(["merge", *map(str, parts), "--out", str(tmp_path / "m"), "--quiet",
+                     "--no-plots"]) == 0
+    assert main(["verify", str(tmp_path / "m"), "--quiet"]) == 0
+    # a part is never the merge's output, even forced (it was replaced, whole)
+    with contextlib.chdir(parts[0].parent):
+        assert main(["merge", *map(str, parts), "--out", parts[0].name, "--force",
+                     "--quiet", "--no-plots"]) == 2
+    assert (parts[0] / "part.jsonl").is_file()
+
+
 def test_shard_usage_errors_are_one_line(tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     root = copy_example(tmp_path)

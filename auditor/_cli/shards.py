@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -75,13 +76,15 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def collection_options(options: AuditOptions) -> dict[str, Any]:
-    """The options that change what a shard collects (merge refuses parts that differ)."""
+    """The options that change what a shard collects (merge refuses parts that differ); paths
+    absolute, so a merge run from another directory finds them where the shards did."""
     return {
-        "sacct": str(options.sacct) if options.sacct else None,
+        "sacct": os.path.abspath(options.sacct) if options.sacct else None,
         "sacct_format": list(options.sacct_format) if options.sacct_format else None,
         "sacct_delimiter": options.sacct_delimiter,
-        "protocol_inputs": [[name, str(path)] for name, path in options.protocol_inputs],
-        "source_root": str(options.source_root) if options.source_root else None,
+        "protocol_inputs": [[name, os.path.abspath(path)]
+                            for name, path in options.protocol_inputs],
+        "source_root": os.path.abspath(options.source_root) if options.source_root else None,
         "sources": list(options.sources),
     }
 
@@ -126,6 +129,10 @@ def _merge(args: argparse.Namespace) -> int:
 
     trust = Trust(key=read_key(args.key_file) if args.key_file else None,
                   anyone=args.trust_parts)
+    for part in args.parts:  # (--force would replace the part being merged, whole)
+        if os.path.realpath(part) == os.path.realpath(args.out):
+            raise UsageError(f"merge: --out {args.out} is one of the parts merged; write the "
+                             "merged audit elsewhere")
     parts = merge_parts([_read_part(path, inputs=not args.trust_inputs, trust=trust)
                          for path in args.parts])
     check_output_dir(args.out, parts.root, args.force)
