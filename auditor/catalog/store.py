@@ -34,6 +34,7 @@ import orjson
 
 from auditor._io import regular_bytes
 from auditor._signals import signals_deferred
+from auditor._text import printable, printable_json
 from auditor.errors import InputError, OutputError, UsageError
 from auditor.model.results import TABLES
 
@@ -327,7 +328,9 @@ def _write_catalog(into: Path, entries: dict[str, dict[str, Any]]) -> None:
     document = {"schema": CATALOG_SCHEMA,
                 "studies": [entries[name] for name in sorted(entries)]}
     temporary = into / f".{CATALOG_JSON}.tmp-{os.getpid()}"
-    temporary.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+    # (an output directory's name that is not UTF-8 written printable, as manifests do)
+    temporary.write_bytes(orjson.dumps(printable_json(document), option=orjson.OPT_INDENT_2)
+                          + b"\n")
     os.replace(temporary, into / CATALOG_JSON)
 
 
@@ -344,18 +347,21 @@ def _stage(audit: Audit, where: Path) -> dict[str, tuple[int, int, list[str]]]:
         source = audit.source / f"{table}.parquet"
         if not source.is_file():  # (an audit older than the table)
             continue
-        try:
-            reader = pq.ParquetFile(source)
-        except (OSError, pa.ArrowException) as error:
-            raise InputError(f"catalog: {source}: unreadable table ({error})") from None
-        names = reader.schema_arrow.names
-        problem = _column_problem(reader.schema_arrow, SCHEMAS[table])
-        if problem is not None:  # (its manifest may pin it: a forger can re-pin what he edits)
-            raise InputError(f"catalog: {source}: {problem}; nothing was added")
-        missing = [n for n in SCHEMAS[table].names if n not in names]
-        version = 0 if missing else SCHEMA_VERSION
-        schema = reader.schema_arrow.append(pa.field("schema_version", pa.int64(), False))
-        rows = _copy(reader, schema, version, where / table)
+        with contextlib.ExitStack() as stack:
+            try:  # (opened here: pyarrow takes no name that is not UTF-8; Python does)
+                reader = pq.ParquetFile(stack.enter_context(open(source, "rb")))
+            except (OSError, pa.ArrowException) as error:
+                raise InputError(f"catalog: {printable(str(source))}: unreadable table "
+                                 f"({error})") from None
+            names = reader.schema_arrow.names
+            problem = _column_problem(reader.schema_arrow, SCHEMAS[table])
+            if problem is not None:  # (its manifest may pin it: a forger can re-pin it)
+                raise InputError(f"catalog: {printable(str(source))}: {problem}; nothing "
+                                 "was added")
+            missing = [n for n in SCHEMAS[table].names if n not in names]
+            version = 0 if missing else SCHEMA_VERSION
+            schema = reader.schema_arrow.append(pa.field("schema_version", pa.int64(), False))
+            rows = _copy(reader, schema, version, where / table)
         written[table] = (rows, version, missing)
     written["studies"] = (_write_studies(audit, where / "studies"), SCHEMA_VERSION, [])
     return written
@@ -391,7 +397,8 @@ def _copy(reader: Any, schema: Any, version: int, folder: Path) -> int:
     shutil.rmtree(folder, ignore_errors=True)  # (a study given twice: the last wins)
     folder.mkdir(parents=True)
     rows = 0
-    with pq.ParquetWriter(folder / PART, schema, compression="zstd") as writer:
+    with open(folder / PART, "wb") as sink, \
+            pq.ParquetWriter(sink, schema, compression="zstd") as writer:
         for batch in reader.iter_batches(batch_size=BATCH_ROWS):
             column = pa.array([version] * batch.num_rows, type=pa.int64())
             writer.write_batch(pa.RecordBatch.from_arrays([*batch.columns, column],
@@ -430,7 +437,8 @@ def _write_studies(audit: Audit, folder: Path) -> int:
     table = pa.Table.from_pylist([row], schema=studies_schema())
     shutil.rmtree(folder, ignore_errors=True)  # (a study given twice: the last wins)
     folder.mkdir(parents=True)
-    pq.write_table(table, folder / PART, compression="zstd")
+    with open(folder / PART, "wb") as sink:
+        pq.write_table(table, sink, compression="zstd")
     return 1
 
 

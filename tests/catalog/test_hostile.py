@@ -167,3 +167,20 @@ def test_a_fifo_in_the_catalogue_is_one_line_not_waited_on(
         assert main(["catalog", str(cat.parent / "out"), "--into", str(own)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"catalog: {own / name}: {said}" in err, err
+
+
+def test_names_that_are_not_utf8_are_catalogued(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """An audit's output directory, or the catalogue's, named in bytes that are not UTF-8
+    (verify, gate and merge take them): added, never a crash (pyarrow takes no such name)."""
+    import os
+
+    out = Path(os.fsdecode(bytes(tmp_path) + b"/out\xff"))
+    assert main(["audit", str(copy_example(tmp_path)), "--out", str(out), "--quiet",
+                 "--no-plots"]) == 0
+    catalogue = Path(os.fsdecode(bytes(tmp_path) + b"/cat\xfe"))
+    for into in (tmp_path / "cat", catalogue):
+        assert main(["catalog", str(out), "--into", str(into)]) == 0
+    assert "added" in capsys.readouterr().out
+    assert main(["query", str(tmp_path / "cat"), "select count(*) from periods"]) == 0
+    assert "18" in capsys.readouterr().out
