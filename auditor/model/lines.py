@@ -53,4 +53,15 @@ def role_exit(line: str) -> tuple[str, int] | None:
 def launcher_status(status: str, error: str | None) -> str:
     """The diagnosis's sentence of the launcher's own status (the trial's ``status`` and
     ``validation_error``): one wording, so the report can tell where it says it again."""
-    return f"The launcher recorded status `{status}`" + (f" ({error})" if error else "") + "."
+    return f"The launcher recorded status {inline_code(status)}" \
+        + (f" ({error})" if error else "") + "."
+
+
+def inline_code(text: str) -> str:
+    """``text`` (a value from the evidence) as a markdown code span fenced by more backticks
+    than it holds in a row, on one line: a backtick in it never ends the span early."""
+    text = " ".join(text.splitlines()) if "\n" in text or "\r" in text else text
+    longest = max(map(len, re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from auditor.model import Citation, ExitKind, ProcessExit, TrialRecord
+from auditor.model.lines import inline_code
 
 TRUTHY = frozenset({"1", "true", "yes"})
 SIGTERM_EXIT = 128 + signal.SIGTERM
@@ -247,7 +248,9 @@ def _why_143_not_excused(trial: TrialRecord, processes: Sequence[ProcessExit],
     if not any(p.exit_code == SIGTERM_EXIT for p in controllers):
         return "the controller did not exit 143", ()
     if not flag_is_on(flag_value):
-        return f"{flag_name} is off ({flag_value!r})", ()
+        shown = "unset" if flag_value is None else inline_code(flag_value) if flag_value \
+            else "empty"
+        return f"{flag_name} is off ({shown})", ()
     signalled = next((p for p in controllers if p.received_signal), None)
     if signalled is not None:
         return (f"the controller's wrapper received {signalled.received_signal}",

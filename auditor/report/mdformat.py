@@ -72,12 +72,18 @@ def prose(text: str, limit: int = 300) -> str:
     text = clip(_CONTROL.sub("", text.replace("\r", " ").replace("\n", " ")), limit)
     out: list[str] = []
     position = 0
-    for match in re.finditer(r"(`+)([^`]+?)\1(?!`)", text):
+    for match in _SPANNED.finditer(text):
         out.append(_words(text[position:match.start()], not out))
-        out.append(_span(match.group(2)))
+        inner = match.group(2)  # (a fence of more backticks holds fewer in a row, padded)
+        padded = len(inner) > 2 and inner[0] == inner[-1] == " " and inner.strip()
+        out.append(_span(inner[1:-1] if padded else inner))
         position = match.end()
     out.append(_words(text[position:], not out))
     return "".join(out)
+
+
+_SPANNED = re.compile(r"(`+)(?!`)(.+?)(?<!`)\1(?!`)")
+"""A code span as the reasoning writes one: a fence, text, the same fence."""
 
 
 def _words(text: str, at_start: bool) -> str:

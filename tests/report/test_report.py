@@ -345,6 +345,22 @@ def test_hostile_names_in_records_stay_inert_when_the_report_is_rendered(
     assert 'href="javascript:' not in rendered
 
 
+def test_a_launcher_status_holding_backticks_is_one_code_span() -> None:
+    """A launcher's status is shown whole in one code span, fenced past its backticks (it
+    was cut into spans and words at each one); two spans of one backtick stay two."""
+    from markdown_it import MarkdownIt
+
+    from auditor.model.lines import launcher_status
+    from auditor.report.mdformat import prose
+
+    said = prose(launcher_status("infra|`structure`_invalid", None))
+    assert said == "The launcher recorded status ``infra|`structure`_invalid``."
+    rendered = MarkdownIt("commonmark").render(said)
+    assert "<code>infra|`structure`_invalid</code>" in rendered
+    assert prose(launcher_status("`edge`", None)).endswith("`` `edge` ``.")
+    assert prose("`a` and `b`") == "`a` and `b`"
+
+
 def test_periods_sharing_a_job_and_number_are_named_by_subject() -> None:
     """A group's "Applies to" names each period by its pair and number with its job
     (contract v1.2), unless two periods of the study share a job and number (found sorted

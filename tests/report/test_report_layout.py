@@ -188,4 +188,4 @@ def test_the_mixed_examples_sections_keep_the_facts_the_contract_lists(
     assert "`FAILED 9:0`" in killed and "killed by SIGKILL" in killed
     assert "`9:0` may be the attempt's 137 less 128" in killed
     assert "`15:0` may be the attempt's 143 less 128" in resolved
-    assert "`COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS` is off ('0')" in killed
+    assert "`COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS` is off (`0`)" in killed  # (no repr)
