@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from auditor._text import counted
 from auditor.model import (
+    UNFINISHED_STATES,
     AuditResult,
     Reasoning,
     Verdict,
@@ -177,6 +178,8 @@ def _headline(result: AuditResult, reasoning: Reasoning) -> str:
     if elements or outside:
         exits = _exits(result)
         states = Counter(f"{e.state} {exits.get(e.job_id, '')}".strip() for e in elements)
+        # (an element pending or running has not ended: its state is what the dump shows)
+        ended = not any(e.state in UNFINISHED_STATES for e in elements)
         if not elements:
             sentence = f"No element of {arrays} has a scheduler record"
         elif len(states) == 1:
@@ -184,10 +187,11 @@ def _headline(result: AuditResult, reasoning: Reasoning) -> str:
             every = ("The one array element" if len(elements) == 1 else
                      "Both array elements" if len(elements) == 2 else
                      f"All {number(len(elements))} array elements")
-            sentence = f"{every} of {arrays} ended {code_span(state)}"
+            sentence = f"{every} of {arrays} {'ended' if ended else 'are'} {code_span(state)}"
         else:
             listed = ", ".join(f"{number(n)} {code_span(s)}" for s, n in sorted(states.items()))
-            sentence = f"The {number(len(elements))} array elements of {arrays} ended: {listed}"
+            sentence = (f"The {number(len(elements))} array elements of {arrays} "
+                        f"{'ended' if ended else 'are, as the dump shows them'}: {listed}")
         oom = any(job.state == "OUT_OF_MEMORY" or any(s.state == "OUT_OF_MEMORY"
                                                      for s in job.steps)
                   for job in (result.collected.sacct.jobs if result.collected.sacct else ()))

@@ -189,3 +189,6 @@ def test_the_mixed_examples_sections_keep_the_facts_the_contract_lists(
     assert "`9:0` may be the attempt's 137 less 128" in killed
     assert "`15:0` may be the attempt's 143 less 128" in resolved
     assert "`COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS` is off (`0`)" in killed  # (no repr)
+    # (an element still pending has not ended: the headline says what the dump shows)
+    assert "array elements of `5061000` are, as the dump shows them: " in text
+    assert "one `PENDING 0:0`" in text and "of `5061000` ended" not in text
