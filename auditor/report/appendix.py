@@ -27,6 +27,8 @@ MAX_FINDINGS_LISTED = 200
 MAX_OTHERS_LISTED = 5
 """Errors and warnings about no single period the report lists (all: ``evidence.md``)."""
 MAX_NAMED_PERIODS = 500
+ELAPSED_SHOWN = 12
+"""The most elements' elapsed times the accounting section spells out in its sentence."""
 NS = 1_000_000_000
 
 
@@ -107,9 +109,12 @@ def accounting_section(result: AuditResult, reasoning: Reasoning) -> str:
         and not outside_arrays(result, acc.elements)  # (else the table says which is which)
     if acc.elements and uniform and len(acc.elements) > 1:  # (the table would repeat itself)
         first, last = acc.elements[0], acc.elements[-1]
+        shown = acc.elements[:ELAPSED_SHOWN]  # (a large array's: evidence.md has each)
+        more = len(acc.elements) - len(shown)
         lines.append(f"Elements {code_span(first.job_id)} to {code_span(last.job_id)}, all "
                      f"{code_span(first.state)} at {first.gpus} GPUs: `ElapsedRaw` "
-                     + ", ".join(str(e.elapsed_s) for e in acc.elements) + " s.")
+                     + ", ".join(str(e.elapsed_s) for e in shown) + " s"
+                     + (f" and {more:,} more ([`evidence.md`](evidence.md))." if more else "."))
         lines.append("")
     elif acc.elements:
         lines.append(f"Each of the {number(len(acc.elements))} elements' state, `ElapsedRaw`, "

@@ -380,3 +380,19 @@ def test_periods_sharing_a_job_and_number_are_named_by_subject() -> None:
     clashing = replace(result, reasoning=replace(result.reasoning, facts=tuple(facts)))
     named = render_markdown(clashing)
     assert not applies.search(named) and "Applies to: `" in named
+
+
+def test_a_large_uniform_arrays_elapsed_times_are_not_all_spelled_out(tmp_path: Path) -> None:
+    """The accounting sentence of a uniform array names a dozen elapsed times and sends the
+    reader to evidence.md for the rest: it grew by one number an element (330: 1,727
+    characters on one line)."""
+    from auditor.report.appendix import ELAPSED_SHOWN
+
+    root = tmp_path / "scale"
+    assert main(["example", "--kind", "scale", "--elements", "20", "--trace-samples", "2",
+                 "--log-lines", "2", str(root)]) == 0
+    audit(root, tmp_path / "out")
+    (line,) = [line for line in (tmp_path / "out" / "diagnostic.md").read_text().splitlines()
+               if line.startswith("Elements ")]
+    assert line.split("`ElapsedRaw` ", 1)[1].count(", ") == ELAPSED_SHOWN - 1
+    assert line.endswith(f" s and {20 - ELAPSED_SHOWN} more ([`evidence.md`](evidence.md)).")
