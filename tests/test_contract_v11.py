@@ -122,8 +122,14 @@ def test_a_period_sealed_long_after_its_attempt_is_said_to_be(tmp_path: Path) ->
     edit_record(root / RECORD, lambda r: r.update(sealed_ns=finished + 5 * 10**9))
     audit(root, tmp_path / "prompt")
     assert "AUD125" not in _rule_ids(tmp_path / "prompt")
-    assert "5 to 5 s after the attempt's end" in (tmp_path / "prompt" /
-                                                   "diagnostic.md").read_text()
+    prompt = (tmp_path / "prompt" / "diagnostic.md").read_text()
+    assert "sealed by `auditor 0.1.0`, 5 s after the attempt's end" in prompt
+    # sealed before the end the trial records (another node's clock): said so, never "-60 s
+    # after"
+    edit_record(root / RECORD, lambda r: r.update(sealed_ns=finished - 60 * 10**9))
+    audit(root, tmp_path / "early")
+    assert "`auditor 0.1.0`, 60 s before the attempt's end" in (tmp_path / "early" /
+                                                               "diagnostic.md").read_text()
 
 
 def test_the_trial_records_restart_count_and_array_ids_are_read(tmp_path: Path) -> None:

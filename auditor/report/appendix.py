@@ -292,9 +292,15 @@ def _sealing(result: AuditResult) -> str:
     sealers = sorted({p.record.sealed_by for p in result.collected.periods
                       if p.record.sealed_by})
     seconds = sorted(delay / NS for _, delay in delays)
+    def when(delay: float) -> str:  # (before the end the trial records: another node's
+        # clock, or a seal made too early)
+        return f"{delay:,.0f} s after" if delay >= 0 else f"{-delay:,.0f} s before"
+    low, high = seconds[0], seconds[-1]
+    span = when(low) if f"{low:.0f}" == f"{high:.0f}" else \
+        f"{low:.0f} to {high:,.0f} s after" if low >= 0 else f"{when(low)} to {when(high)}"
     text = (f"Sealing: {counted(len(delays), 'period record')} sealed by "
             f"{', '.join(code_span(s) for s in sealers) or 'auditor seal'}, "
-            f"{seconds[0]:.0f} to {seconds[-1]:,.0f} s after the attempt's end")
+            f"{span} the attempt's end")
     if unsealed:
         text += f"; {number(unsealed)} not sealed by it"
     if late:
