@@ -62,7 +62,7 @@ def _findings(result: AuditResult) -> Iterable[tuple[Any, ...]]:
 def _evidence(result: AuditResult) -> Iterable[tuple[Any, ...]]:
     for e in result.collected.evidence:
         yield (
-            e.path, e.kind, e.pair, e.period, None if e.attempt is None else e.attempt + 1,
+            e.path, e.kind, e.pair or None, e.period, None if e.attempt is None else e.attempt + 1,
             e.job_id, e.manifest,
             e.actual_size,  # size
             e.expected_size, e.expected_sha256, e.actual_sha256, e.status, e.detail,

@@ -122,9 +122,10 @@ def integrity_findings(evidence: Iterable[EvidenceFile]) -> list[Finding]:
 
 
 def unlisted_rows(outcomes: Iterable[FileOutcome]) -> list[EvidenceFile]:
-    """The evidence rows of files that no period record lists."""
+    """The evidence rows of files that no period record lists (no pair: the folder above an
+    attempt is none, and a pair no record names is no pair of the study's)."""
     return [EvidenceFile(
-        outcome.display, "other", outcome.display.split("/", 1)[0], None, None, None, "", None,
+        outcome.display, "other", "", None, None, None, "", None,
         None, outcome.digest.sha256 if outcome.digest else None,
         outcome.digest.size if outcome.digest else None, "unlisted", outcome.error,
     ) for outcome in outcomes]

@@ -396,3 +396,19 @@ def test_a_large_uniform_arrays_elapsed_times_are_not_all_spelled_out(tmp_path: 
                if line.startswith("Elements ")]
     assert line.split("`ElapsedRaw` ", 1)[1].count(", ") == ELAPSED_SHOWN - 1
     assert line.endswith(f" s and {20 - ELAPSED_SHOWN} more ([`evidence.md`](evidence.md)).")
+
+
+def test_an_unlisted_files_row_names_no_pair(tmp_path: Path) -> None:
+    """A file no record lists belongs to no period: its evidence row's pair is null (it was
+    the top folder, an attempt's parent, which matches no pair of periods.parquet)."""
+    import pandas as pd
+
+    root = copy_example(tmp_path)
+    attempt = next(root.glob("*-4gpu/attempt-*"))
+    (attempt / "stray.txt").write_text("not listed\n")
+    audit(root, tmp_path / "out")
+    evidence = pd.read_parquet(tmp_path / "out" / "evidence.parquet")
+    stray = evidence[evidence["status"] == "unlisted"]
+    assert len(stray) == 1 and stray["pair"].isna().all()
+    pairs = set(pd.read_parquet(tmp_path / "out" / "periods.parquet")["pair"])
+    assert set(evidence["pair"].dropna()) <= pairs
