@@ -436,10 +436,10 @@ def _evidence_rows(out: Path) -> list[dict[str, object]]:
 
 def test_two_records_of_one_period_each_list_the_rules_of_their_own_verdict(
         tmp_path: Path) -> None:
-    """A record copied under another pair names its original's period (one subject, two
-    verdicts): each period's entry in summary.json and row in periods.parquet lists the
-    rules its own verdict rests on (the copy's identity mismatch among them; once both
-    took the last one's list, by subject)."""
+    """A record copied under another pair is the period its path names (one verdict a
+    subject: it was its original's period, two verdicts of one subject), and each period's
+    entry in summary.json and row in periods.parquet lists the rules its own verdict rests
+    on (the copy's identity mismatch, and both records' one attempt, among them)."""
     import shutil
 
     import orjson
@@ -457,7 +457,7 @@ def test_two_records_of_one_period_each_list_the_rules_of_their_own_verdict(
     entries = orjson.loads((out / "summary.json").read_bytes())["periods"]
     rows = pq.read_table(out / "periods.parquet").to_pylist()
     subjects = [verdict.subject for verdict in result.verdicts]
-    assert len(subjects) > len(set(subjects))  # (two verdicts of one subject)
+    assert len(subjects) == len(set(subjects)) and "aaa-copy/period-1" in subjects
     assert len(entries) == len(rows) == len(own)
     for entry, row, rules in zip(entries, rows, own, strict=True):
         assert set(rules) <= set(entry["rule_ids"]) and entry["rule_ids"] == row["rule_ids"]
