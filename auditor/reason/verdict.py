@@ -522,7 +522,8 @@ def _blocked(blockers: list[tuple[Reason, Finding]], infra: Finding | None, show
         # A job killed by the scheduler naturally leaves evidence missing (no trial record,
         # no idle check): the scheduler's word explains the absence, so it is the reason.
         shown.shows.insert(0, sentence(f"The scheduler ended the job: {unprefixed(infra)}"))
-        shown.shows.append(sentence(_blocker_sentence("evidence missing", decisive)))
+        shown.shows.append(sentence(_blocker_sentence(  # (the consequence, not the reason)
+            "", decisive, lead="That end left evidence missing")))
         return _judgement(Outcome.UNRESOLVED, _blocks(infra), [infra, *decisive], shown,
                           [ENDED_LIMITS.get(_blocks(infra), ENDED_LIMITS[None])])
     reason = blockers[0][0]
@@ -681,11 +682,11 @@ def _pointer(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def _blocker_sentence(label: str, decisive: list[Finding]) -> str:
+def _blocker_sentence(label: str, decisive: list[Finding], lead: str | None = None) -> str:
     more = len(decisive) - 1
     listed = f" ({more} more {'problem' if more == 1 else 'problems'} listed in the " \
              "findings)" if more else ""
-    return f"Unresolved because of {label}: {unprefixed(decisive[0])}{listed}"
+    return f"{lead or f'Unresolved because of {label}'}: {unprefixed(decisive[0])}{listed}"
 
 
 def sentence(text: str) -> str:

@@ -174,9 +174,11 @@ def test_the_mixed_examples_sections_keep_the_facts_the_contract_lists(
     assert "nfrastructure failure" not in time_limit
     node = sections["One 4-GPU unresolved period: `infrastructure_failure`, cause "
                     "`node_failure`"]
-    # (the period is named once, above; sacct's word once; a count in words)
-    assert "Unresolved because of evidence missing: no post-period idle check recorded (1 " \
+    # (the period is named once, above; sacct's word once; a count in words; what the end
+    # left missing is its consequence, never a second reason beside the heading's)
+    assert "That end left evidence missing: no post-period idle check recorded (1 " \
            "more problem listed in the findings)." in node
+    assert "Unresolved because of" not in node
     assert node.count("sacct reports `NODE_FAIL`") == 1 and "NODE_FAIL for job" not in node
     assert node.count("host-qwen25-7b-gsm8k-c2-s164/period-1") == 1
     killed = sections["Two 4-GPU unresolved periods: `killed`, cause `signal`"]
