@@ -250,6 +250,11 @@ def findings_section(result: AuditResult) -> str:
     # configuration's, a file's) are said nowhere else
     periods = {v.subject for v in result.verdicts}
     others = [f for f in items if f.severity is not Severity.INFO and f.subject not in periods]
+    if others:  # (a file's finding a verdict rests on is its period's: its rule is listed there)
+        rested = {(f.rule_id, f.subject, f.message) for f in others}
+        rested &= {(f.rule_id, f.subject, f.message) for v in result.verdicts
+                   for f in v.findings}
+        others = [f for f in others if (f.rule_id, f.subject, f.message) not in rested]
     if others:
         lines += ["", "Errors and warnings about no single period:", ""]
         lines.extend(f"- {code_span(f.rule_id)} {code_span(f.subject)}: "

@@ -412,3 +412,20 @@ def test_an_unlisted_files_row_names_no_pair(tmp_path: Path) -> None:
     assert len(stray) == 1 and stray["pair"].isna().all()
     pairs = set(pd.read_parquet(tmp_path / "out" / "periods.parquet")["pair"])
     assert set(evidence["pair"].dropna()) <= pairs
+
+
+def test_a_files_finding_a_verdict_rests_on_is_its_periods_not_the_studys(
+        tmp_path: Path) -> None:
+    """A listed device file gone: its finding (about the file) is what its period's verdict
+    rests on, said there, never again among the findings about no single period; a file no
+    record lists still is."""
+    root = copy_example(tmp_path)
+    attempt = next(root.glob("*code_heavy_tail-c2-s163-2gpu/attempt-*"))
+    next(attempt.glob("device-evidence/*-0-*.json")).unlink()
+    (attempt / "stray.txt").write_text("not listed\n")
+    audit(root, tmp_path / "out")
+    text = (tmp_path / "out" / "diagnostic.md").read_text()
+    others = text.split("Errors and warnings about no single period:", 1)[1]
+    assert "`AUD101`" not in others and "`AUD105`" in others
+    assert re.search(r"^- `host-qwen25-7b-code_heavy_tail-c2-s163/period-1` .*"
+                     r"`evidence_missing`.*device-evidence/", text, re.MULTILINE)
