@@ -37,13 +37,17 @@ def _periods(result: AuditResult) -> Iterable[tuple[Any, ...]]:
 
 
 def _attempts(result: AuditResult) -> Iterable[tuple[Any, ...]]:
+    # (without the allocations' GPUs the reservation scope is unknown, as summary.json says:
+    # never the period's GPUs in their place)
+    reserved = result.collected.scopes_known()[1]
     for a in result.reasoning.attempts:
         yield (
             a.subject, a.index + 1, a.job_id, a.attempt_dir, a.outcome, a.reason,
             a.exit_kind or "", a.exit_code, a.received_signal,
             a.started_ns, a.finished_ns,  # started, finished
-            a.gpus, a.allocation_gpus,
-            round(a.task_gpu_seconds, 6), round(a.reservation_gpu_seconds, 6),
+            a.gpus, a.allocation_gpus if reserved else None,
+            round(a.task_gpu_seconds, 6),
+            round(a.reservation_gpu_seconds, 6) if reserved else None,
             a.counted, a.wasted, a.launcher_status,
         )
 

@@ -429,3 +429,22 @@ def test_a_files_finding_a_verdict_rests_on_is_its_periods_not_the_studys(
     assert "`AUD101`" not in others and "`AUD105`" in others
     assert re.search(r"^- `host-qwen25-7b-code_heavy_tail-c2-s163/period-1` .*"
                      r"`evidence_missing`.*device-evidence/", text, re.MULTILINE)
+
+
+def test_without_a_dump_the_attempts_table_gives_no_reservation(tmp_path: Path) -> None:
+    """No scheduler dump: the reservation scope is unknown, in summary.json and in each
+    attempt's row alike (the table gave the period's GPUs as the allocation's, and a sum the
+    summary calls unknown)."""
+    import pandas as pd
+
+    root = copy_example(tmp_path)
+    (root / "accounting" / "sacct-raw.psv").unlink()
+    summary = audit(root, tmp_path / "out")
+    assert summary["accounting"]["reservation_gpu_seconds"] is None
+    attempts = pd.read_parquet(tmp_path / "out" / "attempts.parquet")
+    assert attempts["reservation_gpu_seconds"].isna().all()
+    assert attempts["allocation_gpus"].isna().all()
+    assert attempts["task_gpu_seconds"].notna().all()
+    audit(copy_example(tmp_path / "again"), tmp_path / "dumped")  # (with it: known)
+    assert pd.read_parquet(tmp_path / "dumped" / "attempts.parquet")[
+        "reservation_gpu_seconds"].notna().all()
