@@ -166,6 +166,12 @@ def test_a_requeued_period_with_d_is_one_job_each_attempt_in_its_own_record(
     assert accounting["allocation_gpu_seconds"] == 4 * (430 + 432 + 439)
     assert accounting["requeued_gpu_seconds"] == 4 * 432
     assert (accounting["jobs_outside_array"], accounting["outside_array_gpu_seconds"]) == ([], 0)
+    # evidence.md's rows add up to the scope the report gives: the requeued run's among them
+    cited = (tmp_path / "out" / "evidence.md").read_text().split("## Scheduler elements")[1]
+    rows = [line.split("|") for line in cited.splitlines() if line.startswith("| `")]
+    assert sum(int(row[6].strip().replace(",", "")) for row in rows) == \
+        accounting["allocation_gpu_seconds"]
+    assert any("(run 1 of 2)" in row[1] and "REQUEUED" in row[3] for row in rows)
 
 
 def test_without_d_the_earlier_attempt_is_not_compared_and_that_is_said(tmp_path: Path) -> None:

@@ -170,14 +170,20 @@ def elements_table(reasoning: Reasoning) -> str:
     acc = reasoning.accounting
     if not acc.elements:
         return ""
+    def row(e: ElementCost, name: str) -> list[str]:
+        return [name, code_span(e.job_id_raw) if e.job_id_raw else "—", code_span(e.state),
+                str(e.elapsed_s) if e.elapsed_s is not None else "—",
+                str(e.gpus) if e.gpus is not None else "—",
+                f"{e.gpu_seconds:,}" if e.gpu_seconds is not None else "—"]
+    # (a requeued element's earlier runs, sacct -D's records, held the GPUs too: the
+    # allocation scope sums them, so their rows are here, oldest first, above its last)
     return "\n".join(["## Scheduler elements", "", table(
         ["Element", "JobIDRaw", "State", "ElapsedRaw s", "GPUs", "GPU-seconds"],
-        ([code_span(e.job_id), code_span(e.job_id_raw) if e.job_id_raw else "—",
-          code_span(e.state),
-          str(e.elapsed_s) if e.elapsed_s is not None else "—",
-          str(e.gpus) if e.gpus is not None else "—",
-          f"{e.gpu_seconds:,}" if e.gpu_seconds is not None else "—"]
-         for e in acc.elements),
+        (line for e in acc.elements for line in (
+            *(row(earlier, f"{code_span(e.job_id)} (run {n} of {len(e.attempts) + 1})")
+              for n, earlier in enumerate(e.attempts, 1)),
+            row(e, code_span(e.job_id) if not e.attempts else
+                f"{code_span(e.job_id)} (run {len(e.attempts) + 1}, the last)"))),
         ["---", "---", "---", "---:", "---:", "---:"])])
 
 
