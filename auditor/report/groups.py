@@ -294,8 +294,10 @@ def scheduler_sentence(result: AuditResult, members: Sequence[Verdict]) -> str:
             unseen += 1
             continue
         rows.setdefault(job.job_id, (job, []))[1].append(outcome)
-    if not rows:
-        return "The scheduler's dump has no row for these periods' jobs."
+    if not rows:  # (a record unread names no job: no row can be said to be its)
+        return "No job of these periods is known, so no row of the scheduler's dump is " \
+            "theirs." if all(counted_outcome(result, v.subject) is None for v in members) \
+            else "The scheduler's dump has no row for these periods' jobs."
     states = Counter(_state(job) for job, _ in rows.values())
     if len(states) == 1:
         state = next(iter(states))

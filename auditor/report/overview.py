@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 
-from auditor._text import clip
+from auditor._text import clip, counted
 from auditor.model import NEEDS, AuditResult, Citation, Verdict, VerdictKind
 from auditor.report.citations import names_of
 from auditor.report.mdformat import code_span, number, table
@@ -37,8 +37,11 @@ def configurations_section(result: AuditResult) -> str:
         return ""
     tally: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
     """By configuration, by verdict: how many periods, by their cause or reason word."""
+    unplaced: list[str] = []
+    """Periods of no configuration known (a record unread, or without workload or GPUs)."""
     for verdict, facts in zip(reasoning.verdicts, reasoning.facts, strict=True):
         if facts.workload is None or facts.gpus is None:
+            unplaced.append(verdict.subject)
             continue
         word = "" if verdict.verdict is VerdictKind.RESOLVED else \
             str(verdict.cause.word) if verdict.verdict is VerdictKind.FAILED and verdict.cause \
@@ -53,8 +56,11 @@ def configurations_section(result: AuditResult) -> str:
         verdicts = "; ".join(_verdicts(kind, counts[kind]) for kind in _ORDER if kind in counts)
         unresolved = sum(counts.get("unresolved", Counter()).values())
         seeds = seed_ranges(config.seeds) or "—"
+        # (a seed with no period of the configuration was not run, unless a period of no
+        # known configuration may be it)
+        missing = "no period read" if unplaced else "not run"
         if config.missing_seeds:
-            seeds += f" (not run: {seed_ranges(config.missing_seeds)})"
+            seeds += f" ({missing}: {seed_ranges(config.missing_seeds)})"
         if config.key in admitted:
             enters = "yes, by a waiver" if config.key in waived else "yes"
         elif not partial.passed:
@@ -65,13 +71,25 @@ def configurations_section(result: AuditResult) -> str:
                 why.append(f"{number(unresolved)} unresolved")
             if config.missing_seeds:
                 why.append(f"seed{'s' if len(config.missing_seeds) > 1 else ''} "
-                           f"{seed_ranges(config.missing_seeds)} not run")
+                           f"{seed_ranges(config.missing_seeds)} {missing}")
             enters = "no: " + (", ".join(why) if why else "not a configuration the protocol "
                                "lists")
         rows.append([code_span(config.key), seeds, verdicts or "no period", enters])
-    return "\n".join(["## Configurations", "",
-                      table(["Configuration", "Seeds", "Periods", "Enters the evaluation"],
-                            rows)])
+    lines = ["## Configurations", "",
+             table(["Configuration", "Seeds", "Periods", "Enters the evaluation"], rows)]
+    if unplaced:
+        shown = ", ".join(code_span(subject) for subject in unplaced[:MAX_UNPLACED])
+        more = f" and {len(unplaced) - MAX_UNPLACED:,} more" \
+            if len(unplaced) > MAX_UNPLACED else ""
+        lines += ["", f"{counted(len(unplaced), 'period')} of no known configuration (a "
+                  "record unreadable, or naming no workload or GPUs), "
+                  f"{'unresolved' if len(unplaced) == 1 else 'each unresolved'}: "
+                  f"{shown}{more}."]
+    return "\n".join(lines)
+
+
+MAX_UNPLACED = 12
+"""The most periods of no known configuration the section names (all: the periods table)."""
 
 
 _ORDER = ("resolved", "failed", "unresolved")

@@ -448,3 +448,22 @@ def test_without_a_dump_the_attempts_table_gives_no_reservation(tmp_path: Path) 
     audit(copy_example(tmp_path / "again"), tmp_path / "dumped")  # (with it: known)
     assert pd.read_parquet(tmp_path / "dumped" / "attempts.parquet")[
         "reservation_gpu_seconds"].notna().all()
+
+
+def test_an_unreadable_record_is_a_period_of_no_known_configuration_never_a_seed_not_run(
+        tmp_path: Path) -> None:
+    """A period record cut short: its period still counts (unresolved), the Configurations
+    section names it as of no known configuration, the seed it may be is 'no period read'
+    (never 'not run'), and its group does not say the dump lacks its job's row (sacct has it;
+    the record names no job)."""
+    root = copy_example(tmp_path)
+    record = root / "pairs/host-qwen25-7b-math-c2-s161/period-2.json"
+    record.write_bytes(b'{"schema": "run-evidence/period/v1", "pair": ')
+    audit(root, tmp_path / "out")
+    text = (tmp_path / "out" / "diagnostic.md").read_text()
+    section = text.split("## Configurations", 1)[1].split("\n## ", 1)[0]
+    assert "| `math@2` | 162-163 (no period read: 161) |" in section and "not run" not in section
+    assert ("1 period of no known configuration (a record unreadable, or naming no workload "
+            "or GPUs), unresolved: `host-qwen25-7b-math-c2-s161/period-2`.") in section
+    assert "has no row for these periods' jobs" not in text
+    assert "No job of these periods is known" in text
