@@ -111,14 +111,14 @@ def infrastructure(
                 where="the job" if oom is None else f"step {oom.step}", job_id=element.job_id)
     merged = merged_events([(log.path, log.events) for log in logs if log.events])
     first: dict[str, int] = {}  # (each kind's first event, by its place in time)
-    earlier = False
+    ended = False  # (a line before that names the machine's end: slurmstepd's memory kill)
     for place, (_, event, _) in enumerate(merged):
-        if event.kind == "slurm_cancelled" and earlier:
-            continue  # (the job's cancellation after another cause: its knock-on, as causes
-            # read it; memory's "being killed" then "*** JOB ... CANCELLED" is memory's end)
+        if event.kind == "slurm_cancelled" and ended:
+            continue  # (the job's cancellation after the machine's end is that end's knock-on;
+            # after any other line, a trainer's SIGTERM or a traceback, it is the cancellation)
         first.setdefault(event.kind, place)
-        earlier = earlier or (event.kind != "slurm_step_cancelled"
-                              and event_cause(event) is not None)
+        ended = ended or (event.kind in _ENDS and event.kind != "slurm_cancelled"
+                          and not (completed and event.kind in OUTLIVED))
     for kind_name, rule, text in LOG_ENDS:
         at = first.get(kind_name)
         outlived = completed and kind_name in OUTLIVED
@@ -147,6 +147,8 @@ LOG_ENDS: tuple[tuple[str, str, str], ...] = (
 )
 """A log event that makes the attempt's end the infrastructure's (or the scheduler's): its
 rule (whose ``blocks`` is the reason) and what it says, first kind first."""
+
+_ENDS = frozenset(kind for kind, _, _ in LOG_ENDS)
 
 OUTLIVED = frozenset({"rendezvous", "ray_system", "storage", "network"})
 """Contract v1.2's causes that a completed run may print and outlive without doubt on what it

@@ -363,3 +363,26 @@ def test_a_traceback_in_a_log_indented_whole_is_read_by_its_frames_indentation(
     assert main(["causes", str(log), "--json"]) == 0
     cause = json.loads(capsys.readouterr().out)["cause"]
     assert (cause["cause"], cause["detail"]) == ("python_exception", "ValueError (log line 7)")
+
+
+@pytest.mark.parametrize("before", [
+    b"",
+    b"[2026-01-01 00:00:00] torch.distributed.elastic.agent: Received Signals.SIGTERM death "
+    b"signal, shutting down workers\n",
+    b"Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+    b"RuntimeError: worker interrupted\n",
+])
+def test_a_jobs_cancellation_after_a_trainers_own_lines_is_the_cancellation(
+        before: bytes, tmp_path: Path) -> None:
+    """A coordinated shutdown (controller 143, flag on, no signal recorded) whose log holds
+    the job's '*** JOB ... CANCELLED' line: scancel reached the batch script, so the 143 is
+    no success, whatever the trainer printed as it went down (a SIGTERM, a traceback). Only
+    the machine's end before it (slurmstepd's memory kill) makes that line a knock-on."""
+    root = outcome_study(tmp_path / "study", ["coordinated_shutdown"])
+    log = find(root, "*-s161-4gpu/attempt-*/training-*.log")
+    cancel = b"slurmstepd: error: *** JOB 7000001 ON gpu-node-10 CANCELLED AT " \
+             b"2026-09-15T18:07:16 ***\n"
+    rewrite(root, log, lambda data: data + before + cancel)
+    periods = _periods(root, tmp_path / "out")
+    assert (periods.loc[161, "verdict"], periods.loc[161, "reason"]) == (
+        "unresolved", "cancelled")
