@@ -523,3 +523,18 @@ def test_an_earlier_runs_record_judges_only_the_attempt_its_end_hit(tmp_path: Pa
                if line.startswith(("7000000_0|", "7000000_0.1|")) else line for line in lines]
     (root / "accounting/sacct-raw.psv").write_text("\n".join(earlier + lines) + "\n")
     assert set(verdicts(audit(root, tmp_path / "out")).values()) == {("resolved", "completed")}
+
+
+def test_gpu_counts_summing_past_64_bits_are_unknown_never_a_crash(tmp_path: Path) -> None:
+    """AllocTRES naming ten GPU types of 18 digits each: each count is a number, their sum is
+    past 64 bits, which no table holds: the allocation's GPUs are unknown (the audit crashed,
+    exit 3)."""
+    root = outcome_study(tmp_path / "study", ["completed"])
+    many = ",".join(f"gres/gpu:t{i}=999999999999999999" for i in range(10))
+    rewrite(root, "accounting/sacct-raw.psv",
+            lambda b: b.replace(b"gres/gpu:a100=4,gres/gpu=4", many.encode()),
+            update_manifest=False)
+    audit(root, tmp_path / "out")
+    assert "AUD008" in set(findings(tmp_path / "out")["rule_id"])  # (unreadable AllocTRES)
+    assert "| `7000000_0` | `7000001` | `COMPLETED` | 430 | — | — |" in \
+        (tmp_path / "out" / "evidence.md").read_text()

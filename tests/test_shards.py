@@ -217,7 +217,7 @@ def _unit_forged(part: Path, forge: Callable[[dict], None]) -> None:
     (lambda unit: unit["attempts"][0]["read"]["traces"][0]["phases"][0].__setitem__(
         "pid", {"__int__": "9" * 30}), "is past a signed 64-bit integer"),
     (lambda unit: unit["attempts"][0]["spec"].__setitem__("index", 2**63 - 1),
-     "no shard's audit writes"),
+     "a value in the parts cannot be written"),
     (lambda unit: unit["record"]["findings"].append(
         {"rule_id": "AUD201", "symbol": "x", "severity": "info", "subject": "s",
          "message": "m", "citations": [], "values": [["k", {"__dict__": [[[1, 2], 3]]}]]}),
@@ -257,6 +257,31 @@ def test_shards_given_a_relative_sacct_merge_from_any_directory(
         assert main(["merge", *map(str, parts), "--out", parts[0].name, "--force",
                      "--quiet", "--no-plots"]) == 2
     assert (parts[0] / "part.jsonl").is_file()
+
+
+@pytest.mark.parametrize("line", [
+    '{"kind": "terminal", "step": %d, "pid": %d, "rank": 0, "role": "%s", "seq": %d}',
+    '{"pid": %d}'])
+def test_a_trace_value_past_64_bits_is_read_as_the_shards_merge_it(
+        tmp_path: Path, line: str) -> None:
+    """A trace line holding an integer past 64 bits (JSON's, read as it is): the whole audit
+    and a merge of its shards agree, the value held as no part could (the merge refused the
+    parts: a step or pid kept unbounded where the codec holds 64 bits)."""
+    root = outcome_study(tmp_path / "study", ["completed", "completed"])
+    trace = sorted(root.glob("*-s161-4gpu/attempt-*/allocator-traces/*.jsonl"))[0]
+    first = json.loads(trace.read_text().splitlines()[0])
+    big = 2**64 - 1
+    added = (line % (big, first["pid"], first["role"], big) if "terminal" in line
+             else line % big) + "\n"
+    trace.write_bytes(trace.read_bytes() + added.encode())
+    assert main(["audit", str(root), "--out", str(tmp_path / "whole"), "--quiet",
+                 "--no-plots"]) == 0
+    parts = _shards(root, tmp_path / "parts", 2, "--no-plots")
+    assert main(["merge", *map(str, parts), "--out", str(tmp_path / "merged"), "--quiet",
+                 "--no-plots"]) == 0
+    for name in ("summary.json", "diagnostic.md", "findings.parquet"):
+        assert (tmp_path / "whole" / name).read_bytes() == \
+            (tmp_path / "merged" / name).read_bytes(), name
 
 
 def test_shard_usage_errors_are_one_line(tmp_path: Path,

@@ -155,15 +155,18 @@ def _merge(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _made_by_no_shard() -> Iterator[None]:
-    """A value of the parts that decodes by its type yet no shard's audit writes (a count
-    past a table's column, a digest that is not text) is the parts' fault: one line, never a
-    crash. (A part the caller owns, or one trusted or signed: a forger's, or a damaged one.)"""
+    """A value of the parts that decodes by its type yet cannot be written (a count past a
+    table's column, a digest that is not text: a part the caller owns, trusts or had signed,
+    altered after its shard wrote it) is one line, never a crash. The collectors bound what
+    they read, so a genuine part holds none: the line says so rather than blame the parts
+    alone."""
     try:
         yield
     except (OverflowError, UnicodeEncodeError) as error:
-        raise InputError(f"merge: the parts hold a value no shard's audit writes "
-                         f"({type(error).__name__}: {str(error)[:200]}); audit the shards "
-                         "again") from None
+        raise InputError(f"merge: a value in the parts cannot be written "
+                         f"({type(error).__name__}: {str(error)[:200]}): a part altered after "
+                         "its shard wrote it? Audit the shards again; if it persists, it is "
+                         "the auditor's defect: please report it") from error
 
 
 def _read_part(path: Path, inputs: bool, trust: Trust) -> tuple[dict[str, Any], CollectedParts]:

@@ -55,7 +55,7 @@ from auditor._io import CHUNK_SIZE, HashingReader, Line, iter_blocks
 from auditor._text import clip
 from auditor.collect.allocator_fold import FAST_BATCH, Folded, fold
 from auditor.collect.allocator_record import count, phase_ok, repeats_a_key, sample_ok
-from auditor.model import AllocatorTrace, Citation, Finding, PhaseRecord
+from auditor.model import INT64_MAX, INT64_MIN, AllocatorTrace, Citation, Finding, PhaseRecord
 from auditor.schema import json_type, validate_record
 
 MAX_LINE = CHUNK_SIZE
@@ -139,10 +139,12 @@ class _Scan:
             self.dropped += 1
 
     def see_pid(self, pid: int, line: int) -> None:
-        _see(self.pids, pid, line)
+        if INT64_MIN <= pid <= INT64_MAX:  # (past 64 bits: the schema's finding names it,
+            _see(self.pids, pid, line)  # and no table or part could hold it)
 
     def see_rank(self, rank: int, line: int) -> None:
-        _see(self.ranks, rank, line)
+        if INT64_MIN <= rank <= INT64_MAX:
+            _see(self.ranks, rank, line)
 
     def see_ns(self, first: int | None, last: int | None) -> None:
         if first is not None and (self.first_ns is None or first < self.first_ns):
@@ -469,7 +471,7 @@ def _take(scan: _Scan, record: object, line: int, raw: bytes) -> bool:
         scan.last_seq = seq
     if record.get("kind") == "params":  # (contract v1.2: a digest before/after an update)
         step, when, digest = record.get("step"), record.get("when"), record.get("digest")
-        if type(pid) is int and pid >= 1 and type(step) is int and step >= 0 \
+        if count(pid) and type(step) is int and 0 <= step <= INT64_MAX \
                 and when in ("before", "after") and type(digest) is str \
                 and _DIGEST.fullmatch(digest) and type(seq) is int and seq >= 0:
             if len(scan.params) < MAX_DISTINCT:
@@ -479,7 +481,7 @@ def _take(scan: _Scan, record: object, line: int, raw: bytes) -> bool:
         return False
     if record.get("kind") == "terminal":  # (contract v1.2: the rank's own last-step record)
         step = record.get("step")
-        if type(pid) is int and pid >= 1 and type(step) is int and step >= 0 \
+        if count(pid) and type(step) is int and 0 <= step <= INT64_MAX \
                 and type(seq) is int and seq >= 0:
             if len(scan.terminals) < MAX_DISTINCT:
                 scan.terminals.append((step, line))

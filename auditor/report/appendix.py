@@ -117,8 +117,10 @@ def accounting_section(result: AuditResult, reasoning: Reasoning) -> str:
                      + (f" and {more:,} more ([`evidence.md`](evidence.md))." if more else "."))
         lines.append("")
     elif acc.elements:
-        lines.append(f"Each of the {number(len(acc.elements))} elements' state, `ElapsedRaw`, "
-                     "GPUs and GPU-seconds: [`evidence.md`](evidence.md).")
+        each = "The element's" if len(acc.elements) == 1 else \
+            f"Each of the {number(len(acc.elements))} elements'"
+        lines.append(f"{each} state, `ElapsedRaw`, GPUs and GPU-seconds: "
+                     "[`evidence.md`](evidence.md).")
         lines.append("")
     missing = acc.jobs_without_element
     unknown = ("no scheduler dump was read" if not collected.scheduler_usable() else

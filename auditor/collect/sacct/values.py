@@ -210,5 +210,6 @@ def _gpu_count(text: str) -> int | None:
             typed[kind] = max(count, typed.get(kind, 0))
     if untyped is not None:
         return untyped
-    return sum(typed.values())
+    total = sum(typed.values())
+    return total if total < 1 << 63 else None  # (types summed past 64 bits: no count held)
 
