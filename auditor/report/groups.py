@@ -20,7 +20,7 @@ from auditor.model import (
     SacctJob,
     Verdict,
 )
-from auditor.report.mdformat import code_span, number, prose
+from auditor.report.mdformat import SPANNED, code_span, number, prose
 from auditor.store import Kept, SortedRows, pickles_fast
 
 
@@ -492,12 +492,13 @@ def sentences(text: str) -> tuple[str, ...]:
     whole)."""
     out: list[str] = []
     start = 0
-    inside = False
+    # (a span fenced by several backticks may hold one: a launcher's status, quoted whole;
+    # a backtick no span closes is a character, never the start of one to the end)
+    spans = [match.span() for match in SPANNED.finditer(text)] if "`" in text else []
     for at, char in enumerate(text):
-        if char == "`":
-            inside = not inside
-        elif (not inside and char == " " and at > 0 and text[at - 1] in ".!?"
-              and at + 1 < len(text) and (text[at + 1].isupper() or text[at + 1].isdigit())):
+        if (char == " " and at > 0 and text[at - 1] in ".!?"
+                and at + 1 < len(text) and (text[at + 1].isupper() or text[at + 1].isdigit())
+                and not any(begin < at < end for begin, end in spans)):
             out.append(text[start:at])
             start = at + 1
     if text[start:].strip():

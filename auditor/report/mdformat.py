@@ -72,7 +72,7 @@ def prose(text: str, limit: int = 300) -> str:
     text = clip(_CONTROL.sub("", text.replace("\r", " ").replace("\n", " ")), limit)
     out: list[str] = []
     position = 0
-    for match in _SPANNED.finditer(text):
+    for match in SPANNED.finditer(text):
         out.append(_words(text[position:match.start()], not out))
         inner = match.group(2)  # (a fence of more backticks holds fewer in a row, padded)
         padded = len(inner) > 2 and inner[0] == inner[-1] == " " and inner.strip()
@@ -82,7 +82,7 @@ def prose(text: str, limit: int = 300) -> str:
     return "".join(out)
 
 
-_SPANNED = re.compile(r"(`+)(?!`)(.+?)(?<!`)\1(?!`)")
+SPANNED = re.compile(r"(`+)(?!`)(.+?)(?<!`)\1(?!`)")
 """A code span as the reasoning writes one: a fence, text, the same fence."""
 
 

@@ -467,3 +467,16 @@ def test_an_unreadable_record_is_a_period_of_no_known_configuration_never_a_seed
             "or GPUs), unresolved: `host-qwen25-7b-math-c2-s161/period-2`.") in section
     assert "has no row for these periods' jobs" not in text
     assert "No job of these periods is known" in text
+
+
+@pytest.mark.parametrize("status", ["ok", "`", "a`", "x`y`z`", "a``b`c"])
+def test_a_diagnosis_splits_into_its_sentences_whatever_the_status_quotes(status: str) -> None:
+    """A launcher status with an odd number of backticks is one span fenced past them: the
+    sentences after it are still sentences (each backtick flipped 'inside a span', gluing the
+    rest of the diagnosis into one), and a full stop inside a span never splits."""
+    from auditor.model.lines import launcher_status
+    from auditor.report.groups import sentences
+
+    text = f"{launcher_status(status, None)} The post-period idle check passed. Exit: 0."
+    assert len(sentences(text)) == 3
+    assert sentences("See `a. B` here. Then more.") == ("See `a. B` here.", "Then more.")
