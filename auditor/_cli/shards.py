@@ -140,7 +140,7 @@ def _merge(args: argparse.Namespace) -> int:
                            max_findings=args.max_findings,
                            max_findings_per_file=args.max_findings_per_file,
                            max_quote=args.max_quote)
-    with paused_gc(), spill_beside(args.out), _made_by_no_shard():
+    with paused_gc(), spill_beside(args.out), _unwritable_values():
         result = drive(judge(parts, options), lambda event: None)
         write_outputs(result, args.out, force=args.force, plots=not args.no_plots,
                       helper=_helper_pays(result, options))
@@ -154,7 +154,7 @@ def _merge(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _made_by_no_shard() -> Iterator[None]:
+def _unwritable_values() -> Iterator[None]:
     """A value of the parts that decodes by its type yet cannot be written (a count past a
     table's column, a digest that is not text: a part the caller owns, trusts or had signed,
     altered after its shard wrote it) is one line, never a crash. The collectors bound what
