@@ -259,9 +259,10 @@ def findings_section(result: AuditResult) -> str:
     periods = {v.subject for v in result.verdicts}
     others = [f for f in items if f.severity is not Severity.INFO and f.subject not in periods]
     if others:  # (a file's finding a verdict rests on is its period's: its rule is listed there)
-        rested = {(f.rule_id, f.subject, f.message) for f in others}
-        rested &= {(f.rule_id, f.subject, f.message) for v in result.verdicts
-                   for f in v.findings}
+        candidates = {(f.rule_id, f.subject, f.message) for f in others}
+        subjects = {f.subject for f in others}  # (a million periods' findings: none kept)
+        rested = {key for v in result.verdicts for f in v.findings if f.subject in subjects
+                  and (key := (f.rule_id, f.subject, f.message)) in candidates}
         others = [f for f in others if (f.rule_id, f.subject, f.message) not in rested]
     if others:
         lines += ["", "Errors and warnings about no single period:", ""]
