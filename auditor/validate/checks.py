@@ -37,6 +37,8 @@ from auditor.model.kinds import (
     KINDS,
     PER_WORKER,
     REQUIRED,
+    TRAINING_LOG,
+    TRIAL,
     EvidenceKind,
 )
 from auditor.rules import finding
@@ -467,6 +469,12 @@ def _job_ids(
          Citation(device.path, pointer="/job_id"))
         for device in attempt.read.devices if device.job_id
     )
+    # (the job in a trial record's and a training log's own names: another job's log, listed
+    # first, would otherwise be the one read for the terminal event)
+    for kind, read in ((TRIAL, trial), (TRAINING_LOG, attempt.read.log)):
+        spelled = kind.parts(read.path) if read is not None else None
+        if read is not None and spelled is not None:
+            claims.append((f"{kind.title} name", spelled["job"], Citation(read.path)))
     values = {value for _, value, _ in claims}
     if len(values) > 1:
         reference = claims[0][1]

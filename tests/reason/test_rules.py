@@ -945,3 +945,36 @@ def test_a_worker_without_its_files_is_said_device_evidence_first(
     diagnosis = periods.loc[periods["subject"].str.endswith("c2-s161/period-1"),
                             "diagnosis"].item()
     assert f"no device evidence listed for pid {pid}" in diagnosis
+
+
+def test_a_training_log_of_another_job_never_decides_the_terminal_event(
+        tmp_path: Path) -> None:
+    """The attempt's record lists a log named for another job (training-6999999.log),
+    which holds the terminal line its own run lacks: the names disagree (AUD111), so the
+    period is unresolved (it resolved on the other job's line); its own log, so named,
+    still resolves."""
+    import hashlib
+
+    from tests.helpers import audit, outcome_study, verdicts
+
+    root = outcome_study(tmp_path / "study", ["terminal_missing"])
+    record = next((root / "pairs").glob("*/period-1.json"))
+    document = orjson.loads(record.read_bytes())
+    own = root / document["attempt_dir"] / "training-7000001.log"
+    text = own.read_bytes() + b"(TaskRunner pid=111) step:1 - training/global_step:1\n"
+    own.unlink()
+    (own.parent / "training-6999999.log").write_bytes(text)
+    for entry in document["evidence"]:
+        if entry["kind"] == "training_log":
+            entry.update(path="training-6999999.log", size=len(text),
+                         sha256=hashlib.sha256(text).hexdigest())
+    record.write_bytes(orjson.dumps(document))
+    subject = f"{record.parent.name}/period-1"
+    assert verdicts(audit(root, tmp_path / "other"))[subject] == (
+        "unresolved", "identity_mismatch")
+    (own.parent / "training-6999999.log").rename(own)
+    for entry in document["evidence"]:
+        if entry["kind"] == "training_log":
+            entry["path"] = "training-7000001.log"
+    record.write_bytes(orjson.dumps(document))
+    assert verdicts(audit(root, tmp_path / "own"))[subject] == ("resolved", "completed")
