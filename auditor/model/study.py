@@ -290,6 +290,13 @@ class AttemptEvidence:
     one of ``files``)."""
     files: tuple[EvidenceFile, ...]
 
+    def hosts(self) -> set[str]:
+        """The nodes the attempt's own files name: its workers' (the record's), its device
+        files', its traces' records' (empty for a v1 attempt that names none)."""
+        return ({w.host for w in self.spec.workers if w.host}
+                | {d.hostname for d in self.read.devices if d.hostname}
+                | {host for trace in self.read.traces for host, _ in trace.hosts})
+
 
 @dataclass(frozen=True, slots=True)
 class PeriodEvidence:

@@ -355,11 +355,16 @@ def _terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | N
         else "no driver's log holds it"
     workers = {w.key: w for w in attempt.spec.workers}
     if WORKER_LOG.name in sources:
+        hosts = attempt.hosts()
         for scan in shown.worker_logs:
             found = scan.terminal_event
             if found is None:
                 continue
             parts = WORKER_LOG.parts(scan.path) or {}
+            name = scan.path.rsplit("/", 1)[-1]  # (n-17-4711: host-pid or host-role-pid)
+            if hosts and not hosts & {reading.get("host") for form in WORKER_LOG.names
+                                      if (reading := form.parts(name)) is not None}:
+                continue  # (a node the attempt's own files never name: no output of its run)
             who = scan.path.rsplit("/", 1)[-1].rsplit(".", 1)[0]  # (n2-4711, n2-rank0)
             pid = parts.get("pid")
             worker = workers.get((parts.get("host"), int(pid))) if pid else None

@@ -31,18 +31,31 @@ def test_the_seeds_unresolved_period_resolves_from_its_workers_own_output(tmp_pa
     record_path = root / "pairs" / f"{four.split('/')[0]}" / f"{four.split('/')[1]}.json"
     record = json.loads(record_path.read_text())
     worker = record["workers"][0]
-    name = f"worker-logs/gpu-node-17-{worker['pid']}.out"
+    device = next((root / record["attempt_dir"]).glob("device-evidence/*.json"))
+    host = json.loads(device.read_text())["hostname"]  # (the node the attempt ran on)
     text = (b":job_id:01000000\n:actor_name:WorkerDict\n"
             b"step:1 - training/global_step:1 - training/epoch:0 - actor/loss:0.31\n")
-    target = root / record["attempt_dir"] / name
-    target.parent.mkdir()
-    target.write_bytes(text)
-    record["evidence"].append({"path": name, "kind": "worker_log",
-                               "sha256": hashlib.sha256(text).hexdigest(), "size": len(text)})
-    record_path.write_text(json.dumps(record, indent=2))
+    (root / record["attempt_dir"] / "worker-logs").mkdir()
+    pristine = json.dumps(record, indent=2)
+
+    def with_worker_log(node: str) -> str:
+        name = f"worker-logs/{node}-{worker['pid']}.out"
+        (root / record["attempt_dir"] / name).write_bytes(text)
+        listed = json.loads(pristine)
+        listed["evidence"].append({"path": name, "kind": "worker_log", "size": len(text),
+                                   "sha256": hashlib.sha256(text).hexdigest()})
+        record_path.write_text(json.dumps(listed, indent=2))
+        return name
+    # a node no file of the attempt names: no output of its run, whatever it printed
+    with_worker_log("gpu-node-99")
+    stranger = _periods(root, tmp_path / "stranger")
+    assert (stranger[four]["verdict"], stranger[four]["reason"]) == (
+        "unresolved", "terminal_event_missing")
+    (root / record["attempt_dir"] / f"worker-logs/gpu-node-99-{worker['pid']}.out").unlink()
+    name = with_worker_log(host)
     after = _periods(root, tmp_path / "after")
     assert (after[four]["verdict"], after[four]["reason"]) == ("resolved", "completed")
-    assert f"the driver's log lacks `step:1`; worker `gpu-node-17-{worker['pid']}`" \
+    assert f"the driver's log lacks `step:1`; worker `{host}-{worker['pid']}`" \
         in str(after[four]["diagnosis"])
     assert f"printed it at `{record['attempt_dir']}/{name}:3`" in str(after[four]["diagnosis"])
     # every other period keeps the seed's verdict
