@@ -241,6 +241,7 @@ _RULES: tuple[Rule, ...] = (
          "{subject}: {file}: pid, rank or role disagree", E,
          blocks=Reason.IDENTITY_MISMATCH, family="identity",
          forms={"rank_twice": "{subject}: rank {rank} is listed for pids {pids}",
+                "pid_twice": "{subject}: pid {pid} is listed for ranks {ranks}",
                 "misnamed": "{subject}: {file}: name is not {expected}",
                 "name_vs_content": "{subject}: {file}: file name says {what} {in_name}, "
                                    "content says {in_file}",

@@ -314,6 +314,16 @@ def _identity(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[Find
             yield finding("AUD110", subject, [Citation(record.path, pointer=spec.pointer
                                                        + "/workers")],
                           form="rank_twice", rank=rank, pids=pids)
+    by_pid: dict[tuple[str | None, int], list[int]] = defaultdict(list)
+    for worker in spec.workers:  # (one process is one rank: its trace would stand for two)
+        if worker.rank is not None and worker.pid is not None:
+            by_pid[(worker.host, worker.pid)].append(worker.rank)
+    for (_, pid), ranks in sorted(by_pid.items(), key=lambda item: (str(item[0][0]),
+                                                                     item[0][1])):
+        if len(ranks) > 1:
+            yield finding("AUD110", subject, [Citation(record.path, pointer=spec.pointer
+                                                       + "/workers")],
+                          form="pid_twice", pid=pid, ranks=ranks)
     yield from _device_identity(subject, record, read, workers)
     yield from _trace_identity(subject, read, workers)
     listed_for = _listed_workers(attempt)

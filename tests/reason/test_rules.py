@@ -978,3 +978,26 @@ def test_a_training_log_of_another_job_never_decides_the_terminal_event(
             entry["path"] = "training-7000001.log"
     record.write_bytes(orjson.dumps(document))
     assert verdicts(audit(root, tmp_path / "own"))[subject] == ("resolved", "completed")
+
+
+def test_one_pid_listed_for_two_ranks_is_an_identity_mismatch(tmp_path: Path) -> None:
+    """Rank 0 listed with rank 1's pid, its own trace and device file gone: rank 1's one
+    trace stood for both ranks' completion phases and the period resolved with no finding.
+    One process is one rank (AUD110 pid_twice)."""
+    from tests.helpers import audit, outcome_study, verdicts
+
+    root = outcome_study(tmp_path / "study", ["completed"])
+    record = next((root / "pairs").glob("*/period-1.json"))
+    document = orjson.loads(record.read_bytes())
+    first, second = (worker["pid"] for worker in document["workers"][:2])
+    document["workers"][0]["pid"] = second
+    document["evidence"] = [e for e in document["evidence"] if str(first) not in e["path"]]
+    record.write_bytes(orjson.dumps(document))
+    for path in (root / document["attempt_dir"]).rglob(f"*{first}*"):
+        path.unlink()
+    summary = audit(root, tmp_path / "out")
+    assert verdicts(summary)[f"{record.parent.name}/period-1"] == (
+        "unresolved", "identity_mismatch")
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    assert any(f"pid {second} is listed for ranks [0, 1]" in message
+               for message in findings[findings["rule_id"] == "AUD110"]["message"])
