@@ -309,6 +309,8 @@ _RULES: tuple[Rule, ...] = (
                 "host_unavailable": "{subject}: no idle check could be made on {host} "
                                     "({unavailable}); the protocol requires one",
                 "host_failed": "{subject}: the idle check on {host} did not pass",
+                "before_end": "{subject}: the idle check was timed {seconds} s before the "
+                              "last attempt ended: it shows nothing of what the run left",
                 "own_file": "{subject}: {host}'s own idle check ({path}) says passed={passed}"
                             "{why}, where the period record says {said}"}),
     Rule("AUD119", "sacct-element-missing", "No scheduler record for the attempt",

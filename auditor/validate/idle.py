@@ -37,6 +37,32 @@ def idle_checks(period: PeriodEvidence, optional: bool) -> Iterator[Finding]:
             passed=idle.passed, used=used, processes=idle.gpu_processes,
         )
     yield from _own_idle_files(period, idle, optional)
+    yield from _checked_before_the_end(period, idle)
+
+
+CLOCK_SLACK_NS = 60 * 1_000_000_000
+"""How far before the last attempt's recorded end an idle check may be timed and still be
+taken as after it (two nodes' clocks differ; the trial is written as the command returns)."""
+
+
+def _checked_before_the_end(period: PeriodEvidence, idle: IdleCheck | None
+                            ) -> Iterator[Finding]:
+    """An ``AUD118`` (``before_end``) for an idle check timed before the period's last attempt
+    ended: it shows the GPUs before the run, not that the run left them idle."""
+    trial = period.attempts[-1].read.trial if period.attempts else None
+    if idle is None or trial is None or trial.finished_ns is None:
+        return
+    ended = trial.finished_ns
+    times = [("/idle_check/checked_ns", idle.checked_ns),
+             *((f"/idle_check/hosts/{item.host}/checked_ns", item.checked_ns)
+               for item in idle.hosts)]
+    for pointer, checked in times:
+        if checked is not None and checked < ended - CLOCK_SLACK_NS:
+            yield finding("AUD118", period.subject,
+                          [Citation(period.record.path, pointer=pointer, quote=str(checked)),
+                           Citation(trial.path, pointer="/invocation/finished_ns",
+                                    quote=str(ended))],
+                          form="before_end", seconds=(ended - checked) // 1_000_000_000)
 
 
 def worker_hosts(period: PeriodEvidence) -> tuple[str, ...]:

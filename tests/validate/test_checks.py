@@ -63,9 +63,20 @@ def test_the_consistent_study_gives_no_finding() -> None:
 
 
 def test_the_idle_check_must_have_passed() -> None:
-    for idle in (None, IdleCheck(False, T0, (900, 0), 1)):
+    for idle in (None, IdleCheck(False, T0 + 700 * 10**9, (900, 0), 1)):
         study = collected(period(attempt(), idle=idle))
         assert checked(study) == [("AUD118", SUBJECT)]
+
+
+def test_an_idle_check_timed_before_the_run_ended_shows_nothing_of_it() -> None:
+    """A passed check timed before the last attempt's end (by more than two clocks differ)
+    is no post-period check: AUD118 before_end. Within a minute, or after, it stands."""
+    ended = trial().finished_ns
+    assert ended is not None
+    for at, found in ((T0, [("AUD118", SUBJECT)]), (ended - 30 * 10**9, []),
+                      (ended + 5 * 10**9, [])):
+        study = collected(period(attempt(), idle=IdleCheck(True, at, (0, 0), 0)))
+        assert checked(study) == found, at
 
 
 def test_a_trial_that_disagrees_with_its_period_is_aud112() -> None:
@@ -118,7 +129,11 @@ def test_a_phase_outside_the_invocation_is_aud116() -> None:
 def test_an_invocation_outside_its_allocation_is_aud117(started: int, finished: int) -> None:
     moved: TrialRecord = replace(trial(), started_ns=started, finished_ns=finished)
     traces = [replace(t, first_ns=None, last_ns=None) for t in attempt().read.traces]
-    assert checked(one(the_trial=moved, traces=traces)) == [("AUD117", SUBJECT)]
+    # (the idle check after the moved end: this test is of the allocation alone)
+    later = collected(period(attempt(the_trial=moved, traces=traces),
+                             idle=IdleCheck(True, finished + 10**9, (0, 0), 0)),
+                      dump=sacct(sacct_job()), commits={PAIR: "c"})
+    assert checked(later) == [("AUD117", SUBJECT)]
 
 
 def test_a_period_that_ran_another_commit_is_aud121() -> None:
