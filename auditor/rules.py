@@ -267,7 +267,10 @@ _RULES: tuple[Rule, ...] = (
     Rule("AUD112", "trial-period-mismatch", "Trial record disagrees with its period",
          "The trial's pair, period or gpus differ from the period record.",
          "{subject}: trial {field} is {trial_value!s}, period record says {period_value!s}", E,
-         blocks=Reason.IDENTITY_MISMATCH),
+         blocks=Reason.IDENTITY_MISMATCH,
+         forms={"out_of_order": "{subject}: the attempt at {pointer} started before the one "
+                                "listed before it ({earlier}): the attempts are not in launch "
+                                "order"}),
     Rule("AUD113", "gpu-shared", "One GPU serves two ranks",
          "Two ranks of one period report the same GPU uuid.",
          "{subject}: GPU {uuid} serves ranks {ranks}", E,

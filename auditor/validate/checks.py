@@ -20,7 +20,6 @@ from itertools import chain
 from auditor.model import (
     AttemptEvidence,
     AttemptRead,
-    AttemptSpec,
     AuditOptions,
     Citation,
     Collected,
@@ -42,6 +41,7 @@ from auditor.model.kinds import (
     EvidenceKind,
 )
 from auditor.rules import finding
+from auditor.validate.attempts import attempts_twice, claimed_twice, out_of_order
 from auditor.validate.idle import idle_checks
 
 ATTEMPT_NAME_RE = re.compile(r"(?:^|/)attempt-(?P<job>[^/]+?)(?:-r(?P<restart>\d{1,9}))?$")
@@ -84,7 +84,7 @@ def study_checks(collected: Collected, options: AuditOptions
     records): (the attempts two records list, and the elements the scheduler dump does not
     show; the protocol's anchors). A
     state Slurm does not name (``AUD124``) is the dump's reader's finding."""
-    return (list(chain(_claimed_twice(collected), _absent_elements(collected))),
+    return (list(chain(claimed_twice(collected), _absent_elements(collected))),
             list(_anchors(collected, options)))
 
 
@@ -191,7 +191,8 @@ def _period_checks(period: PeriodEvidence, collected: Collected) -> Iterator[Fin
         return
     subject = period.subject
     yield from idle_checks(period, collected.protocol.idle_check == "optional")
-    yield from _attempts_twice(period)
+    yield from attempts_twice(period)
+    yield from out_of_order(period)
     yield from _sealed_late(period)
     for attempt in period.attempts:
         trial = attempt.read.trial
@@ -213,63 +214,6 @@ def _period_checks(period: PeriodEvidence, collected: Collected) -> Iterator[Fin
 
 SEALED_LATE_NS = 3600 * NS
 """A period sealed later than this after its last attempt ended is said to be (``AUD125``)."""
-
-
-def _attempts_twice(period: PeriodEvidence) -> Iterator[Finding]:
-    """An ``AUD127`` for each attempt the period record lists again: by its directory
-    (``./`` and a trailing ``/`` aside), else by its job and restart."""
-    first: dict[tuple[str, ...], str] = {}
-    for spec in period.record.attempts:
-        key = _attempt_key(spec)
-        if key is None:
-            continue
-        shown = spec.attempt_dir or f"job {spec.job_id} restart {spec.restart_count or 0}"
-        if key in first:
-            yield finding("AUD127", period.subject,
-                          [Citation(period.record.path, pointer=spec.pointer or "/",
-                                    quote=shown),
-                           Citation(period.record.path, pointer=first[key] or "/")],
-                          pointer=spec.pointer or "/", attempt=shown,
-                          first=first[key] or "/")
-        else:
-            first[key] = spec.pointer
-
-
-def _attempt_key(spec: AttemptSpec) -> tuple[str, ...] | None:
-    """What one attempt is known by: its directory (``./`` and a trailing ``/`` aside), else
-    its job and restart; None when the record gives neither."""
-    if spec.attempt_dir:
-        return ("dir", "/".join(
-            part for part in spec.attempt_dir.split("/") if part not in ("", ".")))
-    if spec.job_id:
-        return ("job", spec.job_id, str(spec.restart_count or 0))
-    return None
-
-
-def _claimed_twice(collected: Collected) -> Iterator[Finding]:
-    """An ``AUD127`` (``other_record``) for each period record listing an attempt directory
-    another record lists too, citing them: each is unresolved, whichever is the copy (a
-    job alone is no attempt of its own: the arms of a pair may share their element)."""
-    claims: dict[tuple[str, ...], list[int]] = defaultdict(list)
-    for place, period in enumerate(collected.periods):
-        for key in dict.fromkeys(_attempt_key(spec) for spec in period.record.attempts
-                                 if spec.attempt_dir):  # (a job may run several periods)
-            if key is not None:
-                claims[key].append(place)
-    shared = {key: places for key, places in claims.items() if len(places) > 1}
-    del claims
-    for key, places in sorted(shared.items(), key=lambda item: item[1]):
-        records = [collected.periods[place].record for place in places]
-        for record in records:
-            spec = next(s for s in record.attempts if _attempt_key(s) == key)
-            others = [other.path for other in records if other is not record]
-            yield finding("AUD127", record.subject,
-                          [Citation(record.path, pointer=f"{spec.pointer}/attempt_dir",
-                                    quote=spec.attempt_dir or ""),
-                           *(Citation(path) for path in others)],
-                          form="other_record", where=spec.pointer or "its record",
-                          attempt=spec.attempt_dir,
-                          others=", ".join(others), s="" if len(others) > 1 else "s")
 
 
 def _sealed_late(period: PeriodEvidence) -> Iterator[Finding]:

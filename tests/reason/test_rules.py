@@ -1001,3 +1001,23 @@ def test_one_pid_listed_for_two_ranks_is_an_identity_mismatch(tmp_path: Path) ->
     findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
     assert any(f"pid {second} is listed for ranks [0, 1]" in message
                for message in findings[findings["rule_id"] == "AUD110"]["message"])
+
+
+def test_attempts_listed_out_of_launch_order_are_an_identity_mismatch(
+        tmp_path: Path) -> None:
+    """A retried period whose record lists its cancelled retry first and its first run's
+    eligible out-of-memory failure last: by the list, the failure 'counts' and the period
+    was a measurement (failed, the gate passing). The trials' own start times show the list
+    is not the launch order (AUD112 out_of_order); in launch order the period is cancelled."""
+    from auditor._studygen.spec import AttemptSpec
+    from tests.helpers import audit, edit_record, outcome_study, verdicts
+
+    for reverse, expected in ((False, ("unresolved", "cancelled")),
+                              (True, ("unresolved", "identity_mismatch"))):
+        root = outcome_study(tmp_path / f"study-{reverse}", ["retried"], attempts=[
+            AttemptSpec("rollout_init_oom"), AttemptSpec("cancelled")])
+        record = next((root / "pairs").glob("*/period-1.json"))
+        if reverse:
+            edit_record(record, lambda r: r["attempts"].reverse())
+        summary = audit(root, tmp_path / f"out-{reverse}")
+        assert verdicts(summary)[f"{record.parent.name}/period-1"] == expected

@@ -1,0 +1,86 @@
+"""How a period record lists its attempts: each once, in no other record, in launch order.
+``AUD127`` when one attempt is listed twice, in one record or by two; ``AUD112``
+(``out_of_order``) when a listed attempt started before the one listed before it."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+from auditor.model import AttemptSpec, Citation, Collected, Finding, PeriodEvidence
+from auditor.rules import finding
+
+
+def attempts_twice(period: PeriodEvidence) -> Iterator[Finding]:
+    """An ``AUD127`` for each attempt the period record lists again: by its directory
+    (``./`` and a trailing ``/`` aside), else by its job and restart."""
+    first: dict[tuple[str, ...], str] = {}
+    for spec in period.record.attempts:
+        key = _attempt_key(spec)
+        if key is None:
+            continue
+        shown = spec.attempt_dir or f"job {spec.job_id} restart {spec.restart_count or 0}"
+        if key in first:
+            yield finding("AUD127", period.subject,
+                          [Citation(period.record.path, pointer=spec.pointer or "/",
+                                    quote=shown),
+                           Citation(period.record.path, pointer=first[key] or "/")],
+                          pointer=spec.pointer or "/", attempt=shown,
+                          first=first[key] or "/")
+        else:
+            first[key] = spec.pointer
+
+
+def _attempt_key(spec: AttemptSpec) -> tuple[str, ...] | None:
+    """What one attempt is known by: its directory (``./`` and a trailing ``/`` aside), else
+    its job and restart; None when the record gives neither."""
+    if spec.attempt_dir:
+        return ("dir", "/".join(
+            part for part in spec.attempt_dir.split("/") if part not in ("", ".")))
+    if spec.job_id:
+        return ("job", spec.job_id, str(spec.restart_count or 0))
+    return None
+
+
+def claimed_twice(collected: Collected) -> Iterator[Finding]:
+    """An ``AUD127`` (``other_record``) for each period record listing an attempt directory
+    another record lists too, citing them: each is unresolved, whichever is the copy (a
+    job alone is no attempt of its own: the arms of a pair may share their element)."""
+    claims: dict[tuple[str, ...], list[int]] = defaultdict(list)
+    for place, period in enumerate(collected.periods):
+        for key in dict.fromkeys(_attempt_key(spec) for spec in period.record.attempts
+                                 if spec.attempt_dir):  # (a job may run several periods)
+            if key is not None:
+                claims[key].append(place)
+    shared = {key: places for key, places in claims.items() if len(places) > 1}
+    del claims
+    for key, places in sorted(shared.items(), key=lambda item: item[1]):
+        records = [collected.periods[place].record for place in places]
+        for record in records:
+            spec = next(s for s in record.attempts if _attempt_key(s) == key)
+            others = [other.path for other in records if other is not record]
+            yield finding("AUD127", record.subject,
+                          [Citation(record.path, pointer=f"{spec.pointer}/attempt_dir",
+                                    quote=spec.attempt_dir or ""),
+                           *(Citation(path) for path in others)],
+                          form="other_record", where=spec.pointer or "its record",
+                          attempt=spec.attempt_dir,
+                          others=", ".join(others), s="" if len(others) > 1 else "s")
+
+
+def out_of_order(period: PeriodEvidence) -> Iterator[Finding]:
+    """An ``AUD112`` (``out_of_order``) for each attempt whose trial started before the one
+    listed before it: the record's order is not the launch order, and its last attempt (the
+    one a period's verdict may rest on) need not be the last run."""
+    started = [(attempt, attempt.read.trial) for attempt in period.attempts
+               if attempt.read.trial is not None and attempt.read.trial.started_ns is not None]
+    for (before, earlier), (after, later) in zip(started, started[1:], strict=False):
+        assert earlier.started_ns is not None and later.started_ns is not None
+        if later.started_ns < earlier.started_ns:
+            yield finding("AUD112", period.subject,
+                          [Citation(later.path, pointer="/invocation/started_ns",
+                                    quote=str(later.started_ns)),
+                           Citation(earlier.path, pointer="/invocation/started_ns",
+                                    quote=str(earlier.started_ns))],
+                          form="out_of_order", pointer=after.spec.pointer or "/",
+                          earlier=before.spec.pointer or "/")
