@@ -497,8 +497,9 @@ class _Scanner:
         seen_step = False
         for index, key in enumerate(keys):
             step = _integral(key.group(1), key.group(2))
-            if step is None:
-                continue
+            if step is None or content[key.start() - 1:key.start()] in ("'", "`"):
+                continue  # (quoted in a message about it, as the launcher's "lacks ... 'step:1
+                # - ...'": a JSON forwarder's double-quoted line still counts)
             end = keys[index + 1].start() if index + 1 < len(keys) else len(content)
             found = _GLOBAL_STEP_KEY.search(content, key.end(), end)
             if found is not None and _integral(found.group(1), found.group(2)) == step:

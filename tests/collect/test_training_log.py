@@ -926,3 +926,16 @@ def test_a_traceback_is_forgotten_past_its_horizon(gap: int, kept: bool) -> None
                   if event.kind == "exception"]
     assert exceptions == ([(len(lines), "KeyboardInterrupt")] if kept else [])
     assert log_events.TRACEBACK_HORIZON == 1000
+
+
+def test_a_terminal_line_quoted_in_a_message_about_it_is_not_the_event() -> None:
+    """The launcher's own complaint quotes the pattern it missed, in single quotes (Python's
+    repr) or backticks: no step line (a period resolved on it). A JSON forwarder's
+    double-quoted line is the run's own, and counts."""
+    quoted = (b"[launcher] status: infrastructure_invalid (ValueError: Successful exit lacks "
+              b"the terminal event 'step:1 - training/global_step:1')\n"
+              b"note: expected `step:1 - training/global_step:1` in the log\n")
+    assert scan_bytes(quoted, 1).terminal_event is None
+    forwarded = b'{"level": "info", "msg": "step:1 - training/global_step:1 - loss:0.2"}\n'
+    found = scan_bytes(forwarded, 1).terminal_event
+    assert found is not None and found.line == 1
