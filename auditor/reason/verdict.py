@@ -351,8 +351,7 @@ def _terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | N
         return
     if steps is None:
         return
-    lacks = f"the driver's log lacks `step:{steps}`" if log is not None \
-        else "no driver's log holds it"
+    lacks = f"the driver's log lacks `step:{steps}`" if log else "no driver's log holds it"
     workers = {w.key: w for w in attempt.spec.workers}
     if WORKER_LOG.name in sources:
         hosts = attempt.hosts()
@@ -389,7 +388,8 @@ def _terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | N
             return
     if TRACE_SOURCE in sources:
         for trace in sorted(attempt.read.traces, key=lambda t: t.path):
-            line = next((at for step, at in trace.terminals if step == steps), None)
+            done = max((p.line for p in trace.phases if p.step == steps), default=0)  # (after
+            line = next((t for n, t in trace.terminals if n == steps and t > done), None)  # it)
             if line is None:
                 continue
             who = f"rank {trace.ranks[0][0]}" if trace.ranks else "the rank"

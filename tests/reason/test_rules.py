@@ -1021,3 +1021,32 @@ def test_attempts_listed_out_of_launch_order_are_an_identity_mismatch(
             edit_record(record, lambda r: r["attempts"].reverse())
         summary = audit(root, tmp_path / f"out-{reverse}")
         assert verdicts(summary)[f"{record.parent.name}/period-1"] == expected
+
+
+def test_a_ranks_terminal_record_before_its_steps_phases_is_not_its_end(
+        tmp_path: Path) -> None:
+    """The seed case (clean exit, every rank's phases, no terminal line) where a rank's
+    trace holds its `kind: terminal` record for step 1 right after init_model, before the
+    step's phases: written before the step ran, it says nothing of its end (it resolved the
+    period). The same record after the step's phases still does."""
+    from tests.helpers import audit, outcome_study, rewrite, verdicts
+
+    for where, expected in ((1, ("unresolved", "terminal_event_missing")),
+                            (None, ("resolved", "completed"))):
+        root = outcome_study(tmp_path / f"study-{where}", ["terminal_missing"])
+        record = next((root / "pairs").glob("*/period-1.json"))
+        document = orjson.loads(record.read_bytes())
+        worker = document["workers"][-1]
+
+        def inject(data: bytes, worker: dict = worker, where: int | None = where) -> bytes:
+            lines = [orjson.loads(line) for line in data.splitlines()]
+            terminal = {"kind": "terminal", "pid": worker["pid"], "rank": worker["rank"],
+                        "role": worker["role"], "step": 1}
+            lines.insert(len(lines) if where is None else where, terminal)
+            for seq, line in enumerate(lines):
+                line["seq"] = seq
+            return b"".join(orjson.dumps(line) + b"\n" for line in lines)
+        rewrite(root, f"{document['attempt_dir']}/allocator-traces/"
+                      f"allocator-{worker['pid']}.jsonl", inject)
+        summary = audit(root, tmp_path / f"out-{where}")
+        assert verdicts(summary)[f"{record.parent.name}/period-1"] == expected, where
