@@ -382,7 +382,8 @@ def test_every_worker_hosts_own_idle_check_decides_under_a_required_policy(
         for host, passed in written.items():
             (attempt / "idle" / f"{host}.json").write_text(json.dumps(
                 {"schema": "run-evidence/idle-check/v1", "host": host, "passed": passed,
-                 "unavailable": None if passed is not None else "no NVML", "checked_ns": 1}))
+                 "unavailable": None if passed is not None else "no NVML",
+                 "checked_ns": time.time_ns()}))  # (after the run, as a node's check is)
 
     assert _attempt(root, "completed", before_seal=checks)[0] == 0
     record = load(root / "pairs" / PAIR / "period-1.json")
