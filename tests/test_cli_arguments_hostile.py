@@ -140,3 +140,27 @@ def test_sacct_says_what_the_dumps_fields_leave_unknown(
     assert main(["sacct", str(dump), "--format", "A,B,C", "--json"]) == 0
     rules = {item["rule_id"] for item in json.loads(capsys.readouterr().out)["findings"]}
     assert {"AUD019", "AUD021"} <= rules
+
+
+@pytest.mark.parametrize("argv", [
+    ["example", "{tmp}/big", "--kind", "scale", "--elements", "99999999999999999999"],
+    ["example", "{tmp}/big", "--kind", "scale", "--log-lines", "10000001"],
+    ["causes", "{log}", "--steps", "-1"],
+    ["causes", "{log}", "--steps", "99999999999999999999"],
+    ["run", "--pair", "p\x1b]0;owned\x07", "--period", "1", "--gpus", "1", "--root",
+     "{tmp}/root", "--job-id", "5", "--", "true"],
+    ["seal", "{tmp}/root", "--pair", "p\x1b[31m", "--period", "1", "--gpus", "1",
+     "--attempt-dir", "x/attempt-5"],
+])
+def test_an_impossible_count_or_a_pair_with_control_characters_is_one_line(
+        argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A study of 10^20 elements (a MemoryError, exit 3), a step count no run has (never
+    matched: "none found"), a pair's name a terminal would obey: each one line, exit 2."""
+    log = Path(__file__).resolve().parent.parent / "fixtures" / "causes" / \
+        "host_oom__trinity-notes-exceeded-memory-limit-job-cancelled.log"
+    (tmp_path / "root").mkdir()
+    given = [part.format(tmp=tmp_path, log=log) for part in argv]
+    assert main(given) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err and "Traceback" not in err
+    assert not (tmp_path / "big").exists()

@@ -143,6 +143,7 @@ def _query(args: argparse.Namespace) -> int:
 
 
 def _rerun(args: argparse.Namespace) -> int:
+    from auditor._cli import _inert
     from auditor._signals import signals_deferred
 
     with signals_deferred():  # (a compiled extension is not to be cut short loading)
@@ -169,7 +170,7 @@ def _rerun(args: argparse.Namespace) -> int:
         note = f"{len(group.subjects)} period(s): {', '.join(group.reasons)}"
         if group.without_task_id:
             note += "; without an array task id: " + ", ".join(group.without_task_id)
-        print(f"{group.name} {spec}  # {note}")
+        print(_inert(f"{group.name} {spec}  # {note}"))  # (an id or pair is evidence's text)
     return 0
 
 

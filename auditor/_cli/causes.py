@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from auditor.errors import InputError
+from auditor.errors import InputError, UsageError
 
 if TYPE_CHECKING:
     from auditor.model.presets import TerminalSpec
@@ -46,6 +46,8 @@ def _causes(args: argparse.Namespace) -> int:
         from auditor.collect.training_log import scan_training_log
         from auditor.reason.causes import cause_of_log, event_cause
     path: Path = args.log
+    if args.steps is not None and not 0 <= args.steps < 1 << 63:  # (no step count is that)
+        raise UsageError(f"causes: --steps {args.steps}: a step count is 0 to 2^63-1")
     from auditor._cli.inspect import _regular_file
 
     _regular_file(path)  # (a FIFO would wait for a writer, a device be read for ever)

@@ -42,11 +42,20 @@ def add_parsers(commands: Any) -> None:
                          help="scale: filler lines per training log (default 1000)")
 
 
+MOST = 10_000_000
+"""The most elements, trace samples or log lines a generated study is asked for (a million
+files is 55,556 elements)."""
+
+
 def _example(args: argparse.Namespace) -> int:
     out: Path = args.out
     if min(args.elements, args.trace_samples + 1, args.log_lines + 1) < 1:
         raise UsageError("example: --elements must be at least 1, --trace-samples and "
                          "--log-lines at least 0")
+    for flag, value in (("--elements", args.elements), ("--trace-samples", args.trace_samples),
+                        ("--log-lines", args.log_lines)):
+        if value > MOST:  # (a study of 10^20 elements is a machine's memory spent, not one)
+            raise UsageError(f"example: {flag} at most {MOST:,} (got {value:,})")
     _check_out(out)
     from auditor._signals import signals_deferred
 

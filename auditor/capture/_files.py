@@ -198,3 +198,14 @@ def nspid() -> list[int] | None:
 def hostname() -> str:
     """The node's name as the scheduler knows it (short form, as sacct's NodeList)."""
     return socket.gethostname().split(".", 1)[0]
+
+
+def pair_name_problem(pair: str) -> str | None:
+    """Why ``pair`` is no pair's name (one directory name: no ``/``, no ``..``, no control
+    character, which a terminal would obey when the name is printed), or None."""
+    if not pair or pair in (".", "..") or "/" in pair or "\\" in pair \
+            or any(char < " " or "\x7f" <= char <= "\x9f" for char in pair):
+        return (f"--pair {pair!r}: a pair's name is one directory name (no '/', no '..', no "
+                "control character)")
+    return None
+

@@ -43,6 +43,7 @@ from auditor.capture._files import (
     JOB_ID_VARIABLE,
     dumps,
     hostname,
+    pair_name_problem,
     remove_temporaries,
     write_atomic,
 )
@@ -139,10 +140,9 @@ def resolve_attempt(spec: RunSpec, environ: Mapping[str, str]) -> Attempt:
     """The attempt's identity and directory (``attempt-<job>`` for restart 0,
     ``attempt-<job>-r<restart_count>`` after); refuses without a usable job id."""
     given = spec.job_id if spec.job_id is not None else environ.get("SLURM_JOB_ID")
-    pair = spec.pair
-    if not pair or pair in (".", "..") or "/" in pair or "\\" in pair or "\0" in pair:
-        raise RunRefused(f"--pair {pair!r}: a pair's name is one directory name (no '/', "
-                         "no '..')")
+    problem = pair_name_problem(spec.pair)
+    if problem is not None:
+        raise RunRefused(problem)
     job = _digits(given)
     if job is None:
         where = "--job-id" if spec.job_id is not None else "SLURM_JOB_ID"

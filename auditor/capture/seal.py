@@ -39,6 +39,7 @@ from auditor.capture._files import (
     dumps,
     hostname,
     locked,
+    pair_name_problem,
     remove_temporaries,
     write_atomic,
 )
@@ -122,9 +123,9 @@ def _no_link_on_the_way(root: Path, parts: tuple[str, ...]) -> None:
 
 def check_pair_name(pair: str) -> None:
     """A pair's name is one path component (no ``/``, no ``..``): it names a directory."""
-    if not pair or pair in (".", "..") or "/" in pair or "\\" in pair or "\0" in pair:
-        raise SealRefused(f"--pair {pair!r}: a pair's name is one directory name (no '/', "
-                          "no '..')")
+    problem = pair_name_problem(pair)
+    if problem is not None:
+        raise SealRefused(problem)
 
 
 def _files(directory: Path) -> list[str]:

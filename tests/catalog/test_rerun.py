@@ -164,3 +164,22 @@ def test_a_python_crash_is_not_infrastructure(tmp_path: Path,
     assert main(["rerun", str(tmp_path / "out")]) == 0
     assert capsys.readouterr().out.startswith(
         "crashed/python_exception --array=1 of array 8700000  # 1 period(s): unclean_exit")
+
+
+def test_evidence_text_in_the_plan_reaches_the_terminal_inert(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An array id holding an escape sequence (a title, a screen clear, a colour) is the
+    evidence's text: printed escaped, as every other command prints such text (it reached
+    the terminal as it was)."""
+    root = tmp_path / "study"
+    assert main(["example", str(root), "--kind", "mixed"]) == 0
+    record = root / "pairs/host-qwen25-7b-gsm8k-c2-s162/period-1.json"
+    document = orjson.loads(record.read_bytes())
+    document["array_job_id"] = "5061000\x1b]0;owned\x07\x1b[2J"
+    record.write_bytes(orjson.dumps(document))
+    assert main(["audit", str(root), "--out", str(tmp_path / "out"), "--quiet",
+                 "--no-plots"]) == 0
+    capsys.readouterr()
+    assert main(["rerun", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert "\x1b" not in printed and "\x07" not in printed and "\\x1b]0;owned" in printed
