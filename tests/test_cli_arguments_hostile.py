@@ -164,3 +164,20 @@ def test_an_impossible_count_or_a_pair_with_control_characters_is_one_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "\x1b" not in err and "Traceback" not in err
     assert not (tmp_path / "big").exists()
+
+
+def test_causes_says_when_a_line_was_read_only_in_part(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A progress bar redrawn with carriage returns for 100 KB, then slurmstepd's time-limit
+    line glued on: the line is longer than the scan reads, and the cause past its read part
+    is not seen; 'none found' now says so (AUD007), in text and in --json."""
+    bar = b"".join(b"\rMap (num_proc=64):  28%%|#  | %d/3468 [00:18<01:08]" % n
+                   for n in range(2000))
+    log = tmp_path / "long.log"
+    log.write_bytes(bar + b"slurmstepd: error: *** JOB 1 ON r2 CANCELLED AT 2025-05-06T10:25:00"
+                    b" DUE TO TIME LIMIT ***\n")
+    capsys.readouterr()
+    assert main(["causes", str(log)]) == 0
+    assert "note: line 1 read only in part" in capsys.readouterr().out
+    assert main(["causes", str(log), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["lines_read_in_part"] == [1]

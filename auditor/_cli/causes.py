@@ -63,6 +63,8 @@ def _causes(args: argparse.Namespace) -> int:
                   if (word := event_cause(event))}.values())  # (a line's cause once)
     completed = scan.terminal_event is not None
     cause = None if completed else cause_of_log(scan.events, str(path))
+    clipped = [cite.line for item in scan.findings if item.rule_id == "AUD007"
+               for cite in item.citations[:1] if cite.line is not None]  # (read in part)
     if args.json:
         import orjson
 
@@ -74,6 +76,7 @@ def _causes(args: argparse.Namespace) -> int:
                 if scan.terminal_event.kind == "terminal_marker" else "step"),
             "found": [{"line": e.line, "cause": word, "kind": e.kind, "detail": e.detail,
                        "text": e.text} for e, word in found],
+            "lines_read_in_part": clipped,
             "cause": None if cause is None else {
                 "cause": cause.word, "detail": cause.detail,
                 "line": cause.citation.line if cause.citation else None,
@@ -99,6 +102,10 @@ def _causes(args: argparse.Namespace) -> int:
         knock_on = f"; then, as its knock-ons: {', '.join(cause.knock_on)}" \
             if cause.knock_on else ""
         print(f"cause: {cause.word}: {printable(cause.detail)}{knock_on}")
+    if clipped and not completed:  # (a cause past a line's scanned part is not seen)
+        shown = ", ".join(map(str, clipped[:10])) + (", ..." if len(clipped) > 10 else "")
+        print(f"note: line{'s' if len(clipped) > 1 else ''} {shown} read only in part "
+              "(longer than the scan limit, AUD007): a cause written past that is not seen")
     return 0
 
 
