@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from itertools import chain
 
@@ -248,26 +248,13 @@ def _identity(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[Find
                                                    + "/workers")],
                       workers=len(spec.workers), gpus=record.gpus)
     workers = _Workers(spec.workers)
-    by_rank: dict[tuple[str | None, int], list[int]] = defaultdict(list)
-    for worker in spec.workers:  # (contract v1.2: ranks may restart at 0 in each role)
-        if worker.rank is not None and worker.pid is not None:
-            by_rank[(worker.role, worker.rank)].append(worker.pid)
-    for (_, rank), pids in sorted(by_rank.items(), key=lambda item: (str(item[0][0]),
-                                                                      item[0][1])):
-        if len(pids) > 1:
-            yield finding("AUD110", subject, [Citation(record.path, pointer=spec.pointer
-                                                       + "/workers")],
-                          form="rank_twice", rank=rank, pids=pids)
-    by_pid: dict[tuple[str | None, int], list[int]] = defaultdict(list)
-    for worker in spec.workers:  # (one process is one rank: its trace would stand for two)
-        if worker.rank is not None and worker.pid is not None:
-            by_pid[(worker.host, worker.pid)].append(worker.rank)
-    for (_, pid), ranks in sorted(by_pid.items(), key=lambda item: (str(item[0][0]),
-                                                                     item[0][1])):
-        if len(ranks) > 1:
-            yield finding("AUD110", subject, [Citation(record.path, pointer=spec.pointer
-                                                       + "/workers")],
-                          form="pid_twice", pid=pid, ranks=ranks)
+    # (contract v1.2: ranks may restart at 0 in each role; one process is one rank, else
+    # its one trace would stand for two ranks' phases)
+    cite = [Citation(record.path, pointer=spec.pointer + "/workers")]
+    for (_, rank), pids in _twice(spec.workers, lambda w: (w.role, w.rank), lambda w: w.pid):
+        yield finding("AUD110", subject, cite, form="rank_twice", rank=rank, pids=pids)
+    for (_, pid), shared in _twice(spec.workers, lambda w: (w.host, w.pid), lambda w: w.rank):
+        yield finding("AUD110", subject, cite, form="pid_twice", pid=pid, ranks=shared)
     yield from _device_identity(subject, record, read, workers)
     yield from _trace_identity(subject, read, workers)
     listed_for = _listed_workers(attempt)
@@ -315,6 +302,21 @@ class _Workers:
         if host is not None and len(same) == 1 and same[0].host is None:
             return same[0]
         return None
+
+
+_Key = tuple[str | None, int | None]
+
+
+def _twice(workers: Iterable[Worker], key: Callable[[Worker], _Key],
+           value: Callable[[Worker], int | None]) -> list[tuple[_Key, list[int | None]]]:
+    """The keys (a role and a rank, or a host and a pid) more than one worker is listed under,
+    each with their values, sorted (workers without a rank or a pid aside)."""
+    found: dict[_Key, list[int | None]] = defaultdict(list)
+    for worker in workers:
+        if worker.rank is not None and worker.pid is not None:
+            found[key(worker)].append(value(worker))
+    return sorted(((k, v) for k, v in found.items() if len(v) > 1),
+                  key=lambda item: (str(item[0][0]), item[0][1] or 0))
 
 
 def _device_identity(subject: str, record: PeriodRecord, read: AttemptRead,
