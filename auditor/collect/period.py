@@ -123,14 +123,13 @@ def read_period(stream: BinaryIO | HashingReader, path: str) -> PeriodRecord:
             findings.append(rules.finding(
                 "AUD015", path, [Citation(path, pointer=f"/{field}", quote=str(inside))],
                 field=field, inside=inside, outside=outside))
-    if not named:  # (another shape of path, read alone: what the record says it is)
-        path_pair, path_period = pair or path_pair, period if period is not None \
-            else path_period
-    return PeriodRecord(  # (in a study, a record is the period its path names: one
-        # record a period, so every period one verdict, however a copy or a typo says)
+    # in a study, a record is the period its path names (one record a period, so every
+    # period one verdict, however a copy or a typo says); a path of another shape, read
+    # alone, is what the record says it is
+    return PeriodRecord(
         path=path,
-        pair=path_pair,
-        period=path_period,
+        pair=path_pair if named else pair or path_pair,
+        period=path_period if named or period is None else period,
         readable=True,
         study=as_str(doc.get("study")),
         workload=as_str(doc.get("workload")),

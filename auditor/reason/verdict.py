@@ -388,8 +388,8 @@ def _terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | N
             return
     if TRACE_SOURCE in sources:
         for trace in sorted(attempt.read.traces, key=lambda t: t.path):
-            done = max((p.line for p in trace.phases if p.step == steps), default=0)  # (after
-            line = next((t for n, t in trace.terminals if n == steps and t > done), None)  # it)
+            phases_end = max((p.line for p in trace.phases if p.step == steps), default=0)
+            line = next((t for n, t in trace.terminals if n == steps and t > phases_end), None)
             if line is None:
                 continue
             who = f"rank {trace.ranks[0][0]}" if trace.ranks else "the rank"
