@@ -171,13 +171,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _inert(text: str) -> str:
-    """``text`` (which may quote a path or argument the user gave) as one line a terminal
-    shows as it is: control characters (escape sequences, newlines) as ``\\xNN``, a name
+    """``text`` (a path or argument the user gave, or evidence's text) as one line a terminal
+    shows as it is: control characters (C0, DEL and C1: escape sequences, newlines, the
+    8-bit CSI U+009B) as ``\\xNN``, bidirectional controls as ``\\uNNNN``, a name
     that is not UTF-8 as :func:`auditor._text.printable` writes it."""
     from auditor._text import printable
 
-    return "".join(f"\\x{ord(ch):02x}" if ch < " " or "\x7f" <= ch <= "\x9f" else ch
-                   for ch in printable(text))
+    return "".join(f"\\x{ord(ch):02x}" if ch < " " or "\x7f" <= ch <= "\x9f"
+                   else f"\\u{ord(ch):04x}" if ch in _BIDI else ch for ch in printable(text))
+
+
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+"""The bidirectional controls that reorder what a terminal shows (the report escapes them
+too: :mod:`auditor.report.mdformat`)."""
 
 
 PRELOAD = {

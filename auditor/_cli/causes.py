@@ -83,10 +83,10 @@ def _causes(args: argparse.Namespace) -> int:
                 "knock_on": list(cause.knock_on)},
         }, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
-    from auditor._text import printable
+    from auditor._cli import _inert
 
-    for event, word in found:
-        print(f"{event.line}: {word}: {printable(event.detail)}: {printable(event.text)}")
+    for event, word in found:  # (the log's text: a terminal shows it, never obeys it)
+        print(f"{event.line}: {word}: {_inert(event.detail)}: {_inert(event.text)}")
     if completed:
         assert scan.terminal_event is not None
         if scan.terminal_event.kind == "terminal_marker":
@@ -101,7 +101,7 @@ def _causes(args: argparse.Namespace) -> int:
     else:
         knock_on = f"; then, as its knock-ons: {', '.join(cause.knock_on)}" \
             if cause.knock_on else ""
-        print(f"cause: {cause.word}: {printable(cause.detail)}{knock_on}")
+        print(f"cause: {cause.word}: {_inert(cause.detail)}{knock_on}")
     if clipped and not completed:  # (a cause past a line's scanned part is not seen)
         shown = ", ".join(map(str, clipped[:10])) + (", ..." if len(clipped) > 10 else "")
         print(f"note: line{'s' if len(clipped) > 1 else ''} {shown} read only in part "

@@ -16,6 +16,7 @@ from auditor.model.kinds import TRAINING_LOG
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from auditor._cli import _inert
     from auditor.report.output import verify_outputs
 
     differences, checked = verify_outputs(args.out)
@@ -23,7 +24,7 @@ def _verify(args: argparse.Namespace) -> int:
         detail = f" ({diff.detail})" if diff.detail else ""
         where = f"evidence root {diff.path}" if diff.group == "evidence_root" \
             else f"{diff.group}/{diff.path}"
-        print(f"{diff.what}: {where}{detail}")
+        print(_inert(f"{diff.what}: {where}{detail}"))
     if differences:
         print(f"verify: {len(differences)} difference(s) in {checked} files checked",
               file=sys.stderr)
@@ -41,6 +42,7 @@ def _gate(args: argparse.Namespace) -> int:
 
     import orjson
 
+    from auditor._cli import _inert
     from auditor._io import regular_bytes
     from auditor.report.output import MANIFEST, manifest_outputs
 
@@ -74,14 +76,14 @@ def _gate(args: argparse.Namespace) -> int:
     mode = " (--allow-partial)" if args.allow_partial else ""
     print(f"gate{mode}: {'PASS' if passed else 'FAIL'}")
     included = gate.get("included_configurations", [])
-    print("included configurations: " + (", ".join(included) if included else "none"))
+    print(_inert("included configurations: " + (", ".join(included) if included else "none")))
     by_waiver = gate.get("included_by_waiver", [])
     if by_waiver:
-        print("  unresolved, included by waiver: " + ", ".join(by_waiver))
+        print(_inert("  unresolved, included by waiver: " + ", ".join(by_waiver)))
     for reason in gate.get("reasons", []):
-        print(f"  reason: {reason}")
+        print(_inert(f"  reason: {reason}"))
     for waived in gate.get("waived", []):
-        print(f"  waived: {waived}")
+        print(_inert(f"  waived: {waived}"))
     return 0 if passed else 1
 
 
@@ -105,7 +107,7 @@ def _sacct(args: argparse.Namespace) -> int:
     # (what its fields leave unknown, as the audit finds it: said below, and in --json)
     dump = replace(dump, findings=(*dump.findings, *field_findings(dump, str(args.file))))
     summary = summary_json(dump)
-    from auditor._text import printable
+    from auditor._cli import _inert
     from auditor.rules import RULES
 
     said: Counter[str] = Counter()
@@ -113,14 +115,14 @@ def _sacct(args: argparse.Namespace) -> int:
         if item.rule_id in SACCT_NOTICES:
             said[item.rule_id] += 1
             if said[item.rule_id] <= NOTES_PER_RULE:
-                print(f"auditor: note: {printable(item.message)}", file=sys.stderr)
+                print(f"auditor: note: {_inert(item.message)}", file=sys.stderr)
     for rule_id, count in sorted(said.items()):
         if count > NOTES_PER_RULE:
             print(f"auditor: note: and {count - NOTES_PER_RULE:,} more {rule_id} "
                   f"({RULES[rule_id].title}); --json lists them", file=sys.stderr)
     for item in dump.findings:  # (the reader's cap: how many it did not keep at all)
         if item.rule_id == "AUD013":
-            print(f"auditor: note: {printable(item.message)}", file=sys.stderr)
+            print(f"auditor: note: {_inert(item.message)}", file=sys.stderr)
     if args.json:
 
         from auditor.report.summary import dumps
@@ -184,6 +186,7 @@ them."""
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from auditor._cli import _inert
     from auditor._io import HashingReader
     from auditor.collect.allocator_trace import read_allocator_trace
     from auditor.collect.jsondoc import load_json
@@ -222,10 +225,10 @@ def _validate(args: argparse.Namespace) -> int:
         except OSError as error:
             raise InputError(f"{path}: cannot read ({error.strerror})") from None
         for item in found:
-            print(f"{item.rule_id} {item.message}")
+            print(_inert(f"{item.rule_id} {item.message}"))
         problems += len(found)
         if not found:
-            print(f"{path}: ok ({kind})")
+            print(_inert(f"{path}: ok ({kind})"))
     return 1 if problems else 0
 
 

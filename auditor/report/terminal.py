@@ -19,7 +19,9 @@ from auditor._text import counted, printable
 from auditor.model import SacctDump
 
 _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?|"
-                      r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+                      r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+"""Escape sequences, control characters and the bidirectional controls that reorder what a
+terminal shows (removed: as :mod:`auditor.report.mdformat` removes them from the report)."""
 
 
 def safe(text: object) -> Text:
