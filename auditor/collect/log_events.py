@@ -287,6 +287,8 @@ class _Scanner:
                 self.veto = (number, segment[: TEXT_LIMIT + 1])
             if self.marker is None and matcher.marker and matcher.marks(content):
                 self.marker = (number, segment[: TEXT_LIMIT + 1])
+            if matcher.restart and matcher.restarts(content):
+                self._forget(number, segment)
         except TimeoutError:
             # a protocol's pattern that backtracks without end ((a|aa)+$): given up for the
             # rest of the log, which the built-in matcher reads, rather than hang the audit
@@ -525,6 +527,16 @@ class _Scanner:
             step == total and expected in (None, total))
         if self.terminal is None and final:
             self.terminal = LogEvent("terminal_event", number, _text(segment), str(step))
+
+    def _forget(self, number: int, segment: str) -> None:
+        """A tuner restores the state its trial fits began from: the end lines and steps
+        before this line were the trials' (Lightning's ``max_steps=100`` of ``lr_find``),
+        never this run's end."""
+        if self.terminal is not None or self.marker is not None:
+            self._add("terminal_forgotten", number, segment,
+                      "a tuner's trial fits ended before it: their end lines are forgotten")
+        self.terminal = self.marker = None
+        self.last_step = None
 
     # ---------------------------------------------------------------- helpers
 

@@ -47,6 +47,7 @@ class Matcher:
         self.patterns = [_compile(text, "pattern", own, step=True) for text in spec.patterns]
         self.veto = [_compile(text, "veto", own) for text in spec.veto]
         self.marker = [_compile(text, "marker", own) for text in spec.marker]
+        self.restart = [_compile(text, "restart", own) for text in spec.restart]
         self.timed = own
         self.triggers = tuple(word.encode() for word in spec.triggers)
 
@@ -69,6 +70,9 @@ class Matcher:
 
     def marks(self, content: str) -> bool:
         return any(_search(pattern, content, self.timed) for pattern in self.marker)
+
+    def restarts(self, content: str) -> bool:
+        return any(_search(pattern, content, self.timed) for pattern in self.restart)
 
 
 
@@ -154,6 +158,7 @@ def resolve(preset: str | None, patterns: tuple[str, ...] = (), offset: int | No
         offset=base.offset if offset is None else offset,
         veto=base.veto + veto,
         marker=base.marker + own_markers,
+        restart=base.restart,
         markers_count=bool(marker),
         json=json or base.json,
         triggers=() if patterns or veto or own_markers else base.triggers,

@@ -33,6 +33,10 @@ class TerminalSpec:
     """A line matching one voids every terminal event of its file."""
     marker: tuple[str, ...] = ()
     """End lines that name no step (weaker evidence)."""
+    restart: tuple[str, ...] = ()
+    """A line matching one forgets the end lines before it in its file: the framework ran
+    trial fits and is restoring the state it saved before them (a preset's own, never a
+    protocol's: Lightning's learning-rate and batch-size finders)."""
     markers_count: bool = False
     """Whether the markers may stand for the event (the protocol gave ``marker``)."""
     json: tuple[JsonTest, ...] = ()
@@ -84,9 +88,14 @@ PRESETS: dict[str, Preset] = {
                      patterns=(r"`Trainer\.fit` stopped: `max_steps=" + _STEP_TOTAL
                                + r"` reached\.",),
                      marker=(r"`Trainer\.fit` stopped: `max_epochs=[0-9]+` reached\.",),
-                     triggers=("Trainer.fit",)),
+                     # (tuner.py's finders save the state, fit max_steps=100 (lr_find) or 3
+                     # (scale_batch_size) steps a trial, then restore it from that file)
+                     restart=(r"Restor(?:ing|ed all) states from the checkpoint (?:path )?"
+                              r"at .*\.(?:lr_find|scale_batch_size)_[0-9a-f-]+\.ckpt",),
+                     triggers=("Trainer.fit", ".lr_find_", ".scale_batch_size_")),
         "`Trainer.fit` stopped: `max_steps=1000` reached.",
-        "`No training batches.`; `max_epochs=K` counts epochs (a marker only)"),
+        "`No training batches.`; `max_epochs=K` counts epochs (a marker only); a learning-rate "
+        "or batch-size finder's trial fit (its state then restored from `.lr_find_*.ckpt`)"),
     "hf-trainer": Preset(
         TerminalSpec(preset="hf-trainer", marker=(r"""\{['"]train_runtime['"]: """,),
                      json=(("global_step", "field", "max_steps"),),

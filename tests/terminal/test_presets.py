@@ -143,6 +143,38 @@ def test_lightning() -> None:
     assert not _found([f"`Trainer.fit` stopped: `max_steps={N - 10}` reached."], "lightning")
 
 
+LR_FIND = "/workspace/.lr_find_0b1c6a52-4e2d-4b6f-9a0e-4a1f2f0d9b3c.ckpt"
+BATCH_FIND = "/workspace/.scale_batch_size_ecc0c8e8-6ba5-426f-963f-e717de5a9ec6.ckpt"
+
+
+def _tuned(found: str, ckpt: str) -> list[str]:
+    """A tuner's trial fit (tuner/lr_finder.py, batch_size_scaling.py: max_steps set to its
+    trial's steps, then the state saved before it restored: checkpoint_connector.py's two
+    lines), as a real log shows it."""
+    return [f"Finding best initial lr: 100%|██████████| {N}/{N} [00:20<00:00]{found}",
+            f"Restoring states from the checkpoint path at {ckpt}",
+            f"Restored all states from the checkpoint at {ckpt}",
+            "Learning rate set to 0.0003019951720402019"]
+
+
+def test_lightning_tuners_trial_fits_are_not_the_end() -> None:
+    stopped = f"`Trainer.fit` stopped: `max_steps={N}` reached."
+    timer = ("Epoch 0:  60%|██████    | 60/100 [10:00<06:40]Time limit reached. Elapsed time "
+             "is 0:10:00. Signaling Trainer to stop.")
+    for ckpt in (LR_FIND, BATCH_FIND):
+        scan = _scan([*_tuned(stopped, ckpt), timer], "lightning")
+        assert scan.terminal_event is None and scan.last_step is None
+        assert [e.line for e in scan.events if e.kind == "terminal_forgotten"] == [2]
+        scan = _scan([*_tuned(stopped, ckpt), stopped], "lightning")
+        assert scan.terminal_event is not None and scan.terminal_event.line == 5
+    # (an epoch marker of the trial's is forgotten too; a checkpoint of the run's own is no
+    # trial's, and restoring from it forgets nothing)
+    epochs = "`Trainer.fit` stopped: `max_epochs=1` reached."
+    assert not _found([*_tuned(epochs, LR_FIND), timer], "lightning", marker=True)
+    assert _found([stopped, f"Restoring states from the checkpoint path at {LR_FIND[:11]}"
+                   "last.ckpt"], "lightning")
+
+
 def test_hf_trainer_final_record_is_a_marker_only() -> None:
     final = str({"train_runtime": 30.17, "train_samples_per_second": 4.2,
                  "train_loss": 1.2, "epoch": 3.0})
