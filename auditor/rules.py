@@ -237,7 +237,8 @@ _RULES: tuple[Rule, ...] = (
          forms={"for_worker": "{subject}: no {kind} listed for pid {pid} (rank {rank})"}),
     Rule("AUD110", "identity-mismatch", "pid / rank / role disagree",
          "The pid, rank or role of a worker differ between the device file name, its content, "
-         "the period's workers and the pid's allocator trace.",
+         "the period's workers, the pid's allocator trace and a process record's name and "
+         "content.",
          "{subject}: {file}: pid, rank or role disagree", E,
          blocks=Reason.IDENTITY_MISMATCH, family="identity",
          forms={"rank_twice": "{subject}: rank {rank} is listed for pids {pids}",
@@ -248,6 +249,8 @@ _RULES: tuple[Rule, ...] = (
                 "not_a_worker": "{subject}: {file}: pid {pid} is not among the period's workers",
                 "rank_vs_record": "{subject}: {file}: rank {rank} but the period lists pid "
                                   "{pid} as rank {listed_rank}",
+                "role_vs_record": "{subject}: {file}: role {role} but the period lists pid "
+                                  "{pid} as role {listed_role}",
                 "line_pid": "{subject}: {file}: line {line} has pid {other_pid}",
                 "line_rank": "{subject}: {file}: line {line} has rank {rank}, the period lists "
                              "pid {pid} as rank {listed_rank}",

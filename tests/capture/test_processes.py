@@ -281,6 +281,40 @@ def test_a_broken_process_record_is_a_finding_naming_it(tmp_path: Path) -> None:
     assert relative <= named, sorted(named)
 
 
+@pytest.mark.parametrize("forged", ["a_policys_record_says_controller", "another_pid"])
+def test_a_process_records_name_content_and_the_workers_must_agree(tmp_path: Path,
+                                                                   forged: str) -> None:
+    """Seed 000's rule reads a process record's role: a policy's record whose content says
+    controller (exit 143, the real controller's record gone) would excuse another role's
+    143; a controller's record whose content names another pid is no one's. Each is
+    ``AUD110``, never a resolved period."""
+    def forge(attempt: Path) -> None:
+        records = {p.name.split("-")[1]: p for p in (attempt / "processes").glob("*.json")}
+        if forged == "another_pid":
+            record = load(records["controller"])
+            records["controller"].write_text(json.dumps({**record, "pid": 99999}))
+            return
+        records["controller"].unlink()
+        record = load(records["policy"])
+        records["policy"].write_text(json.dumps(
+            {**record, "role": "controller", "exit_code": 143, "signal": "SIGTERM"}))
+
+    root = tmp_path / "study"
+    _protocol(root)
+    assert _attempt(root, "completed", before_seal=forge)[0] == 0
+    row = _audit(root, tmp_path / "out")
+    assert (row["verdict"], row["reason"]) == ("unresolved", "identity_mismatch")
+    findings = [f["message"] for f in pq.read_table(tmp_path / "out" / "findings.parquet")
+                .to_pylist() if f["rule_id"] == "AUD110"]
+    if forged == "another_pid":
+        assert any("file name says pid" in m and "content says 99999" in m for m in findings)
+    else:
+        assert any("file name says role policy, content says controller" in m
+                   for m in findings), findings
+        assert any("role controller but the period lists pid" in m and "as role policy" in m
+                   for m in findings), findings
+
+
 def test_two_processes_of_one_pid_in_one_trace_is_a_finding_naming_both(tmp_path: Path) -> None:
     """Pids repeat across nodes: a trace whose phase records name two hosts was written by
     two processes (the kit names each node's apart; a v1 launcher's did not)."""
