@@ -317,12 +317,12 @@ def _idle_shows(period: PeriodEvidence, protocol: Protocol, shown: Shown) -> Non
     record = period.record
     idle = record.idle_check
     if idle is not None and idle.hosts:  # (contract v1.2: each node's own)
-        passed = [item.host for item in idle.hosts if item.passed is True]
-        unmade = [item.host for item in idle.hosts if item.passed is None]
-        if passed:
-            shown.shows.append(f"The post-period idle check passed on {', '.join(passed)}"
-                               + (f"; none could be made on {', '.join(unmade)}"
-                                  if unmade else "") + ".")
+        hosts = {word: [item.host for item in idle.hosts if item.passed is value]
+                 for word, value in (("passed on", True), ("it failed on", False),
+                                     ("none could be made on", None))}
+        if hosts["passed on"]:
+            shown.shows.append("The post-period idle check " + "; ".join(
+                f"{word} {', '.join(names)}" for word, names in hosts.items() if names) + ".")
             shown.citations.append(Citation(record.path, pointer="/idle_check/hosts"))
     elif idle is not None and idle.passed is True:
         shown.shows.append("The post-period idle check passed.")

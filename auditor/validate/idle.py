@@ -30,12 +30,7 @@ def idle_checks(period: PeriodEvidence, optional: bool) -> Iterator[Finding]:
                                     quote=idle.unavailable)],
                           form="unavailable", unavailable=idle.unavailable)
     elif idle.passed is not True:
-        used = ", ".join(str(v) for v in idle.gpu_memory_used_mib) or "?"
-        yield finding(
-            "AUD118", subject,
-            [Citation(record.path, pointer="/idle_check/passed", quote=str(idle.passed))],
-            passed=idle.passed, used=used, processes=idle.gpu_processes,
-        )
+        yield _failed(record, subject, idle)
     yield from _own_idle_files(period, idle, optional)
     yield from _checked_before_the_end(period, idle)
 
@@ -65,6 +60,16 @@ def _checked_before_the_end(period: PeriodEvidence, idle: IdleCheck | None
                           form="before_end", seconds=(ended - checked) // 1_000_000_000)
 
 
+def _failed(record: PeriodRecord, subject: str, idle: IdleCheck) -> Finding:
+    """``AUD118`` for the record's own word that the check did not pass."""
+    used = ", ".join(str(v) for v in idle.gpu_memory_used_mib) or "?"
+    return finding(
+        "AUD118", subject,
+        [Citation(record.path, pointer="/idle_check/passed", quote=str(idle.passed))],
+        passed=idle.passed, used=used, processes=idle.gpu_processes,
+    )
+
+
 def worker_hosts(period: PeriodEvidence) -> tuple[str, ...]:
     """The hosts the period's last attempt's workers ran on (contract v1.2), sorted."""
     if not period.attempts:
@@ -75,7 +80,9 @@ def worker_hosts(period: PeriodEvidence) -> tuple[str, ...]:
 def _host_idle_checks(record: PeriodRecord, subject: str, idle: IdleCheck,
                       hosts: tuple[str, ...], optional: bool) -> Iterator[Finding]:
     """Every worker host's own idle check (contract v1.2): each must have passed; one that
-    could not be made decides nothing under an optional policy."""
+    could not be made decides nothing under an optional policy. A node the workers do not
+    name (a controller's) whose check failed fails the period too, and so does the record's
+    own ``passed: false`` where no node's says why."""
     by_host = {item.host: item for item in idle.hosts}
     pointer = "/idle_check/hosts"
     if not idle.hosts:  # (the one-node form, for workers on several nodes)
@@ -83,6 +90,7 @@ def _host_idle_checks(record: PeriodRecord, subject: str, idle: IdleCheck,
             yield finding("AUD118", subject, [Citation(record.path, pointer="/idle_check")],
                           form="one_node", hosts=", ".join(hosts))
         return
+    failed = False
     for host in hosts or tuple(by_host):
         item = by_host.get(host)
         cite = Citation(record.path, pointer=f"{pointer}/{host}")
@@ -95,7 +103,16 @@ def _host_idle_checks(record: PeriodRecord, subject: str, idle: IdleCheck,
                 yield finding("AUD118", subject, [cite], form="host_unavailable", host=host,
                               unavailable=item.unavailable or "not said why")
         elif item.passed is not True:
+            failed = True
             yield finding("AUD118", subject, [cite], form="host_failed", host=host)
+    for host, item in sorted(by_host.items()):
+        if host not in hosts and hosts and item.passed is False:  # (a node of no worker)
+            failed = True
+            yield finding("AUD118", subject,
+                          [Citation(record.path, pointer=f"{pointer}/{host}")],
+                          form="host_failed", host=host)
+    if idle.passed is False and not failed:
+        yield _failed(record, subject, idle)
 
 
 def _own_idle_files(period: PeriodEvidence, idle: IdleCheck | None,

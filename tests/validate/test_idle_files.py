@@ -74,3 +74,31 @@ def test_a_sites_own_fields_in_its_file_decide_nothing(tmp_path: Path,
     root = outcome_study(tmp_path / "study", ["completed"])
     _with_own_file(root, {"passed": True, **extra})
     assert verdicts(audit(root, tmp_path / "out"))[S] == ("resolved", "completed")
+
+
+@pytest.mark.parametrize(("controller", "overall"), [(False, False), (True, False)])
+def test_a_failed_check_on_a_node_no_worker_ran_on_fails_the_period(
+        tmp_path: Path, controller: bool, overall: bool) -> None:
+    """Every node of a multi-node attempt writes its own check (contract v1.2), the
+    controller's too: one that failed there, or the record's own ``passed: false``, never
+    passes because the workers' nodes passed."""
+    root = outcome_study(tmp_path / "study", ["completed"])
+    checked = 1_789_500_500_000_000_000
+
+    def hosts(period: dict[str, Any]) -> None:
+        for worker in period["workers"]:
+            worker["host"] = "gpu-node-10"
+        period["idle_check"] = {"passed": overall, "hosts": {
+            "gpu-node-10": {"passed": True, "checked_ns": checked},
+            "ctl-node": {"passed": controller, "checked_ns": checked}}}
+
+    (record_path,) = period_records(root)
+    edit_record(record_path, hosts)
+    assert verdicts(audit(root, tmp_path / "out"))[S] == ("unresolved", "idle_check_failed")
+    diagnostic = (tmp_path / "out" / "diagnostic.md").read_text()
+    if not controller:
+        assert "idle check passed on gpu-node-10; it failed on ctl-node" in diagnostic
+    edit_record(record_path, lambda period: period["idle_check"].update(
+        passed=True, hosts={**period["idle_check"]["hosts"],
+                            "ctl-node": {"passed": True, "checked_ns": checked}}))
+    assert verdicts(audit(root, tmp_path / "passed"))[S] == ("resolved", "completed")
