@@ -50,7 +50,9 @@ def add_parsers(commands: Any) -> None:
     run.add_argument("--dispatch", action="append", default=[], metavar="K=V",
                      help="a dispatch value, exported to the command (repeatable)")
     run.add_argument("--flag", default=None, metavar="NAME", help="the coordinated-shutdown "
-                     "flag (default COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS)")
+                     "flag (default: the protocol's coordinated_shutdown_flag in "
+                     "ROOT/protocol.json, else COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS; a --step "
+                     "takes its batch run's, $AUDITOR_SHUTDOWN_FLAG)")
     run.add_argument("--job-id", help="the job id outside SLURM (default: $SLURM_JOB_ID)")
     run.add_argument("--grace", type=float, default=None, metavar="SECONDS",
                      help="seconds from a trapped signal to SIGKILL of the group (default 20)")
@@ -117,6 +119,7 @@ def _int64(text: str) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from auditor.capture import launch
+    from auditor.capture.check import shutdown_flag
 
     command = list(args.cmd)
     if command[:1] == ["--"]:
@@ -142,7 +145,8 @@ def _run(args: argparse.Namespace) -> int:
             pair=args.pair, period=args.period, gpus=args.gpus, command=tuple(command),
             attempt_dir=args.attempt_dir, root=args.root, role=args.role,
             dispatch=launch.parse_dispatch(args.dispatch),
-            flag=args.flag or launch.DEFAULT_FLAG, job_id=args.job_id,
+            flag=args.flag or (shutdown_flag(args.root) if args.attempt_dir is None else None)
+            or launch.DEFAULT_FLAG, job_id=args.job_id,
             grace_s=launch.DEFAULT_GRACE_S if args.grace is None else args.grace,
             drain_s=launch.DEFAULT_DRAIN_S if args.drain is None else args.drain,
             echo_fd=_stdout_fd())
@@ -168,6 +172,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _step(args: argparse.Namespace, command: list[str]) -> int:
     from auditor.capture import launch, step
+    from auditor.capture._files import SHUTDOWN_FLAG_VARIABLE
 
     if args.pair is not None or args.period is not None or args.gpus is not None \
             or args.dispatch or args.job_id is not None:
@@ -178,7 +183,7 @@ def _step(args: argparse.Namespace, command: list[str]) -> int:
                          "--attempt-dir), not --root")
     spec = step.StepSpec(
         role=args.step, command=tuple(command), attempt_dir=args.attempt_dir, rank=args.rank,
-        flag=args.flag or launch.DEFAULT_FLAG,
+        flag=args.flag or _environ().get(SHUTDOWN_FLAG_VARIABLE) or launch.DEFAULT_FLAG,
         grace_s=launch.DEFAULT_GRACE_S if args.grace is None else args.grace,
         drain_s=launch.DEFAULT_DRAIN_S if args.drain is None else args.drain,
         echo_fd=_stdout_fd())

@@ -27,6 +27,9 @@ GPUS_VARIABLE = "AUDITOR_GPUS"
 (``--gpus``), so a trainer may start one rank per GPU (the example trainer does)."""
 ATTEMPT_DIR_VARIABLE = "AUDITOR_ATTEMPT_DIR"
 """Set by ``auditor run`` in its command's environment: the attempt directory (absolute)."""
+SHUTDOWN_FLAG_VARIABLE = "AUDITOR_SHUTDOWN_FLAG"
+"""Set by ``auditor run`` in its command's environment: the coordinated-shutdown flag's name
+it classified with (``--flag``, else the protocol's), so each ``--step`` uses the same."""
 
 
 def dumps(document: dict[str, Any]) -> bytes:

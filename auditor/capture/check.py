@@ -59,9 +59,9 @@ class TerminalCheck:
         return f"ValueError: Successful exit lacks the exact {self.steps}-step terminal event"
 
 
-def _protocol(root: Path | None) -> dict[str, Any]:
-    """``ROOT/protocol.json``'s ``terminal_event`` and ``steps_from`` (empty when absent or
-    unreadable: the default matcher then applies, as in the audit)."""
+def _document(root: Path | None) -> dict[str, Any]:
+    """``ROOT/protocol.json`` (empty when absent or unreadable: the defaults then apply, as
+    in the audit)."""
     if root is None:
         return {}
     try:
@@ -69,8 +69,20 @@ def _protocol(root: Path | None) -> dict[str, Any]:
             document = json.loads(handle.read(PROTOCOL_LIMIT))
     except (OSError, ValueError):
         return {}
-    event = document.get("terminal_event") if isinstance(document, dict) else None
+    return document if isinstance(document, dict) else {}
+
+
+def _protocol(root: Path | None) -> dict[str, Any]:
+    """The protocol's ``terminal_event`` and ``steps_from``."""
+    event = _document(root).get("terminal_event")
     return event if isinstance(event, dict) else {}
+
+
+def shutdown_flag(root: Path | None) -> str | None:
+    """The flag ``ROOT/protocol.json`` names as its ``coordinated_shutdown_flag`` (None when
+    it names none): the audit classifies the controller's 143 by it, so the run must too."""
+    flag = _document(root).get("coordinated_shutdown_flag")
+    return flag if isinstance(flag, str) and flag else None
 
 
 def check_terminal(directory: Path, log: Path, dispatch: dict[str, str],

@@ -41,6 +41,7 @@ from auditor.capture._files import (
     ATTEMPT_DIR_VARIABLE,
     GPUS_VARIABLE,
     JOB_ID_VARIABLE,
+    SHUTDOWN_FLAG_VARIABLE,
     dumps,
     hostname,
     pair_name_problem,
@@ -190,7 +191,8 @@ def run(spec: RunSpec, environ: Mapping[str, str] | None = None,
         raise RunRefused(f"{directory}: cannot create ({error.strerror})") from None
     earlier = [] if spec.attempt_dir is not None else unfinished_attempts(attempt)
     child_env = {**environ, **dict(spec.dispatch), JOB_ID_VARIABLE: attempt.job_id,
-                 ATTEMPT_DIR_VARIABLE: str(directory.resolve()), GPUS_VARIABLE: str(spec.gpus)}
+                 ATTEMPT_DIR_VARIABLE: str(directory.resolve()), GPUS_VARIABLE: str(spec.gpus),
+                 SHUTDOWN_FLAG_VARIABLE: spec.flag}
     state = Supervision(grace_s=spec.grace_s)
     previous = {signum: signal.signal(signum, state.on_signal) for signum in TRAPPED}
     reaper = supervise.become_subreaper()

@@ -76,7 +76,8 @@ def _protocol(root: Path, **changes: Any) -> None:
 
 
 def _attempt(root: Path, mode: str, flag: str = "1", job: str = "6001",
-             kill: str | None = None, before_seal: Any = None) -> tuple[int, str]:
+             kill: str | None = None, before_seal: Any = None,
+             flag_name: str = FLAG) -> tuple[int, str]:
     """Run the local launcher as one attempt (the batch node's ``auditor run --role
     launcher``), signal the policy replica once it hangs when ``kill`` says so, seal; the
     batch run's exit status and its stderr."""
@@ -85,7 +86,7 @@ def _attempt(root: Path, mode: str, flag: str = "1", job: str = "6001",
     env = clean_env(AUDITOR=str(Path(sys.executable).parent / "auditor"), PY=sys.executable)
     run = start_auditor(["run", "--root", str(root), "--pair", PAIR, "--period", "1",
                          "--gpus", "2", "--job-id", job, "--role", "launcher",
-                         "--dispatch", "TOTAL_TRAINING_STEPS=1", "--dispatch", f"{FLAG}={flag}",
+                         "--dispatch", "TOTAL_TRAINING_STEPS=1", "--dispatch", f"{flag_name}={flag}",
                          "--", "bash", str(launcher), mode, str(root.parent / f"rdv-{job}")],
                         env)
     if kill is not None:
@@ -155,6 +156,18 @@ def test_a_replicas_end_is_never_the_controllers_coordinated_shutdown(
     assert (row["verdict"], row["reason"], row["cause"]) == ("unresolved", reason, cause)
     if kill is not None:
         assert f"the policy process (pid {policy['pid']} on {HOST})" in row["cause_detail"]
+
+
+def test_every_step_classifies_by_the_protocols_flag(tmp_path: Path) -> None:
+    """The batch run takes the protocol's coordinated_shutdown_flag and each ``--step`` the
+    batch run's (``AUDITOR_SHUTDOWN_FLAG``): the controller's step exits 0, not 143."""
+    root = tmp_path / "study"
+    _protocol(root, coordinated_shutdown_flag="SITE_FLAG")
+    status, stderr = _attempt(root, "completed", flag_name="SITE_FLAG")
+    assert status == 0, stderr
+    assert "[launcher] controller exited with code 0" in (
+        attempt_of(root, "6001", PAIR) / "training-6001.log").read_text()
+    assert (_audit(root, tmp_path / "out")["verdict"]) == "resolved"
 
 
 def test_the_flag_off_passes_the_controllers_143_on(tmp_path: Path) -> None:

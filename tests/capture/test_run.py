@@ -587,3 +587,18 @@ def test_a_group_a_descendant_joined_is_not_the_commands(tmp_path: Path) -> None
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_the_protocols_flag_is_the_runs_as_it_is_the_audits(tmp_path: Path) -> None:
+    """The audit classifies the controller's 143 by the protocol's coordinated_shutdown_flag;
+    ``auditor run`` read only its own default: a run the audit resolves exited 143, which
+    the batch script takes as a reason to requeue finished training (seed 000)."""
+    (tmp_path / "protocol.json").write_text(json.dumps(
+        {"schema": "run-evidence/protocol/v1", "coordinated_shutdown_flag": "MY_FLAG"}))
+    code = main([*run_args(tmp_path, "5011", "--role", "controller", "--dispatch",
+                           "MY_FLAG=1", "--"), *EXAMPLE, "--mode", "coordinated"])
+    assert code == 0
+    assert _trial(tmp_path, "5011")["env"] == {"MY_FLAG": "1"}
+    code = main([*run_args(tmp_path, "5012", "--role", "controller", "--dispatch",
+                           f"{FLAG}=1", "--"), *EXAMPLE, "--mode", "coordinated"])
+    assert code == 143  # (the default's name is not this protocol's flag)
