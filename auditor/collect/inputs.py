@@ -244,6 +244,11 @@ def field_findings(dump: SacctDump, display: str) -> list[Finding]:
                 rule, display, [Citation(display)],
                 fields=", ".join(name for name, _ in lacking),
                 consequence="; ".join(dict.fromkeys(why for _, why in lacking))))
+    if dump.gpus_untracked and "alloctres" in captured:
+        findings.append(finding(
+            "AUD019", display, [Citation(display)], fields="a GPU (gres/gpu) in AllocTRES",
+            consequence="the GPUs each element held are unknown (no row names one: the "
+            "site's AccountingStorageTRES may not track gres/gpu)"))
     return findings
 
 

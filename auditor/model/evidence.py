@@ -577,11 +577,16 @@ class SacctJob:
         return None if any(v is None for v in values) else sum(v for v in values if v)
 
     @property
+    def lost_records(self) -> tuple[SacctJob, ...]:
+        """The records lost to requeue or preemption: every earlier one, and this one when
+        it is ``PREEMPTED``."""
+        return (*self.attempts, *((self,) if self.state == "PREEMPTED" else ()))
+
+    @property
     def requeued_gpu_seconds(self) -> int | None:
-        """The share of :attr:`total_gpu_seconds` lost to requeue or preemption: every
-        earlier record's, and this one's when it is ``PREEMPTED``."""
-        lost = [*self.attempts, *((self,) if self.state == "PREEMPTED" else ())]
-        values = [record.gpu_seconds for record in lost]
+        """The share of :attr:`total_gpu_seconds` lost to requeue or preemption (the
+        :attr:`lost_records`'); None when any of theirs is unknown."""
+        values = [record.gpu_seconds for record in self.lost_records]
         return None if any(v is None for v in values) else sum(v for v in values if v)
 
     @property
@@ -654,3 +659,6 @@ class SacctDump:
     jobs: tuple[SacctJob, ...]
     digest: FileDigest | None = None
     findings: tuple[Finding, ...] = ()
+    gpus_untracked: bool = False
+    """AllocTRES names no GPU in any row that holds something (the site's
+    AccountingStorageTRES does not track ``gres/gpu``): every GPU count is unknown."""

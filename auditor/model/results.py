@@ -168,11 +168,17 @@ class ElementCost:
     own): counted apart from the allocation scope, which the contract defines per element."""
 
     @property
-    def total_gpu_seconds(self) -> int | None:
-        """GPU-seconds of every record (the attempts and this one); None when any is
-        unknown."""
-        values = [self.gpu_seconds, *(a.gpu_seconds for a in self.attempts)]
-        return None if any(v is None for v in values) else sum(v for v in values if v)
+    def known_gpu_seconds(self) -> int:
+        """GPU-seconds of every record (the attempts and this one) whose figure is known
+        (:attr:`unknown_records` says how many are not)."""
+        return sum(v for v in (self.gpu_seconds, *(a.gpu_seconds for a in self.attempts)) if v)
+
+    @property
+    def unknown_records(self) -> int:
+        """Records (the attempts and this one) whose GPU-seconds are unknown: an elapsed time
+        or a GPU count the dump does not give."""
+        return sum(1 for v in (self.gpu_seconds, *(a.gpu_seconds for a in self.attempts))
+                   if v is None)
 
     @property
     def requeued_gpu_seconds(self) -> int:
@@ -187,7 +193,8 @@ class Accounting:
     """GPU time in overlapping scopes (never to be added together)."""
 
     allocation_gpu_seconds: int | None
-    """None without a scheduler dump (``AUD123``, or a refused one: ``AUD009``)."""
+    """None without a scheduler dump (``AUD123``, or a refused one: ``AUD009``); the known
+    records' sum when some are not (:attr:`allocation_records_unknown`)."""
     task_gpu_seconds: float
     reservation_gpu_seconds: float | None
     """None without a usable scheduler dump: the GPUs the allocations held are unknown (each
@@ -209,6 +216,9 @@ class Accounting:
     a job of its own), by sacct's JobID: not in the allocation scope, counted apart."""
     outside_array_gpu_seconds: int | None = None
     """Their GPU-seconds (every record's); None when the allocation scope is unknown."""
+    allocation_records_unknown: int = 0
+    """Records of the allocation scope's elements whose GPU-seconds are unknown (no elapsed
+    time, no GPU count): :attr:`allocation_gpu_seconds` counts the others, a lower bound."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -470,7 +470,7 @@ class Collected:
         if self.sacct is None or not self.scheduler_usable():
             return False, False
         names = {name.lower() for name in self.sacct.fields}
-        gpus = "alloctres" in names
+        gpus = "alloctres" in names and not self.sacct.gpus_untracked
         timed = bool(names & {"elapsedraw", "elapsed"}) or {"start", "end"} <= names
         return gpus and timed, gpus
 

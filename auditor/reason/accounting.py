@@ -45,7 +45,7 @@ def accounting(collected: Collected, outcomes: Sequence[AttemptOutcome],
     inside = [e for e in elements if not e.outside_array]
     outside = [e for e in elements if e.outside_array]
     return Accounting(
-        allocation_gpu_seconds=sum(e.total_gpu_seconds or 0 for e in inside)
+        allocation_gpu_seconds=sum(e.known_gpu_seconds for e in inside)
         if allocation_known else None,
         task_gpu_seconds=round(sum(o.task_gpu_seconds for o in outcomes), 6),
         reservation_gpu_seconds=round(sum(o.reservation_gpu_seconds for o in outcomes), 6)
@@ -59,8 +59,10 @@ def accounting(collected: Collected, outcomes: Sequence[AttemptOutcome],
         requeued_gpu_seconds=sum(e.requeued_gpu_seconds for e in inside)
         if allocation_known else None,
         jobs_outside_array=tuple(e.job_id for e in outside),
-        outside_array_gpu_seconds=sum(e.total_gpu_seconds or 0 for e in outside)
+        outside_array_gpu_seconds=sum(e.known_gpu_seconds for e in outside)
         if allocation_known else None,
+        allocation_records_unknown=sum(e.unknown_records for e in inside)
+        if allocation_known else 0,
     )
 
 

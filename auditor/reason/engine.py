@@ -63,6 +63,7 @@ from auditor.store import Held, Kept
 from auditor.validate.checks import (
     element_for,
     forget_lookups,
+    own_record,
     period_checks,
     restart_of,
     study_checks,
@@ -604,6 +605,8 @@ def _judge_period(
     for i, (attempt, judgement) in enumerate(judgements):
         trial = attempt.read.trial
         element = element_for(collected.sacct, attempt.spec.job_id)
+        if element is not None:  # (a requeued run held its own record's GPUs, -D's)
+            element = own_record(element, attempt, period)[0] or element
         wasted = judgements[counted_index][1].outcome is Outcome.COMPLETED and i > counted_index
         outcome = AttemptOutcome(
             subject=subject, index=attempt.spec.index, job_id=attempt.spec.job_id,

@@ -130,8 +130,13 @@ def accounting_section(result: AuditResult, reasoning: Reasoning) -> str:
         "**not measured**: the study ran without a scheduler (`\"scheduler\": \"none\"`)"
         if unmeasured else
         f"**unknown**: {unknown}" if acc.allocation_gpu_seconds is None else
-        f"**{acc.allocation_gpu_seconds:,} GPU-seconds = "
-        f"{acc.allocation_gpu_seconds / 3600:.9f} GPU-hours**")
+        f"**{'at least ' if acc.allocation_records_unknown else ''}"
+        f"{acc.allocation_gpu_seconds:,} GPU-seconds = "
+        f"{acc.allocation_gpu_seconds / 3600:.9f} GPU-hours**"
+        + (f" (the GPU-seconds of {counted(acc.allocation_records_unknown, 'record')} are "
+           "unknown: no elapsed time or no GPU count in the dump; "
+           "[`evidence.md`](evidence.md) lists each)" if acc.allocation_records_unknown
+           else ""))
     outside = outside_arrays(result, acc.elements)
     requeued = [e for e in acc.elements if e.attempts or e.state == "PREEMPTED"]
     over = "elements" if not requeued else \

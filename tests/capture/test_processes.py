@@ -86,7 +86,8 @@ def _attempt(root: Path, mode: str, flag: str = "1", job: str = "6001",
     env = clean_env(AUDITOR=str(Path(sys.executable).parent / "auditor"), PY=sys.executable)
     run = start_auditor(["run", "--root", str(root), "--pair", PAIR, "--period", "1",
                          "--gpus", "2", "--job-id", job, "--role", "launcher",
-                         "--dispatch", "TOTAL_TRAINING_STEPS=1", "--dispatch", f"{flag_name}={flag}",
+                         "--dispatch", "TOTAL_TRAINING_STEPS=1",
+                         "--dispatch", f"{flag_name}={flag}",
                          "--", "bash", str(launcher), mode, str(root.parent / f"rdv-{job}")],
                         env)
     if kill is not None:

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import BinaryIO
 
 from auditor import rules
@@ -141,6 +141,11 @@ class _Parser(_Framer):
         self.texts: dict[str | None, str | None] = {None: None}
         self.exact = False
         """Exit codes are the processes' own (``sacct --json``), not printed less 128."""
+        self.tres_seen = False
+        """Whether an allocation row's AllocTRES held anything (a pending job's is empty)."""
+        self.gpus_seen = False
+        """Whether one named GPUs (``gres/gpu``): a dump where none does, though they held
+        something, comes from a site whose AccountingStorageTRES does not track GPUs."""
         """One of each value the rows repeat (states, step and job names, nodes, reasons,
         array ids): a dump is held for the whole audit, and sent to every worker (a
         million-file study's 55,556 allocations took 160 MB, most of it repeated words)."""
@@ -148,6 +153,10 @@ class _Parser(_Framer):
     def _dump(self, reader: HashingReader, fmt: _Format) -> SacctDump:
         """The dump of the rows read (every byte of ``reader`` read)."""
         jobs = self._finish_jobs()
+        untracked = self.tres_seen and not self.gpus_seen
+        if untracked:  # (no GPU named anywhere: each count is unknown, never 0)
+            jobs = tuple(replace(job, gpus=None, attempts=tuple(
+                replace(record, gpus=None) for record in job.attempts)) for job in jobs)
         self._unnamed_findings()
         if not self.any_rows:
             self._add_empty_finding()
@@ -163,6 +172,7 @@ class _Parser(_Framer):
             header=fmt.header,
             jobs=jobs,
             digest=reader.digest(),
+            gpus_untracked=untracked,
             findings=tuple(self.findings),
         )
 
@@ -221,7 +231,10 @@ class _Parser(_Framer):
         elapsed = _elapsed(get("elapsedraw"), get("elapsed"), errors)
         if elapsed is None and start is not None and end is not None and end >= start:
             elapsed = end - start  # (no ElapsedRaw: what sacct computes it from)
-        gpus = _gpus(get("alloctres"), errors)
+        tres = get("alloctres")
+        gpus = _gpus(tres, errors)
+        self.tres_seen = self.tres_seen or bool(tres and tres.strip())
+        self.gpus_seen = self.gpus_seen or bool(gpus)
         restarts = _count(get("restarts"), "Restarts", errors)
         self._report_values(number, text, errors)
 

@@ -33,10 +33,11 @@ def summary_json(dump: SacctDump) -> dict[str, object]:
     states = Counter(job.state for job in jobs)
     names = {name.lower() for name in dump.fields}
     known = (bool(names & {"elapsedraw", "elapsed"}) or {"start", "end"} <= names) \
-        and "alloctres" in names  # (without ElapsedRaw, End minus Start)
+        and "alloctres" in names and not dump.gpus_untracked  # (no ElapsedRaw: End - Start)
     records = [record for job in jobs for record in job.records]
     gpu_seconds = sum(value for record in records if (value := record.gpu_seconds) is not None)
-    requeued = sum(value for job in jobs if (value := job.requeued_gpu_seconds) is not None)
+    requeued = sum(value for job in jobs for record in job.lost_records
+                   if (value := record.gpu_seconds) is not None)  # (each record known)
     arrays = any(job.array_job_id is not None for job in jobs)
     outside = [job for job in jobs if arrays and job.array_job_id is None] \
         if "jobid" in names else []
@@ -49,7 +50,8 @@ def summary_json(dump: SacctDump) -> dict[str, object]:
             if known else len(records),
             "requeued_gpu_seconds": requeued if known else None,
             "jobs_outside_array": [job.job_id for job in outside],
-            "outside_array_gpu_seconds": sum(job.total_gpu_seconds or 0 for job in outside)
+            "outside_array_gpu_seconds": sum(value for job in outside for record in job.records
+                                             if (value := record.gpu_seconds) is not None)
             if known else None,
             "states": dict(sorted(states.items())),
         },

@@ -1,0 +1,90 @@
+"""The GPU-time figures against a hand count, through whole audits of dumps as sites write
+them: a site that does not track GPUs in AllocTRES, a record whose elapsed time is unknown,
+a requeued run that held other GPUs than the run after it. Unknown is said, never 0."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow.parquet as pq
+
+from auditor._cli import main
+
+KIT = Path(__file__).resolve().parents[2] / "fixtures" / "slurm" / "kit" / "study"
+
+
+def _example(tmp_path: Path) -> Path:
+    root = tmp_path / "study"
+    assert main(["example", str(root)]) == 0
+    return root
+
+
+def _dump(root: Path, change: Any) -> None:
+    path = root / "accounting" / "sacct-raw.psv"
+    path.write_text(change(path.read_text()))
+
+
+def _audit(root: Path, out: Path) -> dict[str, Any]:
+    main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots"])
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    assert isinstance(summary, dict)
+    return summary
+
+
+def test_allocations_that_name_no_gpu_leave_the_gpus_held_unknown(tmp_path: Path) -> None:
+    """A site whose AccountingStorageTRES does not track gres/gpu: AllocTRES never names a
+    GPU, so the GPUs each element held are unknown, not 0 (the allocation scope was 0
+    GPU-seconds and the reservation scope took the periods' GPUs as the allocations')."""
+    root = _example(tmp_path)
+    _dump(root, lambda text: re.sub(r",gres/gpu[^,|]*", "", text))
+    summary = _audit(root, tmp_path / "out")
+    accounting = summary["accounting"]
+    assert (accounting["allocation_gpu_seconds"], accounting["reservation_gpu_seconds"]) \
+        == (None, None)
+    assert accounting["task_gpu_seconds"] == 17605.783111
+    findings = pq.read_table(tmp_path / "out" / "findings.parquet").to_pylist()
+    assert any(f["rule_id"] == "AUD019" and "gres/gpu" in f["message"] for f in findings)
+    attempts = pq.read_table(tmp_path / "out" / "attempts.parquet").to_pylist()
+    assert {a["allocation_gpus"] for a in attempts} == {None}
+    report = (tmp_path / "out" / "diagnostic.md").read_text()
+    assert "Allocation scope" in report and "**0 GPU-seconds" not in report
+
+
+def test_a_record_of_unknown_length_is_counted_apart_not_as_0(tmp_path: Path) -> None:
+    """``sacct -D``: element 3's first run (REQUEUED) has no ElapsedRaw and no Start; its
+    second run's 2,232 GPU-seconds still count, and the figure says it is a lower bound."""
+    root = _example(tmp_path)
+
+    def requeued(text: str) -> str:
+        (row,) = [line for line in text.splitlines() if line.startswith("5055845_3|")]
+        first = row.split("|")
+        first[3:8] = ["REQUEUED", "0:0", "Unknown", first[5], ""]
+        return text.replace(row + "\n", "|".join(first) + "\n" + row + "\n")
+
+    _dump(root, requeued)
+    accounting = _audit(root, tmp_path / "out")["accounting"]
+    assert (accounting["allocation_gpu_seconds"], accounting["allocation_records_unknown"]) \
+        == (20828, 1)
+    report = (tmp_path / "out" / "diagnostic.md").read_text()
+    assert "**at least 20,828 GPU-seconds" in report
+    assert "the GPU-seconds of 1 record are unknown" in report
+
+
+def test_a_requeued_run_is_reserved_at_its_own_records_gpus(tmp_path: Path) -> None:
+    """The real kit study's requeued element: its first run's ``-D`` record held 4 GPUs, its
+    last 2; each attempt's reservation takes its own run's record."""
+    root = tmp_path / "kit"
+    shutil.copytree(KIT, root)
+    _dump(root, lambda text: text.replace(
+        "1_8|10|kit|REQUEUED|0:0|2026-12-01T20:36:42|2026-12-01T20:36:45|3|billing=1,cpu=1,"
+        "gres/gpu:a100=2,gres/gpu=2", "1_8|10|kit|REQUEUED|0:0|2026-12-01T20:36:42|"
+        "2026-12-01T20:36:45|3|billing=1,cpu=1,gres/gpu:a100=4,gres/gpu=4"))
+    _audit(root, tmp_path / "out")
+    rows = {a["attempt_dir"].rsplit("/", 1)[1]: a for a in pq.read_table(
+        tmp_path / "out" / "attempts.parquet").to_pylist() if a["job_id"] == "10"}
+    assert (rows["attempt-10"]["allocation_gpus"], rows["attempt-10-r1"]["allocation_gpus"]) \
+        == (4, 2)
