@@ -188,13 +188,25 @@ def cause_of(trial: TrialRecord | None, exit_class: ExitClass | None,
         return Cause(C.ABORTED, f"the trainer recorded its own abort ({abort.detail})",
                      Citation(log_path or "", line=abort.line, quote=abort.text))
     first = _first_failed(processes)
+    blamed = exit_class.blamed if exit_class is not None else None
     found = _ranked(chain(
         _sources(trial, exit_class, element, is_last, sacct_path, traces, events, log_path,
-                 knock_on_exit=first is not None, worker_logs=worker_logs),
-        _process_sources(processes, first)))
+                 knock_on_exit=first is not None or blamed is not None,
+                 worker_logs=worker_logs),
+        _process_sources(processes, first), _blamed_source(blamed)))
     if not found:
         return Cause(C.UNKNOWN, "nothing in the evidence says what ended the attempt", None)
     return _decided(found)
+
+
+def _blamed_source(blamed: tuple[str, int, Citation] | None) -> Iterator[_Found]:
+    """The launcher's line naming the role whose exit the shutdown followed (no process
+    records say it): a crash a failed child, a kill a signal, as a record would say."""
+    if blamed is not None:
+        role, code, cite = blamed
+        yield _Found(C.SIGNAL if killed_by_signal(code) else C.CHILD_FAILED,
+                     f"the launcher's log says {role} exited with code {code} "
+                     f"(log line {cite.line})", cite, (2, 0))
 
 
 def _first_failed(processes: Sequence[ProcessExit]) -> ProcessExit | None:

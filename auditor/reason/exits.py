@@ -84,6 +84,9 @@ class ExitClass:
     detail: str
     """One sentence saying why, for the diagnosis."""
     citations: tuple[Citation, ...]
+    blamed: tuple[str, int, Citation] | None = None
+    """The launcher's log line naming another role's non-zero exit that the controller's
+    shutdown followed (role, exit code, the line): the cause, the 143 its knock-on."""
 
 
 EXIT_KINDS = frozenset({ExitKind.SIGNALLED, ExitKind.SIGKILL, ExitKind.SIGTERM, ExitKind.KILLED,
@@ -272,10 +275,10 @@ def attributed_in_log(exit_class: ExitClass, said: Iterable[tuple[str, int, Cita
     if exit_class.kind is not ExitKind.COORDINATED_SHUTDOWN:
         return exit_class
     for role, code, cite in said:
-        if role != "controller":
+        if role != "controller":  # (as a process record's: a crash unclean, a kill killed)
             return ExitClass(
-                False, ExitKind.SIGTERM,
+                False, ExitKind.SIGTERM if killed_by_signal(code) else ExitKind.PROCESS_FAILURE,
                 f"exit 143 (SIGTERM) is not excused: the launcher's log says {role} exited "
                 f"with code {code} before the controller ended",
-                (*exit_class.citations, cite))
+                (*exit_class.citations, cite), (role, code, cite))
     return exit_class

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from auditor.model import ProcessExit, TrialRecord
@@ -242,6 +243,30 @@ def test_other_wordings_of_the_launchers_line_take_the_excuse_away(tmp_path: Pat
         return b"".join([*lines[:shutdown], said + b"\n", *lines[shutdown:]])
     rewrite(root, log, insert)
     assert verdicts(audit(root, tmp_path / "out"))[S.format(161)] == ("unresolved", "killed")
+
+
+@pytest.mark.parametrize(("said", "expected"), [
+    (b"[launcher] rollout replica 1 exited with status 1", ("unclean_exit", "child_failed")),
+    (b"[launcher] rollout replica 1 exited with status 137", ("killed", "signal")),
+])
+def test_the_launchers_line_ends_the_shutdown_as_the_failure_it_names(
+        tmp_path: Path, said: bytes, expected: tuple[str, str]) -> None:
+    """Contract v1.2 (as a process record says it): a shutdown another process's failure
+    caused ends as that failure did, a crash ``unclean_exit`` caused by the failed child,
+    a kill ``killed``; the controller's 143 is its knock-on."""
+    root, _ = _coordinated(tmp_path)
+    log = find(root, "*-s161-4gpu/attempt-*/training-*.log")
+
+    def insert(data: bytes) -> bytes:
+        lines = data.splitlines(keepends=True)
+        shutdown = next(i for i, line in enumerate(lines) if b"coordinated shutdown" in line)
+        return b"".join([*lines[:shutdown], said + b"\n", *lines[shutdown:]])
+    rewrite(root, log, insert)
+    audit(root, tmp_path / "out")
+    (period,) = [p for p in pq.read_table(tmp_path / "out" / "periods.parquet").to_pylist()
+                 if p["subject"] == S.format(161)]
+    assert (period["verdict"], period["reason"], period["cause"]) == ("unresolved", *expected)
+    assert "the launcher's log says rollout exited with code" in period["cause_detail"]
 
 
 def test_wall_clock_timeout_overrides_an_excused_143(tmp_path: Path) -> None:
