@@ -67,6 +67,15 @@ def test_headerless_dump_with_a_field_more_is_refused_not_folded(
     assert document == contract
 
 
+def test_a_headerless_row_with_a_field_more_is_refused_alone_too(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The refusal held from two rows on: one row (``sacct -X`` of one job) folded its
+    ``Restarts`` into Reason and was read, exit 0."""
+    (row, *_) = (DUMPS / "24.11" / "restarts.psv").read_text().splitlines()
+    line = refused(capsys, write(tmp_path, "one.psv", [row]))
+    assert "12 fields" in line and "has 11" in line
+
+
 def test_p_output_under_a_dashed_frame_line_is_read(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """``sacct -p`` (every line ends in the delimiter) with its header and a dashed line

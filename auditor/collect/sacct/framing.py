@@ -190,7 +190,7 @@ class _Framer:
         more than the format's (a field more, as ``Restarts``; not a ``-p`` trailing
         delimiter): the extra values would be folded into a free-text column, misread."""
         n = len(fields)
-        if len(counts) < 2:
+        if not counts:  # (one row too: sacct -X of one job prints one)
             return
         found = len(counts[0])
         if found <= n or any(len(parts) != found for parts in counts):
