@@ -73,8 +73,15 @@ def spilling_into(directory: Path) -> Iterator[Path]:
 
 
 def check_outside(root: Path) -> None:
-    """Refuse (one line) a spill directory inside the evidence root ``root``."""
-    where = spill_directory().resolve()
+    """Refuse (one line) a spill directory inside the evidence root ``root``: told from the
+    environment before :func:`tempfile.gettempdir` is asked, which tries each candidate by
+    writing a file in it (under the root, that write was the audit's)."""
+    where = _DIRECTORY[-1] if _DIRECTORY else Path(tempfile.tempdir) if tempfile.tempdir \
+        else next((Path(value) for name in ("TMPDIR", "TEMP", "TMP")
+                   if (value := os.environ.get(name))), None)
+    if where is None:
+        where = spill_directory()
+    where = where.resolve()
     if where == root or root in where.parents:
         raise UsageError(f"the temporary directory {where} is inside the evidence root "
                          f"{root}, which the audit never writes to; point TMPDIR elsewhere")

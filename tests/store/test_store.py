@@ -243,6 +243,24 @@ def test_a_temporary_directory_inside_the_evidence_root_is_refused(
     assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
 
 
+def test_a_tmpdir_inside_the_root_is_refused_before_it_is_tried(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Python finds its temporary directory by writing a file in each candidate: asked first,
+    it wrote (and removed) one under the evidence root before the refusal."""
+    import tempfile
+
+    root = copy_example(tmp_path)
+    inside = root / "pairs"
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.setenv("TMPDIR", str(inside))
+    before = inside.stat().st_mtime_ns
+    os.utime(inside, ns=(before - 10**9, before - 10**9))  # (a write now would move it)
+    assert main(["audit", str(root), "--quiet"]) == 2
+    assert "inside the evidence root" in capsys.readouterr().err
+    assert inside.stat().st_mtime_ns == before - 10**9
+
+
 def _in_a_child_and_here(read: Callable[[], object], passes: int = 30) -> None:
     """``read()`` ``passes`` times in a forked child and in this process at once: both must
     give what one read alone gives (the store's temporary files are shared through the fork,
