@@ -133,6 +133,30 @@ def test_group_signal_ends_every_process_quietly(slow_study: Path, tmp_path: Pat
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("round_", range(3))
+def test_signals_again_and_again_still_leave_nothing(slow_study: Path, tmp_path: Path,
+                                                     sig: signal.Signals, round_: int) -> None:
+    """Ctrl-C pressed five times (or SIGTERM sent thrice) as the workers read: the audit
+    ends in order however often it is pressed, and leaves neither its spill directory nor
+    the file its workers share (a signal between the pool's shutdown and that file's
+    removal left both)."""
+    process = _start_pooled(slow_study, tmp_path / "out")
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".out.tmp-*-spill/auditor-shared-*")):  # (the workers read)
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.002)
+    time.sleep(0.05 * round_)
+    for _ in range(5 if sig == signal.SIGINT else 3):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, sig)
+        time.sleep(0.05)
+    _, err = process.communicate(timeout=60)
+    assert "Traceback" not in err.decode(), err.decode()
+    assert [p.name for p in tmp_path.iterdir()] in ([], ["out"]), err.decode()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 @pytest.mark.parametrize("round_", range(4))
 def test_ctrl_c_at_a_terminal_as_the_readers_start(slow_study: Path, tmp_path: Path,
                                                    round_: int) -> None:

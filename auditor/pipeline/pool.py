@@ -173,15 +173,16 @@ class LocalPool:
     def close(self) -> None:
         """Shut the pool down (if one was started), cancelling what it has not begun, and
         remove what was shared with its workers."""
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
-            # never cut short by a signal: a pool half shut down at exit makes
-            # Python's own exit hook fail on a closed pipe (and print a traceback)
-            with signals_deferred():
+        # never cut short by a signal: a pool half shut down at exit makes Python's own
+        # exit hook fail on a closed pipe (and print a traceback), and a second Ctrl-C
+        # raised between the shutdown and the unlink left the shared file behind
+        with signals_deferred():
+            if self._pool is not None:
+                pool, self._pool = self._pool, None
                 pool.shutdown(cancel_futures=True)
-        while self._shared:
-            with contextlib.suppress(OSError):
-                os.unlink(self._shared.pop())
+            while self._shared:
+                with contextlib.suppress(OSError):
+                    os.unlink(self._shared.pop())
 
     def width(self, tasks: int, total_bytes: int) -> int:
         """The workers ``tasks`` tasks over ``total_bytes`` would go to (1: inline)."""

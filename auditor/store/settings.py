@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from auditor._signals import signals_deferred
 from auditor.errors import OutputError, UsageError
 
 SPILL_FROM = 20_000
@@ -66,10 +67,11 @@ def spilling_into(directory: Path) -> Iterator[Path]:
     try:
         yield directory
     finally:
-        _DIRECTORY.pop()
-        if made:
-            with contextlib.suppress(OSError):
-                directory.rmdir()
+        with signals_deferred():  # (a second Ctrl-C here left the directory)
+            _DIRECTORY.pop()
+            if made:
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
 
 
 def check_outside(root: Path) -> None:
