@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -260,6 +261,29 @@ def test_validate_single_files(tmp_path: Path, capsys: pytest.CaptureFixture[str
     broken.write_bytes(trace.read_bytes() + b'{"pid": 1, "seq"')
     assert main(["validate", str(broken)]) == 1
     assert "AUD004" in capsys.readouterr().out
+
+
+def test_validate_tells_a_process_record_and_an_idle_file_by_their_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``processes/<host>-<role>-<pid>.json`` and ``idle/<host>.json`` are told by their
+    folder (their names alone could be any JSON): given by path, or from inside it."""
+    processes, idle = tmp_path / "processes", tmp_path / "idle"
+    processes.mkdir()
+    idle.mkdir()
+    (processes / "n1-policy-42.json").write_text(json.dumps(
+        {"schema": "run-evidence/process/v1", "role": "policy", "host": "n1", "pid": 42,
+         "rank": 0, "started_ns": 1, "ended_ns": 2, "exit_code": 0, "signal": None,
+         "received_signal": None, "job_id": "7"}))
+    (idle / "n1.json").write_text(json.dumps(
+        {"schema": "run-evidence/idle-check/v1", "host": "n1", "passed": True,
+         "unavailable": None, "checked_ns": 1}))
+    assert main(["validate", str(processes / "n1-policy-42.json"), str(idle / "n1.json")]) \
+        == 0
+    assert capsys.readouterr().out.count(": ok (") == 2
+    monkeypatch.chdir(idle)
+    assert main(["validate", "n1.json"]) == 0
+    assert "ok (idle-check)" in capsys.readouterr().out
 
 
 def test_validate_takes_the_manifest_s_kind_words_and_says_what_has_no_schema(

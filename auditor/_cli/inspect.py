@@ -199,7 +199,7 @@ def _validate(args: argparse.Namespace) -> int:
                          + (f": {schemaless[1]}" if schemaless else ""))
     problems = 0
     for path in args.files:
-        kind = args.kind or kind_for_filename(path.name)
+        kind = args.kind or kind_for_filename(str(path.absolute()))
         no_schema = next((why for pattern, why in _SCHEMALESS.values()
                           if pattern.fullmatch(path.name)), None)
         if not _exists(path):  # (said first: no --kind would make it readable)
