@@ -57,8 +57,8 @@ def add_parsers(commands: Any) -> None:
     run.add_argument("--grace", type=float, default=None, metavar="SECONDS",
                      help="seconds from a trapped signal to SIGKILL of the group (default 20)")
     run.add_argument("--drain", type=float, default=None, metavar="SECONDS",
-                     help="seconds the output is still read after the command exited "
-                     "(default 5)")
+                     help="seconds after the command exited until what outlived it gets "
+                     "SIGKILL (SIGTERM at once), and the output is read meanwhile (default 5)")
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
 
     seal = commands.add_parser(
@@ -153,9 +153,9 @@ def _run(args: argparse.Namespace) -> int:
         attempt = launch.resolve_attempt(spec, _environ())
         _check_attempt(attempt)  # (a refusal is then the only line: no banner before it)
         print(f"auditor run: job {attempt.job_id} restart {attempt.restart_count}, attempt "
-              f"{attempt.directory}; a trapped SIGTERM/SIGUSR1/SIGINT is forwarded to the "
-              f"command's process group, SIGKILL {spec.grace_s:g} s later", file=sys.stderr,
-              flush=True)
+              f"{attempt.directory}; a trapped SIGTERM/SIGINT is forwarded to the "
+              f"command's process group, SIGKILL {spec.grace_s:g} s later (SIGUSR1: "
+              "forwarded, no timer)", file=sys.stderr, flush=True)
         result = launch.run(spec, keep_trapped=_only_exiting())
     except launch.RunRefused as error:
         raise UsageError(f"run: {error}") from None

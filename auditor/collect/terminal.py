@@ -197,12 +197,12 @@ def _compile(text: str, what: str, own: bool, step: bool = False) -> Any:
         try:
             compiled = regex.compile(text)
         except (regex.error, RecursionError, OverflowError, ValueError, TypeError) as error:
-            raise SpecError(f"terminal_event.{what} {text!r} does not compile: "
+            raise SpecError(f"terminal_event's {what} {text!r} does not compile: "
                             f"{error}") from None
     else:
         compiled = re.compile(text)
     if step and "step" not in compiled.groupindex:
-        raise SpecError(f"terminal_event.{what} {text!r} has no named group 'step' "
+        raise SpecError(f"terminal_event's {what} {text!r} has no named group 'step' "
                         "(write it as (?P<step>...))")
     return compiled
 

@@ -298,6 +298,13 @@ def test_causes_applies_a_protocols_matcher(tmp_path: Path,
     assert main(["causes", str(log), "--protocol", str(protocol)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "tensorflow" in err
+    # (refused: no built-in matcher applies instead, as the audit's finding says; and the
+    # key the protocol gave is not called another's)
+    protocol.write_text(json.dumps({"terminal_event": {"patterns": [r"done (?P<n>\d+)"]}}))
+    assert main(["causes", str(log), "--protocol", str(protocol)]) == 2
+    err = capsys.readouterr().err
+    assert "no named group 'step'" in err and "built-in matcher applies" not in err
+    assert "terminal_event.pattern " not in err
 
 
 def test_a_line_at_its_own_total_is_not_another_runs_end() -> None:
