@@ -177,20 +177,28 @@ def _headline(result: AuditResult, reasoning: Reasoning) -> str:
     elements = tuple(e for e in elements if e not in outside)
     if elements or outside:
         exits = _exits(result)
-        states = Counter(f"{e.state} {exits.get(e.job_id, '')}".strip() for e in elements)
+        # (a pending range is each task it still holds, not one element: contract v1.1)
+        tasks = {job.job_id: len(held) for job in (result.collected.sacct.jobs if
+                                                   result.collected.sacct else ())
+                 if (held := job.pending_tasks) is not None}
+        states: Counter[str] = Counter()
+        for e in elements:
+            states[f"{e.state} {exits.get(e.job_id, '')}".strip()] += tasks.get(e.job_id, 1)
+        states = +states  # (a range whose every task has its own row holds none)
+        count = sum(states.values())
         # (an element pending or running has not ended: its state is what the dump shows)
         ended = not any(e.state in UNFINISHED_STATES for e in elements)
         if not elements:
             sentence = f"No element of {arrays} has a scheduler record"
         elif len(states) == 1:
             state = next(iter(states))
-            every = ("The one array element" if len(elements) == 1 else
-                     "Both array elements" if len(elements) == 2 else
-                     f"All {number(len(elements))} array elements")
+            every = ("The one array element" if count == 1 else
+                     "Both array elements" if count == 2 else
+                     f"All {number(count)} array elements")
             sentence = f"{every} of {arrays} {'ended' if ended else 'are'} {code_span(state)}"
         else:
             listed = ", ".join(f"{number(n)} {code_span(s)}" for s, n in sorted(states.items()))
-            sentence = (f"The {number(len(elements))} array elements of {arrays} "
+            sentence = (f"The {number(count)} array elements of {arrays} "
                         f"{'ended' if ended else 'are, as the dump shows them'}: {listed}")
         oom = any(job.state == "OUT_OF_MEMORY" or any(s.state == "OUT_OF_MEMORY"
                                                      for s in job.steps)

@@ -88,3 +88,15 @@ def test_a_requeued_run_is_reserved_at_its_own_records_gpus(tmp_path: Path) -> N
         tmp_path / "out" / "attempts.parquet").to_pylist() if a["job_id"] == "10"}
     assert (rows["attempt-10"]["allocation_gpus"], rows["attempt-10-r1"]["allocation_gpus"]) \
         == (4, 2)
+
+
+def test_a_pending_range_is_each_task_it_still_holds(tmp_path: Path) -> None:
+    """Contract v1.1: a pending range covers the tasks without a row of their own. The
+    headline counted ``5055845_[8-10]`` (element 8 has its own row) as one element."""
+    root = _example(tmp_path)
+    _dump(root, lambda text: text + "5055845_[8-10]|5055871|host-capacity|PENDING|0:0|Unknown|"
+          "Unknown|0||None assigned|Priority\n")
+    _audit(root, tmp_path / "out")
+    report = (tmp_path / "out" / "diagnostic.md").read_text()
+    assert "The eleven array elements of `5055845` are, as the dump shows them: nine " \
+           "`FAILED 2:0`, two `PENDING 0:0`" in report
