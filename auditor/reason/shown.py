@@ -1,0 +1,244 @@
+"""What an attempt's evidence shows, whatever its verdict (:mod:`auditor.reason.verdict`'s
+step 2), source by source: the log's events and terminal line, where else the terminal event
+is (a worker's output, a metrics record, a rank's own record), the parameter digests, the
+ranks whose memory was not measured, the post-period idle check. Each adds its sentences and
+their citations to a :class:`Shown`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from auditor.model import (
+    AttemptEvidence,
+    Citation,
+    LogEvent,
+    PeriodEvidence,
+    PhaseRecord,
+    Protocol,
+    SacctJob,
+    TrainingLogScan,
+    TrialRecord,
+)
+from auditor.model.kinds import METRICS_LOG, TRACE_SOURCE, TRAINING_LOG, WORKER_LOG
+from auditor.reason.completion import Completion
+from auditor.reason.exits import ExitClass
+
+
+@dataclass
+class Shown:
+    """What an attempt's evidence shows, whatever its verdict (step 2)."""
+
+    trial: TrialRecord | None
+    exit_class: ExitClass | None
+    steps: int | None
+    completion: Completion
+    eligible: list[tuple[int | None, PhaseRecord]]
+    log: TrainingLogScan | None
+    events: dict[str, LogEvent]
+    """The first event of each kind in the log."""
+    element: SacctJob | None
+    is_last: bool
+    """Whether this is the attempt launched last in its job (sacct's state is its)."""
+    sacct_path: str = ""
+    """How the scheduler's dump is cited (``""`` without one)."""
+    shows: list[str] = field(default_factory=list)
+    citations: list[Citation] = field(default_factory=list)
+    terminal: Citation | None = None
+    """Where the terminal event is, in a source the protocol allows (contract v1.2: the
+    driver's log, else a worker's own output, else a rank's terminal record); None: none."""
+    metrics: tuple[TrainingLogScan, ...] = ()
+    """The attempt's metrics files, as read (contract v1.2)."""
+    worker_logs: tuple[TrainingLogScan, ...] = ()  # (those the kit kept, by path: v1.2)
+    params_changed: bool = False
+    """Whether parameter digests show the final update changed the parameters on every rank
+    that recorded them (contract v1.2; False also when none recorded any)."""
+
+
+def unmeasured_shows(attempt: AttemptEvidence, shown: Shown) -> None:
+    """Which ranks' memory was not measured (null peaks: unknown, never 0), and why."""
+    devices = sorted((d for d in attempt.read.devices
+                      if d.peak_allocated_mib is None and d.peak_reserved_mib is None
+                      and not d.findings),
+                     key=lambda d: (d.rank is None, d.rank or 0))
+    if not devices:
+        return
+    ranks = ", ".join(str(d.rank) for d in devices)
+    why = sorted({d.gpu_unavailable for d in devices if d.gpu_unavailable})
+    shown.shows.append(
+        f"Memory was not measured for {'rank' if len(devices) == 1 else 'ranks'} {ranks}"
+        + (f" (no GPU was visible: {'; '.join(why)})" if why else "")
+        + ": their peaks are unknown, not zero.")
+    shown.citations.extend(Citation(d.path, pointer="/peak_reserved_mib", quote="null")
+                           for d in devices)
+
+
+def idle_shows(period: PeriodEvidence, protocol: Protocol, shown: Shown) -> None:
+    """The post-period idle check: passed, or (under an optional policy) not made."""
+    record = period.record
+    idle = record.idle_check
+    if idle is not None and idle.hosts:  # (contract v1.2: each node's own)
+        hosts = {word: [item.host for item in idle.hosts if item.passed is value]
+                 for word, value in (("passed on", True), ("it failed on", False),
+                                     ("none could be made on", None))}
+        if hosts["passed on"]:
+            shown.shows.append("The post-period idle check " + "; ".join(
+                f"{word} {', '.join(names)}" for word, names in hosts.items() if names) + ".")
+            shown.citations.append(Citation(record.path, pointer="/idle_check/hosts"))
+    elif idle is not None and idle.passed is True:
+        shown.shows.append("The post-period idle check passed.")
+        shown.citations.append(Citation(record.path, pointer="/idle_check/passed",
+                                        quote="true"))
+    elif protocol.idle_check == "optional" and (idle is None or (
+            idle.passed is None and idle.unavailable is not None)):
+        why = f"it could not be made: {idle.unavailable}" if idle is not None \
+            else "none is recorded"
+        shown.shows.append(f"No post-period idle check was made ({why}); the protocol's "
+                           "idle-check policy is optional, so it decides nothing.")
+        shown.citations.append(Citation(record.path, pointer="/idle_check",
+                                        quote=idle.unavailable or "" if idle else ""))
+
+
+def terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | None,
+                    shown: Shown) -> None:
+    """Where the terminal event is (:attr:`Shown.terminal`), among the sources the protocol
+    allows, and, when the driver's log lacks it, the sentence saying which other source
+    holds it (contract v1.2)."""
+    sources, log = protocol.terminal_sources, shown.log
+    shown.metrics = attempt.read.metrics
+    if TRAINING_LOG.name in sources and log is not None and log.terminal_event is not None:
+        shown.terminal = Citation(log.path, line=log.terminal_event.line,
+                                  quote=log.terminal_event.text)
+        return
+    if steps is None:
+        return
+    lacks = f"the driver's log lacks `step:{steps}`" if log else "no driver's log holds it"
+    workers = {w.key: w for w in attempt.spec.workers}
+    if WORKER_LOG.name in sources:
+        hosts = attempt.hosts()
+        for scan in shown.worker_logs:
+            found = scan.terminal_event
+            if found is None:
+                continue
+            parts = WORKER_LOG.parts(scan.path) or {}
+            name = scan.path.rsplit("/", 1)[-1]  # (n-17-4711: host-pid or host-role-pid)
+            if hosts and not hosts & {reading.get("host") for form in WORKER_LOG.names
+                                      if (reading := form.parts(name)) is not None}:
+                continue  # (a node the attempt's own files never name: no output of its run)
+            who = scan.path.rsplit("/", 1)[-1].rsplit(".", 1)[0]  # (n2-4711, n2-rank0)
+            pid = parts.get("pid")
+            worker = workers.get((parts.get("host"), int(pid))) if pid else None
+            number = worker.rank if worker is not None else parts.get("rank")
+            rank = f" (rank {number})" if number is not None else ""
+            shown.terminal = Citation(scan.path, line=found.line, quote=found.text)
+            shown.shows.append(f"The terminal event for step {steps} is in a worker's own "
+                               f"output: {lacks}; worker `{who}`{rank} printed it at "
+                               f"`{scan.path}:{found.line}`.")
+            shown.citations.append(shown.terminal)
+            return
+    if METRICS_LOG.name in sources:
+        for scan in sorted(attempt.read.metrics, key=lambda s: s.path):
+            found = scan.terminal_event
+            if found is None:
+                continue
+            shown.terminal = Citation(scan.path, line=found.line, quote=found.text)
+            shown.shows.append(f"The terminal event is the framework's own record: {lacks}; "
+                               f"the metrics file `{scan.path}` (line {found.line}) holds a "
+                               "record meeting the protocol's JSON predicates.")
+            shown.citations.append(shown.terminal)
+            return
+    if TRACE_SOURCE in sources:
+        for trace in sorted(attempt.read.traces, key=lambda t: t.path):
+            phases_end = max((p.line for p in trace.phases if p.step == steps), default=0)
+            line = next((t for n, t in trace.terminals if n == steps and t > phases_end), None)
+            if line is None:
+                continue
+            who = f"rank {trace.ranks[0][0]}" if trace.ranks else "the rank"
+            shown.terminal = Citation(trace.path, line=line, quote=f"terminal step {steps}")
+            shown.shows.append(f"The terminal event for step {steps} is the rank's own record: "
+                               f"{lacks}; {who} recorded its terminal record for step "
+                               f"{steps} at `{trace.path}:{line}` (written and fsynced by the "
+                               "rank itself, not forwarded).")
+            shown.citations.append(shown.terminal)
+            return
+
+
+def params_shows(attempt: AttemptEvidence, steps: int | None, shown: Shown) -> None:
+    """Whether the final update changed the parameters, by the ranks' digests before and
+    after it (contract v1.2: the proof seed 002 lacked); nothing when none were recorded."""
+    if steps is None:
+        return
+    changed: list[str] = []
+    same: list[tuple[str, Citation]] = []
+    for trace in sorted(attempt.read.traces, key=lambda t: t.path):
+        at = [(when, digest, line) for step, when, digest, line in trace.params if step == steps]
+        before = next(((d, n) for w, d, n in at if w == "before"), None)
+        after = next(((d, n) for w, d, n in reversed(at) if w == "after"), None)
+        if before is None or after is None:
+            continue
+        rank = str(trace.ranks[0][0]) if trace.ranks else trace.path
+        cite = Citation(trace.path, line=after[1], quote=after[0][:12])
+        shown.citations.append(cite)
+        if before[0] != after[0]:
+            changed.append(rank)
+        else:
+            same.append((rank, cite))
+    if changed:
+        shown.shows.append(f"The parameter digests (a fixed sample of each trainable tensor) "
+                           f"changed across the step-{steps} update on "
+                           f"{'rank' if len(changed) == 1 else 'ranks'} {', '.join(changed)}.")
+    for rank, cite in same:
+        shown.shows.append(f"Rank {rank}'s final update changed nothing: its parameter digests "
+                           f"before and after step {steps} are equal (`{cite.path}:{cite.line}`).")
+    shown.params_changed = bool(changed) and not same
+
+
+def log_shows(log: TrainingLogScan, steps: int | None, shown: Shown) -> None:
+    """What the training log shows of the terminal event, and whether it was cut."""
+    if log.terminal_event is not None and log.terminal_event.kind == "terminal_marker":
+        shown.shows.append("The training log holds only a marker of the end (an end line "
+                           "that names no step: weaker evidence, no step number shown), which "
+                           "the protocol accepts.")
+        shown.citations.append(Citation(log.path, line=log.terminal_event.line,
+                                        quote=log.terminal_event.text))
+    elif log.terminal_event is not None:
+        shown.shows.append(f"The training log holds the terminal event for step {steps}.")
+        shown.citations.append(Citation(log.path, line=log.terminal_event.line,
+                                        quote=log.terminal_event.text))
+    elif steps is not None:
+        step_lines = [e for e in log.events if e.kind == "step_line"]
+        if log.last_step is not None:
+            seen = f"the last training step logged is {log.last_step}"
+        elif step_lines:
+            seen = (f"`step:` lines appear (the last at line {step_lines[-1].line}, step "
+                    f"{step_lines[-1].detail}) but none with `training/global_step`")
+        else:
+            seen = "no `step:` metric line appears at all"
+        clipped = next((f for f in log.findings if f.rule_id == "AUD007"), None)
+        if clipped is not None:  # (a line read in part: not "at all", only where read)
+            seen += " in what was read"
+        shown.shows.append(f"The training log holds no line with `step:{steps}` followed by "
+                           f"`training/global_step:{steps}`; {seen}.")
+        shown.citations.append(Citation(  # (what the whole file lacks: no line to quote)
+            log.path, quote=f"no terminal event in {log.lines} "
+                            f"line{'' if log.lines == 1 else 's'}"))
+        if clipped is not None:
+            shown.shows.append(sentence(
+                f"Line {clipped.citations[0].line} was examined only in part (line of "
+                f"{clipped.value('length')} bytes clipped to {clipped.value('limit')}): a "
+                "terminal line past that point would not be seen"))
+            shown.citations.append(clipped.citations[0])
+    cut = next((f for f in log.findings if f.rule_id == "AUD017"), None)
+    if cut is not None:
+        shown.shows.append(sentence(f"The training log ends mid-line at line "
+                                    f"{cut.citations[0].line} (no final newline): it was cut "
+                                    "while being written, and what followed is lost"))
+        shown.citations.append(cut.citations[0])
+
+
+# -------------------------------------------------------------------- 3. decide
+
+
+def sentence(text: str) -> str:
+    """``text`` stripped, ending in a full stop."""
+    text = text.strip()
+    return text if text.endswith((".", "!", "?")) else text + "."
