@@ -18,7 +18,7 @@ import orjson
 
 from auditor._io import HashingReader, iter_lines, read_limited
 from auditor._text import clip
-from auditor.collect.terminal import MLLOG, aborted, holds, record_of
+from auditor.collect.terminal import MLLOG, aborted, holds, record_of, short_of
 from auditor.model import LogEvent, TrainingLogScan
 from auditor.model.presets import TerminalSpec
 
@@ -46,6 +46,9 @@ def read_metrics(stream: BinaryIO | HashingReader, path: str, spec: TerminalSpec
         lines = data.count(b"\n") + 1 if data else 0
         if holds(spec.json, record, steps):
             terminal = LogEvent("terminal_event", 1, _shown(spec, record), "record")
+        elif (short := short_of(spec.json, record, steps)) is not None:
+            # (a snapshot of the run's state short of its end: a step-less marker's refutal)
+            events.append(LogEvent("stopped_short", 1, _shown(spec, record), short))
     else:
         for line in iter_lines(stream, MAX_RECORD):
             lines = line.number

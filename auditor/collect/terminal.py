@@ -114,6 +114,25 @@ def holds(tests: tuple[JsonTest, ...], record: object, steps: int | None = None)
     return True
 
 
+def short_of(tests: tuple[JsonTest, ...], record: object, steps: int | None = None
+             ) -> str | None:
+    """What a record that fails ``tests`` says of the run's end, where its own counts show it
+    stopped short (two compared fields both counts and unequal: ``global_step`` 300 of
+    ``max_steps`` 1000; or equal to another count than the dispatched ``steps``), as a
+    phrase; None when it shows nothing of the kind."""
+    if not isinstance(record, dict) or holds(tests, record, steps):
+        return None
+    for path, how, value in tests:
+        if how != "field":
+            continue
+        have, other = _count(field(record, path)[1]), _count(field(record, str(value))[1])
+        if have is None or other is None or (have == other and steps in (None, have)):
+            continue
+        return f"{path} {have} of {value} {other}" + (
+            f" (the dispatch gives {steps})" if have == other else "")
+    return None
+
+
 def field(record: dict[str, Any], path: str) -> tuple[bool, object]:
     """(found, value) of a dotted path (a key holding a dot is tried whole first)."""
     if path in record:

@@ -105,7 +105,8 @@ def terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | No
     holds it (contract v1.2)."""
     sources, log = protocol.terminal_sources, shown.log
     shown.metrics = attempt.read.metrics
-    if TRAINING_LOG.name in sources and log is not None and log.terminal_event is not None:
+    if TRAINING_LOG.name in sources and log is not None and log.terminal_event is not None \
+            and not _marker_refuted(log, shown):
         shown.terminal = Citation(log.path, line=log.terminal_event.line,
                                   quote=log.terminal_event.text)
         return
@@ -117,7 +118,7 @@ def terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | No
         hosts = attempt.hosts()
         for scan in shown.worker_logs:
             found = scan.terminal_event
-            if found is None:
+            if found is None or _marker_refuted(scan, shown):
                 continue
             parts = WORKER_LOG.parts(scan.path) or {}
             name = scan.path.rsplit("/", 1)[-1]  # (n-17-4711: host-pid or host-role-pid)
@@ -160,6 +161,25 @@ def terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | No
                                "rank itself, not forwarded).")
             shown.citations.append(shown.terminal)
             return
+
+
+def _marker_refuted(log: TrainingLogScan, shown: Shown) -> bool:
+    """Whether ``log``'s end is only a marker (no step shown) that the framework's own record
+    of the run's state contradicts (a metrics document short of its end: ``global_step`` 300
+    of ``max_steps`` 1000 under an early stop, whose final metrics line is the same marker);
+    the sentence saying so is added."""
+    event = log.terminal_event
+    short = next(((scan.path, e) for scan in shown.metrics for e in scan.events
+                  if e.kind == "stopped_short"), None) \
+        if event is not None and event.kind == "terminal_marker" else None
+    if event is None or short is None:
+        return False
+    path, record = short
+    shown.shows.append(f"The marker of the end at `{log.path}:{event.line}` is not taken: the "
+                       f"framework's own record `{path}` shows the run short of its end "
+                       f"({record.detail}).")
+    shown.citations.append(Citation(path, line=record.line, quote=record.text))
+    return True
 
 
 def params_shows(attempt: AttemptEvidence, steps: int | None, shown: Shown) -> None:

@@ -118,6 +118,30 @@ def test_two_fields_equal_are_the_event_only_as_the_dispatched_count(
     assert (_period(tmp_path / "out")["verdict"] == "resolved") is resolves
 
 
+@pytest.mark.parametrize(("state", "resolves"), [
+    ('"global_step": 1, "max_steps": 1', True),
+    ('"global_step": 0, "max_steps": 5', False),  # (an early stop: the same final record)
+    ('"global_step": 3, "max_steps": 3', False),  # (another run's count)
+    ('"global_step": null, "max_steps": 5', True),  # (says nothing of where it stopped)
+])
+def test_the_frameworks_own_state_short_of_its_end_refutes_a_marker(
+        tmp_path: Path, state: str, resolves: bool) -> None:
+    """The HF Trainer prints its final metrics record (the marker) after any stop, an early
+    stopping callback's too: where the attempt's own ``trainer_state.json`` shows the run
+    short of its end, the marker is not taken; a state that says nothing of it decides
+    nothing."""
+    root, log = _study(tmp_path, {"preset": "hf-trainer", "marker": True})
+    rewrite(root, log, _without_verl([str({"train_runtime": 30.17, "epoch": 1.0})]))
+    _with_trainer_state(root, log, ("{" + state + ', "log_history": []}').encode())
+    audit(root, tmp_path / "out")
+    period = _period(tmp_path / "out")
+    assert (period["verdict"] == "resolved") is resolves, period
+    if not resolves:
+        assert period["reason"] == "terminal_event_missing"
+        assert "shows the run short of its end" in (tmp_path / "out" / "diagnostic.md"
+                                                    ).read_text()
+
+
 def test_a_protocols_matcher_crosses_a_shard_part(tmp_path: Path) -> None:
     """A part carries the protocol's matcher (preset, markers, JSON predicates) as data:
     the merge judges as the single audit does."""
