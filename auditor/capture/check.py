@@ -26,6 +26,7 @@ from typing import Any
 from auditor.collect.metrics import read_metrics
 from auditor.collect.terminal import SpecError, from_document
 from auditor.collect.training_log import scan_training_log
+from auditor.model import LogEvent, TrainingLogScan
 from auditor.model.kinds import (
     ALLOCATOR_TRACE,
     METRICS_LOG,
@@ -104,16 +105,20 @@ def check_terminal(directory: Path, log: Path, dispatch: dict[str, str],
         logs += sorted(path for path in (directory / WORKER_LOG.directory).glob("*")
                        if path.is_file() and WORKER_LOG.names_loosely(
                            f"{WORKER_LOG.directory}/{path.name}"))
+    metrics = [scan for path in sorted((directory / METRICS_LOG.directory).glob("*"))
+               if path.is_file() and not path.is_symlink()
+               and (scan := _metrics(path, steps, pattern)) is not None] \
+        if pattern is not None and pattern.json else []
+    # (a step-less marker the framework's own record shows short of its end: not taken)
+    refuted = any(e.kind == "stopped_short" for scan in metrics for e in scan.events)
     for path in logs:
-        found = _in_log(path, steps, pattern)
-        if found is not None:
-            return TerminalCheck(steps, f"{_shown(path, directory)}:{found}")
-    if METRICS_LOG.name in sources and pattern is not None and pattern.json:
-        for path in sorted((directory / METRICS_LOG.directory).glob("*")):
-            found = _in_metrics(path, steps, pattern) if path.is_file() \
-                and not path.is_symlink() else None
-            if found is not None:
-                return TerminalCheck(steps, f"{_shown(path, directory)}:{found}")
+        end = _in_log(path, steps, pattern)
+        if end is not None and not (refuted and end.kind == "terminal_marker"):
+            return TerminalCheck(steps, f"{_shown(path, directory)}:{end.line}")
+    if METRICS_LOG.name in sources:
+        for scan in metrics:
+            if scan.terminal_event is not None:
+                return TerminalCheck(steps, f"{scan.path}:{scan.terminal_event.line}")
     if TRACE_SOURCE in sources:
         for path in sorted((directory / ALLOCATOR_TRACE.directory).glob("*.jsonl")):
             found = _in_trace(path, steps)
@@ -139,25 +144,24 @@ def _spec(event: dict[str, Any]) -> TerminalSpec | None:
         return None
 
 
-def _in_log(path: Path, steps: int, terminal: TerminalSpec | None) -> int | None:
-    """The line of the terminal event in one log (None: none, or unreadable)."""
+def _in_log(path: Path, steps: int, terminal: TerminalSpec | None) -> LogEvent | None:
+    """The terminal event in one log (None: none, or unreadable)."""
     try:
         with open(path, "rb") as handle:
             scan = scan_training_log(handle, path.name, steps, terminal=terminal)
     except OSError:
         return None
-    return scan.terminal_event.line if scan.terminal_event is not None else None
+    return scan.terminal_event
 
 
-def _in_metrics(path: Path, steps: int, terminal: TerminalSpec) -> int | None:
-    """The line of the record meeting the protocol's JSON predicates in one metrics file."""
+def _metrics(path: Path, steps: int, terminal: TerminalSpec) -> TrainingLogScan | None:
+    """One metrics file read for the protocol's JSON predicates (None: unreadable)."""
     try:
         with open(path, "rb") as handle:
-            scan = read_metrics(handle, f"{METRICS_LOG.directory}/{path.name}", terminal,
+            return read_metrics(handle, f"{METRICS_LOG.directory}/{path.name}", terminal,
                                 steps)
     except OSError:
         return None
-    return scan.terminal_event.line if scan.terminal_event is not None else None
 
 
 def _in_trace(path: Path, steps: int) -> int | None:

@@ -400,6 +400,13 @@ def test_the_command_keeps_its_trapped_signals_and_a_library_caller_gets_them_ba
     ('mkdir -p "$AUDITOR_ATTEMPT_DIR/metrics" && echo \'{"global_step": 1, "max_steps": 9}\' '
      '> "$AUDITOR_ATTEMPT_DIR/metrics/trainer_state.json"',
      {"terminal_event": {"preset": "hf-trainer"}}, None),
+    # (the final metrics record, a marker, after an early stop the state shows: not taken)
+    ("echo \"{'train_runtime': 30.17, 'epoch': 1.0}\"",
+     {"terminal_event": {"preset": "hf-trainer", "marker": True}}, "training-{job}.log:2"),
+    ('mkdir -p "$AUDITOR_ATTEMPT_DIR/metrics" && echo \'{"global_step": 0, "max_steps": 9}\' '
+     "> \"$AUDITOR_ATTEMPT_DIR/metrics/trainer_state.json\"; "
+     "echo \"{'train_runtime': 30.17, 'epoch': 1.0}\"",
+     {"terminal_event": {"preset": "hf-trainer", "marker": True}}, None),
 ])
 def test_the_launcher_checks_a_clean_exit_for_its_terminal_event(
         tmp_path: Path, script: str, protocol: dict[str, Any] | None, where: str | None) -> None:
