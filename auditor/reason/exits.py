@@ -201,8 +201,8 @@ def classify_exit(trial: TrialRecord, flag_name: str,
             proc = coordinated[0]
             return ExitClass(
                 True, ExitKind.COORDINATED_SHUTDOWN,
-                f"invocation exit 0; {_shown(proc)} "
-                f"exited 143 by coordinated shutdown ({flag_name}={flag_value!s})",
+                f"invocation exit 0; {_shown(proc)} exited 143 by coordinated shutdown "
+                f"({flag_name}={flag_value!s}) and no signal was received",
                 (code_cite, _cite(trial, proc, "exit_code", "143")),
             )
         return ExitClass(True, ExitKind.CLEAN, "invocation exit 0", (code_cite,))
@@ -218,9 +218,11 @@ def classify_exit(trial: TrialRecord, flag_name: str,
         )
     if code == 0:
         proc = failing[0]
+        why = f": {_why_143_not_excused(trial, processes, (), flag_name, flag_value)[0]}" \
+            if proc.role == "controller" and proc.exit_code == SIGTERM_EXIT else ""
         return ExitClass(
             False, ExitKind.PROCESS_FAILURE,
-            f"invocation exit 0 but {_shown(proc)} {_exited(proc)}",
+            f"invocation exit 0 but {_shown(proc)} {_exited(proc)}{why}",
             (code_cite, _cite(trial, proc, "exit_code", "null" if proc.exit_code is None
                               else str(proc.exit_code))),
         )

@@ -59,10 +59,13 @@ def unmeasured_shows(attempt: AttemptEvidence, shown: Shown) -> None:
     devices = sorted((d for d in attempt.read.devices
                       if d.peak_allocated_mib is None and d.peak_reserved_mib is None
                       and not d.findings),
-                     key=lambda d: (d.rank is None, d.rank or 0))
+                     key=lambda d: (d.role or "", d.rank is None, d.rank or 0))
     if not devices:
         return
-    ranks = ", ".join(str(d.rank) for d in devices)
+    # (ranks numbered by role, contract v1.2: "policy 0, rollout 0", never "0, 0")
+    by_role = len({d.role for d in devices}) > 1
+    ranks = ", ".join(f"{d.role} {d.rank}" if by_role and d.role else str(d.rank)
+                      for d in devices)
     why = sorted({d.gpu_unavailable for d in devices if d.gpu_unavailable})
     shown.shows.append(
         f"Memory was not measured for {'rank' if len(devices) == 1 else 'ranks'} {ranks}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -132,6 +133,12 @@ def test_a_coordinated_shutdown_of_many_processes_resolves(tmp_path: Path) -> No
     assert trial["status"] == "completed" and trial["process_records"] >= 2
     row = _audit(root, tmp_path / "out")
     assert (row["verdict"], row["reason"]) == ("resolved", "completed")
+    # (contract v1.2: the excused shutdown names the controller, the 143, the flag and its
+    # value, and that no signal was received; ranks numbered by role are named by it)
+    report = (tmp_path / "out" / "diagnostic.md").read_text()
+    assert re.search(r"the controller \(pid \d+ on [^)]+\) exited 143 by coordinated "
+                     rf"shutdown \(`{FLAG}=1`\) and no signal was received", report)
+    assert "ranks policy 0, rollout 0" in report
 
 
 @pytest.mark.parametrize(("mode", "kill", "reason", "cause"), [

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -370,6 +371,23 @@ def test_predicate_both_directions() -> None:
     assert classify_exit(_trial(143, received="SIGUSR1"), FLAG).kind == "signalled"
     assert classify_exit(_trial(1), FLAG).kind == "failure"
     assert classify_exit(_trial(0), FLAG).clean
+
+
+def test_a_controllers_143_under_an_exit_0_says_why_it_is_not_excused() -> None:
+    """The kit's path (its wrapper exits 0 for an excused shutdown): a controller record's
+    143 that is not excused says why, as the v1 form does (the flag off by name and value;
+    the wrapper's signal), and an excused one says no signal was received."""
+    controller = ProcessExit("controller", 7, 143, "", path="processes/n1-controller-7.json",
+                             host="n1")
+    trial = TrialRecord(path="t.json", env=((FLAG, "0"),), exit_code=0)
+    said = classify_exit(trial, FLAG, (controller,))
+    assert said.kind == "process_failure"
+    assert said.detail.endswith(f"exited 143: {FLAG} is off (`0`)"), said.detail
+    signalled = replace(controller, received_signal="SIGTERM")
+    said = classify_exit(replace(trial, env=((FLAG, "1"),)), FLAG, (signalled,))
+    assert said.detail.endswith("exited 143: the controller's wrapper received SIGTERM")
+    said = classify_exit(replace(trial, env=((FLAG, "1"),)), FLAG, (controller,))
+    assert said.clean and said.detail.endswith("and no signal was received")
 
 
 @pytest.mark.parametrize(("bad", "rule"), [(b"this is not json {", "AUD003")])
