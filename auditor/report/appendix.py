@@ -55,7 +55,10 @@ def _history_missing(result: AuditResult) -> str:
     sacct = result.collected.sacct
     lacking = sacct is not None and (
         any(f.rule_id == "AUD024" for f in sacct.findings)
-        or any(job.state == "REQUEUED" for job in sacct.jobs))
+        or any(job.state == "REQUEUED" for job in sacct.jobs)
+        # (a requeued run the evidence shows, no record of its own: a dump without Restarts)
+        or any(f.rule_id == "AUD119" and f.value("restart") is not None
+               for f in result.findings))
     return (" The dump was captured without `sacct -D`: the earlier runs of requeued elements "
             "are missing from it, and so are the GPU-seconds they held." if lacking else "")
 
@@ -72,6 +75,25 @@ def _outside(outside: Sequence[ElementCost], gpu_seconds: int | None) -> str:
             f"ran attempts ({jobs}, {'retries' if many else 'a retry'} submitted on "
             f"{'their' if many else 'its'} own) {'are' if many else 'is'} not part of that "
             f"scope: **{figure_text}**, counted apart")
+
+
+def _unrelated(result: AuditResult, elements: Sequence[ElementCost]) -> str:
+    """The dump's rows of jobs the study did not run (another array, a job of no attempt):
+    left out of every scope, and said, so the figures are not read as the dump's total."""
+    sacct = result.collected.sacct
+    counted_ids = {e.job_id for e in elements}
+    others = [job for job in (sacct.jobs if sacct is not None else ())
+              if job.job_id not in counted_ids]
+    if not others:
+        return ""
+    jobs = ", ".join(code_span(job.job_id) for job in others[:MAX_NAMED_PERIODS])
+    more = f" and {len(others) - MAX_NAMED_PERIODS:,} more" \
+        if len(others) > MAX_NAMED_PERIODS else ""
+    seconds = sum(v for job in others for record in job.records
+                  if (v := record.gpu_seconds) is not None)
+    return (f" The dump also holds {counted(len(others), 'job')} the study did not run "
+            f"({jobs}{more}: no array of its records, no attempt's job; {seconds:,} "
+            "GPU-seconds known), counted in no scope.")
 
 
 def outside_arrays(result: AuditResult, elements: Sequence[ElementCost]
@@ -140,7 +162,8 @@ def accounting_section(result: AuditResult, reasoning: Reasoning) -> str:
     outside = outside_arrays(result, acc.elements)
     requeued = [e for e in acc.elements if e.attempts or e.state == "PREEMPTED"]
     over = "elements" if not requeued else \
-        "every record of each array element, `sacct -D`'s earlier runs included"
+        "every record of each array element, `sacct -D`'s earlier runs included" \
+        if any(e.attempts for e in requeued) else "every record of each array element"
     lines.append(
         f"Allocation scope (outer elapsed seconds × allocated GPUs, summed over {over}): "
         f"{allocation}" + _requeued(acc.requeued_gpu_seconds, requeued)
@@ -158,7 +181,7 @@ def accounting_section(result: AuditResult, reasoning: Reasoning) -> str:
         + (f"**unknown**: {unknown}. " if acc.reservation_gpu_seconds is None else
            f"{figure(acc.reservation_gpu_seconds)} GPU-seconds. ")
         + "**These overlapping scopes must not be added.**"
-        + _history_missing(result)
+        + _history_missing(result) + _unrelated(result, acc.elements)
     )
     lines.append("")
     lines.append(

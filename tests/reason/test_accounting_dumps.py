@@ -100,3 +100,38 @@ def test_a_pending_range_is_each_task_it_still_holds(tmp_path: Path) -> None:
     report = (tmp_path / "out" / "diagnostic.md").read_text()
     assert "The eleven array elements of `5055845` are, as the dump shows them: nine " \
            "`FAILED 2:0`, two `PENDING 0:0`" in report
+
+
+def test_a_requeue_the_evidence_shows_and_the_dump_lacks_is_said(tmp_path: Path) -> None:
+    """The real kit study with its dump captured without ``-D`` and without ``Restarts``:
+    the attempts show job 10 requeued (``AUD119``: restart 0 has no record of its own), so
+    the allocation scope is said to lack the earlier run's GPU-seconds."""
+    root = tmp_path / "kit"
+    shutil.copytree(KIT, root)
+    (root / "accounting" / "sacct-raw.psv").write_text(
+        (KIT.parent / "contract.psv").read_text())
+    _audit(root, tmp_path / "out")
+    report = (tmp_path / "out" / "diagnostic.md").read_text()
+    assert "The dump was captured without `sacct -D`" in report
+
+
+def test_the_dumps_other_jobs_are_said_and_counted_nowhere(tmp_path: Path) -> None:
+    """Rows of jobs the study did not run (another array's element, a job of no attempt) are
+    left out of every scope, and the Accounting section says so; a PREEMPTED latest record
+    without earlier ones is no ``sacct -D`` run."""
+    root = _example(tmp_path)
+    tres = "billing=32,cpu=32,gres/gpu:a100=4,gres/gpu=4,mem=240G,node=1"
+    _dump(root, lambda text: text.replace(
+        "5055845_3|5055858|host-capacity|FAILED|2:0|",
+        "5055845_3|5055858|host-capacity|PREEMPTED|0:0|")
+        + f"6000000_0|6000001|other|COMPLETED|0:0|2026-09-15T18:00:00|2026-09-15T18:16:40|"
+        f"1000|{tres}|gpu-node-30|None\n6100000|6100000|retry|COMPLETED|0:0|"
+        f"2026-09-15T18:00:00|2026-09-15T18:16:40|1000|{tres}|gpu-node-31|None\n")
+    accounting = _audit(root, tmp_path / "out")["accounting"]
+    assert accounting["allocation_gpu_seconds"] == 20828
+    report = (tmp_path / "out" / "diagnostic.md").read_text()
+    assert "The dump also holds 2 jobs the study did not run (`6000000_0`, `6100000`: no " \
+           "array of its records, no attempt's job; 8,000 GPU-seconds known), counted in " \
+           "no scope." in report
+    assert "summed over every record of each array element)" in report
+    assert "earlier runs included" not in report
