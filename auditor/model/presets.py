@@ -85,8 +85,9 @@ PRESETS: dict[str, Preset] = {
         "`Eval at step N`; no total is printed, so only the dispatched N counts"),
     "lightning": Preset(
         TerminalSpec(preset="lightning",
-                     patterns=(r"`Trainer\.fit` stopped: `max_steps=" + _STEP_TOTAL
-                               + r"` reached\.",),
+                     # (the line states its own last step: step and total at once)
+                     patterns=(r"`Trainer\.fit` stopped: `max_steps=(?P<step>(?P<total>[0-9]+))"
+                               r"` reached\.",),
                      marker=(r"`Trainer\.fit` stopped: `max_epochs=[0-9]+` reached\.",),
                      # (tuner.py's finders save the state, fit max_steps=100 (lr_find) or 3
                      # (scale_batch_size) steps a trial, then restore it from that file)

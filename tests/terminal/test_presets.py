@@ -141,6 +141,8 @@ def test_lightning() -> None:
     assert scan.terminal_event is not None and scan.terminal_event.kind == "terminal_marker"
     assert not _found(["No training batches."], "lightning", marker=True)
     assert not _found([f"`Trainer.fit` stopped: `max_steps={N - 10}` reached."], "lightning")
+    # (the line states its own last step: without a dispatched count it is the end alone)
+    assert _scan([stopped], "lightning", steps=None).terminal_event is not None
 
 
 LR_FIND = "/workspace/.lr_find_0b1c6a52-4e2d-4b6f-9a0e-4a1f2f0d9b3c.ckpt"
