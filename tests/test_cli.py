@@ -327,6 +327,25 @@ def test_sacct_command_on_the_example_dump(capsys: pytest.CaptureFixture[str]) -
     assert "20,828 GPU-seconds" in capsys.readouterr().out
 
 
+def test_sacct_table_at_80_columns_folds_its_notes_and_loses_no_word(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Output that is no terminal is 80 columns wide: the notes column is folded, never cut
+    ("exit 2 or 130; batch FAILED ..." came out as "exit 2 / 130; ba / FAILED")."""
+    monkeypatch.setenv("COLUMNS", "80")
+    dump = tmp_path / "sacct-raw.psv"  # (sacct -D: element 3 preempted once, its name wider)
+    rows = (EXAMPLE / "accounting" / "sacct-raw.psv").read_text().splitlines(keepends=True)
+    third = next(i for i, row in enumerate(rows) if row.startswith("5055845_3|"))
+    earlier = rows[third].split("|")
+    earlier[3:8] = ["PREEMPTED", "0:0", "2026-09-15T18:40:00", "2026-09-15T18:43:20", "200"]
+    dump.write_text("".join([*rows[:third], "|".join(earlier), *rows[third:]]))
+    assert main(["sacct", str(dump)]) == 0
+    out = capsys.readouterr().out
+    words = out.split()
+    for word in ("or", "130;", "batch", "FAILED", "2:0;"):
+        assert word in words, out
+
+
 def test_sacct_command_on_real_dumps(capsys: pytest.CaptureFixture[str]) -> None:
     folder = REAL_EVIDENCE / "sacct"
     assert main(["sacct", str(folder / "nextflow__issue5276_node_fail_fixedwidth.txt")]) == 2

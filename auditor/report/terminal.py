@@ -142,7 +142,8 @@ def sacct_view(dump: SacctDump, summary: dict[str, Any]) -> Group:
     for position, header in enumerate(headers):
         widest = max([len(header), *(len(str(row[position])) for row in texts)])
         if header == "notes":
-            table.add_column(header, overflow="fold", min_width=12)
+            # (no minimum: one beyond the room left made rich crop every line of it)
+            table.add_column(header, overflow="fold")
         else:
             table.add_column(header, justify="left" if position < 3 else "right",
                              no_wrap=True, min_width=min(widest, 40))
