@@ -297,7 +297,7 @@ _RULES: tuple[Rule, ...] = (
     Rule("AUD117", "invocation-outside-allocation", "Invocation outside the sacct allocation",
          "The trial's invocation window is not inside the element's sacct Start..End.",
          "{subject}: invocation {edge} the allocation (sacct {field} {sacct}, invocation "
-         "{invocation})", E,
+         "{invocation}){hint}", E,
          blocks=Reason.TIMELINE_INCONSISTENT, family="timeline",
          forms={"reversed": "{subject}: invocation finished_ns is before started_ns"}),
     Rule("AUD118", "idle-check-failed", "GPUs not left idle",

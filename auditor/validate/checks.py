@@ -390,12 +390,22 @@ def _timeline(attempt: AttemptEvidence, sacct: SacctDump | None,
         if element.start is not None and start // NS < element.start:
             yield finding("AUD117", subject, cite,
                           edge="starts before", field="Start", sacct=element.start,
-                          invocation=start // NS)
+                          invocation=start // NS, hint=_zone_hint(element.start, start // NS))
         grace = KILL_WAIT_S if element.state in KILLED_BY_SCHEDULER else 0
         if element.end is not None and (finish + NS - 1) // NS > element.end + 1 + grace:
             yield finding("AUD117", subject, cite,
                           edge="ends after", field="End", sacct=element.end,
-                          invocation=finish // NS)
+                          invocation=finish // NS, hint=_zone_hint(element.end, finish // NS))
+
+
+def _zone_hint(sacct: int, invocation: int) -> str:
+    """What an invocation a whole number of hours (or half hours) from its allocation's time
+    likely means: the dump's times are local, not UTC (the contract captures with TZ=UTC)."""
+    apart = abs(invocation - sacct)
+    hours = round(apart / 1800) / 2
+    if not 0.5 <= hours <= 14 or abs(apart - hours * 3600) > 600:  # (a job starts its script late)
+        return ""
+    return f"; {hours:g} h apart, as local times would be: a dump captured without TZ=UTC?"
 
 
 KILLED_BY_SCHEDULER = frozenset({"CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE",

@@ -135,3 +135,25 @@ def test_the_dumps_other_jobs_are_said_and_counted_nowhere(tmp_path: Path) -> No
            "no scope." in report
     assert "summed over every record of each array element)" in report
     assert "earlier runs included" not in report
+
+
+def test_a_dump_in_local_time_is_said_to_be_one(tmp_path: Path) -> None:
+    """Every invocation two hours before its allocation: the dump's times are local (the
+    contract captures with TZ=UTC), and the finding says so; ten minutes off says nothing of
+    time zones."""
+    from datetime import datetime, timedelta
+
+    def later(text: str, by: timedelta) -> str:
+        return re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", lambda m: (
+            datetime.fromisoformat(m.group(0)) + by).isoformat(), text)
+
+    for by, hinted in ((timedelta(hours=2), True), (timedelta(minutes=10), False)):
+        root = _example(tmp_path / str(by.seconds))
+        _dump(root, lambda text, by=by: later(text, by))
+        _audit(root, tmp_path / f"out-{by.seconds}")
+        messages = [f["message"] for f in pq.read_table(
+            tmp_path / f"out-{by.seconds}" / "findings.parquet").to_pylist()
+            if f["rule_id"] == "AUD117"]
+        assert messages
+        said = "2 h apart, as local times would be: a dump captured without TZ=UTC?"
+        assert all((said in m) is hinted for m in messages), messages
