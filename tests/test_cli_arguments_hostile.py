@@ -145,6 +145,8 @@ def test_sacct_says_what_the_dumps_fields_leave_unknown(
 @pytest.mark.parametrize("argv", [
     ["example", "{tmp}/big", "--kind", "scale", "--elements", "99999999999999999999"],
     ["example", "{tmp}/big", "--kind", "scale", "--log-lines", "10000001"],
+    ["example", "{tmp}/fixed", "--elements", "5"],  # (the example study is fixed: not ignored)
+    ["example", "{tmp}/fixed", "--kind", "mixed", "--log-lines", "5"],
     ["causes", "{log}", "--steps", "-1"],
     ["causes", "{log}", "--steps", "99999999999999999999"],
     ["run", "--pair", "p\x1b]0;owned\x07", "--period", "1", "--gpus", "1", "--root",

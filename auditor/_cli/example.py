@@ -34,11 +34,11 @@ def add_parsers(commands: Any) -> None:
     example.add_argument("--kind", choices=KINDS, default="example",
                          help="example: the seed study (default); mixed: one period per "
                          "outcome; scale: a large study for benchmarks")
-    example.add_argument("--elements", type=int, default=100,
+    example.add_argument("--elements", type=int, default=None,
                          help="scale: array elements (default 100)")
-    example.add_argument("--trace-samples", type=int, default=1000,
+    example.add_argument("--trace-samples", type=int, default=None,
                          help="scale: memory samples per allocator trace (default 1000)")
-    example.add_argument("--log-lines", type=int, default=1000,
+    example.add_argument("--log-lines", type=int, default=None,
                          help="scale: filler lines per training log (default 1000)")
 
 
@@ -47,8 +47,18 @@ MOST = 10_000_000
 files is 55,556 elements)."""
 
 
+SCALE_DEFAULTS = {"elements": 100, "trace_samples": 1000, "log_lines": 1000}
+
+
 def _example(args: argparse.Namespace) -> int:
     out: Path = args.out
+    given = [name for name in SCALE_DEFAULTS if getattr(args, name) is not None]
+    if given and args.kind != "scale":  # (the other kinds are fixed studies: never ignored)
+        raise UsageError(f"example: --{given[0].replace('_', '-')} goes with --kind scale "
+                         f"(the {args.kind} study is fixed)")
+    for name, default in SCALE_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     if min(args.elements, args.trace_samples + 1, args.log_lines + 1) < 1:
         raise UsageError("example: --elements must be at least 1, --trace-samples and "
                          "--log-lines at least 0")
