@@ -75,8 +75,9 @@ def record_exit(role: str, pid: int, exit_code: int | None, *, started_ns: int |
         "started_ns": started_ns, "ended_ns": time.time_ns() if ended_ns is None else ended_ns,
         "exit_code": exit_code, "signal": signal,
         "received_signal": received_signal,
-        "job_id": job_id(),
     }
+    if (job := job_id()) is not None:  # (outside a job: absent, never a null the schema refuses)
+        document["job_id"] = job
     document.update(extra or {})
     write_atomic(path, dumps(document))
     return path

@@ -278,6 +278,9 @@ def test_a_library_launcher_records_its_childrens_exits(tmp_path: Path) -> None:
                        attempt_dir=tmp_path)
     document = orjson.loads(path.read_bytes())
     assert (document["exit_code"], document["signal"], document["rank"]) == (143, "SIGTERM", 2)
+    # (outside a job, no AUDITOR_JOB_ID nor SLURM_JOB_ID: no job_id, never a null the
+    # kit's own schema refuses)
+    assert "job_id" not in document and schema_errors("process", document) == []
     with pytest.raises(FileExistsError):
         record_exit("rollout", child.pid, 0, attempt_dir=tmp_path)
     with pytest.raises(ValueError, match="role"):
