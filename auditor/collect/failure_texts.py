@@ -36,6 +36,8 @@ _GPU_OOM = (
     "CUDA Error: out of memory",  # vLLM's cumem allocator (sleep mode wake-up)
     "cudaErrorMemoryAllocation",
     "HIP out of memory",
+    "CUBLAS_STATUS_ALLOC_FAILED",  # cuBLAS's handle or workspace: its cudaMalloc failed
+    "Cuda failure 'out of memory'",  # NCCL's own allocation: "NCCL WARN Cuda failure '...'"
 )
 _KV_CACHE = "No available memory for the cache blocks"  # vLLM V0
 _KV_CACHE_NAMES = ("KV cache", "kv cache", "KV Cache")
@@ -99,7 +101,8 @@ _MORE_CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|Engine core initialization failed|Background loop has errored already"
         r"|Background loop is stopped|AsyncLLM output_handler failed"
         r"|Received sigquit from a child process|Scheduler hit an exception"
-        r"|output_handler failed")),
+        r"|output_handler failed|EngineCore encountered a fatal error"
+        r"|Worker proc \S{1,100} died unexpectedly, shutting down executor")),
     ("gpu_error", re.compile(
         r"CUDA error: (?:an illegal memory access was encountered|unspecified launch failure"
         r"|uncorrectable ECC error encountered|an illegal instruction was encountered"
@@ -110,9 +113,11 @@ _MORE_CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("nan_loss", re.compile(
         r"found (?:NaN|Inf) in local grad norm|Unexpected result (?:nan|inf)\b"
         r"|Got NaN losses|\b[Ll]oss (?:is|was|became) (?:NaN|nan|inf|Inf)\b"
+        r"|\bLoss became infinite or NaN\b|\bNaN detected in (?:the )?loss\b"
         r"|loss scale already at minimum|Minimum loss scale reached")),
     ("storage", re.compile(
-        r"No space left on device|Disk quota exceeded|\[Errno (?:28|122)\]"
+        r"No space left on device|Disk quota exceeded|\[Errno (?:28|122|5)\]"
+        r"|failed with Input/output error|: Input/output error\b"
         r"|PytorchStreamWriter failed writing file|\bunexpected pos \d+ vs \d+")),
     ("rendezvous", re.compile(
         r"Rendezvous(?:Timeout|Connection|Closed)Error|DistStoreError"
@@ -126,6 +131,8 @@ _MORE_CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"429 Client Error|HTTP Error 429|Too Many Requests|We couldn't connect to '"
         r"|Max retries exceeded with url|Failed to establish a new connection"
         r"|Temporary failure in name resolution|NameResolutionError|errors\.CommError\b"
+        r"|ConnectionPool\(host=[^)]{1,200}\): Read timed out|ConnectTimeoutError"
+        r"|Connection to \S{1,200} timed out\. \(connect timeout"
         r"|Run initialization has timed out")),
 )
 _MORE_ANY = ahocorasick_rs.AhoCorasick([
@@ -136,7 +143,9 @@ _MORE_ANY = ahocorasick_rs.AhoCorasick([
     "space left", "quota", "Errno", "StreamWriter", "unexpected pos", "Rendezvous",
     "DistStore", "joined", "client socket", "TCP client", "GCS", "RaySystemError",
     "429", "Too Many", "couldn't connect", "Max retries", "new connection",
-    "name resolution", "NameResolution", "CommError", "initialization has timed out"],
+    "name resolution", "NameResolution", "CommError", "initialization has timed out",
+    "died unexpectedly", "Input/output error", "Read timed out", "ConnectTimeout",
+    "connect timeout"],
     matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
 """A literal of each of their alternatives: a line holding none is not searched by them (one
 automaton pass: 39 substring tests a line were most of a small log's scan)."""

@@ -85,6 +85,9 @@ _ANSI = re.compile(
 )
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_RETRYING = re.compile(r"\bRetrying \(Retry\(|\bRetrying in \d")
+"""A client's notice that it will try again (urllib3's "Retrying (Retry(total=4, ...)) after
+connection broken by 'ConnectTimeoutError(...)'"): no end of the run (contract v1.2)."""
 
 # Prefixes in front of the line a process printed. The first two identify the
 # process (the key a traceback's frames and exception line share).
@@ -342,7 +345,7 @@ class _Scanner:
         return False
 
     def _failures(self, number: int, segment: str, content: str) -> None:
-        if "emory" in content or "oom" in content:
+        if "emory" in content or "oom" in content or "ALLOC_FAILED" in content:
             host = _first(content, _HOST_OOM)
             if host == _HOST_OOM[0] and _NO_RAYLET_KILL.search(content):
                 host = None  # (a raylet's summary that counts no memory kill)
@@ -443,7 +446,7 @@ class _Scanner:
         if _MORE_ANY.find_matches_as_indexes(text):
             for kind, pattern in _MORE_CAUSES:
                 found = pattern.search(text)
-                if found:
+                if found and not (kind == "network" and _RETRYING.search(text)):
                     self._add(kind, number, segment, found.group(0))
                     break
 

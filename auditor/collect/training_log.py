@@ -88,6 +88,7 @@ _TRIGGER_WORDS = (
     # words the search lost its SIMD prefilter and ran 6x slower than with 29 (41: as fast)
     b"EngineCore", b"output_handler", b"sigquit", b"Xid", b"fallen off", b"GPU is lost",
     b"NaN", b"space left", b"client socket", b"TCP client", b"GCS", b"marked dead",
+    b"died unexpectedly",  # (vLLM's "ERROR ... Worker proc VllmWorker-3 died unexpectedly")
     b"is nan", b"was nan", b"is inf",  # (Python's own spelling: "Loss is nan, stopping")
     # a hedge (failure_texts._HEDGES), seen so that the list on the lines after it is its
     b"root causes", b"causes include", b"ossible causes",

@@ -107,6 +107,7 @@ class _Found:
 
 EXCEPTION_CAUSES: tuple[tuple[str, CauseWord], ...] = (
     ("ray.exceptions.OutOfMemoryError", C.HOST_OOM),  # Ray's memory monitor: host RAM
+    ("RayOutOfMemoryError", C.HOST_OOM),  # (its legacy ray.memory_monitor's: host RAM too)
     ("OutOfMemoryError", C.GPU_OOM),  # torch's, also inside a RayTaskError
     ("ChildFailedError", C.CHILD_FAILED),
     ("SignalException", C.SIGNAL),
@@ -291,12 +292,16 @@ def _sources(trial: TrialRecord | None, exit_class: ExitClass | None, element: S
     earlier = stepped = False
     logs = [(log_path, events)] if log_path is not None else []
     merged = merged_events([*logs, *worker_logs])
-    signalled = {(path, event.line) for path, event, _ in merged if event.kind == "signal"}
+    # (an exception whose own line names its failure is that failure: "RuntimeError: NCCL
+    # communicator was aborted ... Watchdog caught collective operation timeout" is NCCL's,
+    # a SignalException's line its signal's, as received)
+    named = {(path, event.line) for path, event, _ in merged
+             if event.kind != "exception" and event_cause(event) is not None}
     for path, event, order in merged:
         word = event_cause(event)
-        if word is None or (event.kind == "exception" and word is C.SIGNAL
-                            and (path, event.line) in signalled):
-            continue  # (a SignalException's line: its signal event names it, as received)
+        if word is None or (event.kind == "exception" and word in (C.SIGNAL, C.PYTHON_EXCEPTION)
+                            and (path, event.line) in named):
+            continue
         detail = _slurm_detail(event) or event.detail or event.kind.replace("_", " ")
         # a cancellation line with no reason after another cause is srun killing the step
         # (after an out-of-memory error, a bus error, a task failure): its knock-on

@@ -75,6 +75,27 @@ def test_each_real_log_is_named_by_its_cause(log: Path,
     assert last.startswith(f"cause: {expected}:"), last
 
 
+@pytest.mark.parametrize("line", [
+    # (vLLM at the clean end of a script: its engine process ends with the client)
+    "(EngineCore_DP0 pid=123) Engine core proc EngineCore_DP0 died unexpectedly, shutting "
+    "down client.",
+    # (urllib3 will try again: a notice, not the run's end)
+    "WARNING:urllib3.connectionpool:Retrying (Retry(total=4, connect=None, read=None, "
+    "redirect=None, status=None)) after connection broken by 'ConnectTimeoutError(<urllib3."
+    "connection.HTTPSConnection object at 0x7f>, 'Connection to huggingface.co timed out. "
+    "(connect timeout=10)')': /api/models/x",
+    "huggingface_hub: Read timed out. Retrying in 1s [Retry 1/5].",
+])
+def test_near_misses_of_the_new_endings_name_no_cause(
+        line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from auditor._cli import main
+
+    log = tmp_path / "training.log"
+    log.write_text(line + "\n")
+    assert main(["causes", str(log)]) == 0
+    assert "cause: none found" in capsys.readouterr().out
+
+
 def test_causes_json_names_the_knock_ons(capsys: pytest.CaptureFixture[str]) -> None:
     """One rank's GPU running out of memory, then its peers' NCCL watchdog timeouts: the
     out-of-memory error is the cause, the NCCL errors its knock-on."""
