@@ -18,6 +18,7 @@ _HOST_OOM = (
     "exceeded memory limit",  # slurmstepd: "Job 123 exceeded memory limit (.. > ..)"
     "Out Of Memory",  # srun: "task 0: Out Of Memory"
     "ray.exceptions.OutOfMemoryError",  # Ray's memory monitor killed the task: host RAM
+    "RayOutOfMemoryError",  # (its legacy ray.memory_monitor's: "More than 95% of the memory")
     "Task was killed due to the node running low on memory",
     "exceeds the memory usage threshold",
     "oom-kill",  # kernel "invoked oom-killer", slurmstepd "oom-kill event(s)"

@@ -122,7 +122,10 @@ def infrastructure(
     for kind_name, rule, text in LOG_ENDS:
         at = first.get(kind_name)
         outlived = completed and kind_name in OUTLIVED
-        knock_on = kind_name == "nccl_timeout" and _outranked(e for _, e, _ in merged[:at or 0])
+        # (what came before it in time; an exception on its own line is it, not before it)
+        own = (merged[at][0], merged[at][1].line) if at is not None else None
+        knock_on = kind_name == "nccl_timeout" and _outranked(
+            e for p, e, _ in merged[:at or 0] if not (e.kind == "exception" and (p, e.line) == own))
         if at is None or outlived or knock_on:
             continue  # (none, outlived, or a knock-on, as every later timeout is)
         path, event, _ = merged[at]

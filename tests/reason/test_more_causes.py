@@ -66,6 +66,14 @@ KNOCK_ONS = {  # (a real log each: whether its NCCL timeouts only follow another
     # "*** JOB ... CANCELLED" (a knock-on: never the reason `cancelled`)
     "cancelled__spank-plugins-pr17-scancel-step-and-job.log":
         ("cancelled", "cancelled"),  # a cancellation with nothing before it stays one
+    # (the NCCL timeout inside a RuntimeError on its own line: the exception is it, never a
+    # failure before it)
+    "nccl__glm130b132-runtimeerror-communicator-aborted.log":
+        ("nccl", "infrastructure_failure"),
+    "nccl__mmdet12392-traceback-communicator-aborted-then-peers.log":
+        ("nccl", "infrastructure_failure"),
+    # (Ray's legacy memory monitor: the host's memory)
+    "host_oom__ray-pr3323-legacy-rayoutofmemoryerror.log": ("host_oom", "infrastructure_failure"),
 }
 
 
