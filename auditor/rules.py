@@ -251,6 +251,10 @@ _RULES: tuple[Rule, ...] = (
                                   "{pid} as rank {listed_rank}",
                 "role_vs_record": "{subject}: {file}: role {role} but the period lists pid "
                                   "{pid} as role {listed_role}",
+                "host_vs_record": "{subject}: {file}: host {host} but the period lists pid "
+                                  "{pid} on {listed_host}",
+                "line_host": "{subject}: {file}: a record of host {host}, where the period "
+                             "lists pid {pid} on {listed_host}",
                 "line_pid": "{subject}: {file}: line {line} has pid {other_pid}",
                 "line_rank": "{subject}: {file}: line {line} has rank {rank}, the period lists "
                              "pid {pid} as rank {listed_rank}",

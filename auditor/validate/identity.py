@@ -104,6 +104,13 @@ def _device_identity(subject: str, record: PeriodRecord, read: AttemptRead,
                           [cite, Citation(record.path, pointer=listed.pointer + "/rank")],
                           form="rank_vs_record", file=name, rank=name_rank, pid=name_pid,
                           listed_rank=listed.rank)
+        if listed is not None and _other_host(device.hostname, listed.host):
+            yield finding("AUD110", subject,
+                          [Citation(device.path, pointer="/hostname",
+                                    quote=device.hostname or ""),
+                           Citation(record.path, pointer=listed.pointer + "/host")],
+                          form="host_vs_record", file=name, host=device.hostname,
+                          pid=name_pid, listed_host=listed.host)
 
 
 def _trace_identity(subject: str, read: AttemptRead, workers: _Workers) -> Iterator[Finding]:
@@ -135,6 +142,18 @@ def _trace_identity(subject: str, read: AttemptRead, workers: _Workers) -> Itera
                 yield finding("AUD110", subject, [Citation(trace.path, line=line)],
                               form="line_rank", file=name, rank=rank, pid=pid,
                               listed_rank=owner.rank)
+        for other, line in trace.hosts:
+            if _other_host(other, owner.host):
+                yield finding("AUD110", subject, [Citation(trace.path, line=line, quote=other)],
+                              form="line_host", file=name, host=other, pid=pid,
+                              listed_host=owner.host)
+
+
+def _other_host(said: str | None, listed: str | None) -> bool:
+    """Whether a file's own word on its host contradicts the record's for that worker (the
+    node's short names compared: a fully qualified one is the same node)."""
+    return bool(said) and bool(listed) and str(said).split(".", 1)[0] \
+        != str(listed).split(".", 1)[0]
 
 
 def _own_name(kind: EvidenceKind, hosts: bool) -> str:

@@ -97,6 +97,30 @@ def test_a_device_whose_content_contradicts_its_name_is_aud110() -> None:
                               "content says 1"]
 
 
+@pytest.mark.parametrize(("said", "contradicts"), [
+    ("n2", True), ("n1.cluster.local", False), (None, False)])
+def test_a_workers_file_naming_another_host_than_the_record_is_aud110(
+        said: str | None, contradicts: bool) -> None:
+    """v1 names carry no host; a v1.2 record lists each worker's: a device file's own
+    ``hostname``, or a trace record's ``host``, of another node than the record's is a
+    worker that is not who the record says (a fully qualified name is the same node)."""
+    clean = attempt()
+    workers = tuple(replace(w, host="n1") for w in clean.spec.workers)
+    devices = (replace(clean.read.devices[0], hostname=said), clean.read.devices[1])
+    traces = (replace(clean.read.traces[0], hosts=((said, 3),) if said else ()),
+              clean.read.traces[1])
+    changed = replace(clean, spec=replace(clean.spec, workers=workers),
+                      read=replace(clean.read, devices=devices, traces=traces))
+    study = collected(period(changed), dump=sacct(sacct_job()), commits={PAIR: "c"})
+    said_of = [d for d in details(study) if "where the period lists" in d or "host" in d]
+    assert bool(said_of) is contradicts, said_of
+    if contradicts:
+        assert any(d.endswith(f"host n2 but the period lists pid {PIDS[0]} on n1")
+                   for d in said_of), said_of
+        assert any(f"a record of host n2, where the period lists pid {PIDS[0]} on n1" in d
+                   for d in said_of), said_of
+
+
 def test_a_device_of_another_job_is_aud111() -> None:
     study = with_devices(device(0, PIDS[0]), device(1, PIDS[1], job_id="7000999"))
     assert checked(study) == [("AUD111", SUBJECT)]
