@@ -344,6 +344,16 @@ def test_sacct_table_at_80_columns_folds_its_notes_and_loses_no_word(
     words = out.split()
     for word in ("or", "130;", "batch", "FAILED", "2:0;"):
         assert word in words, out
+    # (a row too wide to leave the notes room: rich dropped the column, words and all; its
+    # notes go under the table, by row)
+    tres = "billing=32,cpu=32,gres/gpu=8,node=1"
+    dump.write_text(
+        f"50558451_1020|50559946|x|OUT_OF_MEMORY|0:125|2026-09-15T18:55:15|"
+        f"2026-09-15T19:05:00|172800|{tres}|gpu-node-03|None\n"
+        f"50558451_1020.batch|50559946.batch|batch|FAILED|2:0|2026-09-15T18:55:15|"
+        f"2026-09-15T19:05:00|585|{tres}|gpu-node-03|\n")
+    assert main(["sacct", str(dump)]) == 0
+    assert "50558451_1020: batch FAILED 2:0" in capsys.readouterr().out
 
 
 def test_sacct_command_on_real_dumps(capsys: pytest.CaptureFixture[str]) -> None:

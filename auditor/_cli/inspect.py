@@ -133,7 +133,8 @@ def _sacct(args: argparse.Namespace) -> int:
 
     from auditor.report.terminal import sacct_view
 
-    Console().print(sacct_view(dump, summary))
+    console = Console()
+    console.print(sacct_view(dump, summary, console.width))
     return 0
 
 

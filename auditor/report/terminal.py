@@ -115,10 +115,15 @@ MAX_SACCT_ROWS = 200
 """Allocations ``auditor sacct`` shows in its table (``--json`` gives every one)."""
 
 
-def sacct_view(dump: SacctDump, summary: dict[str, Any]) -> Group:
+NOTES_LEAST = 20
+"""Columns the notes need beside the others; a terminal narrower lists them under the table."""
+
+
+def sacct_view(dump: SacctDump, summary: dict[str, Any], width: int | None = None) -> Group:
     """``auditor sacct``: one row per record (a job's earlier ``-D`` runs under it), steps
     folded in, then totals. Ids, states and exit codes are never cut (a narrow terminal
-    folds the notes column instead); a code that may have lost 128 says what it may be."""
+    folds the notes column instead, and one of ``width`` too narrow for it lists the notes
+    under the table, by row); a code that may have lost 128 says what it may be."""
     table = Table(title=f"sacct: {dump.path}", show_header=True, box=box.SIMPLE_HEAD,
                   pad_edge=False)
     jobs = summary["jobs"]
@@ -138,20 +143,27 @@ def sacct_view(dump: SacctDump, summary: dict[str, Any]) -> Group:
               "" if record["gpus"] is None else str(record["gpus"]),
               "" if record["gpu_seconds"] is None else f"{record['gpu_seconds']:,}", notes)
              for name, raw, record, notes in rows]
-    headers = ("job", "raw", "state", "exit", "elapsed", "gpus", "GPU-s", "notes")
+    headers: tuple[str, ...] = ("job", "raw", "state", "exit", "elapsed", "gpus", "GPU-s",
+                                "notes")
+    widest = [min(max([len(header), *(len(str(row[position])) for row in texts)]), 40)
+              for position, header in enumerate(headers)]
+    below = width is not None and sum(widest[:-1]) + 3 * len(headers) + NOTES_LEAST > width
+    if below:  # (rich drops a column it has no room for, words and all)
+        headers = headers[:-1]
     for position, header in enumerate(headers):
-        widest = max([len(header), *(len(str(row[position])) for row in texts)])
         if header == "notes":
             # (no minimum: one beyond the room left made rich crop every line of it)
             table.add_column(header, overflow="fold")
         else:
             table.add_column(header, justify="left" if position < 3 else "right",
-                             no_wrap=True, min_width=min(widest, 40))
+                             no_wrap=True, min_width=widest[position])
     for name, raw, state, exit_text, elapsed, gpus, gpu_s, notes in texts:
         style = "green" if state == "COMPLETED" else "yellow" if state in (
             "PENDING", "RUNNING", "REQUEUED") else "red"
         table.add_row(name, raw, Text(state, style=style), exit_text, elapsed, gpus, gpu_s,
-                      safe(notes))
+                      *(() if below else (safe(notes),)))
+    noted = [Text.assemble(name, ": ", safe(notes)) for name, *_, notes in texts
+             if below and notes]
     totals = summary["totals"]
     states = ", ".join(f"{state} {n}" for state, n in sorted(totals["states"].items()))
     seconds = totals["gpu_seconds"]
@@ -175,7 +187,7 @@ def sacct_view(dump: SacctDump, summary: dict[str, Any]) -> Group:
         # rich seconds a thousand rows to lay out)
         notes_after.insert(0, Text(f"the first {MAX_SACCT_ROWS} of {len(jobs):,} allocations "
                                    "are shown; --json gives them all"))
-    return Group(table, footer, *notes_after)
+    return Group(table, *noted, footer, *notes_after)
 
 
 def _exit_text(record: dict[str, Any]) -> str:
