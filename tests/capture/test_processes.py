@@ -305,7 +305,8 @@ def test_a_broken_process_record_is_a_finding_naming_it(tmp_path: Path) -> None:
     assert relative <= named, sorted(named)
 
 
-@pytest.mark.parametrize("forged", ["a_policys_record_says_controller", "another_pid"])
+@pytest.mark.parametrize("forged", ["a_policys_record_says_controller", "another_pid",
+                                    "a_policys_record_says_rank"])
 def test_a_process_records_name_content_and_the_workers_must_agree(tmp_path: Path,
                                                                    forged: str) -> None:
     """Seed 000's rule reads a process record's role: a policy's record whose content says
@@ -318,6 +319,13 @@ def test_a_process_records_name_content_and_the_workers_must_agree(tmp_path: Pat
             record = load(records["controller"])
             records["controller"].write_text(json.dumps({**record, "pid": 99999}))
             return
+        if forged == "a_policys_record_says_rank":  # (srun auditor run --step rank: the
+            # wrapper's word for the trainer's role; no contradiction of the controller's)
+            record = load(records["policy"])
+            records["policy"].unlink()
+            (attempt / "processes" / records["policy"].name.replace("-policy-", "-rank-")
+             ).write_text(json.dumps({**record, "role": "rank"}))
+            return
         records["controller"].unlink()
         record = load(records["policy"])
         records["policy"].write_text(json.dumps(
@@ -327,6 +335,9 @@ def test_a_process_records_name_content_and_the_workers_must_agree(tmp_path: Pat
     _protocol(root)
     assert _attempt(root, "completed", before_seal=forge)[0] == 0
     row = _audit(root, tmp_path / "out")
+    if forged == "a_policys_record_says_rank":
+        assert (row["verdict"], row["reason"]) == ("resolved", "completed")
+        return
     assert (row["verdict"], row["reason"]) == ("unresolved", "identity_mismatch")
     findings = [f["message"] for f in pq.read_table(tmp_path / "out" / "findings.parquet")
                 .to_pylist() if f["rule_id"] == "AUD110"]
