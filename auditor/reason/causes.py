@@ -40,7 +40,7 @@ from auditor.model import (
     SacctStep,
     TrialRecord,
 )
-from auditor.reason.exits import ExitClass, killed_by_signal, signal_name
+from auditor.reason.exits import ExitClass, a_kill, killed_by_signal, signal_name
 
 C = CauseWord
 
@@ -205,7 +205,7 @@ def _blamed_source(blamed: tuple[str, int, Citation] | None) -> Iterator[_Found]
     records say it): a crash a failed child, a kill a signal, as a record would say."""
     if blamed is not None:
         role, code, cite = blamed
-        yield _Found(C.SIGNAL if killed_by_signal(code) else C.CHILD_FAILED,
+        yield _Found(C.SIGNAL if a_kill(code) else C.CHILD_FAILED,
                      f"the launcher's log says {role} exited with code {code} "
                      f"(log line {cite.line})", cite, (2, 0))
 

@@ -54,6 +54,12 @@ def killed_by_signal(code: int) -> bool:
     return code > 128 and code - 128 in SIGNALS
 
 
+def a_kill(code: int) -> bool:
+    """Whether a process's exit ``code`` as a launcher reports it is a signal's: a shell's
+    128 + N, or Python's and torchrun's -N."""
+    return killed_by_signal(code) or (code < 0 and -code in SIGNALS)
+
+
 def signal_name(code: int) -> str:
     """``SIGTERM`` for 143, ``signal 77`` for unknown numbers."""
     try:
@@ -279,7 +285,7 @@ def attributed_in_log(exit_class: ExitClass, said: Iterable[tuple[str, int, Cita
     for role, code, cite in said:
         if role != "controller":  # (as a process record's: a crash unclean, a kill killed)
             return ExitClass(
-                False, ExitKind.SIGTERM if killed_by_signal(code) else ExitKind.PROCESS_FAILURE,
+                False, ExitKind.SIGTERM if a_kill(code) else ExitKind.PROCESS_FAILURE,
                 f"exit 143 (SIGTERM) is not excused: the launcher's log says {role} exited "
                 f"with code {code} before the controller ended",
                 (*exit_class.citations, cite), (role, code, cite))

@@ -249,6 +249,7 @@ def test_other_wordings_of_the_launchers_line_take_the_excuse_away(tmp_path: Pat
 @pytest.mark.parametrize(("said", "expected"), [
     (b"[launcher] rollout replica 1 exited with status 1", ("unclean_exit", "child_failed")),
     (b"[launcher] rollout replica 1 exited with status 137", ("killed", "signal")),
+    (b"[launcher] rollout replica 1 exited with code -9", ("killed", "signal")),  # (Python's)
 ])
 def test_the_launchers_line_ends_the_shutdown_as_the_failure_it_names(
         tmp_path: Path, said: bytes, expected: tuple[str, str]) -> None:
