@@ -74,6 +74,12 @@ def test_a_headerless_row_with_a_field_more_is_refused_alone_too(
     (row, *_) = (DUMPS / "24.11" / "restarts.psv").read_text().splitlines()
     line = refused(capsys, write(tmp_path, "one.psv", [row]))
     assert "12 fields" in line and "has 11" in line
+    # (a job name holding the delimiter is no field more: -P does not escape it, contract)
+    named = row.split("|")
+    named[2] = "my|job"
+    path = write(tmp_path, "named.psv", ["|".join(named[:11])])
+    document = sacct(capsys, path)
+    assert [job["state"] for job in document["jobs"]] == ["COMPLETED"]
 
 
 def test_p_output_under_a_dashed_frame_line_is_read(
