@@ -145,8 +145,7 @@ def _run(args: argparse.Namespace) -> int:
             pair=args.pair, period=args.period, gpus=args.gpus, command=tuple(command),
             attempt_dir=args.attempt_dir, root=args.root, role=args.role,
             dispatch=launch.parse_dispatch(args.dispatch),
-            flag=args.flag or (shutdown_flag(args.root) if args.attempt_dir is None else None)
-            or launch.DEFAULT_FLAG, job_id=args.job_id,
+            flag=args.flag or _protocol_flag(args, shutdown_flag), job_id=args.job_id,
             grace_s=launch.DEFAULT_GRACE_S if args.grace is None else args.grace,
             drain_s=launch.DEFAULT_DRAIN_S if args.drain is None else args.drain,
             echo_fd=_stdout_fd())
@@ -170,6 +169,15 @@ def _run(args: argparse.Namespace) -> int:
     return result.exit_status
 
 
+def _protocol_flag(args: argparse.Namespace, shutdown_flag: Any) -> str:
+    """The coordinated-shutdown flag's name the run classifies by without ``--flag``: the
+    protocol's under ``--root`` (an empty one a flag never on), else the default."""
+    from auditor.capture import launch
+
+    found = shutdown_flag(args.root) if args.attempt_dir is None else None
+    return launch.DEFAULT_FLAG if found is None else str(found)
+
+
 def _step(args: argparse.Namespace, command: list[str]) -> int:
     from auditor.capture import launch, step
     from auditor.capture._files import SHUTDOWN_FLAG_VARIABLE
@@ -183,7 +191,7 @@ def _step(args: argparse.Namespace, command: list[str]) -> int:
                          "--attempt-dir), not --root")
     spec = step.StepSpec(
         role=args.step, command=tuple(command), attempt_dir=args.attempt_dir, rank=args.rank,
-        flag=args.flag or _environ().get(SHUTDOWN_FLAG_VARIABLE) or launch.DEFAULT_FLAG,
+        flag=args.flag or _environ().get(SHUTDOWN_FLAG_VARIABLE, launch.DEFAULT_FLAG),
         grace_s=launch.DEFAULT_GRACE_S if args.grace is None else args.grace,
         drain_s=launch.DEFAULT_DRAIN_S if args.drain is None else args.drain,
         echo_fd=_stdout_fd())

@@ -17,6 +17,7 @@ Imported only at the command's end: the kit's own start stays light.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from dataclasses import dataclass
@@ -80,10 +81,20 @@ def _protocol(root: Path | None) -> dict[str, Any]:
 
 
 def shutdown_flag(root: Path | None) -> str | None:
-    """The flag ``ROOT/protocol.json`` names as its ``coordinated_shutdown_flag`` (None when
-    it names none): the audit classifies the controller's 143 by it, so the run must too."""
-    flag = _document(root).get("coordinated_shutdown_flag")
-    return flag if isinstance(flag, str) and flag else None
+    """The flag ``ROOT/protocol.json`` names as its ``coordinated_shutdown_flag``, read by
+    the audit's own reader (a file it cannot use gives its default, as the audit's does; an
+    empty name is a flag never on); None without the file: the audit classifies the
+    controller's 143 by it, so the run must too."""
+    from auditor.collect.protocol import read_protocol
+
+    if root is None:
+        return None
+    try:
+        with open(root / "protocol.json", "rb") as handle:
+            data = handle.read(PROTOCOL_LIMIT + 1)
+    except OSError:
+        return None
+    return read_protocol(io.BytesIO(data), "protocol.json").coordinated_shutdown_flag
 
 
 def check_terminal(directory: Path, log: Path, dispatch: dict[str, str],

@@ -609,3 +609,15 @@ def test_the_protocols_flag_is_the_runs_as_it_is_the_audits(tmp_path: Path) -> N
     code = main([*run_args(tmp_path, "5012", "--role", "controller", "--dispatch",
                            f"{FLAG}=1", "--"), *EXAMPLE, "--mode", "coordinated"])
     assert code == 143  # (the default's name is not this protocol's flag)
+    # (read by the audit's own reader: a protocol it cannot use, with a byte-order mark, gives
+    # the default flag; an empty name is a flag never on)
+    (tmp_path / "protocol.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(
+        {"schema": "run-evidence/protocol/v1", "coordinated_shutdown_flag": "MY_FLAG"}).encode())
+    code = main([*run_args(tmp_path, "5013", "--role", "controller", "--dispatch",
+                           "MY_FLAG=1", "--"), *EXAMPLE, "--mode", "coordinated"])
+    assert code == 143
+    (tmp_path / "protocol.json").write_text(json.dumps(
+        {"schema": "run-evidence/protocol/v1", "coordinated_shutdown_flag": ""}))
+    code = main([*run_args(tmp_path, "5014", "--role", "controller", "--dispatch",
+                           f"{FLAG}=1", "--"), *EXAMPLE, "--mode", "coordinated"])
+    assert code == 143
