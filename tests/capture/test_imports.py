@@ -37,10 +37,11 @@ def test_capture_imports_neither_pandas_nor_pyarrow_nor_other_stages() -> None:
 
 
 CHECK_IMPORTS = {"auditor.collect.training_log", "auditor.collect.terminal",
-                 "auditor.collect.metrics"}
-"""What the launcher's own check at the command's end imports, and only it (``check.py``,
-imported then): the audit's training-log scanner and its terminal-event matchers
-(``.importlinter`` says the same)."""
+                 "auditor.collect.metrics", "auditor.collect.protocol"}
+"""What the launcher's own check imports, and only it (``check.py``, imported at the
+command's end, and for the protocol's shutdown flag at its start): the audit's training-log
+scanner, its terminal-event matchers and its protocol reader (``.importlinter`` says the
+same)."""
 
 
 def test_capture_sources_import_only_model_and_exits_and_never_print() -> None:
