@@ -78,8 +78,8 @@ def _rows(text: str) -> int:
 
 
 def _catalog(args: argparse.Namespace) -> int:
+    from auditor._cli import _inert
     from auditor._signals import signals_deferred
-    from auditor._text import printable
 
     with signals_deferred():  # (a compiled extension is not to be cut short loading)
         import pyarrow.parquet  # noqa: F401
@@ -88,7 +88,7 @@ def _catalog(args: argparse.Namespace) -> int:
     for added in add_audits(list(args.outs), args.into, args.name):
         what = "replaced" if added.replaced else "added"
         rows = ", ".join(f"{table} {count:,}" for table, count in added.rows.items())
-        print(f"{what} {added.name} from {printable(str(added.source))} ({rows})")
+        print(_inert(f"{what} {added.name} from {added.source} ({rows})"))
     return 0
 
 

@@ -184,3 +184,16 @@ def test_names_that_are_not_utf8_are_catalogued(tmp_path: Path,
     assert "added" in capsys.readouterr().out
     assert main(["query", str(tmp_path / "cat"), "select count(*) from periods"]) == 0
     assert "18" in capsys.readouterr().out
+
+
+def test_an_audits_path_with_escape_sequences_is_printed_inert(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The line saying what was added names the audit's path as the other commands do: a
+    terminal shows its escape sequences, never obeys them."""
+    out = tmp_path / "out_\x1b[31mRED"
+    assert main(["audit", str(copy_example(tmp_path)), "--out", str(out), "--quiet",
+                 "--no-plots"]) == 0
+    capsys.readouterr()
+    assert main(["catalog", str(out), "--into", str(tmp_path / "cat")]) == 0
+    said = capsys.readouterr().out
+    assert "\x1b" not in said and "out_\\x1b[31mRED" in said
