@@ -28,10 +28,11 @@ another role exited non-zero before the controller did (``policy exited with cod
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from auditor.model import Citation, ExitKind, ProcessExit, TrialRecord
+from auditor.model.kinds import WORKER_LOG
 from auditor.model.lines import inline_code
 
 TRUTHY = frozenset({"1", "true", "yes"})
@@ -123,6 +124,8 @@ def processes_of(trial: TrialRecord, records: Sequence[ProcessExit]) -> tuple[Pr
 
 
 def _cite(trial: TrialRecord, process: ProcessExit, field: str, quote: str) -> Citation:
+    if _only_output(process):  # (no record: its output, the one sign it ran)
+        return Citation(process.path or "")
     return Citation(process.path or trial.path, pointer=f"{process.pointer}/{field}",
                     quote=quote)
 
@@ -146,9 +149,38 @@ def _exit_unknown(process: ProcessExit) -> bool:
 
 
 def _exited(process: ProcessExit) -> str:
-    """``exited 143``, or that its record says no exit."""
-    return "left no exit code in its record" if process.exit_code is None and \
-        not process.signal else f"exited {process.exit_code}"
+    """``exited 143``, or that its record says no exit, or that it left none."""
+    if process.exit_code is None and not process.signal:
+        return f"left no process record, only its output `{process.path}`" \
+            if _only_output(process) else "left no exit code in its record"
+    return f"exited {process.exit_code}"
+
+
+def _only_output(process: ProcessExit) -> bool:
+    """Whether ``process`` stands for a step's output without its record
+    (:func:`unrecorded_steps`)."""
+    return process.path is not None and f"/{WORKER_LOG.directory}/" in f"/{process.path}"
+
+
+def unrecorded_steps(records: Sequence[ProcessExit], logs: Iterable[str],
+                     hosts: Collection[str]) -> tuple[ProcessExit, ...]:
+    """The processes ``auditor run --step`` started that left no record: a worker log of the
+    step's name (``worker-logs/<host>-<role>-<pid>.out``: a role with a letter, a host among
+    ``hosts`` when any are known) with no process record of that host and pid. Its wrapper
+    was killed, or it still ran when the attempt was sealed: its end is unknown, so it may
+    have failed (a replica gone, seed 000's case, is never dropped silently)."""
+    recorded = {(p.host, p.pid) for p in records}
+    found: dict[tuple[str, int], ProcessExit] = {}
+    for path in sorted(logs):
+        parts = WORKER_LOG.names[0].parts(path.rsplit("/", 1)[-1])
+        if parts is None or not any(char.isalpha() for char in parts["role"]) \
+                or (hosts and parts["host"] not in hosts):
+            continue
+        key = (parts["host"], int(parts["pid"]))
+        if key not in recorded:
+            found.setdefault(key, ProcessExit(parts["role"], key[1], None, "", path=path,
+                                              host=key[0]))
+    return tuple(found.values())
 
 
 def _attributed(controller: ProcessExit, others: Iterable[ProcessExit]) -> ProcessExit | None:

@@ -34,11 +34,16 @@ from auditor.model import (
     TrainingLogScan,
     TrialRecord,
 )
-from auditor.model.kinds import TRIAL
+from auditor.model.kinds import TRIAL, WORKER_LOG
 from auditor.model.lines import launcher_status
 from auditor.reason.causes import cause_of
 from auditor.reason.completion import completion, eligible_failures
-from auditor.reason.exits import ExitClass, attributed_in_log, classify_exit
+from auditor.reason.exits import (
+    ExitClass,
+    attributed_in_log,
+    classify_exit,
+    unrecorded_steps,
+)
 from auditor.reason.infrastructure import (
     cancelled_in_log,
     ended_after,
@@ -210,8 +215,11 @@ def _exit_class(trial: TrialRecord, attempt: AttemptEvidence, protocol: Protocol
     """The attempt's exit by seed 000's rule, judged with its process records and the
     launcher's own lines naming another role's non-zero exit before the controller's
     (contract v1.2)."""
-    exit_class = classify_exit(trial, protocol.coordinated_shutdown_flag,
-                               attempt.read.processes)
+    records = attempt.read.processes
+    logs = [row.path for row in attempt.files if row.kind == WORKER_LOG.name]
+    exit_class = classify_exit(trial, protocol.coordinated_shutdown_flag, (
+        *records, *unrecorded_steps(records, logs, attempt.hosts()
+                                    | {p.host for p in records if p.host})))
     if log is None:
         return exit_class
     said = []

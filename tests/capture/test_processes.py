@@ -178,6 +178,24 @@ def test_every_step_classifies_by_the_protocols_flag(tmp_path: Path) -> None:
     assert (_audit(root, tmp_path / "out")["verdict"]) == "resolved"
 
 
+def test_a_step_that_left_no_record_is_never_the_controllers_excuse(tmp_path: Path) -> None:
+    """A step's wrapper killed (or still running at the seal) leaves its output and no
+    record: the replica may have failed, so the controller's 143 after it is not excused
+    (seed 000's case: its replicas gone, the controller shut down "coordinated")."""
+    def lose_the_policys_record(attempt: Path) -> None:
+        (record,) = (attempt / "processes").glob("*-policy-*.json")
+        record.unlink()
+
+    root = tmp_path / "study"
+    _protocol(root)
+    assert _attempt(root, "completed", before_seal=lose_the_policys_record)[0] == 0
+    row = _audit(root, tmp_path / "out")
+    assert row["verdict"] == "unresolved", row
+    assert "policy process (pid" in (tmp_path / "out" / "diagnostic.md").read_text() \
+        and "left no process record, only its output" in (
+            tmp_path / "out" / "diagnostic.md").read_text()
+
+
 def test_the_flag_off_passes_the_controllers_143_on(tmp_path: Path) -> None:
     root = tmp_path / "study"
     _protocol(root)

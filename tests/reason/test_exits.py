@@ -495,3 +495,22 @@ def test_exit_255_is_an_unclean_exit_not_a_signal() -> None:
 
     assert kind(255) == "failure" and kind(137) == "sigkill" and kind(143) == "sigterm"
     assert kind(134) == "killed"  # SIGABRT
+
+
+def test_a_steps_output_without_its_record_is_a_process_of_unknown_end() -> None:
+    """Only a ``--step``'s own name (``<host>-<role>-<pid>``, a role with a letter, a host
+    the attempt names) stands for a process: the logs the kit copies from Ray and torchrun
+    (``<host>-<pid>``, ``<host>-rank<r>``) never do, nor one whose record is there."""
+    from auditor.reason.exits import unrecorded_steps
+
+    recorded = ProcessExit("controller", 7, 143, "", path="a/processes/vm-controller-7.json",
+                           host="vm")
+    logs = ["a/worker-logs/vm-policy-9.out", "a/worker-logs/vm-policy-9.err",
+            "a/worker-logs/vm-controller-7.out", "a/worker-logs/vm-12345.out",
+            "a/worker-logs/gpu-node-17-4711.out", "a/worker-logs/vm-rank0.out",
+            "a/worker-logs/other-host-policy-3.out"]
+    (found,) = unrecorded_steps([recorded], logs, {"vm"})
+    assert (found.role, found.pid, found.host, found.exit_code) == ("policy", 9, "vm", None)
+    trial = TrialRecord(path="t.json", env=((FLAG, "1"),), exit_code=0)
+    said = classify_exit(trial, FLAG, (recorded, found))
+    assert not said.clean and "left no process record, only its output" in said.detail
