@@ -249,6 +249,9 @@ def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
         await_own_signal(state, child_exit)
         received = state.signals[0] if state.signals else None
         supervise.note(state, log_fd, f"command exited {child_exit}")
+        if state.lost:
+            supervise.note(state, log_fd, f"{state.lost:,} bytes of the command's output could "
+                                          f"not be written to this log ({state.lost_why})")
     finally:
         supervise.flush_notes(state, log_fd)
         os.close(log_fd)
@@ -256,6 +259,8 @@ def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
                              child_pid, received, trial_path)
     kept = keep_worker_logs(directory, hostname(), spec.command, state.seen, child_env)
     document["worker_logs"] = {"kept": kept.files, "notes": kept.notes}
+    if state.lost:  # (the log could not take it all: said, the command never ended for it)
+        document["log_lost"] = {"bytes": state.lost, "error": state.lost_why}
     records = read_records(directory)
     said = said_in_log(log_path, TRAINING_LOG.path_for(job=attempt.job_id))
     exit_class = attributed_in_log(classify_exit(trial, spec.flag, records), said)

@@ -155,6 +155,8 @@ def _run(spec: StepSpec, directory: Path, host: str, env: dict[str, str],
         attempt_dir=directory,
         extra={"command": list(spec.command), "signals_received": list(state.signals),
                "killed_after_grace": state.killed_after_grace,
+               **({"log_lost": {"bytes": state.lost, "error": state.lost_why}}
+                  if state.lost else {}),
                "outlived": [{"pid": pid, "signal": sent}
                             for pid, sent in sorted(state.outlived.items())]})
     exit_class = None

@@ -205,6 +205,11 @@ class Supervision:
     return yet)."""
     output_over: bool = False
     """Whether the command's output is no longer copied (its notes then wait for nothing)."""
+    lost: int = 0
+    """Bytes of the command's output and of the wrapper's notes the log could not take (a
+    full disk, a quota): dropped and counted, never the end of a healthy run (:func:`_put`)."""
+    lost_why: str | None = None
+    """Why the first of them was lost (``No space left on device``)."""
     outlived: dict[int, str] = field(default_factory=dict)
     """Each descendant that outlived the command: pid -> the last signal it was sent."""
     guardian: subprocess.Popen[bytes] | None = None
@@ -527,10 +532,26 @@ def flush_notes(state: Supervision, log_fd: int) -> None:
     if not state.notes or (state.mid_line and not state.output_over):
         return
     if state.mid_line:
-        os.write(log_fd, b"\n")
+        _put(state, log_fd, b"\n")
         state.mid_line = False
     while state.notes:
-        os.write(log_fd, state.notes.pop(0))
+        _put(state, log_fd, state.notes.pop(0))
+
+
+def _put(state: Supervision, log_fd: int, data: bytes) -> None:
+    """Write all of ``data`` to the log (a short write goes on from where it stopped); what
+    the log cannot take (a full disk for a moment, a quota) is dropped and counted in
+    :attr:`Supervision.lost`: the command runs on, and its record says what was lost."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(log_fd, view):]
+        except InterruptedError:
+            continue
+        except OSError as error:
+            state.lost += len(view)
+            state.lost_why = state.lost_why or error.strerror or str(error)
+            return
 
 
 def _log_output(state: Supervision, log_fd: int, data: bytes) -> None:
@@ -540,12 +561,12 @@ def _log_output(state: Supervision, log_fd: int, data: bytes) -> None:
         cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
         if cut or not state.mid_line:
             if cut:
-                os.write(log_fd, data[:cut])
+                _put(state, log_fd, data[:cut])
             state.mid_line = False
             flush_notes(state, log_fd)
             data = data[cut:]
     if data:
-        os.write(log_fd, data)
+        _put(state, log_fd, data)
         state.mid_line = data[-1:] not in (b"\n", b"\r")
 
 

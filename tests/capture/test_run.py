@@ -621,3 +621,29 @@ def test_the_protocols_flag_is_the_runs_as_it_is_the_audits(tmp_path: Path) -> N
     code = main([*run_args(tmp_path, "5014", "--role", "controller", "--dispatch",
                            f"{FLAG}=1", "--"), *EXAMPLE, "--mode", "coordinated"])
     assert code == 143
+
+
+def test_a_log_that_cannot_take_the_output_never_ends_the_run(tmp_path: Path) -> None:
+    """A full disk (here: the wrapper's file-size limit, which makes each write past 24 KiB
+    fail as a full disk would) drops output, counted and said; the command runs to its end
+    and the trial record is written (the wrapper exited 2 and its guardian killed a healthy
+    trainer)."""
+    import resource
+    import subprocess
+
+    script = ('import sys; [print("step line", i, "y" * 5000, flush=True) for i in range(12)]; '
+              f'open({str(tmp_path / "finished")!r}, "w").write("yes")')
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # (EFBIG, as ENOSPC, not a signal)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (24 << 10, 24 << 10))
+
+    run = subprocess.run([sys.executable, "-m", "auditor", *run_args(tmp_path, "5301"), "--",
+                          sys.executable, "-c", script], env=clean_env(),
+                         capture_output=True, text=True, timeout=120, preexec_fn=limited,
+                         check=False)
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "finished").read_text() == "yes"
+    trial = _trial(tmp_path, "5301")
+    assert trial["log_lost"]["bytes"] > 0 and trial["log_lost"]["error"]
+    assert trial["invocation"]["exit_code"] == 0
