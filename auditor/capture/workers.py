@@ -17,6 +17,7 @@ fails a run: what was not found is a note in the trial record.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -118,16 +119,21 @@ def _copy(source: Path, directory: Path, relative: str, kept: Kept) -> None:
     """Copy ``source`` to ``directory/relative`` (never over a file there, never through a
     link), noting what could not be."""
     target = directory / relative
+    made = False
     try:
         target.parent.mkdir(exist_ok=True)
         with open(source, "rb") as reading:
             descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
                                  0o644)
+            made = True
             with os.fdopen(descriptor, "wb") as writing:
                 shutil.copyfileobj(reading, writing, 1 << 20)
                 writing.flush()
                 os.fsync(writing.fileno())
     except OSError as error:
+        if made:  # (a copy cut short is no evidence, and its room is the trial record's)
+            with contextlib.suppress(OSError):
+                os.unlink(target)
         kept.notes.append(f"{source}: not kept as {relative} ({error.strerror or error})")
         return
     kept.files.append(relative)

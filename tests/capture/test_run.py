@@ -647,3 +647,31 @@ def test_a_log_that_cannot_take_the_output_never_ends_the_run(tmp_path: Path) ->
     trial = _trial(tmp_path, "5301")
     assert trial["log_lost"]["bytes"] > 0 and trial["log_lost"]["error"]
     assert trial["invocation"]["exit_code"] == 0
+
+
+def test_a_worker_log_that_cannot_be_copied_leaves_no_piece_and_the_record(
+        tmp_path: Path) -> None:
+    """A Ray worker log larger than the attempt's disk takes (here: a file-size limit): the
+    copy cut short is removed (it was left, and its room was the trial record's), a note
+    says why, and the trial record is written."""
+    import resource
+    import subprocess
+
+    script = ('ulimit -f unlimited; '  # (the worker writes its log whole: the limit is the kit's)
+              'd="$RAY_TMPDIR/ray/session_2026-12-06_00-00-01_000002_$$/logs"; mkdir -p "$d"; '
+              'head -c 200000 /dev/zero | tr "\\0" x > "$d/worker-bb22-01000000-777.out"; '
+              'echo "step:1 - training/global_step:1"')
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, resource.RLIM_INFINITY))
+
+    run = subprocess.run([sys.executable, "-m", "auditor", *run_args(tmp_path, "5304"),
+                          "--dispatch", "TOTAL_TRAINING_STEPS=1", "--", "sh", "-c", script],
+                         env=clean_env(RAY_TMPDIR=str(tmp_path / "rt")), capture_output=True,
+                         text=True, timeout=120, preexec_fn=limited, check=False)
+    assert run.returncode == 0, run.stderr
+    trial = _trial(tmp_path, "5304")
+    assert trial["worker_logs"]["kept"] == []
+    assert "not kept as worker-logs/" in trial["worker_logs"]["notes"][0]
+    assert not list((attempt_of(tmp_path, "5304") / "worker-logs").glob("*"))
