@@ -426,6 +426,15 @@ def _merged(spec: SealSpec, path: Path, shared: dict[str, Any], entry: dict[str,
                 raise SealRefused(f"{path}: attempt {entry['attempt_dir']} (job "
                                   f"{entry['job_id']}, restart {entry['restart_count']}) is "
                                   "already sealed differently (its evidence changed since?)")
+            had = existing.get("idle_check")
+            if idle is not None and not (isinstance(had, dict)
+                                         and had.get("passed") == idle.get("passed")):
+                # (a check just made, a failed one above all, is never dropped unsaid)
+                said = f"passed={had.get('passed')!r}" if isinstance(had, dict) else "none"
+                raise SealRefused(
+                    f"{path}: attempt {entry['attempt_dir']} is sealed already; the idle "
+                    f"check just made (passed={idle.get('passed')!r}) is not the record's "
+                    f"({said}), and a sealed record is not changed")
             return SealResult(path, False, len(old_attempts), len(entry["evidence"]), missing,
                               None, tuple(removed))
         merged = sorted([*old_attempts, entry], key=lambda a: a.get("restart_count") or 0)

@@ -168,6 +168,27 @@ def test_idle_check_without_nvml_is_recorded_as_not_made(
     assert check["passed"] is None and "NVML not available" in check["unavailable"]
 
 
+def test_a_resealed_attempt_never_drops_an_idle_check_unsaid(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    """Sealed without an idle check, then again with one: the check just made is not the
+    record's, and the sealed record is not changed, so the seal is refused (it said
+    'identically; unchanged', exit 0, the check's result dropped); the same check again is
+    the no-op a re-seal is."""
+    rel = _rel(tmp_path, _run(tmp_path))
+    assert _seal(tmp_path, rel, "--commit", COMMIT, *META) == 0
+    monkeypatch.setenv("SLURM_JOB_ID", "5001")
+    capsys.readouterr()
+    assert _seal(tmp_path, rel, "--commit", COMMIT, *META, "--idle-check") == 2
+    assert "the idle check just made (passed=None) is not the record's (none)" in \
+        capsys.readouterr().err
+    assert "idle_check" not in load(tmp_path / "pairs" / PAIR / "period-1.json")
+    other = tmp_path / "other"
+    rel = _rel(other, _run(other))
+    assert _seal(other, rel, "--commit", COMMIT, *META, "--idle-check") == 0
+    assert _seal(other, rel, "--commit", COMMIT, *META, "--idle-check") == 0
+
+
 def test_idle_check_refuses_another_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     attempt = _run(tmp_path)
