@@ -153,6 +153,9 @@ def test_sacct_says_what_the_dumps_fields_leave_unknown(
      "{tmp}/root", "--job-id", "5", "--", "true"],
     ["seal", "{tmp}/root", "--pair", "p\x1b[31m", "--period", "1", "--gpus", "1",
      "--attempt-dir", "x/attempt-5"],
+    # (not UTF-8: run took it, and no seal could ever name it)
+    ["run", "--pair", "p\udcff", "--period", "1", "--gpus", "1", "--root", "{tmp}/root",
+     "--job-id", "5", "--", "true"],
 ])
 def test_an_impossible_count_or_a_pair_with_control_characters_is_one_line(
         argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,7 +17,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from auditor._text import json_line
+from auditor._text import json_line, printable
 
 JOB_ID_VARIABLE = "AUDITOR_JOB_ID"
 """Set by ``auditor run`` in its command's environment: the job id it records (SLURM's, or
@@ -207,8 +207,9 @@ def pair_name_problem(pair: str) -> str | None:
     """Why ``pair`` is no pair's name (one directory name: no ``/``, no ``..``, no control
     character, which a terminal would obey when the name is printed), or None."""
     if not pair or pair in (".", "..") or "/" in pair or "\\" in pair \
-            or any(char < " " or "\x7f" <= char <= "\x9f" for char in pair):
-        return (f"--pair {pair!r}: a pair's name is one directory name (no '/', no '..', no "
-                "control character)")
+            or any(char < " " or "\x7f" <= char <= "\x9f" or "\ud800" <= char <= "\udfff"
+                   for char in pair):
+        return (f"--pair {printable(pair)!r}: a pair's name is one directory name (no '/', "
+                "no '..', no control character, UTF-8: a record names it)")
     return None
 

@@ -35,6 +35,7 @@ from typing import Any, BinaryIO
 from auditor import __version__
 from auditor._text import printable
 from auditor.capture._files import (
+    TEMPORARY,
     LockError,
     dumps,
     hostname,
@@ -145,6 +146,11 @@ def _files(directory: Path) -> list[str]:
             if not stat.S_ISREG(os.lstat(path).st_mode):
                 raise SealRefused(f"{printable(path)}: not a regular file; not sealed")
             rel = os.path.relpath(path, directory).replace(os.sep, "/")
+            if (temporary := TEMPORARY.match(name)) is not None:  # (never pinned as evidence)
+                raise SealRefused(
+                    f"{printable(path)}: a write in progress or cut short (writer pid "
+                    f"{temporary['pid']}: a rank killed mid-write?); seal once the attempt has "
+                    "ended, or remove it (it is no evidence); not sealed")
             if printable(rel) != rel:  # (a record is JSON, which holds UTF-8 text only)
                 raise SealRefused(f"{printable(path)}: a file name that is not UTF-8 cannot "
                                   "be pinned by a period record; rename it, then seal")

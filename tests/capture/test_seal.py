@@ -189,6 +189,20 @@ def test_a_resealed_attempt_never_drops_an_idle_check_unsaid(
     assert _seal(other, rel, "--commit", COMMIT, *META, "--idle-check") == 0
 
 
+def test_a_temporary_a_writer_left_is_never_sealed_as_evidence(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A half-written ``.NAME.tmp-PID`` (a rank killed mid-write, or one still writing) was
+    pinned as an evidence file of kind ``other`` and the period resolved: refused, saying
+    what it is."""
+    attempt = _run(tmp_path)
+    (attempt / "device-evidence").mkdir(exist_ok=True)
+    (attempt / "device-evidence" / ".worker-actor_rollout-2-h-99999.json.tmp-99999"
+     ).write_text('{"half": ')
+    assert _seal(tmp_path, _rel(tmp_path, attempt), "--commit", COMMIT, *META) == 2
+    assert "a write in progress or cut short (writer pid 99999" in capsys.readouterr().err
+    assert not (tmp_path / "pairs" / PAIR / "period-1.json").exists()
+
+
 def test_idle_check_refuses_another_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     attempt = _run(tmp_path)
