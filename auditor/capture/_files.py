@@ -57,9 +57,11 @@ def write_atomic(path: Path, data: bytes) -> None:
         while view:
             view = view[os.write(descriptor, view):]
         os.fsync(descriptor)
-    except BaseException:
+    except BaseException as error:
         os.close(descriptor)
         temporary.unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.filename is None:
+            error.filename = str(path)  # (a write names no file: the message then says it)
         raise
     os.close(descriptor)
     try:

@@ -408,3 +408,24 @@ def test_a_file_system_without_locks_refuses_the_seal_in_one_line(
     assert "cannot lock the period record" in err and "-o flock" in err
     assert err.count("\n") == 1
     assert not (tmp_path / "pairs" / PAIR / "period-1.json").exists()
+
+
+def test_a_record_the_disk_cannot_take_is_named_in_the_one_line(tmp_path: Path) -> None:
+    """A full disk (here: a file-size limit the record is over) as the record is written:
+    the line names the record ('seal: ROOT: No space left on device' named the root)."""
+    import resource
+    import signal as signals
+
+    rel = _rel(tmp_path, _run(tmp_path))
+
+    def limited() -> None:
+        signals.signal(signals.SIGXFSZ, signals.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (512, 512))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "auditor", "seal", str(tmp_path), "--pair", PAIR, "--period",
+         "1", "--gpus", "2", "--attempt-dir", rel, "--commit", COMMIT, *META],
+        capture_output=True, text=True, timeout=120, preexec_fn=limited, check=False)
+    assert done.returncode == 2, done.stderr
+    assert f"pairs/{PAIR}/period-1.json" in done.stderr and done.stderr.count("\n") == 1
+    assert not (tmp_path / "pairs" / PAIR / "period-1.json").exists()
