@@ -179,6 +179,7 @@ def _protocol_flag(args: argparse.Namespace, shutdown_flag: Any) -> str:
 
 
 def _step(args: argparse.Namespace, command: list[str]) -> int:
+    from auditor._cli import _inert
     from auditor.capture import launch, step
     from auditor.capture._files import SHUTDOWN_FLAG_VARIABLE
 
@@ -199,6 +200,11 @@ def _step(args: argparse.Namespace, command: list[str]) -> int:
         result = step.run_step(spec, keep_trapped=_only_exiting())
     except launch.RunRefused as error:
         raise UsageError(f"run: {error}") from None
+    except step.RecordLost as lost:
+        print(_inert(f"auditor run --step {args.step}: the process record could not be "
+                     f"written ({lost.error.filename or ''}: {lost.error.strerror or lost.error});"
+                     f" the command's own exit, {lost.status}, is passed on"), file=sys.stderr)
+        return lost.status
     except OSError as error:
         raise UsageError(f"run: {error.filename or ''}: {error.strerror or error} (the "
                          "process record or its output could not be written)") from None

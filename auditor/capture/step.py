@@ -149,7 +149,36 @@ def _run(spec: StepSpec, directory: Path, host: str, env: dict[str, str],
     finally:
         os.close(log_fd)
     received = state.signals[0] if state.signals else None
-    record = record_exit(
+    status = child_exit if child_exit is not None else 1
+    try:
+        record = _record(spec, directory, host, env, state, child_pid, child_exit,
+                         started_ns, ended_ns, received)
+    except OSError as error:  # (the command's own end is still what the launcher sees)
+        raise RecordLost(error, status) from None
+    exit_class = None
+    if spec.role == "controller":
+        exit_class = _controller(record, directory, env, spec.flag, child_exit, received)
+        if exit_class.clean:
+            status = 0
+    return StepResult(status, record, output, child_exit, received, exit_class,
+                      tuple(sorted(state.outlived)))
+
+
+class RecordLost(Exception):
+    """The process record could not be written: the error, and the command's own status,
+    which the step exits with (a launcher reading a 2 would report another failure)."""
+
+    def __init__(self, error: OSError, status: int) -> None:
+        super().__init__(error)
+        self.error = error
+        self.status = status
+
+
+def _record(spec: StepSpec, directory: Path, host: str, env: dict[str, str],
+            state: Supervision, child_pid: int, child_exit: int | None, started_ns: int,
+            ended_ns: int, received: str | None) -> Path:
+    """Write the process record of the step's command."""
+    return record_exit(
         spec.role, child_pid, child_exit, started_ns=started_ns, ended_ns=ended_ns,
         rank=_rank(spec, env), signal=state.ended_by, received_signal=received, host=host,
         attempt_dir=directory,
@@ -159,14 +188,6 @@ def _run(spec: StepSpec, directory: Path, host: str, env: dict[str, str],
                   if state.lost else {}),
                "outlived": [{"pid": pid, "signal": sent}
                             for pid, sent in sorted(state.outlived.items())]})
-    exit_class = None
-    status = child_exit if child_exit is not None else 1
-    if spec.role == "controller":
-        exit_class = _controller(record, directory, env, spec.flag, child_exit, received)
-        if exit_class.clean:
-            status = 0
-    return StepResult(status, record, output, child_exit, received, exit_class,
-                      tuple(sorted(state.outlived)))
 
 
 def _controller(record: Path, directory: Path, env: Mapping[str, str], flag: str,

@@ -230,6 +230,30 @@ def test_a_step_writes_only_its_record_and_output(tmp_path: Path,
     assert sorted(p.name for p in attempt.iterdir()) == ["processes", "worker-logs"]
 
 
+def test_a_step_whose_record_cannot_be_written_passes_the_commands_exit_on(
+        tmp_path: Path) -> None:
+    """The process record could not be written (a full disk; here a file-size limit): the
+    step says so in one line and exits with the command's own status, 3, not 2 (which a
+    launcher passing it on reports as another failure)."""
+    import resource
+    import subprocess
+
+    attempt = tmp_path / "attempt"
+    attempt.mkdir()
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))
+
+    done = subprocess.run([sys.executable, "-m", "auditor", "run", "--step", "policy", "--",
+                           "sh", "-c", "exit 3"], env=clean_env(AUDITOR_ATTEMPT_DIR=str(attempt)),
+                          capture_output=True, text=True, timeout=60, preexec_fn=limited,
+                          check=False)
+    assert done.returncode == 3, done.stderr
+    assert "the process record could not be written" in done.stderr
+    assert "the command's own exit, 3, is passed on" in done.stderr
+
+
 def test_a_step_outside_an_attempt_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--step", "policy", "--", "true"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
