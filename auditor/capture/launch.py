@@ -225,6 +225,14 @@ def unfinished_attempts(attempt: Attempt) -> list[dict[str, Any]]:
     return found
 
 
+def unlinked(descriptor: int) -> bool:
+    """Whether the file open as ``descriptor`` was removed meanwhile (no name left)."""
+    try:
+        return os.fstat(descriptor).st_nlink == 0
+    except OSError:
+        return False
+
+
 def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
                  state: Supervision, earlier: list[dict[str, Any]]) -> RunResult:
     directory = attempt.directory
@@ -254,9 +262,12 @@ def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
                                           f"not be written to this log ({state.lost_why})")
     finally:
         supervise.flush_notes(state, log_fd)
+        removed = unlinked(log_fd)
         os.close(log_fd)
     trial, document = _trial(spec, attempt, child_env, started_ns, finished_ns, child_exit,
                              child_pid, received, trial_path)
+    if removed:  # (written to the end, under no name: its lines are gone, and it says so)
+        document["log_removed"] = True
     kept = keep_worker_logs(directory, hostname(), spec.command, state.seen, child_env)
     document["worker_logs"] = {"kept": kept.files, "notes": kept.notes}
     if state.lost:  # (the log could not take it all: said, the command never ended for it)

@@ -35,6 +35,7 @@ from auditor.capture.launch import (
     RunRefused,
     await_own_signal,
     launch_and_wait,
+    unlinked,
 )
 from auditor.capture.processes import check_role, read_records, record_exit
 from auditor.capture.supervise import Supervision
@@ -147,6 +148,7 @@ def _run(spec: StepSpec, directory: Path, host: str, env: dict[str, str],
         await_own_signal(state, child_exit)
         supervise.flush_notes(state, log_fd)
     finally:
+        state.removed = unlinked(log_fd)
         os.close(log_fd)
     received = state.signals[0] if state.signals else None
     status = child_exit if child_exit is not None else 1
@@ -186,6 +188,7 @@ def _record(spec: StepSpec, directory: Path, host: str, env: dict[str, str],
                "killed_after_grace": state.killed_after_grace,
                **({"log_lost": {"bytes": state.lost, "error": state.lost_why}}
                   if state.lost else {}),
+               **({"output_removed": True} if state.removed else {}),
                "outlived": [{"pid": pid, "signal": sent}
                             for pid, sent in sorted(state.outlived.items())]})
 

@@ -210,6 +210,9 @@ class Supervision:
     full disk, a quota): dropped and counted, never the end of a healthy run (:func:`_put`)."""
     lost_why: str | None = None
     """Why the first of them was lost (``No space left on device``)."""
+    removed: bool = False
+    """Whether the file the output went to was removed while the command ran (its lines are
+    gone: the record says so)."""
     outlived: dict[int, str] = field(default_factory=dict)
     """Each descendant that outlived the command: pid -> the last signal it was sent."""
     guardian: subprocess.Popen[bytes] | None = None

@@ -675,3 +675,18 @@ def test_a_worker_log_that_cannot_be_copied_leaves_no_piece_and_the_record(
     assert trial["worker_logs"]["kept"] == []
     assert "not kept as worker-logs/" in trial["worker_logs"]["notes"][0]
     assert not list((attempt_of(tmp_path, "5304") / "worker-logs").glob("*"))
+
+
+def test_a_log_removed_while_the_command_ran_is_said(tmp_path: Path) -> None:
+    """The training log removed mid-run: its lines are gone, and the trial record says so
+    (it said only that the terminal event was missing)."""
+    script = 'rm -f "$AUDITOR_ATTEMPT_DIR"/training-*.log; echo "step:1 - training/global_step:1"'
+    assert main([*run_args(tmp_path, "5305", "--dispatch", "TOTAL_TRAINING_STEPS=1", "--"),
+                 "sh", "-c", script]) == 0
+    assert _trial(tmp_path, "5305")["log_removed"] is True
+    assert "log_removed" not in _trial_of_a_clean_run(tmp_path)
+
+
+def _trial_of_a_clean_run(tmp_path: Path) -> dict[str, Any]:
+    assert main([*run_args(tmp_path, "5306", "--"), "true"]) == 0
+    return _trial(tmp_path, "5306")
