@@ -7,6 +7,7 @@ audit, or ``seal``) never sees half a record, and a crash leaves the old one or 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import re
@@ -46,9 +47,19 @@ TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>[0-9]+)$")
 mid-write leaves, and the next seal or run removes."""
 
 
+def own_folder(folder: Path) -> Path:
+    """``folder``, made if missing, refused if it is a link: a link put where the kit writes
+    (``processes``, ``worker-logs``, ...) would lead its files out of the attempt, where it
+    writes only where it is told (docs/security.md)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if folder.is_symlink():
+        raise OSError(errno.ELOOP, "a link where the kit writes; not followed", str(folder))
+    return folder
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (temporary file, fsync, rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    own_folder(path.parent)
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
                          0o644)  # (a link in the temporary's place is refused, not followed)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from auditor.capture import supervise
-from auditor.capture._files import ATTEMPT_DIR_VARIABLE, hostname
+from auditor.capture._files import ATTEMPT_DIR_VARIABLE, hostname, own_folder
 from auditor.capture.launch import (
     DEFAULT_DRAIN_S,
     DEFAULT_FLAG,
@@ -124,7 +124,7 @@ def run_step(spec: StepSpec, environ: Mapping[str, str] | None = None,
 
 def _run(spec: StepSpec, directory: Path, host: str, env: dict[str, str],
          state: Supervision) -> StepResult:
-    (directory / WORKER_LOG.directory).mkdir(exist_ok=True)
+    own_folder(directory / WORKER_LOG.directory)
     started_ns = time.time_ns()
     # the output file is named for the command's pid, known once it started: until then
     # it goes to a file of the wrapper's own pid, renamed (the command's output waits in

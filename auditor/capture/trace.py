@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from auditor._text import json_line
-from auditor.capture._files import attempt_dir_of, hostname, rank_of
+from auditor.capture._files import attempt_dir_of, hostname, own_folder, rank_of
 from auditor.capture.memory import Memory
 from auditor.model.kinds import ALLOCATOR_TRACE
 
@@ -57,7 +57,7 @@ class Trace:
         self.role = role
         self.memory = memory if memory is not None else Memory()
         self.path = trace_path(attempt_dir_of(attempt_dir), self.pid, self.host)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        own_folder(self.path.parent)
         self._fd: int | None = os.open(  # (never through a link put in its place)
             self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
         self._seq = 0

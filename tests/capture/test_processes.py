@@ -254,6 +254,21 @@ def test_a_step_whose_record_cannot_be_written_passes_the_commands_exit_on(
     assert "the command's own exit, 3, is passed on" in done.stderr
 
 
+@pytest.mark.parametrize("linked", ["worker-logs", "processes"])
+def test_a_step_never_writes_through_a_folder_that_is_a_link(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, linked: str) -> None:
+    """A link put in the place of ``processes`` or ``worker-logs`` (docs/security.md: a
+    group member who can write the study's folders) led the step's files out of the attempt:
+    refused, nothing written there."""
+    attempt, outside = tmp_path / "attempt", tmp_path / "outside"
+    attempt.mkdir()
+    outside.mkdir()
+    (attempt / linked).symlink_to(outside)
+    monkeypatch.setenv("AUDITOR_ATTEMPT_DIR", str(attempt))
+    assert main(["run", "--step", "policy", "--", "sh", "-c", "exit 3"]) in (2, 3)
+    assert list(outside.iterdir()) == []
+
+
 def test_a_step_outside_an_attempt_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--step", "policy", "--", "true"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
