@@ -235,6 +235,13 @@ def test_other_wordings_of_the_launchers_line_take_the_excuse_away(tmp_path: Pat
                                                                    said: bytes) -> None:
     """The contract's ``policy exited with code 143`` is one wording ("such as"): the others
     launchers print say the same, and the 143 stays unexcused."""
+    root = _said_before_the_shutdown(tmp_path, said)
+    assert verdicts(audit(root, tmp_path / "out"))[S.format(161)] == ("unresolved", "killed")
+
+
+def _said_before_the_shutdown(tmp_path: Path, said: bytes) -> Path:
+    """The coordinated study, its excused period's log given ``said`` just before the
+    controller's shutdown line."""
     root, _ = _coordinated(tmp_path)
     log = find(root, "*-s161-4gpu/attempt-*/training-*.log")
 
@@ -243,7 +250,7 @@ def test_other_wordings_of_the_launchers_line_take_the_excuse_away(tmp_path: Pat
         shutdown = next(i for i, line in enumerate(lines) if b"coordinated shutdown" in line)
         return b"".join([*lines[:shutdown], said + b"\n", *lines[shutdown:]])
     rewrite(root, log, insert)
-    assert verdicts(audit(root, tmp_path / "out"))[S.format(161)] == ("unresolved", "killed")
+    return root
 
 
 @pytest.mark.parametrize(("said", "expected"), [
@@ -256,15 +263,7 @@ def test_the_launchers_line_ends_the_shutdown_as_the_failure_it_names(
     """Contract v1.2 (as a process record says it): a shutdown another process's failure
     caused ends as that failure did, a crash ``unclean_exit`` caused by the failed child,
     a kill ``killed``; the controller's 143 is its knock-on."""
-    root, _ = _coordinated(tmp_path)
-    log = find(root, "*-s161-4gpu/attempt-*/training-*.log")
-
-    def insert(data: bytes) -> bytes:
-        lines = data.splitlines(keepends=True)
-        shutdown = next(i for i, line in enumerate(lines) if b"coordinated shutdown" in line)
-        return b"".join([*lines[:shutdown], said + b"\n", *lines[shutdown:]])
-    rewrite(root, log, insert)
-    audit(root, tmp_path / "out")
+    audit(_said_before_the_shutdown(tmp_path, said), tmp_path / "out")
     (period,) = [p for p in pq.read_table(tmp_path / "out" / "periods.parquet").to_pylist()
                  if p["subject"] == S.format(161)]
     assert (period["verdict"], period["reason"], period["cause"]) == ("unresolved", *expected)
