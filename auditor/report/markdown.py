@@ -188,7 +188,7 @@ def _headline(result: AuditResult, reasoning: Reasoning) -> str:
         count = sum(states.values())
         # (an element pending or running has not ended: its state is what the dump shows)
         ended = not any(e.state in UNFINISHED_STATES for e in elements)
-        if not elements:
+        if not count:  # (none, or only a range whose every task has a row of its own)
             sentence = f"No element of {arrays} has a scheduler record"
         elif len(states) == 1:
             state = next(iter(states))
