@@ -53,12 +53,15 @@ def record_exit(role: str, pid: int, exit_code: int | None, *, started_ns: int |
                 ended_ns: int | None = None, rank: int | None = None,
                 signal: str | None = None, received_signal: str | None = None,
                 host: str | None = None, attempt_dir: str | os.PathLike[str] | None = None,
-                extra: dict[str, Any] | None = None) -> Path:
-    """Write the process record of one ended process (atomically; never over another's)
-    and return its path. ``exit_code`` as a shell gives it (128 + N for signal N), or as
-    ``subprocess`` does (``-N``: killed by signal N, recorded as ``128 + N`` with ``signal``
-    set); ``signal``: the signal that ended it, when one did. The attempt directory defaults
-    to the one ``auditor run`` exported; the host to this node's name."""
+                extra: dict[str, Any] | None = None, provisional: bool = False) -> Path:
+    """Write the process record of one ended process (atomically; never over another's,
+    only over its own provisional one) and return its path. ``provisional``: written as the
+    process is told to end (``"provisional": true``, no exit yet), so a wrapper killed before
+    the end still leaves when it was told and by what. ``exit_code`` as a shell gives it
+    (128 + N for signal N), or as ``subprocess`` does (``-N``: killed by signal N, recorded
+    as ``128 + N`` with ``signal`` set); ``signal``: the signal that ended it, when one did.
+    The attempt directory defaults to the one ``auditor run`` exported; the host to this
+    node's name."""
     check_role(role)
     if exit_code is not None and exit_code < 0:
         signal = signal or signal_of(128 - exit_code)
@@ -68,7 +71,7 @@ def record_exit(role: str, pid: int, exit_code: int | None, *, started_ns: int |
     host = host or hostname()
     directory = attempt_dir_of(attempt_dir)
     path = directory / PROCESS_RECORD.path_for(host=host, role=role, pid=pid)
-    if os.path.lexists(path):
+    if os.path.lexists(path) and not _provisional(path):
         raise FileExistsError(f"{path}: this process's record is already written")
     document: dict[str, Any] = {
         "schema": SCHEMA, "role": role, "host": host, "pid": pid, "rank": rank,
@@ -79,8 +82,21 @@ def record_exit(role: str, pid: int, exit_code: int | None, *, started_ns: int |
     if (job := job_id()) is not None:  # (outside a job: absent, never a null the schema refuses)
         document["job_id"] = job
     document.update(extra or {})
+    if provisional:
+        document["provisional"] = True
     write_atomic(path, dumps(document))
     return path
+
+
+def _provisional(path: Path) -> bool:
+    """Whether the record at ``path`` is a provisional one (its own, to be replaced)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(descriptor, "rb") as handle:
+            document = json.loads(handle.read(1 << 20))
+    except (OSError, ValueError):
+        return False
+    return isinstance(document, dict) and document.get("provisional") is True
 
 
 def read_records(directory: Path) -> tuple[ProcessExit, ...]:

@@ -17,6 +17,7 @@ controller's status, as seed ``000``'s does, never requeues a finished run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -38,7 +39,7 @@ from auditor.capture.launch import (
     unlinked,
 )
 from auditor.capture.processes import check_role, read_records, record_exit
-from auditor.capture.supervise import Supervision
+from auditor.capture.supervise import GRACE_SIGNALS, Supervision
 from auditor.model import TrialRecord
 from auditor.model.kinds import WORKER_LOG
 from auditor.reason.exits import ExitClass, classify_exit
@@ -133,9 +134,27 @@ def _run(spec: StepSpec, directory: Path, host: str, env: dict[str, str],
     log_fd = os.open(early, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
                      | os.O_NOFOLLOW, 0o644)
     output = early
+    running: list[int] = []
+    told = [False]
+
+    def on_signal(signum: int, frame: object) -> None:
+        """The wrapper's own handling, and, the first time it is told to end while the
+        command runs, a provisional record: srun's cancellation SIGKILLs a wrapper still in
+        its grace (KillWait), and its process was then dropped without a word."""
+        state.on_signal(signum, frame)
+        if signum in GRACE_SIGNALS and running and not told[0]:
+            told[0] = True
+            with contextlib.suppress(OSError, ValueError):
+                record_exit(spec.role, running[0], None, started_ns=started_ns,
+                            rank=_rank(spec, env), received_signal=signal.Signals(signum).name,
+                            host=host, attempt_dir=directory, provisional=True)
+
+    for signum in TRAPPED:
+        signal.signal(signum, on_signal)
     try:
         def named(pid: int) -> None:
             nonlocal output
+            running.append(pid)
             output = directory / WORKER_LOG.path_for(host=host, role=spec.role, pid=pid)
             if not os.path.lexists(output):
                 os.rename(early, output)

@@ -12,6 +12,7 @@ the real command line. The multi-node form of the same runs on a real Slurm
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -267,6 +268,36 @@ def test_a_step_never_writes_through_a_folder_that_is_a_link(
     monkeypatch.setenv("AUDITOR_ATTEMPT_DIR", str(attempt))
     assert main(["run", "--step", "policy", "--", "sh", "-c", "exit 3"]) in (2, 3)
     assert list(outside.iterdir()) == []
+
+
+def test_a_step_killed_in_its_grace_leaves_when_it_was_told_to_end(tmp_path: Path) -> None:
+    """srun's cancellation of a step: SIGTERM, then SIGKILL after KillWait, shorter than the
+    wrapper's grace. The wrapper writes a provisional record as it is told to end (no exit
+    yet, the signal, the time), so a replica reaped after the controller's end is never
+    a process of unknown end; one that ends in its grace replaces it with its own."""
+    attempt = tmp_path / "attempt"
+    attempt.mkdir()
+    env = clean_env(AUDITOR_ATTEMPT_DIR=str(attempt))
+    step = start_auditor(["run", "--step", "rollout", "--", "sh", "-c",
+                          "trap '' TERM; echo up; sleep 30"], env)
+
+    def up() -> bool:
+        outputs = list((attempt / "worker-logs").glob("*-rollout-*.out"))
+        return bool(outputs) and "up" in outputs[0].read_text()
+
+    wait_for(up)
+    told = time.time_ns()
+    step.send_signal(signal.SIGTERM)
+    wait_for(lambda: any((attempt / "processes").glob("*.json")), 10)
+    step.kill()
+    step.communicate(timeout=30)
+    (record,) = (attempt / "processes").glob("*-rollout-*.json")
+    document = load(record)
+    assert (document["provisional"], document["exit_code"], document["received_signal"]) \
+        == (True, None, "SIGTERM")
+    assert told <= document["ended_ns"] <= time.time_ns()
+    with contextlib.suppress(ProcessLookupError):  # (the command, left: ours to end)
+        os.kill(int(record.stem.rsplit("-", 1)[1]), signal.SIGKILL)
 
 
 def test_a_step_outside_an_attempt_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
