@@ -27,9 +27,12 @@ another role exited non-zero before the controller did (``policy exited with cod
 
 from __future__ import annotations
 
+import contextlib
+import re
 import signal
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
 from auditor.model import Citation, ExitKind, ProcessExit, TrialRecord
 from auditor.model.kinds import WORKER_LOG
@@ -163,12 +166,16 @@ def _only_output(process: ProcessExit) -> bool:
 
 
 def unrecorded_steps(records: Sequence[ProcessExit], logs: Iterable[str],
-                     hosts: Collection[str]) -> tuple[ProcessExit, ...]:
+                     hosts: Collection[str], cancelled: Mapping[str, int] | None = None
+                     ) -> tuple[ProcessExit, ...]:
     """The processes ``auditor run --step`` started that left no record: a worker log of the
     step's name (``worker-logs/<host>-<role>-<pid>.out``: a role with a letter, a host among
     ``hosts`` when any are known) with no process record of that host and pid. Its wrapper
     was killed, or it still ran when the attempt was sealed: its end is unknown, so it may
-    have failed (a replica gone, seed 000's case, is never dropped silently)."""
+    have failed (a replica gone, seed 000's case, is never dropped silently), unless Slurm
+    says when it ended it: ``cancelled`` gives, by node, when the batch log's ``*** STEP
+    ... ON <node> CANCELLED AT ...`` line says its step was cancelled (srun's cancellation
+    SIGKILLs a wrapper still in its grace): that is its end (epoch seconds)."""
     recorded = {(p.host, p.pid) for p in records}
     found: dict[tuple[str, int], ProcessExit] = {}
     for path in sorted(logs):
@@ -177,10 +184,29 @@ def unrecorded_steps(records: Sequence[ProcessExit], logs: Iterable[str],
                 or (hosts and parts["host"] not in hosts):
             continue
         key = (parts["host"], int(parts["pid"]))
+        ended = (cancelled or {}).get(key[0])
         if key not in recorded:
-            found.setdefault(key, ProcessExit(parts["role"], key[1], None, "", path=path,
-                                              host=key[0]))
+            found.setdefault(key, ProcessExit(
+                parts["role"], key[1], None, "", path=path, host=key[0],
+                ended_ns=None if ended is None else ended * 1_000_000_000))
     return tuple(found.values())
+
+
+_STEP_CANCELLED = re.compile(r"\bON (\S+) CANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
+
+
+def steps_cancelled(lines: Iterable[str]) -> dict[str, int]:
+    """By node, when Slurm's ``*** STEP <job>.<n> ON <node> CANCELLED AT <time> ***`` lines
+    say its step was cancelled (the last such; epoch seconds, the time read as UTC, as the
+    contract captures)."""
+    found: dict[str, int] = {}
+    for line in lines:
+        match = _STEP_CANCELLED.search(line)
+        if match is not None:
+            with contextlib.suppress(ValueError):
+                found[match[1]] = int(datetime.fromisoformat(match[2]).replace(
+                    tzinfo=UTC).timestamp())
+    return found
 
 
 def _attributed(controller: ProcessExit, others: Iterable[ProcessExit]) -> ProcessExit | None:

@@ -42,6 +42,7 @@ from auditor.reason.exits import (
     ExitClass,
     attributed_in_log,
     classify_exit,
+    steps_cancelled,
     unrecorded_steps,
 )
 from auditor.reason.infrastructure import (
@@ -217,9 +218,11 @@ def _exit_class(trial: TrialRecord, attempt: AttemptEvidence, protocol: Protocol
     (contract v1.2)."""
     records = attempt.read.processes
     logs = [row.path for row in attempt.files if row.kind == WORKER_LOG.name]
+    cancelled = steps_cancelled(e.text for e in log.events
+                                if e.kind == "slurm_step_cancelled") if log else {}
     exit_class = classify_exit(trial, protocol.coordinated_shutdown_flag, (
         *records, *unrecorded_steps(records, logs, attempt.hosts()
-                                    | {p.host for p in records if p.host})))
+                                    | {p.host for p in records if p.host}, cancelled)))
     if log is None:
         return exit_class
     said = []

@@ -513,3 +513,26 @@ def test_a_steps_output_without_its_record_is_a_process_of_unknown_end() -> None
     trial = TrialRecord(path="t.json", env=((FLAG, "1"),), exit_code=0)
     said = classify_exit(trial, FLAG, (recorded, found))
     assert not said.clean and "left no process record, only its output" in said.detail
+
+
+def test_a_step_slurm_cancelled_after_the_controllers_end_was_reaped() -> None:
+    """On a real multi-node Slurm the launcher's reaping of a replica after the controller's
+    exit is srun's cancellation of its step, which SIGKILLs a wrapper still in its grace: no
+    record, but the batch log's ``*** STEP 2.1 ON n3 CANCELLED AT ... ***`` says when. After
+    the controller's end: reaped, the shutdown stays excused; before it: never excused."""
+    from datetime import UTC, datetime
+
+    from auditor.reason.exits import steps_cancelled, unrecorded_steps
+
+    end = int(datetime(2026, 12, 7, 9, 11, 47, tzinfo=UTC).timestamp())
+    controller = ProcessExit("controller", 7, 143, "", path="a/processes/n1-controller-7.json",
+                             host="n1", ended_ns=end * 10**9 - 5)
+    trial = TrialRecord(path="t.json", env=((FLAG, "1"),), exit_code=0)
+    for at, excused in (("09:11:48", True), ("09:11:40", False)):
+        cancelled = steps_cancelled(
+            [f"slurmstepd-n3: error: *** STEP 2.1 ON n3 CANCELLED AT 2026-12-07T{at} ***"])
+        (rollout,) = unrecorded_steps([controller], ["a/worker-logs/n3-rollout-9.out"],
+                                      {"n1", "n3"}, cancelled)
+        assert classify_exit(trial, FLAG, (controller, rollout)).clean is excused, at
+    (vanished,) = unrecorded_steps([controller], ["a/worker-logs/n3-rollout-9.out"], {"n3"})
+    assert not classify_exit(trial, FLAG, (controller, vanished)).clean
