@@ -11,8 +11,9 @@ The sources are the audit's (``terminal_event.sources`` of ``ROOT/protocol.json`
 is one, else all): the training log, the worker logs under ``worker-logs/``, the records
 under ``metrics/`` (where the protocol has JSON predicates), and the allocator traces'
 terminal records (``Trace.terminal``); the matcher is the audit's, under the protocol's
-``terminal_event`` (a preset, patterns, veto, marker, predicates) when it gives one.
-Imported only at the command's end: the kit's own start stays light.
+``terminal_event`` (a preset, patterns, veto, marker, predicates) when it gives one, the
+protocol read by the audit's own reader. Imported only at the command's end (and at its start
+for the protocol's shutdown flag): a training process's import of the kit stays light.
 """
 
 from __future__ import annotations
@@ -22,24 +23,19 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from auditor.collect.metrics import read_metrics
-from auditor.collect.terminal import SpecError, from_document
+from auditor.collect.terminal import SpecError, resolve
 from auditor.collect.training_log import scan_training_log
-from auditor.model import LogEvent, TrainingLogScan
+from auditor.model import DEFAULT_PROTOCOL, LogEvent, Protocol, TrainingLogScan
 from auditor.model.kinds import (
     ALLOCATOR_TRACE,
     METRICS_LOG,
-    TERMINAL_SOURCES,
     TRACE_SOURCE,
     TRAINING_LOG,
     WORKER_LOG,
 )
 from auditor.model.presets import TerminalSpec
-
-STEPS_FROM = "TOTAL_TRAINING_STEPS"
-PROTOCOL_LIMIT = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,31 +57,10 @@ class TerminalCheck:
         return f"ValueError: Successful exit lacks the exact {self.steps}-step terminal event"
 
 
-def _document(root: Path | None) -> dict[str, Any]:
-    """``ROOT/protocol.json`` (empty when absent or unreadable: the defaults then apply, as
-    in the audit)."""
-    if root is None:
-        return {}
-    try:
-        with open(root / "protocol.json", "rb") as handle:
-            document = json.loads(handle.read(PROTOCOL_LIMIT))
-    except (OSError, ValueError):
-        return {}
-    return document if isinstance(document, dict) else {}
-
-
-def _protocol(root: Path | None) -> dict[str, Any]:
-    """The protocol's ``terminal_event`` and ``steps_from``."""
-    event = _document(root).get("terminal_event")
-    return event if isinstance(event, dict) else {}
-
-
-def shutdown_flag(root: Path | None) -> str | None:
-    """The flag ``ROOT/protocol.json`` names as its ``coordinated_shutdown_flag``, read by
-    the audit's own reader (a file it cannot use gives its default, as the audit's does; an
-    empty name is a flag never on); None without the file: the audit classifies the
-    controller's 143 by it, so the run must too."""
-    from auditor.collect.protocol import read_protocol
+def _protocol(root: Path | None) -> Protocol | None:
+    """``ROOT/protocol.json`` read by the audit's own reader (a file it cannot use gives its
+    defaults, as the audit's does); None without a root or the file."""
+    from auditor.collect.protocol import PROTOCOL_LIMIT, read_protocol
 
     if root is None:
         return None
@@ -94,23 +69,39 @@ def shutdown_flag(root: Path | None) -> str | None:
             data = handle.read(PROTOCOL_LIMIT + 1)
     except OSError:
         return None
-    return read_protocol(io.BytesIO(data), "protocol.json").coordinated_shutdown_flag
+    return read_protocol(io.BytesIO(data), "protocol.json")
+
+
+def shutdown_flag(root: Path | None) -> str | None:
+    """The flag the protocol names as its ``coordinated_shutdown_flag`` (an empty name is a
+    flag never on); None without the file: the audit classifies the controller's 143 by
+    it, so the run must too."""
+    protocol = _protocol(root)
+    return None if protocol is None else protocol.coordinated_shutdown_flag
+
+
+def _matcher(protocol: Protocol) -> TerminalSpec | None:
+    """The protocol's terminal-event matcher, as the audit's scan takes it: its v1.2 spec,
+    else its v1 pattern when that compiles; None (the default) otherwise."""
+    if protocol.terminal is not None or protocol.terminal_pattern is None:
+        return protocol.terminal
+    try:
+        return resolve(None, patterns=(protocol.terminal_pattern,))
+    except SpecError:
+        return None
 
 
 def check_terminal(directory: Path, log: Path, dispatch: dict[str, str],
                    root: Path | None) -> TerminalCheck:
     """Look for the terminal event of the dispatched steps in the attempt ``directory``."""
-    event = _protocol(root)
-    given_from = event.get("steps_from")
-    steps_from = given_from if isinstance(given_from, str) else STEPS_FROM
+    protocol = _protocol(root) or DEFAULT_PROTOCOL
+    steps_from = protocol.steps_from
     value = (dispatch.get(steps_from) or os.environ.get(steps_from) or "").strip().strip('"')
     if not value.isdigit():
         return TerminalCheck(None, None)
     steps = int(value)
-    pattern = _spec(event)
-    given = event.get("sources")
-    sources = tuple(s for s in given if s in TERMINAL_SOURCES) if isinstance(given, list) \
-        else TERMINAL_SOURCES
+    pattern = _matcher(protocol)
+    sources = protocol.terminal_sources
     logs: list[Path] = [log] if TRAINING_LOG.name in sources else []
     if WORKER_LOG.name in sources:
         logs += sorted(path for path in (directory / WORKER_LOG.directory).glob("*")
@@ -143,16 +134,6 @@ def _shown(path: Path, directory: Path) -> str:
         return path.relative_to(directory).as_posix()
     except ValueError:
         return path.name
-
-
-def _spec(event: dict[str, Any]) -> TerminalSpec | None:
-    """The matcher the protocol's ``terminal_event`` gives (contract v1.2), as the audit
-    reads it; None (the default) when it gives none or one that cannot work (the audit
-    reports that protocol, and applies the default too)."""
-    try:
-        return from_document(event)
-    except SpecError:
-        return None
 
 
 def _in_log(path: Path, steps: int, terminal: TerminalSpec | None) -> LogEvent | None:

@@ -690,3 +690,16 @@ def test_a_log_removed_while_the_command_ran_is_said(tmp_path: Path) -> None:
 def _trial_of_a_clean_run(tmp_path: Path) -> dict[str, Any]:
     assert main([*run_args(tmp_path, "5306", "--"), "true"]) == 0
     return _trial(tmp_path, "5306")
+
+
+def test_the_launchers_check_reads_the_protocol_as_the_audit_does(tmp_path: Path) -> None:
+    """A protocol the audit cannot use (a byte-order mark: the audit's reader refuses it and
+    applies its defaults) gives the kit's check the defaults too: verl's line is the end,
+    not the unusable file's torchtitan matcher (its own json.loads took the file)."""
+    (tmp_path / "protocol.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(
+        {"schema": "run-evidence/protocol/v1",
+         "terminal_event": {"preset": "torchtitan"}}).encode())
+    assert main([*run_args(tmp_path, "5307", "--dispatch", "TOTAL_TRAINING_STEPS=1", "--"),
+                 "sh", "-c", "echo 'step:1 - training/global_step:1'"]) == 0
+    trial = _trial(tmp_path, "5307")
+    assert (trial["status"], trial["terminal_event"]) == ("completed", "training-5307.log:2")
