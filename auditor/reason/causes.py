@@ -295,10 +295,10 @@ def _sources(trial: TrialRecord | None, exit_class: ExitClass | None, element: S
     # (an exception whose own line names its failure is that failure: "RuntimeError: NCCL
     # communicator was aborted ... Watchdog caught collective operation timeout" is NCCL's,
     # a SignalException's line its signal's, as received)
-    named = {(path, event.line) for path, event, _ in merged
-             if event.kind != "exception" and event_cause(event) is not None}
-    for path, event, order in merged:
-        word = event_cause(event)
+    words = [event_cause(event) for _, event, _ in merged]
+    named = {(path, event.line) for (path, event, _), word in zip(merged, words, strict=True)
+             if event.kind != "exception" and word is not None}
+    for (path, event, order), word in zip(merged, words, strict=True):
         if word is None or (event.kind == "exception" and word in (C.SIGNAL, C.PYTHON_EXCEPTION)
                             and (path, event.line) in named):
             continue
