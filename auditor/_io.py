@@ -196,11 +196,20 @@ def sha256_file(path: str) -> FileDigest:
         return reader.digest()
 
 
-def regular_bytes(path: Path | str, read: bool = True, limit: int = -1) -> bytes:
-    """The bytes of the regular file ``path`` (links followed; none unless ``read``; at most
-    ``limit``, -1 for all); anything else is an ``OSError`` saying what it is: a FIFO put in
-    its place would block the read for ever, a device never end it."""
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # (a FIFO: opened, not waited)
+def regular_bytes(path: Path | str, read: bool = True, limit: int = -1,
+                  follow: bool = True) -> bytes:
+    """The bytes of the regular file ``path`` (none unless ``read``; at most ``limit``, -1
+    for all); anything else is an ``OSError`` saying what it is: a FIFO put in its place
+    would block the read for ever, a device never end it. ``follow``: a link in the file's
+    place is followed; else refused (an audit's own outputs, which are never links: one
+    would be read where it leads)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
+    try:
+        descriptor = os.open(path, flags)  # (a FIFO: opened, not waited)
+    except OSError as error:
+        if error.errno == errno.ELOOP and not follow:
+            raise OSError(errno.ELOOP, "a link in its place; not read", str(path)) from None
+        raise
     try:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", str(path))

@@ -48,7 +48,7 @@ def _gate(args: argparse.Namespace) -> int:
 
     path = args.out / "summary.json"
     try:
-        data = regular_bytes(path)  # (a FIFO in its place: refused, never waited on)
+        data = regular_bytes(path, follow=False)  # (a FIFO or link: refused, never waited on)
     except FileNotFoundError:
         raise UsageError(f"{path}: not found; is {args.out} an audit output?") from None
     except OSError as error:

@@ -181,8 +181,8 @@ def _check_pinned(out: Path, path: Path) -> bytes:
     if not out.is_dir():
         raise UsageError(f"rerun: {out}: not a directory (give an audit's --out)")
     try:
-        data = regular_bytes(path)
-        regular_bytes(out / MANIFEST, read=False)
+        data = regular_bytes(path, follow=False)
+        regular_bytes(out / MANIFEST, read=False, follow=False)
     except FileNotFoundError as error:
         raise UsageError(f"rerun: {error.filename}: not found; is {out} an audit "
                          "output?") from None

@@ -101,7 +101,7 @@ def _verified(out: Path, name: str | None) -> Audit:
     from auditor.report.output import MANIFEST, verify_outputs
 
     try:  # (verify would wait for ever on a FIFO put in the manifest's place)
-        regular_bytes(out / MANIFEST, read=False)
+        regular_bytes(out / MANIFEST, read=False, follow=False)
     except FileNotFoundError:
         pass  # (verify says so)
     except OSError as error:
@@ -114,9 +114,9 @@ def _verified(out: Path, name: str | None) -> Audit:
             f"{first.what} {first.group}/{first.path}); nothing was added (see 'auditor "
             f"verify {out}')")
     try:
-        data = regular_bytes(out / "summary.json")
+        data = regular_bytes(out / "summary.json", follow=False)
         summary = orjson.loads(data)
-        manifest = orjson.loads(regular_bytes(out / MANIFEST))
+        manifest = orjson.loads(regular_bytes(out / MANIFEST, follow=False))
     except (OSError, orjson.JSONDecodeError) as error:
         raise InputError(f"catalog: {out}: unreadable summary or manifest ({error})") from None
     problem = summary_problem(summary)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,7 +68,7 @@ def load(out: Path | str, inputs: bool = False) -> LoadedAudit:
     import pyarrow as pa
 
     out = Path(out)
-    manifest_bytes = _read(out / MANIFEST) if (out / MANIFEST).exists() else None
+    manifest_bytes = _read(out / MANIFEST) if os.path.lexists(out / MANIFEST) else None
     differences, _ = verify_outputs(out, inputs=inputs)
     if differences:
         first = differences[0]
@@ -94,7 +95,7 @@ def load(out: Path | str, inputs: bool = False) -> LoadedAudit:
 
 def _read(path: Path) -> bytes:
     try:
-        return regular_bytes(path)
+        return regular_bytes(path, follow=False)
     except OSError as error:
         raise VerifyError(f"{path}: cannot read ({error.strerror or error})") from None
 

@@ -110,7 +110,7 @@ def manifest_outputs(out: Path) -> dict[str, tuple[str, int]] | None:
     ``out`` holds no manifest this auditor wrote. Only the manifest's head is read: the
     outputs come before the (long) input lists."""
     try:
-        head = regular_bytes(out / MANIFEST, limit=MANIFEST_HEAD)  # (a FIFO is no manifest)
+        head = regular_bytes(out / MANIFEST, limit=MANIFEST_HEAD, follow=False)  # (nor a FIFO)
     except OSError:
         return None
     cut = head.find(b',\n  "raw_evidence": [')  # (the head, closed where the inputs start)
@@ -587,11 +587,12 @@ def verify_outputs(out: Path | str, inputs: bool = True,
         raise VerifyError(f"{out}: not a directory")
     try:
         if manifest is None:  # (a FIFO: never waited on)
-            manifest = orjson.loads(regular_bytes(manifest_path))
+            manifest = orjson.loads(regular_bytes(manifest_path, follow=False))
     except FileNotFoundError:
         raise VerifyError(f"{out}: no {MANIFEST}; is this an audit output directory?") from None
     except (OSError, orjson.JSONDecodeError) as error:
-        raise VerifyError(f"{manifest_path}: unreadable manifest ({error})") from None
+        said = error.strerror if isinstance(error, OSError) and error.strerror else error
+        raise VerifyError(f"{manifest_path}: unreadable manifest ({said})") from None
     if not isinstance(manifest, dict) or manifest.get("schema") != MANIFEST_SCHEMA:
         raise VerifyError(f"{manifest_path}: not an auditor output manifest")
     from auditor.schema import validate_document

@@ -51,3 +51,29 @@ def test_gate_does_not_wait_on_a_fifo_in_place_of_the_summary(
     assert time.monotonic() - started < WATCHDOG_S
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "summary.json" in err and "not a regular file" in err
+
+
+@pytest.mark.parametrize("name", ["output_manifest.json", "summary.json"])
+def test_an_output_of_its_own_linked_elsewhere_is_never_read_where_the_link_leads(
+        audit_out: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        name: str) -> None:
+    """The manifest (or the summary) moved out and linked back is refused by every reader
+    of an audit's outputs, as a table linked so is: the manifest pins the outputs, and one
+    read through a link pins nothing in the directory (it verified, loaded and was
+    catalogued before)."""
+    import auditor
+    from auditor.errors import VerifyError
+
+    out = tmp_path / "out"
+    shutil.copytree(audit_out, out)
+    (out / name).rename(tmp_path / name)
+    (out / name).symlink_to(tmp_path / name)
+    for command in (["verify", str(out)], ["gate", str(out)],
+                    ["catalog", str(out), "--into", str(tmp_path / "cat")]):
+        assert main(command) == (2 if name == "output_manifest.json" or command[0] != "verify"
+                                 else 1), command
+        said = "".join(capsys.readouterr())
+        assert name in said and "link" in said, (command, said)
+    assert not (tmp_path / "cat" / "catalog.json").exists()
+    with pytest.raises(VerifyError, match="link"):
+        auditor.load(out)
