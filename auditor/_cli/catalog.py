@@ -30,6 +30,10 @@ def add_parsers(commands: Any) -> None:
                          help="the catalogue directory (made when missing)")
     catalog.add_argument("--name", help="the study's name in the catalogue (default: "
                          "summary.json's study); tells apart two studies sharing a name")
+    catalog.add_argument("--replace", action="store_true",
+                         help="replace a study the catalogue holds under the same name from "
+                         "other inputs (an audit of the study after more evidence came); "
+                         "without it, that is refused")
 
     query = commands.add_parser(
         "query", help="run SQL (DuckDB) over a catalogue",
@@ -85,7 +89,7 @@ def _catalog(args: argparse.Namespace) -> int:
         import pyarrow.parquet  # noqa: F401
 
         from auditor.catalog.store import add_audits
-    for added in add_audits(list(args.outs), args.into, args.name):
+    for added in add_audits(list(args.outs), args.into, args.name, args.replace):
         what = "replaced" if added.replaced else "added"
         rows = ", ".join(f"{table} {count:,}" for table, count in added.rows.items())
         print(_inert(f"{what} {added.name} from {added.source} ({rows})"))

@@ -75,8 +75,12 @@ class Added:
     rows: dict[str, int]
 
 
-def add_audits(outs: list[Path], into: Path, name: str | None = None) -> list[Added]:
-    """Verify every audit of ``outs``, then add them all to the catalogue ``into``."""
+def add_audits(outs: list[Path], into: Path, name: str | None = None,
+               replace: bool = False) -> list[Added]:
+    """Verify every audit of ``outs``, then add them all to the catalogue ``into``.
+    ``replace``: a study the catalogue holds under the same name from other inputs (an
+    audit of the study since more evidence came: a capture made again) is replaced by the
+    new audit; else that is refused (two studies sharing a name)."""
     if name is not None and len(outs) != 1:
         raise UsageError("catalog: --name names one audit; give one OUT with it")
     audits = [_verified(out, name) for out in outs]
@@ -92,7 +96,8 @@ def add_audits(outs: list[Path], into: Path, name: str | None = None) -> list[Ad
     with _locked(into):
         entries = _read_catalog(into)
         for audit in audits:
-            _check_clash(audit, entries.get(audit.name), into)
+            if not replace:
+                _check_clash(audit, entries.get(audit.name), into)
         return _write(into, audits, entries)
 
 
@@ -213,7 +218,7 @@ def _check_clash(audit: Audit, entry: dict[str, Any] | None, into: Path) -> None
         raise UsageError(
             f"catalog: {into} already holds a study named {audit.name!r} (from "
             f"{entry.get('source')}) with other inputs than {audit.source}; give --name "
-            "to tell them apart")
+            "to tell them apart, or --replace where this audit supersedes it")
 
 
 @contextlib.contextmanager
@@ -428,8 +433,16 @@ def _write_studies(audit: Audit, folder: Path) -> int:
         **{f"{scope}_gpu_seconds": _number(accounting.get(f"{scope}_gpu_seconds"))
            for scope in SCOPES},
         "wasted_attempts": accounting.get("wasted_attempts"),
+        "allocation_records_unknown": accounting.get("allocation_records_unknown"),
+        "requeued_gpu_seconds": _number(accounting.get("requeued_gpu_seconds")),
+        "outside_array_gpu_seconds": _number(accounting.get("outside_array_gpu_seconds")),
+        "jobs_without_element": _strings(accounting.get("jobs_without_element")),
         "gate_passed": (summary.get("gate") or {}).get("passed"),
         "gate_allow_partial_passed": (summary.get("gate_allow_partial") or {}).get("passed"),
+        "gate_included_configurations": _strings(
+            (summary.get("gate") or {}).get("included_configurations")),
+        "gate_allow_partial_included_configurations": _strings(
+            (summary.get("gate_allow_partial") or {}).get("included_configurations")),
         "summary_sha256": audit.summary_sha256,
         "input_sha256": audit.input_sha256,
         "schema_version": SCHEMA_VERSION,
@@ -440,6 +453,14 @@ def _write_studies(audit: Audit, folder: Path) -> int:
     with open(folder / PART, "wb") as sink:
         pq.write_table(table, sink, compression="zstd")
     return 1
+
+
+def _strings(value: Any) -> list[str] | None:
+    """A list of strings as the summary gives it; None for anything else (an older
+    summary without the key)."""
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return value
+    return None
 
 
 def _number(value: Any) -> float | None:
@@ -463,8 +484,14 @@ def studies_schema() -> Any:
         *(pa.field(name, pa.int64()) for name in counts),
         *(pa.field(f"{scope}_gpu_seconds", pa.float64()) for scope in SCOPES),
         pa.field("wasted_attempts", pa.int64()),
+        pa.field("allocation_records_unknown", pa.int64()),
+        pa.field("requeued_gpu_seconds", pa.float64()),
+        pa.field("outside_array_gpu_seconds", pa.float64()),
+        pa.field("jobs_without_element", pa.list_(pa.string())),
         pa.field("gate_passed", pa.bool_()),
         pa.field("gate_allow_partial_passed", pa.bool_()),
+        pa.field("gate_included_configurations", pa.list_(pa.string())),
+        pa.field("gate_allow_partial_included_configurations", pa.list_(pa.string())),
         pa.field("summary_sha256", pa.string()),
         pa.field("input_sha256", pa.string()),
         pa.field("schema_version", pa.int64(), False),

@@ -200,6 +200,68 @@ def test_another_study_sharing_a_name_is_refused_unless_named(
                                                     ("beta", 16), ("gamma", 10)]
 
 
+def test_replace_puts_a_later_audit_of_a_study_in_place_of_the_earlier(
+        cat: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A study captured again (more evidence, a dump with its missing rows) is audited again
+    under its own name: ``--replace`` swaps it in, whole, rather than counting both."""
+    later = audited(hardware_study(tmp_path / "later", "alpha", 8900000,
+                                   [("gpu-node-90", "completed"), ("gpu-node-91", FAILING)]),
+                    tmp_path / "later-out")
+    capsys.readouterr()
+    assert main(["catalog", str(later), "--into", str(cat)]) == 2
+    assert "--replace" in capsys.readouterr().err
+    assert main(["catalog", str(later), "--into", str(cat), "--replace"]) == 0
+    assert capsys.readouterr().out.startswith(f"replaced alpha from {later}")
+    rows = query(cat, "SELECT study, count(*) AS n FROM periods GROUP BY study "
+                 "ORDER BY study", capsys)
+    assert [(r["study"], r["n"]) for r in rows] == [("alpha", 2), ("beta", 16), ("gamma", 10)]
+    entry = next(e for e in orjson.loads((cat / "catalog.json").read_bytes())["studies"]
+                 if e["name"] == "alpha")
+    assert entry["source"] == str(later)
+    summary = orjson.loads((later / "summary.json").read_bytes())
+    [study] = query(cat, "SELECT * FROM studies WHERE study = 'alpha'", capsys)
+    assert study["periods"] == 2 and study["summary_sha256"] == hashlib.sha256(
+        (later / "summary.json").read_bytes()).hexdigest()
+    assert study["gate_included_configurations"] == summary["gate"]["included_configurations"]
+
+
+def test_the_studies_table_keeps_what_qualifies_the_accounting(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A requeued run's GPU-seconds, the jobs without an element row, the records of unknown
+    length (the allocation's figure then a lower bound: the report's "at least") and the
+    gate's included configurations reach the catalogue as the summary says them."""
+    from tests.helpers import copy_example
+
+    study = copy_example(tmp_path)
+    dump = study / "accounting" / "sacct-raw.psv"
+    text = dump.read_text()
+    # (element 3's first run: a REQUEUED record of the -D dump, of unknown length)
+    row = next(line for line in text.splitlines() if line.startswith("5055845_3|"))
+    fields = row.split("|")
+    fields[3:8] = ["REQUEUED", "0:0", "Unknown", fields[5], ""]
+    dump.write_text(text.replace(row + "\n", "|".join(fields) + "\n" + row + "\n"))
+    out = tmp_path / "out"
+    main(["audit", str(study), "--out", str(out), "--quiet", "--no-plots"])
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    accounting = summary["accounting"]
+    assert accounting["allocation_records_unknown"] == 1
+    assert main(["catalog", str(out), "--into", str(tmp_path / "cat")]) == 0
+    [row_] = query(tmp_path / "cat", "SELECT * FROM studies", capsys)
+    for key in ("allocation_records_unknown", "requeued_gpu_seconds",
+                "outside_array_gpu_seconds", "jobs_without_element"):
+        assert row_[key] == accounting[key], key
+    assert row_["gate_included_configurations"] == summary["gate"]["included_configurations"]
+    assert row_["gate_allow_partial_included_configurations"] == \
+        summary["gate_allow_partial"]["included_configurations"]
+    scopes = query(tmp_path / "cat", "SELECT scope, gpu_seconds, at_least FROM gpu_seconds",
+                   capsys)
+    assert [(r["scope"], r["at_least"]) for r in scopes] == [
+        ("allocation", True), ("task", False), ("reservation", False), ("wasted", False),
+        ("unresolved", False)]
+    assert scopes[0]["gpu_seconds"] == accounting["allocation_gpu_seconds"]
+    assert "at least" in (out / "diagnostic.md").read_text()
+
+
 def test_two_studies_of_one_name_in_one_command_are_refused(
         outs: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     other = audited(hardware_study(tmp_path / "other", "beta", 8900000,
