@@ -78,6 +78,9 @@ class AttemptOutcome:
     finished_ns: int | None
     gpus: int | None
     allocation_gpus: int | None
+    """The GPUs its job's allocation held, as the scheduler's dump says (None where the dump
+    has no row for the job, or names no GPU: the reservation scope then counts the period's,
+    as the report says)."""
     counted: bool
     wasted: bool
     launcher_status: str | None

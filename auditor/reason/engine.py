@@ -617,7 +617,7 @@ def _judge_period(
             started_ns=trial.started_ns if trial else None,
             finished_ns=trial.finished_ns if trial else None,
             gpus=record.gpus,
-            allocation_gpus=element.gpus if element and element.gpus else record.gpus,
+            allocation_gpus=element.gpus if element and element.gpus else None,
             counted=i == counted_index, wasted=wasted,
             launcher_status=trial.status if trial else None,
         )
