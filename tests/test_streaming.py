@@ -293,6 +293,23 @@ def test_two_records_of_one_period_read_ahead_are_each_joined_with_their_own(
     assert "pair is " in (outs["2"] / "diagnostic.md").read_text()  # (the copy's mismatch)
 
 
+@pytest.mark.parametrize("fixture", ["kit", "24.11/kit"])
+def test_the_real_kit_study_read_by_workers_says_what_one_process_says(
+        tmp_path: Path, fixture: str) -> None:
+    """The kit's own study from a real Slurm (an attempt whose first trace's shape the fold
+    already kept, its next one new) read by the pool: once a KeyError (exit 3), the fold's
+    sharing of trace digests stopping at the first one already kept."""
+    study = Path(__file__).resolve().parents[1] / "fixtures" / "slurm" / fixture / "study"
+    root = tmp_path / "study"
+    shutil.copytree(study, root, symlinks=True)
+    outs = {}
+    for jobs in ("1", "2", "3"):
+        outs[jobs] = tmp_path / f"out-{jobs}"
+        assert main(["audit", str(root), "--out", str(outs[jobs]), "--quiet", "--no-plots",
+                     "--jobs", jobs]) in (0, 1)
+    assert _outputs(outs["1"]) == _outputs(outs["2"]) == _outputs(outs["3"])
+
+
 def test_what_the_pool_shares_reaches_each_worker_once(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """``map_shared`` sends its shared object to each worker once (each worker unpickles

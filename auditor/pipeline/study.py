@@ -23,6 +23,7 @@ from auditor._text import clip
 from auditor.model import (
     TIMELINE_PERIODS,
     AttemptRead,
+    AttemptSummary,
     AuditOptions,
     AuditResult,
     Citation,
@@ -341,11 +342,20 @@ def _shared(period: PeriodSummary, digests: dict[TraceDigest, TraceDigest]
             ) -> PeriodSummary:
     """``period`` with each of its traces' digests ``digests``' one alike (each kept there
     when it is the first of its kind)."""
-    attempts = tuple(attempt if all(digests.setdefault(d, d) is d for d in attempt.traces)
-                     else replace(attempt, traces=tuple(digests[d] for d in attempt.traces))
-                     for attempt in period.attempts)
+    attempts = tuple(_shared_traces(attempt, digests) for attempt in period.attempts)
     changed = any(a is not b for a, b in zip(attempts, period.attempts, strict=True))
     return replace(period, attempts=attempts) if changed else period
+
+
+def _shared_traces(attempt: AttemptSummary, digests: dict[TraceDigest, TraceDigest]
+                   ) -> AttemptSummary:
+    """``attempt`` with its traces' digests ``digests``' own (each trace looked up, or kept
+    there, in turn: never stopping at the first already kept, which left those after it
+    unkept and their lookup failing)."""
+    shared = tuple(digests.setdefault(d, d) for d in attempt.traces)
+    if all(a is b for a, b in zip(shared, attempt.traces, strict=True)):
+        return attempt
+    return replace(attempt, traces=shared)
 
 
 def apply_limits(findings: Sequence[Finding] | Callable[[], Iterable[Finding]],
