@@ -186,7 +186,7 @@ def test_merge_refuses_shards_that_listed_the_study_apart_or_a_unit_out_of_its_p
         root / "pairs/zzz-moved/period-2.json")
     second = _shards(root, tmp_path / "late", 2)[1]
     err = _refused(capsys, "merge", str(first), str(second), "--out", str(tmp_path / "m"))
-    assert "listed the study's files differently" in err
+    assert "saw the study differently" in err
     assert not (tmp_path / "m").exists()
 
     parts = _shards(root, tmp_path / "parts", 2)
@@ -200,6 +200,36 @@ def test_merge_refuses_shards_that_listed_the_study_apart_or_a_unit_out_of_its_p
     _repin(parts[0], "part.jsonl")
     err = _refused(capsys, "merge", *map(str, parts), "--out", str(tmp_path / "m2"))
     assert "not the study's record at that place" in err
+
+
+@pytest.mark.parametrize("change", ["record", "file"])
+def test_merge_refuses_shards_that_saw_a_record_or_a_file_change_between_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], change: str) -> None:
+    """Each shard reads every period record and walks every attempt directory (which shard
+    hashes a directory's unlisted files follows from them). A record rewritten between the
+    shards (a requeued attempt sealed in between: its files listed now), or a file come into
+    an attempt directory, under the same listing of records: the merge was accepted, its
+    audit not the study's (the requeued attempt's files reported unlisted, one twice in
+    evidence.parquet; a new file never said). Refused now, naming both shards."""
+    root = copy_example(tmp_path)
+    record = sorted((root / "pairs").glob("*/period-*.json"))[1]  # (shard 2's)
+    sealed = record.read_bytes()
+    if change == "record":
+        document = json.loads(sealed)
+        document["evidence"] = document["evidence"][:-1]  # (before the seal listed it)
+        record.write_text(json.dumps(document, indent=2))
+    first = _shards(root, tmp_path / "early", 2)[0]
+    if change == "record":
+        record.write_bytes(sealed)
+    else:
+        attempt = sorted(root.glob("*-4gpu/attempt-*"))[0]
+        (attempt / "core.12345").write_bytes(b"core")
+    second = _shards(root, tmp_path / "late", 2)[1]
+    err = _refused(capsys, "merge", str(first), str(second), "--out", str(tmp_path / "m"))
+    assert "saw the study differently" in err and "shards 1 and 2" in err
+    assert not (tmp_path / "m").exists()
+    again = _shards(root, tmp_path / "again", 2)  # (audited again: merged)
+    assert main(["merge", *map(str, again), "--out", str(tmp_path / "m"), "--quiet"]) in (0, 1)
 
 
 def _unit_forged(part: Path, forge: Callable[[dict], None]) -> None:

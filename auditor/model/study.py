@@ -563,4 +563,8 @@ class CollectedParts:
     """How many period records the study holds (all shards together)."""
     shard: tuple[int, int] | None = None
     """(I, N) for shard I of N; None for the whole study."""
+    seen_sha256: str | None = None
+    """In a shard: what it saw of the whole study (every period record's digest, the files
+    walked below the attempt directories), as one SHA-256; the shards of one study must
+    have seen the same."""
 

@@ -13,6 +13,7 @@ keeping what the report needs.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections import Counter, deque
 from collections.abc import Callable, Container, Generator, Iterator, Sequence
@@ -144,8 +145,11 @@ class Auditor:
         # of the regular ones, were about 250 MB of this process at a million files, and
         # what they freed the heap kept through the reading.
         unnamed = layout.attempt_files.joined()
+        seen = _Seen(unnamed) if shard is not None else None
         yield Progress("periods", 0, len(period_tasks))
         for item in loaded:
+            if seen is not None:
+                seen.record(item)
             periods.append(replace(item, listed=(), not_regular=layout.attempt_files.strike(
                 unnamed, item.listed)))
             yield Progress("periods", len(periods), len(period_tasks))
@@ -158,6 +162,7 @@ class Auditor:
             execution_commits=commits, study_findings=tuple(findings),
             input_findings=tuple(input_findings), study_inputs=tuple(inputs),
             units=(), unlisted=(), periods_total=len(periods), shard=shard,
+            seen_sha256=seen.hexdigest() if seen is not None else None,
         )
         del sacct  # (the head holds it, then the fold's judge: not this frame too)
         folding = Fold(head, Mapped(periods, _record), self.options) \
@@ -349,6 +354,30 @@ def _unpacked(pending: deque[tuple[int, LoadedPeriod]], whole: dict[int, PeriodR
         yield index, record, loaded.known_regular()
 
 
+class _Seen:
+    """What a shard saw of the whole study, as one digest: every period record (its path
+    and bytes' digest) and the files walked below the attempt directories. The shards of
+    one study read it at different times; one that saw a record rewritten (a requeued
+    attempt sealed in between) or a file come would judge and assign the unlisted files
+    by another study than the others (a merge then counted a listed file as unlisted,
+    and one twice), so :func:`merge_parts` refuses parts that saw it differently."""
+
+    def __init__(self, walked: dict[str, str]) -> None:
+        self._hash = hashlib.sha256()
+        for directory in sorted(walked):
+            self._update(f"walked\0{directory}\0{walked[directory]}\n")
+
+    def record(self, item: LoadedPeriod) -> None:
+        digest = item.record_input.digest if item.record_input is not None else None
+        self._update(f"record\0{item.record.path}\0{digest.sha256 if digest else '-'}\n")
+
+    def _update(self, text: str) -> None:
+        self._hash.update(text.encode("utf-8", "surrogatepass"))
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
 def _places(layout: StudyLayout, unlisted: list[FileTask], blocked: list[FileOutcome]
             ) -> dict[str, int]:
     """Each unlisted file's place in the walk's order (what the unlisted rows are sorted
@@ -421,6 +450,11 @@ def merge_parts(parts: list[tuple[dict[str, Any], CollectedParts]]) -> Collected
             if meta.get(key) != first.get(key):
                 raise UsageError(f"merge: the parts are of different {what}: "
                                  f"{first.get(key)!r} and {meta.get(key)!r}")
+        if meta.get("seen_sha256") != first.get("seen_sha256"):
+            raise UsageError("merge: the shards saw the study differently (a period record "
+                             "or the files of an attempt directory changed between their "
+                             f"audits: shards {first['shard'][0]} and {meta['shard'][0]}); "
+                             "audit every shard again")
         if int(meta["shard"][1]) != count:
             raise UsageError(f"merge: the parts split the study in {count} and in "
                              f"{meta['shard'][1]} shards")
@@ -448,7 +482,7 @@ def merge_parts(parts: list[tuple[dict[str, Any], CollectedParts]]) -> Collected
                              "place: audit every shard again")
     return replace(base, units=tuple(units),
                    unlisted=tuple(item for _, part in parts for item in part.unlisted),
-                   shard=None)
+                   shard=None, seen_sha256=None)
 
 
 def run_audit(root: Path | str, options: AuditOptions | None = None) -> AuditResult:

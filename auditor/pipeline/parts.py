@@ -74,6 +74,7 @@ def part_meta(parts: CollectedParts, collection: dict[str, Any]) -> dict[str, An
         "periods": [unit.index for unit in parts.units],
         "protocol_sha256": parts.protocol.digest.sha256 if parts.protocol.digest else None,
         "inputs_sha256": dict(sorted(digests.items())),
+        "seen_sha256": parts.seen_sha256,
         "collection": collection,
     }
 
@@ -288,7 +289,7 @@ def _meta(path: Path, data: bytes) -> dict[str, Any]:
             or any(not 0 <= n < total or n % shard[1] != shard[0] - 1 for n in periods):
         raise InputError(f"merge: {path}: {META} lists periods that are not shard "
                          f"{shard[0]}/{shard[1]}'s of {total}")
-    for key in ("root", "protocol_sha256"):
+    for key in ("root", "protocol_sha256", "seen_sha256"):
         if not isinstance(meta.get(key), str | None):
             raise InputError(f"merge: {path}: {META} has no {key}")
     if not isinstance(meta.get("inputs_sha256"), dict) \
@@ -362,7 +363,8 @@ def _check_against_meta(path: Path, meta: dict[str, Any], parts: CollectedParts)
               ("periods_total", parts.periods_total, meta["periods_total"]),
               ("periods", [unit.index for unit in parts.units], meta["periods"]),
               ("protocol_sha256", protocol, meta["protocol_sha256"]),
-              ("inputs_sha256", dict(sorted(digests.items())), meta["inputs_sha256"]))
+              ("inputs_sha256", dict(sorted(digests.items())), meta["inputs_sha256"]),
+              ("seen_sha256", parts.seen_sha256, meta.get("seen_sha256")))
     for name, held, said in checks:
         if held != said:
             raise InputError(f"merge: {path}: {PART} and {META} disagree on {name}")
