@@ -501,6 +501,52 @@ def test_an_earlier_runs_own_record_judges_that_run(tmp_path: Path, earlier: str
     assert verdicts(summary)["host-qwen25-7b-gsm8k-c2-s162/period-1"] == expected
 
 
+@pytest.mark.parametrize(("state", "expected"), [
+    ("PREEMPTED", ("unresolved", "preempted")),
+    ("TIMEOUT", ("unresolved", "time_limit")),
+    ("CANCELLED", ("unresolved", "cancelled")),
+    # (a batch script requeues its own job: seed 000's, after the coordinated shutdown it
+    # read as a crash; that run finished, and the rerun is wasted)
+    ("REQUEUED", ("completed", "completed")),
+])
+def test_an_earlier_run_the_scheduler_ended_is_never_a_coordinated_shutdown(
+        tmp_path: Path, state: str, expected: tuple[str, str]) -> None:
+    """The first run's controller exited 143 with the shutdown flag set, its terminal line
+    printed, no signal received; its own sacct -D record says the scheduler ended it. That
+    143 was the scheduler's SIGTERM, as it would be for the job's last run: the period rests
+    on the failed rerun (it resolved on the first run, the rerun called wasted)."""
+    root = requeued_study(tmp_path / "study", with_d=True)
+
+    def coordinated(doc: Any) -> None:
+        pid = doc["processes"][0]["pid"]
+        doc["invocation"].update(exit_code=143, received_signal=None)
+        doc["env"]["COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS"] = "1"
+        doc["processes"] = [{"role": "controller", "pid": pid, "exit_code": 143},
+                            {"role": "policy", "pid": pid + 1, "exit_code": 0},
+                            {"role": "rollout", "pid": pid + 2, "exit_code": 0}]
+        doc["status"] = "failed"
+
+    edit_json(root, f"{DIR}/attempt-7000002/trial-7000002.json", coordinated)
+    edit_json(root, f"{DIR}/attempt-7000002-r1/trial-7000002.json",
+              lambda doc: doc["invocation"].update(exit_code=1))
+
+    def first_run(data: bytes) -> bytes:
+        lines = data.splitlines(keepends=True)
+        at = next(i for i, line in enumerate(lines) if line.startswith(b"7000000_1|"))
+        lines[at] = lines[at].replace(b"|REQUEUED|0:0|", f"|{state}|0:0|".encode(), 1)
+        return b"".join(lines)  # (-D lists the earlier record first)
+
+    rewrite(root, "accounting/sacct-raw.psv", first_run, update_manifest=False)
+    out = tmp_path / "out"
+    summary = audit(root, out)
+    first = pd.read_parquet(out / "attempts.parquet").set_index("attempt_dir").loc[
+        f"{DIR}/attempt-7000002"]
+    assert (first["outcome"], first["reason"]) == expected
+    subject = "host-qwen25-7b-gsm8k-c2-s162/period-1"
+    assert verdicts(summary)[subject] == (
+        ("resolved", "completed") if state == "REQUEUED" else ("unresolved", "unclean_exit"))
+
+
 def test_an_earlier_runs_record_judges_only_the_attempt_its_end_hit(tmp_path: Path) -> None:
     """One element runs two periods in one job; its first run completed period 1, then its
     node failed in period 2, which the rerun (``-r1``) completed. The first run's own

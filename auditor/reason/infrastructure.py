@@ -40,6 +40,10 @@ def scheduler_element(period: PeriodEvidence, job_id: str | None,
 
 HARDWARE_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY"})
 """States of a run's record (or of one of its steps) that say its node or its memory failed."""
+SCHEDULER_STATES = frozenset({"TIMEOUT", "DEADLINE", "PREEMPTED", "CANCELLED"})
+"""States of a run's record that say the scheduler ended it: an earlier run's as much as the
+latest's (none a success). ``REQUEUED`` is not one: a batch script requeues its own job, as
+seed 000's did after a coordinated shutdown it read as a crash (that run may have finished)."""
 
 
 RUN_END_SLACK_S = 60
@@ -59,8 +63,10 @@ def run_record(element: SacctJob, attempt: AttemptEvidence, period: PeriodEviden
     it as the latest record judges the job's last: the run's own earlier record (``sacct
     -D``) when the attempt is the last its run launched (``last_of_run``: an element runs
     several periods in one job), had not ended before the run did (:data:`RUN_END_SLACK_S`)
-    and that record says its node or its memory failed (on it or a step); else the job's
-    latest record, as for any earlier attempt (False)."""
+    and that record says its node or its memory failed (on it or a step) or the scheduler
+    ended it (:data:`SCHEDULER_STATES`: a run preempted, cancelled or timed out, whose 143
+    was never the coordinated shutdown); else the job's latest record, as for any earlier
+    attempt (False)."""
     if not last_of_run:
         return element, False
     own, _ = own_record(element, attempt, period)
@@ -70,7 +76,7 @@ def run_record(element: SacctJob, attempt: AttemptEvidence, period: PeriodEviden
             and finished < (own.end - RUN_END_SLACK_S) * NS:
         return element, False  # (it had ended before its run did: not what the run's end hit)
     if own is not None and own is not element and (
-            own.state in HARDWARE_STATES
+            own.state in HARDWARE_STATES | SCHEDULER_STATES
             or any(step.state in HARDWARE_STATES for step in own.steps)):
         return own, True
     return element, False
