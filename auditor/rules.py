@@ -322,7 +322,11 @@ _RULES: tuple[Rule, ...] = (
                 "before_end": "{subject}: the idle check was timed {seconds} s before the "
                               "last attempt ended: it shows nothing of what the run left",
                 "own_file": "{subject}: {host}'s own idle check ({path}) says passed={passed}"
-                            "{why}, where the period record says {said}"}),
+                            "{why}, where the period record says {said}",
+                "earlier_attempt": "{subject}: {host}'s own idle check after attempt "
+                                   "{attempt} ({path}) says passed={passed}{why}: that run "
+                                   "did not leave its GPUs idle (a later run's check is not "
+                                   "its own)"}),
     Rule("AUD119", "sacct-element-missing", "No scheduler record for the attempt",
          "The attempt's job id has no allocation row in the sacct dump (its step rows, if "
          "any, do not say how the allocation ended).",

@@ -547,6 +547,38 @@ def test_an_earlier_run_the_scheduler_ended_is_never_a_coordinated_shutdown(
         ("resolved", "completed") if state == "REQUEUED" else ("unresolved", "unclean_exit"))
 
 
+@pytest.mark.parametrize("passed", [False, True])
+def test_an_earlier_run_whose_own_idle_check_failed_is_never_the_one_counted(
+        tmp_path: Path, passed: bool) -> None:
+    """The first run completed and its node's own idle check (``idle/<host>.json``, listed
+    in its evidence) says it did not leave the GPUs idle; the record's ``idle_check`` is the
+    rerun's, which passed (``auditor seal`` puts a requeue's in place). The period rested on
+    the first run, the rerun called wasted; now the rerun, itself complete, is counted."""
+    import hashlib
+
+    root = requeued_study(tmp_path / "study", with_d=True)
+    trial = orjson.loads((root / DIR / "attempt-7000002/trial-7000002.json").read_bytes())
+    data = orjson.dumps({"host": "gpu-node-11", "passed": passed, "unavailable": None,
+                         "checked_ns": trial["invocation"]["finished_ns"] + 700_000_000})
+    (root / DIR / "attempt-7000002/idle").mkdir()
+    (root / DIR / "attempt-7000002/idle/gpu-node-11.json").write_bytes(data)
+    edit_record(next(p for p in period_records(root) if "s162" in str(p)),
+                lambda doc: doc["attempts"][0]["evidence"].append({
+                    "path": "idle/gpu-node-11.json", "kind": "idle_check",
+                    "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}))
+    out = tmp_path / "out"
+    summary = audit(root, out)
+    assert verdicts(summary)["host-qwen25-7b-gsm8k-c2-s162/period-1"] == (
+        "resolved", "completed")
+    rows = pd.read_parquet(out / "attempts.parquet").set_index("attempt_dir")
+    first, rerun = rows.loc[f"{DIR}/attempt-7000002"], rows.loc[f"{DIR}/attempt-7000002-r1"]
+    if passed:
+        assert first["counted"] and rerun["wasted"]
+    else:
+        assert (first["outcome"], first["reason"]) == ("unresolved", "idle_check_failed")
+        assert rerun["counted"] and not rerun["wasted"]
+
+
 def test_an_earlier_runs_record_judges_only_the_attempt_its_end_hit(tmp_path: Path) -> None:
     """One element runs two periods in one job; its first run completed period 1, then its
     node failed in period 2, which the rerun (``-r1``) completed. The first run's own

@@ -121,6 +121,8 @@ def judge_attempt(period: PeriodEvidence, attempt: AttemptEvidence,
     job_id = attempt.spec.job_id or (trial.job_id if trial else None)
     element = scheduler_element(period, job_id, context.collected)
     blockers = attempt_blockers(period, attempt, context)
+    if period.attempts and attempt is not period.attempts[-1]:
+        blockers.extend(_earlier_idle(period, attempt, context.protocol.idle_check == "optional"))
     if element is not None and element.state in UNFINISHED_STATES:
         sacct_path = context.collected.sacct.path if context.collected.sacct else ""
         blockers.insert(0, (Reason.ARRAY_PARTIAL, finding(
@@ -185,6 +187,28 @@ def attempt_blockers(period: PeriodEvidence, attempt: AttemptEvidence,
     blockers.extend((_blocks(item), item) for trace in attempt.read.traces
                     for item in trace.findings if _blocking(item, "validate"))
     return _dedupe(blockers)
+
+
+def _earlier_idle(period: PeriodEvidence, attempt: AttemptEvidence, optional: bool
+                  ) -> list[tuple[Reason, Finding]]:
+    """An earlier attempt's own idle-check files (``idle/<host>.json``) that say its run did
+    not leave the GPUs idle (or, under a required policy, that none could be made): that
+    attempt is then never the one the period counts. The period record's ``idle_check`` is
+    the period's end, its last attempt's (:mod:`auditor.validate.idle`), and ``auditor seal``
+    puts a requeue's in place of the earlier one's: a completed first run with a failed check
+    resolved on the rerun's passed one."""
+    found = []
+    for own in attempt.read.idle:
+        if own.passed is True or (own.passed is None and optional):
+            continue
+        word = "null" if own.passed is None else str(own.passed).lower()
+        found.append((Reason.IDLE_CHECK_FAILED, finding(
+            "AUD118", period.subject,
+            [Citation(own.path or "", pointer="/passed", quote=word)],
+            form="earlier_attempt", host=own.host, attempt=attempt.spec.index + 1,
+            path=own.path, passed=word,
+            why=f" ({own.unavailable})" if own.unavailable else "")))
+    return found
 
 
 def _blocking(item: Finding, stage: str) -> bool:
