@@ -12,11 +12,12 @@ import fcntl
 import os
 import re
 import socket
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from auditor._text import json_line, printable
 
@@ -45,6 +46,29 @@ def dumps(document: dict[str, Any]) -> bytes:
 TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>[0-9]+)$")
 """How :func:`write_atomic` names a temporary (``.NAME.tmp-PID``): what a writer killed
 mid-write leaves, and the next seal or run removes."""
+
+
+def open_regular(path: Path | str, follow: bool = False) -> BinaryIO:
+    """``path`` opened for reading as a regular file only: a FIFO a worker left in the
+    attempt is never waited on (``O_NONBLOCK``: the run would hang, holding its
+    allocation), a device never read for ever, a link not followed unless ``follow``;
+    anything but a regular file is an ``OSError``, which each reader takes as a file it
+    cannot use."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    descriptor = os.open(path, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+UNUSABLE_JSON = (ValueError, RecursionError)
+"""What the standard library's ``json.loads`` raises on a document it cannot use: malformed
+(``ValueError``), or nested deeper than the interpreter recurses (a hostile file: the run's
+record must still be written)."""
 
 
 def own_folder(folder: Path) -> Path:

@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from auditor.capture._files import UNUSABLE_JSON, open_regular
 from auditor.collect.metrics import read_metrics
 from auditor.collect.terminal import SpecError, resolve
 from auditor.collect.training_log import scan_training_log
@@ -65,7 +66,7 @@ def _protocol(root: Path | None) -> Protocol | None:
     if root is None:
         return None
     try:
-        with open(root / "protocol.json", "rb") as handle:
+        with open_regular(root / "protocol.json", follow=True) as handle:  # (nor a FIFO)
             data = handle.read(PROTOCOL_LIMIT + 1)
     except OSError:
         return None
@@ -139,7 +140,7 @@ def _shown(path: Path, directory: Path) -> str:
 def _in_log(path: Path, steps: int, terminal: TerminalSpec | None) -> LogEvent | None:
     """The terminal event in one log (None: none, or unreadable)."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             scan = scan_training_log(handle, path.name, steps, terminal=terminal)
     except OSError:
         return None
@@ -149,7 +150,7 @@ def _in_log(path: Path, steps: int, terminal: TerminalSpec | None) -> LogEvent |
 def _metrics(path: Path, steps: int, terminal: TerminalSpec) -> TrainingLogScan | None:
     """One metrics file read for the protocol's JSON predicates (None: unreadable)."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             return read_metrics(handle, f"{METRICS_LOG.directory}/{path.name}", terminal,
                                 steps)
     except OSError:
@@ -159,13 +160,13 @@ def _metrics(path: Path, steps: int, terminal: TerminalSpec) -> TrainingLogScan 
 def _in_trace(path: Path, steps: int) -> int | None:
     """The line of a rank's terminal record for ``steps`` in one allocator trace."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             for number, raw in enumerate(handle, 1):
                 if b'"terminal"' not in raw:
                     continue
                 try:
                     record = json.loads(raw)
-                except ValueError:
+                except UNUSABLE_JSON:
                     continue
                 if isinstance(record, dict) and record.get("kind") == "terminal" \
                         and record.get("step") == steps:

@@ -42,8 +42,10 @@ from auditor.capture._files import (
     GPUS_VARIABLE,
     JOB_ID_VARIABLE,
     SHUTDOWN_FLAG_VARIABLE,
+    UNUSABLE_JSON,
     dumps,
     hostname,
+    open_regular,
     pair_name_problem,
     remove_temporaries,
     write_atomic,
@@ -430,6 +432,10 @@ def _trial(spec: RunSpec, attempt: Attempt, env: Mapping[str, str], started_ns: 
     return trial, document
 
 
+DEVICE_LIMIT = 1 << 20
+"""The most of a device file read for its peak (the audit's own limit for the kind)."""
+
+
 def _peak_mib(directory: Path) -> int | None:
     """The highest ``peak_reserved_mib`` of the attempt's device files (None: none
     measured)."""
@@ -439,8 +445,9 @@ def _peak_mib(directory: Path) -> int | None:
     for path in sorted(path for path in (directory / DEVICE_EVIDENCE.directory).glob("*")
                        if DEVICE_EVIDENCE.loose_compiled.fullmatch(path.name)):
         try:
-            value = json.loads(path.read_bytes()).get("peak_reserved_mib")
-        except (OSError, ValueError, AttributeError):
+            with open_regular(path) as handle:  # (a FIFO left there: never waited on)
+                value = json.loads(handle.read(DEVICE_LIMIT)).get("peak_reserved_mib")
+        except (OSError, AttributeError, *UNUSABLE_JSON):
             continue
         if type(value) is int:
             peaks.append(value)

@@ -18,7 +18,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from auditor.capture._files import attempt_dir_of, dumps, hostname, job_id, write_atomic
+from auditor.capture._files import (
+    UNUSABLE_JSON,
+    attempt_dir_of,
+    dumps,
+    hostname,
+    job_id,
+    write_atomic,
+)
 from auditor.model import ProcessExit
 from auditor.model.kinds import PROCESS_RECORD
 
@@ -94,7 +101,7 @@ def _provisional(path: Path) -> bool:
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         with os.fdopen(descriptor, "rb") as handle:
             document = json.loads(handle.read(1 << 20))
-    except (OSError, ValueError):
+    except (OSError, *UNUSABLE_JSON):
         return False
     return isinstance(document, dict) and document.get("provisional") is True
 
@@ -116,7 +123,7 @@ def read_records(directory: Path) -> tuple[ProcessExit, ...]:
             descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
             with os.fdopen(descriptor, "rb") as handle:
                 document = json.loads(handle.read(RECORD_LIMIT + 1)[:RECORD_LIMIT])
-        except (OSError, ValueError):
+        except (OSError, *UNUSABLE_JSON):
             continue
         if isinstance(document, dict):
             found.append(_process(document, f"{PROCESS_RECORD.directory}/{name}"))

@@ -36,6 +36,7 @@ from auditor import __version__
 from auditor._text import printable
 from auditor.capture._files import (
     TEMPORARY,
+    UNUSABLE_JSON,
     LockError,
     dumps,
     hostname,
@@ -213,7 +214,7 @@ def _json(base: Path, relative: str) -> dict[str, Any] | None:
     try:
         with _regular(base, relative) as handle:
             document = json.loads(handle.read(MAX_JSON + 1))
-    except (OSError, ValueError):
+    except (OSError, *UNUSABLE_JSON):
         return None
     return document if isinstance(document, dict) else None
 
@@ -259,7 +260,7 @@ def _first_phase(base: Path, relative: str) -> list[dict[str, Any]]:
             for line in handle:
                 try:
                     record = json.loads(line)
-                except ValueError:
+                except UNUSABLE_JSON:
                     return []
                 if isinstance(record, dict) and "phase" in record:
                     return [record]

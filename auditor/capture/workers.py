@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from auditor.capture._files import own_folder
+from auditor.capture._files import open_regular, own_folder
 from auditor.model.kinds import WORKER_LOG
 
 _SESSION = re.compile(r"session_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_(?P<pid>\d+)")
@@ -123,7 +123,7 @@ def _copy(source: Path, directory: Path, relative: str, kept: Kept) -> None:
     made = False
     try:
         own_folder(target.parent)
-        with open(source, "rb") as reading:
+        with open_regular(source, follow=True) as reading:  # (a FIFO: never waited on)
             descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
                                  0o644)
             made = True

@@ -183,3 +183,44 @@ def test_the_echo_writes_to_a_descriptor_past_1023() -> None:
         os.close(read)
         os.close(write)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def _deep(path: Path, head: str = "", tail: str = "") -> None:
+    path.write_text(head + "[" * 100_000 + "]" * 100_000 + tail)
+
+
+HOSTILE = {
+    "process record nested past recursion": lambda a: _deep(
+        a / "processes" / "node1-policy-77.json"),
+    "device file nested past recursion": lambda a: _deep(
+        a / "device-evidence" / "worker-policy-0-77.json"),
+    "device file a FIFO": lambda a: os.mkfifo(a / "device-evidence" / "worker-policy-0-77.json"),
+    "trace a FIFO": lambda a: os.mkfifo(a / "allocator-traces" / "allocator-77.jsonl"),
+    "trace's terminal record nested past recursion": lambda a: _deep(
+        a / "allocator-traces" / "allocator-77.jsonl", '{"kind":"terminal","x":', "}\n"),
+    "protocol a FIFO": lambda a: os.mkfifo(a.parent.parent / "protocol.json"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_hostile_file_a_worker_left_never_costs_the_run_its_record(
+        tmp_path: Path, case: str) -> None:
+    """One file in the attempt (or the study's protocol) that the kit's readers at the
+    command's end cannot use: a JSON document nested past the interpreter's recursion ended
+    the run in an internal error (exit 3) without its trial record, and a FIFO blocked it
+    for ever (the allocation held until Slurm killed it). Each is now a file it cannot
+    use: the record is written and the run ends as its command did."""
+    from tests.capture.support import auditor
+
+    root = tmp_path / "root"
+    attempt = root / "p-4gpu" / "attempt-9001"
+    for folder in ("processes", "device-evidence", "allocator-traces"):
+        (attempt / folder).mkdir(parents=True)
+    HOSTILE[case](attempt)
+    done = auditor(["run", "--root", str(root), "--pair", "p", "--period", "1", "--gpus", "4",
+                    "--job-id", "9001", "--dispatch", "TOTAL_TRAINING_STEPS=5", "--", "sh",
+                    "-c", "echo hi"], timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+    assert json.loads((attempt / "trial-9001.json").read_bytes())["invocation"][
+        "exit_code"] == 0

@@ -429,3 +429,27 @@ def test_a_record_the_disk_cannot_take_is_named_in_the_one_line(tmp_path: Path) 
     assert done.returncode == 2, done.stderr
     assert f"pairs/{PAIR}/period-1.json" in done.stderr and done.stderr.count("\n") == 1
     assert not (tmp_path / "pairs" / PAIR / "period-1.json").exists()
+
+
+@pytest.mark.parametrize("which", ["trial", "device", "trace"])
+def test_a_file_nested_past_recursion_is_refused_or_skipped_never_a_crash(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], which: str) -> None:
+    """A JSON document nested past the interpreter's recursion in the attempt (a hostile or
+    broken worker's) ended the seal in an internal error (exit 3): the trial record is now
+    refused as unreadable in one line, and a worker's file gives no worker, as a malformed
+    one does (the audit names it)."""
+    attempt = _run(tmp_path)
+    capsys.readouterr()  # (the run's own lines)
+    deep = "[" * 100_000 + "]" * 100_000
+    if which == "trial":
+        (attempt / "trial-5001.json").write_text(deep)
+    elif which == "device":
+        next((attempt / "device-evidence").iterdir()).write_text(deep)
+    else:
+        next((attempt / "allocator-traces").iterdir()).write_text(deep + "\n")
+    code = _seal(tmp_path, _rel(tmp_path, attempt), "--commit", COMMIT, *META)
+    err = capsys.readouterr().err
+    assert code == (2 if which == "trial" else 0), err
+    assert "internal error" not in err and "Traceback" not in err
+    if which == "trial":
+        assert "trial-5001.json: not a readable JSON object" in err and err.count("\n") == 1
