@@ -144,6 +144,13 @@ _RULES: tuple[Rule, ...] = (
          "{path}: a link in a pair directory's place; not followed, so the period records it "
          "may hold are missing from this audit", E,
          gate=GatePolicy(3, True, "unsafe path: {message}")),
+    Rule("AUD025", "dir-unlistable", "A directory under pairs/ cannot be listed",
+         "A pair directory (or pairs/ itself) cannot be listed (no read or search "
+         "permission, an I/O error): the period records it may hold are missing from the "
+         "audit. The gate fails.",
+         "{path}: cannot be listed ({error}); the period records it may hold are missing "
+         "from this audit", E,
+         gate=GatePolicy(3, True, "unreadable: {message}")),
     Rule("AUD021", "sacct-states-unknown", "sacct dump says no element's state",
          "The dump was captured without JobID or State: whether an element is still pending "
          "or running cannot be known, so, as with no dump (AUD123), the gate fails unless "

@@ -43,7 +43,9 @@ def find_period_records(root: Path, regular: set[str] | None = None
     pairs = root / "pairs"
     if _is_real_dir_path(pairs):
         folders: list[str] = []
-        for rel in _walk(root, pairs, set() if regular is None else regular, folders):
+        unlistable: list[str] = []
+        for rel in _walk(root, pairs, set() if regular is None else regular, folders,
+                         unlistable):
             parts = rel.split("/")
             if len(parts) == 3 and period_number(parts[2]) is not None:
                 period_records.append(rel)
@@ -54,6 +56,9 @@ def find_period_records(root: Path, regular: set[str] | None = None
         period_records.extend(rel for rel in folders
                               if rel.count("/") == 2
                               and period_number(rel.rsplit("/", 1)[1]) is not None)
+        # a pair folder that cannot be listed holds period records the audit cannot see:
+        # named among the stray entries (AUD025), never silently missing
+        stray.extend(path[len(str(root)) + 1:].replace(os.sep, "/") for path in unlistable)
     return tuple(sorted(period_records, key=_natural_key)), tuple(stray)
 
 
@@ -113,22 +118,38 @@ def _is_real_dir_path(path: Path) -> bool:
         return False
 
 
-def _scandir_sorted(path: Path | str) -> list[os.DirEntry[str]]:
+def _scandir_sorted(path: Path | str, unlistable: list[str] | None = None
+                    ) -> list[os.DirEntry[str]]:
+    """The entries of the directory ``path``, by name; none where it cannot be listed
+    (its path then added to ``unlistable``, when given: what it holds is not silently
+    missing from the audit)."""
     try:
         with os.scandir(path) as entries:
             return sorted(entries, key=_name_of)
     except OSError:
+        if unlistable is not None:
+            unlistable.append(str(path))
         return []
 
 
-def _walk(root: Path, top: Path, regular: set[str], folders: list[str]) -> list[str]:
+def unlistable_reason(path: Path | str) -> str | None:
+    """Why the directory ``path`` cannot be listed (its error); None when it can."""
+    try:
+        with os.scandir(path):
+            return None
+    except OSError as error:
+        return error.strerror or str(error)
+
+
+def _walk(root: Path, top: Path, regular: set[str], folders: list[str],
+          unlistable: list[str] | None = None) -> list[str]:
     """Every non-directory entry below ``top`` (links not followed), root-relative, sorted;
     regular files are also added to ``regular``, and the directories entered (root-relative)
     to ``folders``."""
     top_rel = str(top)[len(str(root)) + 1:].replace(os.sep, "/")
     found: list[str] = []
     entered: list[str] = []
-    for below, entry in _below(str(top), entered):
+    for below, entry in _below(str(top), entered, unlistable):
         rel = f"{top_rel}/{below}"
         found.append(rel)
         if _is_regular(entry):
@@ -149,7 +170,7 @@ def _walk_below(top: str, rel_top: str, irregular: list[str]) -> list[str]:
     return sorted(found)
 
 
-def _below(top: str, folders: list[str] | None = None
+def _below(top: str, folders: list[str] | None = None, unlistable: list[str] | None = None
            ) -> Iterator[tuple[str, os.DirEntry[str]]]:
     """Every non-directory entry below the directory ``top`` (links not followed), with its
     path below it (POSIX); the directories entered, as their paths below it, go to
@@ -158,7 +179,7 @@ def _below(top: str, folders: list[str] | None = None
     stack = [top]
     while stack:
         current = stack.pop()
-        for entry in _scandir_sorted(current):
+        for entry in _scandir_sorted(current, unlistable):
             below = entry.path[prefix:].replace(os.sep, "/")
             if _is_real_dir(entry):
                 stack.append(entry.path)

@@ -24,7 +24,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from auditor.collect.attempt import hash_only, read_attempt
-from auditor.collect.discover import discover, find_period_records, sacct_path
+from auditor.collect.discover import (
+    discover,
+    find_period_records,
+    sacct_path,
+    unlistable_reason,
+)
 from auditor.collect.inputs import (
     LoadedPeriod,
     load_period_packed,
@@ -109,9 +114,12 @@ class Auditor:
         regular: set[str] = set()
         period_paths = find_period_records(root, regular)
         if not period_paths[0]:
+            hidden = next(((rel, why) for rel in period_paths[1]
+                           if (why := unlistable_reason(root / rel)) is not None), None)
             raise UsageError(
-                f"{self.root_arg}: no period records (pairs/<pair>/period-<n>.json) found; "
-                "is this a study root?"
+                f"{self.root_arg}: no period records (pairs/<pair>/period-<n>.json) found"
+                + (f" ({hidden[0]} cannot be listed: {hidden[1]})" if hidden
+                   else "; is this a study root?")
             )
         # The scheduler's dump and the period records are sent to the pool first: it
         # parses and reads them while this process walks the attempt directories.

@@ -125,6 +125,8 @@ def _integrity(result: AuditResult) -> dict[str, int]:
     integrity["unreadable"] += unreadable_records
     # a pair directory that is a link is an unsafe path too (never followed: AUD022)
     integrity["unsafe_paths"] += sum(1 for item in collected.findings if item.rule_id == "AUD022")
+    # and one that cannot be listed is unreadable (its records are missing: AUD025)
+    integrity["unreadable"] += sum(1 for item in collected.findings if item.rule_id == "AUD025")
     integrity["period_records"] = len(collected.periods)
     integrity["period_records_unreadable"] = unreadable_records
     return integrity

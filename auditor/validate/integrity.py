@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
+from auditor.collect.discover import unlistable_reason
 from auditor.collect.inputs import pair_link_hides_periods
 from auditor.collect.plan import evidence_row
 from auditor.model import (
@@ -133,7 +134,8 @@ def unlisted_rows(outcomes: Iterable[FileOutcome]) -> list[EvidenceFile]:
 
 def layout_findings(root: Path, layout: StudyLayout,
                     records: Iterable[PeriodRecord]) -> list[Finding]:
-    """What the study's layout shows: links in a pair directory's place (``AUD022``), files
+    """What the study's layout shows: links in a pair directory's place (``AUD022``), a
+    directory under ``pairs/`` that cannot be listed (``AUD025``), files
     under ``pairs/`` that are not period records (``AUD105``), attempt directories no
     period record (``records``) names (``AUD106``)."""
     findings: list[Finding] = []
@@ -141,6 +143,10 @@ def layout_findings(root: Path, layout: StudyLayout,
         if rel.count("/") == 1 and os.path.islink(root / rel) \
                 and pair_link_hides_periods(root, rel):
             findings.append(finding("AUD022", rel, [Citation(rel)]))
+            continue
+        if not os.path.islink(root / rel) and os.path.isdir(root / rel) \
+                and (error := unlistable_reason(root / rel)) is not None:
+            findings.append(finding("AUD025", rel, [Citation(rel)], error=error))
             continue
         findings.append(finding(
             "AUD105", rel, [Citation(rel)],

@@ -7,6 +7,7 @@ must fire none of the rules (except the informational ones its outcomes imply).
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from functools import partial
@@ -375,6 +376,14 @@ def _pair_dir_link(root: Path, tmp: Path) -> list[str]:
     pair = root / "pairs" / "host-qwen25-7b-gsm8k-c2-s161"
     shutil.move(pair, tmp / "moved-pair")
     pair.symlink_to(tmp / "moved-pair", target_is_directory=True)
+    return []
+
+
+@scenario("AUD025")
+def _pair_dir_unlistable(root: Path, tmp: Path) -> list[str]:
+    if os.geteuid() == 0:  # (root lists any folder; tests/validate/test_integrity.py runs it
+        pytest.skip("root lists any folder")  # without the capability that lets it)
+    (root / "pairs" / "host-qwen25-7b-gsm8k-c2-s161").chmod(0)
     return []
 
 

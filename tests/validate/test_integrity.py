@@ -6,7 +6,9 @@ import builtins
 import contextlib
 import hashlib
 import itertools
+import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -820,3 +822,53 @@ def test_a_home_inside_the_root_gets_no_matplotlib_cache(
     assert (tmp_path / "out" / "plots").is_dir()  # (drawn: matplotlib ran)
     assert snapshot(root) == before
 
+
+
+def _without_dac(argv: list[str]) -> list[str]:
+    """``argv`` run so that file permissions hold: as root, without the capabilities that
+    override them (``setpriv``); else as is."""
+    if os.geteuid() != 0:
+        return argv
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("root without setpriv reads any folder")
+    return [setpriv, "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search",
+            *argv]
+
+
+@pytest.mark.parametrize("pairs", ["one of several", "the only one"])
+def test_a_pair_folder_that_cannot_be_listed_is_named_never_silently_missing(
+        tmp_path: Path, pairs: str) -> None:
+    """Its period records were silently missing (the walk took an unlistable folder for an
+    empty one): the audit counted 16 periods and the --allow-partial gate passed; a study
+    whose one pair folder it was said "is this a study root?"."""
+    import subprocess
+    import sys
+
+    root = copy_example(tmp_path)
+    hidden = root / "pairs" / "host-qwen25-7b-math-c2-s161"
+    if pairs == "the only one":
+        for other in (root / "pairs").iterdir():
+            if other != hidden:
+                shutil.rmtree(other)
+    out = tmp_path / "out"
+    hidden.chmod(0)
+    try:
+        done = subprocess.run(_without_dac([
+            sys.executable, "-m", "auditor", "audit", str(root), "--out", str(out), "--quiet",
+            "--no-plots", "--jobs", "1"]), capture_output=True, text=True, timeout=300,
+            check=False)
+    finally:
+        hidden.chmod(0o755)
+    if pairs == "the only one":
+        assert done.returncode == 2
+        assert "pairs/host-qwen25-7b-math-c2-s161 cannot be listed" in done.stderr
+        return
+    assert done.returncode in (0, 1), done.stderr
+    summary = json.loads((out / "summary.json").read_bytes())
+    assert not summary["gate"]["passed"] and not summary["gate_allow_partial"]["passed"]
+    assert summary["integrity"]["unreadable"] == 1
+    findings = pd.read_parquet(out / "findings.parquet")
+    rows = findings[findings["rule_id"] == "AUD025"]
+    assert list(rows["path"]) == ["pairs/host-qwen25-7b-math-c2-s161"]
+    assert "cannot be listed" in rows["message"].iloc[0]
