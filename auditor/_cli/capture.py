@@ -158,6 +158,19 @@ def _run(args: argparse.Namespace) -> int:
         result = launch.run(spec, keep_trapped=_only_exiting())
     except launch.RunRefused as error:
         raise UsageError(f"run: {error}") from None
+    except launch.TrialLost as lost:
+        import json
+
+        from auditor._cli import _inert
+
+        # the record goes to the batch log, whole (ASCII: no control or bidi character
+        # reaches the terminal), and the run ends as its command did
+        print(_inert(f"auditor run: the trial record could not be written ({lost.path}: "
+                     f"{lost.error.strerror or lost.error}); the command's own exit, "
+                     f"{lost.status}, is passed on; the record follows, one line, to be "
+                     "saved as that file by hand"), file=sys.stderr)
+        print(json.dumps(lost.document), file=sys.stderr, flush=True)
+        return lost.status
     except OSError as error:  # (the log or the trial record could not be written)
         raise UsageError(f"run: {error.filename or attempt.directory}: "
                          f"{error.strerror or error} (the attempt's log or trial record could "

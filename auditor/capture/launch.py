@@ -81,6 +81,21 @@ class RunRefused(ValueError):
     """``auditor run`` cannot start as asked (no job id, an attempt already recorded)."""
 
 
+class TrialLost(Exception):
+    """The trial record could not be written once the command had ended (a full disk, say):
+    the error, the status the run exits with (the command's, as classified: a launcher
+    reading a 2 would requeue a finished run) and the record itself, for the caller to put
+    where it can still be read (the batch log)."""
+
+    def __init__(self, error: OSError, status: int, path: Path, document: dict[str, Any]
+                 ) -> None:
+        super().__init__(error)
+        self.error = error
+        self.status = status
+        self.path = path
+        self.document = document
+
+
 @dataclass(frozen=True, slots=True)
 class RunSpec:
     """What ``auditor run`` was asked to do."""
@@ -302,7 +317,10 @@ def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
                             for pid, sent in sorted(state.outlived.items())]
     document["process_records"] = len(records)
     document["unfinished_attempts"] = earlier
-    write_atomic(trial_path, dumps(document))
+    try:
+        write_atomic(trial_path, dumps(document))
+    except OSError as error:  # (the command's own end is still what the launcher sees)
+        raise TrialLost(error, status, trial_path, document) from None
     return RunResult(status, attempt, trial_path, log_path, child_exit, received, exit_class,
                      state.killed_after_grace, held, tuple(sorted(state.outlived)))
 

@@ -649,6 +649,32 @@ def test_a_log_that_cannot_take_the_output_never_ends_the_run(tmp_path: Path) ->
     assert trial["invocation"]["exit_code"] == 0
 
 
+def test_a_trial_record_the_disk_cannot_take_goes_to_the_batch_log_and_the_run_ends_as_its_command(
+        tmp_path: Path) -> None:
+    """A full disk as the run ends (here: a file-size limit the log's few bytes are under and
+    the record is over): the record was lost whole and the run exited 2, which a batch
+    script's retry reads as a failure (a finished run requeued). The record now goes to
+    stderr (the batch log), one JSON line, and the run exits as its command did."""
+    import resource
+    import subprocess
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # (EFBIG, as ENOSPC, not a signal)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 10, 1 << 10))
+
+    run = subprocess.run([sys.executable, "-m", "auditor", *run_args(tmp_path, "5305"), "--",
+                          "sh", "-c", "echo trained"], env=clean_env(), capture_output=True,
+                         text=True, timeout=120, preexec_fn=limited, check=False)
+    assert run.returncode == 0, run.stderr
+    said = run.stderr.splitlines()
+    at = next(i for i, line in enumerate(said) if "trial record could not be written" in line)
+    assert "the command's own exit, 0, is passed on" in said[at]
+    record = json.loads(said[at + 1])
+    assert record["schema"] == "run-evidence/trial/v1" and record["job_id"] == "5305"
+    assert record["invocation"]["exit_code"] == 0
+    assert not (attempt_of(tmp_path, "5305") / "trial-5305.json").exists()
+
+
 def test_a_worker_log_that_cannot_be_copied_leaves_no_piece_and_the_record(
         tmp_path: Path) -> None:
     """A Ray worker log larger than the attempt's disk takes (here: a file-size limit): the
