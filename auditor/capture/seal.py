@@ -273,6 +273,7 @@ def attempt_entry(spec: SealSpec) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the attempt as sealed, its trial record): refuses without exactly one readable trial
     record naming this pair, period and GPU count."""
     directory, relative = _attempt_dir(spec)
+    started = time.time_ns()  # (a file written from now on was written while it was sealed)
     files = _files(directory)
     trials = [name for name in files if kind_of(name) == TRIAL.name]
     if len(trials) != 1:
@@ -291,11 +292,36 @@ def attempt_entry(spec: SealSpec) -> tuple[dict[str, Any], dict[str, Any]]:
     for name in files:
         sha256, size = _hash(directory, name)
         evidence.append({"path": name, "kind": kind_of(name), "sha256": sha256, "size": size})
+    _settled(directory, files, evidence, started)
     restart = trial.get("restart_count")
     entry = {"job_id": trial["job_id"], "restart_count": restart if type(restart) is int else 0,
              "attempt_dir": relative, "workers": _workers(directory, files),
              "evidence": evidence}
     return entry, trial
+
+
+def _settled(directory: Path, files: list[str], evidence: list[dict[str, Any]],
+             started: int) -> None:
+    """Refuse a seal of an attempt still being written: once every file is hashed, each is
+    looked at again, and one come, gone, grown or written since the seal began is named
+    (a straggler appending to a worker log pinned a moving target, and the period could
+    never be sealed again once it stopped)."""
+    now = _files(directory)
+    if now != files:
+        came = sorted(set(now) - set(files)) or sorted(set(files) - set(now))
+        raise SealRefused(f"{printable(str(directory / came[0]))}: came or went while the "
+                          "attempt was sealed; seal once the attempt's files are written")
+    for entry in evidence:
+        path = directory / entry["path"]
+        try:
+            info = os.lstat(path)
+        except OSError as error:
+            raise SealRefused(f"{printable(str(path))}: cannot be looked at again "
+                              f"({error.strerror}); not sealed") from None
+        if info.st_size != entry["size"] or info.st_mtime_ns >= started:
+            raise SealRefused(f"{printable(str(path))}: written to while the attempt was "
+                              "sealed (is a process still writing it?); seal once the "
+                              "attempt's files are written")
 
 
 def _period_fields(spec: SealSpec, trial: dict[str, Any]) -> dict[str, Any]:

@@ -324,6 +324,46 @@ def test_a_file_changing_as_it_is_hashed_or_a_record_place_taken_is_refused(
         record.unlink()
 
 
+@pytest.mark.parametrize("change", ["appended", "added"])
+def test_a_file_written_after_it_was_hashed_while_the_seal_ran_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch, change: str) -> None:
+    """A straggler still writing the attempt: a file appended to (or one come) once it was
+    hashed, while the seal hashed the others, was pinned as it was, the record then never
+    to be sealed again (differently) once the writer stopped; refused now, naming it."""
+    import auditor.capture.seal as sealing
+
+    attempt = _run(tmp_path)
+    early = attempt / "aaa-straggler.out"
+    early.write_text("first line\n")
+    (attempt / "zzz.log").write_text("last file hashed\n")
+    made = hashlib.sha256
+
+    class Writing:
+        def __init__(self) -> None:
+            self.inner = made()
+
+        def update(self, chunk: bytes) -> None:
+            if chunk.startswith(b"last file hashed"):  # (the straggler goes on meanwhile)
+                if change == "appended":
+                    with open(early, "a") as handle:
+                        handle.write("more\n")
+                else:
+                    (attempt / "core.1234").write_bytes(b"core")
+            self.inner.update(chunk)
+
+        def hexdigest(self) -> str:
+            return self.inner.hexdigest()
+    monkeypatch.setattr(sealing.hashlib, "sha256", Writing)
+    assert _seal(tmp_path, _rel(tmp_path, attempt), "--commit", COMMIT, *META) == 2
+    err = capsys.readouterr().err
+    assert ("aaa-straggler.out: written to while the attempt was sealed" in err
+            if change == "appended" else "core.1234: came or went" in err), err
+    assert not (tmp_path / "pairs" / PAIR / "period-1.json").exists()
+    monkeypatch.undo()
+    assert _seal(tmp_path, _rel(tmp_path, attempt), "--commit", COMMIT, *META) == 0
+
+
 def _seal_process(root: Path, attempt: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "auditor", "seal", str(root), "--pair", PAIR, "--period", "1",
