@@ -102,8 +102,12 @@ _RULES: tuple[Rule, ...] = (
          "{path}{where}: {error}", E,
          blocks=INVALID),
     Rule("AUD003", "jsonl-line-invalid", "JSONL line is not a JSON object",
-         "A line of an allocator trace is not JSON (or not an object); later lines still count.",
-         "{path}:{line}: not a JSON object: {error}", E),
+         "A line of an allocator trace (or a JSON line of a metrics file) is not JSON (or not "
+         "an object); later lines still count. A metrics file's JSON document that cannot be "
+         "parsed is said so too: the protocol's predicates cannot read it.",
+         "{path}:{line}: not a JSON object: {error}", E,
+         forms={"document": "{path}: not a JSON document the protocol's predicates can read "
+                            "({error})"}),
     Rule("AUD004", "jsonl-truncated", "Last JSONL line has no newline",
          "The final line of a JSONL file ends without a newline: the writer may have been "
          "killed mid-record.", "{path}:{line}: final line has no trailing newline", W,

@@ -16,10 +16,11 @@ from typing import BinaryIO
 
 import orjson
 
+from auditor import rules
 from auditor._io import HashingReader, iter_lines, read_limited
 from auditor._text import clip
 from auditor.collect.terminal import MLLOG, aborted, holds, record_of, short_of
-from auditor.model import LogEvent, TrainingLogScan
+from auditor.model import Citation, Finding, LogEvent, TrainingLogScan
 from auditor.model.presets import TerminalSpec
 
 MAX_RECORD = 1 << 20
@@ -36,13 +37,20 @@ def read_metrics(stream: BinaryIO | HashingReader, path: str, spec: TerminalSpec
     read to its end."""
     terminal: LogEvent | None = None
     events: list[LogEvent] = []
+    findings: list[Finding] = []
     lines = 0
     if path.endswith(".json"):
         data = read_limited(stream, MAX_DOCUMENT)
+        record = None
         try:
             record = orjson.loads(data) if data is not None else None
-        except orjson.JSONDecodeError:
-            record = None
+        except orjson.JSONDecodeError as error:
+            findings.append(rules.finding("AUD003", path, [Citation(path)], form="document",
+                                          error=_first_line(error)))
+        if data is None:
+            findings.append(rules.finding(
+                "AUD003", path, [Citation(path)], form="document",
+                error=f"larger than {MAX_DOCUMENT >> 20} MiB: not parsed"))
         lines = data.count(b"\n") + 1 if data else 0
         if holds(spec.json, record, steps):
             terminal = LogEvent("terminal_event", 1, _shown(spec, record), "record")
@@ -57,6 +65,8 @@ def read_metrics(stream: BinaryIO | HashingReader, path: str, spec: TerminalSpec
             text = line.data.decode("utf-8", "replace")
             record = record_of(text) if MLLOG in text else _json_line(line.data)
             if record is None:
+                if MLLOG not in text and line.data.lstrip().startswith(b"{"):
+                    findings.append(_not_json(path, line.number, line.data))
                 continue
             if isinstance(record, dict) and aborted(record) and not events:
                 events.append(LogEvent("aborted", line.number, clip(text, TEXT_LIMIT),
@@ -66,7 +76,23 @@ def read_metrics(stream: BinaryIO | HashingReader, path: str, spec: TerminalSpec
                                     "record")
     return TrainingLogScan(path=path, lines=lines, expected_steps=steps,
                            terminal_event=terminal, last_step=None, events=tuple(events),
-                           events_dropped=0, findings=())
+                           events_dropped=0, findings=tuple(findings))
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def _not_json(path: str, line: int, data: bytes) -> Finding:
+    """``AUD003`` for a line that opens a JSON object and is none (cut, or malformed)."""
+    try:
+        orjson.loads(data)
+        error = "not an object"
+    except orjson.JSONDecodeError as problem:
+        error = _first_line(problem)
+    return rules.finding("AUD003", path, [Citation(
+        path, line=line, quote=clip(data.decode("utf-8", "replace"), TEXT_LIMIT))],
+        error=error)
 
 
 def _json_line(data: bytes) -> object:

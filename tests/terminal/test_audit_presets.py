@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pandas as pd
 import pytest
 
 from tests.helpers import audit, find, outcome_study, period_records, rewrite
@@ -94,6 +95,28 @@ def test_a_metrics_file_record_is_the_event(tmp_path: Path) -> None:
     rewrite(root, rel, lambda data: data.replace(b'"max_steps": 1', b'"max_steps": 5'))
     audit(root, tmp_path / "short")
     assert _period(tmp_path / "short")["reason"] == "terminal_event_missing"
+
+
+@pytest.mark.parametrize("state", [
+    b'{"global_step": 1, "max_steps": 1, "log_hist',  # (cut as it was written)
+    b"not json at all",
+    b"[" * 100_000 + b"]" * 100_000,
+    '{"global_step": 1, "max_steps": 1}'.encode("utf-16"),
+])
+def test_a_metrics_document_that_cannot_be_read_is_named(tmp_path: Path,
+                                                         state: bytes) -> None:
+    """The metrics file the protocol reads for the end, unreadable as JSON: the period
+    stays unresolved, and now a finding names the file (none did; the report spoke of the
+    training log alone)."""
+    root, log = _study(tmp_path, {"preset": "hf-trainer"})
+    rewrite(root, log, _without_verl([str({"train_runtime": 30.17, "epoch": 1.0})]))
+    _with_trainer_state(root, log, state)
+    audit(root, tmp_path / "out")
+    assert _period(tmp_path / "out")["reason"] == "terminal_event_missing"
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    said = findings[(findings["rule_id"] == "AUD003")
+                    & findings["path"].str.endswith("metrics/trainer_state.json")]
+    assert len(said) == 1 and "not a JSON document" in said["message"].iloc[0]
 
 
 @pytest.mark.parametrize(("steps", "resolves"), [

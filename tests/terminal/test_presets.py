@@ -332,6 +332,19 @@ def test_json_lines_records(records: list[dict[str, object]], found: bool) -> No
     assert (scan.terminal_event is not None) is found
 
 
+def test_a_json_line_cut_is_named_and_text_between_is_not() -> None:
+    """A metrics file's line that opens a JSON object and is none (cut as it was written)
+    is an AUD003 at its line; a line of plain text (an MLPerf log's, a banner) is passed
+    over without one, as before."""
+    from auditor.collect.metrics import read_metrics
+
+    data = (b"a banner line\n" + json.dumps({"current_steps": 1}).encode() + b"\n"
+            + b'{"current_steps": 2, "total_st\n')
+    scan = read_metrics(io.BytesIO(data), "metrics/trainer_log.jsonl",
+                        PRESETS["llamafactory"].spec, N)
+    assert [(f.rule_id, f.citations[0].line) for f in scan.findings] == [("AUD003", 3)]
+
+
 def test_the_readmes_protocols_read_without_a_finding() -> None:
     """The README's ``terminal_event`` examples are protocols the audit takes as they are."""
     import re
