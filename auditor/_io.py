@@ -189,8 +189,18 @@ def read_limited(stream: BinaryIO | HashingReader, limit: int) -> bytes | None:
 
 
 def sha256_file(path: str) -> FileDigest:
-    """Hash a file that is not parsed (source and protocol inputs, outputs)."""
-    with open(path, "rb") as handle:
+    """Hash a regular file that is not parsed (source and protocol inputs, outputs); anything
+    else is an ``OSError`` saying so (a FIFO named as an input would block the audit for ever,
+    a device never end it)."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        handle = os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
+    with handle:
         reader = HashingReader(handle)
         reader.drain()
         return reader.digest()

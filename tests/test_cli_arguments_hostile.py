@@ -55,6 +55,29 @@ def test_causes_refuses_a_protocol_that_is_no_regular_file(tmp_path: Path, what:
     _one_line(done.stderr, f"--protocol {protocol}: not a regular file")
 
 
+@pytest.mark.parametrize("what", ["fifo", "/dev/zero", "directory"])
+def test_audit_refuses_a_protocol_input_or_dump_that_is_no_regular_file(
+        tmp_path: Path, what: str) -> None:
+    """A FIFO as --protocol-input waited for a writer for ever and /dev/zero never ended
+    (the audit hung); as --sacct they were "no such file"."""
+    from tests.helpers import copy_example
+
+    root = copy_example(tmp_path)
+    given = {"fifo": str(tmp_path / "input"), "/dev/zero": "/dev/zero",
+             "directory": str(tmp_path)}[what]
+    if what == "fifo":
+        os.mkfifo(given)
+    done = _main_within_deadline("audit", str(root), "--protocol-input", f"p={given}",
+                                 "--anchor", "p=" + "a" * 64, "--quiet", "--no-plots")
+    assert done.returncode == 2, done.stderr
+    _one_line(done.stderr, f"--protocol-input p={given}: cannot read (not a regular file)")
+    done = _main_within_deadline("audit", str(root), "--sacct", given, "--quiet",
+                                 "--no-plots")
+    assert done.returncode == 2, done.stderr
+    _one_line(done.stderr, f"--sacct {given}: " + (
+        "is a directory" if what == "directory" else "is not a regular file"))
+
+
 def test_causes_reads_at_most_the_protocol_limit(tmp_path: Path) -> None:
     """A protocol.json of a terabyte (sparse: zeros) is refused after its first MiB, not
     read to its end."""

@@ -354,7 +354,9 @@ def _check_audit_arguments(args: argparse.Namespace) -> None:
                          "leave it out for the CPUs this process may use")
     check_limits(args)
     if args.sacct is not None and not args.sacct.is_file():
-        raise UsageError(f"--sacct {args.sacct}: no such file")
+        what = "is a directory" if args.sacct.is_dir() else "is not a regular file" \
+            if os.path.exists(args.sacct) else "no such file"
+        raise UsageError(f"--sacct {args.sacct}: {what}")
     if args.key_file is not None and args.shard is None:
         raise UsageError("--key-file signs a shard's part: it needs --shard I/N")
     if args.shard is not None:  # (a part is judged by the merge: these are the merge's)
