@@ -579,6 +579,44 @@ def test_an_earlier_run_whose_own_idle_check_failed_is_never_the_one_counted(
         assert rerun["counted"] and not rerun["wasted"]
 
 
+@pytest.mark.parametrize("whose", ["the first run's", "its own"])
+def test_a_worker_log_named_for_another_attempts_worker_is_never_this_ones_end(
+        tmp_path: Path, whose: str) -> None:
+    """The rerun exited 0 with its driver's log lacking the terminal line; its worker-logs/
+    holds a file named for the first run's rank 0 (a session of that run left on the node)
+    with the line. That output is the first run's, never the rerun's end (it resolved the
+    period); one named for the rerun's own worker still is."""
+    import hashlib
+
+    root = requeued_study(tmp_path / "study", with_d=True)
+    record_path = next(p for p in period_records(root) if "s162" in str(p))
+    record = orjson.loads(record_path.read_bytes())
+    first, rerun = record["attempts"]
+    pid = (first if whose == "the first run's" else rerun)["workers"][0]["pid"]
+    edit_json(root, f"{DIR}/attempt-7000002/trial-7000002.json",
+              lambda doc: doc["invocation"].update(exit_code=1))
+
+    def without_terminal(data: bytes) -> bytes:
+        return b"\n".join(line for line in data.split(b"\n")
+                          if b"training/global_step" not in line)
+
+    for run in ("attempt-7000002", "attempt-7000002-r1"):
+        rewrite(root, f"{DIR}/{run}/training-7000002.log", without_terminal)
+    device = next((root / DIR / "attempt-7000002-r1").glob("device-evidence/*.json"))
+    host = orjson.loads(device.read_bytes()).get("hostname") or "gpu-node-12"
+    text = b"step:1 - training/global_step:1 - actor/pg_loss:-0.036\n"
+    name = f"worker-logs/{host}-{pid}.out"
+    (root / DIR / "attempt-7000002-r1" / "worker-logs").mkdir()
+    (root / DIR / "attempt-7000002-r1" / name).write_bytes(text)
+    edit_record(record_path, lambda doc: doc["attempts"][1]["evidence"].append(
+        {"path": name, "kind": "worker_log", "sha256": hashlib.sha256(text).hexdigest(),
+         "size": len(text)}))
+    summary = audit(root, tmp_path / "out")
+    assert verdicts(summary)["host-qwen25-7b-gsm8k-c2-s162/period-1"] == (
+        ("unresolved", "terminal_event_missing") if whose == "the first run's"
+        else ("resolved", "completed"))
+
+
 def test_an_earlier_runs_record_judges_only_the_attempt_its_end_hit(tmp_path: Path) -> None:
     """One element runs two periods in one job; its first run completed period 1, then its
     node failed in period 2, which the rerun (``-r1``) completed. The first run's own

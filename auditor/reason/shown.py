@@ -102,10 +102,12 @@ def idle_shows(period: PeriodEvidence, protocol: Protocol, shown: Shown) -> None
 
 
 def terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | None,
-                    shown: Shown) -> None:
+                    shown: Shown, others: frozenset[tuple[str | None, int]] = frozenset()
+                    ) -> None:
     """Where the terminal event is (:attr:`Shown.terminal`), among the sources the protocol
     allows, and, when the driver's log lacks it, the sentence saying which other source
-    holds it (contract v1.2)."""
+    holds it (contract v1.2). ``others``: (host, pid) of another attempt's workers and
+    processes; a worker log named for one is that run's output, never this one's end."""
     sources, log = protocol.terminal_sources, shown.log
     shown.metrics = attempt.read.metrics
     if TRAINING_LOG.name in sources and log is not None and log.terminal_event is not None \
@@ -130,6 +132,9 @@ def terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | No
                 continue  # (a node the attempt's own files never name: no output of its run)
             who = scan.path.rsplit("/", 1)[-1].rsplit(".", 1)[0]  # (n2-4711, n2-rank0)
             pid = parts.get("pid")
+            if pid and ((parts.get("host"), int(pid)) in others
+                        or (None, int(pid)) in others):
+                continue  # (another attempt's worker: its run printed it, not this one)
             worker = workers.get((parts.get("host"), int(pid))) if pid else None
             number = worker.rank if worker is not None else parts.get("rank")
             rank = f" (rank {number})" if number is not None else ""

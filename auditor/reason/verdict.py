@@ -211,6 +211,19 @@ def _earlier_idle(period: PeriodEvidence, attempt: AttemptEvidence, optional: bo
     return found
 
 
+def _others_workers(period: PeriodEvidence, attempt: AttemptEvidence
+                    ) -> frozenset[tuple[str | None, int]]:
+    """The (host, pid) of every worker and process another attempt of the period records,
+    and this one does not: output named for one of them is that run's, never this one's."""
+    def of(other: AttemptEvidence) -> set[tuple[str | None, int]]:
+        return {(w.host, w.pid) for w in other.spec.workers if w.pid is not None} | {
+            (p.host, p.pid) for p in other.read.processes if p.pid is not None}
+
+    own = of(attempt)
+    return frozenset(key for other in period.attempts if other is not attempt
+                     for key in of(other) - own)
+
+
 def _blocking(item: Finding, stage: str) -> bool:
     rule = RULES[item.rule_id]
     return rule.blocks is not None and rule.stage == stage
@@ -292,7 +305,7 @@ def evidence_shows(period: PeriodEvidence, attempt: AttemptEvidence, protocol: P
         shown.citations.extend(Citation(log.path, line=event.line, quote=event.text)
                                for kind in EVENT_KINDS_CITED
                                if (event := shown.events.get(kind)) is not None)
-    terminal_shows(attempt, protocol, steps, shown)
+    terminal_shows(attempt, protocol, steps, shown, _others_workers(period, attempt))
     params_shows(attempt, steps, shown)
     for _, record in shown.eligible:
         message = f": {record.error_message}" if record.error_message else ""
