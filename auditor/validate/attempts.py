@@ -5,9 +5,16 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-from auditor.model import AttemptSpec, Citation, Collected, Finding, PeriodEvidence
+from auditor.model import (
+    AttemptEvidence,
+    AttemptSpec,
+    Citation,
+    Collected,
+    Finding,
+    PeriodEvidence,
+)
 from auditor.rules import finding
 
 
@@ -68,19 +75,33 @@ def claimed_twice(collected: Collected) -> Iterator[Finding]:
                           others=", ".join(others), s="" if len(others) > 1 else "s")
 
 
-def out_of_order(period: PeriodEvidence) -> Iterator[Finding]:
-    """An ``AUD112`` (``out_of_order``) for each attempt whose trial started before the one
-    listed before it: the record's order is not the launch order, and its last attempt (the
-    one a period's verdict may rest on) need not be the last run."""
-    started = [(attempt, attempt.read.trial) for attempt in period.attempts
-               if attempt.read.trial is not None and attempt.read.trial.started_ns is not None]
-    for (before, earlier), (after, later) in zip(started, started[1:], strict=False):
-        assert earlier.started_ns is not None and later.started_ns is not None
-        if later.started_ns < earlier.started_ns:
-            yield finding("AUD112", period.subject,
-                          [Citation(later.path, pointer="/invocation/started_ns",
-                                    quote=str(later.started_ns)),
-                           Citation(earlier.path, pointer="/invocation/started_ns",
-                                    quote=str(earlier.started_ns))],
+SCHEDULER_SLACK_NS = 1_000_000_000
+"""How much earlier an attempt must have started, where a start is the scheduler's (whole
+seconds, the job's rather than the command's), to be out of order."""
+
+
+def out_of_order(period: PeriodEvidence,
+                 scheduled: Callable[[AttemptEvidence], tuple[int, Citation] | None]
+                 = lambda attempt: None) -> Iterator[Finding]:
+    """An ``AUD112`` (``out_of_order``) for each attempt that started before the one listed
+    before it: the record's order is not the launch order, and its last attempt (the one a
+    period's verdict may rest on) need not be the last run. An attempt's start is its
+    trial's, else its run's by the scheduler (``scheduled``: the ns and the dump's row): a
+    run cancelled before its command started has none of its own, and was still launched
+    when it was."""
+    started: list[tuple[AttemptEvidence, int, Citation, bool]] = []
+    for attempt in period.attempts:
+        trial = attempt.read.trial
+        if trial is not None and trial.started_ns is not None:
+            started.append((attempt, trial.started_ns, Citation(
+                trial.path, pointer="/invocation/started_ns", quote=str(trial.started_ns)),
+                False))
+        elif (by_scheduler := scheduled(attempt)) is not None:
+            started.append((attempt, *by_scheduler, True))
+    for (before, earlier, cite_earlier, rough_earlier), (after, later, cite_later, rough) \
+            in zip(started, started[1:], strict=False):
+        slack = SCHEDULER_SLACK_NS if rough or rough_earlier else 0
+        if later < earlier - slack:
+            yield finding("AUD112", period.subject, [cite_later, cite_earlier],
                           form="out_of_order", pointer=after.spec.pointer or "/",
                           earlier=before.spec.pointer or "/")

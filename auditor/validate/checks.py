@@ -188,7 +188,8 @@ def _period_checks(period: PeriodEvidence, collected: Collected) -> Iterator[Fin
     subject = period.subject
     yield from idle_checks(period, collected.protocol.idle_check == "optional")
     yield from attempts_twice(period)
-    yield from out_of_order(period)
+    yield from out_of_order(period, lambda attempt: _scheduled_start(
+        collected, period, attempt))
     yield from _sealed_late(period)
     for attempt in period.attempts:
         trial = attempt.read.trial
@@ -428,6 +429,23 @@ def restart_of(attempt: AttemptEvidence) -> int | None:
         return attempt.spec.restart_count
     match = ATTEMPT_NAME_RE.search(attempt.spec.attempt_dir or "")
     return int(match["restart"]) if match is not None and match["restart"] else None
+
+
+def _scheduled_start(collected: Collected, period: PeriodEvidence, attempt: AttemptEvidence
+                     ) -> tuple[int, Citation] | None:
+    """When the scheduler started the attempt's own run (its record's Start, in ns), with
+    the dump's row; None where the dump does not say."""
+    sacct = collected.sacct
+    trial = attempt.read.trial
+    job = attempt.spec.job_id or (trial.job_id if trial else None)
+    element = element_for(sacct, job)
+    if sacct is None or element is None:
+        return None
+    record = own_record(element, attempt, period)[0]
+    if record is None or record.start is None:
+        return None
+    return record.start * 1_000_000_000, Citation(sacct.path, line=record.line,
+                                                  quote=str(record.start))
 
 
 def own_record(element: SacctJob, attempt: AttemptEvidence, period: PeriodEvidence | None

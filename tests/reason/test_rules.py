@@ -1032,6 +1032,26 @@ def test_attempts_listed_out_of_launch_order_are_an_identity_mismatch(
         assert verdicts(summary)[f"{record.parent.name}/period-1"] == expected
 
 
+def test_attempts_out_of_launch_order_are_told_by_the_scheduler_where_a_trial_has_no_start(
+        tmp_path: Path) -> None:
+    """As above, but the cancelled retry's trial has no start of its own (its command never
+    started): the list was taken as the launch order, the failure counted (failed, the
+    gate passing). Its run's start by the scheduler's dump shows the list is not."""
+    from auditor._studygen.spec import AttemptSpec
+    from tests.helpers import audit, edit_json, edit_record, outcome_study, verdicts
+
+    root = outcome_study(tmp_path / "study", ["retried"], attempts=[
+        AttemptSpec("rollout_init_oom"), AttemptSpec("cancelled")])
+    record = next((root / "pairs").glob("*/period-1.json"))
+    second = orjson.loads(record.read_bytes())["attempts"][1]
+    trial = next((root / second["attempt_dir"]).glob("trial-*.json")).relative_to(root)
+    edit_json(root, trial.as_posix(), lambda doc: doc["invocation"].update(started_ns=None))
+    edit_record(record, lambda r: r["attempts"].reverse())
+    summary = audit(root, tmp_path / "out")
+    assert verdicts(summary)[f"{record.parent.name}/period-1"] == (
+        "unresolved", "identity_mismatch")
+
+
 def test_a_ranks_terminal_record_before_its_steps_phases_is_not_its_end(
         tmp_path: Path) -> None:
     """The seed case (clean exit, every rank's phases, no terminal line) where a rank's
