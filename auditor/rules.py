@@ -279,9 +279,9 @@ _RULES: tuple[Rule, ...] = (
          forms={"sacct_raw": "{subject}: sacct has element {element} as job {job_id_raw}; the "
                              "{who} says job {job_id}",
                 "sacct_array": "{subject}: sacct places job {job_id} in array {sacct_array}, the "
-                               "period record says {record_array}",
+                               "{who} says {record_array}",
                 "sacct_element": "{subject}: sacct has job {job_id} as element {sacct_element}, "
-                                 "the period record says {record_element}"}),
+                                 "the {who} says {record_element}"}),
     Rule("AUD112", "trial-period-mismatch", "Trial record disagrees with its period",
          "The trial's pair, period or gpus differ from the period record.",
          "{subject}: trial {field} is {trial_value!s}, period record says {period_value!s}", E,

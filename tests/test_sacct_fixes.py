@@ -617,6 +617,34 @@ def test_a_worker_log_named_for_another_attempts_worker_is_never_this_ones_end(
         else ("resolved", "completed"))
 
 
+@pytest.mark.parametrize("claim", ["the record's attempt element", "the trial's element",
+                                   "the trial's array", None])
+def test_an_attempts_own_element_or_array_is_held_to_its_jobs_row(
+        tmp_path: Path, claim: str | None) -> None:
+    """A retried period's attempt gives its own element (the record's attempts form has no
+    period-wide one), and its trial its array and element (contract v1.1): each is held to
+    sacct's row of the attempt's job, as a single attempt's record is (AUD111). They were
+    never read, and the period resolved."""
+    root = requeued_study(tmp_path / "study", with_d=True)
+    record_path = next(p for p in period_records(root) if "s162" in str(p))
+    rerun = f"{DIR}/attempt-7000002-r1/trial-7000002.json"
+    if claim == "the record's attempt element":
+        edit_record(record_path, lambda doc: doc["attempts"][1].update(array_task_id=5))
+    elif claim == "the trial's element":
+        edit_json(root, rerun, lambda doc: doc.update(array_task_id=5))
+    elif claim == "the trial's array":
+        edit_json(root, rerun, lambda doc: doc.update(array_job_id="6999999"))
+    summary = audit(root, tmp_path / "out")
+    subject = "host-qwen25-7b-gsm8k-c2-s162/period-1"
+    assert verdicts(summary)[subject] == (("resolved", "completed") if claim is None
+                                          else ("unresolved", "identity_mismatch"))
+    if claim is not None:
+        findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+        said = findings[(findings["rule_id"] == "AUD111") & (findings["subject"] == subject)]
+        who = "period record" if claim.startswith("the record") else "trial"
+        assert any(f"the {who} says" in message for message in said["message"]), said
+
+
 def test_an_earlier_runs_record_judges_only_the_attempt_its_end_hit(tmp_path: Path) -> None:
     """One element runs two periods in one job; its first run completed period 1, then its
     node failed in period 2, which the rerun (``-r1``) completed. The first run's own

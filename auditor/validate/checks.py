@@ -333,17 +333,38 @@ def _job_ids(
                           who=said[0], job_id=job_id)
         elif element is None:
             yield finding("AUD119", subject, [Citation(sacct.path)], job_id=job_id)
-        elif record.array_job_id and element.array_job_id and \
-                element.array_job_id != record.array_job_id:
-            yield finding("AUD111", subject, [Citation(sacct.path, line=element.line)],
-                          form="sacct_array", job_id=job_id, sacct_array=element.array_job_id,
-                          record_array=record.array_job_id)
-        elif record.array_task_id is not None and element.array_task_id is not None and \
-                element.array_task_id != record.array_task_id:
-            yield finding("AUD111", subject, [Citation(sacct.path, line=element.line)],
-                          form="sacct_element", job_id=job_id,
-                          sacct_element=element.array_task_id,
-                          record_element=record.array_task_id)
+        else:
+            yield from _element_claims(subject, period, attempt, element, sacct.path, job_id)
+
+
+def _element_claims(subject: str, period: PeriodEvidence, attempt: AttemptEvidence,
+                    element: SacctJob, sacct_path: str, job_id: str) -> Iterator[Finding]:
+    """``AUD111`` for the first array or element the attempt's records claim that sacct's
+    row of its job contradicts: the period record's (its attempt's own element where a
+    retried period's attempts give one), then the trial's (contract v1.1's
+    ``array_job_id``, ``array_task_id``: a rerun in another element said so unread)."""
+    record, spec, trial = period.record, attempt.spec, attempt.read.trial
+    task = spec.array_task_id if spec.array_task_id is not None else record.array_task_id
+    arrays = [("period record", record.array_job_id, Citation(record.path))]
+    tasks = [("period record", task, Citation(record.path))]
+    if trial is not None:
+        arrays.append(("trial", trial.array_job_id,
+                       Citation(trial.path, pointer="/array_job_id")))
+        tasks.append(("trial", trial.array_task_id,
+                      Citation(trial.path, pointer="/array_task_id")))
+    row = Citation(sacct_path, line=element.line)
+    for who, claimed, cite in arrays:
+        if claimed and element.array_job_id and element.array_job_id != claimed:
+            yield finding("AUD111", subject, [row, cite], form="sacct_array", job_id=job_id,
+                          sacct_array=element.array_job_id, record_array=claimed, who=who)
+            return
+    for who, claimed_task, cite in tasks:
+        if claimed_task is not None and element.array_task_id is not None \
+                and element.array_task_id != claimed_task:
+            yield finding("AUD111", subject, [row, cite], form="sacct_element",
+                          job_id=job_id, sacct_element=element.array_task_id,
+                          record_element=claimed_task, who=who)
+            return
 
 
 def _timeline(attempt: AttemptEvidence, sacct: SacctDump | None,
