@@ -645,6 +645,30 @@ def test_an_attempts_own_element_or_array_is_held_to_its_jobs_row(
         assert any(f"the {who} says" in message for message in said["message"]), said
 
 
+def test_one_run_listed_under_two_directories_is_listed_twice(tmp_path: Path) -> None:
+    """The rerun's directory a byte copy of the first run's (job 7000002, restart 0 in both
+    trials and the record): one run, not a second and 'wasted' attempt whose GPU time was
+    counted again; AUD127, as the same directory listed twice is."""
+    import shutil
+
+    root = requeued_study(tmp_path / "study", with_d=False)
+    shutil.rmtree(root / DIR / "attempt-7000002-r1")
+    shutil.copytree(root / DIR / "attempt-7000002", root / DIR / "attempt-7000002-r1")
+
+    def copied(doc: Any) -> None:
+        first, second = doc["attempts"]
+        second.update(workers=first["workers"], evidence=first["evidence"], restart_count=0)
+
+    edit_record(next(p for p in period_records(root) if "s162" in str(p)), copied)
+    out = tmp_path / "out"
+    summary = audit(root, out)
+    subject = "host-qwen25-7b-gsm8k-c2-s162/period-1"
+    assert verdicts(summary)[subject] == ("unresolved", "identity_mismatch")
+    findings = pd.read_parquet(out / "findings.parquet")
+    assert "AUD127" in set(findings[findings["subject"] == subject]["rule_id"])
+    assert summary["accounting"]["wasted_gpu_seconds"] == 0
+
+
 def test_an_earlier_runs_record_judges_only_the_attempt_its_end_hit(tmp_path: Path) -> None:
     """One element runs two periods in one job; its first run completed period 1, then its
     node failed in period 2, which the rerun (``-r1``) completed. The first run's own

@@ -20,22 +20,34 @@ from auditor.rules import finding
 
 def attempts_twice(period: PeriodEvidence) -> Iterator[Finding]:
     """An ``AUD127`` for each attempt the period record lists again: by its directory
-    (``./`` and a trailing ``/`` aside), else by its job and restart."""
+    (``./`` and a trailing ``/`` aside), else by its job and restart; or one run (its job
+    and the restart its trial, else its record, gives) under a second directory (a copy of
+    the first: its GPU time counted twice, the copy a 'wasted' rerun)."""
     first: dict[tuple[str, ...], str] = {}
-    for spec in period.record.attempts:
-        key = _attempt_key(spec)
-        if key is None:
-            continue
+    for attempt in period.attempts:
+        spec = attempt.spec
+        keys = [key for key in (_attempt_key(spec), _run_key(attempt)) if key is not None]
         shown = spec.attempt_dir or f"job {spec.job_id} restart {spec.restart_count or 0}"
-        if key in first:
+        seen = next((first[key] for key in keys if key in first), None)
+        if seen is not None:
             yield finding("AUD127", period.subject,
                           [Citation(period.record.path, pointer=spec.pointer or "/",
                                     quote=shown),
-                           Citation(period.record.path, pointer=first[key] or "/")],
-                          pointer=spec.pointer or "/", attempt=shown,
-                          first=first[key] or "/")
-        else:
+                           Citation(period.record.path, pointer=seen or "/")],
+                          pointer=spec.pointer or "/", attempt=shown, first=seen or "/")
+            continue
+        for key in keys:
             first[key] = spec.pointer
+
+
+def _run_key(attempt: AttemptEvidence) -> tuple[str, ...] | None:
+    """The run an attempt is, where its records say: its job and restart count (the
+    trial's, else the period record's); None when either is unknown."""
+    trial = attempt.read.trial
+    job = attempt.spec.job_id or (trial.job_id if trial is not None else None)
+    restart = trial.restart_count if trial is not None and trial.restart_count is not None \
+        else attempt.spec.restart_count
+    return None if not job or restart is None else ("job", job, str(restart))
 
 
 def _attempt_key(spec: AttemptSpec) -> tuple[str, ...] | None:
