@@ -93,17 +93,22 @@ def test_a_run_that_starts_still_says_where_its_attempt_goes_first(
         "training-5002.log", "trial-5002.json"]
 
 
-def test_a_trial_record_that_cannot_be_written_is_one_line_not_an_internal_error(
+def test_a_trial_record_that_cannot_be_written_is_said_and_given_never_an_internal_error(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The command itself puts a directory where its trial record goes: after the banner
-    and the run, one line and exit 2 (it was an internal error, exit 3)."""
+    and the run, one line saying so, then the record (one JSON line, for the batch log),
+    and the command's own exit (it was an internal error, exit 3; then exit 2, which a batch
+    script's retry reads as the run's failure)."""
+    import json
+
     assert main([*run_args(tmp_path, "5003"), "--", "sh", "-c",
-                 'mkdir "$AUDITOR_ATTEMPT_DIR/trial-5003.json"']) == 2
+                 'mkdir "$AUDITOR_ATTEMPT_DIR/trial-5003.json"']) == 0
     lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 2 and lines[0].startswith(BANNER), lines
-    assert lines[1].startswith(f"auditor: error: run: {attempt_of(tmp_path, '5003')}/")
-    assert "Is a directory (the attempt's log or trial record could not be written)" \
-        in lines[1]
+    assert len(lines) == 3 and lines[0].startswith(BANNER), lines
+    assert lines[1].startswith("auditor run: the trial record could not be written "
+                               f"({attempt_of(tmp_path, '5003')}/")
+    assert "Is a directory); the command's own exit, 0, is passed on" in lines[1]
+    assert json.loads(lines[2])["job_id"] == "5003"
 
 
 def test_the_library_run_never_writes_through_a_link_in_the_logs_place(
