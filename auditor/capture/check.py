@@ -73,6 +73,11 @@ def _protocol(root: Path | None) -> Protocol | None:
     return read_protocol(io.BytesIO(data), "protocol.json")
 
 
+def read_root_protocol(root: Path) -> Protocol | None:
+    """``ROOT/protocol.json`` as the audit reads it; None without the file."""
+    return _protocol(root)
+
+
 def shutdown_flag(root: Path | None) -> str | None:
     """The flag the protocol names as its ``coordinated_shutdown_flag`` (an empty name is a
     flag never on); None without the file: the audit classifies the controller's 143 by

@@ -339,14 +339,26 @@ def _period_fields(spec: SealSpec, trial: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in fields.items() if value is not None}
 
 
-def _check_idle_where(trial: dict[str, Any]) -> dict[str, Any]:
+def _outside_a_scheduler(root: Path) -> bool:
+    """Whether the seal runs in no scheduler's job where the study says it has none
+    (``protocol.json``'s ``"scheduler": "none"``: a workstation's, a Kubernetes pod's): its
+    job is the one ``auditor run --job-id`` named, which no variable here can confirm."""
+    if os.environ.get("SLURM_JOB_ID") is not None:
+        return False
+    from auditor.capture.check import read_root_protocol
+
+    protocol = read_root_protocol(root)
+    return protocol is not None and protocol.scheduler == "none"
+
+
+def _check_idle_where(trial: dict[str, Any], root: Path) -> dict[str, Any]:
     """Refuse an idle check off the trial's node or outside its job; else make it."""
     here, there = hostname(), trial.get("hostname")
     if there != here:
         raise SealRefused(f"--idle-check on {here}, but the attempt ran on {there!r}: the "
                           "check must run on the attempt's node, inside its job")
     job = os.environ.get("SLURM_JOB_ID")
-    if job != trial.get("job_id"):
+    if job != trial.get("job_id") and not _outside_a_scheduler(root):
         raise SealRefused(f"--idle-check outside the attempt's job (SLURM_JOB_ID is {job!r}, "
                           f"the attempt's job {trial.get('job_id')!r}): run seal in the batch "
                           "script, after 'auditor run'")
@@ -362,7 +374,7 @@ def check_node(spec: SealSpec) -> tuple[Path, dict[str, Any]]:
     job = os.environ.get("SLURM_JOB_ID")
     trials = [name for name in os.listdir(directory) if kind_of(name) == TRIAL.name]
     trial = _json(directory, trials[0]) if len(trials) == 1 else None
-    if trial is not None and job != trial.get("job_id"):
+    if trial is not None and job != trial.get("job_id") and not _outside_a_scheduler(spec.root):
         raise SealRefused(f"--idle-check-only outside the attempt's job (SLURM_JOB_ID is "
                           f"{job!r}, the attempt's job {trial.get('job_id')!r})")
     host = hostname()
@@ -419,7 +431,7 @@ def seal(spec: SealSpec) -> SealResult:
     directory, _ = _attempt_dir(spec)
     idle = _gathered(directory, [e["path"] for e in entry["evidence"]])
     if idle is None and spec.idle_check:
-        idle = _check_idle_where(trial)
+        idle = _check_idle_where(trial, spec.root)
     path = spec.root / "pairs" / spec.pair / f"period-{spec.period}.json"
     for place in (spec.root / "pairs", path.parent):  # (never written through a link)
         if place.is_symlink():

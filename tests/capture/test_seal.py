@@ -168,6 +168,27 @@ def test_idle_check_without_nvml_is_recorded_as_not_made(
     assert check["passed"] is None and "NVML not available" in check["unavailable"]
 
 
+def test_idle_check_in_a_study_without_a_scheduler_needs_no_slurm_job(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A study whose protocol says ``"scheduler": "none"`` (a workstation, a Kubernetes pod;
+    its idle check required by default) ran ``auditor run --job-id``: no SLURM_JOB_ID can
+    say the seal runs in that job, and ``seal --idle-check`` refused, leaving the period
+    unresolved (idle_check_failed) unless the variable was faked. A study under a
+    scheduler still refuses a check made outside the attempt's job."""
+    (tmp_path / "protocol.json").write_text(json.dumps(
+        {"schema": "run-evidence/protocol/v1", "scheduler": "none"}))
+    rel = _rel(tmp_path, _run(tmp_path))
+    assert _seal(tmp_path, rel, "--commit", COMMIT, *META, "--idle-check") == 0
+    assert "no idle check could be made" in capsys.readouterr().err
+    check = load(tmp_path / "pairs" / PAIR / "period-1.json")["idle_check"]
+    assert check["passed"] is None and "NVML not available" in check["unavailable"]
+    (tmp_path / "protocol.json").write_text(json.dumps(
+        {"schema": "run-evidence/protocol/v1", "scheduler": "slurm"}))
+    (tmp_path / "pairs" / PAIR / "period-1.json").unlink()
+    assert _seal(tmp_path, rel, "--commit", COMMIT, *META, "--idle-check") == 2
+    assert "outside the attempt's job" in capsys.readouterr().err
+
+
 def test_a_resealed_attempt_never_drops_an_idle_check_unsaid(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
         ) -> None:
