@@ -263,6 +263,23 @@ def test_validate_single_files(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "AUD004" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(("name", "limit"), [("protocol.json", 1 << 20),
+                                           ("trial-1.json", 16 << 20)])
+def test_validate_refuses_what_the_audit_refuses_as_too_large(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, limit: int) -> None:
+    """A protocol past 1 MiB and a trial record past 16 MiB, each valid JSON: the audit
+    refuses them (AUD012; the protocol's built-in defaults then apply), and validate said
+    "ok" (it read every kind to 64 MiB). Now it says what the audit says."""
+    path = tmp_path / name
+    padding = "x" * (limit + 1)
+    path.write_text(json.dumps({"schema": "run-evidence/protocol/v1", "pad": padding})
+                    if name == "protocol.json" else json.dumps({"pad": padding}))
+    assert main(["validate", str(path)]) == 1
+    out = capsys.readouterr().out
+    kind = "protocol" if name == "protocol.json" else "trial record"
+    assert f"AUD012 {path}:" in out and f"{limit}-byte limit for {kind}" in out, out
+
+
 def test_validate_tells_a_process_record_and_an_idle_file_by_their_folder(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:

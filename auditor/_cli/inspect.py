@@ -186,11 +186,19 @@ _SCHEMALESS = {
 them."""
 
 
+_AUDITED_JSON = frozenset({"period", "trial", "device", "process", "idle-check"})
+"""The JSON kinds of a study the audit reads to the collectors' default limit (16 MiB)."""
+_KIND_WORDS = {"period": "period record", "trial": "trial record", "device": "device evidence",
+               "process": "process record", "idle-check": "idle check"}
+"""How the audit's AUD012 names each kind."""
+
+
 def _validate(args: argparse.Namespace) -> int:
     from auditor._cli import _inert
     from auditor._io import HashingReader
     from auditor.collect.allocator_trace import read_allocator_trace
-    from auditor.collect.jsondoc import load_json
+    from auditor.collect.jsondoc import DEFAULT_LIMIT, load_json
+    from auditor.collect.protocol import PROTOCOL_LIMIT
     from auditor.schema import KINDS, canonical_kind, kind_for_filename, validate_document
 
     if args.kind is not None and canonical_kind(args.kind) not in KINDS:
@@ -217,8 +225,11 @@ def _validate(args: argparse.Namespace) -> int:
                 reader = HashingReader(handle)
                 if kind == "allocator-record":
                     found = list(read_allocator_trace(reader, str(path)).findings)
-                else:
-                    doc, found = load_json(reader, str(path), 64 << 20)
+                else:  # (the audit's own limit for the kind: what it refuses, this does)
+                    limit = PROTOCOL_LIMIT if kind == "protocol" else \
+                        DEFAULT_LIMIT if kind in _AUDITED_JSON else 64 << 20
+                    doc, found = load_json(reader, str(path), limit,
+                                           kind=_KIND_WORDS.get(kind, kind))
                     if doc is not None:
                         found = list(found) + validate_document(kind, doc, str(path))
         except IsADirectoryError:
