@@ -78,6 +78,25 @@ def test_audit_refuses_a_protocol_input_or_dump_that_is_no_regular_file(
         "is a directory" if what == "directory" else "is not a regular file"))
 
 
+@pytest.mark.parametrize(("option", "value", "said"), [
+    ("--sacct-delimiter", "", "--sacct-delimiter '' is unusable"),
+    ("--sacct-delimiter", "\n", "is unusable"),
+    ("--sacct-format", ",,,", "--sacct-format names no field"),
+])
+def test_audit_refuses_unusable_dump_options_before_any_work(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str,
+        said: str) -> None:
+    """An option no dump can be read with ended the audit 0, its dump refused (AUD009) and
+    every verdict reached without the scheduler's word; 'auditor sacct' refused it (exit
+    2). Now the audit does, before reading anything."""
+    from tests.helpers import copy_example
+
+    root = copy_example(tmp_path)
+    assert main(["audit", str(root), "--out", str(tmp_path / "out"), option, value]) == 2
+    _one_line(capsys.readouterr().err, said)
+    assert not (tmp_path / "out").exists()
+
+
 def test_causes_reads_at_most_the_protocol_limit(tmp_path: Path) -> None:
     """A protocol.json of a terabyte (sparse: zeros) is refused after its first MiB, not
     read to its end."""

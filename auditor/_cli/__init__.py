@@ -353,6 +353,15 @@ def _check_audit_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--jobs must be 1 to {MAX_JOBS} (each reader holds tens of MB); "
                          "leave it out for the CPUs this process may use")
     check_limits(args)
+    if args.sacct_format is not None or args.sacct_delimiter is not None:
+        from auditor.collect.sacct import check_options
+        from auditor.errors import SacctFormatError
+
+        try:  # (an unusable one was AUD009, exit 0: the audit ran on a dump it never read)
+            check_options(args.sacct_format, args.sacct_delimiter, "audit")
+        except SacctFormatError as error:
+            raise UsageError(str(error).replace("--format", "--sacct-format").replace(
+                "--delimiter", "--sacct-delimiter", 1)) from None
     if args.sacct is not None and not args.sacct.is_file():
         what = "is a directory" if args.sacct.is_dir() else "is not a regular file" \
             if os.path.exists(args.sacct) else "no such file"

@@ -101,6 +101,7 @@ from auditor.collect.sacct.format import (
     REFUSE_AFTER,
     SNIFF_CHARS,
     SNIFF_LINES,
+    check_options,
     is_fixed_width,
 )
 from auditor.collect.sacct.jobs import parse_sacct
@@ -120,6 +121,7 @@ __all__ = [
     "REFUSE_AFTER",
     "SNIFF_CHARS",
     "SNIFF_LINES",
+    "check_options",
     "is_fixed_width",
     "job_for",
     "parse_sacct",

@@ -150,6 +150,14 @@ def is_frame_line(stripped: str) -> bool:
 
 
 
+def check_options(fields: Sequence[str] | str | None, delimiter: str | None,
+                  given: str) -> None:
+    """Refuse (``SacctFormatError``, naming ``given``) a ``--format`` naming no field or a
+    ``--delimiter`` no dump can be split on, before any dump is read."""
+    _normalise_fields(fields, given)
+    _check_delimiter(delimiter, given)
+
+
 def _normalise_fields(fields: Sequence[str] | str | None, path: str) -> tuple[str, ...] | None:
     if fields is None:
         return None
