@@ -296,7 +296,22 @@ def _commit(args: argparse.Namespace) -> str:
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or ["git rev-parse HEAD failed"])[-1]
         raise UsageError(f"seal: --git {args.git}: {why}")
-    return done.stdout.strip().lower()
+    commit = done.stdout.strip().lower()
+    try:  # (tracked files changed since HEAD: the source that ran need not be the commit)
+        status = subprocess.run(["git", "-C", str(args.git), "status", "--porcelain",
+                                 "--untracked-files=no"], capture_output=True, text=True,
+                                timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        status = None
+    if status is not None and status.returncode == 0 and status.stdout.strip():
+        from auditor._cli import _inert
+
+        changed = [line for line in status.stdout.splitlines() if line.strip()]
+        print(_inert(f"seal: --git {args.git} has {len(changed)} tracked file(s) changed since "
+                     f"its HEAD {commit[:12]} (first: {changed[0][3:]}): the commit pinned is "
+                     "not exactly the source there; pin the commit the attempt ran with "
+                     "--commit"), file=sys.stderr)
+    return commit
 
 
 def _seal(args: argparse.Namespace) -> int:

@@ -136,6 +136,17 @@ def test_the_commit_comes_from_git_or_seal_refuses(tmp_path: Path,
                           capture_output=True, text=True).stdout.strip()
     assert _seal(tmp_path, rel, "--git", str(tree), *META) == 0
     assert load(tmp_path / "pairs" / PAIR / "period-1.json")["commit"] == head
+    assert "changed since" not in capsys.readouterr().err
+    # a tracked file edited since HEAD: the pin is HEAD's, and the seal says it is not the
+    # source there (it pinned a dirty tree as clean, without a word)
+    (tree / "train.py").write_text("v1\n")
+    for argv in (["add", "train.py"], ["commit", "-q", "-m", "y"]):
+        subprocess.run(["git", "-C", str(tree), *argv], env=git, check=True)
+    (tree / "train.py").write_text("v2\n")
+    (tmp_path / "pairs" / PAIR / "period-1.json").unlink()
+    assert _seal(tmp_path, rel, "--git", str(tree), *META) == 0
+    err = capsys.readouterr().err
+    assert "has 1 tracked file(s) changed since its HEAD" in err and "train.py" in err
 
 
 @pytest.mark.parametrize(("attempt", "message"), [
