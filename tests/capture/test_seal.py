@@ -200,6 +200,29 @@ def test_idle_check_in_a_study_without_a_scheduler_needs_no_slurm_job(
     assert "outside the attempt's job" in capsys.readouterr().err
 
 
+def test_the_study_is_named_by_its_protocol_before_its_folder(tmp_path: Path) -> None:
+    """Without --study the record's study was the root folder's name, so a root moved (or
+    renamed) between a requeue's two seals made the second seal 'differ' (refused); the
+    protocol's name travels with it."""
+    import shutil
+
+    first = tmp_path / "kit-study"
+    first.mkdir()
+    (first / "protocol.json").write_text(json.dumps(
+        {"schema": "run-evidence/protocol/v1", "name": "s1"}))
+    rel = _rel(first, _run(first))
+    meta = [item for item in META if item not in ("--study", "kit")]
+    assert _seal(first, rel, "--commit", COMMIT, *meta) == 0
+    assert load(first / "pairs" / PAIR / "period-1.json")["study"] == "s1"
+    moved = tmp_path / "kit-study-2024"
+    shutil.move(first, moved)
+    assert _seal(moved, rel, "--commit", COMMIT, *meta) == 0  # (identical: a no-op)
+    (moved / "protocol.json").unlink()
+    (moved / "pairs" / PAIR / "period-1.json").unlink()
+    assert _seal(moved, rel, "--commit", COMMIT, *meta) == 0  # (no protocol: the folder's)
+    assert load(moved / "pairs" / PAIR / "period-1.json")["study"] == "kit-study-2024"
+
+
 def test_a_resealed_attempt_never_drops_an_idle_check_unsaid(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
         ) -> None:
