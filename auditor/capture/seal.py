@@ -192,9 +192,9 @@ def _regular(base: Path, relative: str) -> Iterator[BinaryIO]:
         yield handle
 
 
-def _hash(base: Path, relative: str) -> tuple[str, int]:
-    """The file's SHA-256 and size, refused when it changed as it was read (its pin would
-    hold neither what it was nor what it became)."""
+def _hash(base: Path, relative: str) -> tuple[str, int, int]:
+    """The file's SHA-256, size and modification time (its own clock's, ns), refused when it
+    changed as it was read (its pin would hold neither what it was nor what it became)."""
     digest = hashlib.sha256()
     size = 0
     with _regular(base, relative) as handle:
@@ -207,7 +207,7 @@ def _hash(base: Path, relative: str) -> tuple[str, int]:
             or size != after.st_size:
         raise SealRefused(f"{printable(str(base / relative))}: changed while it was hashed; "
                           "seal once the attempt's files are written")
-    return digest.hexdigest(), size
+    return digest.hexdigest(), size, after.st_mtime_ns
 
 
 def _json(base: Path, relative: str) -> dict[str, Any] | None:
@@ -273,7 +273,6 @@ def attempt_entry(spec: SealSpec) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the attempt as sealed, its trial record): refuses without exactly one readable trial
     record naming this pair, period and GPU count."""
     directory, relative = _attempt_dir(spec)
-    started = time.time_ns()  # (a file written from now on was written while it was sealed)
     files = _files(directory)
     trials = [name for name in files if kind_of(name) == TRIAL.name]
     if len(trials) != 1:
@@ -289,10 +288,11 @@ def attempt_entry(spec: SealSpec) -> tuple[dict[str, Any], dict[str, Any]]:
     if not isinstance(trial.get("job_id"), str):
         raise SealRefused(f"{directory / trials[0]}: no job_id")
     evidence = []
+    modified: dict[str, int] = {}
     for name in files:
-        sha256, size = _hash(directory, name)
+        sha256, size, modified[name] = _hash(directory, name)
         evidence.append({"path": name, "kind": kind_of(name), "sha256": sha256, "size": size})
-    _settled(directory, files, evidence, started)
+    _settled(directory, files, evidence, modified)
     restart = trial.get("restart_count")
     entry = {"job_id": trial["job_id"], "restart_count": restart if type(restart) is int else 0,
              "attempt_dir": relative, "workers": _workers(directory, files),
@@ -301,11 +301,12 @@ def attempt_entry(spec: SealSpec) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _settled(directory: Path, files: list[str], evidence: list[dict[str, Any]],
-             started: int) -> None:
+             modified: dict[str, int]) -> None:
     """Refuse a seal of an attempt still being written: once every file is hashed, each is
-    looked at again, and one come, gone, grown or written since the seal began is named
-    (a straggler appending to a worker log pinned a moving target, and the period could
-    never be sealed again once it stopped)."""
+    looked at again, and one come, gone, grown or written since it was hashed (its
+    modification time moved: the file system's own clock, never compared with this node's,
+    which an NFS server's need not match) is named (a straggler appending to a worker log
+    pinned a moving target, and the period could never be sealed again once it stopped)."""
     now = _files(directory)
     if now != files:
         came = sorted(set(now) - set(files)) or sorted(set(files) - set(now))
@@ -318,7 +319,7 @@ def _settled(directory: Path, files: list[str], evidence: list[dict[str, Any]],
         except OSError as error:
             raise SealRefused(f"{printable(str(path))}: cannot be looked at again "
                               f"({error.strerror}); not sealed") from None
-        if info.st_size != entry["size"] or info.st_mtime_ns >= started:
+        if info.st_size != entry["size"] or info.st_mtime_ns != modified[entry["path"]]:
             raise SealRefused(f"{printable(str(path))}: written to while the attempt was "
                               "sealed (is a process still writing it?); seal once the "
                               "attempt's files are written")
