@@ -402,6 +402,13 @@ _RULES: tuple[Rule, ...] = (
          blocks=Reason.IDENTITY_MISMATCH,
          forms={"other_record": "{subject}: {where} lists attempt {attempt}, which "
                 "{others} also list{s}"}),
+    Rule("AUD128", "attempts-steps-differ", "Attempts of one period ran different step counts",
+         "The attempts of a retried period were dispatched different step counts (the "
+         "protocol's steps_from): a rerun of fewer steps completing is not the period's "
+         "training completing. Every such period is unresolved.",
+         "{subject}: {key} was {first} for attempt {first_attempt} and {other} for attempt "
+         "{other_attempt}", E,
+         blocks=Reason.IDENTITY_MISMATCH),
     Rule("AUD201", "terminal-event-missing", "Clean exit without the terminal event",
          "The attempt exited cleanly but its training log lacks the terminal event for the "
          "dispatched step count.",

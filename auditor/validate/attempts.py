@@ -40,6 +40,28 @@ def attempts_twice(period: PeriodEvidence) -> Iterator[Finding]:
             first[key] = spec.pointer
 
 
+def steps_differ(period: PeriodEvidence, steps_from: str) -> Iterator[Finding]:
+    """An ``AUD128`` where an attempt was dispatched another step count than the first
+    attempt that says one (``steps_from``: the protocol's key): the period's training is
+    one count of steps, whichever run completes it."""
+    said = [(attempt, attempt.read.trial.dispatched_int(steps_from))
+            for attempt in period.attempts if attempt.read.trial is not None]
+    known = [(attempt, steps) for attempt, steps in said if steps is not None]
+    if not known:
+        return
+    first, count = known[0]
+    for attempt, steps in known[1:]:
+        if steps != count:
+            trial, reference = attempt.read.trial, first.read.trial
+            assert trial is not None and reference is not None
+            yield finding("AUD128", period.subject,
+                          [Citation(trial.path, pointer="/dispatch", quote=str(steps)),
+                           Citation(reference.path, pointer="/dispatch", quote=str(count))],
+                          key=steps_from, first=count, first_attempt=first.spec.index + 1,
+                          other=steps, other_attempt=attempt.spec.index + 1)
+            return
+
+
 def _run_key(attempt: AttemptEvidence) -> tuple[str, ...] | None:
     """The run an attempt is, where its records say: its job and restart count (the
     trial's, else the period record's); None when either is unknown."""

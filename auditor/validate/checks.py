@@ -36,7 +36,12 @@ from auditor.model.kinds import (
     TRIAL,
 )
 from auditor.rules import finding
-from auditor.validate.attempts import attempts_twice, claimed_twice, out_of_order
+from auditor.validate.attempts import (
+    attempts_twice,
+    claimed_twice,
+    out_of_order,
+    steps_differ,
+)
 from auditor.validate.identity import worker_identity
 from auditor.validate.idle import idle_checks
 
@@ -188,6 +193,7 @@ def _period_checks(period: PeriodEvidence, collected: Collected) -> Iterator[Fin
     subject = period.subject
     yield from idle_checks(period, collected.protocol.idle_check == "optional")
     yield from attempts_twice(period)
+    yield from steps_differ(period, collected.protocol.steps_from)
     yield from out_of_order(period, lambda attempt: _scheduled_start(
         collected, period, attempt))
     yield from _sealed_late(period)

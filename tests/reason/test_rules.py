@@ -474,6 +474,52 @@ def _attempt_twice(root: Path, tmp: Path) -> list[str]:
     return []
 
 
+def _first_dispatched(root: Path, steps: str, extra: dict[str, str]) -> None:
+    """The retried period's first attempt (it crashed) dispatched ``steps`` steps (and
+    ``extra``); its rerun completed the one step it was dispatched."""
+    from tests.helpers import edit_json
+
+    record = orjson.loads(next(p for p in (root / "pairs").glob("*/period-1.json")
+                               if "s162" in str(p)).read_bytes())
+    first = record["attempts"][0]
+    trial = next((root / first["attempt_dir"]).glob("trial-*.json")).relative_to(root)
+
+    def change(doc: dict) -> None:
+        doc["dispatch"]["TOTAL_TRAINING_STEPS"] = steps
+        doc["dispatch"].update(extra)
+    edit_json(root, trial.as_posix(), change)
+
+
+@scenario("AUD128")
+def _steps_differ(root: Path, tmp: Path) -> list[str]:
+    from tests.helpers import outcome_study
+
+    shutil.rmtree(root)
+    outcome_study(root, ["completed", "retried"])
+    _first_dispatched(root, "100", {})
+    return []
+
+
+@pytest.mark.parametrize(("steps", "extra", "expected"), [
+    ("100", {}, ("unresolved", "identity_mismatch")),  # (another count of steps)
+    ("1", {"RESUME_MODE": "auto"}, ("resolved", "completed")),  # (resumed, the same count)
+])
+def test_a_rerun_of_another_step_count_never_completes_its_period(
+        tmp_path: Path, steps: str, extra: dict[str, str],
+        expected: tuple[str, str]) -> None:
+    """A retried period's first attempt, dispatched 100 steps, crashed; its rerun was
+    dispatched 1 and completed that: it resolved the period on a training of another
+    length. A first attempt dispatched the same count (with other settings: a resume mode)
+    still leaves the rerun's completion standing."""
+    from tests.helpers import audit, outcome_study, verdicts
+
+    root = outcome_study(tmp_path / "study", ["completed", "retried"])
+    _first_dispatched(root, steps, extra)
+    summary = audit(root, tmp_path / "out")
+    subject = next(s for s in verdicts(summary) if "s162" in s)
+    assert verdicts(summary)[subject] == expected
+
+
 def test_an_attempt_listed_twice_unresolves_its_period(
         clean: Path, tmp_path: Path) -> None:
     """One run listed twice is no retry: the period is unresolved (identity), never resolved
