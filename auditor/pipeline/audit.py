@@ -114,12 +114,13 @@ class Auditor:
         regular: set[str] = set()
         period_paths = find_period_records(root, regular)
         if not period_paths[0]:
-            hidden = next(((rel, why) for rel in period_paths[1]
-                           if (why := unlistable_reason(root / rel)) is not None), None)
+            hidden = next((f"{rel} is a link, never followed" if os.path.islink(root / rel)
+                           else f"{rel} cannot be listed: {why}" for rel in period_paths[1]
+                           if rel.count("/") <= 1 and (os.path.islink(root / rel) or (
+                               why := unlistable_reason(root / rel)) is not None)), None)
             raise UsageError(
                 f"{self.root_arg}: no period records (pairs/<pair>/period-<n>.json) found"
-                + (f" ({hidden[0]} cannot be listed: {hidden[1]})" if hidden
-                   else "; is this a study root?")
+                + (f" ({hidden})" if hidden else "; is this a study root?")
             )
         # The scheduler's dump and the period records are sent to the pool first: it
         # parses and reads them while this process walks the attempt directories.

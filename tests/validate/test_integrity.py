@@ -872,3 +872,21 @@ def test_a_pair_folder_that_cannot_be_listed_is_named_never_silently_missing(
     rows = findings[findings["rule_id"] == "AUD025"]
     assert list(rows["path"]) == ["pairs/host-qwen25-7b-math-c2-s161"]
     assert "cannot be listed" in rows["message"].iloc[0]
+
+
+def test_a_study_whose_only_pair_folder_is_a_link_says_so(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One pair folder, a link out of the root (never followed): no period record is found,
+    and the one line says why (it asked whether this is a study root at all)."""
+    from auditor._cli import main
+
+    root = copy_example(tmp_path)
+    keep = root / "pairs" / "host-qwen25-7b-math-c2-s161"
+    for other in (root / "pairs").iterdir():
+        if other != keep:
+            shutil.rmtree(other)
+    shutil.move(keep, tmp_path / "elsewhere")
+    keep.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    assert main(["audit", str(root), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "pairs/host-qwen25-7b-math-c2-s161 is a link, never followed" in err, err
