@@ -121,8 +121,6 @@ def judge_attempt(period: PeriodEvidence, attempt: AttemptEvidence,
     job_id = attempt.spec.job_id or (trial.job_id if trial else None)
     element = scheduler_element(period, job_id, context.collected)
     blockers = attempt_blockers(period, attempt, context)
-    if period.attempts and attempt is not period.attempts[-1]:
-        blockers.extend(_earlier_idle(period, attempt, context.protocol.idle_check == "optional"))
     if element is not None and element.state in UNFINISHED_STATES:
         sacct_path = context.collected.sacct.path if context.collected.sacct else ""
         blockers.insert(0, (Reason.ARRAY_PARTIAL, finding(
@@ -143,6 +141,11 @@ def judge_attempt(period: PeriodEvidence, attempt: AttemptEvidence,
             == f"{period.subject}#{attempt.spec.index}")
     shown = evidence_shows(period, attempt, context.protocol, element, is_last)
     shown.sacct_path = context.collected.sacct.path if context.collected.sacct else ""
+    if period.attempts and attempt is not period.attempts[-1] \
+            and shown.exit_class is not None and shown.exit_class.clean:
+        # (a run that ended cleanly may be the one counted: never on a failed idle check;
+        # one that crashed keeps its own reason)
+        blockers.extend(_earlier_idle(period, attempt, context.protocol.idle_check == "optional"))
     judgement = decide(period, blockers, shown, context)
     if judgement.outcome is not Outcome.COMPLETED:
         log = attempt.read.log
