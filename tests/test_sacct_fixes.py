@@ -547,25 +547,32 @@ def test_an_earlier_run_the_scheduler_ended_is_never_a_coordinated_shutdown(
         ("resolved", "completed") if state == "REQUEUED" else ("unresolved", "unclean_exit"))
 
 
+@pytest.mark.parametrize("where", ["file", "entry"])
 @pytest.mark.parametrize("passed", [False, True])
 def test_an_earlier_run_whose_own_idle_check_failed_is_never_the_one_counted(
-        tmp_path: Path, passed: bool) -> None:
-    """The first run completed and its node's own idle check (``idle/<host>.json``, listed
-    in its evidence) says it did not leave the GPUs idle; the record's ``idle_check`` is the
-    rerun's, which passed (``auditor seal`` puts a requeue's in place). The period rested on
-    the first run, the rerun called wasted; now the rerun, itself complete, is counted."""
+        tmp_path: Path, passed: bool, where: str) -> None:
+    """The first run completed and its own idle check (its node's ``idle/<host>.json``,
+    listed in its evidence, or its record entry's ``idle_check``, where a requeue's seal
+    keeps it) says it did not leave the GPUs idle; the record's ``idle_check`` is the
+    rerun's, which passed. The period rested on the first run, the rerun called wasted; now
+    the rerun, itself complete, is counted."""
     import hashlib
 
     root = requeued_study(tmp_path / "study", with_d=True)
     trial = orjson.loads((root / DIR / "attempt-7000002/trial-7000002.json").read_bytes())
-    data = orjson.dumps({"host": "gpu-node-11", "passed": passed, "unavailable": None,
-                         "checked_ns": trial["invocation"]["finished_ns"] + 700_000_000})
-    (root / DIR / "attempt-7000002/idle").mkdir()
-    (root / DIR / "attempt-7000002/idle/gpu-node-11.json").write_bytes(data)
-    edit_record(next(p for p in period_records(root) if "s162" in str(p)),
-                lambda doc: doc["attempts"][0]["evidence"].append({
-                    "path": "idle/gpu-node-11.json", "kind": "idle_check",
-                    "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}))
+    check = {"host": "gpu-node-11", "passed": passed, "unavailable": None,
+             "checked_ns": trial["invocation"]["finished_ns"] + 700_000_000}
+    data = orjson.dumps(check)
+    record = next(p for p in period_records(root) if "s162" in str(p))
+    if where == "file":
+        (root / DIR / "attempt-7000002/idle").mkdir()
+        (root / DIR / "attempt-7000002/idle/gpu-node-11.json").write_bytes(data)
+        edit_record(record, lambda doc: doc["attempts"][0]["evidence"].append({
+            "path": "idle/gpu-node-11.json", "kind": "idle_check",
+            "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}))
+    else:
+        edit_record(record, lambda doc: doc["attempts"][0].update(idle_check={
+            key: value for key, value in check.items() if key != "host"}))
     out = tmp_path / "out"
     summary = audit(root, out)
     assert verdicts(summary)["host-qwen25-7b-gsm8k-c2-s162/period-1"] == (

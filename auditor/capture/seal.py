@@ -497,6 +497,13 @@ def _merged(spec: SealSpec, path: Path, shared: dict[str, Any], entry: dict[str,
                     f"({said}), and a sealed record is not changed")
             return SealResult(path, False, len(old_attempts), len(entry["evidence"]), missing,
                               None, tuple(removed))
+        latest = max(old_attempts, key=lambda a: a.get("restart_count") or 0)
+        if isinstance(existing.get("idle_check"), dict) and "idle_check" not in latest \
+                and (entry.get("restart_count") or 0) > (latest.get("restart_count") or 0):
+            # (the record's check was the run sealed before this later one: kept as that
+            # attempt's own, never replaced unsaid by the rerun's, a failed one above all)
+            old_attempts = [{**a, "idle_check": existing["idle_check"]} if a is latest else a
+                            for a in old_attempts]
         merged = sorted([*old_attempts, entry], key=lambda a: a.get("restart_count") or 0)
         record = {**shared, "attempts": merged}
         if "idle_check" in existing and idle is None:

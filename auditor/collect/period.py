@@ -185,6 +185,7 @@ def _attempt(value: object, index: int, pointer: str) -> AttemptSpec:
         pointer=pointer,
         restart_count=as_int(obj.get("restart_count")),
         array_task_id=as_int(obj.get("array_task_id")),
+        idle_check=_idle_check(obj.get("idle_check")),
     )
 
 

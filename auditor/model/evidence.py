@@ -73,6 +73,10 @@ class AttemptSpec:
     array_task_id: int | None = None
     """The array element the attempt ran in, when the record gives it (a retried period's
     attempts may each have run in another element)."""
+    idle_check: IdleCheck | None = None
+    """The attempt's own post-run idle check, where its entry keeps one: the record's
+    ``idle_check`` is the period's end (its last attempt's), and ``auditor seal`` moves an
+    earlier run's there as it seals a requeue."""
 
 
 @dataclass(frozen=True, slots=True)

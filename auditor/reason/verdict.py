@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from auditor.model import (
     ENDED_LIMITS,
@@ -194,23 +194,32 @@ def attempt_blockers(period: PeriodEvidence, attempt: AttemptEvidence,
 
 def _earlier_idle(period: PeriodEvidence, attempt: AttemptEvidence, optional: bool
                   ) -> list[tuple[Reason, Finding]]:
-    """An earlier attempt's own idle-check files (``idle/<host>.json``) that say its run did
-    not leave the GPUs idle (or, under a required policy, that none could be made): that
-    attempt is then never the one the period counts. The period record's ``idle_check`` is
+    """An earlier attempt's own idle checks (its nodes' ``idle/<host>.json``, and its record
+    entry's ``idle_check``) that say its run did not leave the GPUs idle (or, under a
+    required policy, that none could be made): that attempt is then never the one the
+    period counts. The period record's ``idle_check`` is
     the period's end, its last attempt's (:mod:`auditor.validate.idle`), and ``auditor seal``
     puts a requeue's in place of the earlier one's: a completed first run with a failed check
     resolved on the rerun's passed one."""
     found = []
-    for own in attempt.read.idle:
-        if own.passed is True or (own.passed is None and optional):
+    checks = [(own.host, own.passed, own.unavailable, Citation(own.path or "", pointer="/passed"),
+               own.path or "") for own in attempt.read.idle]
+    entry, pointer = attempt.spec.idle_check, f"{attempt.spec.pointer}/idle_check"
+    if entry is not None:  # (the entry's own check: one node's, or each host's)
+        where = f"{period.record.path}#{pointer}"
+        checks += [(item.host, item.passed, item.unavailable,
+                    Citation(period.record.path, pointer=f"{pointer}/hosts/{item.host}"), where)
+                   for item in entry.hosts] or [
+            ("its node", entry.passed, entry.unavailable,
+             Citation(period.record.path, pointer=f"{pointer}/passed"), where)]
+    for host, passed, unavailable, cite, path in checks:
+        if passed is True or (passed is None and optional):
             continue
-        word = "null" if own.passed is None else str(own.passed).lower()
+        word = "null" if passed is None else str(passed).lower()
         found.append((Reason.IDLE_CHECK_FAILED, finding(
-            "AUD118", period.subject,
-            [Citation(own.path or "", pointer="/passed", quote=word)],
-            form="earlier_attempt", host=own.host, attempt=attempt.spec.index + 1,
-            path=own.path, passed=word,
-            why=f" ({own.unavailable})" if own.unavailable else "")))
+            "AUD118", period.subject, [replace(cite, quote=word)], form="earlier_attempt",
+            host=host, attempt=attempt.spec.index + 1, path=path, passed=word,
+            why=f" ({unavailable})" if unavailable else "")))
     return found
 
 

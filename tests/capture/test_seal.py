@@ -293,6 +293,35 @@ def test_idle_check_with_nvml(tmp_path: Path, used: int, processes: int, passed:
     assert schema_errors("period", record) == []
 
 
+def test_a_requeues_seal_keeps_the_earlier_runs_idle_check_as_that_attempts_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The single-node flow (run, then seal --idle-check in the job), requeued once: the
+    first run's check failed, the rerun's passed. The rerun's seal put its check in the
+    record's place, and the failed one was kept nowhere (the audit then counted the first
+    run). It is now the first attempt's own, in its entry."""
+    def sealed(rel: str, used: int) -> None:
+        env = fakes(tmp_path, nvml=True)
+        env.update(SLURM_JOB_ID="5001", CUDA_VISIBLE_DEVICES="0", FAKE_NVML=json.dumps([
+            {"uuid": "GPU-0", "name": "n", "bus": "b", "total_mib": 40960,
+             "used_mib": used, "processes": 0}]))
+        done = subprocess.run([sys.executable, "-m", "auditor", "seal", str(tmp_path),
+                               "--pair", PAIR, "--period", "1", "--gpus", "2",
+                               "--attempt-dir", rel, "--commit", COMMIT, *META,
+                               "--idle-check"], env=env, capture_output=True, text=True,
+                              check=False, timeout=60)
+        assert done.returncode == 0, done.stderr
+
+    sealed(_rel(tmp_path, _run(tmp_path, "5001", "completed")), 30000)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    sealed(_rel(tmp_path, _run(tmp_path, "5001", "completed")), 0)
+    record = load(tmp_path / "pairs" / PAIR / "period-1.json")
+    assert schema_errors("period", record) == []
+    first, rerun = record["attempts"]
+    assert first["idle_check"]["passed"] is False and first["idle_check"][
+        "gpu_memory_used_mib"] == [30000]
+    assert "idle_check" not in rerun and record["idle_check"]["passed"] is True
+
+
 def test_a_link_or_unlistable_folder_in_the_attempt_is_refused(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     attempt = _run(tmp_path)
