@@ -80,8 +80,8 @@ def add_parsers(commands: Any) -> None:
     seal.add_argument("--workload")
     seal.add_argument("--seed", type=_int64)
     seal.add_argument("--model")
-    seal.add_argument("--study", help="the study's name (default: ROOT/protocol.json's name, "
-                      "else ROOT's directory name)")
+    seal.add_argument("--study", help="the study's name (default: the name the period "
+                      "record has, else ROOT's directory name)")
     seal.add_argument("--idle-check", action="store_true",
                       help="ask NVML whether the GPUs were left idle (on the attempt's node, "
                       "inside its job); on a multi-node attempt, also gather each node's own "

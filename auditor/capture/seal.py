@@ -325,27 +325,13 @@ def _settled(directory: Path, files: list[str], evidence: list[dict[str, Any]],
                               "attempt's files are written")
 
 
-def _study_name(spec: SealSpec) -> str:
-    """The study's name: ``--study``, else ``protocol.json``'s ``name``, else the root
-    folder's (a root moved between a requeue's two seals kept its protocol's name: the
-    folder's made the second seal differ from the first)."""
-    if spec.study:
-        return spec.study
-    from auditor.capture.check import read_root_protocol
-
-    protocol = read_root_protocol(spec.root)
-    if protocol is not None and protocol.name != "default":
-        return protocol.name
-    return spec.root.resolve().name
-
-
 def _period_fields(spec: SealSpec, trial: dict[str, Any]) -> dict[str, Any]:
     """The fields every attempt of the period shares. Outside a job array the job is its
     own array (the trial's job id, task 0)."""
     array_job = trial.get("array_job_id") or trial["job_id"]
     task = trial.get("array_task_id")
     fields: dict[str, Any] = {"schema": "run-evidence/period/v1",
-                              "study": _study_name(spec),
+                              "study": spec.study or spec.root.resolve().name,
                               "pair": spec.pair, "workload": spec.workload, "seed": spec.seed,
                               "model": spec.model, "period": spec.period, "gpus": spec.gpus,
                               "array_job_id": array_job,
@@ -472,6 +458,11 @@ def _merged(spec: SealSpec, path: Path, shared: dict[str, Any], entry: dict[str,
         attempts = 1
     else:
         old_shared = {key: existing[key] for key in PERIOD_FIELDS if key in existing}
+        if spec.study is None and isinstance(existing.get("study"), str):
+            # (no --study: the name the record was first sealed under, which a root moved
+            # or renamed between a requeue's two seals does not change; never the protocol's
+            # name, which several studies may share)
+            shared = {**shared, "study": existing["study"]}
         if old_shared != shared:
             changed = sorted(key for key in set(old_shared) | set(shared)
                              if old_shared.get(key) != shared.get(key))

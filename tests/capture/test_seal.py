@@ -200,26 +200,31 @@ def test_idle_check_in_a_study_without_a_scheduler_needs_no_slurm_job(
     assert "outside the attempt's job" in capsys.readouterr().err
 
 
-def test_the_study_is_named_by_its_protocol_before_its_folder(tmp_path: Path) -> None:
-    """Without --study the record's study was the root folder's name, so a root moved (or
-    renamed) between a requeue's two seals made the second seal 'differ' (refused); the
-    protocol's name travels with it."""
+def test_a_requeue_sealed_after_the_root_moved_keeps_the_records_study(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --study the record's study is the root folder's name; a root moved (or
+    renamed) between a requeue's two seals made the second seal 'differ' (refused) though
+    nothing of the study changed. The record's own name is kept; a new record takes the
+    folder's (never the protocol's name, which several studies may share)."""
     import shutil
 
     first = tmp_path / "kit-study"
     first.mkdir()
     (first / "protocol.json").write_text(json.dumps(
-        {"schema": "run-evidence/protocol/v1", "name": "s1"}))
+        {"schema": "run-evidence/protocol/v1", "name": "shared-protocol"}))
     rel = _rel(first, _run(first))
     meta = [item for item in META if item not in ("--study", "kit")]
     assert _seal(first, rel, "--commit", COMMIT, *meta) == 0
-    assert load(first / "pairs" / PAIR / "period-1.json")["study"] == "s1"
+    assert load(first / "pairs" / PAIR / "period-1.json")["study"] == "kit-study"
     moved = tmp_path / "kit-study-2024"
     shutil.move(first, moved)
-    assert _seal(moved, rel, "--commit", COMMIT, *meta) == 0  # (identical: a no-op)
-    (moved / "protocol.json").unlink()
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    rerun = _rel(moved, _run(moved, "5001", "completed"))
+    assert _seal(moved, rerun, "--commit", COMMIT, *meta) == 0
+    record = load(moved / "pairs" / PAIR / "period-1.json")
+    assert record["study"] == "kit-study" and len(record["attempts"]) == 2
     (moved / "pairs" / PAIR / "period-1.json").unlink()
-    assert _seal(moved, rel, "--commit", COMMIT, *meta) == 0  # (no protocol: the folder's)
+    assert _seal(moved, rerun, "--commit", COMMIT, *meta) == 0  # (a new record)
     assert load(moved / "pairs" / PAIR / "period-1.json")["study"] == "kit-study-2024"
 
 
