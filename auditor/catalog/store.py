@@ -98,6 +98,8 @@ def add_audits(outs: list[Path], into: Path, name: str | None = None,
         for audit in audits:
             if not replace:
                 _check_clash(audit, entries.get(audit.name), into)
+            else:
+                _check_same_root(audit, entries.get(audit.name), into)
         return _write(into, audits, entries)
 
 
@@ -219,6 +221,16 @@ def _check_clash(audit: Audit, entry: dict[str, Any] | None, into: Path) -> None
             f"catalog: {into} already holds a study named {audit.name!r} (from "
             f"{entry.get('source')}) with other inputs than {audit.source}; give --name "
             "to tell them apart, or --replace where this audit supersedes it")
+
+
+def _check_same_root(audit: Audit, entry: dict[str, Any] | None, into: Path) -> None:
+    """``--replace`` takes a later audit of the study the catalogue holds: of the same
+    evidence root (another root under that name is another study, which it would drop)."""
+    if entry is not None and entry.get("evidence_root") != audit.root:
+        raise UsageError(
+            f"catalog: {into}'s study {audit.name!r} is of the evidence root "
+            f"{entry.get('evidence_root')!r}, {audit.source}'s of {audit.root!r}: --replace "
+            "takes a later audit of the same root; give --name for another study")
 
 
 @contextlib.contextmanager

@@ -203,26 +203,34 @@ def test_another_study_sharing_a_name_is_refused_unless_named(
 def test_replace_puts_a_later_audit_of_a_study_in_place_of_the_earlier(
         cat: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A study captured again (more evidence, a dump with its missing rows) is audited again
-    under its own name: ``--replace`` swaps it in, whole, rather than counting both."""
-    later = audited(hardware_study(tmp_path / "later", "alpha", 8900000,
-                                   [("gpu-node-90", "completed"), ("gpu-node-91", FAILING)]),
-                    tmp_path / "later-out")
+    under its own name: ``--replace`` swaps it in, whole, rather than counting both. Another
+    study's root under that name is never replaced (it would drop that study)."""
+    root = hardware_study(tmp_path / "delta", "delta", 8900000,
+                          [("gpu-node-90", "completed"), ("gpu-node-91", FAILING)])
+    first = audited(root, tmp_path / "delta-out")
+    assert main(["catalog", str(first), "--into", str(cat)]) == 0
+    dump = root / "accounting" / "sacct-raw.psv"
+    dump.write_bytes(dump.read_bytes() + b"\n")  # (captured again: other bytes)
+    later = audited(root, tmp_path / "delta-later")
     capsys.readouterr()
     assert main(["catalog", str(later), "--into", str(cat)]) == 2
     assert "--replace" in capsys.readouterr().err
     assert main(["catalog", str(later), "--into", str(cat), "--replace"]) == 0
-    assert capsys.readouterr().out.startswith(f"replaced alpha from {later}")
-    rows = query(cat, "SELECT study, count(*) AS n FROM periods GROUP BY study "
-                 "ORDER BY study", capsys)
-    assert [(r["study"], r["n"]) for r in rows] == [("alpha", 2), ("beta", 16), ("gamma", 10)]
+    assert capsys.readouterr().out.startswith(f"replaced delta from {later}")
     entry = next(e for e in orjson.loads((cat / "catalog.json").read_bytes())["studies"]
-                 if e["name"] == "alpha")
+                 if e["name"] == "delta")
     assert entry["source"] == str(later)
     summary = orjson.loads((later / "summary.json").read_bytes())
-    [study] = query(cat, "SELECT * FROM studies WHERE study = 'alpha'", capsys)
+    [study] = query(cat, "SELECT * FROM studies WHERE study = 'delta'", capsys)
     assert study["periods"] == 2 and study["summary_sha256"] == hashlib.sha256(
         (later / "summary.json").read_bytes()).hexdigest()
     assert study["gate_included_configurations"] == summary["gate"]["included_configurations"]
+    other = audited(hardware_study(tmp_path / "other", "alpha", 8900001,
+                                   [("gpu-node-92", "completed")]), tmp_path / "other-out")
+    before = tree(cat)
+    assert main(["catalog", str(other), "--into", str(cat), "--replace"]) == 2
+    assert "--replace takes a later audit of the same root" in capsys.readouterr().err
+    assert tree(cat) == before
 
 
 def test_the_studies_table_keeps_what_qualifies_the_accounting(
