@@ -144,8 +144,11 @@ def layout_findings(root: Path, layout: StudyLayout,
                 and pair_link_hides_periods(root, rel):
             findings.append(finding("AUD022", rel, [Citation(rel)]))
             continue
-        if not os.path.islink(root / rel) and os.path.isdir(root / rel) \
+        if rel.count("/") <= 1 and not os.path.islink(root / rel) \
+                and os.path.isdir(root / rel) \
                 and (error := unlistable_reason(root / rel)) is not None:
+            # (pairs/ or a pair folder: below one, no period record can be; a folder there
+            # that cannot be listed is a stray entry, as any other)
             findings.append(finding("AUD025", rel, [Citation(rel)], error=error))
             continue
         findings.append(finding(

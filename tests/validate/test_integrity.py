@@ -874,6 +874,35 @@ def test_a_pair_folder_that_cannot_be_listed_is_named_never_silently_missing(
     assert "cannot be listed" in rows["message"].iloc[0]
 
 
+def test_a_folder_below_a_pair_folder_that_cannot_be_listed_holds_no_period(
+        tmp_path: Path) -> None:
+    """``pairs/<pair>/old/`` cannot hold a period record: unlistable, it is a stray entry
+    (a warning), never AUD025, whose failed gates admit nothing."""
+    import subprocess
+    import sys
+
+    root = copy_example(tmp_path)
+    old = root / "pairs" / "host-qwen25-7b-math-c2-s161" / "old"
+    old.mkdir()
+    (old / "notes.txt").write_text("kept\n")
+    out = tmp_path / "out"
+    old.chmod(0)
+    try:
+        done = subprocess.run(_without_dac([
+            sys.executable, "-m", "auditor", "audit", str(root), "--out", str(out), "--quiet",
+            "--no-plots", "--jobs", "1"]), capture_output=True, text=True, timeout=300,
+            check=False)
+    finally:
+        old.chmod(0o755)
+    assert done.returncode in (0, 1), done.stderr
+    findings = pd.read_parquet(out / "findings.parquet")
+    assert "AUD025" not in set(findings["rule_id"])
+    assert "pairs/host-qwen25-7b-math-c2-s161/old" in set(
+        findings[findings["rule_id"] == "AUD105"]["path"])
+    summary = json.loads((out / "summary.json").read_bytes())
+    assert summary["gate_allow_partial"]["passed"]
+
+
 def test_a_study_whose_only_pair_folder_is_a_link_says_so(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """One pair folder, a link out of the root (never followed): no period record is found,
