@@ -185,7 +185,8 @@ def _attempt(value: object, index: int, pointer: str) -> AttemptSpec:
         pointer=pointer,
         restart_count=as_int(obj.get("restart_count")),
         array_task_id=as_int(obj.get("array_task_id")),
-        idle_check=_idle_check(obj.get("idle_check")),
+        # (the single-attempt form's idle_check is the record's, the period's end)
+        idle_check=_idle_check(obj.get("idle_check")) if pointer else None,
     )
 
 
