@@ -255,6 +255,7 @@ def entry() -> NoReturn:
     global _ONLY_EXITING
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     signal.signal(signal.SIGTERM, _terminate)
+    sys.unraisablehook = _unraisable
     sys.meta_path.insert(0, _NoPandas())
     gc.disable()
     _ONLY_EXITING = True
@@ -291,6 +292,29 @@ class _NoPandas(importlib.abc.MetaPathFinder):
 
 def _terminate(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+def _interrupt_main_soon() -> None:
+    import _thread
+    import time
+
+    time.sleep(0.05)
+    _thread.interrupt_main()
+
+
+def _unraisable(unraisable: Any) -> None:
+    """``sys.unraisablehook`` of the command's process: a Ctrl-C or SIGTERM that landed in a
+    finalizer (a ``weakref.finalize`` callback, a ``__del__``) is raised again in the main
+    thread, where it unwinds as any other, never printed as a traceback and dropped (the
+    audit then ran on, its 'Exception ignored' on stderr); anything else as Python says it."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        import _thread
+
+        # (from another thread, once this hook has returned: raised in it, it would be
+        # dropped again; nothing where SIGINT is ignored, when the process only exits)
+        _thread.start_new_thread(_interrupt_main_soon, ())
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 # ------------------------------------------------------------------ commands
