@@ -9,6 +9,8 @@ import itertools
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -836,15 +838,25 @@ def _without_dac(argv: list[str]) -> list[str]:
             *argv]
 
 
+def _audit_unlistable(root: Path, folder: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    """The audit of ``root`` (a child process, file permissions holding) while ``folder``
+    cannot be listed."""
+    folder.chmod(0)
+    try:
+        return subprocess.run(_without_dac([
+            sys.executable, "-m", "auditor", "audit", str(root), "--out", str(out), "--quiet",
+            "--no-plots", "--jobs", "1"]), capture_output=True, text=True, timeout=300,
+            check=False)
+    finally:
+        folder.chmod(0o755)
+
+
 @pytest.mark.parametrize("pairs", ["one of several", "the only one"])
 def test_a_pair_folder_that_cannot_be_listed_is_named_never_silently_missing(
         tmp_path: Path, pairs: str) -> None:
     """Its period records were silently missing (the walk took an unlistable folder for an
     empty one): the audit counted 16 periods and the --allow-partial gate passed; a study
     whose one pair folder it was said "is this a study root?"."""
-    import subprocess
-    import sys
-
     root = copy_example(tmp_path)
     hidden = root / "pairs" / "host-qwen25-7b-math-c2-s161"
     if pairs == "the only one":
@@ -852,14 +864,7 @@ def test_a_pair_folder_that_cannot_be_listed_is_named_never_silently_missing(
             if other != hidden:
                 shutil.rmtree(other)
     out = tmp_path / "out"
-    hidden.chmod(0)
-    try:
-        done = subprocess.run(_without_dac([
-            sys.executable, "-m", "auditor", "audit", str(root), "--out", str(out), "--quiet",
-            "--no-plots", "--jobs", "1"]), capture_output=True, text=True, timeout=300,
-            check=False)
-    finally:
-        hidden.chmod(0o755)
+    done = _audit_unlistable(root, hidden, out)
     if pairs == "the only one":
         assert done.returncode == 2
         assert "pairs/host-qwen25-7b-math-c2-s161 cannot be listed" in done.stderr
@@ -878,22 +883,12 @@ def test_a_folder_below_a_pair_folder_that_cannot_be_listed_holds_no_period(
         tmp_path: Path) -> None:
     """``pairs/<pair>/old/`` cannot hold a period record: unlistable, it is a stray entry
     (a warning), never AUD025, whose failed gates admit nothing."""
-    import subprocess
-    import sys
-
     root = copy_example(tmp_path)
     old = root / "pairs" / "host-qwen25-7b-math-c2-s161" / "old"
     old.mkdir()
     (old / "notes.txt").write_text("kept\n")
     out = tmp_path / "out"
-    old.chmod(0)
-    try:
-        done = subprocess.run(_without_dac([
-            sys.executable, "-m", "auditor", "audit", str(root), "--out", str(out), "--quiet",
-            "--no-plots", "--jobs", "1"]), capture_output=True, text=True, timeout=300,
-            check=False)
-    finally:
-        old.chmod(0o755)
+    done = _audit_unlistable(root, old, out)
     assert done.returncode in (0, 1), done.stderr
     findings = pd.read_parquet(out / "findings.parquet")
     assert "AUD025" not in set(findings["rule_id"])
