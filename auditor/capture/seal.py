@@ -469,7 +469,9 @@ def _merged(spec: SealSpec, path: Path, shared: dict[str, Any], entry: dict[str,
             raise SealRefused(f"{path}: already holds a different record (differing: "
                               f"{', '.join(changed)}); not overwritten")
         old_attempts = _attempts_of(existing)
-        same = [a for a in old_attempts if a.get("attempt_dir") == entry["attempt_dir"]
+        checks = _own_checks(old_attempts, existing.get("idle_check"))
+        bare = [{k: v for k, v in a.items() if k != "idle_check"} for a in old_attempts]
+        same = [a for a in bare if a.get("attempt_dir") == entry["attempt_dir"]
                 or (a.get("job_id"), a.get("restart_count"))
                 == (entry["job_id"], entry["restart_count"])]
         if same:
@@ -477,36 +479,54 @@ def _merged(spec: SealSpec, path: Path, shared: dict[str, Any], entry: dict[str,
                 raise SealRefused(f"{path}: attempt {entry['attempt_dir']} (job "
                                   f"{entry['job_id']}, restart {entry['restart_count']}) is "
                                   "already sealed differently (its evidence changed since?)")
-            had = existing.get("idle_check")
+            had = checks.get(_run_of(same[0]))
             if idle is not None and not (isinstance(had, dict)
                                          and had.get("passed") == idle.get("passed")):
                 # (a check just made, a failed one above all, is never dropped unsaid)
                 said = f"passed={had.get('passed')!r}" if isinstance(had, dict) else "none"
                 raise SealRefused(
                     f"{path}: attempt {entry['attempt_dir']} is sealed already; the idle "
-                    f"check just made (passed={idle.get('passed')!r}) is not the record's "
+                    f"check just made (passed={idle.get('passed')!r}) is not its own "
                     f"({said}), and a sealed record is not changed")
             return SealResult(path, False, len(old_attempts), len(entry["evidence"]), missing,
                               None, tuple(removed))
-        latest = max(old_attempts, key=lambda a: a.get("restart_count") or 0)
-        if isinstance(existing.get("idle_check"), dict) and "idle_check" not in latest \
-                and (entry.get("restart_count") or 0) > (latest.get("restart_count") or 0):
-            # (the record's check was the run sealed before this later one: kept as that
-            # attempt's own, never replaced unsaid by the rerun's, a failed one above all)
-            old_attempts = [{**a, "idle_check": existing["idle_check"]} if a is latest else a
-                            for a in old_attempts]
-        merged = sorted([*old_attempts, entry], key=lambda a: a.get("restart_count") or 0)
-        record = {**shared, "attempts": merged}
-        if "idle_check" in existing and idle is None:
-            record["idle_check"] = existing["idle_check"]
+        if idle is not None:
+            checks[_run_of(entry)] = idle
+        merged = sorted([*bare, entry], key=lambda a: a.get("restart_count") or 0)
+        last = merged[-1]
+        # each earlier attempt keeps its own check in its entry; the record's is the last
+        # attempt's (a requeue's seal replaced the first run's, a failed one above all, and
+        # a seal out of order put an earlier run's in the last one's place)
+        record = {**shared, "attempts": [
+            {**a, "idle_check": checks[_run_of(a)]}
+            if a is not last and _run_of(a) in checks else a for a in merged]}
+        if _run_of(last) in checks:
+            record["idle_check"] = checks[_run_of(last)]
         attempts = len(merged)
-    if idle is not None:
+    if existing is None and idle is not None:
         record["idle_check"] = idle
     record["sealed_ns"] = time.time_ns()
     record["sealed_by"] = {"tool": "auditor", "version": __version__}
     write_atomic(path, dumps(record))
     return SealResult(path, True, attempts, len(entry["evidence"]), missing, idle,
                       tuple(removed))
+
+
+def _run_of(attempt: dict[str, Any]) -> str:
+    """An attempt entry's own name in the record: its directory."""
+    return str(attempt.get("attempt_dir"))
+
+
+def _own_checks(attempts: list[dict[str, Any]], record_check: object
+                ) -> dict[str, dict[str, Any]]:
+    """Each sealed attempt's own idle check, by :func:`_run_of`: an earlier attempt's in its
+    entry, the last one's the record's."""
+    checks = {_run_of(a): a["idle_check"] for a in attempts
+              if isinstance(a.get("idle_check"), dict)}
+    if attempts and isinstance(record_check, dict):
+        last = max(attempts, key=lambda a: a.get("restart_count") or 0)
+        checks.setdefault(_run_of(last), record_check)
+    return checks
 
 
 def _existing(path: Path) -> dict[str, Any] | None:

@@ -298,33 +298,46 @@ def test_idle_check_with_nvml(tmp_path: Path, used: int, processes: int, passed:
     assert schema_errors("period", record) == []
 
 
-def test_a_requeues_seal_keeps_the_earlier_runs_idle_check_as_that_attempts_own(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _sealed_with_check(root: Path, rel: str, used: int) -> int:
+    """``seal --idle-check`` of ``rel`` in the job, NVML saying ``used`` MiB in use."""
+    env = fakes(root, nvml=True)
+    env.update(SLURM_JOB_ID="5001", CUDA_VISIBLE_DEVICES="0", FAKE_NVML=json.dumps([
+        {"uuid": "GPU-0", "name": "n", "bus": "b", "total_mib": 40960, "used_mib": used,
+         "processes": 0}]))
+    return subprocess.run([sys.executable, "-m", "auditor", "seal", str(root), "--pair", PAIR,
+                           "--period", "1", "--gpus", "2", "--attempt-dir", rel, "--commit",
+                           COMMIT, *META, "--idle-check"], env=env, capture_output=True,
+                          text=True, check=False, timeout=60).returncode
+
+
+@pytest.mark.parametrize("order", ["in order", "out of order"])
+def test_each_sealed_attempt_keeps_its_own_idle_check(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, order: str) -> None:
     """The single-node flow (run, then seal --idle-check in the job), requeued once: the
     first run's check failed, the rerun's passed. The rerun's seal put its check in the
-    record's place, and the failed one was kept nowhere (the audit then counted the first
-    run). It is now the first attempt's own, in its entry."""
-    def sealed(rel: str, used: int) -> None:
-        env = fakes(tmp_path, nvml=True)
-        env.update(SLURM_JOB_ID="5001", CUDA_VISIBLE_DEVICES="0", FAKE_NVML=json.dumps([
-            {"uuid": "GPU-0", "name": "n", "bus": "b", "total_mib": 40960,
-             "used_mib": used, "processes": 0}]))
-        done = subprocess.run([sys.executable, "-m", "auditor", "seal", str(tmp_path),
-                               "--pair", PAIR, "--period", "1", "--gpus", "2",
-                               "--attempt-dir", rel, "--commit", COMMIT, *META,
-                               "--idle-check"], env=env, capture_output=True, text=True,
-                              check=False, timeout=60)
-        assert done.returncode == 0, done.stderr
-
-    sealed(_rel(tmp_path, _run(tmp_path, "5001", "completed")), 30000)
+    record's place, the failed one kept nowhere (the audit then counted the first run); a
+    seal out of restart order put the earlier run's check in the last one's place. Each
+    earlier attempt now keeps its own in its entry, the record's is the last attempt's, and
+    sealing an attempt again, as it was, is still a no-op."""
+    first = _rel(tmp_path, _run(tmp_path, "5001", "completed"))
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
-    sealed(_rel(tmp_path, _run(tmp_path, "5001", "completed")), 0)
-    record = load(tmp_path / "pairs" / PAIR / "period-1.json")
+    rerun = _rel(tmp_path, _run(tmp_path, "5001", "completed"))
+    seals = [(first, 30000), (rerun, 0)]
+    for rel, used in seals if order == "in order" else seals[::-1]:
+        assert _sealed_with_check(tmp_path, rel, used) == 0
+    path = tmp_path / "pairs" / PAIR / "period-1.json"
+    record = load(path)
     assert schema_errors("period", record) == []
-    first, rerun = record["attempts"]
-    assert first["idle_check"]["passed"] is False and first["idle_check"][
+    earlier, last = record["attempts"]
+    assert earlier["idle_check"]["passed"] is False and earlier["idle_check"][
         "gpu_memory_used_mib"] == [30000]
-    assert "idle_check" not in rerun and record["idle_check"]["passed"] is True
+    assert "idle_check" not in last and record["idle_check"]["passed"] is True
+    before = path.read_bytes()
+    assert _sealed_with_check(tmp_path, first, 30000) == 0  # (each as it was: no-ops)
+    assert _seal(tmp_path, first, "--commit", COMMIT, *META) == 0
+    assert _sealed_with_check(tmp_path, rerun, 0) == 0
+    assert path.read_bytes() == before
+    assert _sealed_with_check(tmp_path, first, 0) == 2  # (not its own check: refused)
 
 
 def test_a_link_or_unlistable_folder_in_the_attempt_is_refused(
