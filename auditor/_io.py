@@ -189,17 +189,19 @@ def read_limited(stream: BinaryIO | HashingReader, limit: int) -> bytes | None:
 
 
 def sha256_file(path: str) -> FileDigest:
-    """Hash a file that is not parsed (source and protocol inputs, outputs): a regular file,
-    or a pipe (a shell's process substitution, ``<(git show ...)``), read to its end; anything
-    else is an ``OSError`` saying so (a device would never end). A FIFO is opened without
-    waiting for a writer (the audit would block for ever): with none, it is empty."""
+    """Hash a regular file that is not parsed (source and protocol inputs, outputs); anything
+    else is an ``OSError`` saying so: a FIFO opened without waiting for a writer (the audit
+    would block for ever), a device (it would never end), a pipe (a shell's process
+    substitution: what it gave could never be read again, so ``auditor verify`` and the
+    catalogue would refuse the audit for ever)."""
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         mode = os.fstat(descriptor).st_mode
         if stat.S_ISFIFO(mode):
-            os.set_blocking(descriptor, True)  # (opened; now read as its writer writes)
-        elif not stat.S_ISREG(mode):
-            raise OSError(errno.EINVAL, "not a regular file or a pipe", path)
+            raise OSError(errno.EINVAL, "a pipe, which no later 'auditor verify' can read "
+                          "again; save it to a file", path)
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
         handle = os.fdopen(descriptor, "rb")
     except BaseException:
         os.close(descriptor)

@@ -331,10 +331,11 @@ def test_a_signal_before_the_command_handles_its_own_is_still_one_line(tmp_path:
 
 
 FINALIZER_INTERRUPTED = """
-import sys, time, weakref
+import signal, sys, time, weakref
 import auditor._cli as cli
 
-sys.unraisablehook = cli._unraisable  # (as entry() sets it)
+signal.signal(signal.SIGTERM, cli._terminate)  # (as entry() sets them)
+sys.unraisablehook = cli._unraisable
 
 class Held:
     pass
@@ -355,15 +356,20 @@ except KeyboardInterrupt:
 """
 
 
-def test_an_interrupt_that_lands_in_a_finalizer_still_unwinds_the_command() -> None:
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_an_interrupt_that_lands_in_a_finalizer_still_unwinds_the_command(sigint: str) -> None:
     """A SIGTERM (or Ctrl-C) whose handler ran inside a ``weakref.finalize`` callback was
     printed as 'Exception ignored ... KeyboardInterrupt' with its traceback and dropped:
     the audit ran on (seen once in the fresh-clone CI's interrupt test). The command's
-    process raises it again in the main thread, silently."""
+    process raises it again in the main thread, silently, as SIGTERM: a shell's '&' starts
+    it with SIGINT ignored."""
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", FINALIZER_INTERRUPTED], capture_output=True,
-                          text=True, timeout=60, check=False)
+    code = FINALIZER_INTERRUPTED
+    if sigint == "ignored":
+        code = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n" + code
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)
     assert done.stdout.strip() == "interrupted", (done.stdout, done.stderr)
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr

@@ -299,7 +299,9 @@ def _interrupt_main_soon() -> None:
     import time
 
     time.sleep(0.05)
-    _thread.interrupt_main()
+    # (as SIGTERM: its handler is the command's own, which a shell's '&' leaves in place
+    # where it sets SIGINT to be ignored; ignored too once the process only exits)
+    _thread.interrupt_main(signal.SIGTERM)
 
 
 def _unraisable(unraisable: Any) -> None:
@@ -311,7 +313,7 @@ def _unraisable(unraisable: Any) -> None:
         import _thread
 
         # (from another thread, once this hook has returned: raised in it, it would be
-        # dropped again; nothing where SIGINT is ignored, when the process only exits)
+        # dropped again)
         _thread.start_new_thread(_interrupt_main_soon, ())
         return
     sys.__unraisablehook__(unraisable)
