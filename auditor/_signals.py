@@ -143,3 +143,29 @@ def _follow(read_end: int) -> None:
         while os.read(read_end, 1):
             pass
     os._exit(0)
+
+
+def _interrupt_main_soon() -> None:
+    import _thread
+    import time
+
+    time.sleep(0.05)
+    # (as SIGTERM: its handler is the command's own, which a shell's '&' leaves in place
+    # where it sets SIGINT to be ignored; ignored too once the process only exits)
+    _thread.interrupt_main(signal.SIGTERM)
+
+
+def interrupt_unraised(unraisable: Any) -> None:
+    """``sys.unraisablehook`` of the command's process (whose SIGTERM handler raises
+    KeyboardInterrupt): a Ctrl-C or SIGTERM that landed in a
+    finalizer (a ``weakref.finalize`` callback, a ``__del__``) is raised again in the main
+    thread, where it unwinds as any other, never printed as a traceback and dropped (the
+    audit then ran on, its 'Exception ignored' on stderr); anything else as Python says it."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        import _thread
+
+        # (from another thread, once this hook has returned: raised in it, it would be
+        # dropped again)
+        _thread.start_new_thread(_interrupt_main_soon, ())
+        return
+    sys.__unraisablehook__(unraisable)

@@ -333,9 +333,10 @@ def test_a_signal_before_the_command_handles_its_own_is_still_one_line(tmp_path:
 FINALIZER_INTERRUPTED = """
 import signal, sys, time, weakref
 import auditor._cli as cli
+from auditor._signals import interrupt_unraised
 
 signal.signal(signal.SIGTERM, cli._terminate)  # (as entry() sets them)
-sys.unraisablehook = cli._unraisable
+sys.unraisablehook = interrupt_unraised
 
 class Held:
     pass

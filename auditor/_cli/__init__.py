@@ -252,10 +252,12 @@ def entry() -> NoReturn:
     default pool (mimalloc) keeps what the tables took, 50 MB of the peak on a study of
     36k files, for nothing faster on tables this size.
     """
+    from auditor._signals import interrupt_unraised
+
     global _ONLY_EXITING
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     signal.signal(signal.SIGTERM, _terminate)
-    sys.unraisablehook = _unraisable
+    sys.unraisablehook = interrupt_unraised
     sys.meta_path.insert(0, _NoPandas())
     gc.disable()
     _ONLY_EXITING = True
@@ -293,30 +295,6 @@ class _NoPandas(importlib.abc.MetaPathFinder):
 def _terminate(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
-
-def _interrupt_main_soon() -> None:
-    import _thread
-    import time
-
-    time.sleep(0.05)
-    # (as SIGTERM: its handler is the command's own, which a shell's '&' leaves in place
-    # where it sets SIGINT to be ignored; ignored too once the process only exits)
-    _thread.interrupt_main(signal.SIGTERM)
-
-
-def _unraisable(unraisable: Any) -> None:
-    """``sys.unraisablehook`` of the command's process: a Ctrl-C or SIGTERM that landed in a
-    finalizer (a ``weakref.finalize`` callback, a ``__del__``) is raised again in the main
-    thread, where it unwinds as any other, never printed as a traceback and dropped (the
-    audit then ran on, its 'Exception ignored' on stderr); anything else as Python says it."""
-    if isinstance(unraisable.exc_value, KeyboardInterrupt):
-        import _thread
-
-        # (from another thread, once this hook has returned: raised in it, it would be
-        # dropped again)
-        _thread.start_new_thread(_interrupt_main_soon, ())
-        return
-    sys.__unraisablehook__(unraisable)
 
 
 # ------------------------------------------------------------------ commands
