@@ -572,7 +572,8 @@ def test_an_earlier_run_whose_own_idle_check_failed_is_never_the_one_counted(
             "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}))
     else:
         edit_record(record, lambda doc: doc["attempts"][0].update(idle_check={
-            key: value for key, value in check.items() if key != "host"}))
+            "passed": passed, "checked_ns": check["checked_ns"],
+            "gpu_memory_used_mib": [0 if passed else 30000], "gpu_processes": 0}))
     out = tmp_path / "out"
     summary = audit(root, out)
     assert verdicts(summary)["host-qwen25-7b-gsm8k-c2-s162/period-1"] == (

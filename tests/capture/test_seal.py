@@ -240,7 +240,7 @@ def test_a_resealed_attempt_never_drops_an_idle_check_unsaid(
     monkeypatch.setenv("SLURM_JOB_ID", "5001")
     capsys.readouterr()
     assert _seal(tmp_path, rel, "--commit", COMMIT, *META, "--idle-check") == 2
-    assert "the idle check just made (passed=None) is not the record's (none)" in \
+    assert "the idle check just made (passed=None) is not its own (none)" in \
         capsys.readouterr().err
     assert "idle_check" not in load(tmp_path / "pairs" / PAIR / "period-1.json")
     other = tmp_path / "other"
