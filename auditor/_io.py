@@ -194,19 +194,10 @@ def sha256_file(path: str) -> FileDigest:
     would block for ever), a device (it would never end), a pipe (a shell's process
     substitution: what it gave could never be read again, so ``auditor verify`` and the
     catalogue would refuse the audit for ever)."""
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        mode = os.fstat(descriptor).st_mode
-        if stat.S_ISFIFO(mode):
-            raise OSError(errno.EINVAL, "a pipe, which no later 'auditor verify' can read "
-                          "again; save it to a file", path)
-        if not stat.S_ISREG(mode):
-            raise OSError(errno.EINVAL, "not a regular file", path)
-        handle = os.fdopen(descriptor, "rb")
-    except BaseException:
-        os.close(descriptor)
-        raise
-    with handle:
+    descriptor = _regular_descriptor(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC,
+                                     fifo="a pipe, which no later 'auditor verify' can read "
+                                     "again; save it to a file")
+    with os.fdopen(descriptor, "rb") as handle:
         reader = HashingReader(handle)
         reader.drain()
         return reader.digest()
@@ -219,20 +210,32 @@ def regular_bytes(path: Path | str, read: bool = True, limit: int = -1,
     would block the read for ever, a device never end it. ``follow``: a link in the file's
     place is followed; else refused (an audit's own outputs, which are never links: one
     would be read where it leads)."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        descriptor = os.open(path, flags)  # (a FIFO: opened, not waited)
+        descriptor = _regular_descriptor(path, flags)
     except OSError as error:
         if error.errno == errno.ELOOP and not follow:
             raise OSError(errno.ELOOP, "a link in its place; not read", str(path)) from None
         raise
+    with os.fdopen(descriptor, "rb") as handle:
+        return handle.read(limit) if read else b""
+
+
+def _regular_descriptor(path: Path | str, flags: int, fifo: str = "not a regular file"
+                        ) -> int:
+    """``path`` opened with ``flags`` (``O_NONBLOCK`` among them: a FIFO is opened, never
+    waited on), its descriptor; anything but a regular file is an ``OSError`` saying what
+    it is (``fifo``: what a FIFO or pipe is said to be)."""
+    descriptor = os.open(path, flags)
     try:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
-        with os.fdopen(os.dup(descriptor), "rb") as handle:
-            return handle.read(limit) if read else b""
-    finally:
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, fifo if stat.S_ISFIFO(mode) else "not a regular file",
+                          str(path))
+    except BaseException:
         os.close(descriptor)
+        raise
+    return descriptor
 
 
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

@@ -58,7 +58,7 @@ class TerminalCheck:
         return f"ValueError: Successful exit lacks the exact {self.steps}-step terminal event"
 
 
-def _protocol(root: Path | None) -> Protocol | None:
+def root_protocol(root: Path | None) -> Protocol | None:
     """``ROOT/protocol.json`` read by the audit's own reader (a file it cannot use gives its
     defaults, as the audit's does); None without a root or the file."""
     from auditor.collect.protocol import PROTOCOL_LIMIT, read_protocol
@@ -73,16 +73,11 @@ def _protocol(root: Path | None) -> Protocol | None:
     return read_protocol(io.BytesIO(data), "protocol.json")
 
 
-def read_root_protocol(root: Path) -> Protocol | None:
-    """``ROOT/protocol.json`` as the audit reads it; None without the file."""
-    return _protocol(root)
-
-
 def shutdown_flag(root: Path | None) -> str | None:
     """The flag the protocol names as its ``coordinated_shutdown_flag`` (an empty name is a
     flag never on); None without the file: the audit classifies the controller's 143 by
     it, so the run must too."""
-    protocol = _protocol(root)
+    protocol = root_protocol(root)
     return None if protocol is None else protocol.coordinated_shutdown_flag
 
 
@@ -100,7 +95,7 @@ def _matcher(protocol: Protocol) -> TerminalSpec | None:
 def check_terminal(directory: Path, log: Path, dispatch: dict[str, str],
                    root: Path | None) -> TerminalCheck:
     """Look for the terminal event of the dispatched steps in the attempt ``directory``."""
-    protocol = _protocol(root) or DEFAULT_PROTOCOL
+    protocol = root_protocol(root) or DEFAULT_PROTOCOL
     steps_from = protocol.steps_from
     value = (dispatch.get(steps_from) or os.environ.get(steps_from) or "").strip().strip('"')
     if not value.isdigit():

@@ -24,6 +24,7 @@ from auditor.capture._files import (
     dumps,
     hostname,
     job_id,
+    open_regular,
     write_atomic,
 )
 from auditor.model import ProcessExit
@@ -98,9 +99,8 @@ def record_exit(role: str, pid: int, exit_code: int | None, *, started_ns: int |
 def _provisional(path: Path) -> bool:
     """Whether the record at ``path`` is a provisional one (its own, to be replaced)."""
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(descriptor, "rb") as handle:
-            document = json.loads(handle.read(1 << 20))
+        with open_regular(path) as handle:
+            document = json.loads(handle.read(RECORD_LIMIT))
     except (OSError, *UNUSABLE_JSON):
         return False
     return isinstance(document, dict) and document.get("provisional") is True
@@ -120,9 +120,8 @@ def read_records(directory: Path) -> tuple[ProcessExit, ...]:
             continue
         path = folder / name
         try:
-            descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            with os.fdopen(descriptor, "rb") as handle:
-                document = json.loads(handle.read(RECORD_LIMIT + 1)[:RECORD_LIMIT])
+            with open_regular(path) as handle:
+                document = json.loads(handle.read(RECORD_LIMIT))
         except (OSError, *UNUSABLE_JSON):
             continue
         if isinstance(document, dict):

@@ -346,9 +346,9 @@ def _outside_a_scheduler(root: Path) -> bool:
     job is the one ``auditor run --job-id`` named, which no variable here can confirm."""
     if os.environ.get("SLURM_JOB_ID") is not None:
         return False
-    from auditor.capture.check import read_root_protocol
+    from auditor.capture.check import root_protocol
 
-    protocol = read_root_protocol(root)
+    protocol = root_protocol(root)
     return protocol is not None and protocol.scheduler == "none"
 
 

@@ -46,7 +46,7 @@ def read_metrics(stream: BinaryIO | HashingReader, path: str, spec: TerminalSpec
             record = orjson.loads(data) if data is not None else None
         except orjson.JSONDecodeError as error:
             findings.append(rules.finding("AUD003", path, [Citation(path)], form="document",
-                                          error=_first_line(error)))
+                                          error=clip(str(error), 160)))
         if data is None:
             findings.append(rules.finding(
                 "AUD003", path, [Citation(path)], form="document",
@@ -79,17 +79,13 @@ def read_metrics(stream: BinaryIO | HashingReader, path: str, spec: TerminalSpec
                            events_dropped=0, findings=tuple(findings))
 
 
-def _first_line(error: Exception) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
-
-
 def _not_json(path: str, line: int, data: bytes) -> Finding:
     """``AUD003`` for a line that opens a JSON object and is none (cut, or malformed)."""
     try:
         orjson.loads(data)
         error = "not an object"
     except orjson.JSONDecodeError as problem:
-        error = _first_line(problem)
+        error = clip(str(problem), 160)
     return rules.finding("AUD003", path, [Citation(
         path, line=line, quote=clip(data.decode("utf-8", "replace"), TEXT_LIMIT))],
         error=error)

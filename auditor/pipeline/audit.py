@@ -114,10 +114,7 @@ class Auditor:
         regular: set[str] = set()
         period_paths = find_period_records(root, regular)
         if not period_paths[0]:
-            hidden = next((f"{rel} is a link, never followed" if os.path.islink(root / rel)
-                           else f"{rel} cannot be listed: {why}" for rel in period_paths[1]
-                           if rel.count("/") <= 1 and (os.path.islink(root / rel) or (
-                               why := unlistable_reason(root / rel)) is not None)), None)
+            hidden = _hidden_pairs(root, period_paths[1])
             raise UsageError(
                 f"{self.root_arg}: no period records (pairs/<pair>/period-<n>.json) found"
                 + (f" ({hidden})" if hidden else "; is this a study root?")
@@ -361,6 +358,20 @@ def _unpacked(pending: deque[tuple[int, LoadedPeriod]], whole: dict[int, PeriodR
         if record.attempts:  # (a period without any is joined as loaded, maybe before)
             whole[index] = record
         yield index, record, loaded.known_regular()
+
+
+def _hidden_pairs(root: Path, stray: Sequence[str]) -> str | None:
+    """Why ``pairs/`` (or a pair folder in it) shows no period record, where the walk could
+    not go in: a link, never followed, or a folder that cannot be listed; None otherwise."""
+    for rel in stray:
+        if rel.count("/") > 1:  # (below a pair folder no period record can be)
+            continue
+        if os.path.islink(root / rel):
+            return f"{rel} is a link, never followed"
+        why = unlistable_reason(root / rel)
+        if why is not None:
+            return f"{rel} cannot be listed: {why}"
+    return None
 
 
 class _Seen:

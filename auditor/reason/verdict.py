@@ -227,6 +227,9 @@ def _others_workers(period: PeriodEvidence, attempt: AttemptEvidence
                     ) -> frozenset[tuple[str | None, int]]:
     """The (host, pid) of every worker and process another attempt of the period records,
     and this one does not: output named for one of them is that run's, never this one's."""
+    if len(period.attempts) < 2:  # (the usual period: no other attempt)
+        return frozenset()
+
     def of(other: AttemptEvidence) -> set[tuple[str | None, int]]:
         return {(w.host, w.pid) for w in other.spec.workers if w.pid is not None} | {
             (p.host, p.pid) for p in other.read.processes if p.pid is not None}
