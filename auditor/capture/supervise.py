@@ -16,9 +16,11 @@ wrapper still finds it (``/proc``), signals it and reaps it.
   is sent SIGTERM, then SIGKILL ``drain_s`` later, and reaped; each is recorded
   (:attr:`Supervision.outlived`), and so is every process group one of them was seen in (a
   descendant that keeps forking outruns any look at ``/proc``, never its group's signal); the
-  SIGKILL is repeated until nothing is left. The output pipe is read meanwhile; a process that
-  holds it open outside the wrapper's reach (another user's, say) stops the reading after
-  ``drain_s``.
+  SIGKILL is repeated until nothing is left, and the wrapper's own children (every orphan of
+  the command's: one that takes a new session at every fork, so a new group, too) are read
+  from the kernel's list and SIGKILLed faster than such a one forks. The output pipe is read
+  meanwhile; a process that holds it open outside the wrapper's reach (another user's, say)
+  stops the reading after ``drain_s``.
 - The wrapper's own lines in the log (``[auditor run] ...``) wait while a line of the
   command's is unfinished: one written there would split it (a terminal line among them).
 
@@ -496,6 +498,7 @@ def _settle(state: Supervision, timeout: float = 2.0) -> None:
     milliseconds), and each SIGKILLed one forks no more."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        _sweep(state, deadline)
         state.reap()
         left = state.tree()
         groups = state.live_groups()
@@ -507,6 +510,42 @@ def _settle(state: Supervision, timeout: float = 2.0) -> None:
         for group in groups:
             _killpg(group, signal.SIGKILL)
         time.sleep(0.01)
+
+
+def _own_children() -> list[int]:
+    """This process's children, from the kernel's own lists of each of its threads
+    (``/proc/self/task/*/children``; none where the kernel keeps no such list)."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError, ValueError):
+                with open(f"/proc/self/task/{task}/children", "rb") as handle:
+                    found += [int(pid) for pid in handle.read().split()]
+    return found
+
+
+def _sweep(state: Supervision, deadline: float) -> None:
+    """SIGKILL and reap the wrapper's own children of the command's (orphans re-parented to
+    the subreaper) until none is left. A descendant that moves to a new pid and a new session
+    at every fork escapes both a look over ``/proc`` (slower than its hop) and every group's
+    signal (each pid a group of its own), but each pid it leaves is the wrapper's child as
+    soon as its parent is gone: read from the kernel's list, a few microseconds, the next one
+    is SIGKILLed before it forks again (a SIGKILLed process forks no more)."""
+    while time.monotonic() < deadline:
+        found = False
+        for pid in _own_children():
+            if pid == state.pgid or pid in state.others:
+                continue
+            found = True
+            with contextlib.suppress(ChildProcessError, OSError):
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    continue  # (it had ended: reaped)
+            if _kill(pid, signal.SIGKILL):
+                state.outlived[pid] = "SIGKILL"
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+        if not found:
+            return
 
 
 def _pids(pids: list[int], groups: list[int]) -> str:

@@ -470,10 +470,11 @@ def test_the_example_trainer_starts_a_rank_per_gpu(tmp_path: Path) -> None:
 
 
 
-def _hopper(beat: Path) -> str:
+def _hopper(beat: Path, *, every_session: bool = False, pause: float = 0.002) -> str:
     """A program that ignores SIGTERM, leaves its session and moves to a new pid every few
     milliseconds (each fork's parent exits), beating ``beat`` at each fork; it ends itself
-    20 s later, should it escape."""
+    20 s later, should it escape. ``every_session``: each new pid leaves its session too
+    (a process group of its own each time: no group's signal reaches the next)."""
     return ("import os, signal, sys, time\n"
             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
             "end = time.monotonic() + 20\n"
@@ -481,8 +482,9 @@ def _hopper(beat: Path) -> str:
             "os.setsid()\n"
             "while time.monotonic() < end:\n"
             "    if os.fork(): os._exit(0)\n"
-            f"    with open({str(beat)!r}, 'a') as f: f.write('.')\n"
-            "    time.sleep(0.002)\n")
+            + ("    os.setsid()\n" if every_session else "")
+            + f"    with open({str(beat)!r}, 'a') as f: f.write('.')\n"
+            f"    time.sleep({pause})\n")
 
 
 @pytest.mark.parametrize("drain", [("--drain", "0.3"), ()], ids=["drain-0.3", "drain-default"])
@@ -507,6 +509,30 @@ def test_a_grandchild_that_keeps_forking_is_ended_all_the_same(tmp_path: Path,
     assert beat.stat().st_size == size, "a descendant of the command outlived the wrapper"
     log = (attempt_of(tmp_path, "5013") / "training-5013.log").read_text()
     assert "SIGKILL" in log
+
+
+@pytest.mark.parametrize("pause", [0.002, 0.0], ids=["every-2ms", "at-once"])
+def test_a_descendant_that_leaves_its_session_at_every_fork_is_ended(tmp_path: Path,
+                                                                     pause: float) -> None:
+    """A descendant that moves to a new pid and a new session (so a new process group) at
+    every fork, as fast as it can or every 2 ms: no group's signal reaches its next pid, and
+    a look over all of ``/proc`` takes longer than its hop. Each orphaned pid is the
+    wrapper's child (a subreaper's), and the wrapper's own list of children is read and
+    SIGKILLed faster than it hops: it is ended all the same."""
+    beat = tmp_path / "beat"
+    hop = _hopper(beat, every_session=True, pause=pause)
+    code = ("import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+            f"{hop!r}]); end = time.monotonic() + 10\n"
+            f"while not os.path.exists({str(beat)!r}) and time.monotonic() < end: "
+            "time.sleep(0.01)\n"
+            "print('started', flush=True)")
+    assert main([*run_args(tmp_path, "5018", "--drain", "0.3", "--"), sys.executable, "-c",
+                 code]) == 0
+    assert beat.stat().st_size > 0  # (it was hopping)
+    time.sleep(0.2)
+    size = beat.stat().st_size
+    time.sleep(0.5)
+    assert beat.stat().st_size == size, "a descendant of the command outlived the wrapper"
 
 
 def test_a_last_line_without_its_newline_keeps_a_line_of_its_own(tmp_path: Path) -> None:
