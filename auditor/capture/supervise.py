@@ -34,7 +34,9 @@ termination signals a group or a terminal sends: HUP, INT, QUIT, USR1, USR2, PIP
 a pipe whose other end only the wrapper holds. When the pipe closes without the wrapper's
 "done" (the wrapper died), the guardian SIGKILLs the command's process group and every
 process that carries this run's :data:`RUN_TOKEN` in its environment (what left the group
-or the session: torchrun's ranks, a daemonised helper), until none is left.
+or the session: torchrun's ranks, a daemonised helper), every process of the command's the
+wrapper's looks found (told by pid and start time: a helper started with an environment of
+its own) and their children, until none is left.
 """
 
 from __future__ import annotations
@@ -77,30 +79,42 @@ if b"done" in lines:
     sys.exit(0)
 group = int(lines[0]) if lines[0].isdigit() else 0
 marker = b"%s=%s" % (sys.argv[1].encode(), sys.argv[2].encode())
+seen = {}  # (pid -> its start time: a pid the wrapper saw, never one reused since)
+for line in lines[1:]:
+    pair = line.split()
+    if len(pair) == 2 and pair[0].isdigit() and pair[1].isdigit():
+        seen[int(pair[0])] = pair[1]
 if group > 0:
     try:
         os.killpg(group, signal.SIGKILL)
     except OSError:
         pass
 for _ in range(100):
-    hit = 0
+    table = {}  # (pid -> state, parent, group, start time)
     for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open("/proc/%s/stat" % name, "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-            if fields[0] == b"Z":  # (dead: its adopter reaps it)
-                continue
-            found = int(fields[2]) == group
-            if not found:
-                with open("/proc/%s/environ" % name, "rb") as handle:
-                    found = marker in handle.read().split(b"\0")
-        except (OSError, IndexError, ValueError):
-            continue
-        if found:
+        if name.isdigit() and int(name) != os.getpid():
             try:
-                os.kill(int(name), signal.SIGKILL)
+                with open("/proc/%s/stat" % name, "rb") as handle:
+                    fields = handle.read().rsplit(b")", 1)[1].split()
+                table[int(name)] = (fields[0], int(fields[1]), int(fields[2]), fields[19])
+            except (OSError, IndexError, ValueError):
+                continue
+    hit = 0
+    for pid, (state, parent, pgrp, started) in table.items():
+        if state == b"Z":  # (dead: its adopter reaps it)
+            continue
+        found = pgrp == group or seen.get(pid) == started or (
+            parent in seen and parent in table and table[parent][3] == seen[parent])
+        if not found:
+            try:
+                with open("/proc/%d/environ" % pid, "rb") as handle:
+                    found = marker in handle.read().split(b"\0")
+            except OSError:
+                continue
+        if found:
+            seen[pid] = started  # (its children are found by their parent)
+            try:
+                os.kill(pid, signal.SIGKILL)
                 hit += 1
             except OSError:
                 pass
@@ -372,6 +386,23 @@ def _dies_with(parent: int) -> Callable[[], None]:
     return request
 
 
+def _see(state: Supervision, pids: list[int]) -> None:
+    """Keep the command's processes a look found, and tell the guardian each new one with
+    its start time: a process that left the command's group and session and runs with an
+    environment of its own (no :data:`RUN_TOKEN`) is known to it so, should the wrapper be
+    killed (a pid reused since has another start time)."""
+    for pid in pids:
+        if pid in state.seen:
+            continue
+        state.seen.add(pid)
+        with contextlib.suppress(OSError, IndexError):
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                stat = handle.read()
+            started = stat[stat.rfind(b")") + 2:].split()[19]
+            if started.isdigit():
+                _tell(state, f"{pid} {started.decode()}\n")
+
+
 def _tell(state: Supervision, text: str) -> None:
     guardian = state.guardian
     if guardian is not None and guardian.stdin is not None:
@@ -418,7 +449,7 @@ def _wait(process: subprocess.Popen[bytes], state: Supervision, log_fd: int,
     selector = selectors.DefaultSelector()
     selector.register(pipe, selectors.EVENT_READ)
     reading, drain_until, held = True, None, False
-    state.seen.add(process.pid)
+    _see(state, [process.pid])
     looked = 0.0
     try:
         while True:
@@ -434,7 +465,7 @@ def _wait(process: subprocess.Popen[bytes], state: Supervision, log_fd: int,
             now = time.monotonic()
             if process.poll() is None:
                 if now - looked >= SEEN_EVERY_S:
-                    state.seen.update(state.tree())
+                    _see(state, state.tree())
                     looked = now
                 if state.kill_at is not None and now >= state.kill_at \
                         and not state.killed_after_grace:

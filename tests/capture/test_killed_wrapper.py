@@ -95,6 +95,51 @@ def test_a_sigkilled_wrapper_takes_every_process_of_its_command(tmp_path: Path) 
                          for path in (attempt / "beats").iterdir()}, "still writing"
 
 
+CLEAN_DAEMON = r"""
+import os, subprocess, sys, time
+attempt = os.environ["AUDITOR_ATTEMPT_DIR"]
+beat = "import time\nwhile True: time.sleep(0.02)\n"
+daemon = subprocess.Popen([sys.executable, "-c", beat], env={},  # (no token in it)
+                          start_new_session=True)
+with open(os.path.join(attempt, "pids.txt"), "a") as out:
+    out.write(f"{os.getpid()}\n{daemon.pid}\n\n")
+print("training", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_sigkilled_wrapper_takes_a_helper_without_its_token(tmp_path: Path) -> None:
+    """A helper the command started with an environment of its own (no run token) in a
+    session of its own, seen by the wrapper while it ran: the guardian knows it by its pid
+    and start time, and ends it when the wrapper is SIGKILLed; a process outside the run
+    is left alone."""
+    outside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                               start_new_session=True)
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("SLURM_", "AUDITOR_"))}
+    wrapper = subprocess.Popen(
+        [sys.executable, "-m", "auditor", "run", "--root", str(tmp_path), "--pair", "p",
+         "--period", "1", "--gpus", "1", "--job-id", "7003", "--",
+         sys.executable, "-c", CLEAN_DAEMON], env=env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    pids = _pids(tmp_path / "p-1gpu" / "attempt-7003", time.monotonic() + 30)
+    time.sleep(1.5)  # (a look at the command's processes comes every second)
+    wrapper.kill()
+    wrapper.wait()
+    deadline = time.monotonic() + 5
+    try:
+        while any(map(_alive, pids)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in pids if _alive(pid)], "left alive"
+        assert _alive(outside.pid)
+    finally:
+        outside.kill()
+        outside.wait()
+        for pid in pids:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 def test_the_next_run_finds_the_killed_attempt_and_removes_its_temporaries(
         tmp_path: Path) -> None:
     """The requeue (restart 1) of a job whose wrapper was SIGKILLed: its trial record
