@@ -12,8 +12,9 @@ summary of a child's failure); in a tier, the first in time wins (trace records 
 times; log lines by the times they state across files, one file's by its lines). Everything else
 found is named as a knock-on (peers' NCCL errors after one rank ran out of memory). An
 attempt that exited cleanly has no cause (None: a completed run, or one that lacks its
-terminal line); one that ended otherwise with nothing found, or only knock-ons, is
-``unknown``.
+terminal line), unless its verdict rests on an infrastructure finding (the judge then asks
+every source as for an unclean exit); one that ended otherwise with nothing found, or only
+knock-ons, is ``unknown``.
 
 The words and their tiers are data (:data:`TIERS`); a new cause is a word in
 :class:`~auditor.model.CauseWord`, its tier and event kind here, a line pattern in

@@ -74,6 +74,10 @@ ABSENCE = frozenset({Reason.EVIDENCE_MISSING, Reason.IDLE_CHECK_FAILED})
 KILLED_KINDS = frozenset({ExitKind.SIGKILL, ExitKind.KILLED, ExitKind.SIGTERM})
 """Exit kinds (:mod:`auditor.reason.exits`) that are a kill: ``killed``, never a cause of
 their own (an NCCL error before one is its knock-on)."""
+ENDED_BY = frozenset({"AUD206", "AUD207", "AUD208", "AUD209", "AUD219"})
+"""The infrastructure rules (:func:`~auditor.reason.infrastructure.infrastructure`): a verdict
+resting on one names its cause though the command exited cleanly (a driver that caught Ray's
+memory monitor's kill of its worker and exited 0)."""
 EVENT_KINDS_CITED = ("coordinated_shutdown", "slurm_time_limit", "slurm_cancelled",
                      "nccl_timeout", "nccl_error", "host_oom", "gpu_oom", "kv_cache_init_failure")
 
@@ -149,8 +153,12 @@ def judge_attempt(period: PeriodEvidence, attempt: AttemptEvidence,
     judgement = decide(period, blockers, shown, context)
     if judgement.outcome is not Outcome.COMPLETED:
         log = attempt.read.log
+        exit_class = shown.exit_class
+        if exit_class is not None and exit_class.clean and judgement.decisive \
+                and judgement.decisive[0].rule_id in ENDED_BY:
+            exit_class = None  # (the exit was clean; what the verdict rests on ended it)
         judgement.cause = cause_of(
-            trial, shown.exit_class, element, is_last, shown.sacct_path,
+            trial, exit_class, element, is_last, shown.sacct_path,
             tuple((record.rank, record) for trace in attempt.read.traces
                   for record in trace.phases if record.error_type),
             log.events if log is not None else (), log.path if log is not None else None,

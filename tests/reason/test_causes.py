@@ -210,3 +210,30 @@ def test_causes_refuses_what_is_not_a_regular_file(tmp_path: Path,
     assert main(["causes", str(fifo)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a regular file" in err
+
+
+def test_a_clean_exit_ended_by_what_its_log_shows_names_that_cause(tmp_path: Path) -> None:
+    """A driver that caught its worker's end and exited 0: the verdict rests on the log's
+    infrastructure line (``AUD209``), and the cause names it (it was null: an unresolved
+    period with no word for its end). A clean exit whose log holds only a Python exception
+    is unresolved for its missing terminal line, and names no cause (nothing says the
+    exception ended it)."""
+    from tests.helpers import find
+
+    root = outcome_study(tmp_path / "study", ["completed"] * 3)
+    lines = [b"ray.exceptions.OutOfMemoryError: Task was killed due to the node running low "
+             b"on memory.\n",
+             b"[rank1]:[E314 14:33:45.172185860 ProcessGroupNCCL.cpp:607] [Rank 1] Watchdog "
+             b"caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE) ran "
+             b"for 600011 milliseconds before timing out.\n",
+             b"Traceback (most recent call last):\nValueError: bad batch\n"]
+    for seed, line in enumerate(lines, start=161):
+        rewrite(root, find(root, f"*-s{seed}-4gpu/attempt-*/training-*.log"),
+                lambda _, text=line: text)
+    summary = audit(root, tmp_path / "out")
+    got = {p["seed"]: (p["reason"], p["cause"]) for p in summary["periods"]}
+    assert got[161] == ("infrastructure_failure", "host_oom")
+    assert got[162] == ("infrastructure_failure", "nccl")
+    assert got[163][1] is None and got[163][0] != "completed"
+    periods = pd.read_parquet(tmp_path / "out" / "periods.parquet")
+    assert sorted(periods["cause_at"].dropna().str.rsplit(":", n=1).str[1]) == ["1", "1"]
