@@ -304,11 +304,15 @@ _RULES: tuple[Rule, ...] = (
          forms={"reversed": "{path}:{line}: started_ns {started} is after finished_ns "
                             "{finished}"}),
     Rule("AUD116", "timeline-outside-invocation", "Record outside the attempt's invocation",
-         "An allocator record lies outside the trial's invocation window.",
+         "An allocator record (or a process record) lies outside the trial's invocation "
+         "window.",
          "{path}:{line}: {records} record(s) outside the invocation window, first: {phase} "
          "step {step}", E,
          blocks=Reason.TIMELINE_INCONSISTENT, family="timeline",
-         forms={"samples": "{path}: memory samples outside the invocation window"}),
+         forms={"samples": "{path}: memory samples outside the invocation window",
+                "process": "{path}: the {role} process's {field} {value} is {edge} the "
+                           "invocation's ({bound}): its node's clock disagrees, or it is "
+                           "another run's"}),
     Rule("AUD117", "invocation-outside-allocation", "Invocation outside the sacct allocation",
          "The trial's invocation window is not inside the element's sacct Start..End.",
          "{subject}: invocation {edge} the allocation (sacct {field} {sacct}, invocation "

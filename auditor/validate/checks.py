@@ -375,13 +375,13 @@ def _element_claims(subject: str, period: PeriodEvidence, attempt: AttemptEviden
 
 def _timeline(attempt: AttemptEvidence, sacct: SacctDump | None,
               period: PeriodEvidence | None = None) -> Iterator[Finding]:
-    """Allocator records inside the invocation (AUD116); the invocation inside its own
-    allocation record (AUD117): the ``sacct -D`` record of its run (by restart count) for
-    a requeued job, else the element's latest. Without ``-D`` an earlier run has no record
-    of its own: not compared, and said (AUD119). sacct's End is truncated to its second, so
-    the invocation may end up to one second after it, no more; when the scheduler ended the
-    job (cancelled, timed out, preempted, requeued), End is the kill request's second and the
-    processes then had KillWait (:data:`KILL_WAIT_S`) to end."""
+    """Allocator records and process records inside the invocation (AUD116); the invocation
+    inside its own allocation record (AUD117): the ``sacct -D`` record of its run (by restart
+    count) for a requeued job, else the element's latest. Without ``-D`` an earlier run has
+    no record of its own: not compared, and said (AUD119). sacct's End is truncated to its
+    second, so the invocation may end up to one second after it, no more; when the scheduler
+    ended the job (cancelled, timed out, preempted, requeued), End is the kill request's
+    second and the processes then had KillWait (:data:`KILL_WAIT_S`) to end."""
     trial = attempt.read.trial
     if trial is None or trial.started_ns is None or trial.finished_ns is None:
         return
@@ -406,6 +406,16 @@ def _timeline(attempt: AttemptEvidence, sacct: SacctDump | None,
             trace.first_ns < start or trace.last_ns > finish
         ):
             yield finding("AUD116", subject, [Citation(trace.path)], form="samples")
+    for process in attempt.read.processes:  # (contract v1.2: each written as its process ended)
+        early = process.started_ns is not None and process.started_ns < start
+        if early or (process.ended_ns is not None and process.ended_ns > finish):
+            field, value, bound = ("started_ns", process.started_ns, start) if early \
+                else ("ended_ns", process.ended_ns, finish)
+            yield finding("AUD116", subject, [Citation(process.path or trial.path,
+                                                       pointer=f"/{field}", quote=str(value))],
+                          form="process", path=process.path or trial.path, role=process.role,
+                          field=field, value=value, edge="before" if early else "after",
+                          bound=bound)
     element = element_for(sacct, attempt.spec.job_id or trial.job_id)
     if element is not None and sacct is not None:
         element, unmatched = own_record(element, attempt, period)

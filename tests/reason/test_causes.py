@@ -228,8 +228,9 @@ def test_a_clean_exit_ended_by_what_its_log_shows_names_that_cause(tmp_path: Pat
              b"for 600011 milliseconds before timing out.\n",
              b"Traceback (most recent call last):\nValueError: bad batch\n"]
     for seed, line in enumerate(lines, start=161):
-        rewrite(root, find(root, f"*-s{seed}-4gpu/attempt-*/training-*.log"),
-                lambda _, text=line: text)
+        def replaced(_: bytes, text: bytes = line) -> bytes:
+            return text
+        rewrite(root, find(root, f"*-s{seed}-4gpu/attempt-*/training-*.log"), replaced)
     summary = audit(root, tmp_path / "out")
     got = {p["seed"]: (p["reason"], p["cause"]) for p in summary["periods"]}
     assert got[161] == ("infrastructure_failure", "host_oom")

@@ -536,3 +536,59 @@ def test_a_step_slurm_cancelled_after_the_controllers_end_was_reaped() -> None:
         assert classify_exit(trial, FLAG, (controller, rollout)).clean is excused, at
     (vanished,) = unrecorded_steps([controller], ["a/worker-logs/n3-rollout-9.out"], {"n3"})
     assert not classify_exit(trial, FLAG, (controller, vanished)).clean
+
+
+def test_a_kill_on_another_node_just_after_the_controllers_end_is_not_its_reaping() -> None:
+    """Two nodes' clocks may disagree: a replica on another node SIGKILLed by no signal of
+    its wrapper's (not the launcher's stopping of it) whose record ends seconds after the
+    controller's may have died before it (its node's clock ahead: review R, a replica
+    killed at the start passed for the shutdown's knock-on, the period resolved). It is
+    excused as reaped only more than a minute after, or when its wrapper received the
+    launcher's signal, or on the controller's own node (one clock)."""
+    end = 1_800_000_000 * 10**9
+    controller = ProcessExit("controller", 7, 143, "", path="a/processes/n1-controller-7.json",
+                             host="n1", ended_ns=end)
+    trial = TrialRecord(path="t.json", env=((FLAG, "1"),), exit_code=0)
+
+    def excused(host: str, after_s: float, received: str | None) -> bool:
+        rollout = ProcessExit("rollout", 9, 137, "", path=f"a/processes/{host}-rollout-9.json",
+                              host=host, signal="SIGKILL", received_signal=received,
+                              ended_ns=end + int(after_s * 10**9))
+        return classify_exit(trial, FLAG, (controller, rollout)).clean
+
+    assert not excused("n2", 3, None)
+    assert not excused("n2", 59, None)
+    assert excused("n2", 61, None)
+    assert excused("n2", 3, "SIGTERM")
+    assert excused("n1", 3, None)
+
+
+@pytest.mark.parametrize(("after_s", "expected"), [
+    # (a node's clock minutes ahead: its record ends after the invocation did: AUD116)
+    (180, ("unresolved", "timeline_inconsistent")),
+    # (seconds ahead, inside the invocation: a kill no wrapper passed on, on another node,
+    # within a minute of the controller's end may have come before it: never excused)
+    (0.5, ("unresolved", "killed")),
+])
+def test_a_replica_killed_on_a_node_whose_clock_runs_ahead(
+        tmp_path: Path, after_s: float, expected: tuple[str, str]) -> None:
+    """Review R: a rollout SIGKILLed at its start on a node whose clock ran three minutes
+    ahead looked reaped after the controller's end (the period resolved, the gate passed);
+    its record ended after the invocation had, and nothing said so."""
+    root, trial = _coordinated(tmp_path)
+    doc = json.loads((root / trial).read_text())
+    late = doc["invocation"]["finished_ns"] - 10**9 + int(after_s * 10**9)
+    _with_records(root, trial, [])
+    attempt = root / trial.rsplit("/", 1)[0]
+    data = json.dumps({"role": "rollout", "host": "gpu-node-11", "pid": 9, "rank": 0,
+                       "started_ns": late - 10**8, "ended_ns": late, "exit_code": 137,
+                       "signal": "SIGKILL", "received_signal": None}).encode()
+    (attempt / "processes" / "gpu-node-11-rollout-9.json").write_bytes(data)
+    (record_path,) = period_records(root)
+    edit_record(record_path, lambda period: period["evidence"].append({
+        "path": "processes/gpu-node-11-rollout-9.json", "kind": "process_record",
+        "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}))
+    summary = audit(root, tmp_path / "out")
+    assert verdicts(summary)[S.format(161)] == expected
+    rules = next(p["rule_ids"] for p in summary["periods"] if p["seed"] == 161)
+    assert ("AUD116" in rules) is (after_s > 1)
