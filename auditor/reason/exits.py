@@ -266,11 +266,12 @@ def classify_exit(trial: TrialRecord, flag_name: str,
     ]
     # (the trial's own item beside process records is the wrapper around the launcher: its
     # exit is the invocation's, judged below; a process record in the role is a process)
-    failing = [p for p in processes if p.failed and p not in coordinated
+    # (a record that says no exit, or a step's output without its record, may have failed:
+    # never dropped, with a controller or without one)
+    failing = [p for p in processes if (p.failed or _exit_unknown(p)) and p not in coordinated
                and not (records and p.role == LAUNCHER and p.path is None)]
     if coordinated and records:  # (v1.2: the knock-ons of the shutdown are the launcher's)
-        cause = _attributed(coordinated[0], [
-            *failing, *(p for p in records if _exit_unknown(p) and p not in coordinated)])
+        cause = _attributed(coordinated[0], failing)
         failing = [] if cause is None else [cause]
     if code == 0 and not failing:
         if coordinated:

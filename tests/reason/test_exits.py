@@ -592,3 +592,23 @@ def test_a_replica_killed_on_a_node_whose_clock_runs_ahead(
     assert verdicts(summary)[S.format(161)] == expected
     rules = next(p["rule_ids"] for p in summary["periods"] if p["seed"] == 161)
     assert ("AUD116" in rules) is (after_s > 1)
+
+
+def test_a_step_without_its_record_is_never_dropped_without_a_controller() -> None:
+    """Review R: a node died after its ranks' steps (their wrappers killed: no records),
+    in an attempt with no controller; the unrecorded steps were weighed only in seed 000's
+    coordinated case, and the attempt resolved with no finding. Their end is unknown: the
+    exit is not clean, and says which. A record that says no exit is weighed alike; every
+    record exiting 0 stays clean."""
+    from auditor.reason.exits import unrecorded_steps
+
+    ranks = [ProcessExit("rank", pid, 0, "", path=f"a/processes/n1-rank-{pid}.json",
+                         host="n1") for pid in (11, 12)]
+    trial = TrialRecord(path="t.json", exit_code=0)
+    assert classify_exit(trial, FLAG, ranks).clean
+    (lost,) = unrecorded_steps(ranks, ["a/worker-logs/n2-rank-13.out"], {"n1", "n2"})
+    said = classify_exit(trial, FLAG, (*ranks, lost))
+    assert not said.clean and said.kind == "process_failure"
+    assert "rank process (pid 13 on n2) left no process record" in said.detail
+    silent = ProcessExit("rank", 14, None, "", path="a/processes/n2-rank-14.json", host="n2")
+    assert not classify_exit(trial, FLAG, (*ranks, silent)).clean
