@@ -50,13 +50,13 @@ from auditor.capture._files import (
     remove_temporaries,
     write_atomic,
 )
-from auditor.capture.processes import read_records
+from auditor.capture.processes import attempt_processes
 from auditor.capture.supervise import Supervision
 from auditor.capture.workers import keep_worker_logs
 from auditor.model import Citation, ProcessExit, TrialRecord
 from auditor.model.kinds import DEVICE_EVIDENCE, TRAINING_LOG, TRIAL
 from auditor.model.lines import ROLE_EXIT_WORDS, role_exit
-from auditor.reason.exits import ExitClass, attributed_in_log, classify_exit
+from auditor.reason.exits import ExitClass, attributed_in_log, classify_exit, steps_cancelled
 
 DEFAULT_FLAG = "COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS"
 """The contract's coordinated-shutdown flag (the default protocol's)."""
@@ -289,8 +289,8 @@ def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
     document["worker_logs"] = {"kept": kept.files, "notes": kept.notes}
     if state.lost:  # (the log could not take it all: said, the command never ended for it)
         document["log_lost"] = {"bytes": state.lost, "error": state.lost_why}
-    records = read_records(directory)
     said = said_in_log(log_path, TRAINING_LOG.path_for(job=attempt.job_id))
+    records = attempt_processes(directory, steps_cancelled(_cancellations(log_path)))
     exit_class = attributed_in_log(classify_exit(trial, spec.flag, records), said)
     status = _exit_status(exit_class, child_exit, received)
     document["invocation"]["exit_code"] = status
@@ -345,6 +345,20 @@ def said_in_log(log_path: Path, shown: str) -> list[tuple[str, int, Citation]]:
         pass
     return said
 
+
+def _cancellations(log_path: Path) -> list[str]:
+    """The log's lines saying Slurm cancelled a step (``*** STEP ... CANCELLED AT ...``):
+    when a step whose wrapper srun killed (no record) ended."""
+    try:
+        with open(log_path, "rb") as handle:
+            return [raw.decode("utf-8", "replace")
+                    for _, raw in _lines_holding(handle, STEP_CANCELLED_SEARCH)]
+    except OSError:
+        return []
+
+
+STEP_CANCELLED_SEARCH = re.compile(rb"CANCELLED AT")
+"""The words every line :func:`~auditor.reason.exits.steps_cancelled` reads holds."""
 
 ROLE_EXIT_SEARCH = re.compile(b"|".join(re.escape(word.encode()) for word in ROLE_EXIT_WORDS))
 """The words every line :func:`~auditor.model.lines.role_exit` reads holds, as one search."""

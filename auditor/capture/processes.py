@@ -15,6 +15,7 @@ import os
 import re
 import signal as signals
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,8 @@ from auditor.capture._files import (
     write_atomic,
 )
 from auditor.model import ProcessExit
-from auditor.model.kinds import PROCESS_RECORD
+from auditor.model.kinds import ALLOCATOR_TRACE, DEVICE_EVIDENCE, PROCESS_RECORD, WORKER_LOG
+from auditor.reason.exits import unrecorded_steps
 
 SCHEMA = "run-evidence/process/v1"
 ROLE = re.compile(r"[A-Za-z0-9_.]+")
@@ -127,6 +129,29 @@ def read_records(directory: Path) -> tuple[ProcessExit, ...]:
         if isinstance(document, dict):
             found.append(_process(document, f"{PROCESS_RECORD.directory}/{name}"))
     return tuple(found)
+
+
+def attempt_processes(directory: Path, cancelled: Mapping[str, int] | None = None
+                      ) -> tuple[ProcessExit, ...]:
+    """The process records under ``directory``, and each ``--step``'s output without its
+    record (its wrapper killed with its node, or still running: its end unknown), as the
+    audit weighs them (:func:`~auditor.reason.exits.unrecorded_steps`; the hosts its files'
+    names give stand for the audit's hosts of the attempt). ``cancelled``: by node, when
+    Slurm says it cancelled its step (:func:`~auditor.reason.exits.steps_cancelled`)."""
+    records = read_records(directory)
+    hosts = {p.host for p in records if p.host}
+    for kind in (ALLOCATOR_TRACE, DEVICE_EVIDENCE):
+        hosts.update(parts["host"] for name in _names(directory / kind.directory)
+                     if (parts := kind.parts(name)) is not None and parts.get("host"))
+    logs = [f"{WORKER_LOG.directory}/{name}" for name in _names(directory / WORKER_LOG.directory)]
+    return (*records, *unrecorded_steps(records, logs, hosts, cancelled))
+
+
+def _names(folder: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:
+        return []
 
 
 def _int(value: object) -> int | None:

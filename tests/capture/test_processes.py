@@ -79,7 +79,7 @@ def _protocol(root: Path, **changes: Any) -> None:
 
 def _attempt(root: Path, mode: str, flag: str = "1", job: str = "6001",
              kill: str | None = None, before_seal: Any = None,
-             flag_name: str = FLAG) -> tuple[int, str]:
+             flag_name: str = FLAG, kill_wrapper: bool = False) -> tuple[int, str]:
     """Run the local launcher as one attempt (the batch node's ``auditor run --role
     launcher``), signal the policy replica once it hangs when ``kill`` says so, seal; the
     batch run's exit status and its stderr."""
@@ -97,7 +97,11 @@ def _attempt(root: Path, mode: str, flag: str = "1", job: str = "6001",
         wait_for(lambda: any("waiting in actor_update" in p.read_text()
                              for p in outputs.glob("*-policy-*.out")), 60)
         (output,) = outputs.glob("*-policy-*.out")
-        os.kill(int(output.stem.rsplit("-", 1)[1]), getattr(signal, kill))
+        pid = int(output.stem.rsplit("-", 1)[1])
+        if kill_wrapper:  # (its ``--step`` wrapper, as a node's death takes it: no record)
+            stat = Path(f"/proc/{pid}/stat").read_bytes()
+            pid = int(stat[stat.rfind(b")") + 2:].split()[1])
+        os.kill(pid, getattr(signal, kill))
     _, stderr = run.communicate(timeout=120)
     if before_seal is not None:
         before_seal(attempt_of(root, job, PAIR))
@@ -195,6 +199,23 @@ def test_a_step_that_left_no_record_is_never_the_controllers_excuse(tmp_path: Pa
     assert "policy process (pid" in (tmp_path / "out" / "diagnostic.md").read_text() \
         and "left no process record, only its output" in (
             tmp_path / "out" / "diagnostic.md").read_text()
+
+
+def test_a_step_whose_wrapper_died_is_never_the_controllers_excuse_at_run_time(
+        tmp_path: Path) -> None:
+    """Review R: a replica's node died (its ``--step`` wrapper SIGKILLed: output, no
+    record); the controller shut down "coordinated" once its heartbeat stopped. The audit
+    refused the 143 (the step's end unknown), but the batch run judged by its records alone
+    and exited 0, "completed": a batch script would not requeue the lost run. It now weighs
+    the step's output as the audit does."""
+    root = tmp_path / "study"
+    _protocol(root)
+    status, stderr = _attempt(root, "hang", kill="SIGKILL", kill_wrapper=True)
+    assert status == 1, stderr  # (the controller's step excused itself: it saw no record)
+    trial = load(attempt_of(root, "6001", PAIR) / "trial-6001.json")
+    assert trial["status"] == "process_failure"
+    assert "policy process (pid" in stderr and "left no process record" in stderr
+    assert _audit(root, tmp_path / "out")["verdict"] == "unresolved"
 
 
 def test_the_flag_off_passes_the_controllers_143_on(tmp_path: Path) -> None:
