@@ -14,7 +14,8 @@ its own stdout, which srun forwards to the batch log) and writes only its proces
 (:mod:`auditor.capture.processes`).
 
 Exit statuses apply seed ``000``'s rule through the audit's own classifier
-(:func:`auditor.reason.exits.classify_exit`, with every process record written so far): a
+(:func:`auditor.reason.exits.classify_exit`, with every process record written so far, and
+each ``--step``'s output left without one, its end unknown): a
 coordinated shutdown (the controller's own 143, the flag truthy, no signal received, and no
 other process's failure before it) exits 0, so a batch script built on it never requeues a
 finished run; every other exit is passed on (128+N for a signal N), and a run whose wrapper
