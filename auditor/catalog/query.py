@@ -222,9 +222,11 @@ ORDER BY study, configuration, verdict, reason, cause
 GPU_SECONDS_SQL = "CREATE VIEW gpu_seconds AS\n" + "\nUNION ALL\n".join(
     f"SELECT study, '{scope}' AS scope, {scope}_gpu_seconds AS gpu_seconds, "
     f"{scope}_gpu_seconds / 3600 AS gpu_hours, "
-    # (the allocation's figure is a lower bound where some records' length is unknown: the
-    # report's "at least"; an audit catalogued before the column: unknown)
-    + ("coalesce(allocation_records_unknown > 0, NULL)" if scope == "allocation" else "false")
+    # (the allocation's figure is a lower bound where some records' length is unknown, the
+    # attempts' where some attempt's invocation time is: the report's "at least"; an audit
+    # catalogued before the column: unknown)
+    + ("coalesce(allocation_records_unknown > 0, NULL)" if scope == "allocation" else
+       "coalesce(attempts_without_times > 0, NULL)")
     + f" AS at_least, {order} AS scope_order FROM studies"
     for order, scope in enumerate(SCOPES)) + "\nORDER BY study, scope_order"
 

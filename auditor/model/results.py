@@ -222,6 +222,10 @@ class Accounting:
     allocation_records_unknown: int = 0
     """Records of the allocation scope's elements whose GPU-seconds are unknown (no elapsed
     time, no GPU count): :attr:`allocation_gpu_seconds` counts the others, a lower bound."""
+    attempts_without_times: int = 0
+    """Attempts whose invocation time is unknown (no trial record, or one without its start
+    or end): the task, reservation, wasted and unresolved figures count the others, lower
+    bounds."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,8 @@ def accounting(collected: Collected, outcomes: Sequence[AttemptOutcome],
         if allocation_known else None,
         allocation_records_unknown=sum(e.unknown_records for e in inside)
         if allocation_known else 0,
+        attempts_without_times=sum(1 for o in outcomes
+                                   if o.started_ns is None or o.finished_ns is None),
     )
 
 

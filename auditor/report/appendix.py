@@ -17,6 +17,7 @@ from auditor.model import (
     InputFile,
     Reasoning,
     Severity,
+    VerdictKind,
 )
 from auditor.report.groups import named_arrays
 from auditor.report.mdformat import code_block, code_span, figure, number, prose, table
@@ -160,6 +161,12 @@ def accounting_section(result: AuditResult, reasoning: Reasoning) -> str:
            "[`evidence.md`](evidence.md) lists each)" if acc.allocation_records_unknown
            else ""))
     outside = outside_arrays(result, acc.elements)
+    # (an attempt without its invocation time counts 0: the attempts' figures are then
+    # lower bounds, as the allocation's is with records of unknown length)
+    least = "at least " if acc.attempts_without_times else ""
+    untimed = (f" ({counted(acc.attempts_without_times, 'attempt')} without an invocation time "
+               f"{'counts' if acc.attempts_without_times == 1 else 'count'} none: no trial "
+               "record, or one without its start or end)" if acc.attempts_without_times else "")
     requeued = [e for e in acc.elements if e.attempts or e.state == "PREEMPTED"]
     over = "elements" if not requeued else \
         "every record of each array element, `sacct -D`'s earlier runs included" \
@@ -176,23 +183,38 @@ def accounting_section(result: AuditResult, reasoning: Reasoning) -> str:
            f"{'its' if len(missing) == 1 else 'their'} reservation scope counts the period's "
            "GPUs, the allocation's being unknown" if missing else "") + ". "
         f"Task scope (each attempt's invocation time × the GPUs its period used): "
-        f"{figure(acc.task_gpu_seconds)} GPU-seconds. "
+        f"{least}{figure(acc.task_gpu_seconds)} GPU-seconds{untimed}. "
         "Reservation scope (invocation time × the GPUs the allocation held): "
         + (f"**unknown**: {unknown}. " if acc.reservation_gpu_seconds is None else
-           f"{figure(acc.reservation_gpu_seconds)} GPU-seconds. ")
+           f"{least}{figure(acc.reservation_gpu_seconds)} GPU-seconds. ")
         + "**These overlapping scopes must not be added.**"
         + _history_missing(result) + _unrelated(result, acc.elements)
     )
     lines.append("")
     lines.append(
         (f"Wasted attempts (retried after a completed attempt): {acc.wasted_attempts}, "
-         f"{figure(acc.wasted_gpu_seconds)} task-scope GPU-seconds. " if acc.wasted_attempts
+         f"{_least(reasoning, wasted=True)}{figure(acc.wasted_gpu_seconds)} task-scope "
+         "GPU-seconds. " if acc.wasted_attempts
          else "No attempt was wasted. ") + "Unresolved periods account for "
-        f"{figure(acc.unresolved_gpu_seconds)} task-scope GPU-seconds"
+        f"{_least(reasoning, wasted=False)}{figure(acc.unresolved_gpu_seconds)} task-scope "
+        "GPU-seconds"
         + ("; each configuration's are in `summary.json`." if reasoning.configurations
            else ".")
     )
     return "\n".join(lines)
+
+
+def _least(reasoning: Reasoning, *, wasted: bool) -> str:
+    """``at least `` where an attempt the figure sums (the wasted ones, or the unresolved
+    periods' counted ones) has no invocation time (it counts 0)."""
+    if not reasoning.accounting.attempts_without_times:
+        return ""
+    unresolved = {v.subject for v in reasoning.verdicts
+                  if v.verdict is VerdictKind.UNRESOLVED}
+    return "at least " if any(
+        (a.started_ns is None or a.finished_ns is None)
+        and (a.wasted if wasted else a.counted and a.subject in unresolved)
+        for a in reasoning.attempts) else ""
 
 
 def elements_table(reasoning: Reasoning) -> str:

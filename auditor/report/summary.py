@@ -147,6 +147,7 @@ def _accounting(result: AuditResult) -> dict[str, Any]:
         "jobs_outside_array": list(accounting.jobs_outside_array),
         "outside_array_gpu_seconds": accounting.outside_array_gpu_seconds,
         "allocation_records_unknown": accounting.allocation_records_unknown,
+        "attempts_without_times": accounting.attempts_without_times,
         "allocation_gpu_hours": None if accounting.allocation_gpu_seconds is None
         else round(accounting.allocation_gpu_seconds / 3600, 9),
         "task_gpu_hours": round(accounting.task_gpu_seconds / 3600, 9),

@@ -41,13 +41,15 @@ def _attempts(result: AuditResult) -> Iterable[tuple[Any, ...]]:
     # never the period's GPUs in their place)
     reserved = result.collected.scopes_known()[1]
     for a in result.reasoning.attempts:
+        timed = a.started_ns is not None and a.finished_ns is not None
         yield (
             a.subject, a.index + 1, a.job_id, a.attempt_dir, a.outcome, a.reason,
             a.exit_kind or "", a.exit_code, a.received_signal,
             a.started_ns, a.finished_ns,  # started, finished
             a.gpus, a.allocation_gpus if reserved else None,
-            round(a.task_gpu_seconds, 6),
-            round(a.reservation_gpu_seconds, 6) if reserved else None,
+            # (an attempt without its invocation time has none: unknown, not 0)
+            round(a.task_gpu_seconds, 6) if timed else None,
+            round(a.reservation_gpu_seconds, 6) if reserved and timed else None,
             a.counted, a.wasted, a.launcher_status,
         )
 

@@ -342,3 +342,35 @@ def test_without_duckdb_query_says_so_in_one_line(
     assert main(["query", str(cat), "SELECT 1"]) == 2
     err = capsys.readouterr().err
     assert "needs duckdb" in err and err.count("\n") == 1
+
+
+def test_an_attempt_without_its_invocation_time_makes_the_attempts_figures_lower_bounds(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review S: an attempt whose trial record is gone counted 0.0 GPU-seconds in
+    ``attempts.parquet`` and the report's task-scope and unresolved totals were stated as
+    exact. Its row's figures are now null, the summary counts it, the report says "at
+    least" and the catalogue's ``gpu_seconds`` says ``at_least`` for the attempts' scopes."""
+    import pyarrow.parquet as pq
+
+    from tests.helpers import copy_example
+
+    study = copy_example(tmp_path)
+    (trial,) = sorted(study.glob("*/attempt-*/trial-*.json"))[:1]
+    trial.unlink()
+    out = tmp_path / "out"
+    main(["audit", str(study), "--out", str(out), "--quiet", "--no-plots"])
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    assert summary["accounting"]["attempts_without_times"] == 1
+    rows = pq.read_table(out / "attempts.parquet").to_pylist()
+    lost = [r for r in rows if r["started"] is None]
+    assert len(lost) == 1 and lost[0]["task_gpu_seconds"] is None
+    assert all(r["task_gpu_seconds"] is not None for r in rows if r["started"] is not None)
+    report = (out / "diagnostic.md").read_text()
+    assert "Task scope (each attempt's invocation time × the GPUs its period used): at least" \
+        in report and "1 attempt without an invocation time counts none" in report
+    assert "Unresolved periods account for at least" in report
+    assert main(["catalog", str(out), "--into", str(tmp_path / "cat")]) == 0
+    scopes = query(tmp_path / "cat", "SELECT scope, at_least FROM gpu_seconds", capsys)
+    assert {r["scope"]: r["at_least"] for r in scopes} == {
+        "allocation": False, "task": True, "reservation": True, "wasted": True,
+        "unresolved": True}
