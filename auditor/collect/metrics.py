@@ -7,7 +7,8 @@ file logger) and ``:::MLLOG`` lines (an MLPerf log). The first record meeting ev
 is the event (its line, its text); where the dispatch gives N, fields compared with each
 other that hold integers must also equal N (``current_steps == total_steps == N``), as a
 line's ``total`` must. A line is kept to :data:`MAX_RECORD` bytes, a document to
-:data:`MAX_DOCUMENT`; what is not JSON is passed over, never a crash.
+:data:`MAX_DOCUMENT`; what is not JSON is passed over, never a crash (a line that opens an
+object and is none is named, up to the traces' cap of line findings, the rest counted).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import orjson
 from auditor import rules
 from auditor._io import HashingReader, iter_lines, read_limited
 from auditor._text import clip
+from auditor.collect.allocator_trace import FINDINGS_CAP
 from auditor.collect.terminal import MLLOG, aborted, holds, record_of, short_of
 from auditor.model import Citation, Finding, LogEvent, TrainingLogScan
 from auditor.model.presets import TerminalSpec
@@ -38,7 +40,7 @@ def read_metrics(stream: BinaryIO | HashingReader, path: str, spec: TerminalSpec
     terminal: LogEvent | None = None
     events: list[LogEvent] = []
     findings: list[Finding] = []
-    lines = 0
+    lines = dropped = 0
     if path.endswith(".json"):
         data = read_limited(stream, MAX_DOCUMENT)
         record = None
@@ -66,7 +68,10 @@ def read_metrics(stream: BinaryIO | HashingReader, path: str, spec: TerminalSpec
             record = record_of(text) if MLLOG in text else _json_line(line.data)
             if record is None:
                 if MLLOG not in text and line.data.lstrip().startswith(b"{"):
-                    findings.append(_not_json(path, line.number, line.data))
+                    if len(findings) < FINDINGS_CAP:  # (a file of them: counted, not kept)
+                        findings.append(_not_json(path, line.number, line.data))
+                    else:
+                        dropped += 1
                 continue
             if isinstance(record, dict) and aborted(record) and not events:
                 events.append(LogEvent("aborted", line.number, clip(text, TEXT_LIMIT),
@@ -74,6 +79,9 @@ def read_metrics(stream: BinaryIO | HashingReader, path: str, spec: TerminalSpec
             elif holds(spec.json, record, steps):
                 terminal = LogEvent("terminal_event", line.number, clip(text, TEXT_LIMIT),
                                     "record")
+    if dropped:
+        findings.append(rules.finding("AUD013", path, [Citation(path)], dropped=dropped,
+                                      cap=FINDINGS_CAP))
     return TrainingLogScan(path=path, lines=lines, expected_steps=steps,
                            terminal_event=terminal, last_step=None, events=tuple(events),
                            events_dropped=0, findings=tuple(findings))

@@ -358,3 +358,21 @@ def test_the_readmes_protocols_read_without_a_finding() -> None:
     for block in blocks:
         protocol = read_protocol(io.BytesIO(block.encode()), "protocol.json")
         assert protocol.findings == () and protocol.terminal is not None, block
+
+
+def test_a_metrics_file_of_broken_lines_keeps_a_hundred_findings() -> None:
+    """Review T: each broken line of a metrics file was made a finding, and a file of
+    millions held gigabytes (6.6 GB for 204 MB). Line findings are capped as a trace's are
+    (:data:`~auditor.collect.allocator_trace.FINDINGS_CAP`), the rest counted in one
+    ``AUD013``; a terminal record after them is still found."""
+    from auditor.collect.allocator_trace import FINDINGS_CAP
+    from auditor.collect.metrics import read_metrics
+
+    data = b"{'step': 1}\n" * 1000 + json.dumps({"current_steps": N, "total_steps": N}
+                                               ).encode() + b"\n"
+    scan = read_metrics(io.BytesIO(data), "metrics/trainer_log.jsonl",
+                        PRESETS["llamafactory"].spec, N)
+    assert [f.rule_id for f in scan.findings] == ["AUD003"] * FINDINGS_CAP + ["AUD013"]
+    assert scan.findings[-1].message.endswith(
+        f"{1000 - FINDINGS_CAP} further findings not kept (cap {FINDINGS_CAP})")
+    assert scan.terminal_event is not None and scan.terminal_event.line == 1001
