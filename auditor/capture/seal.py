@@ -46,7 +46,14 @@ from auditor.capture._files import (
     write_atomic,
 )
 from auditor.capture.device import idle_check as check_idle
-from auditor.model.kinds import ALLOCATOR_TRACE, DEVICE_EVIDENCE, IDLE_CHECK, TRIAL, kind_of
+from auditor.model.kinds import (
+    ALLOCATOR_TRACE,
+    DEVICE_EVIDENCE,
+    DOCUMENT_LIMIT,
+    IDLE_CHECK,
+    TRIAL,
+    kind_of,
+)
 
 _COMMIT = re.compile(r"[0-9a-f]{7,64}")
 ATTEMPT_FIELDS = ("job_id", "restart_count", "attempt_dir", "workers", "evidence")
@@ -507,7 +514,15 @@ def _merged(spec: SealSpec, path: Path, shared: dict[str, Any], entry: dict[str,
         record["idle_check"] = idle
     record["sealed_ns"] = time.time_ns()
     record["sealed_by"] = {"tool": "auditor", "version": __version__}
-    write_atomic(path, dumps(record))
+    data = dumps(record)
+    if len(data) > DOCUMENT_LIMIT:  # (the audit would call the whole period unreadable)
+        listed = len(record.get("evidence") or ()) + sum(
+            len(a.get("evidence") or ()) for a in record.get("attempts") or ())
+        raise SealRefused(
+            f"{path}: the period record would be {len(data):,} bytes ({listed:,} files "
+            f"listed), over the {DOCUMENT_LIMIT:,} bytes the audit reads; keep checkpoints "
+            "and other bulk outside the attempt directory; not sealed")
+    write_atomic(path, data)
     return SealResult(path, True, attempts, len(entry["evidence"]), missing, idle,
                       tuple(removed))
 

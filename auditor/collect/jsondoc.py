@@ -27,9 +27,10 @@ from auditor import rules
 from auditor._io import HashingReader, read_limited
 from auditor._text import clip
 from auditor.model import INT64_MAX, INT64_MIN, Citation, FileDigest, Finding
+from auditor.model.kinds import DOCUMENT_LIMIT
 from auditor.schema import json_type, pointer_of
 
-DEFAULT_LIMIT = 16 << 20
+DEFAULT_LIMIT = DOCUMENT_LIMIT
 """Largest JSON document parsed (bytes); evidence documents are a few kilobytes."""
 
 

@@ -239,6 +239,11 @@ the order the audit looks."""
 REQUIRED: tuple[EvidenceKind, ...] = tuple(kind for kind in KINDS.values() if kind.required)
 """The kinds every attempt must list a file of."""
 
+DOCUMENT_LIMIT = 16 << 20
+"""The largest JSON evidence document the audit parses (bytes): a period record, a trial
+record, a device file, a process record, an idle check; ``auditor seal`` refuses to write a
+period record the audit would refuse."""
+
 OTHER = "other"
 """The kind of a file whose name says none (``auditor seal``), or of one no reader parses."""
 

@@ -595,3 +595,26 @@ def test_a_file_nested_past_recursion_is_refused_or_skipped_never_a_crash(
     assert "internal error" not in err and "Traceback" not in err
     if which == "trial":
         assert "trial-5001.json: not a readable JSON object" in err and err.count("\n") == 1
+
+
+def test_a_period_record_the_audit_would_refuse_is_not_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Review T: an attempt of 100,000 files sealed into a 19.6 MB record, over the 16 MiB
+    the audit parses: the audit then called the period unreadable and its files unlisted.
+    Seal refuses what the audit would refuse, by the audit's own limit (here made small, as
+    a real one needs some 90,000 files)."""
+    from auditor.capture import seal
+    from auditor.collect import jsondoc
+    from auditor.model.kinds import DOCUMENT_LIMIT
+
+    assert jsondoc.DEFAULT_LIMIT == seal.DOCUMENT_LIMIT == DOCUMENT_LIMIT  # (one limit)
+    rel = _rel(tmp_path, _run(tmp_path))
+    monkeypatch.setattr(seal, "DOCUMENT_LIMIT", 500)
+    capsys.readouterr()
+    assert _seal(tmp_path, rel, "--commit", COMMIT, *META) == 2
+    err = capsys.readouterr().err
+    assert "over the 500 bytes the audit reads" in err and "files listed" in err
+    assert not (tmp_path / "pairs" / PAIR / "period-1.json").exists()
+    monkeypatch.undo()
+    assert _seal(tmp_path, rel, "--commit", COMMIT, *META) == 0
