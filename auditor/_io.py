@@ -334,6 +334,11 @@ class Bounded:
         self._reads += 1
         return data
 
+    @property
+    def cut(self) -> bool:
+        """Whether the reading stopped at the listed size with more of the file left."""
+        return self._over
+
     def problem(self) -> str:
         """Why the bytes read are not the file's (after reading to the end): "" when they
         are."""

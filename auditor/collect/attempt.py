@@ -9,10 +9,11 @@ count that the training-log scan matches the terminal event against.
 from __future__ import annotations
 
 import errno
+from dataclasses import replace
 
 from auditor._io import Beneath, Bounded, HashingReader, open_reason
 from auditor.collect.kinds import READ_ORDER, READERS, AttemptParts
-from auditor.model import AttemptRead, AttemptTask, FileOutcome, FileTask
+from auditor.model import AttemptRead, AttemptTask, FileOutcome, FileTask, TrainingLogScan
 
 
 def read_attempt(task: AttemptTask) -> AttemptRead:
@@ -38,6 +39,8 @@ def read_attempt(task: AttemptTask) -> AttemptRead:
                         parse(reader, file.display, task, parts)
                     reader.drain()
                     problem = handle.problem()
+                    if handle.cut:
+                        _uncut(parts, file.display)
                 except OSError as error:
                     problem = open_reason(error)
             outcomes.append(FileOutcome(file.display, file.kind, None, problem) if problem
@@ -46,6 +49,21 @@ def read_attempt(task: AttemptTask) -> AttemptRead:
                        tuple(parts.devices), tuple(parts.findings),
                        tuple(parts.processes), tuple(parts.worker_logs),
                        tuple(parts.metrics), tuple(parts.idle))
+
+
+def _uncut(parts: AttemptParts, display: str) -> None:
+    """A log the audit stopped reading at its listed size (``AUD104`` says so) does not end
+    mid-line by its writer's doing: its ``AUD017`` goes (the cut is the audit's)."""
+    def kept(scan: TrainingLogScan) -> TrainingLogScan:
+        if scan.path != display:
+            return scan
+        return replace(scan, findings=tuple(f for f in scan.findings if f.rule_id != "AUD017"))
+    if parts.log is not None:
+        parts.log = kept(parts.log)
+    parts.worker_logs = [kept(scan) for scan in parts.worker_logs]
+    parts.metrics = [kept(scan) for scan in parts.metrics]
+    parts.findings = [f for f in parts.findings if f.rule_id != "AUD017"
+                      or not f.citations or f.citations[0].path != display]
 
 
 def _open(beneath: Beneath, file: FileTask) -> Bounded:

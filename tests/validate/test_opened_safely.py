@@ -159,3 +159,17 @@ def test_a_link_where_the_check_saw_none_is_refused_by_the_reader(
     assert read.files[0].digest is None
     assert "not followed" in read.files[0].error
     assert read.traces == ()
+
+
+def test_a_log_cut_at_its_listed_size_is_not_said_to_end_mid_line(tmp_path: Path) -> None:
+    """Review T: a log past its listed size is read no further (``AUD104`` says so); the
+    audit's own cut then fell inside a line, and ``AUD017`` blamed the writer for a log
+    "cut while it was being written". Only the audit's word stands."""
+    root = copy_example(tmp_path)
+    rel = find(root, "*/attempt-*/training-*.log")
+    with (root / rel).open("ab") as handle:
+        handle.write(b"step:1 - a line of the log that goes on\n" * (2 * CHUNK_SIZE // 40))
+    audit(root, tmp_path / "out")
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    said = findings[findings["path"] == rel]["rule_id"].tolist()
+    assert "AUD104" in said and "AUD017" not in said
