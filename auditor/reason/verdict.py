@@ -164,6 +164,12 @@ def judge_attempt(period: PeriodEvidence, attempt: AttemptEvidence,
             log.events if log is not None else (), log.path if log is not None else None,
             attempt.read.processes,
             tuple((scan.path, scan.events) for scan in shown.worker_logs))
+        cited = judgement.cause.citation if judgement.cause is not None else None
+        if cited is not None and cited.path != shown.sacct_path \
+                and cited not in judgement.citations:
+            # (the evidence line a cause rests on is the period's too; a dump's row is cited
+            # by the scheduler's finding)
+            judgement.citations.append(cited)
     return judgement
 
 

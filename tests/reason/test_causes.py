@@ -238,3 +238,25 @@ def test_a_clean_exit_ended_by_what_its_log_shows_names_that_cause(tmp_path: Pat
     assert got[163][1] is None and got[163][0] != "completed"
     periods = pd.read_parquet(tmp_path / "out" / "periods.parquet")
     assert sorted(periods["cause_at"].dropna().str.rsplit(":", n=1).str[1]) == ["1", "1"]
+
+
+def test_the_line_a_cause_rests_on_is_among_the_periods_citations(tmp_path: Path) -> None:
+    """Review S: ``evidence.md`` holds every period's citations, but the log line a cause
+    rests on was cited only for the v1 event kinds (a GPU fault, a segfault, a Python
+    exception... were named by the cause and cited nowhere among them)."""
+    from tests.helpers import find
+
+    root = outcome_study(tmp_path / "study", ["sigkill_137"])
+    log = find(root, "*-s161-4gpu/attempt-*/training-*.log")
+    lines = (root / log).read_bytes().count(b"\n")
+    rewrite(root, log, lambda data: data + b"RuntimeError: CUDA error: an illegal memory "
+                                           b"access was encountered\n")
+    summary = audit(root, tmp_path / "out")
+    (period,) = summary["periods"]
+    assert period["cause"] == "gpu_error"
+    periods = pd.read_parquet(tmp_path / "out" / "periods.parquet")
+    assert periods["cause_at"].iloc[0] == f"{log}:{lines + 1}"
+    evidence = (tmp_path / "out" / "evidence.md").read_text()
+    (row,) = [line for line in evidence.splitlines()
+              if line.startswith(f"- `{period['pair']}/period-1`")]
+    assert f"{log.rsplit('/', 1)[1]}:{lines + 1}" in row or f"`:{lines + 1}`" in row, row
