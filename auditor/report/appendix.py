@@ -193,10 +193,10 @@ def accounting_section(result: AuditResult, reasoning: Reasoning) -> str:
     lines.append("")
     lines.append(
         (f"Wasted attempts (retried after a completed attempt): {acc.wasted_attempts}, "
-         f"{_least(reasoning, wasted=True)}{figure(acc.wasted_gpu_seconds)} task-scope "
+         f"{at_least(reasoning, wasted=True)}{figure(acc.wasted_gpu_seconds)} task-scope "
          "GPU-seconds. " if acc.wasted_attempts
          else "No attempt was wasted. ") + "Unresolved periods account for "
-        f"{_least(reasoning, wasted=False)}{figure(acc.unresolved_gpu_seconds)} task-scope "
+        f"{at_least(reasoning, wasted=False)}{figure(acc.unresolved_gpu_seconds)} task-scope "
         "GPU-seconds"
         + ("; each configuration's are in `summary.json`." if reasoning.configurations
            else ".")
@@ -204,7 +204,7 @@ def accounting_section(result: AuditResult, reasoning: Reasoning) -> str:
     return "\n".join(lines)
 
 
-def _least(reasoning: Reasoning, *, wasted: bool) -> str:
+def at_least(reasoning: Reasoning, *, wasted: bool) -> str:
     """``at least `` where an attempt the figure sums (the wasted ones, or the unresolved
     periods' counted ones) has no invocation time (it counts 0)."""
     if not reasoning.accounting.attempts_without_times:

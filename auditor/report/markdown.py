@@ -31,6 +31,7 @@ from auditor.report.appendix import (
     MAX_NAMED_PERIODS,
     accounting_section,
     arrays_of,
+    at_least,
     disagreements_section,
     disagreements_table,
     elements_table,
@@ -228,13 +229,42 @@ def _headline(result: AuditResult, reasoning: Reasoning) -> str:
             if result.collected.protocol.scheduler == "none" else
             f"No scheduler record was available for array {arrays}; element states "
             "and allocation-scope accounting are unknown.")
-    lines += ["", _reconstruction(reasoning), "",
+    lines += ["", _reconstruction(reasoning), "", _gpu_time(result), "",
               "The auditor only reads: no raw evidence was changed, and no experiment or "
               "retry was launched."]
     if result.partial:
         lines += ["", f"**Partial audit:** {_partial_causes(result)}; see the findings "
                       "section."]
     return "\n".join(lines)
+
+
+def _gpu_time(result: AuditResult) -> str:
+    """The GPU time in one line: what the allocations held, what the attempts ran, and how
+    much of that the unresolved periods and the wasted retries took (the Accounting
+    section's figures; its "at least" where one is a lower bound)."""
+    acc = result.reasoning.accounting
+    least = "at least " if acc.attempts_without_times else ""
+    if acc.allocation_gpu_seconds is not None:
+        held = (f"the allocations held {'at least ' if acc.allocation_records_unknown else ''}"
+                f"**{_gpu_hours(acc.allocation_gpu_seconds)}**; ")
+    elif result.collected.protocol.scheduler == "none" and result.collected.sacct is None:
+        held = "the allocations are not measured (no scheduler); "
+    else:
+        held = "what the allocations held is unknown; "
+    wasted = (f"{at_least(result.reasoning, wasted=True)}{_gpu_hours(acc.wasted_gpu_seconds)} on "
+              f"{counted(acc.wasted_attempts, 'attempt')} retried after a completed one"
+              if acc.wasted_attempts else "none on retries after a completion")
+    return (f"GPU time: {held}the attempts ran {least}**{_gpu_hours(acc.task_gpu_seconds)}**, "
+            f"{at_least(result.reasoning, wasted=False)}"
+            f"{_gpu_hours(acc.unresolved_gpu_seconds)} of it in unresolved periods and "
+            f"{wasted} (overlapping scopes, never to be added: see Accounting).")
+
+
+def _gpu_hours(seconds: float) -> str:
+    """``12.35 GPU-hours``; under a tenth of an hour, whole GPU-seconds."""
+    if seconds >= 360:
+        return f"{seconds / 3600:,.2f} GPU-hours"
+    return f"{seconds:,.0f} GPU-second{'' if round(seconds) == 1 else 's'}"
 
 
 def _partial_causes(result: AuditResult) -> str:

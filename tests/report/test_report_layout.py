@@ -20,9 +20,10 @@ from auditor._cli import main
 from tests.helpers import EXAMPLE, failed_with_log, outcome_study
 
 CAUSES = Path(__file__).resolve().parents[2] / "fixtures" / "causes"
-BUDGETS = {"seed": 12_000, "mixed": 18_000, "five outcomes": 12_500, "twelve causes": 26_500}
+BUDGETS = {"seed": 12_000, "mixed": 18_000, "five outcomes": 12_800, "twelve causes": 26_500}
 """Bytes of ``diagnostic.md`` (issue 43 asked 10,000 for the first three and 16,000 for the
-fourth; the closing note gives the figures of what the report must hold beside them)."""
+fourth; the closing note gives the figures of what the report must hold beside them; the
+headline's GPU-time line took 250 more)."""
 
 FIVE = ["completed", "completed", "terminal_missing", "terminal_missing", "rollout_init_oom",
         "cancelled", "cancelled", "timed_out"]
@@ -194,3 +195,21 @@ def test_the_mixed_examples_sections_keep_the_facts_the_contract_lists(
     # (an element still pending has not ended: the headline says what the dump shows)
     assert "array elements of `5061000` are, as the dump shows them: " in text
     assert "one `PENDING 0:0`" in text and "of `5061000` ended" not in text
+
+
+def test_the_first_screen_says_how_much_gpu_time_went_where(audited: tuple[str, Path]) -> None:
+    """Review S: the GPU time (held, run, unresolved, wasted) first appeared at line 169 of
+    201. The headline's paragraphs now say it, in hours, as ``summary.json`` has it."""
+    _, out = audited
+    first = (out / "diagnostic.md").read_text().splitlines()[:12]
+    (line,) = [text for text in first if text.startswith("GPU time: ")]
+    accounting = orjson.loads((out / "summary.json").read_bytes())["accounting"]
+
+    def said(seconds: float) -> str:
+        return f"{seconds / 3600:,.2f} GPU-hours" if seconds >= 360 else f"{seconds:,.0f} GPU-s"
+
+    for key in ("task_gpu_seconds", "unresolved_gpu_seconds"):
+        assert said(accounting[key]) in line, key
+    if accounting["allocation_gpu_seconds"] is not None:
+        assert said(accounting["allocation_gpu_seconds"]) in line
+    assert ("retried after a completed one" in line) is bool(accounting["wasted_attempts"])
