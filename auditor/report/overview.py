@@ -61,19 +61,19 @@ def configurations_section(result: AuditResult) -> str:
         missing = "no period read" if unplaced else "not run"
         if config.missing_seeds:
             seeds += f" ({missing}: {seed_ranges(config.missing_seeds)})"
+        why = []  # (its own reasons first: a failing gate is said only where it has none)
+        if unresolved:
+            why.append(f"{number(unresolved)} unresolved")
+        if config.missing_seeds:
+            why.append(f"seed{'s' if len(config.missing_seeds) > 1 else ''} "
+                       f"{seed_ranges(config.missing_seeds)} {missing}")
         if config.key in admitted:
             enters = "yes, by a waiver" if config.key in waived else "yes"
-        elif not partial.passed:
-            enters = "no: the gate fails"
+        elif why:
+            enters = "no: " + ", ".join(why)
         else:
-            why = []
-            if unresolved:
-                why.append(f"{number(unresolved)} unresolved")
-            if config.missing_seeds:
-                why.append(f"seed{'s' if len(config.missing_seeds) > 1 else ''} "
-                           f"{seed_ranges(config.missing_seeds)} {missing}")
-            enters = "no: " + (", ".join(why) if why else "not a configuration the protocol "
-                               "lists")
+            enters = "no: the gate fails" if not partial.passed else \
+                "no: not a configuration the protocol lists"
         rows.append([code_span(config.key), seeds, verdicts or "no period", enters])
     lines = ["## Configurations", "",
              table(["Configuration", "Seeds", "Periods", "Enters the evaluation"], rows)]

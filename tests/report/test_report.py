@@ -480,3 +480,16 @@ def test_a_diagnosis_splits_into_its_sentences_whatever_the_status_quotes(status
     text = f"{launcher_status(status, None)} The post-period idle check passed. Exit: 0."
     assert len(sentences(text)) == 3
     assert sentences("See `a. B` here. Then more.") == ("See `a. B` here.", "Then more.")
+
+
+def test_a_configurations_own_reasons_stand_when_the_gate_fails(tmp_path: Path) -> None:
+    """Review S: where even ``--allow-partial`` fails (nothing resolves), every row's "why"
+    was "the gate fails", though each configuration had unresolved periods of its own."""
+    from tests.helpers import outcome_study
+
+    root = outcome_study(tmp_path / "study", ["terminal_missing", "terminal_missing"])
+    out = tmp_path / "out"
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots"]) == 0
+    rows = [line for line in (out / "diagnostic.md").read_text().splitlines()
+            if line.startswith("| `gsm8k@4` |")]
+    assert rows and rows[0].endswith("| no: two unresolved |"), rows
