@@ -19,7 +19,8 @@ from auditor._io import regular_bytes
 from auditor.errors import InputError, UsageError
 
 GROUPS: tuple[tuple[str, str, frozenset[str]], ...] = (
-    ("infrastructure", "the node, the job step or a kill ended the run",
+    ("infrastructure", "the node, the job step, a kill or a failure outside the trainer's own "
+     "code ended the run",
      frozenset({"infrastructure_failure", "killed", "unclean_exit"})),
     ("time_limit", "Slurm's time limit ended the run (rerun with more time)",
      frozenset({"time_limit"})),
@@ -98,7 +99,8 @@ def rerun_plan(out: Path) -> list[RerunGroup]:
             continue
         group = named.get(str(row["reason"]), "other")
         cause = str(row["cause"]) if row.get("cause") is not None else ""
-        if group == "infrastructure" and cause in TRAINERS_OWN:
+        if group == "infrastructure" and cause in TRAINERS_OWN \
+                and row["reason"] != "infrastructure_failure":  # (the report's word stands)
             group = CRASHED[0]
         array = str(row["array_job_id"]) if row.get("array_job_id") is not None else ""
         members.setdefault((group, cause, array), []).append(row)

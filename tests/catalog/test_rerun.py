@@ -183,3 +183,31 @@ def test_evidence_text_in_the_plan_reaches_the_terminal_inert(
     assert main(["rerun", str(tmp_path / "out")]) == 0
     printed = capsys.readouterr().out
     assert "\x1b" not in printed and "\x07" not in printed and "\\x1b]0;owned" in printed
+
+
+def test_a_host_oom_the_report_calls_infrastructure_is_planned_as_such(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review S: a host memory kill the report calls ``infrastructure_failure`` was planned
+    as ``crashed/host_oom`` (the trainer's own failure), contradicting the report's reason;
+    the plan follows the reason: ``infrastructure/host_oom``."""
+    root = hardware_study(tmp_path / "s", "s", 8700000, [
+        ("gpu-node-01", "completed"), ("gpu-node-02", "completed")])
+    trial = next((root / "host-qwen25-7b-gsm8k-c2-s162-2gpu").rglob("trial-*.json"))
+    log = next(trial.parent.glob("training-*.log"))
+
+    def failed(data: bytes) -> bytes:
+        document = orjson.loads(data)
+        document["invocation"]["exit_code"] = 1
+        for process in document["processes"]:
+            process["exit_code"] = 1
+        return orjson.dumps(document)
+
+    rewrite(root, trial.relative_to(root).as_posix(), failed)
+    rewrite(root, log.relative_to(root).as_posix(), lambda data: data + (
+        b"ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on "
+        b"memory.\n"))
+    out = audited(root, tmp_path / "out")
+    groups = plan(out, capsys)
+    assert [(g["group"], g["cause"]) for g in groups] == [("infrastructure", "host_oom")]
+    assert orjson.loads((out / "summary.json").read_bytes())["periods"][1]["reason"] \
+        == "infrastructure_failure"
