@@ -895,3 +895,62 @@ def test_an_audit_that_finished_meanwhile_in_the_same_out_is_never_replaced(
     assert (out / "diagnostic.md").read_text() == "the other audit's report\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # (no staging left)
 
+
+
+def test_a_shards_out_inside_the_root_is_refused_before_anything_is_made(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review Q: ``--shard`` made its spill folder beside ``--out`` (inside the root) and
+    read the whole shard before ``--out`` was checked; it is checked first, as an audit's
+    is, and nothing is made under the root. A file as ``--out`` is refused at once too."""
+    from tests.helpers import snapshot
+
+    root = copy_example(tmp_path)
+    before = snapshot(root), sorted(p.name for p in root.iterdir()), root.stat().st_mtime_ns
+    assert main(["audit", str(root), "--shard", "1/2", "--out", str(root / "part"),
+                 "--quiet"]) == 2
+    _one_line_error(capsys, "inside the evidence root")
+    assert (snapshot(root), sorted(p.name for p in root.iterdir()),
+            root.stat().st_mtime_ns) == before
+    (tmp_path / "a-file").write_text("x")
+    assert main(["audit", str(root), "--shard", "1/2", "--out", str(tmp_path / "a-file"),
+                 "--quiet"]) == 2
+    _one_line_error(capsys, "exists and is not a directory")
+
+
+def test_the_root_reached_through_another_mount_is_still_the_root(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review Q: ``--out`` under a bind mount of the root (one file system mounted at two
+    paths, as clusters do) passed the check by path, and the audit wrote into the root."""
+    root = copy_example(tmp_path)
+    alias = tmp_path / "alias"
+    alias.mkdir()
+    if subprocess.run(["mount", "--bind", str(root), str(alias)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mount --bind needs privileges this run lacks")
+    try:
+        assert main(["audit", str(root), "--out", str(alias / "audit-out"), "--quiet"]) == 2
+        _one_line_error(capsys, "inside the evidence root")
+        assert not (root / "audit-out").exists()
+    finally:
+        subprocess.run(["umount", str(alias)], check=True)
+
+
+def test_matplotlibs_own_directory_is_never_made_in_a_tmpdir_under_the_root(
+        tmp_path: Path) -> None:
+    """Review Q: with HOME inside the study (matplotlib's font list would go there) and
+    TMPDIR inside it too, the audit (``--out`` outside) made matplotlib's own directory in
+    TMPDIR, under the root, and wrote the font list there; it goes beside ``--out``."""
+    pytest.importorskip("matplotlib")
+    root = copy_example(tmp_path)
+    (root / "tmp").mkdir()
+    stamp = (root / "tmp").stat().st_mtime_ns, root.stat().st_mtime_ns
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "TEMP", "TMP")}
+    env.update(HOME=str(root / "home"), TMPDIR=str(root / "tmp"))
+    done = subprocess.run([sys.executable, "-m", "auditor", "audit", str(root), "--out",
+                           str(tmp_path / "out"), "--quiet"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert ((root / "tmp").stat().st_mtime_ns, root.stat().st_mtime_ns) == stamp
+    assert not (root / "home").exists() and list((root / "tmp").iterdir()) == []
+    assert list((tmp_path / "out" / "plots").glob("*.png"))

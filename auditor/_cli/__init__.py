@@ -425,7 +425,7 @@ def _audit(args: argparse.Namespace) -> int:
         check_output_dir(args.out, args.root, args.force)
     # the plot helper starts now, to import matplotlib while this process audits (not for
     # a root that is plainly no study: that audit ends at once, and would wait for it)
-    plotter = _plotter(args.root) if args.out is not None and not args.no_plots \
+    plotter = _plotter(args.root, args.out) if args.out is not None and not args.no_plots \
         and _may_be_a_study(args.root) else None
     try:
         # the collector is held to the writing's end: re-enabled, it would re-scan every record
@@ -504,7 +504,7 @@ def _may_be_a_study(root: Path) -> bool:
         return False
 
 
-def _plotter(root: Path) -> Any:
+def _plotter(root: Path, out: Path) -> Any:
     """A :class:`~auditor.report.plots.Plotter`, started now so that matplotlib is imported
     while the audit runs; None when matplotlib is not installed (no plots are drawn, and
     one line on stderr says so)."""
@@ -516,17 +516,18 @@ def _plotter(root: Path) -> Any:
         return None
     from auditor.report.plots import Plotter
 
-    _keep_matplotlib_files_out(root)
+    _keep_matplotlib_files_out(root, out)
     return Plotter()
 
 
-def _keep_matplotlib_files_out(root: Path) -> None:
+def _keep_matplotlib_files_out(root: Path, out: Path) -> None:
     """Give matplotlib a configuration and cache directory of its own (``MPLCONFIGDIR``,
     removed at exit) when where it would write them (its font list, under ``~/.cache`` and
     ``~/.config`` or their XDG places) lies under the evidence root, a HOME inside the
     study, or cannot be written (it would warn on stderr): the audit never writes under the
     root. Otherwise matplotlib keeps its own, and its font list is built once, not per
-    audit."""
+    audit. That directory is made in ``TMPDIR``, or beside ``out`` where ``TMPDIR`` lies
+    under the root."""
     import atexit
     import shutil
     import tempfile
@@ -550,7 +551,15 @@ def _keep_matplotlib_files_out(root: Path) -> None:
     except (OSError, RuntimeError, StopIteration):
         elsewhere = True
     if elsewhere:
-        own = tempfile.mkdtemp(prefix="auditor-matplotlib-")
+        base: str | None = None
+        configured = next((os.environ[name] for name in ("TMPDIR", "TEMP", "TMP")
+                           if os.environ.get(name)), None)  # (tempfile's own probe of it
+        # writes a file there: read from the environment, as tempfile reads it)
+        with contextlib.suppress(OSError, RuntimeError):
+            temporary, evidence = Path(configured or "/tmp").resolve(), root.resolve()
+            if temporary == evidence or evidence in temporary.parents:
+                base = os.path.dirname(os.path.abspath(out))  # (checked: not in the root)
+        own = tempfile.mkdtemp(prefix="auditor-matplotlib-", dir=base)
         atexit.register(shutil.rmtree, own, True)
         os.environ["MPLCONFIGDIR"] = own
 

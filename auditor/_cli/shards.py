@@ -102,7 +102,13 @@ def audit_shard(args: argparse.Namespace, options: AuditOptions) -> int:
     if args.json:
         raise UsageError("--shard writes a part, not a summary: --json is for the merge")
     from auditor._cli import _progress, spill_beside
+    from auditor.report.output import check_output_dir
 
+    # (before any work, and before the spill folder beside --out is made: --out inside the
+    # root is refused as an audit's is, never found after the shard was read)
+    if not args.root.is_dir():
+        raise UsageError(f"{args.root}: evidence root does not exist or is not a directory")
+    check_output_dir(args.out, args.root, args.force)
     with paused_gc(), spill_beside(args.out), _progress(quiet=args.quiet) as show:
         parts = drive(Auditor(args.root, options).collect(shard), show)
         with StagedOutput(args.out, parts.root, args.force, private=True) as staged:

@@ -51,6 +51,24 @@ MANIFEST = "output_manifest.json"
 MANIFEST_SCHEMA = "run-evidence/output-manifest/v1"
 
 
+def _same_directory_above(out: Path, root: Path) -> bool:
+    """Whether ``out`` or a folder above it is the root's own directory by device and inode:
+    the root reached by another path (a bind mount, one file system mounted twice), which a
+    comparison of paths misses."""
+    try:
+        found = os.stat(root)
+    except OSError:
+        return False
+    for place in (out, *out.parents):
+        try:
+            info = os.stat(place)
+        except OSError:
+            continue  # (not made yet)
+        if (info.st_dev, info.st_ino) == (found.st_dev, found.st_ino):
+            return True
+    return False
+
+
 def check_output_dir(out: Path, root: Path, force: bool) -> None:
     """Refuse an output directory that would touch evidence or clobber unrelated files."""
     try:
@@ -65,7 +83,8 @@ def check_output_dir(out: Path, root: Path, force: bool) -> None:
 def _check_output_dir(out: Path, root: Path, force: bool) -> None:
     out_resolved = out.resolve()
     root_resolved = root.resolve()
-    if out_resolved == root_resolved or root_resolved in out_resolved.parents:
+    if out_resolved == root_resolved or root_resolved in out_resolved.parents \
+            or _same_directory_above(out_resolved, root_resolved):
         raise OutputError(f"{out}: the output directory must not be inside the evidence root")
     if out_resolved in root_resolved.parents:
         raise OutputError(f"{out}: the output directory must not contain the evidence root")
