@@ -858,8 +858,8 @@ def test_verify_finds_a_relative_sacct_path_from_any_directory(
     assert main(["audit", str(EXAMPLE), "--out", str(tmp_path / "out"), "--sacct", "dump.psv",
                  "--quiet", "--no-plots"]) == 0
     manifest = orjson.loads((tmp_path / "out" / "output_manifest.json").read_bytes())
-    [entry] = [e for e in manifest["source_inputs"] if e["path"] == "dump.psv"]
-    assert entry["absolute"] == str(tmp_path / "dump.psv")
+    [entry] = [e for e in manifest["source_inputs"] if e["path"] == str(tmp_path / "dump.psv")]
+    assert entry["absolute"] == str(tmp_path / "dump.psv")  # (named by it, however typed)
     monkeypatch.chdir("/")
     assert main(["verify", str(tmp_path / "out")]) == 0
 
@@ -954,3 +954,43 @@ def test_matplotlibs_own_directory_is_never_made_in_a_tmpdir_under_the_root(
     assert ((root / "tmp").stat().st_mtime_ns, root.stat().st_mtime_ns) == stamp
     assert not (root / "home").exists() and list((root / "tmp").iterdir()) == []
     assert list((tmp_path / "out" / "plots").glob("*.png"))
+
+
+def test_the_roots_own_dump_named_by_sacct_is_read_as_the_roots(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review Q: ``--sacct ROOT/accounting/sacct-raw.psv``, a link to a forged dump outside,
+    was followed (an element of 28,800 GPU-seconds added, no finding), where the audit
+    without ``--sacct`` refuses that link. A file under the root is the root's own."""
+    root = copy_example(tmp_path)
+    dump = root / "accounting" / "sacct-raw.psv"
+    forged = tmp_path / "forged.psv"
+    forged.write_bytes(dump.read_bytes())
+    dump.unlink()
+    dump.symlink_to(forged)
+    summary = audit(root, tmp_path / "out", "--sacct", str(dump))
+    assert summary["accounting"]["allocation_gpu_seconds"] is None
+    import pandas as pd
+
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    assert "AUD009" in set(findings["rule_id"])
+
+
+def test_a_dump_named_outside_the_root_is_one_input_however_it_is_typed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review Q: ``--sacct dump.psv``, its absolute path and ``../dump.psv`` gave three
+    reports and three inputs digests for one dump (shards run from other directories could
+    not be merged). The dump is named by its absolute path."""
+    root = copy_example(tmp_path)
+    dump = tmp_path / "dump.psv"
+    shutil.move(root / "accounting" / "sacct-raw.psv", dump)
+    (tmp_path / "sub").mkdir()
+    reports = []
+    for where, typed in ((tmp_path, "dump.psv"), (tmp_path, str(dump)),
+                         (tmp_path / "sub", "../dump.psv")):
+        monkeypatch.chdir(where)
+        out = tmp_path / f"out-{len(reports)}"
+        audit(root, out, "--sacct", typed)
+        reports.append(((out / "diagnostic.md").read_bytes(),
+                        (out / "evidence.md").read_bytes()))
+    assert reports[0] == reports[1] == reports[2]
+    assert str(dump) in reports[0][0].decode()

@@ -181,9 +181,12 @@ def read_sacct(task: tuple[Path, str | None, AuditOptions]
     root, rel, options = task
     inputs: list[InputFile] = []
     findings: list[Finding] = []
-    if options.sacct is not None:
-        path = options.sacct
-        display = str(path)
+    named = options.sacct
+    if named is not None and (inside := _below(root, named)) is not None:
+        named, rel = None, inside  # (a file under the root is read as the root's own)
+    if named is not None:
+        path = named
+        display = os.path.abspath(path)  # (however it was typed: one study, one name)
         group = "source_inputs"
     elif rel is not None:
         check = check_path(root, rel)
@@ -207,7 +210,7 @@ def read_sacct(task: tuple[Path, str | None, AuditOptions]
                     reader, display, options.sacct_format, options.sacct_delimiter
                 )
             except SacctFormatError as error:
-                if options.sacct is not None:
+                if named is not None:
                     raise
                 reader.drain()
                 findings.append(finding("AUD009", display, [Citation(display)],
@@ -218,7 +221,7 @@ def read_sacct(task: tuple[Path, str | None, AuditOptions]
             if isinstance(handle, Bounded) and (problem := handle.problem()):
                 raise OSError(errno.EIO, problem)
     except OSError as error:
-        if options.sacct is not None:
+        if named is not None:
             raise InputError(f"{path}: cannot read sacct dump: {error.strerror}") from None
         findings.append(finding("AUD009", display, [Citation(display)],
                                 error=f"cannot read: {open_reason(error)}"))
@@ -227,6 +230,18 @@ def read_sacct(task: tuple[Path, str | None, AuditOptions]
     findings.extend(dump.findings)
     findings.extend(field_findings(dump, display))
     return dump, display, inputs, findings
+
+
+def _below(root: Path, named: Path) -> str | None:
+    """The root-relative path of a dump named on the command line that lies under the root
+    (as typed, or through the links of the folders above it), else None."""
+    typed = os.path.abspath(named)
+    for place in (typed, os.path.join(os.path.realpath(os.path.dirname(typed)),
+                                      os.path.basename(typed))):
+        relative = os.path.relpath(place, root)
+        if relative != "." and not relative.startswith(("..", "/")):
+            return Path(relative).as_posix()
+    return None
 
 
 def field_findings(dump: SacctDump, display: str) -> list[Finding]:
