@@ -238,8 +238,11 @@ _RULES: tuple[Rule, ...] = (
                                   "leading zero, below 2^63), so not read as a period record "
                                   "(were it one, its period is missing from this audit)"}),
     Rule("AUD106", "attempt-dir-orphan", "Attempt directory referenced by no period",
-         "An attempt directory on disk is named by no period record.",
-         "{path}: attempt directory referenced by no period record", W),
+         "An attempt directory on disk (or a link in an arm's or attempt directory's place) is "
+         "named by no period record.",
+         "{path}: attempt directory referenced by no period record", W,
+         forms={"link": "{path}: a link in an arm's or attempt directory's place, named by no "
+                        "period record; never followed, so what it leads to is not audited"}),
     Rule("AUD107", "evidence-kind-missing", "Attempt lacks a kind of evidence",
          "An attempt lists no file of a kind the verdict needs (trial, training log, one "
          "allocator trace and device file per worker).",

@@ -984,7 +984,7 @@ def test_a_dump_named_outside_the_root_is_one_input_however_it_is_typed(
     dump = tmp_path / "dump.psv"
     shutil.move(root / "accounting" / "sacct-raw.psv", dump)
     (tmp_path / "sub").mkdir()
-    reports = []
+    reports: list[tuple[bytes, bytes]] = []
     for where, typed in ((tmp_path, "dump.psv"), (tmp_path, str(dump)),
                          (tmp_path / "sub", "../dump.psv")):
         monkeypatch.chdir(where)

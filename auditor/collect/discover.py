@@ -76,9 +76,15 @@ def discover(root: Path, periods: tuple[tuple[str, ...], tuple[str, ...]] | None
     names = {entry.name for entry in listed}
     tops = [top for top in listed
             if top.name not in ("pairs", "accounting") and _is_real_dir(top)]
+    # (a link standing for an arm or attempt directory is never followed: named, never
+    # silently missing from the audit)
+    linked = [top.name for top in listed if top.name not in ("pairs", "accounting")
+              and top.is_symlink() and os.path.isdir(top.path)]
     for done, top in enumerate(tops):
         yield Progress("list", done, len(tops))
         for sub in _scandir_sorted(top.path):
+            if sub.is_symlink() and ATTEMPT_DIR_RE.match(sub.name):
+                linked.append(f"{top.name}/{sub.name}")
             if _is_real_dir(sub) and ATTEMPT_DIR_RE.match(sub.name):
                 rel_dir = f"{top.name}/{sub.name}"
                 attempt_dirs.append(rel_dir)
@@ -100,6 +106,7 @@ def discover(root: Path, periods: tuple[tuple[str, ...], tuple[str, ...]] | None
         execution_commits=optional("execution_commits.json"),
         sacct=sacct_path(root),
         stray_pair_files=stray,
+        linked_dirs=tuple(linked),
     )
 
 

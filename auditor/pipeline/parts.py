@@ -413,6 +413,7 @@ def _check_data_paths(path: Path, parts: CollectedParts) -> None:
     named = [("layout.period_records", rel) for rel in layout.period_records]
     named += [("layout.attempt_dirs", rel) for rel in layout.attempt_dirs]
     named += [("layout.stray_pair_files", rel) for rel in layout.stray_pair_files]
+    named += [("layout.linked_dirs", rel) for rel in layout.linked_dirs]
     named += [(f"layout.{name}", rel) for name in ("protocol", "execution_commits", "sacct")
               if (rel := getattr(layout, name)) is not None]
     for field, rel in named:

@@ -137,7 +137,8 @@ def layout_findings(root: Path, layout: StudyLayout,
     """What the study's layout shows: links in a pair directory's place (``AUD022``), a
     directory under ``pairs/`` that cannot be listed (``AUD025``), files
     under ``pairs/`` that are not period records (``AUD105``), attempt directories no
-    period record (``records``) names (``AUD106``)."""
+    period record (``records``) names, and links in an arm's or attempt's place
+    (``AUD106``)."""
     findings: list[Finding] = []
     for rel in layout.stray_pair_files:
         if rel.count("/") == 1 and os.path.islink(root / rel) \
@@ -158,4 +159,7 @@ def layout_findings(root: Path, layout: StudyLayout,
     for rel_dir in layout.attempt_dirs:
         if rel_dir not in referenced:
             findings.append(finding("AUD106", rel_dir, [Citation(rel_dir)]))
+    for rel in layout.linked_dirs:  # (a record naming one finds its files unsafe: said there)
+        if not any(ref == rel or (ref or "").startswith(f"{rel}/") for ref in referenced):
+            findings.append(finding("AUD106", rel, [Citation(rel)], form="link"))
     return findings

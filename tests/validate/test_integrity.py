@@ -914,3 +914,22 @@ def test_a_study_whose_only_pair_folder_is_a_link_says_so(
     assert main(["audit", str(root), "--out", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "pairs/host-qwen25-7b-math-c2-s161 is a link, never followed" in err, err
+
+
+def test_a_link_in_an_arms_or_attempts_place_is_named(tmp_path: Path) -> None:
+    """Review Q: a link named as an attempt directory, or one at the top leading to a
+    directory (an arm's place), that no record names dropped out of the audit silently
+    (a real such directory is AUD106). It is never followed, and now named: AUD106."""
+    root = copy_example(tmp_path)
+    outside = tmp_path / "outside"
+    (outside / "attempt-1").mkdir(parents=True)
+    (outside / "attempt-1" / "trial-1.json").write_text("{}")
+    arm = next(p for p in sorted(root.iterdir()) if p.name.endswith("gpu"))
+    (arm / "attempt-5").symlink_to(outside / "attempt-1")
+    (root / "host-yy-s1-2gpu").symlink_to(outside)
+    audit(root, tmp_path / "out")
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    named = findings[findings["rule_id"] == "AUD106"]
+    links = dict(zip(named["subject"], named["message"], strict=True))
+    assert "never followed" in links[f"{arm.name}/attempt-5"]
+    assert "never followed" in links["host-yy-s1-2gpu"]
