@@ -139,7 +139,7 @@ class SpilledCodeBlock:
 
     def add(self, line: str) -> None:
         """The block's next line (untrusted)."""
-        clean = _CONTROL.sub("", line)
+        clean = _CONTROL.sub("", line.replace("\r", " ").replace("\n", " "))  # (one line)
         self._longest = max(self._longest,
                             max((len(m) for m in _FENCES.findall(clean)), default=0))
         self._body.extend(((len(self._body), clean),))

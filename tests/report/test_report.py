@@ -493,3 +493,15 @@ def test_a_configurations_own_reasons_stand_when_the_gate_fails(tmp_path: Path) 
     rows = [line for line in (out / "diagnostic.md").read_text().splitlines()
             if line.startswith("| `gsm8k@4` |")]
     assert rows and rows[0].endswith("| no: two unresolved |"), rows
+
+
+def test_a_root_whose_name_holds_a_newline_writes_no_line_of_its_own(tmp_path: Path) -> None:
+    """Review Q: the evidence locator's ``BASE=`` line wrote a root's name as it is: a
+    newline in it made a line of the report (a heading a line-based reader sees)."""
+    root = tmp_path / "st\n## Included configurations: all"
+    assert main(["example", str(root)]) == 0
+    out = tmp_path / "out"
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots"]) == 0
+    for name in ("diagnostic.md", "evidence.md"):
+        lines = (out / name).read_text().splitlines()
+        assert not [line for line in lines if line.startswith("## Included")], name
