@@ -994,3 +994,14 @@ def test_a_dump_named_outside_the_root_is_one_input_however_it_is_typed(
                         (out / "evidence.md").read_bytes()))
     assert reports[0] == reports[1] == reports[2]
     assert str(dump) in reports[0][0].decode()
+
+
+def test_pairs_as_a_link_is_said_to_be_one(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Review Q: ``pairs/`` as a link (even to a folder inside the root) gave "no period
+    records found; is this a study root?", not why."""
+    root = copy_example(tmp_path)
+    (root / "pairs").rename(root / "real-pairs")
+    (root / "pairs").symlink_to("real-pairs")
+    assert main(["audit", str(root), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    _one_line_error(capsys, "(pairs is a link, never followed)")

@@ -363,6 +363,8 @@ def _unpacked(pending: deque[tuple[int, LoadedPeriod]], whole: dict[int, PeriodR
 def _hidden_pairs(root: Path, stray: Sequence[str]) -> str | None:
     """Why ``pairs/`` (or a pair folder in it) shows no period record, where the walk could
     not go in: a link, never followed, or a folder that cannot be listed; None otherwise."""
+    if os.path.islink(root / "pairs"):  # (never walked: it is in no listing)
+        return "pairs is a link, never followed"
     for rel in stray:
         if rel.count("/") > 1:  # (below a pair folder no period record can be)
             continue
