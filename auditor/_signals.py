@@ -25,7 +25,8 @@ from multiprocessing.context import BaseContext
 from types import FrameType
 from typing import Any
 
-HELD = (signal.SIGINT, signal.SIGTERM)
+HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""The signals that end a command as Ctrl-C does (SIGHUP: its terminal closed)."""
 _lifeline: tuple[int, int, int] | None = None
 """(process id, read end, write end) of the pipe whose end tells helpers their command
 is gone; made when a process first starts helpers (the write end is -1 in a process
@@ -129,8 +130,8 @@ def helper_signals(read_end: int) -> None:
     KeyboardInterrupt inside the pool's machinery and prints a traceback. A helper whose
     command is killed outright (SIGKILL) ends as the lifeline closes: nothing else would
     end it (its task queue stays open in its siblings)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for number in HELD:
+        signal.signal(number, signal.SIG_IGN)
     if read_end >= 0:
         threading.Thread(target=_follow, args=(read_end,), daemon=True).start()
     with contextlib.suppress(AttributeError, OSError, ValueError):

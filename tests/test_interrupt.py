@@ -112,13 +112,14 @@ def _wait_for_helpers(process: subprocess.Popen[bytes], count: int,
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_group_signal_ends_every_process_quietly(slow_study: Path, tmp_path: Path,
                                                  sig: signal.Signals) -> None:
-    """Ctrl-C at a terminal, or a cancelled job, signals every process of the audit, its
-    reading workers and plot helper too: the audit ends in order (exit 130, one line),
-    and no helper prints a traceback, dies half-way through sending a result (which left
-    the audit waiting for ever), or outlives it."""
+    """Ctrl-C at a terminal, a cancelled job, or the terminal closed (SIGHUP: it left the
+    spill files beside --out, review Q) signals every process of the audit, its reading
+    workers and plot helper too: the audit ends in order (exit 130, one line), and no
+    helper prints a traceback, dies half-way through sending a result (which left the
+    audit waiting for ever), or outlives it; nothing is left beside --out."""
     process = _start_pooled(slow_study, tmp_path / "out")
     _wait_for_helpers(process, 3)  # two readers and the plot helper
     os.killpg(process.pid, sig)
@@ -130,6 +131,7 @@ def test_group_signal_ends_every_process_quietly(slow_study: Path, tmp_path: Pat
     while _group_members(process.pid):
         assert time.monotonic() < deadline, "helpers outlived the audit"
         time.sleep(0.05)
+    assert [p.name for p in tmp_path.iterdir()] == []
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")

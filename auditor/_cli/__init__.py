@@ -257,6 +257,8 @@ def entry() -> NoReturn:
     global _ONLY_EXITING
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     signal.signal(signal.SIGTERM, _terminate)
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:  # (under nohup: ignored, as asked)
+        signal.signal(signal.SIGHUP, _terminate)  # (a closed terminal: cleaned up as Ctrl-C)
     sys.unraisablehook = interrupt_unraised
     sys.meta_path.insert(0, _NoPandas())
     gc.disable()
@@ -274,6 +276,7 @@ def entry() -> NoReturn:
 def _ignore_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 class _NoPandas(importlib.abc.MetaPathFinder):
