@@ -137,8 +137,9 @@ def deciding_line(verdict: Verdict, attempt_dir: str = "") -> str:
         cite = verdict.cause.citation
     if cite is None:
         return ""
-    quote = cite.quote or next((c.quote for c in verdict.citations
-                                if c.path == cite.path and c.quote), "")
+    quote = cite.quote or next((c.quote for c in verdict.citations  # (of the same place only:
+                                if c.path == cite.path and c.line == cite.line  # another line
+                                and c.pointer == cite.pointer and c.quote), "")  # says else)
     return code_span(_place(cite, attempt_dir), 200) + (f" ({code_span(clip(quote, 100), 110)})"
                                            if quote else "")
 

@@ -505,3 +505,19 @@ def test_a_root_whose_name_holds_a_newline_writes_no_line_of_its_own(tmp_path: P
     for name in ("diagnostic.md", "evidence.md"):
         lines = (out / name).read_text().splitlines()
         assert not [line for line in lines if line.startswith("## Included")], name
+
+
+def test_a_deciding_line_quotes_only_the_place_it_cites(tmp_path: Path) -> None:
+    """Review S: an altered log's unresolved line cited the whole file and quoted its
+    terminal line (borrowed from another citation of the same file), as if that line
+    decided the mismatch."""
+    from tests.helpers import find, outcome_study, rewrite
+
+    root = outcome_study(tmp_path / "study", ["completed"])
+    log = find(root, "*-s161-4gpu/attempt-*/training-*.log")
+    rewrite(root, log, lambda data: data + b"appended later\n", update_manifest=False)
+    out = tmp_path / "out"
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots"]) == 0
+    (line,) = [text for text in (out / "diagnostic.md").read_text().splitlines()
+               if text.startswith("- `host-") and "evidence_mismatch" in text]
+    assert "global_step" not in line and "step:" not in line, line
