@@ -6,7 +6,7 @@ I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from auditor.model.core import (
@@ -296,6 +296,12 @@ TABLES: tuple[str, ...] = ("periods", "findings", "evidence", "attempts", "phase
 report lists its outputs so); each one's columns are :data:`auditor.store.tables.SCHEMAS`'."""
 
 
+def folder_of(path: str) -> str:
+    """The first two parts of a root-relative path: an attempt directory's
+    (``arm/attempt-<job>``) for a file in one."""
+    return "/".join(path.split("/", 2)[:2])
+
+
 @dataclass(frozen=True)
 class AuditResult:
     """Everything reporters may see."""
@@ -327,14 +333,35 @@ class AuditResult:
                 f"({said}); gate {gate}, --allow-partial {partial}; "
                 f"{len(self.findings)} findings{'; partial' if self.partial else ''}>")
 
+    def periods_of_files(self, findings: Iterable[Finding]) -> dict[str, list[str]]:
+        """The attempt directory (``arm/attempt-<job>``) of each of ``findings`` about a
+        file in one -> the periods whose attempts it holds: a finding about such a file (a
+        log that ends mid-line) is about them. Only those directories are kept (a million
+        files' attempts would be some 30 MB)."""
+        wanted = {folder_of(f.subject) for f in findings if f.subject.count("/") >= 2}
+        found: dict[str, list[str]] = {}
+        if not wanted:
+            return found
+        for attempt in self.reasoning.attempts:
+            folder = (attempt.attempt_dir or "").rstrip("/")
+            if folder in wanted:
+                subjects = found.setdefault(folder, [])
+                if attempt.subject not in subjects:
+                    subjects.append(attempt.subject)
+        return found
+
     def rule_ids(self) -> Iterator[list[str]]:
         """Each period's rules, sorted, in the verdicts' order: those its verdict rests on
-        and every other finding about it (a retry's ``AUD212``, its cause's ``AUD218``), as
-        summary.json and periods.parquet give them. Made as they are read (a million
-        periods' lists were about 20 MB held through the writing of a table)."""
+        and every other finding about it (a retry's ``AUD212``, its cause's ``AUD218``, one
+        about a file of its attempts'), as summary.json and periods.parquet give them. Made
+        as they are read (a million periods' lists were about 20 MB held through the
+        writing of a table)."""
         said: dict[str, set[str]] = {}
+        owners = self.periods_of_files(self.findings)
         for item in self.findings:
             said.setdefault(item.subject, set()).add(item.rule_id)
+            for subject in owners.get(folder_of(item.subject), ()):
+                said.setdefault(subject, set()).add(item.rule_id)
         nothing: set[str] = set()
         for verdict in self.verdicts:
             yield sorted({f.rule_id for f in verdict.findings}

@@ -19,6 +19,7 @@ from auditor.model import (
     Severity,
     VerdictKind,
 )
+from auditor.model.results import folder_of
 from auditor.report.groups import named_arrays
 from auditor.report.mdformat import code_block, code_span, figure, number, prose, table
 from auditor.report.tables import sorted_findings
@@ -314,12 +315,20 @@ def findings_section(result: AuditResult) -> str:
         rested = {key for v in result.verdicts for f in v.findings if f.subject in subjects
                   and (key := (f.rule_id, f.subject, f.message)) in candidates}
         others = [f for f in others if (f.rule_id, f.subject, f.message) not in rested]
-    if others:
-        lines += ["", "Errors and warnings about no single period:", ""]
-        lines.extend(f"- {code_span(f.rule_id)} {code_span(f.subject)}: "
-                     f"{prose(describe(f), 300)}" for f in others[:MAX_OTHERS_LISTED])
-        if len(others) > MAX_OTHERS_LISTED:
-            lines.append(f"- and {len(others) - MAX_OTHERS_LISTED:,} more in "
+    owners = result.periods_of_files(others)
+    files = [(f, owner) for f in others if (owner := owners.get(folder_of(f.subject)))]
+    others = [f for f in others if not owners.get(folder_of(f.subject))]
+    for title, listed in (("Errors and warnings about a period's files:", files),
+                          ("Errors and warnings about no single period:",
+                           [(f, []) for f in others])):
+        if not listed:
+            continue
+        lines += ["", title, ""]
+        lines.extend(f"- {code_span(f.rule_id)} {code_span(f.subject)}"
+                     + (f" ({', '.join(code_span(s) for s in owner)})" if owner else "")
+                     + f": {prose(describe(f), 300)}" for f, owner in listed[:MAX_OTHERS_LISTED])
+        if len(listed) > MAX_OTHERS_LISTED:
+            lines.append(f"- and {len(listed) - MAX_OTHERS_LISTED:,} more in "
                          "`findings.parquet`")
     return "\n".join(lines)
 

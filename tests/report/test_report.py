@@ -418,15 +418,18 @@ def test_a_files_finding_a_verdict_rests_on_is_its_periods_not_the_studys(
         tmp_path: Path) -> None:
     """A listed device file gone: its finding (about the file) is what its period's verdict
     rests on, said there, never again among the findings about no single period; a file no
-    record lists still is."""
+    record lists in that period's attempt is among those about a period's files, naming the
+    period."""
     root = copy_example(tmp_path)
     attempt = next(root.glob("*code_heavy_tail-c2-s163-2gpu/attempt-*"))
     next(attempt.glob("device-evidence/*-0-*.json")).unlink()
     (attempt / "stray.txt").write_text("not listed\n")
     audit(root, tmp_path / "out")
     text = (tmp_path / "out" / "diagnostic.md").read_text()
-    others = text.split("Errors and warnings about no single period:", 1)[1]
-    assert "`AUD101`" not in others and "`AUD105`" in others
+    files = text.split("Errors and warnings about a period's files:", 1)[1].split("\n\n", 2)[1]
+    assert "`AUD101`" not in files and "`AUD105`" in files
+    assert "(`host-qwen25-7b-code_heavy_tail-c2-s163/period-1`)" in files
+    assert "Errors and warnings about no single period:" not in text
     assert re.search(r"^- `host-qwen25-7b-code_heavy_tail-c2-s163/period-1` .*"
                      r"`evidence_missing`.*device-evidence/", text, re.MULTILINE)
 
@@ -521,3 +524,21 @@ def test_a_deciding_line_quotes_only_the_place_it_cites(tmp_path: Path) -> None:
     (line,) = [text for text in (out / "diagnostic.md").read_text().splitlines()
                if text.startswith("- `host-") and "evidence_mismatch" in text]
     assert "global_step" not in line and "step:" not in line, line
+
+
+def test_a_finding_about_a_file_of_a_periods_attempt_is_among_its_rules(
+        tmp_path: Path) -> None:
+    """Review S: a log that ends mid-line (``AUD017``, about the file) was listed among the
+    findings about no single period and missing from its period's ``rule_ids``, where the
+    integrity findings about its files were there."""
+    from tests.helpers import find, outcome_study, rewrite
+
+    root = outcome_study(tmp_path / "study", ["completed", "completed"])
+    log = find(root, "*-s162-4gpu/attempt-*/training-*.log")
+    rewrite(root, log, lambda data: data + b"step:2 - cut mid-li")
+    summary = audit(root, tmp_path / "out")
+    rules = {p["seed"]: p["rule_ids"] for p in summary["periods"]}
+    assert "AUD017" in rules[162] and "AUD017" not in rules[161]
+    text = (tmp_path / "out" / "diagnostic.md").read_text()
+    assert "Errors and warnings about no single period:" not in text
+    assert f"`AUD017` `{log}` (`host-qwen25-7b-gsm8k-c2-s162/period-1`)" in text
