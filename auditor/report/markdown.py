@@ -574,14 +574,16 @@ def _locator(result: AuditResult) -> str:
     ]))
     lines.append("")
     unreadable = sum(1 for p in collected.periods if not p.record.readable)
+    # (summary.json's files_listed counts the period records too: the sum is said first)
+    total = f"{listed + len(collected.periods):,} files listed"
     if listed == integrity.get("verified", 0) and not integrity.get("unlisted") \
             and not unreadable:
-        lines.append(f"Integrity: all {listed:,} listed evidence files verified (SHA-256 and "
-                     "size against their period record); no unlisted file; all "
-                     f"{len(collected.periods):,} period records read.")
+        lines.append(f"Integrity: {total}: all {listed:,} evidence files verified (SHA-256 and "
+                     "size against their period record), all "
+                     f"{len(collected.periods):,} period records read; no unlisted file.")
     else:
         lines.append(
-            f"Integrity: {listed:,} listed evidence files; {integrity.get('verified', 0):,} "
+            f"Integrity: {total}: {listed:,} evidence files, {integrity.get('verified', 0):,} "
             f"verified (SHA-256 and size against their period record), "
             f"{integrity.get('mismatched', 0):,} mismatched, {integrity.get('missing', 0):,} "
             f"missing, {integrity.get('unsafe', 0):,} unsafe paths, "

@@ -542,3 +542,14 @@ def test_a_finding_about_a_file_of_a_periods_attempt_is_among_its_rules(
     text = (tmp_path / "out" / "diagnostic.md").read_text()
     assert "Errors and warnings about no single period:" not in text
     assert f"`AUD017` `{log}` (`host-qwen25-7b-gsm8k-c2-s162/period-1`)" in text
+
+
+def test_the_reports_integrity_line_says_summarys_count(tmp_path: Path) -> None:
+    """Review S: the report said "all 144 listed evidence files verified" where summary.json
+    (and the terminal) said 162 listed: the period records are counted there too. The
+    report says the sum first, then its parts."""
+    out = tmp_path / "out"
+    assert main(["audit", str(EXAMPLE), "--out", str(out), "--quiet", "--no-plots"]) == 0
+    integrity = orjson.loads((out / "summary.json").read_bytes())["integrity"]
+    text = (out / "diagnostic.md").read_text()
+    assert f"Integrity: {integrity['files_listed']:,} files listed: " in text
