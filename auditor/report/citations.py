@@ -264,6 +264,8 @@ def _locations(shown: str, located: Sequence[tuple[str, str]]) -> str:
                 pending = []
             shown_quotes += 1
             pieces.append(f"{code_span(name, 160)} ({quote})")
+        elif pending == [shown]:  # (the whole file, then a place in it: the place says both)
+            pending = [shown + where]
         elif pending:
             pending.append(where[1:] if where[:1] == ":" else where)
         else:

@@ -553,3 +553,13 @@ def test_the_reports_integrity_line_says_summarys_count(tmp_path: Path) -> None:
     integrity = orjson.loads((out / "summary.json").read_bytes())["integrity"]
     text = (out / "diagnostic.md").read_text()
     assert f"Integrity: {integrity['files_listed']:,} files listed: " in text
+
+
+def test_a_whole_file_then_a_line_of_it_is_cited_as_the_line() -> None:
+    """Review S: a file cited whole (no quote) and then at a line without a quote was
+    written ``training-<job>.log,1``, a place no reader can open."""
+    from auditor.report.citations import _locations  # (a group's pattern renders by it)
+
+    # (the whole file and its line, their quotes not shared by every period of the group)
+    said = _locations("training-<job>.log", [("", ""), (":1", ""), (":5", "")])
+    assert said == "`training-<job>.log:1,5`", said
