@@ -414,7 +414,10 @@ def provenance_section(result: AuditResult, outputs: Sequence[str]) -> str:
                   "for every pair"
                   if collected.execution_commits is not None and not any(
                       f.rule_id == "AUD121" for f in result.findings)
-                  else "is not confirmed by `execution_commits.json`"
+                  else "no `execution_commits.json` confirms "
+                  + ("it" if len(commits) == 1 else "them")
+                  + (" (the study has none)" if collected.layout.execution_commits is None
+                     else " (it could not be used: see findings)")
                   if collected.execution_commits is None else
                   "DIFFERS from `execution_commits.json` for some pairs (see findings)")
         lines.append("Commit(s) recorded by the period records: "

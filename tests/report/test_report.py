@@ -563,3 +563,16 @@ def test_a_whole_file_then_a_line_of_it_is_cited_as_the_line() -> None:
     # (the whole file and its line, their quotes not shared by every period of the group)
     said = _locations("training-<job>.log", [("", ""), (":1", ""), (":5", "")])
     assert said == "`training-<job>.log:1,5`", said
+
+
+def test_the_commits_line_says_when_the_study_has_no_pins(tmp_path: Path) -> None:
+    """Review S: without ``execution_commits.json`` the provenance said "Commit(s) recorded
+    by the period records: `...`; is not confirmed by `execution_commits.json`." (no
+    subject, nor that the file is absent)."""
+    root = copy_example(tmp_path)
+    (root / "execution_commits.json").unlink()
+    out = tmp_path / "out"
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots"]) == 0
+    (line,) = [text for text in (out / "diagnostic.md").read_text().splitlines()
+               if text.startswith("Commit(s) recorded by the period records")]
+    assert line.endswith("no `execution_commits.json` confirms it (the study has none)."), line
