@@ -108,6 +108,10 @@ def unresolved_lines(result: AuditResult) -> Iterator[str]:
     most :data:`MAX_UNRESOLVED_LINES`."""
     reasoning = result.reasoning
     shown = total = 0
+    waived: dict[str, list[str]] = {}  # (a period a waiver lifted a gate reason of)
+    for waiver in reasoning.waivers:
+        if waiver.matched:
+            waived.setdefault(waiver.subject, []).append(waiver.rule_id)
     for verdict, facts in zip(reasoning.verdicts, reasoning.facts, strict=True):
         if verdict.verdict is not VerdictKind.UNRESOLVED:
             continue
@@ -120,9 +124,11 @@ def unresolved_lines(result: AuditResult) -> Iterator[str]:
         job = f" (job {facts.job_id})" if facts.job_id else ""
         cause = f", cause `{verdict.cause.word}`" if verdict.cause is not None else ""
         decided = deciding_line(verdict, names_of(result, verdict).attempt_dir)
+        rules = waived.get(verdict.subject)
+        needs = (f"Waived for the gate ({', '.join(code_span(r) for r in rules)}: see "
+                 "Waivers)" if rules else f"Needs {NEEDS.get(verdict.reason, 'a rerun')}")
         yield (f"- {code_span(verdict.subject, 300)}{job}: `{verdict.reason}`{cause}"
-               + (f"; {decided}" if decided else "")
-               + f". Needs {NEEDS.get(verdict.reason, 'a rerun')}.")
+               + (f"; {decided}" if decided else "") + f". {needs}.")
     if total > shown:
         yield (f"- and {total - shown:,} more: `auditor rerun` lists every one by array and "
                "cause; `periods.parquet` has each.")

@@ -576,3 +576,18 @@ def test_the_commits_line_says_when_the_study_has_no_pins(tmp_path: Path) -> Non
     (line,) = [text for text in (out / "diagnostic.md").read_text().splitlines()
                if text.startswith("Commit(s) recorded by the period records")]
     assert line.endswith("no `execution_commits.json` confirms it (the study has none)."), line
+
+
+def test_a_waived_periods_line_says_it_was_waived(tmp_path: Path) -> None:
+    """Review S: a period whose gate reason a waiver lifted still read "Needs a rerun or a
+    waiver" in the unresolved list."""
+    from tests.helpers import outcome_study
+
+    root = outcome_study(tmp_path / "study", ["completed", "terminal_missing"])
+    out = tmp_path / "out"
+    subject = "host-qwen25-7b-gsm8k-c2-s162/period-1"
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots",
+                 "--waive", f"AUD201:{subject}", "--reason", "log lost by Ray"]) == 0
+    (line,) = [text for text in (out / "diagnostic.md").read_text().splitlines()
+               if text.startswith(f"- `{subject}`")]
+    assert "Needs" not in line and line.endswith("Waived for the gate (`AUD201`: see Waivers).")
