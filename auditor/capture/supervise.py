@@ -474,9 +474,9 @@ def _wait(process: subprocess.Popen[bytes], state: Supervision, log_fd: int,
                     note(state, log_fd, f"grace over: SIGKILL to process group {state.pgid} and "
                                  "its descendants")
                 continue
-            left = state.tree()
-            groups = state.live_groups()  # (members no look found: Supervision.groups)
             state.reap()
+            left = _with_orphans(state, state.tree())
+            groups = state.live_groups()  # (members no look found: Supervision.groups)
             if drain_until is None:
                 # (what the command wrote before it exited is read first: a pipe that still
                 # holds it is not one held open; a straggler writing on is, after a while)
@@ -531,7 +531,7 @@ def _settle(state: Supervision, timeout: float = 2.0) -> None:
     while time.monotonic() < deadline:
         _sweep(state, deadline)
         state.reap()
-        left = state.tree()
+        left = _with_orphans(state, state.tree())
         groups = state.live_groups()
         if not left and not groups:
             return
@@ -553,6 +553,25 @@ def _own_children() -> list[int]:
                 with open(f"/proc/self/task/{task}/children", "rb") as handle:
                     found += [int(pid) for pid in handle.read().split()]
     return found
+
+
+def _with_orphans(state: Supervision, pids: list[int]) -> list[int]:
+    """``pids`` (a look over ``/proc``) and the wrapper's own children of the command's: a
+    look misses a descendant that forked after its listing (one that hops to a new pid
+    and a new session at every fork is never in it), never the kernel's list of children."""
+    orphans = [pid for pid in _own_children() if pid != state.pgid and pid not in state.others
+               and pid not in pids and _running(pid)]
+    return [*pids, *orphans]
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (not a zombie waiting to be reaped, nor gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] != b"Z"
 
 
 def _sweep(state: Supervision, deadline: float) -> None:
