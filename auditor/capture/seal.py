@@ -46,12 +46,14 @@ from auditor.capture._files import (
     write_atomic,
 )
 from auditor.capture.device import idle_check as check_idle
+from auditor.capture.processes import attempt_processes
 from auditor.model.kinds import (
     ALLOCATOR_TRACE,
     DEVICE_EVIDENCE,
     DOCUMENT_LIMIT,
     IDLE_CHECK,
     TRIAL,
+    WORKER_LOG,
     kind_of,
 )
 
@@ -294,6 +296,7 @@ def attempt_entry(spec: SealSpec) -> tuple[dict[str, Any], dict[str, Any]]:
                               f"{want!r} as asked")
     if not isinstance(trial.get("job_id"), str):
         raise SealRefused(f"{directory / trials[0]}: no job_id")
+    _steps_quiet(directory)
     evidence = []
     modified: dict[str, int] = {}
     for name in files:
@@ -305,6 +308,46 @@ def attempt_entry(spec: SealSpec) -> tuple[dict[str, Any], dict[str, Any]]:
              "attempt_dir": relative, "workers": _workers(directory, files),
              "evidence": evidence}
     return entry, trial
+
+
+STEP_QUIET_S = 2.0
+"""How long a ``--step``'s output without its process record is watched before the seal: one
+that grows meanwhile is a step still running (its record comes when it ends)."""
+
+
+def _steps_quiet(directory: Path) -> None:
+    """Refuse a seal while a ``--step`` still runs: its output without its process record
+    (:func:`~auditor.capture.processes.attempt_processes`) that is still written to, watched
+    for :data:`STEP_QUIET_S` (the file's own size and modification time, never this node's
+    clock). One whose node died stays quiet: sealed as it is, its end unknown to the audit.
+    Sealed while running, the period could never be sealed again once the step ended (its
+    output grown, its record come)."""
+    outputs = [p.path for p in attempt_processes(directory)
+               if p.exit_code is None and p.path and p.path.startswith(
+                   f"{WORKER_LOG.directory}/")]
+    if not outputs:
+        return
+
+    def looks() -> dict[str, tuple[int, int] | None]:
+        found: dict[str, tuple[int, int] | None] = {}
+        for relative in outputs:
+            try:
+                info = os.lstat(directory / relative)
+                found[relative] = (info.st_size, info.st_mtime_ns)
+            except OSError:
+                found[relative] = None
+        return found
+
+    before = looks()
+    time.sleep(STEP_QUIET_S)
+    after = looks()
+    moving = [relative for relative in outputs if before[relative] != after[relative]]
+    if moving:
+        raise SealRefused(
+            f"{printable(str(directory / moving[0]))}: a step's output, written to while the "
+            "seal looked, and no process record of its step yet: the step still runs; seal "
+            "once it ended (its record is written then)"
+            + (f" ({len(moving) - 1} more such)" if len(moving) > 1 else ""))
 
 
 def _settled(directory: Path, files: list[str], evidence: list[dict[str, Any]],

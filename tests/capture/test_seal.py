@@ -618,3 +618,39 @@ def test_a_period_record_the_audit_would_refuse_is_not_written(
     assert not (tmp_path / "pairs" / PAIR / "period-1.json").exists()
     monkeypatch.undo()
     assert _seal(tmp_path, rel, "--commit", COMMIT, *META) == 0
+
+
+def test_a_step_still_writing_without_its_record_is_not_sealed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review R: a step on another node still ran (its output growing, no process record
+    yet) when the batch node sealed: the attempt was pinned as it was, the audit then found
+    its output changed, and the period could never be sealed again. Seal watches such an
+    output a moment and refuses while it grows; once the step is quiet, it seals."""
+    import threading
+    import time
+
+    rel = _rel(tmp_path, _run(tmp_path))
+    host = socket.gethostname().split(".", 1)[0]
+    output = tmp_path / rel / "worker-logs" / f"{host}-rollout-4242.out"
+    output.parent.mkdir(exist_ok=True)
+    output.write_text("draining\n")
+    stop = threading.Event()
+
+    def write() -> None:
+        while not stop.is_set():
+            with output.open("a") as handle:
+                handle.write("draining\n")
+            time.sleep(0.3)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        capsys.readouterr()
+        assert _seal(tmp_path, rel, "--commit", COMMIT, *META) == 2
+        err = capsys.readouterr().err
+        assert "rollout-4242.out: a step's output, written to while the seal looked" in err
+        assert not (tmp_path / "pairs" / PAIR / "period-1.json").exists()
+    finally:
+        stop.set()
+        writer.join()
+    assert _seal(tmp_path, rel, "--commit", COMMIT, *META) == 0  # (quiet: its end unknown)
