@@ -291,7 +291,8 @@ def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
     if state.lost:  # (the log could not take it all: said, the command never ended for it)
         document["log_lost"] = {"bytes": state.lost, "error": state.lost_why}
     said = said_in_log(log_path, TRAINING_LOG.path_for(job=attempt.job_id))
-    records = attempt_processes(directory, steps_cancelled(_cancellations(log_path)))
+    records = attempt_processes(directory, steps_cancelled(_cancellations(log_path)),
+                                host=hostname(), kept=kept.files)
     exit_class = attributed_in_log(classify_exit(trial, spec.flag, records), said)
     status = _exit_status(exit_class, child_exit, received)
     document["invocation"]["exit_code"] = status

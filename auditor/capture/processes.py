@@ -15,7 +15,7 @@ import os
 import re
 import signal as signals
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -131,19 +131,24 @@ def read_records(directory: Path) -> tuple[ProcessExit, ...]:
     return tuple(found)
 
 
-def attempt_processes(directory: Path, cancelled: Mapping[str, int] | None = None
+def attempt_processes(directory: Path, cancelled: Mapping[str, int] | None = None,
+                      host: str | None = None, kept: Collection[str] = ()
                       ) -> tuple[ProcessExit, ...]:
     """The process records under ``directory``, and each ``--step``'s output without its
     record (its wrapper killed with its node, or still running: its end unknown), as the
     audit weighs them (:func:`~auditor.reason.exits.unrecorded_steps`; the hosts its files'
-    names give stand for the audit's hosts of the attempt). ``cancelled``: by node, when
-    Slurm says it cancelled its step (:func:`~auditor.reason.exits.steps_cancelled`)."""
+    names give, and ``host``, this node's, stand for the audit's hosts of the attempt).
+    ``cancelled``: by node, when Slurm says it cancelled its step
+    (:func:`~auditor.reason.exits.steps_cancelled`); ``kept``: the worker logs the batch
+    node's run kept itself (Ray's, torchrun's: ``<host>-<pid>.out``, never a step's, though
+    a host ending in letters reads as one: ``della-l01g3-4242.out``)."""
     records = read_records(directory)
-    hosts = {p.host for p in records if p.host}
+    hosts = {p.host for p in records if p.host} | ({host} if host else set())
     for kind in (ALLOCATOR_TRACE, DEVICE_EVIDENCE):
         hosts.update(parts["host"] for name in _names(directory / kind.directory)
                      if (parts := kind.parts(name)) is not None and parts.get("host"))
-    logs = [f"{WORKER_LOG.directory}/{name}" for name in _names(directory / WORKER_LOG.directory)]
+    logs = [path for name in _names(directory / WORKER_LOG.directory)
+            if (path := f"{WORKER_LOG.directory}/{name}") not in kept]
     return (*records, *unrecorded_steps(records, logs, hosts, cancelled))
 
 

@@ -170,7 +170,8 @@ def unrecorded_steps(records: Sequence[ProcessExit], logs: Iterable[str],
                      ) -> tuple[ProcessExit, ...]:
     """The processes ``auditor run --step`` started that left no record: a worker log of the
     step's name (``worker-logs/<host>-<role>-<pid>.out``: a role with a letter, a host among
-    ``hosts`` when any are known) with no process record of that host and pid. Its wrapper
+    ``hosts``; none where no host is known, as a kept log's ``<host>-<pid>.out`` of a host
+    ending in letters reads as one) with no process record of that host and pid. Its wrapper
     was killed, or it still ran when the attempt was sealed: its end is unknown, so it may
     have failed (a replica gone, seed 000's case, is never dropped silently), unless Slurm
     says when it ended it: ``cancelled`` gives, by node, when the batch log's ``*** STEP
@@ -178,10 +179,12 @@ def unrecorded_steps(records: Sequence[ProcessExit], logs: Iterable[str],
     SIGKILLs a wrapper still in its grace): that is its end (epoch seconds)."""
     recorded = {(p.host, p.pid) for p in records}
     found: dict[tuple[str, int], ProcessExit] = {}
+    if not hosts:  # (no host named anywhere: a kept log's name cannot be told from a step's)
+        return ()
     for path in sorted(logs):
         parts = WORKER_LOG.names[0].parts(path.rsplit("/", 1)[-1])
         if parts is None or not any(char.isalpha() for char in parts["role"]) \
-                or (hosts and parts["host"] not in hosts):
+                or parts["host"] not in hosts:
             continue
         key = (parts["host"], int(parts["pid"]))
         ended = (cancelled or {}).get(key[0])

@@ -755,3 +755,26 @@ def test_the_launchers_check_reads_the_protocol_as_the_audit_does(tmp_path: Path
                  "sh", "-c", "echo 'step:1 - training/global_step:1'"]) == 0
     trial = _trial(tmp_path, "5307")
     assert (trial["status"], trial["terminal_event"]) == ("completed", "training-5307.log:2")
+
+
+def test_a_kept_ray_log_of_a_host_ending_in_letters_is_no_step(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review U: on a node named ``della-l01g3`` the Ray log the run keeps,
+    ``della-l01g3-777.out``, reads as a ``--step``'s output (host ``della``, role ``l01g3``)
+    without its record; the batch run then exited 1, ``process_failure``, for a run that
+    completed. The logs the run kept itself are never steps, and a step's host must be one
+    the attempt names (this node's among them)."""
+    import socket
+
+    monkeypatch.setattr(socket, "gethostname", lambda: "della-l01g3")
+    base = tmp_path / "rt"
+    script = ('d="$RAY_TMPDIR/ray/session_2026-12-06_00-00-01_000002_$$/logs"; mkdir -p "$d"; '
+              'echo "step:1 - training/global_step:1" > "$d/worker-bb22-01000000-777.out"')
+    env = {"RAY_TMPDIR": str(base), "PATH": os.environ["PATH"]}
+    from auditor.capture.launch import RunSpec, run
+
+    result = run(RunSpec("p", 1, 1, ("sh", "-c", script), root=tmp_path / "study",
+                         dispatch=(("TOTAL_TRAINING_STEPS", "1"),), job_id="5304"), env)
+    trial = load(result.trial_path)
+    assert trial["worker_logs"]["kept"] == ["worker-logs/della-l01g3-777.out"]
+    assert (trial["status"], trial["invocation"]["exit_code"]) == ("completed", 0), trial
