@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Container
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,7 @@ def connect(catalog: Path) -> Any:
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM _empty_{table}")
     columns = {row[0] for row in con.execute("DESCRIBE periods").fetchall()}
     con.execute(verdicts_sql("cause" in columns))
-    con.execute(GPU_SECONDS_SQL)
+    con.execute(gpu_seconds_sql({row[0] for row in con.execute("DESCRIBE studies").fetchall()}))
     con.execute(SUSPECT_HARDWARE_SQL)
     # A query reads the catalogue's own parts and nothing else: no read_csv('/etc/passwd')
     # or ATTACH (and the settings cannot be undone). The allowed paths could be written
@@ -219,16 +220,22 @@ ORDER BY study, configuration, verdict, reason, cause
 """
 
 
-GPU_SECONDS_SQL = "CREATE VIEW gpu_seconds AS\n" + "\nUNION ALL\n".join(
-    f"SELECT study, '{scope}' AS scope, {scope}_gpu_seconds AS gpu_seconds, "
-    f"{scope}_gpu_seconds / 3600 AS gpu_hours, "
-    # (the allocation's figure is a lower bound where some records' length is unknown, the
-    # attempts' where some attempt's invocation time is: the report's "at least"; an audit
-    # catalogued before the column: unknown)
-    + ("coalesce(allocation_records_unknown > 0, NULL)" if scope == "allocation" else
-       "coalesce(attempts_without_times > 0, NULL)")
-    + f" AS at_least, {order} AS scope_order FROM studies"
-    for order, scope in enumerate(SCOPES)) + "\nORDER BY study, scope_order"
+def gpu_seconds_sql(columns: Container[str]) -> str:
+    """The ``gpu_seconds`` view over a ``studies`` table of ``columns``: a figure is a lower
+    bound (``at_least``) where some allocation records' length is unknown (the allocation's),
+    or some attempt's invocation time (the attempts' scopes), as the report's "at least";
+    unknown (null) for an audit catalogued before the column, and where no part has the
+    column at all (a catalogue of older audits only)."""
+    def bound(column: str) -> str:
+        return f"coalesce({column} > 0, NULL)" if column in columns else "CAST(NULL AS BOOLEAN)"
+
+    return "CREATE VIEW gpu_seconds AS\n" + "\nUNION ALL\n".join(
+        f"SELECT study, '{scope}' AS scope, {scope}_gpu_seconds AS gpu_seconds, "
+        f"{scope}_gpu_seconds / 3600 AS gpu_hours, "
+        + bound("allocation_records_unknown" if scope == "allocation"
+                else "attempts_without_times")
+        + f" AS at_least, {order} AS scope_order FROM studies"
+        for order, scope in enumerate(SCOPES)) + "\nORDER BY study, scope_order"
 
 _FAILED = ", ".join(f"'{reason}'" for reason in FAILURE_REASONS)
 SUSPECT_HARDWARE_SQL = f"""

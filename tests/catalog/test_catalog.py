@@ -374,3 +374,25 @@ def test_an_attempt_without_its_invocation_time_makes_the_attempts_figures_lower
     assert {r["scope"]: r["at_least"] for r in scopes} == {
         "allocation": False, "task": True, "reservation": True, "wasted": True,
         "unresolved": True}
+
+
+def test_a_catalogue_of_audits_from_before_a_column_still_answers(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review U: a catalogue written before ``studies`` had ``attempts_without_times`` (or
+    ``allocation_records_unknown``) failed every query (the ``gpu_seconds`` view named the
+    column); its ``at_least`` is unknown instead."""
+    import pyarrow.parquet as pq
+
+    from tests.helpers import copy_example
+
+    out = tmp_path / "out"
+    main(["audit", str(copy_example(tmp_path)), "--out", str(out), "--quiet", "--no-plots"])
+    cat = tmp_path / "cat"
+    assert main(["catalog", str(out), "--into", str(cat)]) == 0
+    (part,) = (cat / "studies").rglob("*.parquet")
+    table = pq.read_table(part)
+    pq.write_table(table.drop_columns(["attempts_without_times", "allocation_records_unknown"]),
+                   part)
+    assert [r["n"] for r in query(cat, "SELECT count(*) AS n FROM periods", capsys)] == [18]
+    scopes = query(cat, "SELECT scope, at_least FROM gpu_seconds", capsys)
+    assert [r["at_least"] for r in scopes] == [None] * 5
