@@ -314,8 +314,8 @@ _RULES: tuple[Rule, ...] = (
          blocks=Reason.TIMELINE_INCONSISTENT, family="timeline",
          forms={"samples": "{path}: memory samples outside the invocation window",
                 "process": "{path}: the {role} process's {field} {value} is {edge} the "
-                           "invocation's ({bound}): its node's clock disagrees, or it is "
-                           "another run's"}),
+                           "invocation's ({bound}) by more than a minute: its node's clock "
+                           "disagrees, or it is another run's"}),
     Rule("AUD117", "invocation-outside-allocation", "Invocation outside the sacct allocation",
          "The trial's invocation window is not inside the element's sacct Start..End.",
          "{subject}: invocation {edge} the allocation (sacct {field} {sacct}, invocation "

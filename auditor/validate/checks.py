@@ -43,7 +43,7 @@ from auditor.validate.attempts import (
     steps_differ,
 )
 from auditor.validate.identity import worker_identity
-from auditor.validate.idle import idle_checks
+from auditor.validate.idle import CLOCK_SLACK_NS, idle_checks
 
 ATTEMPT_NAME_RE = re.compile(r"(?:^|/)attempt-(?P<job>[^/]+?)(?:-r(?P<restart>\d{1,9}))?$")
 """An attempt directory: ``attempt-<job>`` (restart 0) or ``attempt-<job>-r<restart_count>``
@@ -407,8 +407,11 @@ def _timeline(attempt: AttemptEvidence, sacct: SacctDump | None,
         ):
             yield finding("AUD116", subject, [Citation(trace.path)], form="samples")
     for process in attempt.read.processes:  # (contract v1.2: each written as its process ended)
-        early = process.started_ns is not None and process.started_ns < start
-        if early or (process.ended_ns is not None and process.ended_ns > finish):
+        # (each on its own node's clock, which may disagree with the batch node's by up to
+        # CLOCK_SLACK_NS, and a step the scheduler ended may outlive the batch by KillWait)
+        early = process.started_ns is not None and process.started_ns < start - CLOCK_SLACK_NS
+        if early or (process.ended_ns is not None
+                     and process.ended_ns > finish + CLOCK_SLACK_NS):
             field, value, bound = ("started_ns", process.started_ns, start) if early \
                 else ("ended_ns", process.ended_ns, finish)
             yield finding("AUD116", subject, [Citation(process.path or trial.path,

@@ -564,7 +564,8 @@ def test_a_kill_on_another_node_just_after_the_controllers_end_is_not_its_reapin
 
 
 @pytest.mark.parametrize(("after_s", "expected"), [
-    # (a node's clock minutes ahead: its record ends after the invocation did: AUD116)
+    # (a node's clock minutes ahead: its record ends after the invocation did, past the
+    # minute two nodes' clocks may disagree by: AUD116)
     (180, ("unresolved", "timeline_inconsistent")),
     # (seconds ahead, inside the invocation: a kill no wrapper passed on, on another node,
     # within a minute of the controller's end may have come before it: never excused)
@@ -612,3 +613,26 @@ def test_a_step_without_its_record_is_never_dropped_without_a_controller() -> No
     assert "rank process (pid 13 on n2) left no process record" in said.detail
     silent = ProcessExit("rank", 14, None, "", path="a/processes/n2-rank-14.json", host="n2")
     assert not classify_exit(trial, FLAG, (*ranks, silent)).clean
+
+
+def test_a_reaped_replica_ending_just_after_the_batch_is_no_timeline_problem(
+        tmp_path: Path) -> None:
+    """Review U: a replica the launcher reaped (its wrapper received SIGTERM) whose record
+    on another node ends 50 ms after the batch's invocation (that node's clock a little
+    ahead, or a step outliving the batch by KillWait) was AUD116, the healthy period
+    unresolved; a node's clock may disagree by a minute."""
+    root, trial = _coordinated(tmp_path)
+    doc = json.loads((root / trial).read_text())
+    _with_records(root, trial, [])
+    attempt = root / trial.rsplit("/", 1)[0]
+    late = doc["invocation"]["finished_ns"] + 5 * 10**7
+    data = json.dumps({"role": "policy", "host": "gpu-node-11", "pid": 9, "rank": 0,
+                       "started_ns": doc["invocation"]["started_ns"], "ended_ns": late,
+                       "exit_code": 143, "signal": None,
+                       "received_signal": "SIGTERM"}).encode()
+    (attempt / "processes" / "gpu-node-11-policy-9.json").write_bytes(data)
+    (record_path,) = period_records(root)
+    edit_record(record_path, lambda period: period["evidence"].append({
+        "path": "processes/gpu-node-11-policy-9.json", "kind": "process_record",
+        "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}))
+    assert verdicts(audit(root, tmp_path / "out"))[S.format(161)] == ("resolved", "completed")
