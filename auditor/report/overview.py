@@ -12,6 +12,7 @@ from auditor._text import clip, counted
 from auditor.model import NEEDS, AuditResult, Citation, Verdict, VerdictKind
 from auditor.report.citations import names_of
 from auditor.report.mdformat import code_span, number, table
+from auditor.rules import unprefixed
 
 MAX_UNRESOLVED_LINES = 100
 """Unresolved periods the report names a line each (the rest: ``auditor rerun`` and
@@ -109,6 +110,7 @@ def unresolved_lines(result: AuditResult) -> Iterator[str]:
     reasoning = result.reasoning
     shown = total = 0
     waived: dict[str, list[str]] = {}  # (a period a waiver lifted a gate reason of)
+    admitted_by_waiver = set(reasoning.gate_partial.included_by_waiver)
     for waiver in reasoning.waivers:
         if waiver.matched:
             waived.setdefault(waiver.subject, []).append(waiver.rule_id)
@@ -125,8 +127,13 @@ def unresolved_lines(result: AuditResult) -> Iterator[str]:
         cause = f", cause `{verdict.cause.word}`" if verdict.cause is not None else ""
         decided = deciding_line(verdict, names_of(result, verdict).attempt_dir)
         rules = waived.get(verdict.subject)
-        needs = (f"Waived for the gate ({', '.join(code_span(r) for r in rules)}: see "
-                 "Waivers)" if rules else f"Needs {NEEDS.get(verdict.reason, 'a rerun')}")
+        named = ", ".join(code_span(r) for r in rules or ())
+        # (waived for the gate only where its configuration entered by the waivers: a
+        # reason no waiver may lift, an altered file, still keeps it out)
+        needs = (f"Waived for the gate ({named}: see Waivers)"
+                 if rules and f"{facts.workload}@{facts.gpus}" in admitted_by_waiver else
+                 f"Needs {NEEDS.get(verdict.reason, 'a rerun')}"
+                 + (f" ({named} waived: see Waivers)" if rules else ""))
         yield (f"- {code_span(verdict.subject, 300)}{job}: `{verdict.reason}`{cause}"
                + (f"; {decided}" if decided else "") + f". {needs}.")
     if total > shown:
@@ -134,18 +141,26 @@ def unresolved_lines(result: AuditResult) -> Iterator[str]:
                "cause; `periods.parquet` has each.")
 
 
+INTEGRITY_RULES = frozenset({"AUD101", "AUD102", "AUD103", "AUD104"})
+"""A listed file missing, altered, unsafe or unreadable: the deciding line says which."""
+
+
 def deciding_line(verdict: Verdict, attempt_dir: str = "") -> str:
     """The citation the verdict's first deciding finding rests on, with what it says there
     (from the verdict's own citation of the same place when the finding quotes nothing);
     a path in the attempt's directory ``attempt_dir`` shown under ``ATTEMPT/``."""
-    cite = next((c for f in verdict.findings for c in f.citations), None)
+    first, cite = next(((f, c) for f in verdict.findings for c in f.citations), (None, None))
     if cite is None and verdict.cause is not None:
         cite = verdict.cause.citation
     if cite is None:
         return ""
-    quote = cite.quote or next((c.quote for c in verdict.citations  # (of the same place only:
-                                if c.path == cite.path and c.line == cite.line  # another line
-                                and c.pointer == cite.pointer and c.quote), "")  # says else)
+    if first is not None and first.rule_id in INTEGRITY_RULES:  # (what is wrong with the file
+        quote = cite.quote or unprefixed(first)  # itself: no line of it says that)
+    else:
+        quote = cite.quote or next((c.quote for c in verdict.citations  # (of the same place
+                                    if c.path == cite.path and c.line == cite.line  # only:
+                                    and c.pointer == cite.pointer and c.quote), "")  # another
+        # line says else)
     return code_span(_place(cite, attempt_dir), 200) + (f" ({code_span(clip(quote, 100), 110)})"
                                            if quote else "")
 

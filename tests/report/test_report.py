@@ -591,3 +591,24 @@ def test_a_waived_periods_line_says_it_was_waived(tmp_path: Path) -> None:
     (line,) = [text for text in (out / "diagnostic.md").read_text().splitlines()
                if text.startswith(f"- `{subject}`")]
     assert "Needs" not in line and line.endswith("Waived for the gate (`AUD201`: see Waivers).")
+
+
+def test_an_altered_file_keeps_its_period_out_whatever_is_waived(tmp_path: Path) -> None:
+    """Review U: a log without its terminal line altered after sealing: its deciding line
+    quoted the terminal check's "no terminal event" (a whole-file citation of the same file),
+    and, its AUD102 waived, it read "Waived for the gate" while the altered file kept its
+    configuration out. The line says what is wrong with the file, and that it still needs a
+    fix."""
+    from tests.helpers import find, outcome_study, rewrite
+
+    root = outcome_study(tmp_path / "study", ["completed", "terminal_missing"])
+    log = find(root, "*-s162-4gpu/attempt-*/training-*.log")
+    rewrite(root, log, lambda data: data + b"appended later\n", update_manifest=False)
+    out = tmp_path / "out"
+    subject = "host-qwen25-7b-gsm8k-c2-s162/period-1"
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots",
+                 "--waive", f"AUD102:{subject}", "--reason", "test"]) == 0
+    (line,) = [text for text in (out / "diagnostic.md").read_text().splitlines()
+               if text.startswith(f"- `{subject}`")]
+    assert "no terminal event" not in line and "differs from" in line, line
+    assert line.endswith("Needs an evidence fix (`AUD102` waived: see Waivers)."), line
