@@ -21,6 +21,9 @@ from auditor.model.study import NUL
 
 _name_of = attrgetter("name")
 ATTEMPT_DIR_RE = re.compile(r"^attempt-[^/]+$")
+ARM_DIR_RE = re.compile(r"^[^/]+-\d+gpu$")
+"""An arm directory's name as the kit makes it (``<pair>-<gpus>gpu``): a link of that name is
+named (a link of another, ``slurm-logs``, is the study's own business)."""
 SACCT_PATH = "accounting/sacct-raw.psv"
 """Where a study root keeps its scheduler dump."""
 SACCT_JSON_PATH = "accounting/sacct-raw.json"
@@ -78,7 +81,7 @@ def discover(root: Path, periods: tuple[tuple[str, ...], tuple[str, ...]] | None
             if top.name not in ("pairs", "accounting") and _is_real_dir(top)]
     # (a link standing for an arm or attempt directory is never followed: named, never
     # silently missing from the audit)
-    linked = [top.name for top in listed if top.name not in ("pairs", "accounting")
+    linked = [top.name for top in listed if ARM_DIR_RE.match(top.name)
               and top.is_symlink() and os.path.isdir(top.path)]
     for done, top in enumerate(tops):
         yield Progress("list", done, len(tops))

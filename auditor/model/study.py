@@ -180,8 +180,9 @@ class StudyLayout:
     stray_pair_files: tuple[str, ...] = ()
     """Files under ``pairs/`` that are not ``period-<n>.json``."""
     linked_dirs: tuple[str, ...] = ()
-    """Links in an arm directory's place (at the top, leading to a directory) or an attempt
-    directory's (named ``attempt-<job>``): never followed, so never walked, and named."""
+    """Links in an arm directory's place (at the top, named ``<pair>-<gpus>gpu``, leading to
+    a directory) or an attempt directory's (named ``attempt-<job>``): never followed, so
+    never walked, and named."""
 
     def without_listings(self) -> StudyLayout:
         """This layout without its listings (every period record's and attempt directory's

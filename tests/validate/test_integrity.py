@@ -933,3 +933,7 @@ def test_a_link_in_an_arms_or_attempts_place_is_named(tmp_path: Path) -> None:
     links = dict(zip(named["subject"], named["message"], strict=True))
     assert "never followed" in links[f"{arm.name}/attempt-5"]
     assert "never followed" in links["host-yy-s1-2gpu"]
+    (root / "slurm-logs").symlink_to(outside)  # (a link of no arm's name: the study's own)
+    audit(root, tmp_path / "again")
+    findings = pd.read_parquet(tmp_path / "again" / "findings.parquet")
+    assert "slurm-logs" not in set(findings["subject"])
