@@ -257,8 +257,10 @@ def entry() -> NoReturn:
     global _ONLY_EXITING
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     signal.signal(signal.SIGTERM, _terminate)
-    if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:  # (under nohup: ignored, as asked)
-        signal.signal(signal.SIGHUP, _terminate)  # (a closed terminal: cleaned up as Ctrl-C)
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL and sys.argv[1:2] != ["run"]:
+        # (a closed terminal: cleaned up as Ctrl-C; under nohup: ignored, as asked; 'auditor
+        # run' keeps its own signals, the contract's, and a hangup ends it as it did)
+        signal.signal(signal.SIGHUP, _terminate)
     sys.unraisablehook = interrupt_unraised
     sys.meta_path.insert(0, _NoPandas())
     gc.disable()

@@ -201,3 +201,22 @@ def _cmdline(pid: int) -> bytes:
             return handle.read()
     except OSError:
         return b""
+
+
+def test_a_hangup_ends_auditor_run_as_it_always_did(tmp_path: Path) -> None:
+    """Review U: the audit's SIGHUP handling (a closed terminal cleans up as Ctrl-C) was
+    installed for every command: ``auditor run`` then said "interrupted; no output was left
+    half-written" and exited 130, neither true of a run without its trial record. The run
+    keeps the contract's signals; a hangup ends it as before (129), its command with it."""
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("SLURM_", "AUDITOR_"))}
+    wrapper = subprocess.Popen(
+        [sys.executable, "-m", "auditor", "run", "--root", str(tmp_path), "--pair", "p",
+         "--period", "1", "--gpus", "1", "--job-id", "7004", "--", sys.executable, "-c",
+         "import time; print('started', flush=True); time.sleep(60)"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert wrapper.stdout is not None and wrapper.stdout.readline()
+    wrapper.send_signal(signal.SIGHUP)
+    _, err = wrapper.communicate(timeout=30)
+    assert wrapper.returncode == -signal.SIGHUP, err
+    assert b"interrupted" not in err
