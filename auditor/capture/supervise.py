@@ -29,7 +29,7 @@ Only processes descended from the command are ever signalled: the wrapper's othe
 
 Nothing outlives a killed wrapper either (a SIGKILL runs no handler of the wrapper's): the
 command gets ``PR_SET_PDEATHSIG`` (SIGKILL when the wrapper dies), and a *guardian* started
-beside it (:data:`GUARDIAN`, a few lines of Python in a session of its own that ignore the
+beside it (:mod:`auditor.capture.guardian`, a few lines of Python in a session of its own that ignore the
 termination signals a group or a terminal sends: HUP, INT, QUIT, USR1, USR2, PIPE, TERM) waits on
 a pipe whose other end only the wrapper holds. When the pipe closes without the wrapper's
 "done" (the wrapper died), the guardian SIGKILLs the command's process group and every
@@ -49,10 +49,11 @@ import select
 import selectors
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+
+from auditor.capture.guardian import RUN_TOKEN, start_guardian
 
 NOTE = b"[auditor run] "
 SEEN_EVERY_S = 1.0
@@ -61,68 +62,7 @@ GRACE_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 PR_SET_CHILD_SUBREAPER = 36
 PR_GET_CHILD_SUBREAPER = 37
 PR_SET_PDEATHSIG = 1
-RUN_TOKEN = "AUDITOR_RUN_TOKEN"
-"""Set in the command's environment, one value per run: how the guardian knows the
-command's processes once the wrapper is gone (the process tree is broken by then)."""
-GUARDIAN = r"""
-import os, signal, sys, time
-for number in (1, 2, 3, 10, 12, 13, 15):  # (HUP, INT, QUIT, USR1, USR2, PIPE, TERM)
-    signal.signal(number, signal.SIG_IGN)
-said = b""
-while True:
-    chunk = os.read(0, 4096)
-    if not chunk:
-        break
-    said += chunk
-lines = said.split(b"\n")
-if b"done" in lines:
-    sys.exit(0)
-group = int(lines[0]) if lines[0].isdigit() else 0
-marker = b"%s=%s" % (sys.argv[1].encode(), sys.argv[2].encode())
-seen = {}  # (pid -> its start time: a pid the wrapper saw, never one reused since)
-for line in lines[1:]:
-    pair = line.split()
-    if len(pair) == 2 and pair[0].isdigit() and pair[1].isdigit():
-        seen[int(pair[0])] = pair[1]
-if group > 0:
-    try:
-        os.killpg(group, signal.SIGKILL)
-    except OSError:
-        pass
-for _ in range(100):
-    table = {}  # (pid -> state, parent, group, start time)
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) != os.getpid():
-            try:
-                with open("/proc/%s/stat" % name, "rb") as handle:
-                    fields = handle.read().rsplit(b")", 1)[1].split()
-                table[int(name)] = (fields[0], int(fields[1]), int(fields[2]), fields[19])
-            except (OSError, IndexError, ValueError):
-                continue
-    hit = 0
-    for pid, (state, parent, pgrp, started) in table.items():
-        if state == b"Z":  # (dead: its adopter reaps it)
-            continue
-        found = pgrp == group or seen.get(pid) == started or (
-            parent in seen and parent in table and table[parent][3] == seen[parent])
-        if not found:
-            try:
-                with open("/proc/%d/environ" % pid, "rb") as handle:
-                    found = marker in handle.read().split(b"\0")
-            except OSError:
-                continue
-        if found:
-            seen[pid] = started  # (its children are found by their parent)
-            try:
-                os.kill(pid, signal.SIGKILL)
-                hit += 1
-            except OSError:
-                pass
-    if not hit:
-        break
-    time.sleep(0.05)
-"""
-"""The guardian's program (``python -I -S -c``: nothing of the wrapper's imported)."""
+
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -340,7 +280,7 @@ def start(command: Iterable[str], env: dict[str, str], state: Supervision
     """Start the command in a process group of its own, its output on one pipe, and its
     guardian (raises ``OSError`` when it cannot start; the guardian is then let go)."""
     token = f"{os.getpid()}-{time.time_ns()}-{os.urandom(4).hex()}"
-    state.guardian = _guardian(token)
+    state.guardian = start_guardian(token)
     state.others = frozenset(pid for pid, (parent, *_) in _processes().items()
                              if parent == os.getpid())
     try:
@@ -356,20 +296,6 @@ def start(command: Iterable[str], env: dict[str, str], state: Supervision
     if state.signals:  # (trapped while the command was being started: it gets it now)
         state.signal_all(signal.Signals[state.signals[0]])
     return process
-
-
-def _guardian(token: str) -> subprocess.Popen[bytes] | None:
-    """Start the guardian of a run whose command will carry ``token`` (None where it cannot
-    start: the run goes on, with the death signal alone)."""
-    try:
-        return subprocess.Popen([sys.executable, "-I", "-S", "-c", GUARDIAN, RUN_TOKEN, token],
-                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL,
-                                # (a session of its own: a signal to the wrapper's group or
-                                # terminal, a Ctrl-\ ending the wrapper, never reaches it)
-                                start_new_session=True)
-    except OSError:
-        return None
 
 
 def _dies_with(parent: int) -> Callable[[], None]:

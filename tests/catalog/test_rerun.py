@@ -137,27 +137,32 @@ def test_a_fifo_in_place_of_a_file_is_refused_not_waited_on(
         in err, err
 
 
-def test_a_python_crash_is_not_infrastructure(tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
-    """An unclean exit whose cause is the trainer's own (a Python exception) is its own
-    line, ``crashed/python_exception``: rerunning it unchanged may crash again, where a
-    node failure's rerun will not."""
+def _failed_with(tmp_path: Path, lines: bytes) -> Path:
+    """A two-period study whose second period exited 1 with ``lines`` at its log's end."""
     root = hardware_study(tmp_path / "s", "s", 8700000, [
         ("gpu-node-01", "completed"), ("gpu-node-02", "completed")])
     trial = next((root / "host-qwen25-7b-gsm8k-c2-s162-2gpu").rglob("trial-*.json"))
     log = next(trial.parent.glob("training-*.log"))
 
-    def crashed(data: bytes) -> bytes:
+    def failed(data: bytes) -> bytes:
         document = orjson.loads(data)
         document["invocation"]["exit_code"] = 1
         for process in document["processes"]:
             process["exit_code"] = 1
         return orjson.dumps(document)
 
-    rewrite(root, trial.relative_to(root).as_posix(), crashed)
-    rewrite(root, log.relative_to(root).as_posix(), lambda data: data + (
-        b"Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n"
-        b"RuntimeError: boom\n"))
+    rewrite(root, trial.relative_to(root).as_posix(), failed)
+    rewrite(root, log.relative_to(root).as_posix(), lambda data: data + lines)
+    return root
+
+
+def test_a_python_crash_is_not_infrastructure(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """An unclean exit whose cause is the trainer's own (a Python exception) is its own
+    line, ``crashed/python_exception``: rerunning it unchanged may crash again, where a
+    node failure's rerun will not."""
+    root = _failed_with(tmp_path, b"Traceback (most recent call last):\n  File \"train.py\", "
+                              b"line 3, in <module>\nRuntimeError: boom\n")
     groups = plan(audited(root, tmp_path / "out"), capsys)
     assert [(g["group"], g["cause"], g["array"], g["array_job_id"]) for g in groups] == [
         ("crashed", "python_exception", "1", "8700000")]
@@ -190,22 +195,8 @@ def test_a_host_oom_the_report_calls_infrastructure_is_planned_as_such(
     """Review S: a host memory kill the report calls ``infrastructure_failure`` was planned
     as ``crashed/host_oom`` (the trainer's own failure), contradicting the report's reason;
     the plan follows the reason: ``infrastructure/host_oom``."""
-    root = hardware_study(tmp_path / "s", "s", 8700000, [
-        ("gpu-node-01", "completed"), ("gpu-node-02", "completed")])
-    trial = next((root / "host-qwen25-7b-gsm8k-c2-s162-2gpu").rglob("trial-*.json"))
-    log = next(trial.parent.glob("training-*.log"))
-
-    def failed(data: bytes) -> bytes:
-        document = orjson.loads(data)
-        document["invocation"]["exit_code"] = 1
-        for process in document["processes"]:
-            process["exit_code"] = 1
-        return orjson.dumps(document)
-
-    rewrite(root, trial.relative_to(root).as_posix(), failed)
-    rewrite(root, log.relative_to(root).as_posix(), lambda data: data + (
-        b"ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on "
-        b"memory.\n"))
+    root = _failed_with(tmp_path, b"ray.exceptions.OutOfMemoryError: Task was killed due to "
+                              b"the node running low on memory.\n")
     out = audited(root, tmp_path / "out")
     groups = plan(out, capsys)
     assert [(g["group"], g["cause"]) for g in groups] == [("infrastructure", "host_oom")]
