@@ -29,14 +29,14 @@ Only processes descended from the command are ever signalled: the wrapper's othe
 
 Nothing outlives a killed wrapper either (a SIGKILL runs no handler of the wrapper's): the
 command gets ``PR_SET_PDEATHSIG`` (SIGKILL when the wrapper dies), and a *guardian* started
-beside it (:mod:`auditor.capture.guardian`, a few lines of Python in a session of its own that ignore the
-termination signals a group or a terminal sends: HUP, INT, QUIT, USR1, USR2, PIPE, TERM) waits on
-a pipe whose other end only the wrapper holds. When the pipe closes without the wrapper's
-"done" (the wrapper died), the guardian SIGKILLs the command's process group and every
-process that carries this run's :data:`RUN_TOKEN` in its environment (what left the group
-or the session: torchrun's ranks, a daemonised helper), every process of the command's the
-wrapper's looks found (told by pid and start time: a helper started with an environment of
-its own) and their children, until none is left.
+beside it (:mod:`auditor.capture.guardian`, a few lines of Python in a session of its own
+that ignore the termination signals a group or a terminal sends: HUP, INT, QUIT, USR1, USR2,
+PIPE, TERM) waits on a pipe whose other end only the wrapper holds. When the pipe closes
+without the wrapper's "done" (the wrapper died), the guardian SIGKILLs the command's process
+group and every process that carries this run's :data:`RUN_TOKEN` in its environment (what
+left the group or the session: torchrun's ranks, a daemonised helper), every process of the
+command's the wrapper's looks found (told by pid and start time: a helper started with an
+environment of its own) and their children, until none is left.
 """
 
 from __future__ import annotations
