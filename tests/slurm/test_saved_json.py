@@ -318,3 +318,27 @@ def test_mutated_json_is_read_or_refused_never_a_crash() -> None:
             parse_sacct(io.BytesIO(raw), "mutated.json")
         except SacctFormatError:
             pass
+
+
+def test_a_large_json_dump_is_read_a_record_at_a_time(tmp_path: Path) -> None:
+    """Review T: a ``sacct --json`` dump was parsed whole, its objects ten times its bytes
+    (5 GB for one of 500 MB, under the 512 MiB limit). It is read a record of ``jobs`` at a
+    time: what parsing it holds at its peak stays within four times its bytes (the text,
+    the bytes it was decoded from, the rows), and the rows are those of a whole parse."""
+    import io
+    import tracemalloc
+
+    from auditor.collect.sacct import parse_sacct
+
+    document = orjson.loads((DUMPS / "json.json").read_bytes())
+    document["jobs"] = document["jobs"] * 60
+    data = orjson.dumps(document, option=orjson.OPT_INDENT_2)
+    tracemalloc.start()
+    try:
+        dump = parse_sacct(io.BytesIO(data), "big.json", None, None)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * len(data), (peak, len(data))
+    assert len(dump.jobs) == len(parse_sacct(io.BytesIO(
+        (DUMPS / "json.json").read_bytes()), "one.json", None, None).jobs)

@@ -31,8 +31,9 @@ AUD008 naming its place (``jobs[3]``); when none can, the dump is refused.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +49,7 @@ JSON_FIELDS: tuple[str, ...] = (*DEFAULT_FORMAT, "Restarts")
 """The ``-P`` fields each JSON record is turned into."""
 
 MAX_JSON_BYTES = 512 << 20
-"""Largest ``sacct --json`` document read (its objects take several times its bytes)."""
+"""Largest ``sacct --json`` document read (read as text, about twice its bytes at the peak)."""
 
 _FLAG_ORDER: tuple[str, ...] = (
     "COMPLETING", "STAGE_OUT", "CONFIGURING", "RESIZING", "REQUEUED", "REQUEUE_FED",
@@ -90,23 +91,137 @@ def json_rows(reader: HashingReader, head: bytes, path: str) -> Iterator[list[st
     record's rows as ``-P`` prints them (:data:`JSON_FIELDS`' values), in the dump's order,
     or a :class:`BadRecord` for one that cannot be read. Raises
     :class:`~auditor.errors.SacctFormatError` (before the first row) for a document that
-    is no sacct --json output, or one of a Slurm before 23.11."""
-    document = _load(reader, head, path)
-    jobs = document.get("jobs")
-    if not isinstance(jobs, list):
+    is no sacct --json output, or one of a Slurm before 23.11.
+
+    The document is parsed a record of ``jobs`` at a time (:func:`_walk`), each made into
+    its rows and let go: parsed whole, a dump's objects took ten times its bytes (5 GB for
+    one of 500 MB); now about twice its bytes, while it is read."""
+    text = _text_of(reader, head, path)
+    found: list[list[str] | BadRecord] = []
+    first: list[Any] = []  # (the first record that is an object: its shape dates a dump)
+
+    def take(index: int, record: Any) -> None:
+        if index < 0:  # (a "jobs" list begins: a second one stands alone, as orjson's did)
+            found.clear()
+            first.clear()
+            return
+        if not first and isinstance(record, dict):
+            first.append(record)
+        try:
+            found.extend(_rows(record))
+        except _Bad as error:
+            found.append(BadRecord(f"jobs[{index}]", f"jobs[{index}]: {error}; record not used"))
+
+    try:
+        document = _walk(text, take)
+    except (json.JSONDecodeError, orjson.JSONDecodeError, RecursionError) as error:
+        raise SacctFormatError(f"{path}: not readable JSON ({clip(str(error), 160)}): cut "
+                               "short, altered or not UTF-8; capture it again") from None
+    except _NoObject:
+        raise SacctFormatError(f"{path}: JSON that is no object is no sacct --json output"
+                               ) from None
+    del text
+    if document.get("jobs") is not True:  # (absent, or no list)
         raise SacctFormatError(f"{path}: JSON without a 'jobs' list is no sacct --json output; "
                                f"capture with sacct --json, or a -P dump with: {CAPTURE_HINT}")
-    _refuse_old(document, jobs, path)
-    for index, record in enumerate(jobs):
-        try:
-            rows = _rows(record)
-        except _Bad as error:
-            yield BadRecord(f"jobs[{index}]", f"jobs[{index}]: {error}; record not used")
-            continue
-        yield from rows
+    _refuse_old(document, first, path)
+    yield from found
 
 
-def _load(reader: HashingReader, head: bytes, path: str) -> dict[str, Any]:
+class _NoObject(Exception):
+    """The document is JSON, but no object."""
+
+
+_SPACE = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+
+
+def _skip(text: str, at: int) -> int:
+    """Where the white space from ``at`` ends."""
+    found = _SPACE.match(text, at)
+    return found.end() if found is not None else at
+
+
+def _value(text: str, at: int) -> tuple[Any, int]:
+    """The JSON value at ``at`` and where it ends, as orjson reads it (the stdlib's scanner
+    finds its end; orjson parses it, so what it refuses, a lone surrogate, ``NaN``, a
+    number past a double's range, is refused here too)."""
+    _, end = _DECODER.raw_decode(text, at)
+    return orjson.loads(text[at:end]), end
+
+
+def _walk(text: str, take: Callable[[int, Any], None]) -> dict[str, Any]:
+    """The top-level object of ``text``: its members other than ``jobs``, parsed; each
+    element of its ``jobs`` list given to ``take`` (its index, its value) as it is parsed,
+    and ``jobs`` itself kept as ``True`` (a ``jobs`` that is no list: as it is, and then no
+    sacct --json output). ``take(-1, None)`` says a ``jobs`` list begins."""
+    at = _skip(text, 0)
+    if text[at:at + 1] != "{":
+        _value(text, at)  # (malformed: the scanner says where; else JSON of another kind)
+        raise _NoObject
+    members: dict[str, Any] = {}
+    at = _skip(text, at + 1)
+    if text[at:at + 1] == "}":
+        return _ended(text, at + 1, members)
+    while True:
+        key, at = _value(text, at)
+        at = _skip(text, at)
+        if not isinstance(key, str) or text[at:at + 1] != ":":
+            raise json.JSONDecodeError("Expecting a string key and ':'", text, at)
+        at = _skip(text, at + 1)
+        if key == "jobs" and text[at:at + 1] == "[":
+            take(-1, None)
+            at = _jobs(text, at + 1, take)
+            members[key] = True
+        else:
+            members[key], at = _value(text, at)
+        at = _skip(text, at)
+        mark = text[at:at + 1]
+        at = _skip(text, at + 1)
+        if mark == "}":
+            return _ended(text, at, members)
+        if mark != ",":
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, at)
+
+
+def _jobs(text: str, at: int, take: Callable[[int, Any], None]) -> int:
+    """Give each element of the list whose ``[`` was just before ``at`` to ``take``; where
+    the list ends."""
+    at = _skip(text, at)
+    if text[at:at + 1] == "]":
+        return at + 1
+    index = 0
+    while True:
+        record, at = _value(text, at)
+        take(index, record)
+        index += 1
+        at = _skip(text, at)
+        mark = text[at:at + 1]
+        at = _skip(text, at + 1) if mark == "," else at + 1
+        if mark == "]":
+            return at
+        if mark != ",":
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, at - 1)
+
+
+def _ended(text: str, at: int, members: dict[str, Any]) -> dict[str, Any]:
+    """``members``, where nothing but white space follows the object."""
+    if _skip(text, at) != len(text):
+        raise json.JSONDecodeError("Extra data", text, at)
+    return members
+
+
+def _text_of(reader: HashingReader, head: bytes, path: str) -> str:
+    """The document as text (refused over :data:`MAX_JSON_BYTES`, or not UTF-8)."""
+    data = _load(reader, head, path)
+    try:
+        return data.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise SacctFormatError(f"{path}: not readable JSON ({clip(str(error), 160)}): cut "
+                               "short, altered or not UTF-8; capture it again") from None
+
+
+def _load(reader: HashingReader, head: bytes, path: str) -> bytes:
     parts: list[bytes] = []
     size = 0
     chunk = head
@@ -119,17 +234,10 @@ def _load(reader: HashingReader, head: bytes, path: str) -> dict[str, Any]:
                 f"capture a -P dump with: {CAPTURE_HINT}")
         parts.append(chunk)
         chunk = reader.read()
-    try:
-        document = orjson.loads(b"".join(parts).removeprefix(b"\xef\xbb\xbf"))
-    except orjson.JSONDecodeError as error:
-        raise SacctFormatError(f"{path}: not readable JSON ({clip(str(error), 160)}): cut "
-                               "short, altered or not UTF-8; capture it again") from None
-    if not isinstance(document, dict):
-        raise SacctFormatError(f"{path}: JSON that is no object is no sacct --json output")
-    return document
+    return b"".join(parts)
 
 
-def _refuse_old(document: dict[str, Any], jobs: list[Any], path: str) -> None:
+def _refuse_old(document: dict[str, Any], jobs: Sequence[Any], path: str) -> None:
     """Refuse the JSON of a Slurm before 23.11, by its version or, without one, by its
     shape (``state.current`` a string, not a list of flags)."""
     release, parser = _version(document)
