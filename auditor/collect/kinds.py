@@ -63,8 +63,9 @@ Reader = Callable[[HashingReader, str, AttemptTask, AttemptParts], None]
 far): adds what the file holds to the attempt; never raises on the file's content."""
 
 
-def _trial(reader: HashingReader, display: str, _: AttemptTask, parts: AttemptParts) -> None:
-    parts.trial = read_trial(reader, display)
+def _trial(reader: HashingReader, display: str, task: AttemptTask,
+           parts: AttemptParts) -> None:
+    parts.trial = read_trial(reader, display, task.env_keys)
     parts.findings.extend(parts.trial.findings)
 
 

@@ -60,7 +60,8 @@ def plan_reads(
             pre[key] = rows
             yield AttemptTask(key, str(root), tuple(files), protocol.steps_from,
                               protocol.terminal_pattern, protocol.terminal_sources,
-                              protocol.terminal)
+                              protocol.terminal, (protocol.coordinated_shutdown_flag,
+                                                  protocol.steps_from))
 
 
 def evidence_row(record: PeriodRecord, spec: AttemptSpec, entry: EvidenceEntry, display: str,

@@ -13,6 +13,7 @@ integer ``job_id`` is read as its digits.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import BinaryIO
 
 from auditor._io import HashingReader
@@ -34,8 +35,11 @@ TRIAL_LIMIT = DEFAULT_LIMIT
 """Largest trial record parsed (bytes)."""
 
 
-def read_trial(stream: BinaryIO | HashingReader, path: str) -> TrialRecord:
-    """Read one trial record from ``stream``; ``path`` is its root-relative POSIX path."""
+def read_trial(stream: BinaryIO | HashingReader, path: str,
+               env_keys: Collection[str] | None = None) -> TrialRecord:
+    """Read one trial record from ``stream``; ``path`` is its root-relative POSIX path.
+    ``env_keys``: the ``env`` entries kept (the rest are never read: an environment of a
+    million variables held 175 MB a record through the audit); None: all."""
     doc, findings = load_json(stream, path, TRIAL_LIMIT, kind="trial record")
     finish(stream)
     if doc is None:
@@ -50,7 +54,8 @@ def read_trial(stream: BinaryIO | HashingReader, path: str) -> TrialRecord:
         gpus=as_int(doc.get("gpus")),
         attempt=as_int(doc.get("attempt")),
         dispatch=tuple((key, as_text(value)) for key, value in as_obj(doc.get("dispatch")).items()),
-        env=tuple((key, as_text(value)) for key, value in as_obj(doc.get("env")).items()),
+        env=tuple((key, as_text(value)) for key, value in as_obj(doc.get("env")).items()
+                  if env_keys is None or key in env_keys),
         started_ns=as_int(invocation.get("started_ns")),
         finished_ns=as_int(invocation.get("finished_ns")),
         exit_code=as_int(invocation.get("exit_code")),

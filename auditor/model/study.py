@@ -223,6 +223,9 @@ class AttemptTask:
     when they may hold it)."""
     terminal: TerminalSpec | None = None
     """The protocol's terminal-event matcher (None: verl's built-in one)."""
+    env_keys: tuple[str, ...] | None = None
+    """The trial record's ``env`` entries the audit reads (the coordinated-shutdown flag, the
+    step count's key), the only ones kept; None: all of them."""
 
 
 @dataclass(frozen=True, slots=True)

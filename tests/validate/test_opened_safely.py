@@ -173,3 +173,25 @@ def test_a_log_cut_at_its_listed_size_is_not_said_to_end_mid_line(tmp_path: Path
     findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
     said = findings[findings["path"] == rel]["rule_id"].tolist()
     assert "AUD104" in said and "AUD017" not in said
+
+
+def test_a_trial_records_environment_is_kept_only_where_the_audit_reads_it(
+        tmp_path: Path) -> None:
+    """Review T: a trial record whose ``env`` held a million variables (under the 16 MiB
+    limit) was kept whole through the audit, 175 MB a record. Only the entries the audit
+    reads (the coordinated-shutdown flag, the step count's key) are kept."""
+    import json
+
+    root = tmp_path / "root"
+    (root / "a").mkdir(parents=True)
+    env = {f"VAR_{n}": "x" * 10 for n in range(50_000)}
+    env["COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS"] = "1"
+    data = json.dumps({"job_id": "1", "env": env, "invocation": {"exit_code": 0}}).encode()
+    (root / "a" / "trial-1.json").write_bytes(data)
+    task = AttemptTask("pair/period-1#1", str(root),
+                       (FileTask("a/trial-1.json", "trial", None, len(data)),),
+                       "TOTAL_TRAINING_STEPS", None,
+                       env_keys=("COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS", "TOTAL_TRAINING_STEPS"))
+    trial = read_attempt(task).trial
+    assert trial is not None
+    assert trial.env == (("COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS", "1"),)
