@@ -169,6 +169,12 @@ UNUSABLE: dict[str, Any] = {
     "malformed": lambda data: data.replace(b'"jobs": [', b'"jobs": [,', 1),
     "no-jobs": lambda data: b'{"meta": {}, "errors": [], "warnings": []}',
     "not-an-object": lambda data: b"[" + data + b"]",
+    # (review V: refused by a whole parse, and so when read a record at a time; the first
+    # crashed, an integer the stdlib will not convert, the others were taken for a list)
+    "integer-of-5000-digits": lambda data: data.replace(
+        b'"allocation_nodes": 1', b'"allocation_nodes": ' + b"9" * 5000, 1),
+    "jobs-true": lambda data: b'{"jobs": true, "meta": {}, "errors": [], "warnings": []}',
+    "jobs-then-true": lambda data: data.replace(b'\n  "meta"', b'\n  "jobs": true,\n  "meta"', 1),
 }
 
 
@@ -342,3 +348,19 @@ def test_a_large_json_dump_is_read_a_record_at_a_time(tmp_path: Path) -> None:
     assert peak < 4 * len(data), (peak, len(data))
     assert len(dump.jobs) == len(parse_sacct(io.BytesIO(
         (DUMPS / "json.json").read_bytes()), "one.json", None, None).jobs)
+
+
+def test_read_a_record_at_a_time_it_accepts_and_places_as_a_whole_parse(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Review V: nesting orjson takes (up to 1,024 levels) was refused by the stdlib's
+    scanner's lower depth, and a refused number's place was counted from its record's
+    start, not the file's."""
+    data = (DUMPS / "json.json").read_bytes()
+    deep = tmp_path / "deep.json"
+    deep.write_bytes(data.replace(b'\n  "meta"', b'\n  "x": ' + b"[" * 1000 + b"]" * 1000
+                                  + b',\n  "meta"', 1))
+    assert len(sacct(capsys, deep)["jobs"]) == 16
+    at = data.index(b'"allocation_nodes": 1') + len(b'"allocation_nodes": ')
+    path = tmp_path / "huge-number.json"
+    path.write_bytes(data[:at] + b"1e400" + data[at + 1:])
+    assert f"(char {at})" in refused(capsys, path)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -101,7 +102,7 @@ def json_rows(reader: HashingReader, head: bytes, path: str) -> Iterator[list[st
     first: list[Any] = []  # (the first record that is an object: its shape dates a dump)
 
     def take(index: int, record: Any) -> None:
-        if index < 0:  # (a "jobs" list begins: a second one stands alone, as orjson's did)
+        if index < 0:  # (a "jobs" member begins: a later one stands alone, as orjson's did)
             found.clear()
             first.clear()
             return
@@ -112,16 +113,21 @@ def json_rows(reader: HashingReader, head: bytes, path: str) -> Iterator[list[st
         except _Bad as error:
             found.append(BadRecord(f"jobs[{index}]", f"jobs[{index}]: {error}; record not used"))
 
-    try:
+    depth = sys.getrecursionlimit()
+    try:  # (the stdlib's scanner stops at the interpreter's depth; orjson's limit is 1,024)
+        sys.setrecursionlimit(max(depth, 4_000))
         document = _walk(text, take)
-    except (json.JSONDecodeError, orjson.JSONDecodeError, RecursionError) as error:
+    except (ValueError, RecursionError) as error:  # (JSON's errors; an integer of 4,300+
+        # digits the stdlib will not convert)
         raise SacctFormatError(f"{path}: not readable JSON ({clip(str(error), 160)}): cut "
                                "short, altered or not UTF-8; capture it again") from None
     except _NoObject:
         raise SacctFormatError(f"{path}: JSON that is no object is no sacct --json output"
                                ) from None
+    finally:
+        sys.setrecursionlimit(depth)
     del text
-    if document.get("jobs") is not True:  # (absent, or no list)
+    if document.get("jobs") is not _LISTED:  # (absent, or no list)
         raise SacctFormatError(f"{path}: JSON without a 'jobs' list is no sacct --json output; "
                                f"capture with sacct --json, or a -P dump with: {CAPTURE_HINT}")
     _refuse_old(document, first, path)
@@ -134,6 +140,8 @@ class _NoObject(Exception):
 
 _SPACE = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
+_LISTED = object()
+"""What :func:`_walk` keeps for a ``jobs`` member that is a list (its records were taken)."""
 
 
 def _skip(text: str, at: int) -> int:
@@ -147,14 +155,17 @@ def _value(text: str, at: int) -> tuple[Any, int]:
     finds its end; orjson parses it, so what it refuses, a lone surrogate, ``NaN``, a
     number past a double's range, is refused here too)."""
     _, end = _DECODER.raw_decode(text, at)
-    return orjson.loads(text[at:end]), end
+    try:
+        return orjson.loads(text[at:end]), end
+    except orjson.JSONDecodeError as error:  # (its place in the document, not the slice)
+        raise json.JSONDecodeError(error.msg, text, at + error.pos) from None
 
 
 def _walk(text: str, take: Callable[[int, Any], None]) -> dict[str, Any]:
     """The top-level object of ``text``: its members other than ``jobs``, parsed; each
     element of its ``jobs`` list given to ``take`` (its index, its value) as it is parsed,
-    and ``jobs`` itself kept as ``True`` (a ``jobs`` that is no list: as it is, and then no
-    sacct --json output). ``take(-1, None)`` says a ``jobs`` list begins."""
+    and ``jobs`` itself kept as :data:`_LISTED` (a ``jobs`` that is no list: as it is, and
+    then no sacct --json output). ``take(-1, None)`` says a ``jobs`` member begins."""
     at = _skip(text, 0)
     if text[at:at + 1] != "{":
         _value(text, at)  # (malformed: the scanner says where; else JSON of another kind)
@@ -169,10 +180,11 @@ def _walk(text: str, take: Callable[[int, Any], None]) -> dict[str, Any]:
         if not isinstance(key, str) or text[at:at + 1] != ":":
             raise json.JSONDecodeError("Expecting a string key and ':'", text, at)
         at = _skip(text, at + 1)
-        if key == "jobs" and text[at:at + 1] == "[":
+        if key == "jobs":
             take(-1, None)
+        if key == "jobs" and text[at:at + 1] == "[":
             at = _jobs(text, at + 1, take)
-            members[key] = True
+            members[key] = _LISTED
         else:
             members[key], at = _value(text, at)
         at = _skip(text, at)
