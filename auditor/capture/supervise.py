@@ -173,6 +173,8 @@ class Supervision:
     """Each descendant that outlived the command: pid -> the last signal it was sent."""
     guardian: subprocess.Popen[bytes] | None = None
     """The process that ends the command if the wrapper dies (see the module docstring)."""
+    token: str = ""
+    """This run's :data:`RUN_TOKEN` value, in the command's environment."""
     ended_by: str | None = None
     """The signal that ended the command itself (``SIGTERM``), when one did."""
     seen: set[int] = field(default_factory=set)
@@ -197,7 +199,7 @@ class Supervision:
             children.setdefault(parent, []).append(pid)
         roots = [self.pgid] if self.pgid in table else []
         roots += [pid for pid in children.get(me, ()) if pid != self.pgid
-                  and pid not in self.others]
+                  and pid not in self.others and self.ours(pid)]
         found: list[int] = []
         stack = list(roots)
         while stack:
@@ -265,12 +267,37 @@ class Supervision:
                                   f"received {name}; process group {self.pgid} already gone"
                                   ).encode() + b"\n")
 
+    def ours(self, pid: int) -> bool:
+        """Whether the wrapper's child ``pid`` (not the command itself) is the command's:
+        an orphan of it re-parented to the subreaper, seen by a look, in the command's
+        process group or one of its descendants' (or a session of their own), or carrying
+        this run's :data:`RUN_TOKEN`; never a child a library caller started meanwhile in
+        the wrapper's own group and session (one that ended is the caller's to reap)."""
+        if pid in self.seen or pid in self.outlived:
+            return True
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                stat = handle.read()
+            fields = stat[stat.rfind(b")") + 2:].split()
+            group, session = int(fields[2]), int(fields[3])
+        except (OSError, IndexError, ValueError):
+            return False
+        if group == self.pgid or group in self.groups or session != os.getsid(0):
+            return True
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                return f"{RUN_TOKEN}={self.token}".encode() in handle.read().split(b"\0")
+        except OSError:
+            return False
+
     def reap(self) -> None:
-        """Collect the exit of every orphan re-parented to the wrapper that ended (a zombie
-        otherwise: the wrapper is their parent now)."""
+        """Collect the exit of every orphan of the command's re-parented to the wrapper that
+        ended (a zombie otherwise: the wrapper is their parent now); a library caller's own
+        child is its own to reap."""
         me = os.getpid()
         for pid, (parent, *_) in _processes().items():
-            if parent == me and pid != self.pgid and pid not in self.others:
+            if parent == me and pid != self.pgid and pid not in self.others \
+                    and self.ours(pid):
                 with contextlib.suppress(ChildProcessError, OSError):
                     os.waitpid(pid, os.WNOHANG)
 
@@ -280,6 +307,7 @@ def start(command: Iterable[str], env: dict[str, str], state: Supervision
     """Start the command in a process group of its own, its output on one pipe, and its
     guardian (raises ``OSError`` when it cannot start; the guardian is then let go)."""
     token = f"{os.getpid()}-{time.time_ns()}-{os.urandom(4).hex()}"
+    state.token = token
     state.guardian = start_guardian(token)
     state.others = frozenset(pid for pid, (parent, *_) in _processes().items()
                              if parent == os.getpid())
@@ -486,7 +514,7 @@ def _with_orphans(state: Supervision, pids: list[int]) -> list[int]:
     look misses a descendant that forked after its listing (one that hops to a new pid
     and a new session at every fork is never in it), never the kernel's list of children."""
     orphans = [pid for pid in _own_children() if pid != state.pgid and pid not in state.others
-               and pid not in pids and _running(pid)]
+               and pid not in pids and _running(pid) and state.ours(pid)]
     return [*pids, *orphans]
 
 
@@ -510,7 +538,7 @@ def _sweep(state: Supervision, deadline: float) -> None:
     while time.monotonic() < deadline:
         found = False
         for pid in _own_children():
-            if pid == state.pgid or pid in state.others:
+            if pid == state.pgid or pid in state.others or not state.ours(pid):
                 continue
             found = True
             with contextlib.suppress(ChildProcessError, OSError):

@@ -778,3 +778,32 @@ def test_a_kept_ray_log_of_a_host_ending_in_letters_is_no_step(
     trial = load(result.trial_path)
     assert trial["worker_logs"]["kept"] == ["worker-logs/della-l01g3-777.out"]
     assert (trial["status"], trial["invocation"]["exit_code"]) == ("completed", 0), trial
+
+
+def test_a_library_callers_own_child_is_left_alone(tmp_path: Path) -> None:
+    """Review V: ``auditor run`` called in-process while the caller starts a child of its
+    own (another thread, after the command started): the wrapper took that child for an
+    orphan of the command's, SIGTERMed it, reaped it (the caller's ``poll()`` then said 0)
+    and recorded it as outlived. Only the command's own are the wrapper's to end."""
+    import subprocess
+    import threading
+
+    mine: list[subprocess.Popen[bytes]] = []
+
+    def helper() -> None:
+        time.sleep(0.5)  # (the command runs by now)
+        mine.append(subprocess.Popen(["sleep", "30"]))
+
+    thread = threading.Thread(target=helper)
+    thread.start()
+    try:
+        assert main([*run_args(tmp_path, "5019", "--drain", "0.3", "--"), "sh", "-c",
+                     "sleep 1.5; echo done"]) == 0
+        thread.join()
+        assert mine[0].poll() is None, "the caller's child was ended"
+        assert _trial(tmp_path, "5019")["outlived"] == []
+    finally:
+        thread.join()
+        for child in mine:
+            child.kill()
+            child.wait()
