@@ -390,11 +390,14 @@ def _timeline(attempt: AttemptEvidence, sacct: SacctDump | None,
     if finish < start:
         yield finding("AUD117", subject, [Citation(trial.path, pointer="/invocation")],
                       form="reversed")
+    # (on several nodes each trace is on its own node's clock: a minute either side, as for
+    # process records; on one node, one clock, no slack)
+    slack = CLOCK_SLACK_NS if len(attempt.hosts()) > 1 else 0
     for trace in attempt.read.traces:
         outside = [
             record for record in trace.phases
-            if (record.started_ns is not None and record.started_ns < start)
-            or (record.finished_ns is not None and record.finished_ns > finish)
+            if (record.started_ns is not None and record.started_ns < start - slack)
+            or (record.finished_ns is not None and record.finished_ns > finish + slack)
         ]
         if outside:
             first = outside[0]
@@ -403,7 +406,7 @@ def _timeline(attempt: AttemptEvidence, sacct: SacctDump | None,
                 records=len(outside), phase=first.phase, step=first.step,
             )
         elif trace.first_ns is not None and trace.last_ns is not None and (
-            trace.first_ns < start or trace.last_ns > finish
+            trace.first_ns < start - slack or trace.last_ns > finish + slack
         ):
             yield finding("AUD116", subject, [Citation(trace.path)], form="samples")
     for process in attempt.read.processes:  # (contract v1.2: each written as its process ended)

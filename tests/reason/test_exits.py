@@ -636,3 +636,33 @@ def test_a_reaped_replica_ending_just_after_the_batch_is_no_timeline_problem(
         "path": "processes/gpu-node-11-policy-9.json", "kind": "process_record",
         "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}))
     assert verdicts(audit(root, tmp_path / "out"))[S.format(161)] == ("resolved", "completed")
+
+
+@pytest.mark.parametrize(("hosts", "expected"), [
+    # (two nodes, two clocks: a rank's last record 50 ms after the batch's end is skew)
+    (2, ("resolved", "completed")),
+    # (one node, one clock: after the invocation it ran is no record of it)
+    (1, ("unresolved", "timeline_inconsistent")),
+])
+def test_a_trace_on_another_nodes_clock_has_the_same_minute(
+        tmp_path: Path, hosts: int, expected: tuple[str, str]) -> None:
+    """Review V: the minute two nodes' clocks may disagree by was given to process records
+    only; a rank's trace on another node whose last record ends 50 ms after the batch's
+    invocation made a healthy multi-node period timeline_inconsistent. On one node the
+    check stays exact."""
+    root, trial = _coordinated(tmp_path)
+    doc = json.loads((root / trial).read_text())
+    attempt = trial.rsplit("/", 1)[0]
+    traces = sorted((root / attempt / "allocator-traces").iterdir())
+    lines = traces[-1].read_text().splitlines()
+    last = max(i for i, line in enumerate(lines) if '"phase"' in line)
+    record = json.loads(lines[last])
+    record["finished_ns"] = doc["invocation"]["finished_ns"] + 5 * 10**7
+    lines[last] = json.dumps(record)
+    rewrite(root, traces[-1].relative_to(root).as_posix(),
+            lambda _: ("\n".join(lines) + "\n").encode())
+    if hosts == 2:
+        device = sorted((root / attempt / "device-evidence").iterdir())[-1]
+        edit_json(root, device.relative_to(root).as_posix(),
+                  lambda document: document.update(hostname="gpu-node-11"))
+    assert verdicts(audit(root, tmp_path / "out"))[S.format(161)] == expected
