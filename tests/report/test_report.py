@@ -578,18 +578,23 @@ def test_the_commits_line_says_when_the_study_has_no_pins(tmp_path: Path) -> Non
     assert line.endswith("no `execution_commits.json` confirms it (the study has none)."), line
 
 
+def _waived_line(root: Path, out: Path, rule: str) -> str:
+    """The unresolved line of the second period (s162), audited with ``rule`` waived for it."""
+    subject = "host-qwen25-7b-gsm8k-c2-s162/period-1"
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots",
+                 "--waive", f"{rule}:{subject}", "--reason", "reviewed"]) == 0
+    (line,) = [text for text in (out / "diagnostic.md").read_text().splitlines()
+               if text.startswith(f"- `{subject}`")]
+    return line
+
+
 def test_a_waived_periods_line_says_it_was_waived(tmp_path: Path) -> None:
     """Review S: a period whose gate reason a waiver lifted still read "Needs a rerun or a
     waiver" in the unresolved list."""
     from tests.helpers import outcome_study
 
     root = outcome_study(tmp_path / "study", ["completed", "terminal_missing"])
-    out = tmp_path / "out"
-    subject = "host-qwen25-7b-gsm8k-c2-s162/period-1"
-    assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots",
-                 "--waive", f"AUD201:{subject}", "--reason", "log lost by Ray"]) == 0
-    (line,) = [text for text in (out / "diagnostic.md").read_text().splitlines()
-               if text.startswith(f"- `{subject}`")]
+    line = _waived_line(root, tmp_path / "out", "AUD201")
     assert "Needs" not in line and line.endswith("Waived for the gate (`AUD201`: see Waivers).")
 
 
@@ -604,11 +609,6 @@ def test_an_altered_file_keeps_its_period_out_whatever_is_waived(tmp_path: Path)
     root = outcome_study(tmp_path / "study", ["completed", "terminal_missing"])
     log = find(root, "*-s162-4gpu/attempt-*/training-*.log")
     rewrite(root, log, lambda data: data + b"appended later\n", update_manifest=False)
-    out = tmp_path / "out"
-    subject = "host-qwen25-7b-gsm8k-c2-s162/period-1"
-    assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots",
-                 "--waive", f"AUD102:{subject}", "--reason", "test"]) == 0
-    (line,) = [text for text in (out / "diagnostic.md").read_text().splitlines()
-               if text.startswith(f"- `{subject}`")]
+    line = _waived_line(root, tmp_path / "out", "AUD102")
     assert "no terminal event" not in line and "differs from" in line, line
     assert line.endswith("Needs an evidence fix (`AUD102` waived: see Waivers)."), line
