@@ -105,16 +105,24 @@ def _processes() -> dict[int, tuple[int, str, int, int]]:
     # (newest first: a process that keeps forking is read while it is still there, and its
     # group is then known)
     for name in sorted((name for name in names if name.isdigit()), key=int, reverse=True):
-        try:
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue  # (gone meanwhile)
-        fields = stat[stat.rfind(b")") + 2:].split()  # (the command name may hold spaces)
-        if len(fields) >= 4 and all(field.isdigit() for field in fields[1:4]):
+        fields = _stat(int(name))  # (None: gone meanwhile)
+        if fields is not None and len(fields) >= 4 \
+                and all(field.isdigit() for field in fields[1:4]):
             found[int(name)] = (int(fields[1]), fields[0].decode("ascii", "replace"),
                                 int(fields[2]), int(fields[3]))
     return found
+
+
+def _stat(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command's name (the state first, then
+    the parent, group, session...; the name may hold spaces and parentheses); None where the
+    process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2:].split()
 
 
 def signal_name(number: int) -> str:
@@ -275,13 +283,11 @@ class Supervision:
         the wrapper's own group and session (one that ended is the caller's to reap)."""
         if pid in self.seen or pid in self.outlived:
             return True
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                stat = handle.read()
-            fields = stat[stat.rfind(b")") + 2:].split()
-            group, session = int(fields[2]), int(fields[3])
-        except (OSError, IndexError, ValueError):
-            return False
+        fields = _stat(pid)
+        if fields is None or len(fields) < 4 or not fields[2].isdigit() \
+                or not fields[3].isdigit():
+            return False  # (gone)
+        group, session = int(fields[2]), int(fields[3])
         if group == self.pgid or group in self.groups or session != os.getsid(0):
             return True
         try:
@@ -349,12 +355,9 @@ def _see(state: Supervision, pids: list[int]) -> None:
         if pid in state.seen:
             continue
         state.seen.add(pid)
-        with contextlib.suppress(OSError, IndexError):
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                stat = handle.read()
-            started = stat[stat.rfind(b")") + 2:].split()[19]
-            if started.isdigit():
-                _tell(state, f"{pid} {started.decode()}\n")
+        fields = _stat(pid)
+        if fields is not None and len(fields) > 19 and fields[19].isdigit():
+            _tell(state, f"{pid} {fields[19].decode()}\n")
 
 
 def _tell(state: Supervision, text: str) -> None:
@@ -520,12 +523,8 @@ def _with_orphans(state: Supervision, pids: list[int]) -> list[int]:
 
 def _running(pid: int) -> bool:
     """Whether ``pid`` runs (not a zombie waiting to be reaped, nor gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] != b"Z"
+    fields = _stat(pid)
+    return fields is not None and fields[:1] != [b"Z"] and bool(fields)
 
 
 def _sweep(state: Supervision, deadline: float) -> None:
