@@ -224,8 +224,12 @@ class Accounting:
     time, no GPU count): :attr:`allocation_gpu_seconds` counts the others, a lower bound."""
     attempts_without_times: int = 0
     """Attempts whose invocation time is unknown (no trial record, or one without its start
-    or end): the task, reservation, wasted and unresolved figures count the others, lower
-    bounds."""
+    or end): the task and reservation figures count the others, lower bounds."""
+    wasted_at_least: bool = False
+    """Whether a wasted attempt is one of them (:attr:`wasted_gpu_seconds` a lower bound)."""
+    unresolved_at_least: bool = False
+    """Whether an unresolved period's counted attempt is one of them
+    (:attr:`unresolved_gpu_seconds` a lower bound)."""
 
 
 @dataclass(frozen=True, slots=True)

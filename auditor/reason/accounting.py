@@ -37,6 +37,7 @@ def accounting(collected: Collected, outcomes: Sequence[AttemptOutcome],
                           and job.array_job_id not in arrays) for job in accounted]
     unresolved = {v.subject for v in verdicts if v.verdict is VerdictKind.UNRESOLVED}
     wasted = [o for o in outcomes if o.wasted]
+    untimed = [o for o in outcomes if o.started_ns is None or o.finished_ns is None]
     accounted_ids = {e.job_id for e in elements} | {e.job_id_raw for e in elements
                                                     if e.job_id_raw}
     missing = sorted({o.job_id for o in outcomes if o.job_id and o.job_id not in accounted_ids}
@@ -63,8 +64,9 @@ def accounting(collected: Collected, outcomes: Sequence[AttemptOutcome],
         if allocation_known else None,
         allocation_records_unknown=sum(e.unknown_records for e in inside)
         if allocation_known else 0,
-        attempts_without_times=sum(1 for o in outcomes
-                                   if o.started_ns is None or o.finished_ns is None),
+        attempts_without_times=len(untimed),
+        wasted_at_least=any(o.wasted for o in untimed),
+        unresolved_at_least=any(o.counted and o.subject in unresolved for o in untimed),
     )
 
 

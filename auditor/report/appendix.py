@@ -17,7 +17,6 @@ from auditor.model import (
     InputFile,
     Reasoning,
     Severity,
-    VerdictKind,
 )
 from auditor.model.results import folder_of
 from auditor.report.groups import named_arrays
@@ -194,10 +193,10 @@ def accounting_section(result: AuditResult, reasoning: Reasoning) -> str:
     lines.append("")
     lines.append(
         (f"Wasted attempts (retried after a completed attempt): {acc.wasted_attempts}, "
-         f"{at_least(reasoning, wasted=True)}{figure(acc.wasted_gpu_seconds)} task-scope "
+         f"{_least(acc.wasted_at_least)}{figure(acc.wasted_gpu_seconds)} task-scope "
          "GPU-seconds. " if acc.wasted_attempts
          else "No attempt was wasted. ") + "Unresolved periods account for "
-        f"{at_least(reasoning, wasted=False)}{figure(acc.unresolved_gpu_seconds)} task-scope "
+        f"{_least(acc.unresolved_at_least)}{figure(acc.unresolved_gpu_seconds)} task-scope "
         "GPU-seconds"
         + ("; each configuration's are in `summary.json`." if reasoning.configurations
            else ".")
@@ -205,17 +204,8 @@ def accounting_section(result: AuditResult, reasoning: Reasoning) -> str:
     return "\n".join(lines)
 
 
-def at_least(reasoning: Reasoning, *, wasted: bool) -> str:
-    """``at least `` where an attempt the figure sums (the wasted ones, or the unresolved
-    periods' counted ones) has no invocation time (it counts 0)."""
-    if not reasoning.accounting.attempts_without_times:
-        return ""
-    unresolved = {v.subject for v in reasoning.verdicts
-                  if v.verdict is VerdictKind.UNRESOLVED}
-    return "at least " if any(
-        (a.started_ns is None or a.finished_ns is None)
-        and (a.wasted if wasted else a.counted and a.subject in unresolved)
-        for a in reasoning.attempts) else ""
+def _least(lower_bound: bool) -> str:
+    return "at least " if lower_bound else ""
 
 
 def elements_table(reasoning: Reasoning) -> str:

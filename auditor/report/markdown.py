@@ -31,7 +31,6 @@ from auditor.report.appendix import (
     MAX_NAMED_PERIODS,
     accounting_section,
     arrays_of,
-    at_least,
     disagreements_section,
     disagreements_table,
     elements_table,
@@ -251,11 +250,12 @@ def _gpu_time(result: AuditResult) -> str:
         held = "the allocations are not measured (no scheduler); "
     else:
         held = "what the allocations held is unknown; "
-    wasted = (f"{at_least(result.reasoning, wasted=True)}{_gpu_hours(acc.wasted_gpu_seconds)} on "
+    wasted = (f"{'at least ' if acc.wasted_at_least else ''}"
+              f"{_gpu_hours(acc.wasted_gpu_seconds)} on "
               f"{counted(acc.wasted_attempts, 'attempt')} retried after a completed one"
               if acc.wasted_attempts else "none on retries after a completion")
     return (f"GPU time: {held}the attempts ran {least}**{_gpu_hours(acc.task_gpu_seconds)}**, "
-            f"{at_least(result.reasoning, wasted=False)}"
+            f"{'at least ' if acc.unresolved_at_least else ''}"
             f"{_gpu_hours(acc.unresolved_gpu_seconds)} of it in unresolved periods and "
             f"{wasted} (overlapping scopes, never to be added: see Accounting).")
 
