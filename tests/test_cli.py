@@ -967,12 +967,16 @@ def test_the_roots_own_dump_named_by_sacct_is_read_as_the_roots(
     forged.write_bytes(dump.read_bytes())
     dump.unlink()
     dump.symlink_to(forged)
-    summary = audit(root, tmp_path / "out", "--sacct", str(dump))
-    assert summary["accounting"]["allocation_gpu_seconds"] is None
     import pandas as pd
 
-    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
-    assert "AUD009" in set(findings["rule_id"])
+    odd = root / "..dumps" / "sacct.psv"  # (a folder whose name starts with "..": the root's)
+    odd.parent.mkdir()
+    odd.symlink_to(forged)
+    for named, out in ((dump, tmp_path / "out"), (odd, tmp_path / "odd")):
+        summary = audit(root, out, "--sacct", str(named))
+        assert summary["accounting"]["allocation_gpu_seconds"] is None, named
+        findings = pd.read_parquet(out / "findings.parquet")
+        assert "AUD009" in set(findings["rule_id"])
 
 
 def test_a_dump_named_outside_the_root_is_one_input_however_it_is_typed(

@@ -239,7 +239,7 @@ def _below(root: Path, named: Path) -> str | None:
     for place in (typed, os.path.join(os.path.realpath(os.path.dirname(typed)),
                                       os.path.basename(typed))):
         relative = os.path.relpath(place, root)
-        if relative != "." and not relative.startswith(("..", "/")):
+        if relative not in (".", "..") and not relative.startswith("../"):
             return Path(relative).as_posix()
     return None
 

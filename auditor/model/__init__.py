@@ -21,6 +21,7 @@ from __future__ import annotations
 from auditor.model import core, evidence, kinds, presets, results, study
 from auditor.model.construct import quick_init
 from auditor.model.core import (
+    CLOCK_SLACK_NS,
     ENDED_LIMITS,
     INT64_MAX,
     INT64_MIN,
@@ -105,7 +106,8 @@ from auditor.model.study import (
 )
 
 __all__ = [
-    "DEFAULT_PROTOCOL", "ENDED_LIMITS", "HASHED_STATUSES", "INT64_MAX", "INT64_MIN", "NEEDS",
+    "CLOCK_SLACK_NS", "DEFAULT_PROTOCOL", "ENDED_LIMITS", "HASHED_STATUSES", "INT64_MAX",
+    "INT64_MIN", "NEEDS",
     "SLURM_STATE_FLAGS", "SLURM_STATES", "UNFINISHED_STATES",
     "Accounting", "AllocatorTrace",
     "AttemptEvidence", "AttemptOutcome", "AttemptRead", "AttemptSpec", "AttemptSummary",

@@ -17,6 +17,11 @@ _R = TypeVar("_R")
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 """The range of every integer the evidence may hold (a signed 64-bit integer: what the tables
 hold); a value past it is a finding, never a crash where the tables are written."""
+CLOCK_SLACK_NS = 60 * 1_000_000_000
+"""How far two nodes' clocks may disagree (and a step the scheduler ended outlive the batch
+by its KillWait): an idle check timed before the end, a process record or a trace on
+another node outside the invocation, a kill on another node after the controller's end,
+each is judged within it."""
 
 
 class Severity(StrEnum):

@@ -34,7 +34,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from auditor.model import Citation, ExitKind, ProcessExit, TrialRecord
+from auditor.model import CLOCK_SLACK_NS, Citation, ExitKind, ProcessExit, TrialRecord
 from auditor.model.kinds import WORKER_LOG
 from auditor.model.lines import inline_code
 
@@ -212,26 +212,20 @@ def steps_cancelled(lines: Iterable[str]) -> dict[str, int]:
     return found
 
 
-CLOCK_DOUBT_NS = 60 * 1_000_000_000
-"""How far two nodes' clocks may disagree (as the idle check allows a node's:
-:data:`auditor.validate.idle.CLOCK_SLACK_NS`): a process on another node than the controller's
-that its own wrapper stopped on no signal is after the controller's end only beyond it."""
-
-
 def _attributed(controller: ProcessExit, others: Iterable[ProcessExit]) -> ProcessExit | None:
     """The first other process whose failure the evidence may have caused the controller's
     143 by: one that failed (or whose record says no exit) before the controller ended (or
     when either time is unknown), or failed after it other than by a reaping signal. On
     another node, a kill its wrapper did not pass on (no ``received_signal``: not the
     launcher's stopping of it, nor Slurm's cancellation of its step) is before the
-    controller's end unless it came more than :data:`CLOCK_DOUBT_NS` after it: that node's
+    controller's end unless it came more than :data:`CLOCK_SLACK_NS` after it: that node's
     clock may run ahead."""
     end = controller.ended_ns
     for process in others:
         unknown = _exit_unknown(process)
         if not process.failed and not unknown:
             continue
-        doubt = CLOCK_DOUBT_NS if not process.received_signal and not _only_output(process) \
+        doubt = CLOCK_SLACK_NS if not process.received_signal and not _only_output(process) \
             and process.host and controller.host and process.host != controller.host else 0
         before = end is None or process.ended_ns is None or process.ended_ns <= end + doubt
         if before or not (unknown or _ended_by_signal(process)):

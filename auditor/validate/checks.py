@@ -18,6 +18,7 @@ from dataclasses import replace
 from itertools import chain
 
 from auditor.model import (
+    CLOCK_SLACK_NS,
     AttemptEvidence,
     AuditOptions,
     Citation,
@@ -43,7 +44,7 @@ from auditor.validate.attempts import (
     steps_differ,
 )
 from auditor.validate.identity import worker_identity
-from auditor.validate.idle import CLOCK_SLACK_NS, idle_checks
+from auditor.validate.idle import idle_checks
 
 ATTEMPT_NAME_RE = re.compile(r"(?:^|/)attempt-(?P<job>[^/]+?)(?:-r(?P<restart>\d{1,9}))?$")
 """An attempt directory: ``attempt-<job>`` (restart 0) or ``attempt-<job>-r<restart_count>``

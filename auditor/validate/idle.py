@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from auditor.model import Citation, Finding, IdleCheck, PeriodEvidence, PeriodRecord
+from auditor.model import (
+    CLOCK_SLACK_NS,
+    Citation,
+    Finding,
+    IdleCheck,
+    PeriodEvidence,
+    PeriodRecord,
+)
 from auditor.rules import finding
 
 
@@ -33,11 +40,6 @@ def idle_checks(period: PeriodEvidence, optional: bool) -> Iterator[Finding]:
         yield _failed(record, subject, idle)
     yield from _own_idle_files(period, idle, optional)
     yield from _checked_before_the_end(period, idle)
-
-
-CLOCK_SLACK_NS = 60 * 1_000_000_000
-"""How far before the last attempt's recorded end an idle check may be timed and still be
-taken as after it (two nodes' clocks differ; the trial is written as the command returns)."""
 
 
 def _checked_before_the_end(period: PeriodEvidence, idle: IdleCheck | None
