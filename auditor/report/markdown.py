@@ -52,6 +52,7 @@ from auditor.report.groups import (
     outcome_of,
 )
 from auditor.report.mdformat import (
+    NS_PER_DAY,
     SpilledCodeBlock,
     code_block,
     code_span,
@@ -60,6 +61,7 @@ from auditor.report.mdformat import (
     table,
     table_lines,
     utc,
+    utc_day,
     utc_seconds,
 )
 from auditor.report.overview import configurations_section, unresolved_lines
@@ -426,7 +428,7 @@ def _period_rows(result: AuditResult, reasoning: Reasoning, full: bool = True
     period is made first, in the study's order (a large study's are kept packed: read in
     the table's order, each look-up would remake a block of them)."""
     facts = reasoning.facts
-    dates = {utc(ns, with_date=True)[:10] for f in facts
+    dates = {ns // NS_PER_DAY for f in facts
              for ns in (f.actor_update_finished_ns, f.post_update_sync_finished_ns) if ns}
     dated = len(dates) > 1
     said: dict[str, tuple[str, list[tuple[int, str, str, str] | int] | None]] = {}
@@ -502,9 +504,9 @@ def _period_table_lines(result: AuditResult, reasoning: Reasoning, full: bool = 
     row, only its PIDs line is kept, for the block after the table): in the report, the
     periods whose ranks reached the final-step update (at most :data:`MAX_TABLE_ROWS`
     rows), the times seed ``002`` tabled; in ``evidence.md`` (``full``), every period."""
-    dates = {utc(ns, with_date=True)[:10] for f in reasoning.facts
+    dates = {ns // NS_PER_DAY for f in reasoning.facts
              for ns in (f.actor_update_finished_ns, f.post_update_sync_finished_ns) if ns}
-    one_date = next(iter(dates)) if len(dates) == 1 else None
+    one_date = utc_day(next(iter(dates))) if len(dates) == 1 else None
     reached = sum(1 for f, v in zip(reasoning.facts, reasoning.verdicts, strict=True)
                   if f.actor_update_finished_ns is not None
                   and v.verdict is VerdictKind.UNRESOLVED)

@@ -9,6 +9,7 @@ backticks than they hold), and the rest is plain words, which need no escape.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -69,6 +70,9 @@ def prose(text: str, limit: int = 300) -> str:
     writes names) and every word :data:`_CODEY` matches become code spans; the other
     words are plain (a parenthesis, colon or quote mark is no markup outside a link,
     and no link can open). Control characters are removed, the text clipped."""
+    if len(text) <= limit and _PROSE_AS_IS.search(text) is None \
+            and _STARTS_BLOCK.match(text) is None:
+        return text  # the common case (a workload's name, a sentence): nothing to do
     text = clip(_CONTROL.sub("", text.replace("\r", " ").replace("\n", " ")), limit)
     out: list[str] = []
     position = 0
@@ -81,6 +85,10 @@ def prose(text: str, limit: int = 300) -> str:
     out.append(_words(text[position:], not out))
     return "".join(out)
 
+
+_PROSE_AS_IS = re.compile(_CONTROL.pattern[:-1] + r"\r\n`\\*_~$|<>\[\]&{}]|://|www\.|@\S*\.")
+"""What :func:`prose` would change: a control character, a line break, a code span's
+backtick, or what :data:`_CODEY` finds in a word (``www.`` anywhere)."""
 
 SPANNED = re.compile(r"(`+)(?!`)(.+?)(?<!`)\1(?!`)")
 """A code span as the reasoning writes one: a fence, text, the same fence."""
@@ -162,9 +170,19 @@ def utc(ns: int | None, with_date: bool = False) -> str:
     if ns is None:
         return "—"
     seconds, frac = divmod(ns, 1_000_000_000)
-    moment = datetime.fromtimestamp(seconds, UTC)
-    text = f"{moment:%H:%M:%S}.{frac:09d}"
-    return f"{moment:%Y-%m-%d} {text}" if with_date else text
+    # (the clock by arithmetic, the date once a day: a report formats every period's times)
+    day, clock = divmod(seconds, 86_400)
+    text = f"{clock // 3600:02d}:{clock // 60 % 60:02d}:{clock % 60:02d}.{frac:09d}"
+    return f"{utc_day(day)} {text}" if with_date else text
+
+
+@functools.lru_cache(maxsize=64)
+def utc_day(day: int) -> str:
+    """Day ``day`` since the epoch as ``YYYY-MM-DD`` (UTC); ``ns // NS_PER_DAY`` of a time."""
+    return f"{datetime.fromtimestamp(day * 86_400, UTC):%Y-%m-%d}"
+
+
+NS_PER_DAY = 86_400 * 1_000_000_000
 
 
 def utc_seconds(seconds: int | None, with_date: bool = True) -> str:
@@ -198,6 +216,7 @@ def table_lines(header: Sequence[str], rows: Iterable[Sequence[str]],
 def _cell(text: str) -> str:
     """``text`` with every ``|`` not already escaped (an odd run of backslashes before
     it) escaped."""
+    if "|" not in text:
+        return text
     return re.sub(r"(\\*)\|", lambda m: m.group(1) + ("|" if len(m.group(1)) % 2
                                                       else "\\|"), text)
-
