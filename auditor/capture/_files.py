@@ -85,6 +85,112 @@ def write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (temporary file, fsync, rename)."""
     own_folder(path.parent)
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    _write_temporary(temporary, path, data)
+    try:
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    _fsync_directory(path.parent)
+
+
+_OWN: set[tuple[int, str]] = set()
+"""(pid, path) of each file a process of this kit wrote with :func:`write_own` or claimed with
+:func:`claim_own`: the files it may write again (a forked child, another pid, may not)."""
+
+_NO_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK,
+                       errno.ENOSYS, errno.EXDEV})
+"""What ``link`` raises on a file system without hard links (then a name is claimed with
+``O_EXCL`` instead)."""
+
+
+class NameTaken(FileExistsError):
+    """A file the kit names by this process (host and pid) is there already and this process
+    did not write it: another process of the same host name and pid did (nodes or containers
+    that all report one hostname, each in its own pid namespace), and it is never
+    overwritten."""
+
+    def __init__(self, path: Path, what: str) -> None:
+        super().__init__(errno.EEXIST, f"{what} is there already, written by another process "
+                         f"of the same host name and pid (nodes or containers that report one "
+                         f"hostname, each with its own pid namespace?); not overwritten: give "
+                         f"each node its own hostname", str(path))
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}"
+
+
+def claim_own(path: Path, what: str = "a file of this name") -> bool:
+    """Whether ``path`` is this process's to write: True when it wrote it before (a record
+    written again, a trace reopened), False when the name is free (nothing is made);
+    :class:`NameTaken` when another process's file is there."""
+    if (os.getpid(), os.fspath(path)) in _OWN:
+        return True
+    if os.path.lexists(path):
+        raise NameTaken(path, what)
+    return False
+
+
+def write_own(path: Path, data: bytes, what: str = "this process's file") -> None:
+    """Write ``data`` to ``path`` as :func:`write_atomic` does, where only this process may:
+    the first write takes the name atomically (``link``, never over a file there, or
+    ``O_EXCL`` where the file system has no links), a later one replaces its own file; another
+    process's file of the same name (same host name and pid) is :class:`NameTaken`, never
+    overwritten (contract v1.2: a worker is never dropped silently)."""
+    key = (os.getpid(), os.fspath(path))
+    if claim_own(path, what):
+        write_atomic(path, data)
+        return
+    own_folder(path.parent)
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    _write_temporary(temporary, path, data)
+    try:
+        os.link(temporary, path, follow_symlinks=False)
+    except FileExistsError:
+        temporary.unlink(missing_ok=True)
+        raise NameTaken(path, what) from None
+    except OSError as error:
+        if error.errno not in _NO_LINKS:
+            temporary.unlink(missing_ok=True)
+            raise
+        try:  # (no links here: claim the name, then replace the claim with the whole file)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+        except FileExistsError:
+            temporary.unlink(missing_ok=True)
+            raise NameTaken(path, what) from None
+        os.replace(temporary, path)
+    else:
+        temporary.unlink(missing_ok=True)
+    _OWN.add(key)
+    _fsync_directory(path.parent)
+
+
+def own(path: Path) -> None:
+    """Note ``path`` as this process's own (made by it with ``O_EXCL``)."""
+    _OWN.add((os.getpid(), os.fspath(path)))
+
+
+def rename_new(source: Path, target: Path) -> bool:
+    """Rename ``source`` to ``target`` unless a file is there (``link`` then ``unlink``:
+    never over another's, where ``rename`` would replace it); False, nothing moved, when one
+    is."""
+    try:
+        os.link(source, target, follow_symlinks=False)
+    except FileExistsError:
+        return False
+    except OSError as error:
+        if error.errno not in _NO_LINKS:
+            raise
+        if os.path.lexists(target):  # (no links here: looked at first, a small window left)
+            return False
+        os.rename(source, target)
+        return True
+    os.unlink(source)
+    return True
+
+
+def _write_temporary(temporary: Path, path: Path, data: bytes) -> None:
+    """Write ``data`` to ``temporary`` (the file to become ``path``) and fsync it."""
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
                          0o644)  # (a link in the temporary's place is refused, not followed)
     try:
@@ -99,12 +205,6 @@ def write_atomic(path: Path, data: bytes) -> None:
             error.filename = str(path)  # (a write names no file: the message then says it)
         raise
     os.close(descriptor)
-    try:
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    _fsync_directory(path.parent)
 
 
 def remove_temporaries(directory: Path, name: str | None = None, below: bool = False

@@ -30,7 +30,7 @@ from auditor.capture._files import (
     job_id,
     nspid,
     rank_of,
-    write_atomic,
+    write_own,
 )
 from auditor.capture.memory import Memory
 from auditor.capture.processes import check_role
@@ -148,7 +148,9 @@ def write_device_evidence(attempt_dir: str | os.PathLike[str] | None = None,
                           rank: int | None = None, role: str = "actor_rollout",
                           local_device: int | None = None, *, trace: Any = None,
                           memory: Memory | None = None) -> Path:
-    """Write (atomically, replacing an earlier one) this process's device file; returns
+    """Write (atomically, replacing this process's earlier one; another process's of the same
+    name, a node of the same hostname and pid, is :class:`~auditor.capture._files.NameTaken`)
+    this process's device file; returns
     its path. Call it once the device is chosen and again at the end, so the file carries
     the process's peaks: from ``trace`` (a :class:`~auditor.capture.Trace`, its highest
     phase peak) when given, else torch's since the last reset, else null (not measured)."""
@@ -177,7 +179,9 @@ def write_device_evidence(attempt_dir: str | os.PathLike[str] | None = None,
                    "captured_ns": time.time_ns(), "nspid": nspid()})
     path = attempt_dir_of(attempt_dir) / DEVICE_EVIDENCE.path_for(
         role=role, rank=rank, host=record["hostname"], pid=pid)  # (pids repeat across nodes)
-    write_atomic(path, dumps(record))
+    # (only over its own earlier one: another process's of this name, host and pid, is
+    # refused, never replaced)
+    write_own(path, dumps(record), "the device file of this role, rank, host and pid")
     return path
 
 

@@ -22,11 +22,12 @@ from typing import Any
 from auditor.capture._files import (
     UNUSABLE_JSON,
     attempt_dir_of,
+    claim_own,
     dumps,
     hostname,
     job_id,
     open_regular,
-    write_atomic,
+    write_own,
 )
 from auditor.model import ProcessExit
 from auditor.model.kinds import ALLOCATOR_TRACE, DEVICE_EVIDENCE, PROCESS_RECORD, WORKER_LOG
@@ -81,7 +82,10 @@ def record_exit(role: str, pid: int, exit_code: int | None, *, started_ns: int |
     host = host or hostname()
     directory = attempt_dir_of(attempt_dir)
     path = directory / PROCESS_RECORD.path_for(host=host, role=role, pid=pid)
-    if os.path.lexists(path) and not _provisional(path):
+    what = "a process record of this host, role and pid"
+    # (a record there that this process did not write is another node's, of the same
+    # hostname and pid, its provisional one too: NameTaken, never overwritten)
+    if claim_own(path, what) and not _provisional(path):
         raise FileExistsError(f"{path}: this process's record is already written")
     document: dict[str, Any] = {
         "schema": SCHEMA, "role": role, "host": host, "pid": pid, "rank": rank,
@@ -94,7 +98,7 @@ def record_exit(role: str, pid: int, exit_code: int | None, *, started_ns: int |
     document.update(extra or {})
     if provisional:
         document["provisional"] = True
-    write_atomic(path, dumps(document))
+    write_own(path, dumps(document), what)
     return path
 
 

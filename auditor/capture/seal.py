@@ -232,22 +232,56 @@ def _workers(directory: Path, files: list[str]) -> list[dict[str, Any]]:
     """(role, rank, pid, host) of every worker: from its device file, else from the first
     phase record of its trace; a worker is (host, pid) (contract v1.2: pids repeat across
     nodes; a v1 file's host is its name's or, failing that, its content's); sorted by role,
-    rank, host, pid."""
+    rank, host, pid. Two processes behind one (host, pid), which nodes of one hostname in pid
+    namespaces of their own give, are refused (:func:`_one_process`): listing one of them
+    would drop the other silently."""
     found: dict[tuple[str | None, int], dict[str, Any]] = {}
+    claims: list[tuple[bool, object, object, object, object, str]] = []
     for relative in files:
         kind = kind_of(relative)
         if kind == DEVICE_EVIDENCE.name:
             document = _json(directory, relative) or {}
             named = DEVICE_EVIDENCE.worker_of(relative)
+            host = named[0] if named and named[0] else document.get("hostname")
+            claims.append((False, host, document.get("pid"), document.get("role"),
+                           document.get("rank"), relative))
             _add_worker(found, document.get("role"), document.get("rank"), document.get("pid"),
-                        named[0] if named and named[0] else document.get("hostname"))
+                        host)
         elif kind == ALLOCATOR_TRACE.name:
             named = ALLOCATOR_TRACE.worker_of(relative)
-            for record in _first_phase(directory, relative):
+            records = _phases(directory, relative)
+            claims.extend((True, named[0] if named and named[0] else record.get("host"),
+                           record.get("pid"), record.get("role"), record.get("rank"),
+                           f"{relative} line {line}") for record, line in records)
+            for record, _ in records[:1]:
                 _add_worker(found, record.get("role"), record.get("rank"), record.get("pid"),
                             named[0] if named and named[0] else record.get("host"))
+    seen: dict[tuple[str, int], tuple[tuple[object, object], str]] = {}
+    for _, host, pid, role, rank, where in sorted(claims, key=lambda c: c[0]):
+        _one_process(directory, seen, host, pid, role, rank, where)  # (device files first)
     return sorted(found.values(), key=lambda w: (w["role"], w["rank"], w.get("host") or "",
                                                  w["pid"]))
+
+
+def _one_process(directory: Path,
+                 seen: dict[tuple[str, int], tuple[tuple[object, object], str]],
+                 host: object, pid: object, role: object, rank: object, where: str) -> None:
+    """Refuse a second (role, rank) for one (host, pid): two processes of one hostname and
+    pid (nodes or containers that report one hostname, each in a pid namespace of its own)
+    wrote the attempt's files, and a worker is (host, pid): one would be listed, the other
+    dropped unsaid. ``where`` names the file (and line) that says it."""
+    if not isinstance(host, str) or not host or type(pid) is not int \
+            or type(role) is not str or type(rank) is not int:
+        return
+    first = seen.setdefault((host, pid), ((role, rank), where))
+    if first[0] != (role, rank):
+        raise SealRefused(
+            f"{printable(str(directory))}: {printable(first[1])} (role "
+            f"{printable(str(first[0][0]))}, rank {first[0][1]}) and {printable(where)} "
+            f"(role {printable(role)}, rank {rank}) name one worker, pid {pid} on host "
+            f"{printable(host)}: two processes of one hostname and pid (nodes or containers "
+            "that report the same hostname, each in its own pid namespace); one would be "
+            "listed and the other dropped: give each node its own hostname; not sealed")
 
 
 def _add_worker(found: dict[tuple[str | None, int], dict[str, Any]], role: object,
@@ -263,19 +297,55 @@ def _add_worker(found: dict[tuple[str | None, int], dict[str, Any]], role: objec
                           **({"host": host} if host else {})}
 
 
-def _first_phase(base: Path, relative: str) -> list[dict[str, Any]]:
+PHASE_MARK = b'"phase"'
+"""What a phase record's line holds (memory samples, the bulk of a trace, do not): only such
+lines are parsed."""
+
+
+def _phases(base: Path, relative: str) -> list[tuple[dict[str, Any], int]]:
+    """The trace's phase records with their line numbers, each record's identity looked at
+    by :func:`_one_process`; the first names the worker. None when a line before the first
+    is not JSON (the audit names it), and none after the first line that is not. Read in
+    blocks: one holding no phase record (memory samples, the bulk of a large trace) is only
+    counted, never split into lines."""
+    found: list[tuple[dict[str, Any], int]] = []
+    number = 0
+    carry = b""
     try:
         with _regular(base, relative) as handle:
-            for line in handle:
-                try:
-                    record = json.loads(line)
-                except UNUSABLE_JSON:
-                    return []
-                if isinstance(record, dict) and "phase" in record:
-                    return [record]
+            while True:
+                block = handle.read(1 << 20)
+                data = carry + block
+                cut = data.rfind(b"\n") + 1 if block else len(data)
+                body, carry = data[:cut], data[cut:]
+                if found and PHASE_MARK not in body:
+                    number += body.count(b"\n")
+                elif body and not _phase_lines(body, number, found):
+                    return found
+                else:
+                    number += body.count(b"\n")
+                if not block:
+                    return found
     except OSError:
-        pass
-    return []
+        return found
+
+
+def _phase_lines(body: bytes, number: int, found: list[tuple[dict[str, Any], int]]) -> bool:
+    """Add the phase records of ``body`` (whole lines, the first numbered ``number + 1``) to
+    ``found``; False at a line that is not JSON (nothing after it counts)."""
+    lines = body.split(b"\n")
+    if body.endswith(b"\n"):
+        lines.pop()  # (the empty text after the last newline: no line)
+    for index, line in enumerate(lines, number + 1):
+        if found and PHASE_MARK not in line:  # (after the first: phase lines only)
+            continue
+        try:
+            record = json.loads(line)
+        except UNUSABLE_JSON:
+            return False
+        if isinstance(record, dict) and "phase" in record:
+            found.append((record, index))
+    return True
 
 
 def attempt_entry(spec: SealSpec) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -27,7 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from auditor.capture import supervise
-from auditor.capture._files import ATTEMPT_DIR_VARIABLE, hostname, own_folder
+from auditor.capture._files import (
+    ATTEMPT_DIR_VARIABLE,
+    NameTaken,
+    hostname,
+    own_folder,
+    rename_new,
+)
 from auditor.capture.launch import (
     DEFAULT_DRAIN_S,
     DEFAULT_FLAG,
@@ -131,8 +137,11 @@ def _run(spec: StepSpec, directory: Path, host: str, env: dict[str, str],
     # it goes to a file of the wrapper's own pid, renamed (the command's output waits in
     # the pipe meanwhile: nothing is read before the rename)
     early = directory / WORKER_LOG.path_for(host=host, role=spec.role, pid=os.getpid())
-    log_fd = os.open(early, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
-                     | os.O_NOFOLLOW, 0o644)
+    try:
+        log_fd = os.open(early, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
+                         | os.O_NOFOLLOW, 0o644)
+    except FileExistsError:  # (another node's wrapper of this hostname and pid: said so)
+        raise NameTaken(early, "a step's output of this host, role and pid") from None
     output = early
     running: list[int] = []
     told = [False]
@@ -156,9 +165,9 @@ def _run(spec: StepSpec, directory: Path, host: str, env: dict[str, str],
             nonlocal output
             running.append(pid)
             output = directory / WORKER_LOG.path_for(host=host, role=spec.role, pid=pid)
-            if not os.path.lexists(output):
-                os.rename(early, output)
-            else:
+            # (never renamed over another node's output of this hostname and pid: kept under
+            # the wrapper's pid, and the record that then cannot be written says why)
+            if not rename_new(early, output):
                 output = early
         child_exit, child_pid, _ = launch_and_wait(spec.command, env, log_fd, state,
                                                    spec.echo_fd, spec.drain_s,

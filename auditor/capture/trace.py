@@ -8,7 +8,10 @@ reports. Each record is one ``os.write`` of one whole line on a descriptor opene
 ``O_APPEND`` (no user-space buffer to lose): a process killed at any instant leaves whole
 lines, at worst without the one it was writing, which the audit reads up to its last whole
 line. The kernel holds what was written even when the process dies; only a node crash
-can lose it (``Trace.close`` fsyncs).
+can lose it (``Trace.close`` fsyncs). A trace of its name that this process did not open is
+never appended to: nodes that report one hostname, each in its own pid namespace, give their
+processes one name, and the second is refused at once (``NameTaken``, a
+``FileExistsError``), before any GPU time is spent on evidence no audit could tell apart.
 
 ``trace.phase(name, step)`` writes its record in ``finally``: a phase that raises still
 leaves it, with ``error_type`` the exception's qualified name (``torch.OutOfMemoryError``)
@@ -25,7 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from auditor._text import json_line
-from auditor.capture._files import attempt_dir_of, hostname, own_folder, rank_of
+from auditor.capture._files import (
+    NameTaken,
+    attempt_dir_of,
+    claim_own,
+    hostname,
+    own,
+    own_folder,
+    rank_of,
+)
 from auditor.capture.memory import Memory
 from auditor.model.kinds import ALLOCATOR_TRACE
 
@@ -58,8 +69,17 @@ class Trace:
         self.memory = memory if memory is not None else Memory()
         self.path = trace_path(attempt_dir_of(attempt_dir), self.pid, self.host)
         own_folder(self.path.parent)
-        self._fd: int | None = os.open(  # (never through a link put in its place)
-            self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+        # a file of this name that this process did not open is another process's, of the same
+        # host name and pid (nodes reporting one hostname, each in its own pid namespace):
+        # never appended to (two writers' records in one trace tell no worker apart)
+        reopened = claim_own(self.path, "the allocator trace of this host and pid")
+        try:
+            self._fd: int | None = os.open(  # (never through a link put in its place)
+                self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+                | (0 if reopened else os.O_EXCL), 0o644)
+        except FileExistsError:
+            raise NameTaken(self.path, "the allocator trace of this host and pid") from None
+        own(self.path)
         self._seq = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()

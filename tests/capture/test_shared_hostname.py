@@ -1,0 +1,228 @@
+"""Nodes that report one hostname, each running its command in a pid namespace of its own
+(containers with a fixed hostname, ``localhost``): their processes have equal hosts and pids,
+so the kit's names (``<host>-<pid>``, contract v1.2) coincide. The kit never appends to,
+replaces or renames over another process's file of its own name (it says so in one line), and
+``auditor seal`` never lists one of two such workers and drops the other unsaid."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from auditor._cli import main
+from auditor.capture import Trace, record_exit, write_device_evidence
+from auditor.capture.trace import trace_path
+from tests.capture.support import (
+    COMMIT,
+    EXAMPLE,
+    attempt_of,
+    auditor,
+    clean_env,
+    lines,
+    load,
+    python,
+    run_args,
+)
+
+pytestmark = pytest.mark.slow  # (real child processes)
+
+HOST = socket.gethostname().split(".", 1)[0]
+PAIR = "host-m-gsm8k-c2-s1"
+TAKEN = "written by another process of the same host name and pid"
+
+
+@pytest.fixture(autouse=True)
+def _no_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith(("SLURM_", "AUDITOR_")):
+            monkeypatch.delenv(key)
+
+
+def _other_nodes(path: Path, text: str) -> bytes:
+    """Put the file another node (same hostname, same pid) wrote at ``path``; its bytes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path.read_bytes()
+
+
+def test_a_trace_of_another_process_of_this_host_and_pid_is_never_appended_to(
+        tmp_path: Path) -> None:
+    path = trace_path(tmp_path, os.getpid())
+    before = _other_nodes(path, json.dumps({"pid": os.getpid(), "rank": 0, "host": HOST,
+                                            "role": "rank", "seq": 0, "phase": "init_model"})
+                          + "\n")
+    with pytest.raises(FileExistsError, match=TAKEN):
+        Trace(tmp_path, rank=1, role="rank")
+    assert path.read_bytes() == before
+    mine = tmp_path / "mine"
+    with Trace(mine, rank=1) as trace:  # (its own trace, reopened by itself: appended to)
+        trace.sample()
+    with Trace(mine, rank=1) as trace:
+        trace.sample()
+    assert len(lines(trace_path(mine, os.getpid()))) == 2
+
+
+def test_a_device_file_of_another_process_of_this_host_and_pid_is_never_replaced(
+        tmp_path: Path) -> None:
+    path = tmp_path / "device-evidence" / f"worker-rank-0-{HOST}-{os.getpid()}.json"
+    before = _other_nodes(path, json.dumps({"role": "rank", "rank": 0, "pid": os.getpid(),
+                                            "hostname": HOST}))
+    with pytest.raises(FileExistsError, match=TAKEN):
+        write_device_evidence(tmp_path, rank=0, role="rank")
+    assert path.read_bytes() == before
+    assert not [p for p in path.parent.iterdir() if p != path]  # (no temporary left)
+
+
+def test_another_nodes_provisional_process_record_is_never_replaced(tmp_path: Path) -> None:
+    """A wrapper told to end writes a provisional record; another node's wrapper of the same
+    hostname, role and pid ending then must not replace it with its own."""
+    done = python(f"""
+        from auditor.capture import record_exit
+        print(record_exit("rank", 4242, None, host="trainer", attempt_dir={str(tmp_path)!r},
+                          received_signal="SIGTERM", provisional=True))
+    """, clean_env())
+    assert done.returncode == 0, done.stderr
+    path = Path(done.stdout.strip())
+    before = path.read_bytes()
+    with pytest.raises(FileExistsError, match=TAKEN):
+        record_exit("rank", 4242, 0, host="trainer", attempt_dir=tmp_path)
+    assert path.read_bytes() == before
+    record_exit("rank", 4243, None, host="trainer", attempt_dir=tmp_path,
+                provisional=True)  # (its own provisional one: still replaced)
+    assert load(record_exit("rank", 4243, 0, host="trainer", attempt_dir=tmp_path)
+                )["exit_code"] == 0
+
+
+def test_a_step_whose_output_name_another_node_holds_says_so_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    attempt = tmp_path / "attempt"
+    taken = attempt / "worker-logs" / f"{HOST}-rank-{os.getpid()}.out"
+    before = _other_nodes(taken, "the other node's output\n")
+    monkeypatch.setenv("AUDITOR_ATTEMPT_DIR", str(attempt))
+    assert main(["run", "--step", "rank", "--", "true"]) == 2
+    err = capsys.readouterr().err
+    assert TAKEN in err and str(taken) in err and len(err.strip().splitlines()) == 1
+    assert taken.read_bytes() == before
+
+
+def _attempt(root: Path) -> Path:
+    assert main([*run_args(root, "5001", "--"), *EXAMPLE]) == 0
+    return attempt_of(root, "5001")
+
+
+def _seal(root: Path, attempt: Path) -> int:
+    return main(["seal", str(root), "--pair", PAIR, "--period", "1", "--gpus", "2",
+                 "--attempt-dir", attempt.relative_to(root).as_posix(), "--commit", COMMIT])
+
+
+def test_seal_refuses_two_device_files_of_one_host_and_pid_naming_both(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two nodes of one hostname, each with its pid 6 as rank 0 and rank 1: two device files
+    for one (host, pid). Listing one worker would drop the other unsaid."""
+    attempt = _attempt(tmp_path)
+    first = sorted((attempt / "device-evidence").iterdir())[0]
+    document = load(first)
+    second = first.with_name(first.name.replace("-0-", "-7-", 1))
+    second.write_text(json.dumps({**document, "rank": 7}))
+    capsys.readouterr()
+    assert _seal(tmp_path, attempt) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"device-evidence/{first.name} (role actor_rollout, rank 0)" in err
+    assert f"device-evidence/{second.name} (role actor_rollout, rank 7)" in err
+    assert f"pid {document['pid']} on host {HOST}" in err and "not sealed" in err
+    assert not (tmp_path / "pairs").exists()
+
+
+def test_seal_refuses_one_trace_two_processes_wrote_naming_both_lines(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    attempt = _attempt(tmp_path)
+    trace = sorted((attempt / "allocator-traces").iterdir())[0]
+    records = lines(trace)
+    first = next(r for r in records if "phase" in r)
+    with trace.open("a") as handle:  # (the other node's rank, appending to the same name)
+        handle.write(json.dumps({**first, "rank": 7, "seq": 0}) + "\n")
+    capsys.readouterr()
+    assert _seal(tmp_path, attempt) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{trace.name} line {len(records) + 1} (role actor_rollout, rank 7)" in err
+    assert "two processes of one hostname and pid" in err and len(err.splitlines()) == 1
+
+
+def _namespaces() -> list[str] | None:
+    """``unshare`` arguments for a node of its own hostname and pid namespace, or None."""
+    command = ["unshare", "--user", "--map-root-user", "--uts", "--pid", "--fork",
+               "--mount-proc"]
+    if shutil.which("unshare") is None:
+        return None
+    try:
+        done = subprocess.run([*command, "sh", "-c", "hostname trainer && test $$ = 1"],
+                              capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return command if done.returncode == 0 else None
+
+
+TRAINER = """
+import sys, time
+from auditor.capture import Trace, write_device_evidence
+from auditor.capture.memory import Memory
+rank = int(sys.argv[1])
+with Trace(rank=rank, role="rank", memory=Memory(probe=False)) as trace:
+    for phase, step in (("init_model", 0), ("actor_update", 1), ("weight_sync", 1)):
+        with trace.phase(phase, step):
+            time.sleep(0.05)
+    trace.terminal(1)
+    write_device_evidence(rank=rank, role="rank", local_device=0, trace=trace)
+print(f"step:1 - training/global_step:1 - rank {rank}", flush=True)
+"""
+
+
+def test_two_nodes_of_one_hostname_in_own_pid_namespaces_never_share_a_file(
+        tmp_path: Path) -> None:
+    """Two "nodes" (own UTS and pid namespace, one file system), both named ``trainer``,
+    each ``auditor run --step rank`` around a trainer of the same pid. The second node is
+    refused in one line naming the file; no trace holds two processes' records, and the seal
+    never lists one worker of two unsaid."""
+    unshare = _namespaces()
+    if unshare is None:
+        pytest.skip("no user, UTS and pid namespaces here (unshare)")
+    (tmp_path / "trainer.py").write_text(textwrap.dedent(TRAINER))
+    node = " ".join([*unshare, "sh", "-c", "'hostname trainer; exec \"$0\" -m auditor run "
+                     f"--step rank --rank \"$1\" -- \"$0\" {tmp_path / 'trainer.py'} \"$1\"'"])
+    launcher = tmp_path / "launch.sh"
+    launcher.write_text(f"""
+node() {{ {node} "$PY" "$1"; }}
+node 0 & a=$!
+sleep 1.5; node 1 & b=$!
+wait $a; s0=$?; wait $b; s1=$?
+exit $(( s0 | s1 ))
+""")
+    root = tmp_path / "study"
+    done = auditor([*run_args(root, "5001", "--role", "launcher", pair=PAIR), "--", "bash",
+                    str(launcher)], env=clean_env(PY=sys.executable), timeout=120)
+    attempt = attempt_of(root, "5001")
+    log = (attempt / "training-5001.log").read_text()
+    assert done.returncode != 0, (done.stderr, log)
+    assert TAKEN in log, log
+    for trace in (attempt / "allocator-traces").iterdir():
+        writers = {(r.get("host"), r.get("role"), r.get("rank")) for r in lines(trace)
+                   if "phase" in r}
+        assert len(writers) == 1, (trace.name, writers)
+    for device in (attempt / "device-evidence").iterdir():  # (none replaced by another's)
+        assert f"-{load(device)['rank']}-trainer-" in device.name
+    sealed = main(["seal", str(root), "--pair", PAIR, "--period", "1", "--gpus", "2",
+                   "--attempt-dir", attempt.relative_to(root).as_posix(), "--commit", COMMIT])
+    if sealed == 0:
+        record = load(root / "pairs" / PAIR / "period-1.json")
+        ranks = {load(d)["rank"] for d in (attempt / "device-evidence").iterdir()}
+        assert {w["rank"] for w in record["workers"]} == ranks
