@@ -106,7 +106,12 @@ def _sacct(args: argparse.Namespace) -> int:
         raise InputError(refused.message)
     # (what its fields leave unknown, as the audit finds it: said below, and in --json)
     dump = replace(dump, findings=(*dump.findings, *field_findings(dump, str(args.file))))
-    summary = summary_json(dump)
+    if args.json:
+        summary = summary_json(dump)
+    else:  # (the table shows its first rows only: entries for those, totals over all)
+        from auditor.report.terminal import MAX_SACCT_ROWS
+
+        summary = summary_json(dump, MAX_SACCT_ROWS)
     from auditor._cli import _inert
     from auditor.rules import RULES
 

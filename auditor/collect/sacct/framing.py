@@ -103,6 +103,9 @@ class _Framer:
         self.held: tuple[int, str, list[str]] | None = None
         self.any_bytes = False
         self.any_rows = False
+        self.fitting: list[set[str]] = []
+        """Per column, values already seen to pass its shape check (up to
+        :data:`_FITTING_KEPT` each): states, exit codes and TRES repeat on most rows."""
 
     def _row(self, number: int, values: list[str], text: str) -> None:
         """Use one framed record (line ``number``, its ``values``, its ``text``)."""
@@ -127,6 +130,7 @@ class _Framer:
                 if meaningful >= SNIFF_LINES or chars >= SNIFF_CHARS:
                     break
         self.fmt = self._configure(window)
+        self.fitting = [set() for _ in self.fmt.fields]
         for phys in window:
             self._process(phys)
         for line in lines:
@@ -291,8 +295,17 @@ class _Framer:
     def _plausible(self, values: list[str], strict: bool) -> bool:
         fmt = self.fmt
         assert fmt is not None
-        checks = fmt.checks if strict else fmt.core
-        return all(check.fullmatch(values[position].strip()) for position, check in checks)
+        fitting = self.fitting
+        for position, check in fmt.checks if strict else fmt.core:
+            value = values[position]
+            seen = fitting[position]
+            if value in seen:
+                continue
+            if not check.fullmatch(value.strip()):
+                return False
+            if len(seen) < _FITTING_KEPT:  # (ids and times never repeat: a bound)
+                seen.add(value)
+        return True
 
     def _unfit_columns(self, values: list[str]) -> str:
         fmt = self.fmt
@@ -508,6 +521,9 @@ class _Prefixed:
 
 
 _QUOTES = ("'", '"')
+
+_FITTING_KEPT = 1024
+"""Values kept per column as known to pass its shape check."""
 
 
 def _unquote(text: str, delimiter: str) -> str:

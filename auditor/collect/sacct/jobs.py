@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import BinaryIO
 
 from auditor import rules
@@ -40,11 +40,12 @@ from auditor.model import SLURM_STATES, Citation, SacctDump, SacctJob, SacctStep
 
 @dataclass(slots=True)
 class _Alloc:
-    """A mutable allocation row while the dump is read."""
+    """A mutable allocation row while the dump is read (its lists made only when used: a
+    whole cluster's dump holds millions of allocations, most without an earlier record)."""
 
     job: SacctJob
-    steps: list[SacctStep] = field(default_factory=list)
-    earlier: list[_Alloc] = field(default_factory=list)
+    steps: list[SacctStep] | None = None
+    earlier: list[_Alloc] | None = None
     """Earlier records of the same job id (``sacct -D``), oldest first."""
 
 
@@ -139,6 +140,9 @@ class _Parser(_Framer):
         self.unnamed: dict[str, _Unnamed] = {}
         """Each state Slurm does not name, where first seen (one ``AUD124`` each)."""
         self.texts: dict[str | None, str | None] = {None: None}
+        self.columns: tuple[_Format | None, tuple[int, ...]] = (None, ())
+        """The format the rows are read with, and where each of :data:`_COLUMNS` is in it
+        (-1: not captured): looked up once, not per row and column."""
         self.exact = False
         """Exit codes are the processes' own (``sacct --json``), not printed less 128."""
         self.tres_seen = False
@@ -182,14 +186,17 @@ class _Parser(_Framer):
         fmt = self.fmt
         assert fmt is not None
         self.any_rows = True
+        if self.columns[0] is not fmt:
+            self.columns = (fmt, tuple(fmt.index.get(name, -1) for name in _COLUMNS))
+        (at_id, at_raw, at_state, at_exit, at_start, at_end, at_elapsedraw, at_elapsed,
+         at_tres, at_restarts, at_name, at_nodes, at_reason) = self.columns[1]
 
-        def get(name: str) -> str | None:
-            position = fmt.index.get(name)
-            return None if position is None else values[position]
+        def get(position: int) -> str | None:
+            return None if position < 0 else values[position]
 
         errors: list[str] = []
-        job_id_text = get("jobid")
-        raw_text = get("jobidraw")
+        job_id_text = get(at_id)
+        raw_text = get(at_raw)
         raw_match = None
         if raw_text is not None and raw_text.strip():
             raw_match = _RE_JOBIDRAW.fullmatch(raw_text.strip())
@@ -206,9 +213,9 @@ class _Parser(_Framer):
             return
 
         share = self.texts.setdefault
-        state, state_raw = _state(get("state"), errors)
+        state, state_raw = _state(get(at_state), errors)
         state, state_raw = share(state, state) or "", share(state_raw, state_raw) or ""
-        exit_code, signal = _exit(get("exitcode"), errors)
+        exit_code, signal = _exit(get(at_exit), errors)
 
         named = id_match if id_match is not None else raw_match
         step_name = named.group("step") if named is not None else None
@@ -226,16 +233,16 @@ class _Parser(_Framer):
             self._attach(_StepRow(step, job_key, raw_key, text))
             return
 
-        start = _time(get("start"), "Start", errors)
-        end = _time(get("end"), "End", errors)
-        elapsed = _elapsed(get("elapsedraw"), get("elapsed"), errors)
+        start = _time(get(at_start), "Start", errors)
+        end = _time(get(at_end), "End", errors)
+        elapsed = _elapsed(get(at_elapsedraw), get(at_elapsed), errors)
         if elapsed is None and start is not None and end is not None and end >= start:
             elapsed = end - start  # (no ElapsedRaw: what sacct computes it from)
-        tres = get("alloctres")
+        tres = get(at_tres)
         gpus = _gpus(tres, errors)
         self.tres_seen = self.tres_seen or bool(tres and tres.strip())
         self.gpus_seen = self.gpus_seen or bool(gpus)
-        restarts = _count(get("restarts"), "Restarts", errors)
+        restarts = _count(get(at_restarts), "Restarts", errors)
         self._report_values(number, text, errors)
 
         job_id_raw = raw_match.group(0) if raw_match is not None else None
@@ -260,7 +267,7 @@ class _Parser(_Framer):
             array_job_id=array_job_id,
             array_task_id=array_task_id,
             array_task_spec=spec,
-            job_name=share(get("jobname"), get("jobname")),
+            job_name=share(get(at_name), get(at_name)),
             state=state,
             state_raw=state_raw,
             exit_code=exit_code,
@@ -269,8 +276,8 @@ class _Parser(_Framer):
             end=end,
             elapsed_s=elapsed,
             gpus=gpus,
-            node_list=share(get("nodelist"), get("nodelist")),
-            reason=share(get("reason"), get("reason")),
+            node_list=share(get(at_nodes), get(at_nodes)),
+            reason=share(get(at_reason), get(at_reason)),
             line=number,
             restarts=restarts,
             exit_exact=self.exact,
@@ -291,8 +298,8 @@ class _Parser(_Framer):
         if earlier is not None:
             # sacct -D: the same job id again is its next run; the earlier record is an
             # attempt of the ledger (with the steps that followed it)
-            alloc.earlier = [*earlier.earlier, earlier]
-            earlier.earlier = []
+            alloc.earlier = [*(earlier.earlier or ()), earlier]
+            earlier.earlier = None
         self.jobs[key] = alloc
         if job.job_id_raw is not None:
             self.by_raw[job.job_id_raw] = key
@@ -325,10 +332,12 @@ class _Parser(_Framer):
 
     def _attach(self, step_row: _StepRow) -> None:
         alloc = self._parent(step_row)
-        if alloc is not None:
-            alloc.steps.append(step_row.step)
-        else:
+        if alloc is None:
             self.waiting.append(step_row)
+        elif alloc.steps is None:
+            alloc.steps = [step_row.step]
+        else:
+            alloc.steps.append(step_row.step)
 
     def _parent(self, step_row: _StepRow) -> _Alloc | None:
         if step_row.job_key is not None and step_row.job_key in self.jobs:
@@ -345,6 +354,8 @@ class _Parser(_Framer):
         for step_row in self.waiting:
             alloc = self._parent(step_row)
             if alloc is not None:
+                if alloc.steps is None:
+                    alloc.steps = []
                 alloc.steps.append(step_row.step)
                 continue
             step = step_row.step
@@ -362,11 +373,13 @@ class _Parser(_Framer):
             if alloc.job.array_job_id is not None and alloc.job.array_task_id is not None:
                 own_rows.setdefault(alloc.job.array_job_id, set()).add(alloc.job.array_task_id)
         jobs: list[SacctJob] = []
-        for alloc in self.jobs.values():
-            attempts = tuple(_finished(earlier, (), NO_ROWS) for earlier in alloc.earlier)
+        allocs, self.jobs, self.by_raw = self.jobs, {}, {}
+        for alloc in allocs.values():
+            attempts = tuple(_finished(earlier, (), NO_ROWS) for earlier in alloc.earlier or ())
             tasks = frozenset(own_rows.get(alloc.job.array_job_id or "", ())) \
                 if alloc.job.array_task_spec is not None else NO_ROWS
             jobs.append(_finished(alloc, attempts, tasks))
+        del allocs  # (each allocation's row is now its job: the index of them goes)
         self._history_missing(jobs)
         return tuple(jobs)
 
@@ -406,30 +419,34 @@ class _Parser(_Framer):
 def _finished(alloc: _Alloc, attempts: tuple[SacctJob, ...], own_rows: frozenset[int]
               ) -> SacctJob:
     """The record of ``alloc`` with its steps (in line order), its earlier records and, for
-    a pending range, the tasks of its array that have rows of their own."""
+    a pending range, the tasks of its array that have rows of their own.
+
+    The row's own :class:`SacctJob` is completed in place, not copied: it was made by this
+    parse and nothing else holds it yet, and a copy of each (a million allocations in a
+    cluster's dump) doubled the jobs' memory at the end of the read."""
     job = alloc.job
-    return SacctJob(
-        job_id=job.job_id,
-        job_id_raw=job.job_id_raw,
-        array_job_id=job.array_job_id,
-        array_task_id=job.array_task_id,
-        array_task_spec=job.array_task_spec,
-        job_name=job.job_name,
-        state=job.state,
-        state_raw=job.state_raw,
-        exit_code=job.exit_code,
-        signal=job.signal,
-        start=job.start,
-        end=job.end,
-        elapsed_s=job.elapsed_s,
-        gpus=job.gpus,
-        node_list=job.node_list,
-        reason=job.reason,
-        line=job.line,
-        steps=tuple(sorted(alloc.steps, key=lambda step: step.line)),
-        history=tuple(record.state for record in attempts),
-        attempts=attempts,
-        restarts=job.restarts,
-        own_rows=own_rows,
-        exit_exact=job.exit_exact,
-    )
+    steps = alloc.steps
+    if steps:
+        steps.sort(key=_step_line)  # (stable, as sorted() was: a step's line is its own)
+        _complete(job, "steps", tuple(steps))
+    if attempts:
+        _complete(job, "history", tuple(record.state for record in attempts))
+        _complete(job, "attempts", attempts)
+    if own_rows is not NO_ROWS:
+        _complete(job, "own_rows", own_rows)
+    return job
+
+
+def _step_line(step: SacctStep) -> int:
+    return step.line
+
+
+_complete = object.__setattr__
+"""Sets a field of a frozen record this parse made and no one else holds yet."""
+
+
+_COLUMNS: tuple[str, ...] = (
+    "jobid", "jobidraw", "state", "exitcode", "start", "end", "elapsedraw", "elapsed",
+    "alloctres", "restarts", "jobname", "nodelist", "reason",
+)
+"""The columns a row's record is made of, in the order :meth:`_Parser._row` unpacks them."""

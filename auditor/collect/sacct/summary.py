@@ -9,8 +9,11 @@ from auditor.collect.sacct.values import _RE_JOBID, _RE_UINT
 from auditor.model import Finding, SacctDump, SacctJob, SacctStep
 
 
-def summary_json(dump: SacctDump) -> dict[str, object]:
-    """The ``auditor sacct --json`` document: one entry per allocation, totals, findings.
+def summary_json(dump: SacctDump, entries: int | None = None) -> dict[str, object]:
+    """The ``auditor sacct --json`` document: one entry per allocation, totals, findings
+    (``entries``: only the first so many entries are made, the totals still count every
+    job: the table shows a few hundred of a cluster's million, and an entry per job cost
+    more than the dump itself).
 
     Entries are sorted by array job (a plain job is its own group), task id (a pending
     range by its first task) and job id, numerically where the ids are numbers. An entry's
@@ -29,7 +32,7 @@ def summary_json(dump: SacctDump) -> dict[str, object]:
     ``--format``, rows that could not be read, a dump captured without ``-D``).
     """
     jobs = sorted(dump.jobs, key=_sort_key)
-    entries = [_entry(job) for job in jobs]
+    made = [_entry(job) for job in (jobs if entries is None else jobs[:max(entries, 0)])]
     states = Counter(job.state for job in jobs)
     names = {name.lower() for name in dump.fields}
     known = (bool(names & {"elapsedraw", "elapsed"}) or {"start", "end"} <= names) \
@@ -42,9 +45,9 @@ def summary_json(dump: SacctDump) -> dict[str, object]:
     outside = [job for job in jobs if arrays and job.array_job_id is None] \
         if "jobid" in names else []
     return {
-        "jobs": entries,
+        "jobs": made,
         "totals": {
-            "jobs": len(entries),
+            "jobs": len(jobs),
             "gpu_seconds": gpu_seconds if known else None,
             "gpu_seconds_unknown": sum(1 for r in records if r.gpu_seconds is None)
             if known else len(records),
