@@ -57,7 +57,7 @@ from auditor.reason.exits import EXIT_KINDS
 from auditor.reason.facts import period_facts
 from auditor.reason.gate import admitted, apply_waivers, decide_gate, gate_reasons
 from auditor.reason.infrastructure import run_key
-from auditor.reason.verdict import Context, Judgement, judge_attempt
+from auditor.reason.verdict import Context, Judgement, judge_attempt, workers_recorded
 from auditor.rules import finding
 from auditor.store import Held, Kept
 from auditor.validate.checks import (
@@ -594,8 +594,9 @@ def _judge_period(
             [], produced,
         )
     judgements: list[tuple[AttemptEvidence, Judgement]] = []
+    recorded = workers_recorded(period)  # (once per period, not once per attempt)
     for attempt in period.attempts:
-        judgement = judge_attempt(period, attempt, context)
+        judgement = judge_attempt(period, attempt, context, recorded)
         judgements.append((attempt, judgement))
     counted_index = next(
         (i for i, (_, j) in enumerate(judgements) if j.outcome is Outcome.COMPLETED),

@@ -6,6 +6,7 @@ their citations to a :class:`Shown`."""
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, field
 
 from auditor.model import (
@@ -102,7 +103,7 @@ def idle_shows(period: PeriodEvidence, protocol: Protocol, shown: Shown) -> None
 
 
 def terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | None,
-                    shown: Shown, others: frozenset[tuple[str | None, int]] = frozenset()
+                    shown: Shown, others: Container[tuple[str | None, int]] = frozenset()
                     ) -> None:
     """Where the terminal event is (:attr:`Shown.terminal`), among the sources the protocol
     allows, and, when the driver's log lacks it, the sentence saying which other source

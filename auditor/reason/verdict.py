@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import typing
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, replace
 
 from auditor.model import (
@@ -118,9 +118,10 @@ class Judgement:
     """What ended the attempt, when it did not complete (:mod:`auditor.reason.causes`)."""
 
 
-def judge_attempt(period: PeriodEvidence, attempt: AttemptEvidence,
-                  context: Context) -> Judgement:
-    """The verdict of one attempt of ``period``."""
+def judge_attempt(period: PeriodEvidence, attempt: AttemptEvidence, context: Context,
+                  recorded: frozenset[tuple[str | None, int]] | None = None) -> Judgement:
+    """The verdict of one attempt of ``period`` (``recorded``: :func:`workers_recorded` of
+    the period, made once for all its attempts; made here when not given)."""
     trial = attempt.read.trial
     job_id = attempt.spec.job_id or (trial.job_id if trial else None)
     element = scheduler_element(period, job_id, context.collected)
@@ -143,7 +144,7 @@ def judge_attempt(period: PeriodEvidence, attempt: AttemptEvidence,
         element, is_last = run_record(
             element, attempt, period, run is not None and context.last_attempt_of_job.get(run)
             == f"{period.subject}#{attempt.spec.index}")
-    shown = evidence_shows(period, attempt, context.protocol, element, is_last)
+    shown = evidence_shows(period, attempt, context.protocol, element, is_last, recorded)
     shown.sacct_path = context.collected.sacct.path if context.collected.sacct else ""
     if period.attempts and attempt is not period.attempts[-1] \
             and shown.exit_class is not None and shown.exit_class.clean:
@@ -237,20 +238,43 @@ def _earlier_idle(period: PeriodEvidence, attempt: AttemptEvidence, optional: bo
     return found
 
 
-def _others_workers(period: PeriodEvidence, attempt: AttemptEvidence
-                    ) -> frozenset[tuple[str | None, int]]:
-    """The (host, pid) of every worker and process another attempt of the period records,
-    and this one does not: output named for one of them is that run's, never this one's."""
+def workers_recorded(period: PeriodEvidence) -> frozenset[tuple[str | None, int]]:
+    """The (host, pid) of every worker and process any attempt of the period records (made
+    once per period: each attempt's own set of the others' was A² work for A attempts)."""
     if len(period.attempts) < 2:  # (the usual period: no other attempt)
         return frozenset()
+    return frozenset(key for attempt in period.attempts for key in _workers_of(attempt))
 
-    def of(other: AttemptEvidence) -> set[tuple[str | None, int]]:
-        return {(w.host, w.pid) for w in other.spec.workers if w.pid is not None} | {
-            (p.host, p.pid) for p in other.read.processes if p.pid is not None}
 
-    own = of(attempt)
-    return frozenset(key for other in period.attempts if other is not attempt
-                     for key in of(other) - own)
+def _workers_of(attempt: AttemptEvidence) -> set[tuple[str | None, int]]:
+    return {(w.host, w.pid) for w in attempt.spec.workers if w.pid is not None} | {
+        (p.host, p.pid) for p in attempt.read.processes if p.pid is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class _OthersWorkers:
+    """The (host, pid) another attempt of a period records and this one does not, asked one
+    at a time (a set of them made per attempt was A² work for A attempts)."""
+
+    recorded: frozenset[tuple[str | None, int]]
+    """What any attempt of the period records (:func:`workers_recorded`)."""
+    own: set[tuple[str | None, int]]
+
+    def __contains__(self, key: object) -> bool:
+        # (what any attempt records and this one does not is what another one records)
+        return key in self.recorded and key not in self.own
+
+
+def _others_workers(period: PeriodEvidence, attempt: AttemptEvidence,
+                    recorded: frozenset[tuple[str | None, int]] | None = None
+                    ) -> Container[tuple[str | None, int]]:
+    """The (host, pid) of every worker and process another attempt of the period records,
+    and this one does not: output named for one of them is that run's, never this one's.
+    ``recorded``: :func:`workers_recorded` of the period, when its caller made it."""
+    if len(period.attempts) < 2:  # (the usual period: no other attempt)
+        return frozenset()
+    return _OthersWorkers(workers_recorded(period) if recorded is None else recorded,
+                          _workers_of(attempt))
 
 
 def _blocking(item: Finding, stage: str) -> bool:
@@ -303,8 +327,10 @@ def _exit_class(trial: TrialRecord, attempt: AttemptEvidence, protocol: Protocol
 
 
 def evidence_shows(period: PeriodEvidence, attempt: AttemptEvidence, protocol: Protocol,
-                   element: SacctJob | None, is_last: bool) -> Shown:
-    """What the attempt's evidence shows, in sentences with their citations."""
+                   element: SacctJob | None, is_last: bool,
+                   recorded: frozenset[tuple[str | None, int]] | None = None) -> Shown:
+    """What the attempt's evidence shows, in sentences with their citations
+    (``recorded``: as :func:`judge_attempt` takes it)."""
     trial = attempt.read.trial
     log = attempt.read.log
     steps = trial.dispatched_int(protocol.steps_from) if trial else None
@@ -334,7 +360,7 @@ def evidence_shows(period: PeriodEvidence, attempt: AttemptEvidence, protocol: P
         shown.citations.extend(Citation(log.path, line=event.line, quote=event.text)
                                for kind in EVENT_KINDS_CITED
                                if (event := shown.events.get(kind)) is not None)
-    terminal_shows(attempt, protocol, steps, shown, _others_workers(period, attempt))
+    terminal_shows(attempt, protocol, steps, shown, _others_workers(period, attempt, recorded))
     params_shows(attempt, steps, shown)
     for _, record in shown.eligible:
         message = f": {record.error_message}" if record.error_message else ""

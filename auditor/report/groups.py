@@ -164,10 +164,14 @@ def named_arrays(result: AuditResult) -> frozenset[str]:
     return _indexed(result).arrays
 
 
-def outcome_of(result: AuditResult, subject: str, index: int) -> AttemptOutcome | None:
-    """How attempt ``index`` of ``subject`` was judged."""
-    return next((o for o in _outcomes(result, _indexed(result), subject) if o.index == index),
-                None)
+def outcomes_by_index(result: AuditResult, subject: str) -> dict[int, AttemptOutcome]:
+    """How each attempt of ``subject`` was judged, by its index (of two of one index, the
+    first): read once for all of a period's attempts (a look-up per attempt read them all
+    each time, A² for A attempts)."""
+    by_index: dict[int, AttemptOutcome] = {}
+    for outcome in _outcomes(result, _indexed(result), subject):
+        by_index.setdefault(outcome.index, outcome)
+    return by_index
 
 
 def _outcomes(result: AuditResult, indexed: _Index, subject: str) -> list[AttemptOutcome]:

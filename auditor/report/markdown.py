@@ -49,7 +49,7 @@ from auditor.report.groups import (
     cause_word,
     counted_attempt,
     diagnosis_groups,
-    outcome_of,
+    outcomes_by_index,
 )
 from auditor.report.mdformat import (
     NS_PER_DAY,
@@ -448,11 +448,12 @@ def _period_rows(result: AuditResult, reasoning: Reasoning, full: bool = True
         each: list[tuple[int, str, str, str] | int] | None = None
         if len(attempts) > 1:
             each = []
+            judged = outcomes_by_index(result, verdict.subject)  # (once: not per attempt)
             for attempt in sorted(attempts, key=lambda a: a.spec.index):
                 if attempt is chosen:
                     each.append(attempt.spec.index)
                     continue
-                other = outcome_of(result, verdict.subject, attempt.spec.index)
+                other = judged.get(attempt.spec.index)
                 outcome = "not judged" if other is None else other.outcome + (
                     "" if other.reason in ("completed", "eligible_failure")
                     else f" (`{other.reason}`)") + (", wasted" if other.wasted else "")

@@ -12,9 +12,9 @@ findings; none stops at the first problem.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from itertools import chain
 
 from auditor.model import (
@@ -492,23 +492,66 @@ def _scheduled_start(collected: Collected, period: PeriodEvidence, attempt: Atte
                                                   quote=str(record.start))
 
 
+def _job_of(attempt: AttemptEvidence) -> str | None:
+    trial = attempt.read.trial
+    return attempt.spec.job_id or (trial.job_id if trial else None)
+
+
+@dataclass(frozen=True, slots=True)
+class _JobRuns:
+    """What a period's attempts of one job say of its runs (:func:`restart_of`)."""
+
+    named: int
+    """How many attempts name a run."""
+    latest: int | None
+    """The latest run named (None: none named)."""
+    copies: Counter[int]
+    """Of each attempt naming a run (by ``id``), how many times the period lists it."""
+
+
+_RUNS: tuple[PeriodEvidence, dict[str | None, _JobRuns]] | None = None
+"""The last period's :func:`_job_runs` (one reference, swapped whole: its attempts are
+asked of one after another, by several checks each)."""
+
+
+def _job_runs(period: PeriodEvidence) -> dict[str | None, _JobRuns]:
+    """Each job's runs among the period's attempts, made once for the period."""
+    global _RUNS
+    cached = _RUNS
+    if cached is not None and cached[0] is period:
+        return cached[1]
+    named: dict[str | None, list[tuple[AttemptEvidence, int]]] = defaultdict(list)
+    jobs: set[str | None] = set()
+    for attempt in period.attempts:
+        jobs.add(job := _job_of(attempt))
+        if (run := restart_of(attempt)) is not None:
+            named[job].append((attempt, run))
+    runs = {job: _JobRuns(len(named[job]), max((n for _, n in named[job]), default=None),
+                          Counter(id(a) for a, _ in named[job])) for job in jobs}
+    _RUNS = (period, runs)
+    return runs
+
+
 def own_record(element: SacctJob, attempt: AttemptEvidence, period: PeriodEvidence | None
                 ) -> tuple[SacctJob | None, dict[str, object]]:
     """The record of the attempt's own run (the element itself when its run is unknown or
     the latest), or None and what the dump lacks (``job_id``, ``restart``, ``latest``)."""
-    trial = attempt.read.trial
-    job = attempt.spec.job_id or (trial.job_id if trial else None)
-    siblings = [restart_of(other) for other in (period.attempts if period else ())
-                if other is not attempt and (other.spec.job_id or (
-                    other.read.trial.job_id if other.read.trial else None)) == job]
+    job = _job_of(attempt)
     restart = restart_of(attempt)
+    # (the other attempts of its job that name a run: the attempt's own runs taken from its
+    # job's, made once per period, as a scan of the period per attempt was A² for A attempts)
+    runs = _job_runs(period).get(job) if period is not None else None
+    others = 0 if runs is None else runs.named - (runs.copies[id(attempt)] if restart is not None
+                                                  else 0)
     match = ATTEMPT_NAME_RE.search(attempt.spec.attempt_dir or "")
-    if restart is None and match is not None and any(n is not None for n in siblings):
+    if restart is None and match is not None and others > 0:
         restart = 0  # (``attempt-<job>`` beside an ``attempt-<job>-r<n>``: the first run)
     if restart is None:
         return element, {}
-    latest = max([restart, *(n for n in siblings if n is not None), len(element.attempts),
-                  element.restarts or 0])
+    # (the job's latest run named counts this attempt's own too, which is ``restart``
+    # itself: the same maximum as the other attempts' latest)
+    latest = max([restart, *((runs.latest,) if runs is not None and others > 0 else ()),
+                  len(element.attempts), element.restarts or 0])
     record = element.record_for_restart(restart, latest)
     if record is not None:
         return record, {}

@@ -107,8 +107,9 @@ def _host_idle_checks(record: PeriodRecord, subject: str, idle: IdleCheck,
         elif item.passed is not True:
             failed = True
             yield finding("AUD118", subject, [cite], form="host_failed", host=host)
+    named = frozenset(hosts)  # (a scan of the tuple per node was H²/2: 1.7 s at 16,384)
     for host, item in sorted(by_host.items()):
-        if host not in hosts and hosts and item.passed is False:  # (a node of no worker)
+        if host not in named and hosts and item.passed is False:  # (a node of no worker)
             failed = True
             yield finding("AUD118", subject,
                           [Citation(record.path, pointer=f"{pointer}/{host}")],
