@@ -41,6 +41,18 @@ class Names:
     pids: tuple[int, ...]
     record: str
     ranks: int
+    hosts: tuple[str, ...] = ()
+    """The workers' hosts, longest first (contract v1.2 names files by host and pid)."""
+
+    @functools.cached_property
+    def host_pattern(self) -> re.Pattern[str] | None:
+        """A worker's host as a whole part of a file's name (never inside a longer name or
+        word: ``gpu`` is not ``gpu2``'s, nor ``actor``, ``actor_rollout``'s); None without
+        hosts."""
+        if not self.hosts:
+            return None
+        return re.compile(r"(?<![A-Za-z0-9_])(?:" + "|".join(map(re.escape, self.hosts))
+                          + r")(?![A-Za-z0-9_])")
 
     @functools.cached_property
     def placeholders(self) -> dict[str, str]:
@@ -60,6 +72,7 @@ def names_of(result: AuditResult, verdict: Verdict) -> Names:
         pids=view.pids,
         record=view.record,
         ranks=view.ranks,
+        hosts=view.hosts,
     )
 
 
@@ -71,6 +84,8 @@ def _abstract(path: str, names: Names) -> str:
         path = path[len(names.attempt_dir.rstrip("/")) + 1:]
     elif not path.startswith("/"):  # (an input given outside the root keeps its path)
         path = "BASE/" + path
+    if names.host_pattern is not None:  # (a node's files are every node's: one pattern)
+        path = names.host_pattern.sub("<host>", path)
     placeholders = names.placeholders
     parts = _NUMBER.split(path)  # (text, number, text, ...: each whole number alone)
     parts[1::2] = [placeholders.get(n, n) for n in parts[1::2]]

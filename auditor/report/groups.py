@@ -74,6 +74,9 @@ class CountedView:
     """Its workers' pids, as the record lists them."""
     ranks: int
     """How many workers the record lists for it."""
+    hosts: tuple[str, ...]
+    """Its workers' hosts as the record names them (contract v1.2; empty for v1), longest
+    first."""
     tried: bool
     """Whether it has a trial record."""
     dispatch: tuple[tuple[str, str], ...]
@@ -92,7 +95,7 @@ def _view(result: AuditResult, period: PeriodSummary | None, attempt: AttemptSum
           shared: dict[Any, Any]) -> CountedView:
     """``attempt``'s view (of ``period``), its repeated values made one (``shared``)."""
     if attempt is None:
-        return CountedView(period.record.path if period is not None else "", "", (), 0,
+        return CountedView(period.record.path if period is not None else "", "", (), 0, (),
                            False, (), None, (), ())
     protocol = result.collected.protocol
     trial = attempt.trial
@@ -105,6 +108,8 @@ def _view(result: AuditResult, period: PeriodSummary | None, attempt: AttemptSum
         record=period.record.path if period is not None else "",
         attempt_dir=attempt.spec.attempt_dir or "",
         pids=tuple(w.pid for w in workers if w.pid is not None), ranks=len(workers),
+        hosts=shared.setdefault(hosts := tuple(sorted(
+            {w.host for w in workers if w.host}, key=lambda h: (-len(h), h))), hosts),
         tried=trial is not None,
         dispatch=trial.dispatch if trial is not None else (),
         steps=steps, clean=shared.setdefault(clean, clean),
