@@ -136,20 +136,34 @@ _MORE_CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|Connection to \S{1,200} timed out\. \(connect timeout"
         r"|Run initialization has timed out")),
 )
-_MORE_ANY = ahocorasick_rs.AhoCorasick([
-    "EngineDead", "EngineCore", "Engine core", "Background loop", "output_handler", "sigquit",
-    "Scheduler hit", "CUDA error", "NVRM: Xid", "cudaError", "fallen off", "GPU is lost",
-    "NaN", "in local grad norm", "Unexpected result", "oss is", "oss was", "oss became",
-    "oss scale",
-    "space left", "quota", "Errno", "StreamWriter", "unexpected pos", "Rendezvous",
-    "DistStore", "joined", "client socket", "TCP client", "GCS", "RaySystemError",
-    "429", "Too Many", "couldn't connect", "Max retries", "new connection",
-    "name resolution", "NameResolution", "CommError", "initialization has timed out",
-    "died unexpectedly", "Input/output error", "Read timed out", "ConnectTimeout",
-    "connect timeout"],
+_MORE_WORDS: dict[str, tuple[str, ...]] = {
+    "engine_dead": ("EngineDead", "EngineCore", "Engine core", "Background loop",
+                    "output_handler", "sigquit", "Scheduler hit", "died unexpectedly"),
+    "gpu_error": ("CUDA error", "NVRM: Xid", "cudaError", "fallen off", "GPU is lost"),
+    "nan_loss": ("NaN", "in local grad norm", "Unexpected result", "oss is", "oss was",
+                 "oss became", "oss scale"),
+    "storage": ("space left", "quota", "Errno", "StreamWriter", "unexpected pos",
+                "Input/output error"),
+    "rendezvous": ("Rendezvous", "DistStore", "joined", "client socket", "TCP client"),
+    "ray_system": ("GCS", "RaySystemError"),
+    "network": ("429", "Too Many", "couldn't connect", "Max retries", "new connection",
+                "name resolution", "NameResolution", "CommError",
+                "initialization has timed out", "Read timed out", "ConnectTimeout",
+                "connect timeout"),
+}
+"""Per kind of :data:`_MORE_CAUSES`, a literal of each alternative of its pattern: a line
+holding none of a kind's is not searched by its pattern (a test checks each alternative
+holds one)."""
+_MORE_ANY = ahocorasick_rs.AhoCorasick(
+    [word for words in _MORE_WORDS.values() for word in words],
     matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
-"""A literal of each of their alternatives: a line holding none is not searched by them (one
+"""Every :data:`_MORE_WORDS` literal: a line holding none is not searched by the patterns (one
 automaton pass: 39 substring tests a line were most of a small log's scan)."""
+_MORE_EVERY = ahocorasick_rs.AhoCorasick([word for words in _MORE_WORDS.values()
+                                          for word in words])
+"""The same words, every occurrence found (overlapping), on a line :data:`_MORE_ANY` hit."""
+_MORE_KINDS: tuple[str, ...] = tuple(kind for kind, words in _MORE_WORDS.items() for _ in words)
+"""The kind of each of :data:`_MORE_EVERY`'s words, by index."""
 _RAY_NODE_DEAD = re.compile(r"has been marked dead because the (?:detector|monitor) has missed "
                             r"too many heartbeats|been marked as dead by the GCS")
 """Ray's GCS marking a node dead, or the node's raylet told so as it exits ("Exiting because

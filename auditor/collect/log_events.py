@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+import ahocorasick_rs
 
 from auditor._text import clip
 from auditor.collect.failure_texts import (
@@ -26,6 +29,9 @@ from auditor.collect.failure_texts import (
     _KV_CACHE_TROUBLE,
     _MORE_ANY,
     _MORE_CAUSES,
+    _MORE_EVERY,
+    _MORE_KINDS,
+    _MORE_WORDS,
     _NCCL_ERROR,
     _NCCL_TIMEOUT,
     _NO_RAYLET_KILL,
@@ -45,7 +51,7 @@ from auditor.collect.failure_texts import (
 )
 from auditor.collect.terminal import MLLOG, Matcher
 from auditor.model import Finding, LogEvent, TrainingLogScan
-from auditor.model.lines import mentions_exit, role_exit
+from auditor.model.lines import ROLE_EXIT_WORDS, mentions_exit, role_exit
 
 if TYPE_CHECKING:
     import regex
@@ -168,8 +174,11 @@ class _Scanner:
         self.head_cap = max_events - self.tail_cap
         self.head: list[LogEvent] = []
         """The first events, up to ``head_cap``."""
-        self.tail: deque[LogEvent] = deque(maxlen=self.tail_cap or 1)
-        """The last events after the head (only used when ``tail_cap`` > 0)."""
+        self.tail: deque[LogEvent | tuple[str, int, str, str]] = deque(
+            maxlen=self.tail_cap or 1)
+        """The last events after the head (only used when ``tail_cap`` > 0): (kind, line,
+        start of the segment, detail) made events at the end, as most are pushed out (a log
+        dense with one failure adds one a line)."""
         self.first_of_kind: dict[str, LogEvent] = {}
         self.events_seen = 0
         self.step_lines: deque[tuple[int, str, int]] = deque(maxlen=STEP_LINES_KEPT)
@@ -189,6 +198,11 @@ class _Scanner:
         root causes", hard-wrapped or one item a line): what follows it closely is its list."""
         self.agent_failure: tuple[int, str, int, int] | None = None
         """torchrun's agent line ``failed (exitcode: X) local_rank: L``: (line, text, L, X)."""
+        self.memo: dict[str, tuple[tuple[str, str], ...]] = {}
+        """:func:`_failure_events` of the texts seen (no root-cause table open), up to
+        :data:`MEMO_TEXTS`: a log dense with one warning (a NCCL or ``UserWarning`` line every
+        step, a retry loop's error) repeats its text once the prefixes (time, pid, rank) are
+        stripped, and the dozens of tests a line takes are then one look-up."""
         self.pattern_gave_up: int | None = None
         """The line on which the protocol's pattern ran past :data:`PATTERN_TIMEOUT`."""
 
@@ -345,110 +359,29 @@ class _Scanner:
         return False
 
     def _failures(self, number: int, segment: str, content: str) -> None:
-        if "emory" in content or "oom" in content or "ALLOC_FAILED" in content:
-            host = _first(content, _HOST_OOM)
-            if host == _HOST_OOM[0] and _NO_RAYLET_KILL.search(content):
-                host = None  # (a raylet's summary that counts no memory kill)
-            if host:
-                self._add("host_oom", number, segment, host)
+        """Add the events ``content`` shows (:func:`_failure_events`): none where it holds none
+        of :data:`FAILURE_GATE_WORDS`; remembered for a short text already seen, unless
+        torchrun's root-cause table is being read (its lines depend on it)."""
+        if self.root_cause is not None:
+            found = _failure_events(content, True)
+        elif not _FAILURE_GATE.find_matches_as_indexes(content):
+            return  # (none of its tests can hold: one automaton pass, not dozens of tests)
+        elif len(content) > MEMO_TEXT:
+            found = _failure_events(content)
+        else:
+            memo = self.memo
+            remembered = memo.get(content)
+            if remembered is None:
+                remembered = _failure_events(content)
+                if len(memo) >= MEMO_TEXTS:
+                    memo.clear()  # (bounded; a dense log's texts come back at once)
+                memo[content] = remembered
+            found = remembered
+        for kind, detail in found:
+            if kind == _CHILD:
+                self._child_failed(number, segment, content)
             else:
-                gpu = _first(content, _GPU_OOM)
-                if gpu:
-                    self._add("gpu_oom", number, segment, gpu)
-        if ("cache" in content or "Cache" in content) and (
-            _KV_CACHE in content
-            or (_first(content, _KV_CACHE_NAMES) and _first(content, _KV_CACHE_TROUBLE))
-        ):
-            exception = _EXCEPTION_STANDALONE.match(content)
-            detail = exception.group(1) if exception else ""
-            self._add("kv_cache_init_failure", number, segment, detail)
-        if "NCCL" in content or "atchdog" in content or "eartbeat" in content \
-                or "nccl" in content:
-            nccl = _first(content, _NCCL_TIMEOUT)
-            if nccl:
-                self._add("nccl_timeout", number, segment, nccl)
-            elif "Timeout" in content and _nccl_timeout_word(content):
-                self._add("nccl_timeout", number, segment, "ProcessGroupNCCL Timeout")
-            else:
-                error = _first(content, _NCCL_ERROR)
-                if error and not _first(content, _NOT_NCCL_FAULT):
-                    self._add("nccl_error", number, segment, error)
-        if "CANCELLED" in content:
-            slurm = _SLURM_CANCEL.search(content)
-            if slurm:
-                rest = slurm["rest"].upper()
-                kind = "slurm_time_limit" if "DUE TO TIME LIMIT" in rest \
-                    else "slurm_preempted" if "DUE TO PREEMPTION" in rest \
-                    or "DUE TO JOB REQUEUE" in rest \
-                    else "node_failure" if "DUE TO NODE FAILURE" in rest \
-                    else "slurm_task_failure" if "DUE TO TASK FAILURE" in rest \
-                    else "slurm_step_cancelled" if slurm["what"] == "STEP" \
-                    else "slurm_cancelled"
-                self._add(kind, number, segment, slurm["id"])
-        if mentions_exit(content):
-            said = role_exit(content)
-            if said is not None:
-                self._add("role_exit", number, segment, f"{said[0]} {said[1]}")
-        self._ends(number, segment, content)
-        if "hut" in content or "HUT" in content or "olicy" in content or "OLICY" in content:
-            lowered = content.lower()
-            if "shut" in lowered and _SHUTDOWN.search(lowered):
-                self._add("coordinated_shutdown", number, segment)
-
-    def _ends(self, number: int, segment: str, text: str) -> None:
-        """What ended a run, beyond memory, NCCL and Slurm's own lines: a segmentation
-        fault, a signal, a dead actor, a failed child (torchrun's root cause), a node
-        failure, an exception a Ray task raised (``text``: the line before any hedge)."""
-        if self.root_cause is not None or "failed (exitcode" in text:
-            # torchrun's summary of a failed child (its agent line, its root-cause table):
-            # what it says of a signal is the child's exit, read as child_failed
-            self._child_failed(number, segment, text)
-            return
-        if "egmentation" in text or "SIGSEGV" in text or "-11" in text:  # (exitcode: -11)
-            if _SEGFAULT.search(text):
-                self._add("segfault", number, segment, "segmentation fault (SIGSEGV)")
-                return
-        if "ignal" in text or "Killed" in text or "Aborted" in text or "Bus error" in text \
-                or "return code" in text:
-            # (death signal, <Signals.SIGKILL: 9>, got signal; a shell's Killed/Aborted)
-            found = _DEATH_SIGNAL.search(text)
-            if found:
-                number_or_name = found["name"] or found["member"] or _signal_name(
-                    found["number"] or found["got"] or found["code"])
-                # (torchrun's agent *received* it and passes it on to its workers; who sent
-                # it, the log does not say: contract v1.2, signals named as received)
-                received = (", received by torchrun's elastic agent (sender not in the log)"
-                            if "death signal" in text or "SignalException" in text else "")
-                # (the agent's signal handler raises SignalException in the agent itself)
-                self._add("signal", number, segment, f"{number_or_name}{received}")
-            elif (shell := _SHELL_KILL.search(text.strip())) is not None:
-                name = {"Killed": "SIGKILL", "Aborted": "SIGABRT",
-                        "Bus error": "SIGBUS"}[shell.group(1)]
-                self._add("signal", number, segment, f"{name} (the shell's report)")
-        if ("ctor" in text or "actor" in text or "worker died" in text) \
-                and _ACTOR_DIED.search(text):
-            self._add("actor_died", number, segment, "a Ray actor died")
-        elif "RayTaskError(" in text and _EXCEPTION_STANDALONE.match(text) is None:
-            # (a line that is the exception itself is one already)
-            task = _RAY_TASK_ERROR.search(text)
-            if task and task.group(1) not in ("ActorDiedError", "RayActorError"):
-                self._add("exception", number, segment, f"RayTaskError({task.group(1)})")
-        if _CHILD_FAILED in text or _ROOT_CAUSE in text:
-            self._child_failed(number, segment, text)
-        if ("ode failure" in text or "NODE FAILURE" in text) and "CANCELLED" not in text:
-            node = _NODE_FAILURE.search(text)
-            if node:
-                self._add("node_failure", number, segment,
-                          f"node failure on {node.group(1)}" if node.group(1) else "")
-        if "marked" in text and _RAY_NODE_DEAD.search(text):
-            self._add("node_failure", number, segment, "Ray marked a node dead (missed "
-                      "heartbeats)")
-        if _MORE_ANY.find_matches_as_indexes(text):
-            for kind, pattern in _MORE_CAUSES:
-                found = pattern.search(text)
-                if found and not (kind == "network" and _RETRYING.search(text)):
-                    self._add(kind, number, segment, found.group(0))
-                    break
+                self._add(kind, number, segment, detail)
 
     def _child_failed(self, number: int, segment: str, text: str) -> None:
         """torchrun's summary of a failed child: its root-cause rank and exit code come from
@@ -551,7 +484,7 @@ class _Scanner:
         if len(self.head) < self.head_cap:
             self.head.append(event or LogEvent(kind, number, _text(segment), detail))
         elif self.tail_cap:
-            self.tail.append(event or LogEvent(kind, number, _text(segment), detail))
+            self.tail.append(event or (kind, number, segment[: TEXT_LIMIT + 1], detail))
 
     def _kept_events(self) -> list[LogEvent]:
         """Head and tail, plus the first event of any kind neither holds, within the cap.
@@ -561,7 +494,10 @@ class _Scanner:
         of the latest head event (else the oldest tail event) of a kind that is kept
         more than once.
         """
-        head, tail = list(self.head), list(self.tail)
+        head = list(self.head)
+        tail = [event if isinstance(event, LogEvent)
+                else LogEvent(event[0], event[1], _text(event[2]), event[3])
+                for event in self.tail]
         extra: list[LogEvent] = []
         counts: dict[str, int] = {}
         for event in (*head, *tail):
@@ -591,6 +527,155 @@ class _Scanner:
         stale = [key for key, last in self.open_tracebacks.items() if last < horizon]
         for key in stale:
             del self.open_tracebacks[key]
+
+
+_CHILD = "child_failed?"
+"""What :func:`_failure_events` gives where torchrun's summary of a failed child is to be read
+(by :meth:`_Scanner._child_failed`, which keeps its table's state)."""
+
+MEMO_TEXT = 512
+"""Longest text whose events are remembered (``_Scanner.memo``): repeated warnings
+are short; a long line is rarely seen twice, and the memory stays bounded."""
+
+MEMO_TEXTS = 2048
+"""Most texts remembered at once (all forgotten when full): a few MB at most."""
+
+
+FAILURE_GATE_WORDS = (
+    "emory", "oom", "ALLOC_FAILED", "cache", "Cache", "NCCL", "atchdog", "eartbeat", "nccl",
+    "CANCELLED", *ROLE_EXIT_WORDS, "hut", "HUT", "olicy", "OLICY",
+    # (_ends)
+    "failed (exitcode", "egmentation", "SIGSEGV", "-11", "ignal", "Killed", "Aborted",
+    "Bus error", "return code", "ctor", "worker died", "RayTaskError(", _CHILD_FAILED,
+    _ROOT_CAUSE, "ode failure", "NODE FAILURE", "marked",
+    *(word for words in _MORE_WORDS.values() for word in words),
+)  # fmt: skip
+"""The words each test of :func:`_failure_events` starts with (``"emory" in content or ...``),
+with no root-cause table open: a text holding none shows no event, and one automaton pass
+says so (a test checks every such word is here)."""
+_FAILURE_GATE = ahocorasick_rs.AhoCorasick(
+    list(FAILURE_GATE_WORDS), matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
+
+
+def _failure_events(content: str, root_cause_open: bool = False) -> tuple[tuple[str, str], ...]:
+    """The events ``content`` (a line's text, before any hedge) shows, as (kind, detail) in
+    the order they are added; :data:`_CHILD` where torchrun's summary of a failed child is
+    read (stateful: the scanner reads it). A pure function of its arguments, so its result
+    for a text already seen is remembered (``_Scanner.memo``)."""
+    out: list[tuple[str, str]] = []
+    add = out.append
+    if "emory" in content or "oom" in content or "ALLOC_FAILED" in content:
+        host = _first(content, _HOST_OOM)
+        if host == _HOST_OOM[0] and _NO_RAYLET_KILL.search(content):
+            host = None  # (a raylet's summary that counts no memory kill)
+        if host:
+            add(("host_oom", host))
+        else:
+            gpu = _first(content, _GPU_OOM)
+            if gpu:
+                add(("gpu_oom", gpu))
+    if ("cache" in content or "Cache" in content) and (
+        _KV_CACHE in content
+        or (_first(content, _KV_CACHE_NAMES) and _first(content, _KV_CACHE_TROUBLE))
+    ):
+        exception = _EXCEPTION_STANDALONE.match(content)
+        detail = exception.group(1) if exception else ""
+        add(("kv_cache_init_failure", detail))
+    if "NCCL" in content or "atchdog" in content or "eartbeat" in content \
+            or "nccl" in content:
+        nccl = _first(content, _NCCL_TIMEOUT)
+        if nccl:
+            add(("nccl_timeout", nccl))
+        elif "Timeout" in content and _nccl_timeout_word(content):
+            add(("nccl_timeout", "ProcessGroupNCCL Timeout"))
+        else:
+            error = _first(content, _NCCL_ERROR)
+            if error and not _first(content, _NOT_NCCL_FAULT):
+                add(("nccl_error", error))
+    if "CANCELLED" in content:
+        slurm = _SLURM_CANCEL.search(content)
+        if slurm:
+            rest = slurm["rest"].upper()
+            kind = "slurm_time_limit" if "DUE TO TIME LIMIT" in rest \
+                else "slurm_preempted" if "DUE TO PREEMPTION" in rest \
+                or "DUE TO JOB REQUEUE" in rest \
+                else "node_failure" if "DUE TO NODE FAILURE" in rest \
+                else "slurm_task_failure" if "DUE TO TASK FAILURE" in rest \
+                else "slurm_step_cancelled" if slurm["what"] == "STEP" \
+                else "slurm_cancelled"
+            add((kind, slurm["id"]))
+    if mentions_exit(content):
+        said = role_exit(content)
+        if said is not None:
+            add(("role_exit", f"{said[0]} {said[1]}"))
+    _ends(content, root_cause_open, add)
+    if "hut" in content or "HUT" in content or "olicy" in content or "OLICY" in content:
+        lowered = content.lower()
+        if "shut" in lowered and _SHUTDOWN.search(lowered):
+            add(("coordinated_shutdown", ""))
+    return tuple(out)
+
+
+def _ends(text: str, root_cause_open: bool,
+         add: Callable[[tuple[str, str]], None]) -> None:
+    """What ended a run, beyond memory, NCCL and Slurm's own lines: a segmentation
+    fault, a signal, a dead actor, a failed child (torchrun's root cause), a node
+    failure, an exception a Ray task raised (``text``: the line before any hedge)."""
+    if root_cause_open or "failed (exitcode" in text:
+        # torchrun's summary of a failed child (its agent line, its root-cause table):
+        # what it says of a signal is the child's exit, read as child_failed
+        add((_CHILD, ""))
+        return
+    if "egmentation" in text or "SIGSEGV" in text or "-11" in text:  # (exitcode: -11)
+        if _SEGFAULT.search(text):
+            add(("segfault", "segmentation fault (SIGSEGV)"))
+            return
+    if "ignal" in text or "Killed" in text or "Aborted" in text or "Bus error" in text \
+            or "return code" in text:
+        # (death signal, <Signals.SIGKILL: 9>, got signal; a shell's Killed/Aborted)
+        found = _DEATH_SIGNAL.search(text)
+        if found:
+            number_or_name = found["name"] or found["member"] or _signal_name(
+                found["number"] or found["got"] or found["code"])
+            # (torchrun's agent *received* it and passes it on to its workers; who sent
+            # it, the log does not say: contract v1.2, signals named as received)
+            received = (", received by torchrun's elastic agent (sender not in the log)"
+                        if "death signal" in text or "SignalException" in text else "")
+            # (the agent's signal handler raises SignalException in the agent itself)
+            add(("signal", f"{number_or_name}{received}"))
+        elif (shell := _SHELL_KILL.search(text.strip())) is not None:
+            name = {"Killed": "SIGKILL", "Aborted": "SIGABRT",
+                    "Bus error": "SIGBUS"}[shell.group(1)]
+            add(("signal", f"{name} (the shell's report)"))
+    if ("ctor" in text or "actor" in text or "worker died" in text) \
+            and _ACTOR_DIED.search(text):
+        add(("actor_died", "a Ray actor died"))
+    elif "RayTaskError(" in text and _EXCEPTION_STANDALONE.match(text) is None:
+        # (a line that is the exception itself is one already)
+        task = _RAY_TASK_ERROR.search(text)
+        if task and task.group(1) not in ("ActorDiedError", "RayActorError"):
+            add(("exception", f"RayTaskError({task.group(1)})"))
+    if _CHILD_FAILED in text or _ROOT_CAUSE in text:
+        add((_CHILD, ""))
+    if ("ode failure" in text or "NODE FAILURE" in text) and "CANCELLED" not in text:
+        node = _NODE_FAILURE.search(text)
+        if node:
+            add(("node_failure",
+                 f"node failure on {node.group(1)}" if node.group(1) else ""))
+    if "marked" in text and _RAY_NODE_DEAD.search(text):
+        add(("node_failure", "Ray marked a node dead (missed heartbeats)"))
+    if _MORE_ANY.find_matches_as_indexes(text):
+        # (only the patterns of a kind one of whose words the line holds: most lines hold
+        # one kind's, and a pattern of a dozen alternatives searches slowly)
+        held = {_MORE_KINDS[index] for index, _, _ in
+                _MORE_EVERY.find_matches_as_indexes(text, overlapping=True)}
+        for kind, pattern in _MORE_CAUSES:
+            if kind not in held:
+                continue
+            found = pattern.search(text)
+            if found and not (kind == "network" and _RETRYING.search(text)):
+                add((kind, found.group(0)))
+                break
 
 
 def _compile_pattern(pattern: str) -> regex.Pattern[str]:

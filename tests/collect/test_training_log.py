@@ -939,3 +939,185 @@ def test_a_terminal_line_quoted_in_a_message_about_it_is_not_the_event() -> None
     forwarded = b'{"level": "info", "msg": "step:1 - training/global_step:1 - loss:0.2"}\n'
     found = scan_bytes(forwarded, 1).terminal_event
     assert found is not None and found.line == 1
+
+
+# ---------------------------------------------------------------- logs dense with failures
+
+
+def _dense_log(rounds: int, port: Callable[[int], int] = lambda i: 8000 + i % 9) -> bytes:
+    """``rounds`` rounds of what a failing run repeats (a watchdog's timeout, a CUDA OOM retry,
+    a memory FutureWarning, a retry loop's traceback), numbers varying, then Slurm's line."""
+    lines: list[str] = []
+    for i in range(rounds):
+        rank, seq = i % 8, 1000 + i
+        lines += [
+            f"[rank{rank}]:[E1207 10:{i % 60:02d}:{i % 60:02d}.{i:06d} {4000 + i} "
+            f"ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective operation "
+            f"timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn={i}, NumelOut={i}, "
+            f"Timeout(ms)=600000) ran for {600000 + i} milliseconds before timing out.",
+            f"(WorkerDict pid={100 + rank}) CUDA out of memory. Tried to allocate {i % 40}.00 GiB."
+            f" GPU {rank} has a total capacity of 79.15 GiB. Retrying with micro batch {i % 16}",
+            f"(WorkerDict pid={100 + rank}) /usr/lib/python3/torch/cuda/memory.py:391: "
+            "FutureWarning: torch.cuda.reset_max_memory_allocated now calls "
+            "torch.cuda.reset_peak_memory_stats, which resets /all/ peak memory stats.",
+            f"(WorkerDict pid={100 + rank}) Traceback (most recent call last):",
+            f'(WorkerDict pid={100 + rank})   File "/opt/retry.py", line {i % 90 + 1}, in call',
+            f"(WorkerDict pid={100 + rank})     return fn()",
+            f"(WorkerDict pid={100 + rank}) requests.exceptions.ConnectionError: "
+            f"HTTPSConnectionPool(host='10.0.0.{rank}', port={port(i)}): Max retries "
+            "exceeded with url: /v1/push (Caused by NewConnectionError('Failed to establish a "
+            "new connection: [Errno 111] Connection refused'))",
+        ]
+    lines.append("slurmstepd: error: *** JOB 4242 ON node001 CANCELLED AT "
+                  "2026-01-01T00:00:00 DUE TO TIME LIMIT ***")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_a_log_dense_with_failures_shows_what_it_always_showed() -> None:
+    """7,000 lines that all pass the prefilter, their failure texts repeated with varying
+    numbers: the same events, texts, details, caps and drop count as before the examination
+    was made faster (remembered texts, a gate, fewer pattern searches), read twice (the second
+    time from what was remembered), and Slurm's time-limit line after them still found."""
+    for _ in range(2):
+        scan = scan_training_log(io.BytesIO(_dense_log(1000)), "t.log", 3)
+        assert (scan.lines, scan.events_dropped, len(scan.events)) == (7001, 4801, 200)
+        assert scan.terminal_event is None and scan.findings == ()
+        firsts: dict[str, tuple[int, str]] = {}
+        for event in scan.events:
+            firsts.setdefault(event.kind, (event.line, event.detail))
+        assert firsts == {
+            "nccl_timeout": (1, "Watchdog caught collective operation timeout"),
+            "gpu_oom": (2, "CUDA out of memory"), "traceback": (4, ""),
+            "exception": (7, "requests.exceptions.ConnectionError"),
+            "network": (7, "Max retries exceeded with url"), "slurm_time_limit": (7001, "4242")}
+        assert [(e.kind, e.line) for e in scan.events[148:152]] == [
+            ("exception", 210), ("network", 210), ("gpu_oom", 6932), ("traceback", 6934)]
+        assert scan.events[-1].text == (
+            "slurmstepd: error: *** JOB 4242 ON node001 CANCELLED AT 2026-01-01T00:00:00 DUE "
+            "TO TIME LIMIT ***")
+        digest = hashlib.sha256(repr([(e.kind, e.line, e.text, e.detail)
+                                      for e in scan.events]).encode()).hexdigest()
+        assert digest == "255bbeb323310ee5428ec823d7893c5b00b90814fb2b22d74b68ab83c2bc7a7d"
+
+
+class _Counted:
+    """A pattern that counts its searches (by kind)."""
+
+    def __init__(self, kind: str, pattern: re.Pattern[str], counts: dict[str, int]) -> None:
+        self.kind, self.pattern, self.counts = kind, pattern, counts
+
+    def search(self, text: str) -> re.Match[str] | None:
+        self.counts[self.kind] = self.counts.get(self.kind, 0) + 1
+        return self.pattern.search(text)
+
+
+def test_a_dense_log_searches_a_repeated_failure_text_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A retry loop's exception line, repeated 500 times in 8 texts: the contract v1.2 cause
+    patterns search each text once in the whole log, not once a line; and
+    a line holding only the storage and network kinds' words is searched by those two
+    patterns alone, never by the five others (whose dozens of alternatives search slowly)."""
+    counts: dict[str, int] = {}
+    monkeypatch.setattr(log_events, "_MORE_CAUSES", tuple(
+        (kind, _Counted(kind, pattern, counts)) for kind, pattern in log_events._MORE_CAUSES))
+    scan = scan_training_log(io.BytesIO(_dense_log(500, port=lambda i: 1)), "t.log", 3)
+    assert scan.events_dropped == 2301  # (500 rounds of 5 events, and Slurm's, less 200)
+    # (its 8 texts, a host a rank: once each; and round 429's watchdog line, holding "429")
+    assert counts == {"storage": 8, "network": 9}
+    counts.clear()
+    scan = scan_training_log(io.BytesIO(_dense_log(500, port=lambda i: 20000 + i)), "t.log", 3)
+    assert kinds(scan, "network")[-1] == ("network", 3500, "Max retries exceeded with url")
+    # ("Errno" and "Max retries" held; and the watchdog line again)
+    assert counts == {"storage": 500, "network": 501}
+
+
+def _expansions(items: list[tuple[object, object]]) -> list[set[str]]:
+    """The literal runs of a parsed regex sequence: for each run, every text it may be (a run
+    goes on through a group or an alternation of literals; anything else ends it)."""
+    from re import _constants as c  # type: ignore[attr-defined]  # (sre internals, 3.11)
+
+    runs: list[set[str]] = []
+    current: set[str] = {""}
+    for op, value in items:
+        options: set[str] | None = None
+        if op is c.LITERAL:
+            options = {chr(value)}  # type: ignore[arg-type]
+        elif op is c.SUBPATTERN:
+            inner = value[-1]  # type: ignore[index]
+            found = _expansions(list(inner))
+            options = found[0] if len(found) == 1 and _whole(list(inner)) else None
+        elif op is c.BRANCH:
+            texts: set[str] = set()
+            for branch in value[1]:  # type: ignore[index]
+                found = _expansions(list(branch))
+                if len(found) != 1 or not _whole(list(branch)):
+                    texts = set()
+                    break
+                texts |= found[0]
+            options = texts or None
+        if options is None:
+            runs.append(current)
+            current = {""}
+        else:
+            current = {head + tail for head in current for tail in options}
+    runs.append(current)
+    return [run for run in runs if run != {""}] or [{""}]
+
+
+def _whole(items: list[tuple[object, object]]) -> bool:
+    """Whether a parsed sequence is literals only (through groups and alternations)."""
+    from re import _constants as c  # type: ignore[attr-defined]
+
+    for op, value in items:
+        if op is c.SUBPATTERN:
+            if not _whole(list(value[-1])):  # type: ignore[index]
+                return False
+        elif op is c.BRANCH:
+            if not all(_whole(list(b)) for b in value[1]):  # type: ignore[index]
+                return False
+        elif op is not c.LITERAL:
+            return False
+    return True
+
+
+def test_each_cause_pattern_alternative_holds_one_of_its_kinds_words() -> None:
+    """A kind's pattern is searched only on a line holding one of its words
+    (``failure_texts._MORE_WORDS``): every top-level alternative of the pattern has a run of
+    literal text that, however its inner alternations go, holds one of them."""
+    from re import _constants as c  # type: ignore[attr-defined]
+    from re import _parser  # type: ignore[attr-defined]
+
+    from auditor.collect import failure_texts
+
+    assert [kind for kind, _ in failure_texts._MORE_CAUSES] == list(failure_texts._MORE_WORDS)
+    for kind, pattern in failure_texts._MORE_CAUSES:
+        words = failure_texts._MORE_WORDS[kind]
+        parsed = list(_parser.parse(pattern.pattern))
+        branches = parsed[0][1][1] if len(parsed) == 1 and parsed[0][0] is c.BRANCH \
+            else [parsed]
+        for branch in branches:
+            runs = _expansions(list(branch))
+            assert any(all(any(word in text for word in words) for text in run)
+                       for run in runs), (kind, branch)
+
+
+def test_the_failure_gate_holds_the_first_word_of_every_test() -> None:
+    """Every ``"word" in content`` (or ``text``) test of ``_failure_events`` and ``_ends``
+    names a word that holds one of ``FAILURE_GATE_WORDS`` (a line holding none is not
+    examined), or is a test inside one that does (listed here)."""
+    import ast
+    import inspect
+
+    inner = {"Timeout", "death signal", "SignalException", "raise ChildFailedError"}
+    gate = log_events.FAILURE_GATE_WORDS
+    for function in (log_events._failure_events, log_events._ends):
+        tree = ast.parse(inspect.getsource(function))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.In) \
+                    and isinstance(node.comparators[0], ast.Name) \
+                    and node.comparators[0].id in ("content", "text"):
+                left = node.left
+                word = left.value if isinstance(left, ast.Constant) \
+                    else getattr(log_events, left.id) if isinstance(left, ast.Name) else None
+                assert isinstance(word, str), ast.dump(node)
+                assert word in inner or any(g in word for g in gate), word
