@@ -11,47 +11,24 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Callable
 from typing import TYPE_CHECKING
-
-import ahocorasick_rs
 
 from auditor._text import clip
 from auditor.collect.failure_texts import (
-    _ACTOR_DIED,
     _AGENT_FAILED,
     _CHILD_FAILED,
-    _DEATH_SIGNAL,
-    _GPU_OOM,
-    _HOST_OOM,
-    _KV_CACHE,
-    _KV_CACHE_NAMES,
-    _KV_CACHE_TROUBLE,
-    _MORE_ANY,
-    _MORE_CAUSES,
-    _MORE_EVERY,
-    _MORE_KINDS,
-    _MORE_WORDS,
-    _NCCL_ERROR,
-    _NCCL_TIMEOUT,
-    _NO_RAYLET_KILL,
-    _NODE_FAILURE,
-    _NOT_NCCL_FAULT,
-    _RAY_NODE_DEAD,
-    _RAY_TASK_ERROR,
+    _EXCEPTION_STANDALONE,
     _ROOT_CAUSE,
     _ROOT_FIELD,
-    _SEGFAULT,
-    _SHELL_KILL,
-    _SHUTDOWN,
-    _SLURM_CANCEL,
-    _TIMEOUT_WORD,
+    CHILD,
+    FAILURE_GATE,
     ROOT_CAUSE_LINES,
+    _signal_name,
     _unhedged,
+    failure_events,
 )
 from auditor.collect.terminal import MLLOG, Matcher
 from auditor.model import Finding, LogEvent, TrainingLogScan
-from auditor.model.lines import ROLE_EXIT_WORDS, mentions_exit, role_exit
 
 if TYPE_CHECKING:
     import regex
@@ -91,10 +68,6 @@ _ANSI = re.compile(
 )
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-_RETRYING = re.compile(r"\bRetrying \(Retry\(|\bRetrying in \d")
-"""A client's notice that it will try again (urllib3's "Retrying (Retry(total=4, ...)) after
-connection broken by 'ConnectTimeoutError(...)'"): no end of the run (contract v1.2)."""
-
 # Prefixes in front of the line a process printed. The first two identify the
 # process (the key a traceback's frames and exception line share).
 _PROCESS_PREFIX = re.compile(
@@ -147,9 +120,6 @@ _NEW_RECORD = re.compile(r"\s*(?:Traceback \(|[A-Za-z_][\w.]*(?:Error|Exception|
 an exception's line, Slurm's, a crash report, a timestamped or levelled logger line."""
 _TRACEBACK = "Traceback (most recent call last)"
 _EXCEPTION_IN_TRACEBACK = re.compile(r"([A-Za-z_][\w.]*(?:\([\w.]+\))?)(?::\s|:?$)")
-_EXCEPTION_STANDALONE = re.compile(
-    r"((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception)(?:\([\w.]+\))?):\s"
-)  # (a bare ``Exception: ...`` too)
 
 
 class _Scanner:
@@ -199,10 +169,11 @@ class _Scanner:
         self.agent_failure: tuple[int, str, int, int] | None = None
         """torchrun's agent line ``failed (exitcode: X) local_rank: L``: (line, text, L, X)."""
         self.memo: dict[str, tuple[tuple[str, str], ...]] = {}
-        """:func:`_failure_events` of the texts seen (no root-cause table open), up to
-        :data:`MEMO_TEXTS`: a log dense with one warning (a NCCL or ``UserWarning`` line every
-        step, a retry loop's error) repeats its text once the prefixes (time, pid, rank) are
-        stripped, and the dozens of tests a line takes are then one look-up."""
+        """:func:`~auditor.collect.failure_texts.failure_events` of the texts seen (no
+        root-cause table open), up to :data:`MEMO_TEXTS`: a log dense with one warning (a
+        NCCL or ``UserWarning`` line every step, a retry loop's error) repeats its text once
+        the prefixes (time, pid, rank) are stripped, and the dozens of tests a line takes
+        are then one look-up."""
         self.pattern_gave_up: int | None = None
         """The line on which the protocol's pattern ran past :data:`PATTERN_TIMEOUT`."""
 
@@ -359,26 +330,28 @@ class _Scanner:
         return False
 
     def _failures(self, number: int, segment: str, content: str) -> None:
-        """Add the events ``content`` shows (:func:`_failure_events`): none where it holds none
-        of :data:`FAILURE_GATE_WORDS`; remembered for a short text already seen, unless
-        torchrun's root-cause table is being read (its lines depend on it)."""
+        """Add the events ``content`` shows (:func:`~auditor.collect.failure_texts.
+        failure_events`): none where it holds none of its gate's words
+        (:data:`~auditor.collect.failure_texts.FAILURE_GATE_WORDS`); remembered for a short
+        text already seen, unless torchrun's root-cause table is being read (its lines
+        depend on it)."""
         if self.root_cause is not None:
-            found = _failure_events(content, True)
-        elif not _FAILURE_GATE.find_matches_as_indexes(content):
+            found = failure_events(content, True)
+        elif not FAILURE_GATE.find_matches_as_indexes(content):
             return  # (none of its tests can hold: one automaton pass, not dozens of tests)
         elif len(content) > MEMO_TEXT:
-            found = _failure_events(content)
+            found = failure_events(content)
         else:
             memo = self.memo
             remembered = memo.get(content)
             if remembered is None:
-                remembered = _failure_events(content)
+                remembered = failure_events(content)
                 if len(memo) >= MEMO_TEXTS:
                     memo.clear()  # (bounded; a dense log's texts come back at once)
                 memo[content] = remembered
             found = remembered
         for kind, detail in found:
-            if kind == _CHILD:
+            if kind == CHILD:
                 self._child_failed(number, segment, content)
             else:
                 self._add(kind, number, segment, detail)
@@ -529,153 +502,12 @@ class _Scanner:
             del self.open_tracebacks[key]
 
 
-_CHILD = "child_failed?"
-"""What :func:`_failure_events` gives where torchrun's summary of a failed child is to be read
-(by :meth:`_Scanner._child_failed`, which keeps its table's state)."""
-
 MEMO_TEXT = 512
 """Longest text whose events are remembered (``_Scanner.memo``): repeated warnings
 are short; a long line is rarely seen twice, and the memory stays bounded."""
 
 MEMO_TEXTS = 2048
 """Most texts remembered at once (all forgotten when full): a few MB at most."""
-
-
-FAILURE_GATE_WORDS = (
-    "emory", "oom", "ALLOC_FAILED", "cache", "Cache", "NCCL", "atchdog", "eartbeat", "nccl",
-    "CANCELLED", *ROLE_EXIT_WORDS, "hut", "HUT", "olicy", "OLICY",
-    # (_ends)
-    "failed (exitcode", "egmentation", "SIGSEGV", "-11", "ignal", "Killed", "Aborted",
-    "Bus error", "return code", "ctor", "worker died", "RayTaskError(", _CHILD_FAILED,
-    _ROOT_CAUSE, "ode failure", "NODE FAILURE", "marked",
-    *(word for words in _MORE_WORDS.values() for word in words),
-)  # fmt: skip
-"""The words each test of :func:`_failure_events` starts with (``"emory" in content or ...``),
-with no root-cause table open: a text holding none shows no event, and one automaton pass
-says so (a test checks every such word is here)."""
-_FAILURE_GATE = ahocorasick_rs.AhoCorasick(
-    list(FAILURE_GATE_WORDS), matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
-
-
-def _failure_events(content: str, root_cause_open: bool = False) -> tuple[tuple[str, str], ...]:
-    """The events ``content`` (a line's text, before any hedge) shows, as (kind, detail) in
-    the order they are added; :data:`_CHILD` where torchrun's summary of a failed child is
-    read (stateful: the scanner reads it). A pure function of its arguments, so its result
-    for a text already seen is remembered (``_Scanner.memo``)."""
-    out: list[tuple[str, str]] = []
-    add = out.append
-    if "emory" in content or "oom" in content or "ALLOC_FAILED" in content:
-        host = _first(content, _HOST_OOM)
-        if host == _HOST_OOM[0] and _NO_RAYLET_KILL.search(content):
-            host = None  # (a raylet's summary that counts no memory kill)
-        if host:
-            add(("host_oom", host))
-        else:
-            gpu = _first(content, _GPU_OOM)
-            if gpu:
-                add(("gpu_oom", gpu))
-    if ("cache" in content or "Cache" in content) and (
-        _KV_CACHE in content
-        or (_first(content, _KV_CACHE_NAMES) and _first(content, _KV_CACHE_TROUBLE))
-    ):
-        exception = _EXCEPTION_STANDALONE.match(content)
-        detail = exception.group(1) if exception else ""
-        add(("kv_cache_init_failure", detail))
-    if "NCCL" in content or "atchdog" in content or "eartbeat" in content \
-            or "nccl" in content:
-        nccl = _first(content, _NCCL_TIMEOUT)
-        if nccl:
-            add(("nccl_timeout", nccl))
-        elif "Timeout" in content and _nccl_timeout_word(content):
-            add(("nccl_timeout", "ProcessGroupNCCL Timeout"))
-        else:
-            error = _first(content, _NCCL_ERROR)
-            if error and not _first(content, _NOT_NCCL_FAULT):
-                add(("nccl_error", error))
-    if "CANCELLED" in content:
-        slurm = _SLURM_CANCEL.search(content)
-        if slurm:
-            rest = slurm["rest"].upper()
-            kind = "slurm_time_limit" if "DUE TO TIME LIMIT" in rest \
-                else "slurm_preempted" if "DUE TO PREEMPTION" in rest \
-                or "DUE TO JOB REQUEUE" in rest \
-                else "node_failure" if "DUE TO NODE FAILURE" in rest \
-                else "slurm_task_failure" if "DUE TO TASK FAILURE" in rest \
-                else "slurm_step_cancelled" if slurm["what"] == "STEP" \
-                else "slurm_cancelled"
-            add((kind, slurm["id"]))
-    if mentions_exit(content):
-        said = role_exit(content)
-        if said is not None:
-            add(("role_exit", f"{said[0]} {said[1]}"))
-    _ends(content, root_cause_open, add)
-    if "hut" in content or "HUT" in content or "olicy" in content or "OLICY" in content:
-        lowered = content.lower()
-        if "shut" in lowered and _SHUTDOWN.search(lowered):
-            add(("coordinated_shutdown", ""))
-    return tuple(out)
-
-
-def _ends(text: str, root_cause_open: bool,
-         add: Callable[[tuple[str, str]], None]) -> None:
-    """What ended a run, beyond memory, NCCL and Slurm's own lines: a segmentation
-    fault, a signal, a dead actor, a failed child (torchrun's root cause), a node
-    failure, an exception a Ray task raised (``text``: the line before any hedge)."""
-    if root_cause_open or "failed (exitcode" in text:
-        # torchrun's summary of a failed child (its agent line, its root-cause table):
-        # what it says of a signal is the child's exit, read as child_failed
-        add((_CHILD, ""))
-        return
-    if "egmentation" in text or "SIGSEGV" in text or "-11" in text:  # (exitcode: -11)
-        if _SEGFAULT.search(text):
-            add(("segfault", "segmentation fault (SIGSEGV)"))
-            return
-    if "ignal" in text or "Killed" in text or "Aborted" in text or "Bus error" in text \
-            or "return code" in text:
-        # (death signal, <Signals.SIGKILL: 9>, got signal; a shell's Killed/Aborted)
-        found = _DEATH_SIGNAL.search(text)
-        if found:
-            number_or_name = found["name"] or found["member"] or _signal_name(
-                found["number"] or found["got"] or found["code"])
-            # (torchrun's agent *received* it and passes it on to its workers; who sent
-            # it, the log does not say: contract v1.2, signals named as received)
-            received = (", received by torchrun's elastic agent (sender not in the log)"
-                        if "death signal" in text or "SignalException" in text else "")
-            # (the agent's signal handler raises SignalException in the agent itself)
-            add(("signal", f"{number_or_name}{received}"))
-        elif (shell := _SHELL_KILL.search(text.strip())) is not None:
-            name = {"Killed": "SIGKILL", "Aborted": "SIGABRT",
-                    "Bus error": "SIGBUS"}[shell.group(1)]
-            add(("signal", f"{name} (the shell's report)"))
-    if ("ctor" in text or "actor" in text or "worker died" in text) \
-            and _ACTOR_DIED.search(text):
-        add(("actor_died", "a Ray actor died"))
-    elif "RayTaskError(" in text and _EXCEPTION_STANDALONE.match(text) is None:
-        # (a line that is the exception itself is one already)
-        task = _RAY_TASK_ERROR.search(text)
-        if task and task.group(1) not in ("ActorDiedError", "RayActorError"):
-            add(("exception", f"RayTaskError({task.group(1)})"))
-    if _CHILD_FAILED in text or _ROOT_CAUSE in text:
-        add((_CHILD, ""))
-    if ("ode failure" in text or "NODE FAILURE" in text) and "CANCELLED" not in text:
-        node = _NODE_FAILURE.search(text)
-        if node:
-            add(("node_failure",
-                 f"node failure on {node.group(1)}" if node.group(1) else ""))
-    if "marked" in text and _RAY_NODE_DEAD.search(text):
-        add(("node_failure", "Ray marked a node dead (missed heartbeats)"))
-    if _MORE_ANY.find_matches_as_indexes(text):
-        # (only the patterns of a kind one of whose words the line holds: most lines hold
-        # one kind's, and a pattern of a dozen alternatives searches slowly)
-        held = {_MORE_KINDS[index] for index, _, _ in
-                _MORE_EVERY.find_matches_as_indexes(text, overlapping=True)}
-        for kind, pattern in _MORE_CAUSES:
-            if kind not in held:
-                continue
-            found = pattern.search(text)
-            if found and not (kind == "network" and _RETRYING.search(text)):
-                add((kind, found.group(0)))
-                break
 
 
 def _compile_pattern(pattern: str) -> regex.Pattern[str]:
@@ -727,33 +559,9 @@ def _text(segment: str) -> str:
     return clip(_visible(segment[: TEXT_LIMIT + 1]), TEXT_LIMIT)
 
 
-def _nccl_timeout_word(content: str) -> bool:
-    """``ProcessGroupNCCL`` followed later by the word ``Timeout`` (linear, no backtracking)."""
-    start = content.find("ProcessGroupNCCL")
-    return start >= 0 and _TIMEOUT_WORD.search(content, start) is not None
-
-
-def _signal_name(number: str | None) -> str:
-    """``SIGTERM`` for ``"15"`` (the number as it is when Python does not know it)."""
-    import signal
-
-    try:
-        return signal.Signals(int(number or "")).name
-    except ValueError:
-        return f"signal {number}"
-
-
 def _as_signal(code: int) -> str:
     """`` (SIGKILL)`` for a negative exit code -9 (killed by that signal), else nothing."""
     return f" ({_signal_name(str(-code))})" if code < 0 else ""
-
-
-def _first(text: str, needles: tuple[str, ...]) -> str | None:
-    """The first of ``needles`` (in their order) that occurs in ``text``."""
-    for needle in needles:
-        if needle in text:
-            return needle
-    return None
 
 
 def _visible(text: str) -> str:

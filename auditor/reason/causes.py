@@ -18,7 +18,9 @@ knock-ons, is ``unknown``.
 
 The words and their tiers are data (:data:`TIERS`); a new cause is a word in
 :class:`~auditor.model.CauseWord`, its tier and event kind here, a line pattern in
-:mod:`auditor.collect.failure_texts` (and a literal of it in the log prefilter's words when
+:mod:`auditor.collect.failure_texts` (a v1.2 kind's in ``_MORE_CAUSES``, with a literal of
+each alternative in ``_MORE_WORDS``; another's tested in ``failure_events``, its first word in
+``FAILURE_GATE_WORDS``: tests check both; and a literal of it in the log prefilter's words when
 its line may hold no "rror"), and at least three real public logs in ``fixtures/causes``.
 """
 

@@ -21,7 +21,7 @@ import pytest
 from auditor import _io
 from auditor import rules as table
 from auditor._io import DEFAULT_MAX_LINE, HashingReader
-from auditor.collect import log_events, training_log
+from auditor.collect import failure_texts, log_events, training_log
 from auditor.collect.log_events import STEP_LINES_KEPT
 from auditor.collect.terminal import matcher
 from auditor.collect.training_log import scan_training_log
@@ -785,9 +785,9 @@ def test_every_text_that_makes_an_nccl_line_matter_is_searched() -> None:
     can give it an event: each KV-cache trouble word (but "Error", itself a trigger), each
     NCCL timeout text, the shutdown one; the scan then agrees with the reference, which
     examines every line holding a trigger word."""
-    texts = [b"KV cache " + word.encode() for word in log_events._KV_CACHE_TROUBLE
+    texts = [b"KV cache " + word.encode() for word in failure_texts._KV_CACHE_TROUBLE
              if word != "Error"]
-    texts += [b"NCCL " + text.encode() for text in log_events._NCCL_TIMEOUT]
+    texts += [b"NCCL " + text.encode() for text in failure_texts._NCCL_TIMEOUT]
     texts += [b"ProcessGroupNCCL Timeout", b"sHuTdown: no policy replicas"]
     for text in texts:
         data = b"chatter\n(WorkerDict pid=2) NCCL: " + text + b"\nchatter\n"
@@ -1018,8 +1018,8 @@ def test_a_dense_log_searches_a_repeated_failure_text_once(
     a line holding only the storage and network kinds' words is searched by those two
     patterns alone, never by the five others (whose dozens of alternatives search slowly)."""
     counts: dict[str, int] = {}
-    monkeypatch.setattr(log_events, "_MORE_CAUSES", tuple(
-        (kind, _Counted(kind, pattern, counts)) for kind, pattern in log_events._MORE_CAUSES))
+    monkeypatch.setattr(failure_texts, "_MORE_CAUSES", tuple(
+        (kind, _Counted(kind, pattern, counts)) for kind, pattern in failure_texts._MORE_CAUSES))
     scan = scan_training_log(io.BytesIO(_dense_log(500, port=lambda i: 1)), "t.log", 3)
     assert scan.events_dropped == 2301  # (500 rounds of 5 events, and Slurm's, less 200)
     # (its 8 texts, a host a rank: once each; and round 429's watchdog line, holding "429")
@@ -1102,15 +1102,15 @@ def test_each_cause_pattern_alternative_holds_one_of_its_kinds_words() -> None:
 
 
 def test_the_failure_gate_holds_the_first_word_of_every_test() -> None:
-    """Every ``"word" in content`` (or ``text``) test of ``_failure_events`` and ``_ends``
+    """Every ``"word" in content`` (or ``text``) test of ``failure_events`` and ``_ends``
     names a word that holds one of ``FAILURE_GATE_WORDS`` (a line holding none is not
     examined), or is a test inside one that does (listed here)."""
     import ast
     import inspect
 
     inner = {"Timeout", "death signal", "SignalException", "raise ChildFailedError"}
-    gate = log_events.FAILURE_GATE_WORDS
-    for function in (log_events._failure_events, log_events._ends):
+    gate = failure_texts.FAILURE_GATE_WORDS
+    for function in (failure_texts.failure_events, failure_texts._ends):
         tree = ast.parse(inspect.getsource(function))
         for node in ast.walk(tree):
             if isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.In) \
@@ -1118,6 +1118,6 @@ def test_the_failure_gate_holds_the_first_word_of_every_test() -> None:
                     and node.comparators[0].id in ("content", "text"):
                 left = node.left
                 word = left.value if isinstance(left, ast.Constant) \
-                    else getattr(log_events, left.id) if isinstance(left, ast.Name) else None
+                    else getattr(failure_texts, left.id) if isinstance(left, ast.Name) else None
                 assert isinstance(word, str), ast.dump(node)
                 assert word in inner or any(g in word for g in gate), word
