@@ -7,6 +7,7 @@ from __future__ import annotations
 from auditor.model import Configuration, VerdictKind
 from auditor.reason.configurations import configurations
 from auditor.rules import describe
+from tests.helpers import CountedInt
 from tests.reason.values import (
     cell,
     collected,
@@ -79,31 +80,18 @@ def test_the_reservation_scope_needs_the_schedulers_gpus() -> None:
     assert unknown[0].reservation_gpu_seconds is None
 
 
-class _Seed(int):
-    """A seed that counts the equality tests made of it (how a lookup scales, measured
-    without a clock)."""
-
-    compared = 0
-
-    def __eq__(self, other: object) -> bool:
-        _Seed.compared += 1
-        return int.__eq__(self, other)
-
-    __hash__ = int.__hash__
-
-
 def test_a_configuration_of_many_seeds_looks_each_expected_one_up_once() -> None:
     """A configuration of N seeds, each run, the protocol listing them and one more: each
     expected seed is looked up, not compared with every seed run (N²/2 tests: 2 s at the
     18,500 seeds per configuration of a million-file study)."""
     many = 2_000
-    ran = [cell("gsm8k", 2, _Seed(1000 + i), str(i)) for i in range(many)]
+    ran = [cell("gsm8k", 2, CountedInt(1000 + i), str(i)) for i in range(many)]
     protocol = with_protocol(path="protocol.json", configurations=(
-        Configuration("gsm8k", 2, tuple(_Seed(1000 + i) for i in range(many + 1))),))
-    _Seed.compared = 0
+        Configuration("gsm8k", 2, tuple(CountedInt(1000 + i) for i in range(many + 1))),))
+    CountedInt.compared = 0
     cells, findings = configurations(collected(*ran, protocol=protocol),
                                      [verdict(one) for one in ran], [])
     assert [(x.key, x.status, len(x.seeds), x.missing_seeds) for x in cells] == [
         ("gsm8k@2", "unresolved", many, (1000 + many,))]
     assert [describe(f) for f in findings] == [f"no period covers seed(s) {1000 + many}"]
-    assert _Seed.compared <= 2 * many, _Seed.compared
+    assert CountedInt.compared <= 2 * many, CountedInt.compared

@@ -15,6 +15,7 @@ from auditor.model import (
     VerdictKind,
 )
 from auditor.reason.engine import PeriodJudge, StudyJudge, batch_ends, judge_together
+from tests.helpers import CountedStr
 from tests.reason.values import attempt, collected, period, sacct, sacct_job, trial
 
 
@@ -156,18 +157,6 @@ def test_a_period_retried_many_times_reads_each_attempts_workers_once() -> None:
     assert _Pid.hashed <= 20 * 2 * many, _Pid.hashed
 
 
-class _Job(str):
-    """A job id that counts the equality tests made of it."""
-
-    compared = 0
-
-    def __eq__(self, other: object) -> bool:
-        _Job.compared += 1
-        return str.__eq__(self, other)
-
-    __hash__ = str.__hash__
-
-
 def test_a_job_requeued_many_times_finds_each_runs_record_without_a_scan() -> None:
     """A period of A runs of one job (``attempt-<job>-r<n>``), with the scheduler's dump: each
     run's own record is sought among its job's runs, made once for the period, not by a
@@ -178,8 +167,8 @@ def test_a_job_requeued_many_times_finds_each_runs_record_without_a_scan() -> No
         one = attempt(index=index)
         restart = f"{one.spec.attempt_dir}-r{index}" if index else one.spec.attempt_dir
         attempts.append(replace(one, spec=replace(
-            one.spec, job_id=_Job(one.spec.job_id or ""), attempt_dir=restart)))
+            one.spec, job_id=CountedStr(one.spec.job_id or ""), attempt_dir=restart)))
     study = collected(period(*attempts), dump=sacct(sacct_job()))
-    _Job.compared = 0
+    CountedStr.compared = 0
     assert len(_judged(study)) == 1
-    assert _Job.compared <= 50 * many, _Job.compared  # (about 20 a run: other look-ups)
+    assert CountedStr.compared <= 50 * many, CountedStr.compared  # (about 20 a run: other look-ups)

@@ -18,6 +18,7 @@ from auditor.model import (
     Worker,
 )
 from auditor.validate.checks import validate
+from tests.helpers import CountedStr
 from tests.reason.values import (
     ATTEMPT_DIR,
     PAIR,
@@ -190,35 +191,22 @@ def test_a_file_named_for_a_pid_of_thousands_of_digits_is_no_workers_file() -> N
     assert checked(study) == checked(one())
 
 
-class _Host(str):
-    """A host name that counts the equality tests made of it (how a lookup scales,
-    measured without a clock)."""
-
-    compared = 0
-
-    def __eq__(self, other: object) -> bool:
-        _Host.compared += 1
-        return str.__eq__(self, other)
-
-    __hash__ = str.__hash__
-
-
 def test_each_nodes_idle_check_is_looked_up_once_among_the_workers_hosts() -> None:
     """An attempt on H nodes, each node's own check passed but one node of no worker whose
     check failed: each node's check is looked up among the workers' hosts, not compared
     with each of them (H²/2 tests: 1.7 s per period at 16,384 nodes)."""
     many = 1_000
-    hosts = [_Host(f"gpu-node-{i:05d}") for i in range(many)]
+    hosts = [CountedStr(f"gpu-node-{i:05d}") for i in range(many)]
     clean = attempt()
     workers = tuple(Worker("policy", rank, 100, f"/workers/{rank}", host=host)
                     for rank, host in enumerate(hosts))
-    checks = (*(HostIdle(_Host(str(host)), True) for host in hosts),
-              HostIdle(_Host("login-node"), False))
+    checks = (*(HostIdle(CountedStr(str(host)), True) for host in hosts),
+              HostIdle(CountedStr("login-node"), False))
     the_period = period(replace(clean, spec=replace(clean.spec, workers=workers)),
                  idle=IdleCheck(True, T0 + 700 * 10**9, (0, 0), 0, hosts=checks))
     study = collected(the_period)
-    _Host.compared = 0
+    CountedStr.compared = 0
     found = [item for item in validate(study.timeline, study, AuditOptions())
              if item.rule_id == "AUD118"]
     assert [(f.value("form"), f.value("host")) for f in found] == [("host_failed", "login-node")]
-    assert _Host.compared <= 4 * many, _Host.compared
+    assert CountedStr.compared <= 4 * many, CountedStr.compared

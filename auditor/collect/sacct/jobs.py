@@ -256,10 +256,7 @@ class _Parser(_Framer):
             array_task_id = int(task) if task is not None else None
             key = job_id
         else:
-            job_id = job_id_raw or ""
-            spec = None
-            array_job_id = None
-            array_task_id = None
+            job_id, spec, array_job_id, array_task_id = job_id_raw or "", None, None, None
             key = job_id_raw if job_id_raw is not None else f"#{number}"
         job = SacctJob(
             job_id=job_id,
