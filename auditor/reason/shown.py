@@ -86,7 +86,7 @@ def idle_shows(period: PeriodEvidence, protocol: Protocol, shown: Shown) -> None
                                      ("none could be made on", None))}
         if hosts["passed on"]:
             shown.shows.append("The post-period idle check " + "; ".join(
-                f"{word} {', '.join(names)}" for word, names in hosts.items() if names) + ".")
+                f"{word} {_some(names)}" for word, names in hosts.items() if names) + ".")
             shown.citations.append(Citation(record.path, pointer="/idle_check/hosts"))
     elif idle is not None and idle.passed is True:
         shown.shows.append("The post-period idle check passed.")
@@ -100,6 +100,18 @@ def idle_shows(period: PeriodEvidence, protocol: Protocol, shown: Shown) -> None
                            "idle-check policy is optional, so it decides nothing.")
         shown.citations.append(Citation(record.path, pointer="/idle_check",
                                         quote=idle.unavailable or "" if idle else ""))
+
+
+HOSTS_NAMED = 8
+"""Nodes a sentence names before it counts the rest (the record names every one: a period on
+1,024 nodes said each of them in its diagnosis)."""
+
+
+def _some(names: list[str]) -> str:
+    """``names`` joined, the first :data:`HOSTS_NAMED` of many and how many more."""
+    if len(names) <= HOSTS_NAMED:
+        return ", ".join(names)
+    return f"{', '.join(names[:HOSTS_NAMED])} and {len(names) - HOSTS_NAMED:,} more"
 
 
 def terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | None,

@@ -7,6 +7,7 @@ import hashlib
 from pathlib import Path
 
 import orjson
+import pandas as pd
 
 from auditor._cli import main
 from tests.helpers import element_study, period_records, period_spec
@@ -15,8 +16,8 @@ NODES = 4
 PER_NODE = 4
 
 
-def _on_nodes(root: Path) -> list[str]:
-    """Spread every period's workers over :data:`NODES` nodes (hosts ``trainer-<n>``, one of
+def _on_nodes(root: Path, per_node: int = PER_NODE) -> list[str]:
+    """Spread every period's workers over nodes of ``per_node`` ranks (hosts ``trainer-<n>``, one of
     them a prefix of none and ``trainer-1``'s name inside none), their traces and device
     files renamed by host and pid and re-pinned; the hosts."""
     hosts: list[str] = []
@@ -25,7 +26,7 @@ def _on_nodes(root: Path) -> list[str]:
         attempt = root / record["attempt_dir"]
         renamed: dict[str, str] = {}
         for worker in record["workers"]:
-            host = f"trainer-{worker['rank'] // PER_NODE}"
+            host = f"trainer-{worker['rank'] // per_node}"
             hosts.append(host)
             worker["host"] = host
             pid, rank, role = worker["pid"], worker["rank"], worker["role"]
@@ -64,3 +65,17 @@ def test_a_nodes_files_are_one_pattern_for_every_rank(tmp_path: Path) -> None:
     assert any("`allocator-traces/allocator-<host>-<pid>.jsonl" in line
                and "for every rank" in line for line in evidence), evidence
     assert not any(host in line for line in evidence for host in hosts), evidence
+
+
+def test_an_idle_check_on_many_nodes_names_a_few_and_counts_the_rest(tmp_path: Path) -> None:
+    """Each node's own idle check passed on 12 nodes: the diagnosis names 8 and counts 4 (the
+    record names every one; a period on 1,024 nodes said each in every diagnosis)."""
+    root = element_study(tmp_path / "study", [("7000001", [period_spec(gpus=12)])])
+    hosts = _on_nodes(root, per_node=1)
+    assert len(hosts) == 12
+    out = tmp_path / "out"
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots"]) == 0
+    (diagnosis,) = pd.read_parquet(out / "periods.parquet")["diagnosis"]
+    named = sorted(hosts)[:8]  # (in the record's order: the seal's, by name)
+    assert f"The post-period idle check passed on {', '.join(named)} and 4 more." \
+        in diagnosis, diagnosis
