@@ -124,7 +124,7 @@ def claim_own(path: Path, what: str = "a file of this name") -> bool:
     """Whether ``path`` is this process's to write: True when it wrote it before (a record
     written again, a trace reopened), False when the name is free (nothing is made);
     :class:`NameTaken` when another process's file is there."""
-    if (os.getpid(), os.fspath(path)) in _OWN:
+    if _own_key(path) in _OWN:
         return True
     if os.path.lexists(path):
         raise NameTaken(path, what)
@@ -137,7 +137,7 @@ def write_own(path: Path, data: bytes, what: str = "this process's file") -> Non
     ``O_EXCL`` where the file system has no links), a later one replaces its own file; another
     process's file of the same name (same host name and pid) is :class:`NameTaken`, never
     overwritten (contract v1.2: a worker is never dropped silently)."""
-    key = (os.getpid(), os.fspath(path))
+    key = _own_key(path)
     if claim_own(path, what):
         write_atomic(path, data)
         return
@@ -167,7 +167,14 @@ def write_own(path: Path, data: bytes, what: str = "this process's file") -> Non
 
 def own(path: Path) -> None:
     """Note ``path`` as this process's own (made by it with ``O_EXCL``)."""
-    _OWN.add((os.getpid(), os.fspath(path)))
+    _OWN.add(_own_key(path))
+
+
+def _own_key(path: Path) -> tuple[int, str]:
+    """(pid, the file's absolute path, its folder's links resolved): one file however it is
+    named (an attempt directory given relative, then as ``auditor run`` exported it
+    absolute, or from another working directory) is the same file of this process's."""
+    return os.getpid(), os.path.join(os.path.realpath(path.parent), path.name)
 
 
 def rename_new(source: Path, target: Path) -> bool:

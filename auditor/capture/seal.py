@@ -249,7 +249,7 @@ def _workers(directory: Path, files: list[str]) -> list[dict[str, Any]]:
                         host)
         elif kind == ALLOCATOR_TRACE.name:
             named = ALLOCATOR_TRACE.worker_of(relative)
-            records = _phases(directory, relative)
+            records = _phases(directory, relative, named[0] if named else None)
             claims.extend((True, named[0] if named and named[0] else record.get("host"),
                            record.get("pid"), record.get("role"), record.get("rank"),
                            f"{relative} line {line}") for record, line in records)
@@ -302,13 +302,18 @@ PHASE_MARK = b'"phase"'
 lines are parsed."""
 
 
-def _phases(base: Path, relative: str) -> list[tuple[dict[str, Any], int]]:
-    """The trace's phase records with their line numbers, each record's identity looked at
-    by :func:`_one_process`; the first names the worker. None when a line before the first
-    is not JSON (the audit names it), and none after the first line that is not. Read in
-    blocks: one holding no phase record (memory samples, the bulk of a large trace) is only
-    counted, never split into lines."""
+def _phases(base: Path, relative: str, host: str | None = None
+            ) -> list[tuple[dict[str, Any], int]]:
+    """The trace's first phase record (which names the worker) and the phase records
+    :func:`_one_process` must see, with their line numbers: of each (host, pid) the first
+    record of its first two (role, rank), as more can change nothing it says (``host``: the
+    name's, else each record's). None when a line before the first is not JSON (the audit
+    names it), and none after the first line that is not. Read in blocks: one holding no
+    phase record (memory samples, the bulk of a large trace) is only counted, never split
+    into lines; the records kept are a few whatever the trace's length (every phase record
+    of a long run, kept, held the seal's memory in proportion to it)."""
     found: list[tuple[dict[str, Any], int]] = []
+    kept: dict[tuple[str, int], set[tuple[str, int]]] = {}
     number = 0
     carry = b""
     try:
@@ -320,7 +325,7 @@ def _phases(base: Path, relative: str) -> list[tuple[dict[str, Any], int]]:
                 body, carry = data[:cut], data[cut:]
                 if found and PHASE_MARK not in body:
                     number += body.count(b"\n")
-                elif body and not _phase_lines(body, number, found):
+                elif body and not _phase_lines(body, number, found, kept, host):
                     return found
                 else:
                     number += body.count(b"\n")
@@ -330,9 +335,11 @@ def _phases(base: Path, relative: str) -> list[tuple[dict[str, Any], int]]:
         return found
 
 
-def _phase_lines(body: bytes, number: int, found: list[tuple[dict[str, Any], int]]) -> bool:
-    """Add the phase records of ``body`` (whole lines, the first numbered ``number + 1``) to
-    ``found``; False at a line that is not JSON (nothing after it counts)."""
+def _phase_lines(body: bytes, number: int, found: list[tuple[dict[str, Any], int]],
+                 kept: dict[tuple[str, int], set[tuple[str, int]]], host: str | None) -> bool:
+    """Add the phase records of ``body`` (whole lines, the first numbered ``number + 1``) that
+    :func:`_phases` keeps to ``found`` (``kept``: the (role, rank) kept of each (host, pid));
+    False at a line that is not JSON (nothing after it counts)."""
     lines = body.split(b"\n")
     if body.endswith(b"\n"):
         lines.pop()  # (the empty text after the last newline: no line)
@@ -343,7 +350,19 @@ def _phase_lines(body: bytes, number: int, found: list[tuple[dict[str, Any], int
             record = json.loads(line)
         except UNUSABLE_JSON:
             return False
-        if isinstance(record, dict) and "phase" in record:
+        if not isinstance(record, dict) or "phase" not in record:
+            continue
+        worker = host or record.get("host")
+        pid, role, rank = record.get("pid"), record.get("role"), record.get("rank")
+        if not isinstance(worker, str) or not worker or type(pid) is not int \
+                or type(role) is not str or type(rank) is not int:
+            if not found:  # (the first names the worker, whatever :func:`_one_process` reads)
+                found.append((record, index))
+            continue
+        ranks = kept.setdefault((worker, pid), set())
+        if not found or ((role, rank) not in ranks and len(ranks) < 2):
+            # (two of one (host, pid) are refused whatever came before: a third adds nothing)
+            ranks.add((role, rank))
             found.append((record, index))
     return True
 

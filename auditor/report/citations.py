@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from auditor._text import clip
 from auditor.model import AuditResult, Citation, Verdict
+from auditor.model.kinds import KINDS
 from auditor.report.groups import counted_view
 from auditor.report.mdformat import code_span
 from auditor.store import Kept, Mapped
@@ -45,14 +46,9 @@ class Names:
     """The workers' hosts, longest first (contract v1.2 names files by host and pid)."""
 
     @functools.cached_property
-    def host_pattern(self) -> re.Pattern[str] | None:
-        """A worker's host as a whole part of a file's name (never inside a longer name or
-        word: ``gpu`` is not ``gpu2``'s, nor ``actor``, ``actor_rollout``'s); None without
-        hosts."""
-        if not self.hosts:
-            return None
-        return re.compile(r"(?<![A-Za-z0-9_])(?:" + "|".join(map(re.escape, self.hosts))
-                          + r")(?![A-Za-z0-9_])")
+    def host_set(self) -> frozenset[str]:
+        """:attr:`hosts`, each looked up at once."""
+        return frozenset(self.hosts)
 
     @functools.cached_property
     def placeholders(self) -> dict[str, str]:
@@ -84,13 +80,43 @@ def _abstract(path: str, names: Names) -> str:
         path = path[len(names.attempt_dir.rstrip("/")) + 1:]
     elif not path.startswith("/"):  # (an input given outside the root keeps its path)
         path = "BASE/" + path
-    if names.host_pattern is not None:  # (a node's files are every node's: one pattern)
-        path = names.host_pattern.sub("<host>", path)
+    if names.hosts:  # (a node's files are every node's: one pattern)
+        path = _host_named(path, names.host_set)
     placeholders = names.placeholders
     parts = _NUMBER.split(path)  # (text, number, text, ...: each whole number alone)
     parts[1::2] = [placeholders.get(n, n) for n in parts[1::2]]
     return "".join(parts)
 
+
+def _host_named(path: str, hosts: frozenset[str]) -> str:
+    """``path`` with ``<host>`` for the host its name gives, where it names a file of a kind
+    the contract names by host (:data:`_BY_HOST`) and that host is a worker's: only that part
+    of the name (a host called ``worker`` or ``policy`` is not the ``worker-`` of a device
+    file's name, nor the folder ``worker-logs``, nor a role)."""
+    cut = path.rfind("/")
+    folder = path[path.rfind("/", 0, max(cut, 0)) + 1:cut] if cut > 0 else ""
+    name = path[cut + 1:]
+    for form in _BY_HOST.get(folder, ()):
+        match = form.fullmatch(name)
+        if match is not None and match.group("host") in hosts:
+            start, end = match.span("host")
+            return f"{path[:cut + 1]}{name[:start]}<host>{name[end:]}"
+    return path
+
+
+def _by_host() -> dict[str, tuple[re.Pattern[str], ...]]:
+    """:data:`_BY_HOST`, from the kinds' declared names (one place says how files are named)."""
+    forms: dict[str, tuple[re.Pattern[str], ...]] = {}
+    for kind in KINDS.values():
+        for form in kind.names:
+            if "host" in form.compiled.groupindex:
+                forms[kind.directory] = (*forms.get(kind.directory, ()), form.compiled)
+    return forms
+
+
+_BY_HOST = _by_host()
+"""Per folder of a kind whose names hold a host (contract v1.2), those name forms, in the
+kind's order (the first whose host is a worker's is the name's)."""
 
 _NUMBER = re.compile(r"(\d+)")
 """A whole number in a path: the job id or a pid it names becomes a placeholder."""

@@ -16,17 +16,19 @@ NODES = 4
 PER_NODE = 4
 
 
-def _on_nodes(root: Path, per_node: int = PER_NODE) -> list[str]:
-    """Spread every period's workers over nodes of ``per_node`` ranks (hosts ``trainer-<n>``, one of
-    them a prefix of none and ``trainer-1``'s name inside none), their traces and device
-    files renamed by host and pid and re-pinned; the hosts."""
+def _on_nodes(root: Path, names: tuple[str, ...] | None = None,
+              per_node: int = PER_NODE) -> list[str]:
+    """Spread every period's workers over nodes of ``per_node`` ranks (hosts ``trainer-<n>``,
+    one of them a prefix of none and ``trainer-1``'s name inside none; else ``names``), their
+    traces and device files renamed by host and pid and re-pinned; the hosts."""
     hosts: list[str] = []
     for record_path in period_records(root):
         record = orjson.loads(record_path.read_bytes())
         attempt = root / record["attempt_dir"]
         renamed: dict[str, str] = {}
         for worker in record["workers"]:
-            host = f"trainer-{worker['rank'] // per_node}"
+            node = worker["rank"] // per_node
+            host = names[node] if names else f"trainer-{node}"
             hosts.append(host)
             worker["host"] = host
             pid, rank, role = worker["pid"], worker["rank"], worker["role"]
@@ -79,3 +81,23 @@ def test_an_idle_check_on_many_nodes_names_a_few_and_counts_the_rest(tmp_path: P
     named = sorted(hosts)[:8]  # (in the record's order: the seal's, by name)
     assert f"The post-period idle check passed on {', '.join(named)} and 4 more." \
         in diagnosis, diagnosis
+
+
+def test_a_host_named_like_a_word_of_the_kits_file_names_is_only_the_hosts_part(
+        tmp_path: Path) -> None:
+    """Nodes called ``worker`` (a compose service's or pod's name), ``allocator``, ``traces``
+    and ``device``: only the host part of a file's name becomes ``<host>``, never the
+    ``worker-`` of a device file's name, the ``allocator-`` of a trace's or a folder
+    (``allocator-traces``, ``device-evidence``), which read ``<host>-traces/<host>-<host>``."""
+    root = element_study(tmp_path / "study", [
+        (str(7000001 + i), [period_spec(seed=161 + i, gpus=NODES * PER_NODE,
+                                        outcome="terminal_missing")]) for i in range(3)])
+    _on_nodes(root, ("worker", "allocator", "traces", "device"))
+    out = tmp_path / "out"
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots"]) == 0
+    report = (out / "diagnostic.md").read_text()
+    evidence = [line for line in report.splitlines() if line.startswith("Evidence")]
+    assert any("`allocator-traces/allocator-<host>-<pid>.jsonl" in line
+               and "for every rank" in line for line in evidence), evidence
+    assert not any("<host>-traces" in line or "<host>-<host>" in line
+                   or "-evidence/<host>-" in line for line in evidence), evidence
