@@ -232,56 +232,62 @@ def _workers(directory: Path, files: list[str]) -> list[dict[str, Any]]:
     """(role, rank, pid, host) of every worker: from its device file, else from the first
     phase record of its trace; a worker is (host, pid) (contract v1.2: pids repeat across
     nodes; a v1 file's host is its name's or, failing that, its content's); sorted by role,
-    rank, host, pid. Two processes behind one (host, pid), which nodes of one hostname in pid
-    namespaces of their own give, are refused (:func:`_one_process`): listing one of them
-    would drop the other silently."""
+    rank, host, pid. Two device files, or one trace's phase records, naming two (role, rank)
+    for one (host, pid) are refused (:func:`_one_process`): listing one would drop the other
+    silently. (A trace and a device file that disagree are one process labelled two ways: the
+    audit's identity checks say so, the seal lists it once.)"""
     found: dict[tuple[str | None, int], dict[str, Any]] = {}
-    claims: list[tuple[bool, object, object, object, object, str]] = []
+    claims: list[tuple[str, object, object, object, object, str]] = []
     for relative in files:
         kind = kind_of(relative)
         if kind == DEVICE_EVIDENCE.name:
             document = _json(directory, relative) or {}
             named = DEVICE_EVIDENCE.worker_of(relative)
             host = named[0] if named and named[0] else document.get("hostname")
-            claims.append((False, host, document.get("pid"), document.get("role"),
+            claims.append(("", host, document.get("pid"), document.get("role"),
                            document.get("rank"), relative))
             _add_worker(found, document.get("role"), document.get("rank"), document.get("pid"),
                         host)
         elif kind == ALLOCATOR_TRACE.name:
             named = ALLOCATOR_TRACE.worker_of(relative)
             records = _phases(directory, relative, named[0] if named else None)
-            claims.extend((True, named[0] if named and named[0] else record.get("host"),
+            claims.extend((relative, named[0] if named and named[0] else record.get("host"),
                            record.get("pid"), record.get("role"), record.get("rank"),
                            f"{relative} line {line}") for record, line in records)
             for record, _ in records[:1]:
                 _add_worker(found, record.get("role"), record.get("rank"), record.get("pid"),
                             named[0] if named and named[0] else record.get("host"))
-    seen: dict[tuple[str, int], tuple[tuple[object, object], str]] = {}
-    for _, host, pid, role, rank, where in sorted(claims, key=lambda c: c[0]):
-        _one_process(directory, seen, host, pid, role, rank, where)  # (device files first)
+    seen: dict[tuple[str, str, int], tuple[tuple[object, object], str]] = {}
+    for source, host, pid, role, rank, where in sorted(claims, key=lambda c: c[0]):
+        # (device files first, "" their source: each trace is a source of its own)
+        _one_process(directory, seen, source, host, pid, role, rank, where)
     return sorted(found.values(), key=lambda w: (w["role"], w["rank"], w.get("host") or "",
                                                  w["pid"]))
 
 
 def _one_process(directory: Path,
-                 seen: dict[tuple[str, int], tuple[tuple[object, object], str]],
-                 host: object, pid: object, role: object, rank: object, where: str) -> None:
-    """Refuse a second (role, rank) for one (host, pid): two processes of one hostname and
-    pid (nodes or containers that report one hostname, each in a pid namespace of its own)
-    wrote the attempt's files, and a worker is (host, pid): one would be listed, the other
-    dropped unsaid. ``where`` names the file (and line) that says it."""
+                 seen: dict[tuple[str, str, int], tuple[tuple[object, object], str]],
+                 source: str, host: object, pid: object, role: object, rank: object,
+                 where: str) -> None:
+    """Refuse a second (role, rank) for one (host, pid) from one ``source`` (the device files,
+    ``""``, or one trace): two processes of one hostname and pid (nodes or containers that
+    report one hostname, each in a pid namespace of its own), or one process that wrote for
+    two ranks; a worker is (host, pid), so one would be listed and the other dropped
+    unsaid. ``where`` names the file (and line) that says it."""
     if not isinstance(host, str) or not host or type(pid) is not int \
             or type(role) is not str or type(rank) is not int:
         return
-    first = seen.setdefault((host, pid), ((role, rank), where))
+    first = seen.setdefault((source, host, pid), ((role, rank), where))
     if first[0] != (role, rank):
         raise SealRefused(
             f"{printable(str(directory))}: {printable(first[1])} (role "
             f"{printable(str(first[0][0]))}, rank {first[0][1]}) and {printable(where)} "
             f"(role {printable(role)}, rank {rank}) name one worker, pid {pid} on host "
-            f"{printable(host)}: two processes of one hostname and pid (nodes or containers "
-            "that report the same hostname, each in its own pid namespace); one would be "
-            "listed and the other dropped: give each node its own hostname; not sealed")
+            f"{printable(host)}, twice: two processes of one hostname and pid (nodes or "
+            "containers that report the same hostname, each in its own pid namespace: give "
+            "each node its own hostname), or one process that wrote for two ranks or roles (a "
+            "worker is one process, of one role and rank); one would be listed and the other "
+            "dropped; not sealed")
 
 
 def _add_worker(found: dict[tuple[str | None, int], dict[str, Any]], role: object,

@@ -143,6 +143,22 @@ def test_seal_refuses_two_device_files_of_one_host_and_pid_naming_both(
     assert not (tmp_path / "pairs").exists()
 
 
+def test_one_process_whose_trace_and_device_file_disagree_is_sealed_for_the_audit_to_judge(
+        tmp_path: Path) -> None:
+    """A trace that kept the default role beside a device file that says ``policy``: one
+    process labelled two ways, not two processes; the seal lists it once (as it did), and the
+    audit's identity checks judge it (the seal's refusal is for two device files, or one
+    trace, naming two)."""
+    attempt = _attempt(tmp_path)
+    device = sorted((attempt / "device-evidence").iterdir())[0]
+    document = load(device)
+    device.write_text(json.dumps({**document, "role": "policy"}))
+    assert _seal(tmp_path, attempt) == 0
+    (record,) = (tmp_path / "pairs").glob("*/period-1.json")
+    workers = json.loads(record.read_text())["workers"]
+    assert sum(1 for w in workers if w["pid"] == document["pid"]) == 1, workers
+
+
 def test_seal_refuses_one_trace_two_processes_wrote_naming_both_lines(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     attempt = _attempt(tmp_path)
