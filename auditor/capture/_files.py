@@ -13,6 +13,7 @@ import os
 import re
 import socket
 import stat
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -131,12 +132,33 @@ def claim_own(path: Path, what: str = "a file of this name") -> bool:
     return False
 
 
+OWN_LOCK = threading.RLock()
+"""Held while a file of this process's name is claimed and first made (:func:`write_own`, a
+:class:`~auditor.capture.Trace` opened): two threads of one process (a threaded Ray actor's
+methods, each opening its trace) would otherwise each find the name free, and the second
+take the first's file for another process's."""
+
+
+def _fresh_lock() -> None:  # (a child forked while another thread held it must not wait)
+    global OWN_LOCK
+    OWN_LOCK = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_fresh_lock)
+
+
 def write_own(path: Path, data: bytes, what: str = "this process's file") -> None:
     """Write ``data`` to ``path`` as :func:`write_atomic` does, where only this process may:
     the first write takes the name atomically (``link``, never over a file there, or
     ``O_EXCL`` where the file system has no links), a later one replaces its own file; another
     process's file of the same name (same host name and pid) is :class:`NameTaken`, never
-    overwritten (contract v1.2: a worker is never dropped silently)."""
+    overwritten (contract v1.2: a worker is never dropped silently). One thread at a time
+    (:data:`OWN_LOCK`)."""
+    with OWN_LOCK:
+        _write_own(path, data, what)
+
+
+def _write_own(path: Path, data: bytes, what: str) -> None:
     key = _own_key(path)
     if claim_own(path, what):
         write_atomic(path, data)

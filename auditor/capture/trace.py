@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from auditor._text import json_line
+from auditor.capture import _files
 from auditor.capture._files import (
     NameTaken,
     attempt_dir_of,
@@ -72,14 +73,16 @@ class Trace:
         # a file of this name that this process did not open is another process's, of the same
         # host name and pid (nodes reporting one hostname, each in its own pid namespace):
         # never appended to (two writers' records in one trace tell no worker apart)
-        reopened = claim_own(self.path, "the allocator trace of this host and pid")
-        try:
-            self._fd: int | None = os.open(  # (never through a link put in its place)
-                self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
-                | (0 if reopened else os.O_EXCL), 0o644)
-        except FileExistsError:
-            raise NameTaken(self.path, "the allocator trace of this host and pid") from None
-        own(self.path)
+        with _files.OWN_LOCK:  # (another thread of this process opening it meanwhile)
+            reopened = claim_own(self.path, "the allocator trace of this host and pid")
+            try:
+                self._fd: int | None = os.open(  # (never through a link put in its place)
+                    self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+                    | (0 if reopened else os.O_EXCL), 0o644)
+            except FileExistsError:
+                raise NameTaken(self.path,
+                                "the allocator trace of this host and pid") from None
+            own(self.path)
         self._seq = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()

@@ -306,3 +306,45 @@ def test_its_own_files_are_its_own_however_their_directory_is_named(
     with Trace(tmp_path / "attempt" / ".." / "attempt", rank=0, role="rank") as trace:
         trace.sample()
     assert len(lines(trace_path(tmp_path / "attempt", os.getpid()))) == 2
+
+
+def test_threads_of_one_process_opening_its_trace_at_once_share_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A threaded actor's methods each opening the process's trace at once: every thread gets
+    it (the name is this process's), none is refused as another process's. The look at the
+    name is slowed, so without the lock both threads find it free and the second's ``O_EXCL``
+    fails."""
+    import threading
+    import time
+
+    from auditor.capture import trace as trace_module
+    from auditor.capture.memory import Memory
+
+    looked = trace_module.claim_own
+
+    def slowly(path: Path, what: str = "") -> bool:
+        mine = looked(path, what)
+        time.sleep(0.05)
+        return mine
+
+    monkeypatch.setattr(trace_module, "claim_own", slowly)
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def open_it(step: int) -> None:
+        start.wait()
+        try:
+            with Trace(tmp_path, rank=0, memory=Memory(probe=False)) as trace, \
+                    trace.phase("actor_update", step):
+                pass
+        except BaseException as error:  # (reported below, not lost in the thread)
+            errors.append(error)
+
+    threads = [threading.Thread(target=open_it, args=(step,)) for step in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    phases = [r for r in lines(trace_path(tmp_path, os.getpid())) if "phase" in r]
+    assert sorted(r["step"] for r in phases) == [0, 1, 2, 3]
