@@ -76,7 +76,7 @@ __all__ = ["scan_training_log"]
 _TRIGGER_WORDS = (
     b"step:", b"rror", b"xception", b"emory", b"oom", b"NCCL", b"CANCELLED",
     b"hut", b"HUT", b"Traceback", b'File "', b"\x00",
-    # what ended a run (log_events._ends): a crash, a signal, a dead actor or child, a node
+    # what ended a run (failure_texts._ends): a crash, a signal, a dead actor or child, a node
     b"egmentation", b"SIGSEGV", b"xitcode", b"return code", b"death signal", b"Signals.",
     b"got signal", b"Killed", b"Aborted", b"Bus error", b"ActorDied", b"RayActorError",
     b"actor died", b"actor is dead", b"worker died", b"Root Cause", b"ode failure",
