@@ -146,6 +146,12 @@ PHASE_MARK = b'"phase"'
 lines are parsed."""
 
 
+LONGEST_LINE = 1 << 20
+"""A trace line longer than this ends the look at its phase records (the audit reads a line
+only to its start: no record it could read): carried whole from block to block, a line of
+no newline was copied again with each block read."""
+
+
 def _phases(base: Path, relative: str, host: str | None = None
             ) -> list[tuple[dict[str, Any], int]]:
     """The trace's first phase record (which names the worker) and the phase records
@@ -167,6 +173,9 @@ def _phases(base: Path, relative: str, host: str | None = None
                 data = carry + block
                 cut = data.rfind(b"\n") + 1 if block else len(data)
                 body, carry = data[:cut], data[cut:]
+                if len(carry) > LONGEST_LINE:  # (no phase record: one not JSON to the audit)
+                    _phase_lines(body, number, found, kept, host)
+                    return found
                 if found and PHASE_MARK not in body:
                     number += body.count(b"\n")
                 elif body and not _phase_lines(body, number, found, kept, host):

@@ -348,3 +348,36 @@ def test_threads_of_one_process_opening_its_trace_at_once_share_it(
     assert errors == []
     phases = [r for r in lines(trace_path(tmp_path, os.getpid())) if "phase" in r]
     assert sorted(r["step"] for r in phases) == [0, 1, 2, 3]
+
+
+def test_seal_of_a_trace_with_a_line_of_no_newline_stops_at_it(tmp_path: Path) -> None:
+    """A trace whose second line runs 48 MB without a newline (a writer cut short, a file
+    clobbered): the look at its phase records stops at it (no record the audit could read),
+    where the line was carried whole from block to block, copied again with each MB read."""
+    root = tmp_path / "study"
+    assert main([*run_args(root, "5001", "--"), sys.executable, "-c", "pass"]) == 0
+    attempt = attempt_of(root, "5001")
+    trace = attempt / "allocator-traces" / f"allocator-{HOST}-4242.jsonl"
+    trace.parent.mkdir(exist_ok=True)
+    phase = {"pid": 4242, "rank": 0, "role": "rank", "host": HOST, "seq": 0,
+             "phase": "actor_update", "step": 1, "started_ns": 1796556141787839185,
+             "finished_ns": 1796556143517034887, "error_type": ""}
+    with trace.open("w") as handle:
+        handle.write(json.dumps(phase) + "\n")
+        for _ in range(48):
+            handle.write("x" * (1 << 20))
+    seal = ["seal", str(root), "--pair", PAIR, "--period", "1", "--gpus", "2",
+            "--attempt-dir", attempt.relative_to(root).as_posix(), "--commit", COMMIT]
+    done = python(f"""
+        import sys
+        from auditor._cli import main
+        code = main({seal!r})
+        with open("/proc/self/status") as status:
+            peak = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+        print(code, peak, file=sys.stderr)
+    """, clean_env())
+    code, peak_kb = map(int, done.stderr.strip().splitlines()[-1].split())
+    assert code == 0, done.stderr
+    assert peak_kb < 60_000, peak_kb  # (the interpreter and the kit: about 30 MB)
+    record = load(root / "pairs" / PAIR / "period-1.json")
+    assert [(w["role"], w["rank"], w["pid"]) for w in record["workers"]] == [("rank", 0, 4242)]
