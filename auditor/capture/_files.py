@@ -187,9 +187,19 @@ def _write_own(path: Path, data: bytes, what: str) -> None:
     _fsync_directory(path.parent)
 
 
-def own(path: Path) -> None:
-    """Note ``path`` as this process's own (made by it with ``O_EXCL``)."""
-    _OWN.add(_own_key(path))
+def open_own(path: Path, flags: int, what: str) -> int:
+    """Open ``path`` (``flags``, the file made where absent) as this process's own: reopened
+    where this process made it, else made with ``O_EXCL`` (another process's file of its name
+    is :class:`NameTaken`, never opened), one thread at a time (:data:`OWN_LOCK`)."""
+    with OWN_LOCK:
+        reopened = claim_own(path, what)
+        try:
+            descriptor = os.open(path, flags | os.O_CREAT | (0 if reopened else os.O_EXCL),
+                                 0o644)
+        except FileExistsError:
+            raise NameTaken(path, what) from None
+        _OWN.add(_own_key(path))
+        return descriptor
 
 
 def _own_key(path: Path) -> tuple[int, str]:

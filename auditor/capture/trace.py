@@ -28,16 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from auditor._text import json_line
-from auditor.capture import _files
-from auditor.capture._files import (
-    NameTaken,
-    attempt_dir_of,
-    claim_own,
-    hostname,
-    own,
-    own_folder,
-    rank_of,
-)
+from auditor.capture._files import attempt_dir_of, hostname, open_own, own_folder, rank_of
 from auditor.capture.memory import Memory
 from auditor.model.kinds import ALLOCATOR_TRACE
 
@@ -73,16 +64,9 @@ class Trace:
         # a file of this name that this process did not open is another process's, of the same
         # host name and pid (nodes reporting one hostname, each in its own pid namespace):
         # never appended to (two writers' records in one trace tell no worker apart)
-        with _files.OWN_LOCK:  # (another thread of this process opening it meanwhile)
-            reopened = claim_own(self.path, "the allocator trace of this host and pid")
-            try:
-                self._fd: int | None = os.open(  # (never through a link put in its place)
-                    self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
-                    | (0 if reopened else os.O_EXCL), 0o644)
-            except FileExistsError:
-                raise NameTaken(self.path,
-                                "the allocator trace of this host and pid") from None
-            own(self.path)
+        self._fd: int | None = open_own(  # (never through a link put in its place)
+            self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW,
+            "the allocator trace of this host and pid")
         self._seq = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()

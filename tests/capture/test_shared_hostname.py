@@ -317,17 +317,17 @@ def test_threads_of_one_process_opening_its_trace_at_once_share_it(
     import threading
     import time
 
-    from auditor.capture import trace as trace_module
+    from auditor.capture import _files
     from auditor.capture.memory import Memory
 
-    looked = trace_module.claim_own
+    looked = _files.claim_own
 
     def slowly(path: Path, what: str = "") -> bool:
         mine = looked(path, what)
         time.sleep(0.05)
         return mine
 
-    monkeypatch.setattr(trace_module, "claim_own", slowly)
+    monkeypatch.setattr(_files, "claim_own", slowly)
     errors: list[BaseException] = []
     start = threading.Barrier(4)
 
