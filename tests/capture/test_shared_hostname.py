@@ -244,31 +244,26 @@ exit $(( s0 | s1 ))
         assert {w["rank"] for w in record["workers"]} == ranks
 
 
-def test_seal_of_a_long_trace_keeps_a_few_phase_records_not_every_one(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The seal looks at every phase record of a trace for a second (role, rank) of its
-    (host, pid), but keeps only what can change its answer: it held each record, parsed,
-    at once (here 40,000 among samples, a 16 MB trace: the seal's peak 102 MB, 26 MB before
-    it read them all; a 100,000-step run of 64 ranks, gigabytes on the batch node). A second
-    rank after them is still refused, naming its line."""
-    root = tmp_path / "study"
+PHASE = {"pid": 4242, "rank": 0, "role": "rank", "host": HOST, "seq": 0,
+         "phase": "actor_update", "step": 1, "started_ns": 1796556141787839185,
+         "finished_ns": 1796556143517034887, "error_type": ""}
+"""A phase record of pid 4242's trace on this host."""
+
+
+def _trace_of_4242(root: Path) -> tuple[Path, Path]:
+    """A run's attempt (no trace of its own) and the path of pid 4242's trace in it."""
     assert main([*run_args(root, "5001", "--"), sys.executable, "-c", "pass"]) == 0
     attempt = attempt_of(root, "5001")
     trace = attempt / "allocator-traces" / f"allocator-{HOST}-4242.jsonl"
     trace.parent.mkdir(exist_ok=True)
-    phase = {"pid": 4242, "rank": 0, "role": "rank", "host": HOST, "seq": 0,
-             "phase": "actor_update", "step": 1, "started_ns": 1796556141787839185,
-             "finished_ns": 1796556143517034887, "error_type": ""}
-    sample = json.dumps({"pid": 4242, "seq": 0, "sample_ns": 1796556143517034887,
-                         "allocated_bytes": None, "reserved_bytes": None,
-                         "device_used_bytes": None})
-    count = 40_000
-    with trace.open("w") as handle:
-        for step in range(count):
-            handle.write(json.dumps({**phase, "seq": step, "step": step}) + "\n" + sample + "\n")
+    return attempt, trace
+
+
+def _sealed_in_a_child(root: Path, attempt: Path) -> int:
+    """Seal ``attempt`` in a child process; its own peak memory (KB, ``VmHWM``: ru_maxrss
+    counts the forking test worker's too). The seal must succeed, listing pid 4242 alone."""
     seal = ["seal", str(root), "--pair", PAIR, "--period", "1", "--gpus", "2",
             "--attempt-dir", attempt.relative_to(root).as_posix(), "--commit", COMMIT]
-    # (the child's own peak, VmHWM: ru_maxrss counts the forking test worker's memory too)
     done = python(f"""
         import sys
         from auditor._cli import main
@@ -279,12 +274,32 @@ def test_seal_of_a_long_trace_keeps_a_few_phase_records_not_every_one(
     """, clean_env())
     code, peak_kb = map(int, done.stderr.strip().splitlines()[-1].split())
     assert code == 0, done.stderr
-    assert peak_kb < 60_000, peak_kb  # (the interpreter and the kit: about 30 MB)
     record = load(root / "pairs" / PAIR / "period-1.json")
     assert [(w["role"], w["rank"], w["pid"]) for w in record["workers"]] == [("rank", 0, 4242)]
+    return peak_kb
+
+
+def test_seal_of_a_long_trace_keeps_a_few_phase_records_not_every_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The seal looks at every phase record of a trace for a second (role, rank) of its
+    (host, pid), but keeps only what can change its answer: it held each record, parsed,
+    at once (here 40,000 among samples, a 16 MB trace: the seal's peak 102 MB, 26 MB before
+    it read them all; a 100,000-step run of 64 ranks, gigabytes on the batch node). A second
+    rank after them is still refused, naming its line."""
+    root = tmp_path / "study"
+    attempt, trace = _trace_of_4242(root)
+    sample = json.dumps({"pid": 4242, "seq": 0, "sample_ns": 1796556143517034887,
+                         "allocated_bytes": None, "reserved_bytes": None,
+                         "device_used_bytes": None})
+    count = 40_000
+    with trace.open("w") as handle:
+        for step in range(count):
+            handle.write(json.dumps({**PHASE, "seq": step, "step": step}) + "\n" + sample + "\n")
+    peak_kb = _sealed_in_a_child(root, attempt)
+    assert peak_kb < 60_000, peak_kb  # (the interpreter and the kit: about 30 MB)
     shutil.rmtree(root / "pairs")
     with trace.open("a") as handle:  # (another process's rank 7 after them: still said)
-        handle.write(json.dumps({**phase, "rank": 7}) + "\n")
+        handle.write(json.dumps({**PHASE, "rank": 7}) + "\n")
     capsys.readouterr()
     assert _seal(root, attempt) == 2
     err = capsys.readouterr().err
@@ -355,29 +370,10 @@ def test_seal_of_a_trace_with_a_line_of_no_newline_stops_at_it(tmp_path: Path) -
     clobbered): the look at its phase records stops at it (no record the audit could read),
     where the line was carried whole from block to block, copied again with each MB read."""
     root = tmp_path / "study"
-    assert main([*run_args(root, "5001", "--"), sys.executable, "-c", "pass"]) == 0
-    attempt = attempt_of(root, "5001")
-    trace = attempt / "allocator-traces" / f"allocator-{HOST}-4242.jsonl"
-    trace.parent.mkdir(exist_ok=True)
-    phase = {"pid": 4242, "rank": 0, "role": "rank", "host": HOST, "seq": 0,
-             "phase": "actor_update", "step": 1, "started_ns": 1796556141787839185,
-             "finished_ns": 1796556143517034887, "error_type": ""}
+    attempt, trace = _trace_of_4242(root)
     with trace.open("w") as handle:
-        handle.write(json.dumps(phase) + "\n")
+        handle.write(json.dumps(PHASE) + "\n")
         for _ in range(48):
             handle.write("x" * (1 << 20))
-    seal = ["seal", str(root), "--pair", PAIR, "--period", "1", "--gpus", "2",
-            "--attempt-dir", attempt.relative_to(root).as_posix(), "--commit", COMMIT]
-    done = python(f"""
-        import sys
-        from auditor._cli import main
-        code = main({seal!r})
-        with open("/proc/self/status") as status:
-            peak = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
-        print(code, peak, file=sys.stderr)
-    """, clean_env())
-    code, peak_kb = map(int, done.stderr.strip().splitlines()[-1].split())
-    assert code == 0, done.stderr
+    peak_kb = _sealed_in_a_child(root, attempt)
     assert peak_kb < 60_000, peak_kb  # (the interpreter and the kit: about 30 MB)
-    record = load(root / "pairs" / PAIR / "period-1.json")
-    assert [(w["role"], w["rank"], w["pid"]) for w in record["workers"]] == [("rank", 0, 4242)]
