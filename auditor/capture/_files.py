@@ -11,6 +11,7 @@ import errno
 import fcntl
 import os
 import re
+import secrets
 import socket
 import stat
 import threading
@@ -44,9 +45,10 @@ def dumps(document: dict[str, Any]) -> bytes:
     return (json_line(document, indent=2) + "\n").encode("utf-8")
 
 
-TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>[0-9]+)$")
-"""How :func:`write_atomic` names a temporary (``.NAME.tmp-PID``): what a writer killed
-mid-write leaves, and the next seal or run removes."""
+TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>[0-9]+)(?:-[0-9a-f]{8})?$")
+"""How :func:`write_atomic` names a temporary (``.NAME.tmp-PID-XXXXXXXX``, eight random hex
+digits; ``.NAME.tmp-PID`` from earlier versions): what a writer killed mid-write leaves, and
+the next seal or run removes."""
 
 
 def open_regular(path: Path | str, follow: bool = False) -> BinaryIO:
@@ -85,8 +87,7 @@ def own_folder(folder: Path) -> Path:
 def write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (temporary file, fsync, rename)."""
     own_folder(path.parent)
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    _write_temporary(temporary, path, data)
+    temporary = _write_temporary(path, data)
     try:
         os.replace(temporary, path)
     except BaseException:
@@ -164,8 +165,7 @@ def _write_own(path: Path, data: bytes, what: str) -> None:
         write_atomic(path, data)
         return
     own_folder(path.parent)
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    _write_temporary(temporary, path, data)
+    temporary = _write_temporary(path, data)
     try:
         os.link(temporary, path, follow_symlinks=False)
     except FileExistsError:
@@ -228,10 +228,18 @@ def rename_new(source: Path, target: Path) -> bool:
     return True
 
 
-def _write_temporary(temporary: Path, path: Path, data: bytes) -> None:
-    """Write ``data`` to ``temporary`` (the file to become ``path``) and fsync it."""
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
-                         0o644)  # (a link in the temporary's place is refused, not followed)
+def _write_temporary(path: Path, data: bytes) -> Path:
+    """Write ``data`` to a new temporary beside ``path`` (the file it is to become), fsync it
+    and return it. Its name is this writer's alone (``O_EXCL``, a random part beside the
+    pid): two writers of one pid (two threads, or processes of one host name in pid
+    namespaces of their own) never write into, or rename, each other's temporary."""
+    while True:
+        temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+        try:  # (a link in the temporary's place is refused, not followed)
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            continue
+        break
     try:
         view = memoryview(data)
         while view:
@@ -244,6 +252,7 @@ def _write_temporary(temporary: Path, path: Path, data: bytes) -> None:
             error.filename = str(path)  # (a write names no file: the message then says it)
         raise
     os.close(descriptor)
+    return temporary
 
 
 def remove_temporaries(directory: Path, name: str | None = None, below: bool = False

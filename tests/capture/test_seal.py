@@ -256,11 +256,13 @@ def test_a_temporary_a_writer_left_is_never_sealed_as_evidence(
     what it is."""
     attempt = _run(tmp_path)
     (attempt / "device-evidence").mkdir(exist_ok=True)
-    (attempt / "device-evidence" / ".worker-actor_rollout-2-h-99999.json.tmp-99999"
-     ).write_text('{"half": ')
-    assert _seal(tmp_path, _rel(tmp_path, attempt), "--commit", COMMIT, *META) == 2
-    assert "a write in progress or cut short (writer pid 99999" in capsys.readouterr().err
-    assert not (tmp_path / "pairs" / PAIR / "period-1.json").exists()
+    for name in (".worker-actor_rollout-2-h-99999.json.tmp-99999-0a1b2c3d",  # (as now named)
+                 ".worker-actor_rollout-2-h-99999.json.tmp-99999"):  # (by earlier versions)
+        (attempt / "device-evidence" / name).write_text('{"half": ')
+        assert _seal(tmp_path, _rel(tmp_path, attempt), "--commit", COMMIT, *META) == 2
+        assert "a write in progress or cut short (writer pid 99999" in capsys.readouterr().err
+        assert not (tmp_path / "pairs" / PAIR / "period-1.json").exists()
+        (attempt / "device-evidence" / name).unlink()
 
 
 def test_idle_check_refuses_another_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

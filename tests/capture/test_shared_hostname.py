@@ -377,3 +377,17 @@ def test_seal_of_a_trace_with_a_line_of_no_newline_stops_at_it(tmp_path: Path) -
             handle.write("x" * (1 << 20))
     peak_kb = _sealed_in_a_child(root, attempt)
     assert peak_kb < 60_000, peak_kb  # (the interpreter and the kit: about 30 MB)
+
+
+def test_a_write_in_progress_of_another_process_of_this_pid_is_never_written_into(
+        tmp_path: Path) -> None:
+    """Two writers of one pid (another node of this hostname, or another thread) writing one
+    name at once: each writes a temporary of its own, never the other's (which it would
+    truncate, fill with its bytes, then rename away from under its writer)."""
+    path = tmp_path / "device-evidence" / f"worker-rank-0-{HOST}-{os.getpid()}.json"
+    theirs = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # (mid-write, as named before)
+    _other_nodes(theirs, '{"role": "rank", "ra')
+    written = write_device_evidence(tmp_path, rank=0, role="rank")
+    assert theirs.read_text() == '{"role": "rank", "ra'
+    assert json.loads(written.read_text())["rank"] == 0
+    assert sorted(p.name for p in path.parent.iterdir()) == sorted([path.name, theirs.name])
