@@ -249,7 +249,8 @@ class _Scanner:
         # like "memory") cannot be a failure message. Nor can a frame or source line of
         # a traceback: ``raise ValueError("No available memory for the cache blocks")``
         # quoted in a frame is code, not the failure.
-        if not metrics and not self._tracebacks(number, segment, key, content):
+        framed = not metrics and self._tracebacks(number, segment, key, content)
+        if not metrics and not framed:
             said = "" if self._hedged(number, key, content) else _unhedged(content)
             if len(said) < len(content):
                 self.hedge = (number, key)  # (a hedge starts, or its list goes on)
@@ -258,6 +259,11 @@ class _Scanner:
             # (the wrapper's own line quotes the command, and a shell's trace (set -x) the
             # commands a script runs, a grep for the terminal line among them: never a
             # step that ran)
+            return
+        if framed:
+            # (a traceback's frame or source line is code that quotes text, never a step that
+            # ran; a veto or an abort there is still heeded: that errs towards unresolved)
+            self._vetoes_only(number, segment, content)
             return
         if MLLOG in content:
             self._mllog(number, segment, content)
@@ -408,7 +414,7 @@ class _Scanner:
         seen_step = False
         for index, key in enumerate(keys):
             step = _integral(key.group(1), key.group(2))
-            if step is None or content[key.start() - 1:key.start()] in ("'", "`"):
+            if step is None or _quoted(content, key.start()):
                 continue  # (quoted in a message about it, as the launcher's "lacks ... 'step:1
                 # - ...'": a JSON forwarder's double-quoted line still counts)
             end = keys[index + 1].start() if index + 1 < len(keys) else len(content)
@@ -422,6 +428,25 @@ class _Scanner:
                 legacy_step = _integral(legacy.group(1), legacy.group(2))
                 if legacy_step is not None:
                     self.step_lines.append((number, segment[: TEXT_LIMIT + 1], legacy_step))
+
+    def _vetoes_only(self, number: int, segment: str, content: str) -> None:
+        """What a line that can never be the terminal event may still say against one: an
+        MLPerf abort, a protocol's veto."""
+        if MLLOG in content:
+            from auditor.collect.terminal import aborted, record_of  # (rare lines)
+
+            record = record_of(content)
+            if record is not None and aborted(record):
+                self._add("aborted", number, segment, "MLPerf run_stop with status aborted")
+        matcher = self.matcher
+        if matcher is None or not matcher.veto or self.veto is not None:
+            return
+        try:
+            if matcher.vetoes(content):
+                self.veto = (number, segment[: TEXT_LIMIT + 1])
+        except TimeoutError:
+            self.matcher = None  # (as for the patterns: given up for the rest of the log)
+            self.pattern_gave_up = number
 
     def _step(self, number: int, segment: str, step: int, total: int | None = None) -> None:
         """A step line: ``step`` (of ``total`` when the line states its own last step). It is
@@ -545,6 +570,25 @@ def _strip_prefixes(segment: str) -> tuple[str, str]:
             key_parts.append(prefix.group(0).rstrip())
         position = prefix.end()
     return " ".join(key_parts), segment[position:]
+
+
+_OPENS_VALUE = re.compile(r"[:=\[{,]\s*\"\Z")
+"""A double quote that opens a value (``"msg": "``, ``msg="``): a forwarder's record of the
+line, not a message quoting it."""
+
+
+def _quoted(content: str, at: int) -> bool:
+    """Whether the ``step:`` key at ``at`` is text a message quotes, never a step that ran:
+    in single quotes (Python's repr) or backticks; in double quotes that open no value (the
+    launcher's ``lacks the terminal event "step:1 ..."``, an echoed ``grep "step:1 ..."``); or
+    after an exception's name (``ValueError: ... step:1 - ...``: its message is about the
+    run)."""
+    before = content[at - 1:at]
+    if before in ("'", "`"):
+        return True
+    if before == '"' and _OPENS_VALUE.search(content, max(0, at - 16), at) is None:
+        return True
+    return at > 0 and _EXCEPTION_STANDALONE.search(content, 0, at) is not None
 
 
 def _integral(whole: str, fraction: str | None) -> int | None:
