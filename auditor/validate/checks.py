@@ -262,16 +262,17 @@ def _identity(period: PeriodEvidence, attempt: AttemptEvidence) -> Iterator[Find
                     and (kind.name, None, worker.pid) not in listed_for:
                 yield finding("AUD107", subject, [worker_cite], form="for_worker",
                               kind=kind.title, pid=worker.pid, rank=worker.rank)
-    gpus: dict[str, list[tuple[int | None, str]]] = defaultdict(list)
+    gpus: dict[str, list[tuple[int | None, str, str]]] = defaultdict(list)
     for device in read.devices:
-        if device.gpu_uuid:
-            gpus[device.gpu_uuid].append((device.rank, device.path))
-    for uuid, users in sorted(gpus.items()):
-        ranks = sorted({rank for rank, _ in users if rank is not None})
+        if device.gpu_uuid:  # (one GPU however its hex digits are cased)
+            gpus[device.gpu_uuid.lower()].append((device.rank, device.path, device.gpu_uuid))
+    for _, users in sorted(gpus.items()):
+        ranks = sorted({rank for rank, _, _ in users if rank is not None})
         if len(users) > 1:
             yield finding("AUD113", subject,
-                          [Citation(path, pointer="/gpu/uuid", quote=uuid) for _, path in users],
-                          uuid=uuid, ranks=", ".join(str(r) for r in ranks))
+                          [Citation(path, pointer="/gpu/uuid", quote=uuid)
+                           for _, path, uuid in users],
+                          uuid=users[0][2], ranks=", ".join(str(r) for r in ranks))
 
 
 def _listed_workers(attempt: AttemptEvidence) -> set[tuple[str, str | None, int]]:

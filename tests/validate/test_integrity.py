@@ -338,6 +338,26 @@ def test_shared_gpu_and_job_id_disagreement(tmp_path: Path) -> None:
     assert "999" in " ".join(jobs["message"])
 
 
+def test_one_gpu_named_in_two_cases_is_still_shared(tmp_path: Path) -> None:
+    """A GPU's uuid is hex: the same GPU written ``GPU-ABC...`` by one rank and ``GPU-abc...``
+    by another (a hand-edited or re-encoded file) is still two ranks on one GPU."""
+    root = copy_example(tmp_path)
+    devices = sorted((root / "host-qwen25-7b-math-c2-s163-4gpu").glob(
+        "attempt-*/device-evidence/*.json"))
+    uuid = orjson.loads(devices[0].read_bytes())["gpu"]["uuid"]
+    assert uuid != uuid.upper()
+
+    def same_gpu(doc: dict) -> None:
+        doc["gpu"]["uuid"] = uuid.upper()
+
+    edit_json(root, devices[1].relative_to(root).as_posix(), same_gpu)
+    summary = audit(root, tmp_path / "out")
+    findings = pd.read_parquet(tmp_path / "out" / "findings.parquet")
+    shared = findings[findings["rule_id"] == "AUD113"]
+    assert list(shared["subject"]) == ["host-qwen25-7b-math-c2-s163/period-1"]
+    assert verdicts(summary)["host-qwen25-7b-math-c2-s163/period-1"][0] == "unresolved"
+
+
 def test_timeline_outside_invocation(tmp_path: Path) -> None:
     root = copy_example(tmp_path)
     trial = find(root, "host-qwen25-7b-gsm8k-c2-s163-4gpu/attempt-*/trial-*.json")
