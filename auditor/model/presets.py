@@ -4,7 +4,7 @@ protocol's ``terminal_event`` says, and each framework's preset.
 A :class:`TerminalSpec` is plain data (patterns as text, never code); the collectors compile
 it (:mod:`auditor.collect.terminal`). Each preset matches its framework's own end-of-training
 output as its source code prints it (the file and line are in
-``tests/fixtures/terminal/SOURCES.md``), after the scanner has removed ANSI codes and the
+``tests/terminal/SOURCES.md``), after the scanner has removed ANSI codes and the
 launchers' prefixes (Ray's ``(TaskRunner pid=N)``, torchrun's ``[rank0]:``). ``triggers``
 are literal words one of which every line a preset can match holds: the log's prefilter
 looks for them, so a preset costs no full decode of the log.
@@ -74,7 +74,11 @@ PRESETS: dict[str, Preset] = {
         "`timing_s/step:`; a step above or below N"),
     "verl-sft": Preset(
         TerminalSpec(preset="verl-sft",
-                     patterns=(r"(?:^|\s)step:(?P<step>[0-9]+)(?:\.0+)? - (?:.* - )?train/loss:",),
+                     # (not only at a line's start: rank 0's tqdm bar on stderr has no newline,
+                     # so in a log both streams share the line is `...6.10s/it]step:N - ...`;
+                     # the look-behind keeps `global_step:` and `timing_s/step:` out, as verl's)
+                     patterns=(r"(?<![\w/.\-])step:(?P<step>[0-9]+)(?:\.0+)? - (?:.* - )?"
+                               r"train/loss:",),
                      triggers=("step:",)),
         "step:120 - train/loss:0.41 - train/lr(1e-3):0.010",
         "the `step:N - val/loss:` line after a 0-based run's last training step"),
@@ -133,7 +137,13 @@ PRESETS: dict[str, Preset] = {
     "nemo": Preset(
         TerminalSpec(preset="nemo",
                      patterns=(r"Training epoch [0-9]+, iteration " + _STEP_TOTAL
-                               + r"/(?P<total>[0-9]+)(?: \||$)",),
+                               + r"/(?P<total>[0-9]+)(?: \||$)",
+                               # (`iteration` counts within an epoch, so past one epoch the
+                               # last line is `iteration 99/299` or, under max_epochs, every
+                               # epoch's end reads `99/99`; MegatronStrategy's `global_step`,
+                               # 0-based too, counts the run's steps across epochs and resumes)
+                               r"Training epoch [0-9]+, iteration [0-9]+/[0-9]+ \|(?:.* \|)? "
+                               r"global_step: " + _STEP_TOTAL + r"(?: \||$)"),
                      offset=1, triggers=("iteration",)),
         "Training epoch 0, iteration 149/149 | lr: 3e-05 | ... | global_step: 149",
         "0-based: `iteration 149/149` is step 150 of 150; `Validation: iteration N/M`"),

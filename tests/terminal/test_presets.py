@@ -64,9 +64,13 @@ def megatron_iteration(iteration: int, total: int) -> str:
     return log_string + " lm loss: 1.702113E+00 |"
 
 
-def nemo_line(n: int, total: int, epoch: int = 0, description: str = "Training") -> str:
+def nemo_line(n: int, total: int, epoch: int = 0, description: str = "Training",
+              step: int | None = None) -> str:
+    """``n`` counts within the epoch (``strategy.current_epoch_step``); ``step`` is the run's
+    (MegatronStrategy logs ``global_step``, 0-based), ``n`` unless given."""
     log_string = description + f" epoch {epoch}, iteration {n - 1}/{total - 1}"
-    for metric, val in {"lr": 3e-05, "global_step": float(n - 1)}.items():
+    for metric, val in {"lr": 3e-05, "global_step": float((n if step is None else step) - 1),
+                        "reduced_train_loss": 1.234}.items():
         log_string += f" | {metric}: {int(val)}" if val.is_integer() else f" | {metric}: {val:.4}"
     return log_string
 
@@ -120,6 +124,32 @@ def test_verl_sft() -> None:
     old = [verl_line(N - 1, {"train/loss": 0.412, "train/lr(1e-3)": 0.01}),
            verl_line(N, {"val/loss": 0.439})]
     assert not _found(old, "verl-sft")
+
+
+def tqdm_bar(desc: str, n: int, total: int = N) -> str:
+    """A tqdm refresh as it reaches a file: ``\\r``, the bar, no newline (tqdm ``std.py``
+    ``format_meter``: ``{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate}]``)."""
+    return f"\r{desc}: {n * 100 // total:3d}%|█████████▉| {n}/{total} [10:00<00:06,  6.10s/it]"
+
+
+def test_verl_sft_step_line_glued_to_rank_zeros_progress_bar() -> None:
+    """verl's SFT trainers (``fsdp_sft_trainer.py`` ``:757-773``, ``sft_trainer.py``
+    ``:301-344``) iterate under a tqdm bar on stderr and print the step line on stdout: where
+    both streams go to one file (SLURM's ``--output``) each step line follows its bar on the
+    same line, ``...6.10s/it]step:N - train/loss:...``, and the last of them is the end."""
+    metrics = {"train/loss": 0.41, "train/grad_norm": 1.2, "train/lr": 1e-05,
+               "train/global_tokens": 81920}
+    lines = [tqdm_bar("Epoch 1/1", N - 2) + verl_line(N - 1, metrics, pformat=True)
+             + tqdm_bar("Epoch 1/1", N - 1) + verl_line(N, metrics, pformat=True),
+             verl_line(N, {"val/loss": 0.439}, pformat=True),
+             "Final validation metrics: {'val/loss': 0.439}"]
+    scan = _scan(lines, "verl-sft")
+    assert scan.terminal_event is not None and scan.terminal_event.line == 1
+    # (the bar's count is no step: a line short of N still ends nothing)
+    assert not _found([tqdm_bar("Epoch 1/1", N - 1) + verl_line(N - 1, metrics)], "verl-sft")
+    # (other keys ending in `step:` are not verl's step, glued or not)
+    for key in ("timing_s/step", "train/global_step", "]global_step"):
+        assert not _found([f"{key}:{N} - train/loss:0.410"], "verl-sft"), key
 
 
 def test_openrlhf() -> None:
@@ -224,6 +254,25 @@ def test_nemo_is_zero_based() -> None:
     assert _found([nemo_line(N, N)], "nemo")  # (iteration 99/99 is step 100 of 100)
     assert not _found([nemo_line(N - 1, N)], "nemo")
     assert not _found([nemo_line(N, N, description="Validation:")], "nemo")
+
+
+def test_nemo_past_one_epoch_ends_at_its_global_step() -> None:
+    """NeMo's ``iteration`` counts within an epoch (``progress_printer.py:125``,
+    ``current_epoch_step``: Lightning resets it every epoch) and its total is ``max_steps``,
+    or one epoch's batches under ``max_epochs``: a run longer than one epoch never prints
+    ``iteration N-1/N-1``. Its last line's ``global_step`` (0-based) is the run's step."""
+    epochs = [nemo_line(N, N, epoch=k, step=(k + 1) * N) for k in range(3)]  # (max_epochs=3)
+    scan = _scan(epochs, "nemo", steps=3 * N)
+    assert scan.terminal_event is not None and scan.terminal_event.line == 3
+    steps = [nemo_line(N, 3 * N, epoch=k, step=(k + 1) * N) for k in range(3)]  # (max_steps)
+    scan = _scan(steps, "nemo", steps=3 * N)
+    assert scan.terminal_event is not None and scan.terminal_event.line == 3
+    # (a last line short of the dispatched step, and the first epoch's end, are no end)
+    assert not _found([*steps[:2], nemo_line(N - 1, 3 * N, epoch=2, step=3 * N - 1)], "nemo",
+                      steps=3 * N)
+    assert not _found(epochs[:1], "nemo", steps=3 * N)
+    assert not _found([nemo_line(N, N, description="Validation:", step=3 * N)], "nemo",
+                      steps=3 * N)
 
 
 def test_deepspeed() -> None:
