@@ -21,7 +21,7 @@ from auditor import rules
 from auditor._io import HashingReader, iter_lines, read_limited
 from auditor._text import clip
 from auditor.collect.allocator_trace import FINDINGS_CAP
-from auditor.collect.terminal import MLLOG, aborted, holds, record_of, short_of
+from auditor.collect.terminal import MLLOG, aborted, holds, record_of, short_of, step_count
 from auditor.model import Citation, Finding, LogEvent, TrainingLogScan
 from auditor.model.presets import TerminalSpec
 
@@ -60,12 +60,26 @@ def read_metrics(stream: BinaryIO | HashingReader, path: str, spec: TerminalSpec
             # (a snapshot of the run's state short of its end: a step-less marker's refutal)
             events.append(LogEvent("stopped_short", 1, _shown(spec, record), short))
     else:
+        compared = any(how == "field" for _, how, _ in spec.json)
+        end_count: int | None = None
+        went_back: LogEvent | None = None
         for line in iter_lines(stream, MAX_RECORD):
             lines = line.number
-            if terminal is not None or line.length > MAX_RECORD:
+            if (terminal is not None and end_count is None) or line.length > MAX_RECORD:
                 continue
             text = line.data.decode("utf-8", "replace")
             record = record_of(text) if MLLOG in text else _json_line(line.data)
+            if terminal is not None:
+                # (a record whose step went back after the end: a later run appended to the
+                # file, as LlamaFactory's trainer_log.jsonl of a resumed run; the end is its)
+                count = step_count(spec.json, record)
+                if count is not None and end_count is not None and count < end_count:
+                    went_back = LogEvent("stopped_short", line.number, clip(text, TEXT_LIMIT),
+                                         f"the records go back to step {count} after the "
+                                         f"end at line {terminal.line} (a later run "
+                                         "appended to the file)")
+                    terminal = end_count = None
+                continue
             if record is None:
                 if MLLOG not in text and line.data.lstrip().startswith(b"{"):
                     if len(findings) < FINDINGS_CAP:  # (a file of them: counted, not kept)
@@ -79,6 +93,10 @@ def read_metrics(stream: BinaryIO | HashingReader, path: str, spec: TerminalSpec
             elif holds(spec.json, record, steps):
                 terminal = LogEvent("terminal_event", line.number, clip(text, TEXT_LIMIT),
                                     "record")
+                end_count = step_count(spec.json, record) if compared else None
+                went_back = None
+        if went_back is not None:
+            events.append(went_back)
     if dropped:
         findings.append(rules.finding("AUD013", path, [Citation(path)], dropped=dropped,
                                       cap=FINDINGS_CAP))

@@ -133,6 +133,18 @@ def short_of(tests: tuple[JsonTest, ...], record: object, steps: int | None = No
     return None
 
 
+def step_count(tests: tuple[JsonTest, ...], record: object) -> int | None:
+    """The count of steps ``record`` holds in the first field the predicates compare with
+    another (``current_steps`` of ``current_steps == total_steps``); None where the
+    predicates compare no fields, or the record holds no count there."""
+    if not isinstance(record, dict):
+        return None
+    for path, how, _ in tests:
+        if how == "field":
+            return _count(field(record, path)[1])
+    return None
+
+
 def field(record: dict[str, Any], path: str) -> tuple[bool, object]:
     """(found, value) of a dotted path (a key holding a dot is tried whole first)."""
     if path in record:

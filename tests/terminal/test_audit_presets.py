@@ -65,15 +65,16 @@ def test_an_mlperf_abort_is_an_unclean_exit_caused_aborted(tmp_path: Path) -> No
     assert _period(tmp_path / "success")["verdict"] == "resolved"
 
 
-def _with_trainer_state(root: Path, log: str, state: bytes) -> None:
-    """``state`` as the attempt's ``metrics/trainer_state.json``, listed in its record."""
+def _with_trainer_state(root: Path, log: str, state: bytes,
+                        name: str = "trainer_state.json") -> None:
+    """``state`` as the attempt's ``metrics/<name>``, listed in its record."""
     attempt = root / log.rsplit("/", 1)[0]
     (attempt / "metrics").mkdir()
-    (attempt / "metrics" / "trainer_state.json").write_bytes(state)
+    (attempt / "metrics" / name).write_bytes(state)
     for record_path in period_records(root):
         record = orjson.loads(record_path.read_bytes())
         for spec in record.get("attempts") or [record]:
-            spec["evidence"].append({"path": "metrics/trainer_state.json",
+            spec["evidence"].append({"path": f"metrics/{name}",
                                      "kind": "metrics_log",
                                      "sha256": hashlib.sha256(state).hexdigest(),
                                      "size": len(state)})
@@ -95,6 +96,28 @@ def test_a_metrics_file_record_is_the_event(tmp_path: Path) -> None:
     rewrite(root, rel, lambda data: data.replace(b'"max_steps": 1', b'"max_steps": 5'))
     audit(root, tmp_path / "short")
     assert _period(tmp_path / "short")["reason"] == "terminal_event_missing"
+
+
+@pytest.mark.parametrize(("steps", "resolves"), [
+    ([0, 1], True),
+    ([0, 1, 0], False),  # (a resumed run appended to the file, short of its end)
+    ([0, 1, 0, 1], True),  # (and ending: its own record is the end)
+])
+def test_a_json_lines_end_a_later_run_appended_to_is_no_end(
+        tmp_path: Path, steps: list[int], resolves: bool) -> None:
+    """LlamaFactory appends to ``trainer_log.jsonl`` and keeps it across a resume from a
+    checkpoint: an earlier run's ``1/1`` record, then the resumed run's record short of it,
+    is no end of the resumed run; the file's last run's own ``1/1`` is."""
+    root, log = _study(tmp_path, {"preset": "llamafactory"})
+    rewrite(root, log, _without_verl([]))
+    records = "".join(json.dumps({"current_steps": n, "total_steps": 1, "loss": 0.5}) + "\n"
+                      for n in steps)
+    _with_trainer_state(root, log, records.encode(), "trainer_log.jsonl")
+    audit(root, tmp_path / "out")
+    period = _period(tmp_path / "out")
+    assert (period["verdict"] == "resolved") is resolves, period
+    if not resolves:
+        assert period["reason"] == "terminal_event_missing"
 
 
 @pytest.mark.parametrize("state", [

@@ -381,6 +381,31 @@ def test_json_lines_records(records: list[dict[str, object]], found: bool) -> No
     assert (scan.terminal_event is not None) is found
 
 
+def test_a_json_lines_file_a_resumed_run_appended_to_ends_at_its_own_end() -> None:
+    """LlamaFactory's ``trainer_log.jsonl`` is appended to and kept across a resume
+    (``callbacks.py``: removed only under ``overwrite_output_dir``): an earlier run's
+    ``N/N``, then the resumed run's records from step 10 again, is no end; the step going
+    back is named where a marker would be refuted."""
+    from auditor.collect.metrics import read_metrics
+
+    def scan(counts: list[int]) -> Any:
+        data = "".join(json.dumps({"current_steps": n, "total_steps": N, "loss": 0.5}) + "\n"
+                       for n in counts).encode()
+        return read_metrics(io.BytesIO(data), "metrics/trainer_log.jsonl",
+                            PRESETS["llamafactory"].spec, N)
+
+    earlier = list(range(10, N + 1, 10))
+    cut = scan([*earlier, 10, 20, 30])
+    assert cut.terminal_event is None
+    assert [(e.kind, e.line) for e in cut.events] == [("stopped_short", len(earlier) + 1)]
+    assert "go back to step 10" in cut.events[0].detail
+    ended = scan([*earlier, 10, 20, *earlier[2:]])
+    assert ended.terminal_event is not None and ended.terminal_event.line == 2 * len(earlier)
+    assert ended.events == ()
+    again = scan([*earlier, N])  # (an evaluation record at the end's step: still the end)
+    assert again.terminal_event is not None and again.terminal_event.line == len(earlier)
+
+
 def test_a_json_line_cut_is_named_and_text_between_is_not() -> None:
     """A metrics file's line that opens a JSON object and is none (cut as it was written)
     is an AUD003 at its line; a line of plain text (an MLPerf log's, a banner) is passed
