@@ -171,6 +171,16 @@ _RULES: tuple[Rule, ...] = (
          "was captured without -D, so the earlier runs' records, and the GPU-seconds they "
          "held, are not in it (the allocation scope misses them).",
          "{path}: {consequence}", W),
+    Rule("AUD026", "sacct-not-utf8", "sacct dump saved as UTF-16 or UTF-32",
+         "The scheduler dump opens with a UTF-16 (or UTF-32) byte-order mark: it went "
+         "through PowerShell 5's > (Out-File) or a Windows editor's \"Unicode\" save, where "
+         "sacct writes UTF-8. It was read decoded, all of it (the figures are the dump's); a "
+         "value that was not ASCII (a job name, a reason) may have been changed on the way "
+         "(PowerShell decodes a program's output in the console's code page). One that does "
+         "not decode whole is refused (AUD009).",
+         "{path}: {encoding} (a byte-order mark at byte 0); sacct writes UTF-8: it was read "
+         "decoded; re-run sacct with its output redirected by a POSIX shell, or convert "
+         "with `iconv -f {codec} -t UTF-8`", W),
     Rule("AUD019", "sacct-fields-missing", "sacct dump lacks fields the audit uses",
          "The dump was captured without a field the audit relies on (JobIDRaw, ExitCode, "
          "ElapsedRaw or Elapsed, AllocTRES, Start, End): what it would show is unknown.",

@@ -344,6 +344,14 @@ def _history_missing(root: Path, tmp: Path) -> list[str]:
     return ["--sacct", str(dump), "--sacct-format", ",".join([*SACCT_FIELDS, "Restarts"])]
 
 
+@scenario("AUD026")
+def _sacct_utf16(root: Path, tmp: Path) -> list[str]:
+    """The study's dump as PowerShell 5's > saves it: UTF-16 LE after a byte-order mark."""
+    rewrite(root, "accounting/sacct-raw.psv",
+            lambda b: b"\xff\xfe" + b.decode().encode("utf-16-le"))
+    return []
+
+
 @scenario("AUD020")
 def _pattern_backtracks(root: Path, tmp: Path) -> list[str]:
     protocol = orjson.loads((root / "protocol.json").read_bytes())

@@ -37,6 +37,9 @@ bounded memory, any ``sacct --parsable``/``--parsable2`` output:
 * ``#`` comment lines, blank lines and repeated header lines are skipped; a UTF-8 BOM
   is dropped. Lines are decoded as UTF-8 with replacement (AUD005); NUL bytes are
   removed (AUD006); a line longer than :data:`MAX_LINE` bytes is skipped (AUD007).
+  A dump opening with a UTF-16 or UTF-32 byte-order mark (PowerShell 5's ``>``) is read
+  decoded, with one AUD026 naming its encoding, and refused when it does not decode whole
+  (:mod:`auditor.collect.sacct.encoding`).
 * **Values.** ``State`` is normalised to its first word without ``+`` (``CANCELLED by 12``
   and ``CANCELLED+`` both give ``CANCELLED``; ``state_raw`` keeps the text); when the dump
   has no State column the state is ``UNKNOWN`` with ``state_raw`` ``""``. ``ExitCode``
@@ -107,7 +110,7 @@ from auditor.collect.sacct.format import (
 from auditor.collect.sacct.jobs import parse_sacct
 from auditor.collect.sacct.queries import job_for, worst_step
 from auditor.collect.sacct.slurmjson import JSON_FIELDS, MAX_JSON_BYTES
-from auditor.collect.sacct.summary import summary_json
+from auditor.collect.sacct.summary import summary_json, summary_parts
 
 __all__ = [
     "CAPTURE_HINT",
@@ -126,5 +129,6 @@ __all__ = [
     "job_for",
     "parse_sacct",
     "summary_json",
+    "summary_parts",
     "worst_step",
 ]

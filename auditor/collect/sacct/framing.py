@@ -16,6 +16,7 @@ from typing import cast
 from auditor import rules
 from auditor._io import CHUNK_SIZE, HashingReader, Line, iter_lines
 from auditor._text import clip
+from auditor.collect.sacct.encoding import Transcoded
 from auditor.collect.sacct.format import (
     _AMBIGUOUS,
     _FREE_TEXT,
@@ -511,7 +512,7 @@ class _Prefixed:
 
     __slots__ = ("_head", "_reader")
 
-    def __init__(self, head: bytes, reader: HashingReader) -> None:
+    def __init__(self, head: bytes, reader: HashingReader | Transcoded) -> None:
         self._head: bytes | None = head
         self._reader = reader
 

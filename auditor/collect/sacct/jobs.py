@@ -15,6 +15,7 @@ from typing import BinaryIO
 from auditor import rules
 from auditor._io import CHUNK_SIZE, HashingReader
 from auditor._text import clip
+from auditor.collect.sacct.encoding import Transcoded, byte_order, encoding_finding
 from auditor.collect.sacct.format import (
     MAX_FINDINGS,
     _check_delimiter,
@@ -81,7 +82,9 @@ def parse_sacct(
 ) -> SacctDump:
     """Parse a saved ``sacct -P`` dump, streaming, into a :class:`SacctDump`; a dump whose
     first byte is ``{`` is ``sacct --json`` (:mod:`auditor.collect.sacct.slurmjson`: read
-    whole, at most :data:`~auditor.collect.sacct.slurmjson.MAX_JSON_BYTES`).
+    whole, at most :data:`~auditor.collect.sacct.slurmjson.MAX_JSON_BYTES`). A dump that
+    opens with a UTF-16 or UTF-32 byte-order mark is read decoded, with one ``AUD026``
+    (:mod:`auditor.collect.sacct.encoding`), and refused when it does not decode whole.
 
     ``path`` is the display path used in citations and findings; ``fields`` is the
     ``--format`` order of a dump without header (a comma-separated string also works);
@@ -95,9 +98,15 @@ def parse_sacct(
     parser = _Parser(path, _normalise_fields(fields, path), _check_delimiter(delimiter, path))
     try:
         head = reader.read(CHUNK_SIZE)
+        source: HashingReader | Transcoded = reader
+        mark = byte_order(head)
+        if mark is not None:  # (UTF-16 from PowerShell's >: its text, as sacct wrote it)
+            source = Transcoded(head, reader, mark, path)
+            parser.findings.append(encoding_finding(path, mark))
+            head = source.read(CHUNK_SIZE)
         if looks_like_json(head):
-            return _json_dump(parser, reader, head)
-        first = _Prefixed(head, reader)
+            return _json_dump(parser, reader, head, source)
+        first = _Prefixed(head, source)
         del head  # (the splitter lets go of the chunk as it goes on: so must this frame)
         return parser._dump(reader, parser._read(reader, first))
     finally:  # (the caches serve one dump's rows: kept, they pinned 10 MB of its memory)
@@ -105,13 +114,15 @@ def parse_sacct(
 
 
 
-def _json_dump(parser: _Parser, reader: HashingReader, head: bytes) -> SacctDump:
+def _json_dump(parser: _Parser, reader: HashingReader, head: bytes,
+               source: HashingReader | Transcoded) -> SacctDump:
     """The dump of ``sacct --json`` output: each record's rows, as ``-P`` prints them,
-    assembled by ``parser`` as a ``-P`` dump's are (exact exit codes)."""
+    assembled by ``parser`` as a ``-P`` dump's are (exact exit codes); ``head`` and the
+    rest are read from ``source`` (``reader``, or its text decoded from UTF-16)."""
     parser.fmt = JSON_FORMAT
     parser.exact = True
     number = 0
-    for item in json_rows(reader, head, parser.path):
+    for item in json_rows(source, head, parser.path):
         number += 1
         if isinstance(item, BadRecord):
             parser.any_rows = True

@@ -42,6 +42,7 @@ import orjson
 
 from auditor._io import HashingReader
 from auditor._text import clip
+from auditor.collect.sacct.encoding import Transcoded
 from auditor.collect.sacct.format import CAPTURE_HINT, DEFAULT_FORMAT
 from auditor.collect.sacct.framing import plain_format
 from auditor.errors import SacctFormatError
@@ -87,7 +88,8 @@ JSON_FORMAT = plain_format(JSON_FIELDS, "|")
 """The format each JSON record's rows are read with (``|`` between the fields)."""
 
 
-def json_rows(reader: HashingReader, head: bytes, path: str) -> Iterator[list[str] | BadRecord]:
+def json_rows(reader: HashingReader | Transcoded, head: bytes, path: str
+              ) -> Iterator[list[str] | BadRecord]:
     """Read the rest of ``reader`` (``head`` was read already) as ``sacct --json``: each
     record's rows as ``-P`` prints them (:data:`JSON_FIELDS`' values), in the dump's order,
     or a :class:`BadRecord` for one that cannot be read. Raises
@@ -223,7 +225,7 @@ def _ended(text: str, at: int, members: dict[str, Any]) -> dict[str, Any]:
     return members
 
 
-def _text_of(reader: HashingReader, head: bytes, path: str) -> str:
+def _text_of(reader: HashingReader | Transcoded, head: bytes, path: str) -> str:
     """The document as text (refused over :data:`MAX_JSON_BYTES`, or not UTF-8)."""
     data = _load(reader, head, path)
     try:
@@ -233,7 +235,7 @@ def _text_of(reader: HashingReader, head: bytes, path: str) -> str:
                                "short, altered or not UTF-8; capture it again") from None
 
 
-def _load(reader: HashingReader, head: bytes, path: str) -> bytes:
+def _load(reader: HashingReader | Transcoded, head: bytes, path: str) -> bytes:
     parts: list[bytes] = []
     size = 0
     chunk = head
