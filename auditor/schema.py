@@ -181,7 +181,10 @@ def json_text(value: object, limit: int = 80) -> str:
     try:
         text = orjson.dumps(value).decode("utf-8")
     except (TypeError, orjson.JSONEncodeError):
-        text = repr(value)
+        try:
+            text = repr(value)
+        except RecursionError:  # (orjson parses 1,024 levels; repr recurses past Python's limit)
+            text = "nested too deep to show"
     return clip(text, limit)
 
 
@@ -208,11 +211,16 @@ def problems(validator_: Validator, doc: object) -> list[tuple[str, str]]:
     """Every problem of ``doc`` as (JSON pointer, message), sorted by pointer, deduplicated."""
     found: list[tuple[str, str]] = []
     seen: set[tuple[str, str]] = set()
-    for error in validator_.iter_errors(doc):
-        for item in _explain(error):
-            if item not in seen:
-                seen.add(item)
-                found.append(item)
+    try:
+        for error in validator_.iter_errors(doc):
+            for item in _explain(error):
+                if item not in seen:
+                    seen.add(item)
+                    found.append(item)
+    except RecursionError:  # (jsonschema reprs a wrong value in its message: one nested
+        # deeper than Python's recursion limit, which orjson parses, cannot be; a problem)
+        found.append(("", "a value nested too deep to check against the schema (arrays "
+                          "or objects nested past Python's recursion limit)"))
     found.sort(key=lambda item: item[0])
     return found
 
@@ -284,8 +292,11 @@ def _has_float(value: object) -> bool:
 def is_valid_fast(kind: str, doc: object) -> bool:
     """True when ``doc`` certainly satisfies ``kind``'s schema (checked the fast way)."""
     fast = _fast_validator(canonical_kind(kind))
-    if fast is None or _has_float(doc):
-        return False
+    try:
+        if fast is None or _has_float(doc):
+            return False
+    except RecursionError:  # (orjson parses 1,024 levels, past Python's recursion limit: a
+        return False  # hostile document takes the slow path, which says so)
     import fastjsonschema
 
     try:

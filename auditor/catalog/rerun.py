@@ -140,7 +140,8 @@ def _periods(path: Path, data: bytes) -> list[dict[str, object]]:
     try:
         reader = pq.ParquetFile(pa.BufferReader(data))
         schema = reader.schema_arrow
-    except (OSError, pa.ArrowException) as error:
+    except (OSError, pa.ArrowException, UnicodeDecodeError) as error:  # (a name or text
+        # not UTF-8: pyarrow decodes it as it reads)
         raise InputError(f"rerun: {path}: unreadable ({_first_line(error)})") from None
     for name in COLUMNS:
         wanted = SCHEMAS["periods"].field(name).type
@@ -156,7 +157,7 @@ def _periods(path: Path, data: bytes) -> list[dict[str, object]]:
              and schema.field(name).type == SCHEMAS["periods"].field(name).type]
     try:
         rows: list[dict[str, object]] = reader.read(columns=[*COLUMNS, *later]).to_pylist()
-    except (OSError, pa.ArrowException) as error:
+    except (OSError, pa.ArrowException, UnicodeDecodeError) as error:
         raise InputError(f"rerun: {path}: unreadable ({_first_line(error)})") from None
     for number, row in enumerate(rows):
         task = row["array_task_id"]

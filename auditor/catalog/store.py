@@ -367,18 +367,21 @@ def _stage(audit: Audit, where: Path) -> dict[str, tuple[int, int, list[str]]]:
         with contextlib.ExitStack() as stack:
             try:  # (opened here: pyarrow takes no name that is not UTF-8; Python does)
                 reader = pq.ParquetFile(stack.enter_context(open(source, "rb")))
-            except (OSError, pa.ArrowException) as error:
+            except (OSError, pa.ArrowException, UnicodeDecodeError) as error:  # (a column
+                # name not UTF-8: pyarrow decodes it as it opens the file)
                 raise InputError(f"catalog: {printable(str(source))}: unreadable table "
-                                 f"({error})") from None
+                                 f"({' '.join(str(error).split())}); nothing was added"
+                                 ) from None
             names = reader.schema_arrow.names
-            problem = _column_problem(reader.schema_arrow, SCHEMAS[table])
+            problem = _column_problem(reader.schema_arrow, SCHEMAS[table],
+                                      VIEW_COLUMNS.get(table, ()))
             if problem is not None:  # (its manifest may pin it: a forger can re-pin it)
                 raise InputError(f"catalog: {printable(str(source))}: {problem}; nothing "
                                  "was added")
             missing = [n for n in SCHEMAS[table].names if n not in names]
             version = 0 if missing else SCHEMA_VERSION
             schema = reader.schema_arrow.append(pa.field("schema_version", pa.int64(), False))
-            rows = _copy(reader, schema, version, where / table)
+            rows = _copy(reader, schema, version, where / table, source)
         written[table] = (rows, version, missing)
     written["studies"] = (_write_studies(audit, where / "studies"), SCHEMA_VERSION, [])
     return written
@@ -386,15 +389,24 @@ def _stage(audit: Audit, where: Path) -> dict[str, tuple[int, int, list[str]]]:
 
 OWN_COLUMNS = ("study", "schema_version")
 """Columns the catalogue gives every part (``study`` from the partition's name)."""
+VIEW_COLUMNS = {"periods": ("workload", "gpus", "verdict", "reason"),
+                "attempts": ("subject", "attempt", "outcome", "reason"),
+                "devices": ("subject", "attempt", "hostname", "gpu_uuid")}
+"""The columns of each table the built-in views (:mod:`auditor.catalog.query`) read, which
+every audit has written: a catalogue where no part has one answers no query at all."""
 
 
-def _column_problem(found: Any, expected: Any) -> str | None:
+def _column_problem(found: Any, expected: Any, needed: tuple[str, ...] = ()) -> str | None:
     """What keeps a table of schema ``found`` out of the catalogue, where the audit writes
     ``expected``: a column of another type (one study's would change the column's type for
     every study: DuckDB reads ``union_by_name`` a column of text and one of numbers as
-    text), a name given twice, or a column the catalogue adds itself. A column absent (an
-    older audit's) or unknown (a newer one's) is not a problem."""
+    text), a name given twice, a column the catalogue adds itself, or one of ``needed`` (the
+    built-in views') absent. Another column absent (an older audit's) or unknown (a newer
+    one's) is not a problem."""
     names = found.names
+    for name in needed:
+        if name not in names:
+            return f"no column {name!r}, which every audit writes; is it an audit's table?"
     for name in names:
         if names.count(name) > 1:
             return f"column {name!r} is there more than once; is it an audit's table?"
@@ -406,22 +418,42 @@ def _column_problem(found: Any, expected: Any) -> str | None:
     return None
 
 
-def _copy(reader: Any, schema: Any, version: int, folder: Path) -> int:
-    """Copy ``reader``'s rows, a batch at a time, with the ``schema_version`` column."""
+def _copy(reader: Any, schema: Any, version: int, folder: Path, source: Path) -> int:
+    """Copy ``reader``'s rows (of the table ``source``), a batch at a time, with the
+    ``schema_version`` column."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     shutil.rmtree(folder, ignore_errors=True)  # (a study given twice: the last wins)
     folder.mkdir(parents=True)
     rows = 0
+    batches = reader.iter_batches(batch_size=BATCH_ROWS)
     with open(folder / PART, "wb") as sink, \
             pq.ParquetWriter(sink, schema, compression="zstd") as writer:
-        for batch in reader.iter_batches(batch_size=BATCH_ROWS):
+        while (batch := _next_batch(batches, source)) is not None:
             column = pa.array([version] * batch.num_rows, type=pa.int64())
             writer.write_batch(pa.RecordBatch.from_arrays([*batch.columns, column],
                                                           schema=schema))
             rows += batch.num_rows
     return rows
+
+
+def _next_batch(batches: Iterator[Any], source: Path) -> Any:
+    """The next batch of ``batches`` (``source``'s rows), validated whole; None after the
+    last. A page that cannot be read, or text that is not UTF-8, is refused in one line (a
+    forger may re-pin the table; text not UTF-8 copied in made every query of the
+    catalogue that read its column fail, every study's)."""
+    import pyarrow as pa
+
+    try:
+        batch = next(batches, None)
+        if batch is not None:
+            batch.validate(full=True)
+    except (OSError, pa.ArrowException, UnicodeDecodeError) as error:  # (pyarrow says a
+        # page it cannot read with an OSError)
+        raise InputError(f"catalog: {printable(str(source))}: unreadable table "
+                         f"({' '.join(str(error).split())}); nothing was added") from None
+    return batch
 
 
 def _write_studies(audit: Audit, folder: Path) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,9 +64,6 @@ def load(out: Path | str, inputs: bool = False) -> LoadedAudit:
     every evidence and input file it lists, as ``auditor verify`` does), then read its tables
     and summary. Raises :class:`~auditor.errors.VerifyError` (one line naming what differs)
     when anything does, or when ``out`` is no audit's output."""
-    import pandas as pd
-    import pyarrow as pa
-
     out = Path(out)
     manifest_bytes = _read(out / MANIFEST) if os.path.lexists(out / MANIFEST) else None
     differences, _ = verify_outputs(out, inputs=inputs)
@@ -81,16 +78,42 @@ def load(out: Path | str, inputs: bool = False) -> LoadedAudit:
     # (the manifest verified is the one read: its entries pin every byte parsed below)
     listed = {item["path"]: (item["sha256"], item["size"])
               for item in orjson.loads(manifest_bytes)["outputs"]}
-    try:
-        tables = {name: pd.read_parquet(io.BytesIO(_checked(out, f"{name}.parquet", listed)))
-                  for name in TABLES if f"{name}.parquet" in listed}
-        summary = orjson.loads(_checked(out, "summary.json", listed))
-    except (pa.ArrowException, orjson.JSONDecodeError, OSError) as error:
-        raise VerifyError(f"{out}: an output its manifest pins cannot be read as what its "
-                          f"name says ({error}); nothing loaded") from None
+    tables = {name: _parsed(out, f"{name}.parquet", listed, _frame)
+              for name in TABLES if f"{name}.parquet" in listed}
+    summary = _parsed(out, "summary.json", listed, orjson.loads)
     if not isinstance(summary, dict):
         raise VerifyError(f"{out / 'summary.json'}: not a JSON object; nothing loaded")
     return LoadedAudit(out, summary, tables, hashlib.sha256(manifest_bytes).hexdigest())
+
+
+def _parsed(out: Path, name: str, listed: Mapping[str, tuple[str, int]],
+            parse: Callable[[bytes], Any]) -> Any:
+    """Output ``name`` checked against the manifest (:func:`_checked`), then ``parse``d; a
+    file pinned yet not what its name says (a forger re-pinned it) is a one-line
+    :class:`VerifyError` naming it."""
+    import pyarrow as pa
+
+    data = _checked(out, name, listed)
+    try:
+        return parse(data)
+    except (pa.ArrowException, orjson.JSONDecodeError, OSError, UnicodeDecodeError) as error:
+        said = " ".join(str(error).split())  # (pyarrow's messages may span lines)
+        raise VerifyError(f"{out / name}: pinned by its {MANIFEST}, yet it cannot be read as "
+                          f"what its name says ({said}); nothing loaded") from None
+
+
+def _frame(data: bytes) -> pd.DataFrame:
+    """The Parquet table ``data`` as a DataFrame of its Arrow schema's columns. Its pandas
+    metadata, which the audit never writes, is dropped unread: a forger's, re-pinned in the
+    manifest, made pandas raise its own errors (a JSONDecodeError, a TypeError) past the
+    one-line refusal, or rebuilt an index it invented."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(io.BytesIO(data))
+    table.validate(full=True)  # (text not UTF-8 was loaded, then failed where it was used)
+    kept = {key: value for key, value in (table.schema.metadata or {}).items()
+            if key != b"pandas"}
+    return table.replace_schema_metadata(kept or None).to_pandas()
 
 
 def _read(path: Path) -> bytes:

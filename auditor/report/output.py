@@ -139,7 +139,8 @@ def manifest_outputs(out: Path) -> dict[str, tuple[str, int]] | None:
             return None
         return {str(item["path"]): (str(item["sha256"]), int(item["size"]))
                 for item in doc["outputs"]}
-    except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError):
+    except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError,
+            RecursionError):  # (str() of a value nested past Python's limit: orjson's is deeper)
         return None
 
 

@@ -92,6 +92,11 @@ def test_catalog_refuses_an_ill_typed_summary_even_when_re_pinned(
     (b"[1, 2]", "summary.json: expected an object, found array"),
     (b'{"launches": 9223372036854775808}', "/launches: expected a whole number from 0 to "
      "9223372036854775807 or null, found integer 9223372036854775808"),
+    # (nested past Python's recursion limit, within orjson's: quoting it raised
+    # RecursionError, exit 3)
+    (b'{"launches": ' + b"[" * 1000 + b"]" * 1000 + b"}",
+     "/launches: expected a whole number from 0 to 9223372036854775807 or null, found array "
+     "nested too deep to show"),
 ])
 def test_catalog_refuses_a_summary_no_audit_writes(
         audit_out: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -120,6 +125,33 @@ def test_a_well_typed_summary_of_an_older_audit_is_still_added(
                  "wasted_gpu_seconds FROM studies", "--json"]) == 0
     assert orjson.loads(capsys.readouterr().out) == [
         {"partial": None, "task_gpu_seconds": None, "wasted_gpu_seconds": 7.0}]
+
+
+def _not_utf8(where: str) -> Callable[[Path], None]:
+    """Rewrite the Parquet file with a byte not UTF-8 in column ``reason``'s name
+    (``where="name"``) or its text (``"text"``, written from raw buffers: pyarrow checks
+    the text it is given otherwise)."""
+    def change(path: Path) -> None:
+        table = pq.read_table(path)
+        if where == "name":
+            renamed = [("zzzzzzzz" if n == "reason" else n) for n in table.column_names]
+            pq.write_table(table.rename_columns(renamed), path, store_schema=False)
+            path.write_bytes(path.read_bytes().replace(b"zzzzzzzz", b"\xffzzzzzzz"))
+            return
+        rows = table.num_rows
+        offsets = pa.array(range(0, 2 * rows + 1, 2), type=pa.int32()).buffers()[1]
+        text = pa.Array.from_buffers(pa.string(), rows,
+                                     [None, offsets, pa.py_buffer(b"\xff\xfe" * rows)])
+        index = table.schema.get_field_index("reason")
+        pq.write_table(table.set_column(index, "reason", text), path)
+    return change
+
+
+def _bad_page(path: Path) -> None:
+    """Overwrite the first data page's header: the footer (the schema) still reads."""
+    data = bytearray(path.read_bytes())
+    data[4:24] = b"\xff" * 20
+    path.write_bytes(bytes(data))
 
 
 def _column(name: str, values: Callable[[int], Any]) -> Callable[[Path], None]:
@@ -155,6 +187,8 @@ def _column(name: str, values: Callable[[int], Any]) -> Callable[[Path], None]:
     (_column("array_task_id", lambda n: pa.array([-1] * n)),
      "row 0: array_task_id -1 is not what an audit writes"),
     (lambda path: path.write_bytes(b"PAR1 not a table"), "unreadable (Parquet magic bytes"),
+    (_not_utf8("name"), "unreadable ('utf-8' codec can't decode byte 0xff"),  # (exit 3)
+    (_not_utf8("text"), "unreadable ('utf-8' codec can't decode byte 0xff"),  # (exit 3)
 ])
 def test_rerun_refuses_an_ill_typed_periods_table_even_when_re_pinned(
         audit_out: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -186,6 +220,16 @@ def test_rerun_reads_the_bytes_it_checked_against_the_manifest(
     ("findings", lambda path: pq.write_table(pa.Table.from_arrays(
         [pa.array([1]), pa.array([2])], names=["rule_id", "rule_id"]), path),
      "column 'rule_id' is there more than once"),
+    # (added, a catalogue of it alone answered no query: the views name the column)
+    ("periods", _column("workload", lambda n: None),
+     "no column 'workload', which every audit writes"),
+    ("devices", lambda path: pq.write_table(pa.table({"x": [1]}), path),
+     "no column 'subject', which every audit writes"),
+    # (a page pyarrow cannot read, a name not UTF-8: exit 3; text not UTF-8: added, then
+    # every query reading the column failed, for every study)
+    ("periods", _bad_page, "unreadable table (Couldn't deserialize thrift"),
+    ("periods", _not_utf8("name"), "unreadable table ('utf-8' codec can't decode byte 0xff"),
+    ("periods", _not_utf8("text"), "unreadable table (In column"),
 ])
 def test_catalog_refuses_a_table_of_another_column_type_even_when_re_pinned(
         audit_out: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], table: str,
@@ -213,3 +257,21 @@ def test_catalog_refuses_a_fifo_in_place_of_the_manifest_not_waited_on(
         err = refused(capsys, "catalog", str(out), "--into", str(tmp_path / "cat"))
     assert f"catalog: {fifo}: unreadable (not a regular file)" in err
     assert not (tmp_path / "cat").exists()
+
+
+def test_catalog_refuses_a_manifest_nested_past_pythons_recursion_limit(
+        audit_out: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """orjson parses 1,024 levels, more than Python's recursion limit: checking such a
+    manifest against its schema raised RecursionError (exit 3); ``auditor rerun``'s reading
+    of its outputs too."""
+    out = tmp_path / "out"
+    shutil.copytree(audit_out, out)
+    manifest = out / "output_manifest.json"
+    deep = b'{"a":' * 1000 + b"1" + b"}" * 1000
+    manifest.write_bytes(manifest.read_bytes().replace(
+        b'"outputs": [', b'"outputs": [{"path": ' + deep + b', "sha256": "' + b"0" * 64
+        + b'", "size": 1},', 1))
+    err = refused(capsys, "catalog", str(out), "--into", str(tmp_path / "cat"))
+    assert f"{manifest}: malformed manifest" in err and "nested too deep to check" in err
+    err = refused(capsys, "rerun", str(out))
+    assert f"rerun: {out / 'periods.parquet'}: does not match {manifest}" in err

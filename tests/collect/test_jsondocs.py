@@ -143,6 +143,27 @@ def test_deep_nesting_orjson_accepts_is_checked_by_counting_keys() -> None:
                                   "duplicate keys"]
 
 
+def test_an_evidence_document_nested_past_pythons_recursion_limit_is_a_finding(
+        tmp_path: Path) -> None:
+    """orjson parses 1,024 levels, more than Python's recursion limit: the schema check
+    of a period record so nested raised RecursionError out of the audit (exit 3), both
+    where the document is valid (an extra key) and where it is not (a field's value)."""
+    from auditor import AuditOptions, run_audit
+    from tests.helpers import copy_example
+
+    root = copy_example(tmp_path)
+    deep = b"[" * 1000 + b"]" * 1000
+    extra, wrong = sorted(root.glob("pairs/*/period-1.json"))[:2]
+    text = extra.read_bytes().rstrip()
+    extra.write_bytes(text[:-1] + b', "extra": ' + deep + b"}\n")
+    wrong.write_bytes(re.sub(rb'"pair": "[^"]*"', b'"pair": ' + deep, wrong.read_bytes(),
+                             count=1))
+    result = run_audit(str(root), AuditOptions(jobs=1))
+    said = [f.message for f in result.findings if f.rule_id == "AUD002"]
+    assert any(str(wrong.relative_to(root)) in m and "nested too deep to check" in m
+               for m in said), said
+
+
 def test_list_where_an_object_belongs_is_aud002_at_the_root() -> None:
     doc, findings = load_json(reader(fixture("list_not_object.json")), "l.json")
     assert doc is None

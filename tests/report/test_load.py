@@ -4,6 +4,7 @@ once they match their output manifest."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -137,4 +138,95 @@ def test_an_output_pinned_but_not_what_its_name_says_is_one_line(
     out = _copy(audited, tmp_path)
     _repin(out, name, data)
     with pytest.raises(VerifyError, match=says):
+        auditor.load(out)
+
+
+def _parquet(table: object, **options: object) -> bytes:
+    """``table`` (a pyarrow Table) as the bytes of a Parquet file."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    sink = io.BytesIO()
+    pq.write_table(table, sink, **options)
+    return sink.getvalue()
+
+
+def test_a_pinned_table_is_read_as_its_columns_whatever_pandas_metadata_it_claims(
+        audited: Path, tmp_path: Path) -> None:
+    """The audit writes no pandas metadata: a forger's, re-pinned, made pandas raise its own
+    error (a JSONDecodeError, a TypeError) out of ``load``; it is not obeyed."""
+    import pyarrow.parquet as pq
+
+    out = _copy(audited, tmp_path)
+    table = pq.read_table(audited / "periods.parquet")
+    for claimed in (b"{not json", b'{"columns": 5, "index_columns": ["nope"]}'):
+        forged = table.replace_schema_metadata({**table.schema.metadata, b"pandas": claimed})
+        _repin(out, "periods.parquet", _parquet(forged))
+        pd.testing.assert_frame_equal(auditor.load(out).periods,
+                                      pd.read_parquet(audited / "periods.parquet"))
+
+
+def _not_utf8_name(table: object) -> bytes:
+    """``table`` as Parquet bytes whose column ``reason`` is named with a byte not UTF-8."""
+    names = table.column_names  # type: ignore[attr-defined]
+    renamed = table.rename_columns(  # type: ignore[attr-defined]
+        ["zzzzzzzz" if name == "reason" else name for name in names])
+    data = _parquet(renamed, store_schema=False)
+    return data.replace(b"zzzzzzzz", b"\xffzzzzzzz")
+
+
+def _not_utf8_text(table: object) -> bytes:
+    """``table`` as Parquet bytes whose column ``reason`` holds text not UTF-8 (written
+    from raw buffers: pyarrow checks the text it is given otherwise)."""
+    import pyarrow as pa
+
+    rows = table.num_rows  # type: ignore[attr-defined]
+    offsets = pa.array(range(0, 2 * rows + 1, 2), type=pa.int32()).buffers()[1]
+    raw = pa.py_buffer(b"\xff\xfe" * rows)
+    text = pa.Array.from_buffers(pa.string(), rows, [None, offsets, raw])
+    index = table.schema.get_field_index("reason")  # type: ignore[attr-defined]
+    return _parquet(table.set_column(index, "reason", text))  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("make", [_not_utf8_name, _not_utf8_text], ids=["name", "text"])
+def test_a_pinned_table_not_utf8_is_one_line_naming_it(
+        audited: Path, tmp_path: Path, make: Callable[[object], bytes]) -> None:
+    """A column name not UTF-8 made ``load`` raise a UnicodeDecodeError; text not UTF-8 was
+    loaded, and failed where the frame was used."""
+    import pyarrow.parquet as pq
+
+    out = _copy(audited, tmp_path)
+    _repin(out, "periods.parquet", make(pq.read_table(audited / "periods.parquet")))
+    with pytest.raises(VerifyError, match=r"periods\.parquet: pinned by its output_manifest"
+                       r"\.json, yet it cannot be read as what its name says") as raised:
+        auditor.load(out)
+    assert "\n" not in str(raised.value)
+
+
+def test_an_output_pinned_but_unreadable_is_named(audited: Path, tmp_path: Path) -> None:
+    """The refusal names the file that cannot be read (it named the directory alone), on
+    one line (pyarrow's message ended in a newline)."""
+    out = _copy(audited, tmp_path)
+    data = (audited / "devices.parquet").read_bytes()
+    _repin(out, "devices.parquet", data[:-9] + b"\0\0\0\0PAR1")
+    with pytest.raises(VerifyError) as raised:
+        auditor.load(out)
+    message = str(raised.value)
+    assert message.startswith(f"{out / 'devices.parquet'}: pinned by its output_manifest.json")
+    assert "\n" not in message
+
+
+def test_a_manifest_nested_past_pythons_recursion_limit_is_read_or_refused_in_one_line(
+        audited: Path, tmp_path: Path) -> None:
+    """orjson parses 1,024 levels, more than Python's recursion limit: the schema check of
+    such a manifest raised a RecursionError out of ``load``."""
+    out = _copy(audited, tmp_path)
+    manifest = (out / "output_manifest.json").read_bytes().rstrip()
+    deep = b"[" * 1000 + b"]" * 1000
+    (out / "output_manifest.json").write_bytes(manifest[:-1] + b', "extra": ' + deep + b"}\n")
+    assert len(auditor.load(out).periods) == 18  # (a key it does not know: not its business)
+    (out / "output_manifest.json").write_bytes(
+        manifest.replace(b'"outputs": [', b'"outputs": [' + deep + b",", 1))
+    with pytest.raises(VerifyError, match="malformed manifest: .*nested too deep to check"):
         auditor.load(out)
