@@ -92,9 +92,15 @@ def _causes(args: argparse.Namespace) -> int:
         if scan.terminal_event.kind == "terminal_marker":
             print(f"cause: none (an end marker is at line {scan.terminal_event.line}: no step "
                   "number shown, weaker evidence than a step line)")
-        else:
+        else:  # (what a log shows: whether the run then ended cleanly is its exit's to say)
+            after = sorted({f"{word} at line {event.line}" for event, word in found
+                            if event.line > scan.terminal_event.line})
             print(f"cause: none (the terminal event for step {args.steps} is at line "
-                  f"{scan.terminal_event.line}: the run completed)")
+                  f"{scan.terminal_event.line}: training reached its last step"
+                  + (f"; after it, {', '.join(after[:3])}"
+                     + (f" and {len(after) - 3} more" if len(after) > 3 else "")
+                     + ": its exit code and the scheduler's record say whether it ended "
+                     "cleanly" if after else "") + ")")
     elif cause is None:
         print(f"cause: none found in {scan.lines:,} lines (the scheduler's record, the "
               "launcher's and the allocator traces may say more)")

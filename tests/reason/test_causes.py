@@ -125,6 +125,10 @@ def test_a_completed_log_has_no_cause_whatever_it_prints(
         assert main(["causes", str(log_path), "--steps", "2"]) == 0
         out = capsys.readouterr().out
         assert "cause: none (the terminal event for step 2 is at line 1" in out
+        # (its last step reached, not a clean end claimed: what follows it is said)
+        assert "the run completed" not in out
+        assert "after it, segfault at line 2: its exit code and the scheduler's record say " \
+            "whether it ended cleanly)" in out
         assert main(["causes", str(log_path)]) == 0
         assert capsys.readouterr().out.rstrip().endswith(
             "cause: segfault: segmentation fault (SIGSEGV) (log line 2)")
