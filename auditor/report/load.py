@@ -9,6 +9,7 @@ it were the audit's.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -66,18 +67,21 @@ def load(out: Path | str, inputs: bool = False) -> LoadedAudit:
     when anything does, or when ``out`` is no audit's output."""
     out = Path(out)
     manifest_bytes = _read(out / MANIFEST) if os.path.lexists(out / MANIFEST) else None
-    differences, _ = verify_outputs(out, inputs=inputs)
+    manifest = None  # (parsed once: a million files' manifest is hundreds of megabytes)
+    if manifest_bytes is not None:
+        with contextlib.suppress(orjson.JSONDecodeError):  # (verify says what is wrong)
+            manifest = orjson.loads(manifest_bytes)
+    differences, _ = verify_outputs(out, inputs=inputs, manifest=manifest)
     if differences:
         first = differences[0]
         more = f" and {len(differences) - 1:,} more" if len(differences) > 1 else ""
         raise VerifyError(f"{out}: {first.path} {first.what}"
                           f"{f' ({first.detail})' if first.detail else ''}{more}, against "
                           f"its {MANIFEST}; nothing loaded ('auditor verify {out}' lists all)")
-    if manifest_bytes is None or _read(out / MANIFEST) != manifest_bytes:
+    if manifest is None or manifest_bytes is None or _read(out / MANIFEST) != manifest_bytes:
         raise VerifyError(f"{out / MANIFEST}: changed while it was read; nothing loaded")
     # (the manifest verified is the one read: its entries pin every byte parsed below)
-    listed = {item["path"]: (item["sha256"], item["size"])
-              for item in orjson.loads(manifest_bytes)["outputs"]}
+    listed = {item["path"]: (item["sha256"], item["size"]) for item in manifest["outputs"]}
     tables = {name: _parsed(out, f"{name}.parquet", listed, _frame)
               for name in TABLES if f"{name}.parquet" in listed}
     summary = _parsed(out, "summary.json", listed, orjson.loads)
