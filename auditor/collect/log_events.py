@@ -572,9 +572,10 @@ def _strip_prefixes(segment: str) -> tuple[str, str]:
     return " ".join(key_parts), segment[position:]
 
 
-_OPENS_VALUE = re.compile(r"[:=\[{,]\s*\"\Z")
+_OPENS_VALUE = re.compile(r"(?:\"\s*:|[=\[{,])\s*\"\Z")
 """A double quote that opens a value (``"msg": "``, ``msg="``): a forwarder's record of the
-line, not a message quoting it."""
+line, not a message quoting it. A colon counts after a JSON key's closing quote only: a
+message's ``lacks the terminal event: "step:1 ..."`` quotes the line."""
 
 
 def _quoted(content: str, at: int) -> bool:

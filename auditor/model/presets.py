@@ -76,8 +76,9 @@ PRESETS: dict[str, Preset] = {
         TerminalSpec(preset="verl-sft",
                      # (not only at a line's start: rank 0's tqdm bar on stderr has no newline,
                      # so in a log both streams share the line is `...6.10s/it]step:N - ...`;
-                     # the look-behind keeps `global_step:` and `timing_s/step:` out, as verl's)
-                     patterns=(r"(?<![\w/.\-])step:(?P<step>[0-9]+)(?:\.0+)? - (?:.* - )?"
+                     # only a space or the bar's `]` before it: `global_step:`, `timing_s/step:`
+                     # and a message's quote of the line, "step:N ..." or 'step:N ...', stay out)
+                     patterns=(r"(?:^|(?<=[\s\]]))step:(?P<step>[0-9]+)(?:\.0+)? - (?:.* - )?"
                                r"train/loss:",),
                      triggers=("step:",)),
         "step:120 - train/loss:0.41 - train/lr(1e-3):0.010",

@@ -25,6 +25,8 @@ QUOTED = {
         '(TaskRunner pid=7)   File "/opt/check.py", line 3, in <module>',
         '(TaskRunner pid=7)     assert "step:1 - training/global_step:1" in text',
         "(TaskRunner pid=7) AssertionError"],
+    "the launcher's error message, double-quoted after a colon": [
+        '[launcher] error: the log lacks the terminal event: "step:1 - training/global_step:1"'],
     "an echoed command's double-quoted argument": [
         '[launcher] running: grep -c "step:1 - training/global_step:1" training.log'],
 }
@@ -32,6 +34,8 @@ OWN = {
     "the trainer's own line": ["(TaskRunner pid=7) step:1 - training/global_step:1 - loss:0.2"],
     "a JSON forwarder's record of it": [
         '{"level": "info", "msg": "step:1 - training/global_step:1 - loss:0.2"}'],
+    "Docker's json-file record of it": [
+        '{"log":"step:1 - training/global_step:1 - loss:0.2\\n","stream":"stdout"}'],
     "the trainer's line after a finished traceback": [
         "(TaskRunner pid=7) Traceback (most recent call last):",
         '(TaskRunner pid=7)   File "/opt/warn.py", line 3, in <module>',

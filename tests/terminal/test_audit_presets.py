@@ -224,3 +224,23 @@ def test_a_shell_trace_quoting_the_terminal_line_is_no_event(tmp_path: Path, tra
     summary = audit(root, tmp_path / "out")
     (period,) = summary["periods"]
     assert (period["verdict"] == "resolved") is resolves, period
+
+
+@pytest.mark.parametrize(("line", "resolves"), [
+    ('[launcher] status: infrastructure_invalid (ValueError: lacks the terminal event '
+     '"step:1 - train/loss:0.41")', False),
+    ("AssertionError: {'line': 'step:1 - train/loss:0.41'}", False),
+    ("[step:1 - train/loss:0.41]", False),
+    # (rank 0's tqdm bar glued to the step line, as one file holds stderr and stdout)
+    ("Epoch 1/1: 100%|##########| 1/1 [00:06<00:00,  6.10s/it]step:1 - train/loss:0.41",
+     True),
+])
+def test_a_verl_sft_line_a_message_quotes_is_no_event(tmp_path: Path, line: str,
+                                                      resolves: bool) -> None:
+    """verl-sft's step line, admitted after a progress bar's ``]``, is not admitted after a
+    quote or a bracket that opens one: a launcher's error message or an exception's repr that
+    quotes the line is no step that ran (as for verl's own line)."""
+    root, log = _study(tmp_path, {"preset": "verl-sft"})
+    rewrite(root, log, _without_verl([line]))
+    audit(root, tmp_path / "out")
+    assert (_period(tmp_path / "out")["verdict"] == "resolved") is resolves
