@@ -275,8 +275,11 @@ class _Scanner:
                 return
         try:
             if matcher.patterns:
+                quoting = bool(matcher.spec.triggers)  # (a preset's: its framework's own
+                # line; a message quoting it is none. A protocol's own pattern says itself)
                 for found in matcher.steps(content):
-                    self._step(number, segment, found.step, found.total)
+                    if not (quoting and _quoted(content, found.at)):
+                        self._step(number, segment, found.step, found.total)
             if self.veto is None and matcher.veto and matcher.vetoes(content):
                 self.veto = (number, segment[: TEXT_LIMIT + 1])
             if self.marker is None and matcher.marker and matcher.marks(content):
@@ -579,17 +582,22 @@ message's ``lacks the terminal event: "step:1 ..."`` quotes the line."""
 
 
 def _quoted(content: str, at: int) -> bool:
-    """Whether the ``step:`` key at ``at`` is text a message quotes, never a step that ran:
-    in single quotes (Python's repr) or backticks; in double quotes that open no value (the
-    launcher's ``lacks the terminal event "step:1 ..."``, an echoed ``grep "step:1 ..."``); or
-    after an exception's name (``ValueError: ... step:1 - ...``: its message is about the
-    run)."""
-    before = content[at - 1:at]
-    if before in ("'", "`"):
+    """Whether the end line's text at ``at`` (verl's ``step:`` key, a preset's match) is text
+    a message quotes, never a step that ran: inside single quotes (Python's repr) or
+    backticks; inside double quotes that open no value (the launcher's ``lacks the terminal
+    event "step:1 ..."``, an echoed ``grep "step:1 ..."``; a forwarder's ``"msg": "`` opens
+    one); or after an exception's name (``ValueError: ... step:1 - ...``: its message is
+    about the run). A framework's own line has no quote before its end text."""
+    if at == 0:
+        return False
+    before = content[:at]
+    if before.count("'") % 2 or before.count("`") % 2:  # (inside: opened, not yet closed)
         return True
-    if before == '"' and _OPENS_VALUE.search(content, max(0, at - 16), at) is None:
-        return True
-    return at > 0 and _EXCEPTION_STANDALONE.search(content, 0, at) is not None
+    if before.count('"') % 2:
+        quote = before.rfind('"')
+        if _OPENS_VALUE.search(content, max(0, quote - 16), quote + 1) is None:
+            return True
+    return _EXCEPTION_STANDALONE.search(content, 0, at) is not None
 
 
 def _integral(whole: str, fraction: str | None) -> int | None:

@@ -36,6 +36,9 @@ class Step:
 
     step: int
     total: int | None
+    at: int = 0
+    """Where the match starts in the line (a message quoting the line is told by what
+    precedes it)."""
 
 
 class Matcher:
@@ -63,7 +66,8 @@ class Matcher:
                 if step is None:
                     continue
                 total = _number(match.groupdict().get("total"))
-                yield Step(step + offset, None if total is None else total + offset)
+                yield Step(step + offset, None if total is None else total + offset,
+                           match.start())
 
     def vetoes(self, content: str) -> bool:
         return any(_search(pattern, content, self.timed) for pattern in self.veto)

@@ -161,6 +161,21 @@ def test_openrlhf() -> None:
                       "openrlhf")
 
 
+def test_a_presets_line_a_message_quotes_is_no_end() -> None:
+    """A launcher's or an exception's message quoting a framework's end line (as verl's
+    matcher refuses one): never that framework's own output, for every preset's pattern."""
+    ray = RAY.format(actor="PPOTrainer")
+    openrlhf = f"✨ Global step {N}: " + str({"policy_loss": 0.01})
+    for quoted in (f'[launcher] error: the log lacks "{openrlhf}"',
+                   f"[launcher] error: the log lacks '{openrlhf}'",
+                   f"ValueError: no end line: {openrlhf}"):
+        assert not _found([ray + quoted], "openrlhf"), quoted
+    assert _found([ray + "INFO 11-30 10:00:00 ppo_trainer.py:547] " + openrlhf], "openrlhf")
+    quoted_ds = "AssertionError: '" + deepspeed_line(N).split("] [Rank 0] ")[1] + "'"
+    assert not _found([deepspeed_line(0), quoted_ds], "deepspeed")
+    assert _found([deepspeed_line(0), deepspeed_line(N)], "deepspeed")
+
+
 def test_lightning() -> None:
     bar = "Epoch 0: 100%|██████████| 100/100 [00:10<00:00,  9.8it/s, v_num=0]"
     stopped = f"`Trainer.fit` stopped: `max_steps={N!r}` reached."
