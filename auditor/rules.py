@@ -171,6 +171,14 @@ _RULES: tuple[Rule, ...] = (
          "was captured without -D, so the earlier runs' records, and the GPU-seconds they "
          "held, are not in it (the allocation scope misses them).",
          "{path}: {consequence}", W),
+    Rule("AUD027", "sacct-record-repeated", "sacct dump holds one run's record twice",
+         "A job's allocation record comes again with the same Start: a run starts once, and "
+         "a requeued run starts anew, so this is the same run read twice (a dump saved twice "
+         "into one file, or a mid-run capture and a later one joined), not a run of its own: "
+         "it is counted once, its later record giving its state, never as GPU-seconds lost "
+         "to requeue.",
+         "{path}:{line}: job {job} is recorded again with the Start of line {first}: one "
+         "run, counted once{more}", W),
     Rule("AUD026", "sacct-not-utf8", "sacct dump saved as UTF-16 or UTF-32",
          "The scheduler dump opens with a UTF-16 (or UTF-32) byte-order mark: it went "
          "through PowerShell 5's > (Out-File) or a Windows editor's \"Unicode\" save, where "
@@ -425,6 +433,14 @@ _RULES: tuple[Rule, ...] = (
          "training completing. Every such period is unresolved.",
          "{subject}: {key} was {first} for attempt {first_attempt} and {other} for attempt "
          "{other_attempt}", E,
+         blocks=Reason.IDENTITY_MISMATCH),
+    Rule("AUD129", "allocation-gpus-short", "The period ran more GPUs than its allocation held",
+         "The sacct record of the attempt's run (AllocTRES, its -D record for a requeued run) "
+         "held fewer GPUs than the period record's gpus: the record, the run or the row is "
+         "not what it says, and the reservation scope would fall below the task scope. The "
+         "period is unresolved.",
+         "{subject}: the period ran on {gpus} GPUs, but sacct's record of job {job_id} (line "
+         "{line}) held {held}", E,
          blocks=Reason.IDENTITY_MISMATCH),
     Rule("AUD201", "terminal-event-missing", "Clean exit without the terminal event",
          "The attempt exited cleanly but its training log lacks the terminal event for the "

@@ -255,6 +255,7 @@ class ElementSpec:
     elapsed_s: int | None = None
     """sacct ElapsedRaw; ``None`` ends the element a few seconds after its last attempt."""
     alloc_gpus: int = 4
+    """GPUs the allocation row holds (AllocTRES); raised to its periods' largest ``gpus``."""
     start_ns: int | None = None
     """sacct Start (whole seconds); ``None`` starts after the previous element."""
     periods: list[PeriodSpec] = field(default_factory=list)

@@ -80,7 +80,9 @@ def _element_rows(spec: StudySpec, plan: _ElementPlan) -> list[list[str]]:
     start, end = _sacct_time(plan.start_ns), _sacct_time(plan.end_ns)
     elapsed = str((plan.end_ns - plan.start_ns) // NS)
     job, raw = f"{spec.array_job_id}_{task}", element.job_id
-    gpus = element.alloc_gpus
+    # (an allocation holds at least the GPUs its periods ran on: a multi-node period of
+    # more GPUs than ``alloc_gpus`` would contradict its own row, AUD129)
+    gpus = max([element.alloc_gpus, *(period.gpus for period in element.periods)])
     batch_state, batch_code = plan.state, plan.exit_code
     if plan.state.startswith(("CANCELLED", "TIMEOUT", "NODE_FAIL")):
         batch_state, batch_code = "CANCELLED", "0:15"

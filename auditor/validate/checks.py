@@ -77,6 +77,7 @@ def period_checks(period: PeriodEvidence, collected: Collected
         findings.extend(_identity(period, attempt))
         findings.extend(_job_ids(period, attempt, collected.sacct))
         findings.extend(_timeline(attempt, collected.sacct, period))
+        findings.extend(_gpus_held(period, attempt, collected.sacct))
     return findings, list(_commit(period.record, collected))
 
 
@@ -442,6 +443,28 @@ def _timeline(attempt: AttemptEvidence, sacct: SacctDump | None,
             yield finding("AUD117", subject, cite,
                           edge="ends after", field="End", sacct=element.end,
                           invocation=finish // NS, hint=_zone_hint(element.end, finish // NS))
+
+
+def _gpus_held(period: PeriodEvidence, attempt: AttemptEvidence, sacct: SacctDump | None
+               ) -> Iterator[Finding]:
+    """An ``AUD129`` where the record of the attempt's own run (its ``-D`` record for a
+    requeued run, else the element's latest) held fewer GPUs than the period says it ran
+    on: one of the two is not this run's, and the reservation scope would come out below
+    the task scope. An attempt with no invocation of its own (a run cancelled while
+    pending, whose row holds no GPUs) is left to the checks of its missing evidence."""
+    trial, gpus = attempt.read.trial, period.record.gpus
+    if sacct is None or trial is None or trial.started_ns is None or not gpus:
+        return
+    element = element_for(sacct, attempt.spec.job_id or trial.job_id)
+    record = own_record(element, attempt, period)[0] if element is not None else None
+    # (an unknown count is no contradiction, nor is none shown: AllocTRES lists gres/gpu
+    # only where the site's accounting tracks it, AccountingStorageTRES)
+    if record is None or not record.gpus or record.gpus >= gpus:
+        return
+    yield finding("AUD129", attempt.subject,
+                  [Citation(sacct.path, line=record.line, quote=f"{record.gpus}"),
+                   Citation(period.record.path, pointer="/gpus", quote=str(gpus))],
+                  job_id=record.job_id, line=record.line, held=record.gpus, gpus=gpus)
 
 
 def _zone_hint(sacct: int, invocation: int) -> str:

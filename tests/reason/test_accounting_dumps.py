@@ -157,3 +157,70 @@ def test_a_dump_in_local_time_is_said_to_be_one(tmp_path: Path) -> None:
         assert messages
         said = "2 h apart, as local times would be: a dump captured without TZ=UTC?"
         assert all((said in m) is hinted for m in messages), messages
+
+
+def test_a_period_on_more_gpus_than_its_allocation_held_is_never_resolved(
+        tmp_path: Path) -> None:
+    """A 4-GPU period whose own allocation row held 2 GPUs resolved with no finding, and its
+    reservation scope fell below its task scope (2,529 < 3,369 GPU-seconds): the record, the
+    run or the row is not what it says (``AUD129``, ``identity_mismatch``). An allocation of
+    more GPUs than its period used is no such thing, nor one whose AllocTRES shows no GPU
+    at all (only ``gres/gpumem``: a site whose accounting does not track ``gres/gpu``), and
+    a multi-node period of 8 GPUs on an 8-GPU allocation resolves."""
+    from tests.helpers import audit, element_study, outcome_study, period_spec, verdicts
+
+    held = "billing=32,cpu=32,gres/gpu:a100=4,gres/gpu=4,mem=240G,node=1|gpu-node-10|None"
+    first, second = (f"host-qwen25-7b-gsm8k-c2-s{seed}/period-1" for seed in (161, 162))
+    for name, tres, expected in [
+            ("short", "gres/gpu:a100=2,gres/gpu=2", ("unresolved", "identity_mismatch")),
+            ("gpumem", "gres/gpumem=160G", ("resolved", "completed")),
+            ("more", "gres/gpu:a100=8,gres/gpu=8", ("resolved", "completed"))]:
+        root = outcome_study(tmp_path / name, ["completed", "completed"])
+        _dump(root, lambda text, tres=tres: text.replace(
+            held, held.replace("gres/gpu:a100=4,gres/gpu=4", tres), 1))
+        summary = audit(root, tmp_path / f"{name}-out")
+        assert verdicts(summary) == {first: expected, second: ("resolved", "completed")}, name
+        rules = next(p["rule_ids"] for p in summary["periods"] if p["seed"] == 161)
+        assert ("AUD129" in rules) is (expected[0] == "unresolved"), (name, rules)
+    findings = pq.read_table(tmp_path / "short-out" / "findings.parquet").to_pylist()
+    (said,) = [f["message"] for f in findings if f["rule_id"] == "AUD129"]
+    assert said == f"{first}: the period ran on 4 GPUs, but sacct's record of job 7000000_0 " \
+                   "(line 1) held 2"
+    root = element_study(tmp_path / "nodes", [("7000001", [period_spec(gpus=8)])])
+    assert verdicts(audit(root, tmp_path / "nodes-out")) == {first: ("resolved", "completed")}
+
+
+def test_one_runs_record_read_twice_is_counted_once(tmp_path: Path) -> None:
+    """A dump saved twice into one file held every element's record twice with the same
+    Start: each second copy was taken for a ``sacct -D`` rerun, the allocation scope doubled
+    (6,896 GPU-seconds for 3,448) and 3,448 were "lost to requeue" by jobs never requeued.
+    A capture made mid-run joined to the final one (``RUNNING``, then ``COMPLETED``, one
+    Start) is one run too, completed. ``AUD027`` says so; a real rerun (a later Start)
+    still counts apart."""
+    from tests.helpers import audit, outcome_study, verdicts
+
+    elapsed = 4 * (430 + 432)
+    messages: dict[str, list[str]] = {}
+    for name in ("twice", "mid-run", "requeued"):
+        root = outcome_study(tmp_path / name, ["completed", "completed"])
+        lines = (root / "accounting" / "sacct-raw.psv").read_text().splitlines(keepends=True)
+        first = lines[0]  # (element 0's allocation row: Start 18:00:00, 430 s)
+        earlier = {"twice": lines,
+                   "mid-run": [first.replace("|COMPLETED|", "|RUNNING|").replace(
+                       "|2026-09-15T18:07:10|430|", "|Unknown|200|")],
+                   "requeued": [first.replace("|COMPLETED|", "|REQUEUED|").replace(
+                       "T18:00:00|2026-09-15T18:07:10|430|", "T17:50:00|2026-09-15T17:55:00|300|")]
+                   }[name]
+        (root / "accounting" / "sacct-raw.psv").write_text("".join([*earlier, *lines]))
+        summary = audit(root, tmp_path / f"{name}-out")
+        assert set(verdicts(summary).values()) == {("resolved", "completed")}, name
+        accounting = summary["accounting"]
+        lost = 4 * 300 if name == "requeued" else 0
+        assert (accounting["allocation_gpu_seconds"], accounting["requeued_gpu_seconds"]) \
+            == (elapsed + lost, lost), name
+        findings = pq.read_table(tmp_path / f"{name}-out" / "findings.parquet").to_pylist()
+        messages[name] = [f["message"] for f in findings if f["rule_id"] == "AUD027"]
+    assert messages["requeued"] == []
+    assert messages["mid-run"] == ["accounting/sacct-raw.psv:2: job 7000000_0 is recorded "
+                                   "again with the Start of line 1: one run, counted once"]
+    assert [m.endswith("(and 1 more record(s) like it)") for m in messages["twice"]] == [True]

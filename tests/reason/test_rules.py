@@ -508,6 +508,23 @@ def _steps_differ(root: Path, tmp: Path) -> list[str]:
     return []
 
 
+@scenario("AUD027")
+def _record_repeated(root: Path, tmp: Path) -> list[str]:
+    # (the dump saved twice into one file)
+    rewrite(root, "accounting/sacct-raw.psv", lambda b: b + b, update_manifest=False)
+    return []
+
+
+@scenario("AUD129")
+def _allocation_short(root: Path, tmp: Path) -> list[str]:
+    # (the completed period's element held 2 GPUs by its own row, where it ran on 4)
+    rewrite(root, "accounting/sacct-raw.psv", lambda b: b.replace(
+        b"gres/gpu:a100=4,gres/gpu=4,mem=240G,node=1|gpu-node-10|None",
+        b"gres/gpu:a100=2,gres/gpu=2,mem=240G,node=1|gpu-node-10|None", 1),
+        update_manifest=False)
+    return []
+
+
 @pytest.mark.parametrize(("steps", "extra", "expected"), [
     ("100", {}, ("unresolved", "identity_mismatch")),  # (another count of steps)
     ("1", {"RESUME_MODE": "auto"}, ("resolved", "completed")),  # (resumed, the same count)

@@ -150,6 +150,9 @@ class _Parser(_Framer):
         """Step rows read before (or without) their allocation row."""
         self.unnamed: dict[str, _Unnamed] = {}
         """Each state Slurm does not name, where first seen (one ``AUD124`` each)."""
+        self.repeated: list[tuple[int, str, str, int]] = []
+        """Records of a run read again (line, job, the earlier record's line, its start):
+        one ``AUD027`` says them all."""
         self.texts: dict[str | None, str | None] = {None: None}
         self.columns: tuple[_Format | None, tuple[int, ...]] = (None, ())
         """The format the rows are read with, and where each of :data:`_COLUMNS` is in it
@@ -173,6 +176,11 @@ class _Parser(_Framer):
             jobs = tuple(replace(job, gpus=None, attempts=tuple(
                 replace(record, gpus=None) for record in job.attempts)) for job in jobs)
         self._unnamed_findings()
+        if self.repeated:
+            line, job, first, _ = self.repeated[0]
+            more = len(self.repeated) - 1
+            self._find("AUD027", line, f"{job} (line {first})", job=job, first=first,
+                       more=f" (and {more} more record(s) like it)" if more else "")
         if not self.any_rows:
             self._add_empty_finding()
         if self.dropped:
@@ -303,7 +311,15 @@ class _Parser(_Framer):
             self.unnamed[job.state].aside += 1
             return
         alloc = _Alloc(job)
-        if earlier is not None:
+        if earlier is not None and job.start is not None and job.start == earlier.job.start \
+                and (earlier.job.elapsed_s or 0) > 0:
+            # the same run's record again (one dump saved twice into the file, a capture
+            # made mid-run and one made after): a run started once, in one second, and a
+            # requeued run starts anew, so it is one run, counted once, in its later record
+            # (its state the latest); its earlier runs stay the ledger
+            self.repeated.append((job.line, job.job_id, str(earlier.job.line), job.start))
+            alloc.earlier = earlier.earlier
+        elif earlier is not None:
             # sacct -D: the same job id again is its next run; the earlier record is an
             # attempt of the ledger (with the steps that followed it)
             alloc.earlier = [*(earlier.earlier or ()), earlier]
