@@ -93,9 +93,13 @@ def _causes(args: argparse.Namespace) -> int:
             print(f"cause: none (an end marker is at line {scan.terminal_event.line}: no step "
                   "number shown, weaker evidence than a step line)")
         else:  # (what a log shows: whether the run then ended cleanly is its exit's to say)
-            after = sorted({f"{word} at line {event.line}" for event, word in found
-                            if event.line > scan.terminal_event.line})
-            print(f"cause: none (the terminal event for step {args.steps} is at line "
+            # (in line order, not the text's: "at line 10" sorted before "at line 9")
+            after = [f"{word} at line {line}" for line, word in sorted(
+                {(event.line, word) for event, word in found
+                 if event.line > scan.terminal_event.line})]
+            # (no --steps: a line that states its own last step, `max_steps=N`, was the end)
+            which = "" if args.steps is None else f" for step {args.steps}"
+            print(f"cause: none (the terminal event{which} is at line "
                   f"{scan.terminal_event.line}: training reached its last step"
                   + (f"; after it, {', '.join(after[:3])}"
                      + (f" and {len(after) - 3} more" if len(after) > 3 else "")

@@ -76,9 +76,10 @@ PRESETS: dict[str, Preset] = {
         TerminalSpec(preset="verl-sft",
                      # (not only at a line's start: rank 0's tqdm bar on stderr has no newline,
                      # so in a log both streams share the line is `...6.10s/it]step:N - ...`;
-                     # only a space or the bar's `]` before it: `global_step:`, `timing_s/step:`
-                     # and a message's quote of the line, "step:N ..." or 'step:N ...', stay out)
-                     patterns=(r"(?:^|(?<=[\s\]]))step:(?P<step>[0-9]+)(?:\.0+)? - (?:.* - )?"
+                     # only a space, the bar's `]` or a double quote before it: `global_step:`,
+                     # `timing_s/step:`, 'step:N ...' stay out; a double quote is the quoted-line
+                     # rule's to judge (a forwarder's "msg": "step:N ..." counts, as verl's)
+                     patterns=(r"(?:^|(?<=[\s\]\"]))step:(?P<step>[0-9]+)(?:\.0+)? - (?:.* - )?"
                                r"train/loss:",),
                      triggers=("step:",)),
         "step:120 - train/loss:0.41 - train/lr(1e-3):0.010",

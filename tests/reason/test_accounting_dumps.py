@@ -224,3 +224,32 @@ def test_one_runs_record_read_twice_is_counted_once(tmp_path: Path) -> None:
     assert messages["mid-run"] == ["accounting/sacct-raw.psv:2: job 7000000_0 is recorded "
                                    "again with the Start of line 1: one run, counted once"]
     assert [m.endswith("(and 1 more record(s) like it)") for m in messages["twice"]] == [True]
+
+
+def test_a_requeued_runs_dump_saved_twice_counts_each_run_once(tmp_path: Path) -> None:
+    """A ``sacct -D`` dump (element 0 requeued: a 300 s run, then its 430 s one) saved twice
+    into one file: only a record repeating the job's latest was known as one, so element 0's
+    first run was counted twice and its completed run once more as lost to requeue (7,568
+    GPU-seconds held, 4,120 lost, for 4,648 and 1,200). A capture made mid-run, joined before
+    that -D dump, is its last run again, never a run before the requeued one."""
+    from tests.helpers import audit, outcome_study, verdicts
+
+    elapsed, lost = 4 * (430 + 432), 4 * 300
+    for name in ("twice", "mid-run first"):
+        root = outcome_study(tmp_path / name, ["completed", "completed"])
+        path = root / "accounting" / "sacct-raw.psv"
+        lines = path.read_text().splitlines(keepends=True)
+        first = lines[0]  # (element 0's allocation row: Start 18:00:00, 430 s)
+        requeued = first.replace("|COMPLETED|", "|REQUEUED|").replace(
+            "T18:00:00|2026-09-15T18:07:10|430|", "T17:50:00|2026-09-15T17:55:00|300|")
+        mid_run = first.replace("|COMPLETED|", "|RUNNING|").replace(
+            "|2026-09-15T18:07:10|430|", "|Unknown|200|")
+        dump = [requeued, *lines]
+        path.write_text("".join(dump * 2 if name == "twice" else [mid_run, *dump]))
+        summary = audit(root, tmp_path / f"{name}-out")
+        assert set(verdicts(summary).values()) == {("resolved", "completed")}, name
+        accounting = summary["accounting"]
+        assert (accounting["allocation_gpu_seconds"], accounting["requeued_gpu_seconds"]) \
+            == (elapsed + lost, lost), name
+        findings = pq.read_table(tmp_path / f"{name}-out" / "findings.parquet").to_pylist()
+        assert [f["rule_id"] for f in findings if f["rule_id"] == "AUD027"] == ["AUD027"], name

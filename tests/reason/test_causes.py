@@ -264,3 +264,24 @@ def test_the_line_a_cause_rests_on_is_among_the_periods_citations(tmp_path: Path
     (row,) = [line for line in evidence.splitlines()
               if line.startswith(f"- `{period['pair']}/period-1`")]
     assert f"{log.rsplit('/', 1)[1]}:{lines + 1}" in row or f"`:{lines + 1}`" in row, row
+
+
+def test_causes_after_a_line_stating_its_own_last_step_names_no_step_none(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without ``--steps``, Lightning's ``max_steps=N`` line is the end on its own: the
+    wording said "the terminal event for step None"; and what follows it is named in line
+    order (sorted as text, line 10 came before line 9, so the three named were not the
+    first three)."""
+    from auditor._cli import main
+
+    log = tmp_path / "training-1.log"
+    log.write_text("`Trainer.fit` stopped: `max_steps=10` reached.\n"
+                   + "".join(f"filler {n}\n" for n in range(2, 9))
+                   + "".join("OSError: [Errno 28] No space left on device\n" for _ in range(4)))
+    protocol = tmp_path / "protocol.json"
+    protocol.write_text('{"terminal_event": {"preset": "lightning"}}')
+    assert main(["causes", str(log), "--protocol", str(protocol)]) == 0
+    out = capsys.readouterr().out.splitlines()[-1]
+    assert out.startswith("cause: none (the terminal event is at line 1: training reached "
+                          "its last step; after it, python_exception at line 9, storage at "
+                          "line 9, python_exception at line 10 and 5 more: "), out

@@ -244,3 +244,20 @@ def test_a_verl_sft_line_a_message_quotes_is_no_event(tmp_path: Path, line: str,
     rewrite(root, log, _without_verl([line]))
     audit(root, tmp_path / "out")
     assert (_period(tmp_path / "out")["verdict"] == "resolved") is resolves
+
+
+@pytest.mark.parametrize("line", [
+    '{"level": "info", "msg": "step:1 - train/loss:0.41"}',  # (a JSON forwarder's record)
+    '{"log":"step:1 - train/loss:0.41\\n","stream":"stdout"}',  # (Docker's json-file)
+    'level=info msg="step:1 - train/loss:0.41"',  # (logfmt)
+])
+def test_a_forwarders_record_of_the_verl_sft_line_still_ends_the_run(tmp_path: Path,
+                                                                     line: str) -> None:
+    """A forwarder's record of verl-sft's own step line (its value opened by ``"msg": "``,
+    ``"log":"`` or ``msg="``) is the line itself, as for verl's and every preset's: the
+    preset's look-behind refused any double quote before ``step:``, so the run went
+    unresolved (``terminal_event_missing``)."""
+    root, log = _study(tmp_path, {"preset": "verl-sft"})
+    rewrite(root, log, _without_verl([line]))
+    audit(root, tmp_path / "out")
+    assert _period(tmp_path / "out")["verdict"] == "resolved"

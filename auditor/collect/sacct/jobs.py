@@ -148,9 +148,12 @@ class _Parser(_Framer):
         self.by_raw: dict[str, str] = {}
         self.waiting: list[_StepRow] = []
         """Step rows read before (or without) their allocation row."""
+        self.steps_to: dict[str, _Alloc] = {}
+        """The earlier run a job's step rows now follow (its record read again, below its
+        latest: a ``-D`` dump saved twice), until the job's next allocation row."""
         self.unnamed: dict[str, _Unnamed] = {}
         """Each state Slurm does not name, where first seen (one ``AUD124`` each)."""
-        self.repeated: list[tuple[int, str, str, int]] = []
+        self.repeated: list[tuple[int, str, str, int | None]] = []
         """Records of a run read again (line, job, the earlier record's line, its start):
         one ``AUD027`` says them all."""
         self.texts: dict[str | None, str | None] = {None: None}
@@ -304,6 +307,7 @@ class _Parser(_Framer):
         """File an allocation row under ``key`` (its job id): a job's next run under
         ``sacct -D`` takes the earlier one as an attempt of its ledger."""
         earlier = self.jobs.get(key)
+        self.steps_to.pop(key, None)
         if earlier is not None and earlier.job.state in SLURM_STATES \
                 and job.state not in SLURM_STATES:
             # a record no Slurm state names never replaces the job's last real one (a
@@ -311,8 +315,25 @@ class _Parser(_Framer):
             self.unnamed[job.state].aside += 1
             return
         alloc = _Alloc(job)
-        if earlier is not None and job.start is not None and job.start == earlier.job.start \
-                and (earlier.job.elapsed_s or 0) > 0:
+        again = earlier is not None and job.start is not None \
+            and job.start == earlier.job.start and (earlier.job.elapsed_s or 0) > 0
+        ledger = earlier.earlier if earlier is not None and job.start is not None \
+            and not again else None
+        run = next((index for index, record in enumerate(ledger or ()) if record.job.start
+                    == job.start and (record.job.elapsed_s or 0) > 0), None)
+        if earlier is not None and ledger is not None and run is not None:
+            # an earlier run's record again (a -D dump saved twice into the file): that run
+            # counted once, in this record, its steps those that follow
+            self.repeated.append((job.line, job.job_id, str(ledger[run].job.line), job.start))
+            latest = earlier.job.start
+            if latest is None or job.start is None or job.start <= latest:
+                ledger[run] = self.steps_to[key] = alloc
+                return
+            # (it started after the record filed as the latest: a mid-run capture, then a -D
+            # one holding that run and the one before it; it is the latest)
+            alloc.earlier = [*ledger[:run], *ledger[run + 1:], earlier]
+            earlier.earlier = None
+        elif earlier is not None and again:
             # the same run's record again (one dump saved twice into the file, a capture
             # made mid-run and one made after): a run started once, in one second, and a
             # requeued run starts anew, so it is one run, counted once, in its later record
@@ -365,16 +386,17 @@ class _Parser(_Framer):
 
     def _parent(self, step_row: _StepRow) -> _Alloc | None:
         if step_row.job_key is not None and step_row.job_key in self.jobs:
-            return self.jobs[step_row.job_key]
+            return self.steps_to.get(step_row.job_key) or self.jobs[step_row.job_key]
         if step_row.raw_key is not None:
             key = self.by_raw.get(step_row.raw_key)
             if key is not None:
-                return self.jobs.get(key)
+                return self.steps_to.get(key) or self.jobs.get(key)
             if step_row.job_key is None:
                 return self.jobs.get(step_row.raw_key)
         return None
 
     def _finish_jobs(self) -> tuple[SacctJob, ...]:
+        self.steps_to = {}  # (a step read before its job's rows follows its latest run)
         for step_row in self.waiting:
             alloc = self._parent(step_row)
             if alloc is not None:
