@@ -14,6 +14,7 @@ from auditor.model import (
     DEFAULT_PROTOCOL,
     AuditResult,
     ElementCost,
+    Finding,
     InputFile,
     Reasoning,
     Severity,
@@ -22,7 +23,7 @@ from auditor.model.results import folder_of
 from auditor.report.groups import named_arrays
 from auditor.report.mdformat import code_block, code_span, figure, number, prose, table
 from auditor.report.tables import sorted_findings
-from auditor.rules import describe
+from auditor.rules import RULES, describe
 
 MAX_FINDINGS_LISTED = 200
 MAX_OTHERS_LISTED = 5
@@ -292,7 +293,7 @@ def findings_section(result: AuditResult) -> str:
                 "kept, as findings limits were reached (`AUD013` says where). "
                 "Every finding kept, with all its citations, is in `findings.parquet`.")
     else:
-        head = (f"{len(items):,} findings ({kinds}), each with its citations in "
+        head = (f"{counted(len(items), 'finding')} ({kinds}), each with its citations in "
                 "`findings.parquet`.")
     lines = ["## Findings", "", head + " Counted by rule: [`evidence.md`](evidence.md)."]
     # a period's findings are its diagnosis; the others (a study's, an array's, a
@@ -314,13 +315,27 @@ def findings_section(result: AuditResult) -> str:
         if not listed:
             continue
         lines += ["", title, ""]
-        lines.extend(f"- {code_span(f.rule_id)} {code_span(f.subject)}"
+        lines.extend(f"- {code_span(f.rule_id)} {code_span(where)}"
                      + (f" ({', '.join(code_span(s) for s in owner)})" if owner else "")
-                     + f": {prose(describe(f), 300)}" for f, owner in listed[:MAX_OTHERS_LISTED])
+                     + f": {prose(what, 300)}" for f, owner in listed[:MAX_OTHERS_LISTED]
+                     for where, what in [located(f)])
         if len(listed) > MAX_OTHERS_LISTED:
             lines.append(f"- and {len(listed) - MAX_OTHERS_LISTED:,} more in "
                          "`findings.parquet`")
     return "\n".join(lines)
+
+
+def located(item: Finding) -> tuple[str, str]:
+    """(where, what): the finding's subject, with the line its message names (``path:9``),
+    and what is wrong. The line stays with its file: alone after the file's name it read as
+    ``path`: 9: job ...``, a number of nothing."""
+    said = describe(item)
+    line = item.value("line")
+    template = RULES[item.rule_id].template_of(item.value("form"))
+    if line is not None and template.startswith("{path}:{line}: ") \
+            and item.value("path") == item.subject and said.startswith(head := f"{line}: "):
+        return f"{item.subject}:{line}", said.removeprefix(head)
+    return item.subject, said
 
 
 def findings_table(result: AuditResult) -> str:

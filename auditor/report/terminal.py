@@ -99,7 +99,9 @@ def findings_line(summary: dict[str, Any], written: bool = True) -> str:
         text = (f"{counted(errors, 'error finding')}, each waived or outside the included "
                 "configurations: the gate passes")
     else:
-        whose = (f"the {unresolved:,} unresolved periods' reasons" if errors == unresolved
+        # (one period's own: "the 1 unresolved periods' reasons" misread as a count gone wrong)
+        whose = ((f"the {unresolved:,} unresolved periods' reasons" if unresolved != 1
+                  else "the 1 unresolved period's reason") if errors == unresolved
                  else f"the reasons behind {unresolved:,} unresolved "
                       f"period{'s' if unresolved != 1 else ''} and the gate's others"
                  if unresolved else "what the gate counts")

@@ -541,7 +541,10 @@ def test_a_finding_about_a_file_of_a_periods_attempt_is_among_its_rules(
     assert "AUD017" in rules[162] and "AUD017" not in rules[161]
     text = (tmp_path / "out" / "diagnostic.md").read_text()
     assert "Errors and warnings about no single period:" not in text
-    assert f"`AUD017` `{log}` (`host-qwen25-7b-gsm8k-c2-s162/period-1`)" in text
+    # (its line beside its file, never after the period's name: "(...): 18: the log ...")
+    lines = (root / log).read_bytes().count(b"\n") + 1
+    assert f"`AUD017` `{log}:{lines}` (`host-qwen25-7b-gsm8k-c2-s162/period-1`): the log " \
+           "ends mid-line" in text
 
 
 def test_the_reports_integrity_line_says_summarys_count(tmp_path: Path) -> None:
