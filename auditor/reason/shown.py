@@ -168,6 +168,15 @@ def terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | No
                                "record meeting the protocol's JSON predicates.")
             shown.citations.append(shown.terminal)
             return
+        for scan in sorted(attempt.read.metrics, key=lambda s: s.path):
+            short = next((e for e in scan.events if e.kind == "stopped_short"), None)
+            if short is None or any(c.path == scan.path for c in shown.citations):
+                continue  # (a refuted marker's sentence names it already)
+            # (a record meeting the predicates there may be an earlier run's: said, so the
+            # reader who finds it is not left to think the audit missed it)
+            shown.shows.append(f"The metrics file `{scan.path}` holds no end of this run: "
+                               f"{short.detail} (line {short.line}).")
+            shown.citations.append(Citation(scan.path, line=short.line, quote=short.text))
     if TRACE_SOURCE in sources:
         for trace in sorted(attempt.read.traces, key=lambda t: t.path):
             phases_end = max((p.line for p in trace.phases if p.step == steps), default=0)

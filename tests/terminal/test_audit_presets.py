@@ -118,6 +118,10 @@ def test_a_json_lines_end_a_later_run_appended_to_is_no_end(
     assert (period["verdict"] == "resolved") is resolves, period
     if not resolves:
         assert period["reason"] == "terminal_event_missing"
+        # (the file holds a record meeting the predicates: the diagnosis says why it is none)
+        assert "metrics/trainer_log.jsonl` holds no end of this run: the records go back to " \
+            "step 0 after the end at line 2 (a later run appended to the file) (line 3)." \
+            in (tmp_path / "out" / "diagnostic.md").read_text()
 
 
 @pytest.mark.parametrize("state", [
