@@ -64,17 +64,13 @@ def record_exit(role: str, pid: int, exit_code: int | None, *, started_ns: int |
                 ended_ns: int | None = None, rank: int | None = None,
                 signal: str | None = None, received_signal: str | None = None,
                 host: str | None = None, attempt_dir: str | os.PathLike[str] | None = None,
-                extra: dict[str, Any] | None = None, provisional: bool = False,
-                running: bool = False) -> Path:
+                extra: dict[str, Any] | None = None, provisional: bool = False) -> Path:
     """Write the process record of one ended process (atomically; never over another's,
     only over its own provisional one) and return its path. ``provisional``: written as the
     process is told to end (``"provisional": true``, no exit yet), so a wrapper killed before
     the end still leaves when it was told and by what. ``exit_code`` as a shell gives it
     (128 + N for signal N), or as ``subprocess`` does (``-N``: killed by signal N, recorded
     as ``128 + N`` with ``signal`` set); ``signal``: the signal that ended it, when one did.
-    ``running``: written as the process starts (provisional, no exit, ``ended_ns`` null), so a
-    process whose wrapper is killed with its node, or that still runs when the attempt is
-    judged, is on record, its end unknown (:func:`still_running`).
     The attempt directory defaults to the one ``auditor run`` exported; the host to this
     node's name."""
     check_role(role)
@@ -93,25 +89,17 @@ def record_exit(role: str, pid: int, exit_code: int | None, *, started_ns: int |
         raise FileExistsError(f"{path}: this process's record is already written")
     document: dict[str, Any] = {
         "schema": SCHEMA, "role": role, "host": host, "pid": pid, "rank": rank,
-        "started_ns": started_ns,
-        "ended_ns": None if running else time.time_ns() if ended_ns is None else ended_ns,
+        "started_ns": started_ns, "ended_ns": time.time_ns() if ended_ns is None else ended_ns,
         "exit_code": exit_code, "signal": signal,
         "received_signal": received_signal,
     }
     if (job := job_id()) is not None:  # (outside a job: absent, never a null the schema refuses)
         document["job_id"] = job
     document.update(extra or {})
-    if provisional or running:
+    if provisional:
         document["provisional"] = True
     write_own(path, dumps(document), what)
     return path
-
-
-def still_running(process: ProcessExit) -> bool:
-    """Whether ``process``'s record is the one its wrapper wrote as it started (no exit, no
-    signal, no end yet): a process still running, or whose wrapper died with its node."""
-    return process.exit_code is None and process.ended_ns is None and not process.signal \
-        and not process.received_signal
 
 
 def _provisional(path: Path) -> bool:

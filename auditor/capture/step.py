@@ -44,7 +44,7 @@ from auditor.capture.launch import (
     launch_and_wait,
     unlinked,
 )
-from auditor.capture.processes import check_role, read_records, record_exit, still_running
+from auditor.capture.processes import check_role, read_records, record_exit
 from auditor.capture.supervise import GRACE_SIGNALS, Supervision
 from auditor.model import TrialRecord
 from auditor.model.kinds import WORKER_LOG
@@ -163,26 +163,12 @@ def _run(spec: StepSpec, directory: Path, host: str, env: dict[str, str],
     try:
         def named(pid: int) -> None:
             nonlocal output
+            running.append(pid)
             output = directory / WORKER_LOG.path_for(host=host, role=spec.role, pid=pid)
             # (never renamed over another node's output of this hostname and pid: kept under
             # the wrapper's pid, and the record that then cannot be written says why)
             if not rename_new(early, output):
                 output = early
-            # a record at once, its end unknown: a step whose wrapper dies with its node (or
-            # that still runs when the attempt is judged) was otherwise on record only by its
-            # output, which neither the run nor the audit counts for a host nothing else names
-            # (a CPU-only replica on another node), and the controller's 143 was excused.
-            # The trapped signals wait meanwhile: the signal's provisional record comes after
-            # this one, never under it
-            mask = signal.pthread_sigmask(signal.SIG_BLOCK, TRAPPED)
-            try:
-                with contextlib.suppress(OSError, ValueError):
-                    record_exit(spec.role, pid, None, started_ns=started_ns,
-                                rank=_rank(spec, env), host=host, attempt_dir=directory,
-                                running=True)
-                running.append(pid)
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         child_exit, child_pid, _ = launch_and_wait(spec.command, env, log_fd, state,
                                                    spec.echo_fd, spec.drain_s,
                                                    started=named)
@@ -241,8 +227,4 @@ def _controller(record: Path, directory: Path, env: Mapping[str, str], flag: str
     written so far (a replica's failure before the controller ended is never excused)."""
     trial = TrialRecord(path=str(record), exit_code=child_exit, received_signal=received,
                         env=((flag, env[flag]),) if flag in env else ())
-    # (a process still running, its record the one written as it started, is no failure
-    # before the controller's end: a rollout still draining is the launcher's to reap, and
-    # the batch node's run judges it as it finds it at the end)
-    return classify_exit(trial, flag, tuple(p for p in read_records(directory)
-                                            if not still_running(p)))
+    return classify_exit(trial, flag, read_records(directory))

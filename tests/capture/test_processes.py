@@ -18,7 +18,6 @@ import os
 import re
 import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -215,56 +214,7 @@ def test_a_step_whose_wrapper_died_is_never_the_controllers_excuse_at_run_time(
     assert status == 1, stderr  # (the controller's step excused itself: it saw no record)
     trial = load(attempt_of(root, "6001", PAIR) / "trial-6001.json")
     assert trial["status"] == "process_failure"
-    # (its wrapper's record written as the command started, its end unknown)
-    assert "policy process (pid" in stderr and "left no exit code in its record" in stderr
-    assert _audit(root, tmp_path / "out")["verdict"] == "unresolved"
-
-
-NODE = """
-import socket, sys
-socket.gethostname = lambda: "n2"  # (another node: all the wrapper knows of it is its name)
-from auditor._cli import main
-sys.exit(main(["run", "--step", "policy", "--", "sleep", "60"]))
-"""
-
-
-def test_a_cpu_replica_lost_with_its_node_is_never_the_controllers_excuse(
-        tmp_path: Path) -> None:
-    """A replica on another node that names its host nowhere else (no GPU: no trace, no
-    device file) loses its ``--step`` wrapper with the node (SIGKILL: no record of its end);
-    the controller then exits 143 "coordinated". Its output alone named a host neither the
-    batch run nor the audit knew, so both dropped it: the run exited 0, "completed", and the
-    audit resolved the period. The wrapper now records the process as it starts (its end
-    unknown), so the lost replica is on record on every node."""
-    root = tmp_path / "study"
-    _protocol(root)
-    attempt = attempt_of(root, "6001", PAIR)
-    shutdown = ('while [ ! -e "$AUDITOR_ATTEMPT_DIR/go" ]; do sleep 0.05; done; exec '
-                '"$AUDITOR" run --step controller -- "$PY" -m auditor.capture.example '
-                "--mode coordinated")
-    env = clean_env(AUDITOR=str(Path(sys.executable).parent / "auditor"), PY=sys.executable)
-    run = start_auditor(["run", "--root", str(root), "--pair", PAIR, "--period", "1",
-                         "--gpus", "2", "--job-id", "6001", "--role", "launcher",
-                         "--dispatch", "TOTAL_TRAINING_STEPS=1", "--dispatch", f"{FLAG}=1",
-                         "--", "sh", "-c", shutdown], env)
-    wait_for(attempt.is_dir)
-    node = subprocess.Popen([sys.executable, "-c", NODE],
-                            env={**env, "AUDITOR_ATTEMPT_DIR": str(attempt)})
-    wait_for(lambda: any((attempt / "worker-logs").glob("n2-policy-*.out")))
-    time.sleep(0.5)
-    node.kill()  # (the node is gone: its wrapper with it, the guardian ends its command)
-    node.wait(timeout=30)
-    (attempt / "go").touch()
-    _, stderr = run.communicate(timeout=120)
-    trial = load(attempt / "trial-6001.json")
-    assert (run.returncode, trial["status"]) == (1, "process_failure"), stderr
-    assert "policy process (pid" in stderr and " on n2)" in stderr
-    (lost,) = (attempt / "processes").glob("n2-policy-*.json")
-    assert (load(lost)["exit_code"], load(lost)["provisional"]) == (None, True)
-    sealed = auditor(["seal", str(root), "--pair", PAIR, "--period", "1", "--gpus", "2",
-                      "--attempt-dir", f"{PAIR}-2gpu/attempt-6001", "--commit", COMMIT,
-                      "--workload", "w", "--seed", "1", "--model", "m"])
-    assert sealed.returncode == 0, sealed.stderr
+    assert "policy process (pid" in stderr and "left no process record" in stderr
     assert _audit(root, tmp_path / "out")["verdict"] == "unresolved"
 
 
@@ -359,9 +309,7 @@ def test_a_step_killed_in_its_grace_leaves_when_it_was_told_to_end(tmp_path: Pat
     wait_for(up)
     told = time.time_ns()
     step.send_signal(signal.SIGTERM)
-    # (its record as it started is there already: the signal's replaces it)
-    wait_for(lambda: any(load(path).get("received_signal") for path in
-                         (attempt / "processes").glob("*.json")), 10)
+    wait_for(lambda: any((attempt / "processes").glob("*.json")), 10)
     step.kill()
     step.communicate(timeout=30)
     (record,) = (attempt / "processes").glob("*-rollout-*.json")
