@@ -260,21 +260,19 @@ class _Scanner:
             # commands a script runs, a grep for the terminal line among them: never a
             # step that ran)
             return
-        if framed:
-            # (a traceback's frame or source line is code that quotes text, never a step that
-            # ran; a veto or an abort there is still heeded: that errs towards unresolved)
-            self._vetoes_only(number, segment, content)
-            return
+        # (a traceback's frame or source line is code that quotes text: never an end of the
+        # run, yet a veto or an abort there is heeded, which errs towards unresolved)
+        ends = not framed
         if MLLOG in content:
-            self._mllog(number, segment, content)
+            self._mllog(number, segment, content, ends)
         matcher = self.matcher
         if matcher is None or matcher.spec.builtin:
-            if metrics or "step:" in content:
+            if ends and (metrics or "step:" in content):
                 self._builtin_steps(number, segment, content)
             if matcher is None:
                 return
         try:
-            if matcher.patterns:
+            if ends and matcher.patterns:
                 quoting = bool(matcher.spec.triggers)  # (a preset's: its framework's own
                 # line; a message quoting it is none. A protocol's own pattern says itself)
                 for found in matcher.steps(content):
@@ -282,9 +280,9 @@ class _Scanner:
                         self._step(number, segment, found.step, found.total)
             if self.veto is None and matcher.veto and matcher.vetoes(content):
                 self.veto = (number, segment[: TEXT_LIMIT + 1])
-            if self.marker is None and matcher.marker and matcher.marks(content):
+            if ends and self.marker is None and matcher.marker and matcher.marks(content):
                 self.marker = (number, segment[: TEXT_LIMIT + 1])
-            if matcher.restart and matcher.restarts(content):
+            if ends and matcher.restart and matcher.restarts(content):
                 self._forget(number, segment)
         except TimeoutError:
             # a protocol's pattern that backtracks without end ((a|aa)+$): given up for the
@@ -292,10 +290,11 @@ class _Scanner:
             self.matcher = None
             self.pattern_gave_up = number
 
-    def _mllog(self, number: int, segment: str, content: str) -> None:
+    def _mllog(self, number: int, segment: str, content: str, ends: bool = True) -> None:
         """An MLPerf ``:::MLLOG`` record: its ``run_stop`` with status ``aborted`` is the
         trainer's own abort (every protocol); one meeting the spec's predicates is the
-        terminal event (the record names no step: its own end, as the framework says)."""
+        terminal event (the record names no step: its own end, as the framework says),
+        where the line may be one (``ends``)."""
         from auditor.collect.terminal import aborted, holds, record_of  # (rare lines)
 
         record = record_of(content)
@@ -303,7 +302,7 @@ class _Scanner:
             return
         if aborted(record):
             self._add("aborted", number, segment, "MLPerf run_stop with status aborted")
-        elif self.terminal is None and self.matcher is not None \
+        elif ends and self.terminal is None and self.matcher is not None \
                 and holds(self.matcher.spec.json, record, self.expected_steps):
             self.terminal = LogEvent("terminal_event", number, _text(segment),
                                      str(record.get("key", "record")))
@@ -431,25 +430,6 @@ class _Scanner:
                 legacy_step = _integral(legacy.group(1), legacy.group(2))
                 if legacy_step is not None:
                     self.step_lines.append((number, segment[: TEXT_LIMIT + 1], legacy_step))
-
-    def _vetoes_only(self, number: int, segment: str, content: str) -> None:
-        """What a line that can never be the terminal event may still say against one: an
-        MLPerf abort, a protocol's veto."""
-        if MLLOG in content:
-            from auditor.collect.terminal import aborted, record_of  # (rare lines)
-
-            record = record_of(content)
-            if record is not None and aborted(record):
-                self._add("aborted", number, segment, "MLPerf run_stop with status aborted")
-        matcher = self.matcher
-        if matcher is None or not matcher.veto or self.veto is not None:
-            return
-        try:
-            if matcher.vetoes(content):
-                self.veto = (number, segment[: TEXT_LIMIT + 1])
-        except TimeoutError:
-            self.matcher = None  # (as for the patterns: given up for the rest of the log)
-            self.pattern_gave_up = number
 
     def _step(self, number: int, segment: str, step: int, total: int | None = None) -> None:
         """A step line: ``step`` (of ``total`` when the line states its own last step). It is

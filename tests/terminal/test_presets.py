@@ -176,6 +176,21 @@ def test_a_presets_line_a_message_quotes_is_no_end() -> None:
     assert _found([deepspeed_line(0), deepspeed_line(N)], "deepspeed")
 
 
+def test_a_frame_line_ends_nothing_yet_its_veto_holds() -> None:
+    """A traceback's frame or source line is code quoting text: its copy of an end line
+    is no end, yet a veto there still voids the file's end (errs towards unresolved)."""
+    frame = ["Traceback (most recent call last):",
+             '  File "/opt/torchtitan/train.py", line 9, in <module>']
+    # (a source line shows its comment too: no quote there, and still code, not output)
+    assert not _found([*frame, f"    trainer.fit()  # step:{N} - training/global_step:{N}"],
+                      "verl")
+    assert not _found([titan_step(N), *frame,
+                       '    raise RuntimeError("Ran out of data; last step was canceled.")',
+                       "RuntimeError: stop"], "torchtitan")
+    assert _found([titan_step(N), *frame, "    trainer.close()", "RuntimeError: stop"],
+                  "torchtitan")
+
+
 def test_lightning() -> None:
     bar = "Epoch 0: 100%|██████████| 100/100 [00:10<00:00,  9.8it/s, v_num=0]"
     stopped = f"`Trainer.fit` stopped: `max_steps={N!r}` reached."
