@@ -171,8 +171,11 @@ def test_a_presets_line_a_message_quotes_is_no_end() -> None:
                    f"ValueError: no end line: {openrlhf}"):
         assert not _found([ray + quoted], "openrlhf"), quoted
     assert _found([ray + "INFO 11-30 10:00:00 ppo_trainer.py:547] " + openrlhf], "openrlhf")
-    quoted_ds = "AssertionError: '" + deepspeed_line(N).split("] [Rank 0] ")[1] + "'"
-    assert not _found([deepspeed_line(0), quoted_ds], "deepspeed")
+    own = deepspeed_line(N).split("[logging.py:123:log_dist] ")[1]  # ([Rank 0] step=N, ...)
+    for quoted_ds in (f"[launcher] no end: '{own}'", f'[launcher] no end: "{own}"',
+                      f"AssertionError: {own}"):
+        assert not _found([deepspeed_line(0), quoted_ds], "deepspeed"), quoted_ds
+    assert _found([deepspeed_line(0), f"[launcher] ok: {own}"], "deepspeed")  # (unquoted)
     assert _found([deepspeed_line(0), deepspeed_line(N)], "deepspeed")
 
 
