@@ -153,8 +153,8 @@ class _Parser(_Framer):
         latest: a ``-D`` dump saved twice), until the job's next allocation row."""
         self.unnamed: dict[str, _Unnamed] = {}
         """Each state Slurm does not name, where first seen (one ``AUD124`` each)."""
-        self.repeated: list[tuple[int, str, str, int | None]] = []
-        """Records of a run read again (line, job, the earlier record's line, its start):
+        self.repeated: list[tuple[int, str, str]] = []
+        """Records of a run read again (line, job, the earlier record's line):
         one ``AUD027`` says them all."""
         self.texts: dict[str | None, str | None] = {None: None}
         self.columns: tuple[_Format | None, tuple[int, ...]] = (None, ())
@@ -180,7 +180,7 @@ class _Parser(_Framer):
                 replace(record, gpus=None) for record in job.attempts)) for job in jobs)
         self._unnamed_findings()
         if self.repeated:
-            line, job, first, _ = self.repeated[0]
+            line, job, first = self.repeated[0]
             more = len(self.repeated) - 1
             self._find("AUD027", line, f"{job} (line {first})", job=job, first=first,
                        more=f" (and {more} more record(s) like it)" if more else "")
@@ -324,7 +324,7 @@ class _Parser(_Framer):
         if earlier is not None and ledger is not None and run is not None:
             # an earlier run's record again (a -D dump saved twice into the file): that run
             # counted once, in this record, its steps those that follow
-            self.repeated.append((job.line, job.job_id, str(ledger[run].job.line), job.start))
+            self.repeated.append((job.line, job.job_id, str(ledger[run].job.line)))
             latest = earlier.job.start
             if latest is None or job.start is None or job.start <= latest:
                 ledger[run] = self.steps_to[key] = alloc
@@ -338,7 +338,7 @@ class _Parser(_Framer):
             # made mid-run and one made after): a run started once, in one second, and a
             # requeued run starts anew, so it is one run, counted once, in its later record
             # (its state the latest); its earlier runs stay the ledger
-            self.repeated.append((job.line, job.job_id, str(earlier.job.line), job.start))
+            self.repeated.append((job.line, job.job_id, str(earlier.job.line)))
             alloc.earlier = earlier.earlier
         elif earlier is not None:
             # sacct -D: the same job id again is its next run; the earlier record is an
