@@ -577,12 +577,34 @@ def finding(
 
 def describe(item: Finding) -> str:
     """The finding's message without its leading ``{path}: `` or ``{subject}: ``: what is
-    wrong, rendered from its values (for a sentence that names the file itself)."""
+    wrong, rendered from its values (for a sentence that names the file itself); a line the
+    message opens with is said as one (``line 9: ...``: a bare ``9: `` was a number of
+    nothing)."""
+    line, what = _opening_line(item)
+    return what if line is None else f"line {line}: {what}"
+
+
+def located(item: Finding) -> tuple[str, str]:
+    """(where, what): the finding's subject, with the line its message opens with where the
+    subject is that file (``path:9``), and what is wrong (:func:`describe`'s, less that
+    line): the line stays with its file."""
+    line, what = _opening_line(item)
+    if line is not None and item.value("path") == item.subject:
+        return f"{item.subject}:{line}", what
+    return item.subject, what if line is None else f"line {line}: {what}"
+
+
+def _opening_line(item: Finding) -> tuple[object, str]:
+    """The line a ``{path}:{line}: `` message opens with (None for another), and the rest of
+    the message, rendered."""
     template = RULES[item.rule_id].template_of(item.value("form"))
+    line = None
+    if template.startswith("{path}:{line}: "):
+        template, line = template.removeprefix("{path}:{line}: "), item.value("line")
     for head in ("{path}", "{subject}"):
         template = template.removeprefix(head)
-    return template.lstrip(": ").format_map(_Defaulting({"subject": item.subject,
-                                                          **dict(item.values)}))
+    values = _Defaulting({"subject": item.subject, **dict(item.values)})
+    return line, template.lstrip(": ").format_map(values)
 
 
 def unprefixed(item: Finding) -> str:

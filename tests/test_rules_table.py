@@ -227,3 +227,22 @@ def test_a_form_the_rule_lacks_is_refused() -> None:
         finding("AUD110", "s", form="nope")
     assert finding("AUD110", "s", form="misnamed", file="x", expected="y").message == \
         "s: x: name is not y"
+
+
+def test_a_message_opening_with_its_line_says_it_as_one_and_keeps_it_with_its_file() -> None:
+    """``{path}:{line}: ...`` described for a sentence naming the file itself was ``9: job
+    ...``, a number of nothing (a period record's unreadable cause, a cancellation line
+    after a clean exit): it says ``line 9: ...``; located, the line stays with the file."""
+    from auditor.rules import located
+
+    log = finding("AUD017", "a/attempt-1/training-1.log",
+                  [Citation("a/attempt-1/training-1.log", line=9)])
+    assert describe(log) == "line 9: the log ends mid-line (no final newline)"
+    assert located(log) == ("a/attempt-1/training-1.log:9",
+                            "the log ends mid-line (no final newline)")
+    owned = replace(log, subject="pair/period-1")  # (another subject: the line stays said)
+    assert located(owned) == ("pair/period-1",
+                              "line 9: the log ends mid-line (no final newline)")
+    plain = finding("AUD010", "a/attempt-1/allocator-traces/allocator-7.jsonl",
+                    [Citation("a/attempt-1/allocator-traces/allocator-7.jsonl")])
+    assert describe(plain) == located(plain)[1] == plain.message.split(": ", 1)[1]

@@ -14,7 +14,6 @@ from auditor.model import (
     DEFAULT_PROTOCOL,
     AuditResult,
     ElementCost,
-    Finding,
     InputFile,
     Reasoning,
     Severity,
@@ -23,7 +22,7 @@ from auditor.model.results import folder_of
 from auditor.report.groups import named_arrays
 from auditor.report.mdformat import code_block, code_span, figure, number, prose, table
 from auditor.report.tables import sorted_findings
-from auditor.rules import RULES, describe
+from auditor.rules import describe, located
 
 MAX_FINDINGS_LISTED = 200
 MAX_OTHERS_LISTED = 5
@@ -323,19 +322,6 @@ def findings_section(result: AuditResult) -> str:
             lines.append(f"- and {len(listed) - MAX_OTHERS_LISTED:,} more in "
                          "`findings.parquet`")
     return "\n".join(lines)
-
-
-def located(item: Finding) -> tuple[str, str]:
-    """(where, what): the finding's subject, with the line its message names (``path:9``),
-    and what is wrong. The line stays with its file: alone after the file's name it read as
-    ``path`: 9: job ...``, a number of nothing."""
-    said = describe(item)
-    line = item.value("line")
-    template = RULES[item.rule_id].template_of(item.value("form"))
-    if line is not None and template.startswith("{path}:{line}: ") \
-            and item.value("path") == item.subject and said.startswith(head := f"{line}: "):
-        return f"{item.subject}:{line}", said.removeprefix(head)
-    return item.subject, said
 
 
 def findings_table(result: AuditResult) -> str:
