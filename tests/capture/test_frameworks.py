@@ -1,6 +1,8 @@
-"""Seed 002's lost line on real frameworks: a Ray driver whose ``ray.shutdown()`` drops what
-its actors printed, and torchrun whose ranks print into their own files; the kit keeps the
-workers' own output, the audit finds the terminal event there, and says where.
+"""Seed 002's lost line on real frameworks: a Ray driver that never got what its actors
+printed (seed 002's ``ray.shutdown()`` raced it away; here ``log_to_driver=False`` loses it
+every time, since the race went either way by machine), and torchrun whose ranks print into
+their own files; the kit keeps the workers' own output, the audit finds the terminal event
+there, and says where.
 
 Needs ray and torch (``pip install torch==2.13.0 ray==2.60.0``, as ``.ci/run`` does); each
 test skips, saying so, without its framework.
@@ -27,7 +29,9 @@ RAY_DRIVER = """
 import os, ray
 from auditor.capture import Trace, write_device_evidence
 
-ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True)
+# (FORWARD=0: the driver never gets its actors' lines, what seed 002's driver lost to a racing
+# ray.shutdown(); that race is lost in most runs on some machines and none on others)
+ray.init(num_cpus=2, include_dashboard=False, log_to_driver=os.environ["FORWARD"] == "1")
 
 @ray.remote
 class Worker:
@@ -105,23 +109,21 @@ def test_a_ray_driver_that_lost_its_actors_last_line_resolves_from_their_own_log
     script.write_text(RAY_DRIVER)
     short = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # (Ray's sockets: 107 bytes)
     try:
-        env = clean_env(RAY_TMPDIR=str(short))
-        lost = None
-        for attempt in range(8):  # (bounded: the driver's copy is lost in most runs)
-            pair, job = f"ray-s{attempt}", str(7100 + attempt)
+        for forward in ("1", "0"):
+            pair, job = f"ray-forward{forward}-s1", f"710{forward}"
             done = auditor(["run", "--root", str(root), "--pair", pair, "--period", "1",
                             "--gpus", "2", "--job-id", job, "--dispatch", "TOTAL_TRAINING_STEPS=1",
-                            "--", sys.executable, str(script)], env=env, timeout=180)
+                            "--", sys.executable, str(script)],
+                           env=clean_env(RAY_TMPDIR=str(short), FORWARD=forward), timeout=180)
             assert done.returncode == 0, done.stderr
             directory = attempt_of(root, job, pair)
             trial = load(directory / f"trial-{job}.json")
             assert len(trial["worker_logs"]["kept"]) >= 4, trial["worker_logs"]  # (.out, .err)
             assert trial["status"] == "completed"  # (the kit's own check found it too)
             _seal(root, pair, job)
-            if "training/global_step:1" not in (directory / f"training-{job}.log").read_text():
-                lost = pair
-                break
-        assert lost is not None, "the driver kept its actors' line in 8 runs of 8"
+        lost = "ray-forward0-s1"
+        assert "training/global_step:1" not in (
+            attempt_of(root, "7100", lost) / "training-7100.log").read_text()
         periods = _periods(root, tmp_path / "out")
         assert all(row["verdict"] == "resolved" for row in periods.values()), periods
         assert "the driver's log lacks `step:1`; worker `" in periods[lost]["diagnosis"]
