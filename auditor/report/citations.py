@@ -7,7 +7,8 @@ job id, its workers' pids. :func:`group_pattern` writes each citation with those
 placeholders (``trial-<job>.json#/invocation/exit_code``), takes the citations most of the
 group share as the pattern, and returns the periods whose citations differ from it (the
 exceptions, which the report lists). :func:`render_evidence` writes every period's
-citations in full. Reporters see only the :class:`~auditor.model.AuditResult`.
+citations in full, with those of the findings that decided it (:func:`decisive_citations`).
+Reporters see only the :class:`~auditor.model.AuditResult`.
 """
 
 from __future__ import annotations
@@ -316,10 +317,17 @@ def _locations(shown: str, located: Sequence[tuple[str, str]]) -> str:
     return ", ".join(pieces)
 
 
-def cite_group(cites: Sequence[Citation], limit: int = 12) -> str:
+def cite_group(cites: Sequence[Citation], limit: int = 12,
+               decisive: Sequence[Citation] = ()) -> str:
     """One period's citations folded per file, relative to its attempt directory (named
-    once): ``dir/``: ``a.jsonl:7`` (`quote`), ``:8``; ``trial.json#/x`` (`quote`)."""
-    if not cites:
+    once): ``dir/``: ``a.jsonl:7`` (`quote`), ``:8``; ``trial.json#/x`` (`quote`).
+
+    ``decisive``: what the verdict's deciding findings cite beyond ``cites``
+    (:func:`decisive_citations`), folded in after them; they do not move the folder named
+    first (a dump's row is not in the attempt directory), and past ``limit`` files the
+    files they name are kept before the others (what decided the period is never the part
+    cut)."""
+    if not cites and not decisive:
         return "no citation"
     evidence = [c for c in cites if not c.path.startswith("pairs/")]
     folders = [c.path.rsplit("/", 1)[0] for c in evidence if "/" in c.path]
@@ -330,13 +338,53 @@ def cite_group(cites: Sequence[Citation], limit: int = 12) -> str:
     by_file: dict[str, list[Citation]] = defaultdict(list)
     for cite in cites:
         by_file[cite.path].append(cite)
+    added: dict[str, list[Citation]] = defaultdict(list)
+    for cite in decisive:
+        by_file.setdefault(cite.path, [])
+        added[cite.path].append(cite)
+    kept = list(by_file)
+    if len(kept) > limit and decisive:
+        deciding = {cite.path for cite in decisive}
+        first = [path for path in kept if path in deciding][:limit]
+        chosen = {*first, *[path for path in kept if path not in deciding][:limit - len(first)]}
+        kept = [path for path in kept if path in chosen]  # (in the order cited)
     parts = []
-    for path, group in by_file.items():
+    for path in kept[:limit]:
         shown = path[len(base):] if base and path.startswith(base) else path
-        parts.append(_cite_file(shown, group))
-    more = f"; and {len(parts) - limit} more files" if len(parts) > limit else ""
+        own, deciding_cites = by_file[path], added.get(path, [])
+        if own and deciding_cites and any(c.line is not None for c in (*own, *deciding_cites)):
+            # (lines are shown in order, the first few quoted, and pointers not beside lines:
+            # folded together, a finding's lines would take the period's own lines' quotes,
+            # or hide its pointers; said after them, the period's own stay as they were)
+            parts.append(f"{_cite_file(shown, own)}, {_cite_file(shown, deciding_cites)}")
+        else:
+            parts.append(_cite_file(shown, [*own, *deciding_cites]))
+    more = f"; and {len(by_file) - limit} more files" if len(by_file) > limit else ""
     head = f"{code_span(base, 160)}: " if base else ""
-    return head + "; ".join(parts[:limit]) + more
+    return head + "; ".join(parts) + more
+
+
+def decisive_citations(verdict: Verdict) -> list[Citation]:
+    """What the findings that decided ``verdict`` cite and its own citations do not: the
+    dump's row an ``AUD129`` rests on, the two device files of an ``AUD113``, the record's
+    pointer of an ``AUD015``. The reasoning keeps, as the verdict's citations, what the
+    evidence shows (a blocked period's remaining files among them); the blocker itself is
+    cited by its finding, so ``evidence.md`` adds it here. A place already cited (the same
+    file and line or pointer), or a whole file already cited at some place, is not repeated;
+    each is added once, in the findings' order."""
+    cited = {(cite.path, cite.line, cite.pointer) for cite in verdict.citations}
+    files = {cite.path for cite in verdict.citations}
+    added: list[Citation] = []
+    for item in verdict.findings:
+        for cite in item.citations:
+            place = (cite.path, cite.line, cite.pointer)
+            whole = cite.line is None and not cite.pointer
+            if not cite.path or place in cited or (whole and cite.path in files):
+                continue
+            cited.add(place)
+            files.add(cite.path)
+            added.append(cite)
+    return added
 
 
 def _cite_file(shown: str, group: Sequence[Citation]) -> str:
@@ -372,4 +420,5 @@ def render_evidence(result: AuditResult, groups: Sequence[tuple[str, Sequence[Ve
     for title, members in groups:
         yield from ("\n", f"## {title}\n", "\n")
         for verdict in members:
-            yield f"- {code_span(verdict.subject)}: {cite_group(verdict.citations)}\n"
+            cited = cite_group(verdict.citations, decisive=decisive_citations(verdict))
+            yield f"- {code_span(verdict.subject)}: {cited}\n"

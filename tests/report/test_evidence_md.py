@@ -13,7 +13,7 @@ import pytest
 
 from auditor import run_audit
 from auditor._cli import main
-from tests.helpers import EXAMPLE, copy_example, find, outcome_study, rewrite
+from tests.helpers import EXAMPLE, copy_example, edit_json, find, outcome_study, rewrite
 
 HOSTILE = ("torch.OutOfMemoryError: <img src=x> [click](http://evil.example) "
            "![x](http://evil.example/p.png) ``` # Heading www.evil.example | col | <!-- -->")
@@ -197,3 +197,78 @@ def test_a_sacct_exit_without_its_128_is_said_to_be_the_attempts(tmp_path: Path)
     assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots"]) == 0
     assert ("Scheduler: `FAILED 15:0` for the one element: `15:0` may be the attempt's 143 "
             "less 128 (sacct drops the 128).") in (out / "diagnostic.md").read_text()
+
+
+def _shared_gpu(root: Path, seed: int) -> str:
+    """Plants ``AUD113`` in period ``...-s<seed>``: its rank 1's device file names rank 0's
+    GPU. Returns that uuid."""
+    devices = sorted(root.glob(f"*-s{seed}-*gpu/attempt-*/device-evidence/*.json"))
+    uuid: str = orjson.loads(devices[0].read_bytes())["gpu"]["uuid"]
+    edit_json(root, devices[1].relative_to(root).as_posix(),
+              lambda d: d["gpu"].__setitem__("uuid", uuid))
+    return uuid
+
+
+def test_an_identity_mismatch_cites_the_finding_that_decided_it(tmp_path: Path) -> None:
+    """A period on more GPUs than sacct's AllocTRES held (``AUD129``) and one whose two ranks
+    name one GPU (``AUD113``): evidence.md listed each one's trial, traces and log, but
+    neither the dump's row nor the two device files that decided it (findings.parquet had
+    them). Each is now cited once; a resolved period beside them is cited as before."""
+    clean = outcome_study(tmp_path / "clean", ["completed"] * 3)
+    root = outcome_study(tmp_path / "study", ["completed"] * 3)
+    rewrite(root, "accounting/sacct-raw.psv", lambda b: b.replace(  # (s161's element)
+        b"gres/gpu:a100=4,gres/gpu=4,mem=240G,node=1|gpu-node-10|None",
+        b"gres/gpu:a100=2,gres/gpu=2,mem=240G,node=1|gpu-node-10|None", 1),
+        update_manifest=False)
+    uuid = _shared_gpu(root, 162)
+    bullets = {}
+    for name, study in (("clean", clean), ("study", root)):
+        out = tmp_path / f"out-{name}"
+        assert main(["audit", str(study), "--out", str(out), "--quiet", "--no-plots"]) == 0
+        bullets[name] = _bullets((out / "evidence.md").read_text())
+    short = bullets["study"]["host-qwen25-7b-gsm8k-c2-s161/period-1"]
+    assert short.endswith("`pairs/host-qwen25-7b-gsm8k-c2-s161/period-1.json#/idle_check/"
+                          "passed` (`true`), `#/gpus` (`4`); `accounting/sacct-raw.psv:1` "
+                          "(`2`)"), short
+    assert short.count("sacct-raw.psv") == 1 and short.count("#/gpus") == 1
+    shared = bullets["study"]["host-qwen25-7b-gsm8k-c2-s162/period-1"]
+    for rank, pid in ((0, 2169854), (1, 2169855)):
+        cited = f"`device-evidence/worker-actor_rollout-{rank}-{pid}.json#/gpu/uuid` (`{uuid}`)"
+        assert shared.count(cited) == 1, shared
+        assert shared.count(f"worker-actor_rollout-{rank}-") == 1
+    # the near miss: a resolved period, its own citations alone, as in the clean study
+    resolved = "host-qwen25-7b-gsm8k-c2-s163/period-1"
+    assert bullets["study"][resolved] == bullets["clean"][resolved]
+    assert "sacct-raw.psv" not in bullets["study"][resolved]
+    assert "device-evidence" not in bullets["study"][resolved]
+
+
+def test_a_deciding_file_is_never_the_one_cut_from_a_long_line(tmp_path: Path) -> None:
+    """An 8-GPU period cites 11 files of its own (trial, 8 traces, log, record): with the two
+    device files of an ``AUD113``, 13, past the 12 a line names; the device files stay and
+    one of the period's own is counted instead."""
+    from tests.helpers import element_study, period_spec
+
+    root = element_study(tmp_path / "study", [("7000001", [period_spec(gpus=8)])])
+    uuid = _shared_gpu(root, 161)
+    out = tmp_path / "out"
+    assert main(["audit", str(root), "--out", str(out), "--quiet", "--no-plots"]) == 0
+    (line,) = _bullets((out / "evidence.md").read_text()).values()
+    assert line.count(f"#/gpu/uuid` (`{uuid}`)") == 2, line
+    assert line.endswith("; and 1 more files"), line
+
+
+def test_every_deciding_finding_is_cited_in_evidence_md(mixed: Path) -> None:
+    """Whatever the reason (here a sacct ``TIMEOUT``, ``infrastructure_failure``, among
+    others): each citation of the findings that decided a period is on its line."""
+    result = run_audit(mixed.parent / "study")
+    bullets = _bullets((mixed / "evidence.md").read_text())
+    timeout = bullets["host-qwen25-7b-code_heavy_tail-c2-s163/period-1"]
+    assert timeout.endswith("; `accounting/sacct-raw.psv:33` (`TIMEOUT`)"), timeout
+    for verdict in result.verdicts:
+        text = bullets[verdict.subject]
+        for cite in (c for item in verdict.findings for c in item.citations):
+            assert cite.path.rsplit("/", 1)[-1] in text, (verdict.subject, cite)
+            where = f":{cite.line}" if cite.line is not None else \
+                f"#{cite.pointer}" if cite.pointer else ""
+            assert where in text, (verdict.subject, cite)
