@@ -17,6 +17,7 @@ from typing import Any
 
 from auditor.errors import UsageError
 from auditor.model import INT64_MAX, INT64_MIN
+from auditor.model.lines import STEP_ENDED
 
 
 def add_parsers(commands: Any) -> None:
@@ -225,7 +226,7 @@ def _step(args: argparse.Namespace, command: list[str]) -> int:
     signalled = f", received {result.received_signal}" if result.received_signal else ""
     judged = f"; {result.exit_class.kind}: {result.exit_class.detail}" \
         if result.exit_class is not None else ""
-    print(f"auditor run --step {args.step}: command exited {result.child_exit}{signalled}"
+    print(f"{STEP_ENDED.format(role=args.step)} {result.child_exit}{signalled}"
           f"{judged}; exit {result.exit_status}; process record {result.record}",
           file=sys.stderr)
     return result.exit_status

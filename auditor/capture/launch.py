@@ -56,7 +56,7 @@ from auditor.capture.supervise import Supervision
 from auditor.capture.workers import keep_worker_logs
 from auditor.model import Citation, ProcessExit, TrialRecord
 from auditor.model.kinds import DEVICE_EVIDENCE, TRAINING_LOG, TRIAL
-from auditor.model.lines import ROLE_EXIT_WORDS, role_exit
+from auditor.model.lines import CONTROLLER_ENDED, ROLE_EXIT_WORDS, role_exit
 from auditor.reason.exits import ExitClass, attributed_in_log, classify_exit, steps_cancelled
 
 DEFAULT_FLAG = "COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS"
@@ -349,8 +349,10 @@ def said_in_log(log_path: Path, shown: str) -> list[tuple[str, int, Citation]]:
 
 
 def _cancellations(log_path: Path) -> list[str]:
-    """The log's lines saying Slurm cancelled a step (``*** STEP ... CANCELLED AT ...``):
-    when a step whose wrapper srun killed (no record) ended."""
+    """The log's lines saying Slurm cancelled a step (``*** STEP ... CANCELLED AT ...``),
+    and the controller's wrapper's own line, in order: whether a step whose wrapper srun
+    killed (no record) ended after the controller
+    (:func:`~auditor.reason.exits.steps_cancelled`)."""
     try:
         with open(log_path, "rb") as handle:
             return [raw.decode("utf-8", "replace")
@@ -359,7 +361,7 @@ def _cancellations(log_path: Path) -> list[str]:
         return []
 
 
-STEP_CANCELLED_SEARCH = re.compile(rb"CANCELLED AT")
+STEP_CANCELLED_SEARCH = re.compile(rb"CANCELLED AT|" + re.escape(CONTROLLER_ENDED.encode()))
 """The words every line :func:`~auditor.reason.exits.steps_cancelled` reads holds."""
 
 ROLE_EXIT_SEARCH = re.compile(b"|".join(re.escape(word.encode()) for word in ROLE_EXIT_WORDS))

@@ -135,25 +135,24 @@ def read_records(directory: Path) -> tuple[ProcessExit, ...]:
     return tuple(found)
 
 
-def attempt_processes(directory: Path, cancelled: Mapping[str, int] | None = None,
-                      host: str | None = None, kept: Collection[str] = ()
+def attempt_processes(directory: Path, cancelled: Mapping[str, bool] | None = None,
+                      host: str | None = None, kept: Collection[str] | None = None
                       ) -> tuple[ProcessExit, ...]:
     """The process records under ``directory``, and each ``--step``'s output without its
     record (its wrapper killed with its node, or still running: its end unknown), as the
     audit weighs them (:func:`~auditor.reason.exits.unrecorded_steps`; the hosts its files'
     names give, and ``host``, this node's, stand for the audit's hosts of the attempt).
-    ``cancelled``: by node, when Slurm says it cancelled its step
+    ``cancelled``: by node, whether Slurm cancelled its step after the controller ended
     (:func:`~auditor.reason.exits.steps_cancelled`); ``kept``: the worker logs the batch
-    node's run kept itself (Ray's, torchrun's: ``<host>-<pid>.out``, never a step's, though
-    a host ending in letters reads as one: ``della-l01g3-4242.out``)."""
+    node's run kept itself (Ray's, torchrun's: ``<host>-<pid>.out``), so that every other
+    is a step's whatever its host; None: not known (then only a named host's is)."""
     records = read_records(directory)
     hosts = {p.host for p in records if p.host} | ({host} if host else set())
     for kind in (ALLOCATOR_TRACE, DEVICE_EVIDENCE):
         hosts.update(parts["host"] for name in _names(directory / kind.directory)
                      if (parts := kind.parts(name)) is not None and parts.get("host"))
-    logs = [path for name in _names(directory / WORKER_LOG.directory)
-            if (path := f"{WORKER_LOG.directory}/{name}") not in kept]
-    return (*records, *unrecorded_steps(records, logs, hosts, cancelled))
+    logs = [f"{WORKER_LOG.directory}/{name}" for name in _names(directory / WORKER_LOG.directory)]
+    return (*records, *unrecorded_steps(records, logs, hosts, cancelled, kept))
 
 
 def _names(folder: Path) -> list[str]:

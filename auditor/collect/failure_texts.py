@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import ahocorasick_rs
 
-from auditor.model.lines import ROLE_EXIT_WORDS, mentions_exit, role_exit
+from auditor.model.lines import CONTROLLER_ENDED, ROLE_EXIT_WORDS, mentions_exit, role_exit
 
 # Failure texts, most specific first: the first one found is the event's detail.
 _HOST_OOM = (
@@ -291,6 +291,10 @@ def failure_events(content: str, root_cause_open: bool = False) -> tuple[tuple[s
         lowered = content.lower()
         if "shut" in lowered and _SHUTDOWN.search(lowered):
             add(("coordinated_shutdown", ""))
+        # (the controller's wrapper's line where it excused the 143: "coordinated_shutdown";
+        # the steps Slurm cancelled after it in the log were reaped)
+        if CONTROLLER_ENDED in content:
+            add(("controller_ended", ""))
     return tuple(out)
 
 

@@ -71,7 +71,18 @@ def read_trial(stream: BinaryIO | HashingReader, path: str,
         restart_count=as_int(doc.get("restart_count")),
         array_job_id=as_job_id(doc.get("array_job_id")),
         array_task_id=as_int(doc.get("array_task_id")),
+        kept_worker_logs=_kept(doc.get("worker_logs")),
     )
+
+
+def _kept(value: object) -> tuple[str, ...] | None:
+    """``worker_logs.kept`` as paths, or None where it is not a list of strings: a log it
+    cannot say was kept may then read as a step's output only of a host the attempt names
+    (:func:`~auditor.reason.exits.unrecorded_steps`)."""
+    kept = as_obj(value).get("kept")
+    if not isinstance(kept, list) or not all(isinstance(item, str) for item in kept):
+        return None
+    return tuple(kept)
 
 
 def _signal(value: object) -> str | None:

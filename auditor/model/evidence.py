@@ -214,6 +214,9 @@ class TrialRecord:
     """The job's ``SLURM_RESTART_COUNT`` (0 for its first run; contract v1.1)."""
     array_job_id: str | None = None
     array_task_id: int | None = None
+    kept_worker_logs: tuple[str, ...] | None = None
+    """The worker logs the run says it kept itself (``worker_logs.kept``: Ray's, torchrun's,
+    never a ``--step``'s output); None where the record does not say."""
 
     def dispatch_value(self, key: str) -> str | None:
         """The dispatched value of ``key``, or None."""

@@ -29,6 +29,16 @@ ROLE_EXIT_WORDS = ("xited with", "xited,", "erminated with")
 search for these, and only lines holding one are matched."""
 
 
+STEP_ENDED = "auditor run --step {role}: command exited"
+"""How ``auditor run --step ROLE``'s own line (its stderr, which srun forwards into the batch
+log) opens once its command ended."""
+CONTROLLER_ENDED = STEP_ENDED.format(role="controller")
+"""The controller's wrapper's line: the log's order after it is after the controller's end
+(its srun returns only once the step's output is written; the launcher stops its peers
+after). Where the wrapper excused the 143 the line says ``coordinated_shutdown``, which the
+training log's prefilter looks for ("hut")."""
+
+
 def mentions_exit(line: str) -> bool:
     """Whether ``line`` holds one of :data:`ROLE_EXIT_WORDS`."""
     return any(word in line for word in ROLE_EXIT_WORDS)

@@ -191,13 +191,21 @@ def cause_of(trial: TrialRecord | None, exit_class: ExitClass | None,
             return None
         return Cause(C.ABORTED, f"the trainer recorded its own abort ({abort.detail})",
                      Citation(log_path or "", line=abort.line, quote=abort.text))
-    first = _first_failed(processes)
+    lost = exit_class.lost if exit_class is not None else None
+    # (a step lost without its record came first: every recorded failure may follow it)
+    first = None if lost is not None else _first_failed(processes)
     blamed = exit_class.blamed if exit_class is not None else None
     found = _ranked(chain(
         _sources(trial, exit_class, element, is_last, sacct_path, traces, events, log_path,
-                 knock_on_exit=first is not None or blamed is not None,
+                 knock_on_exit=first is not None or blamed is not None or lost is not None,
                  worker_logs=worker_logs),
         _process_sources(processes, first), _blamed_source(blamed)))
+    if lost is not None and (not found or found[0].tier == KNOCK_ON_TIER):
+        where = f" on {lost.host}" if lost.host else ""
+        return Cause(C.UNKNOWN, f"the {lost.role} process (pid {lost.pid}{where}) left no "
+                     f"process record, only its output: what ended it is unknown (its wrapper "
+                     "killed, as with its node, or still running at the seal)",
+                     Citation(lost.path or ""), tuple(dict.fromkeys(f.word for f in found)))
     if not found:
         return Cause(C.UNKNOWN, "nothing in the evidence says what ended the attempt", None)
     return _decided(found)

@@ -27,16 +27,14 @@ another role exited non-zero before the controller did (``policy exited with cod
 
 from __future__ import annotations
 
-import contextlib
 import re
 import signal
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 
 from auditor.model import CLOCK_SLACK_NS, Citation, ExitKind, ProcessExit, TrialRecord
 from auditor.model.kinds import WORKER_LOG
-from auditor.model.lines import inline_code
+from auditor.model.lines import CONTROLLER_ENDED, inline_code
 
 TRUTHY = frozenset({"1", "true", "yes"})
 SIGTERM_EXIT = 128 + signal.SIGTERM
@@ -97,6 +95,10 @@ class ExitClass:
     blamed: tuple[str, int, Citation] | None = None
     """The launcher's log line naming another role's non-zero exit that the controller's
     shutdown followed (role, exit code, the line): the cause, the 143 its knock-on."""
+    lost: ProcessExit | None = None
+    """A step's output without its record that the unclean exit rests on
+    (:func:`unrecorded_steps`): what ended it is unknown, and a controller's 143 after it is
+    its knock-on, never the cause."""
 
 
 EXIT_KINDS = frozenset({ExitKind.SIGNALLED, ExitKind.SIGKILL, ExitKind.SIGTERM, ExitKind.KILLED,
@@ -159,6 +161,11 @@ def _exited(process: ProcessExit) -> str:
     return f"exited {process.exit_code}"
 
 
+def _lost(process: ProcessExit) -> ProcessExit | None:
+    """``process`` where it stands for a step's output without its record, else None."""
+    return process if _only_output(process) else None
+
+
 def _only_output(process: ProcessExit) -> bool:
     """Whether ``process`` stands for a step's output without its record
     (:func:`unrecorded_steps`)."""
@@ -166,49 +173,64 @@ def _only_output(process: ProcessExit) -> bool:
 
 
 def unrecorded_steps(records: Sequence[ProcessExit], logs: Iterable[str],
-                     hosts: Collection[str], cancelled: Mapping[str, int] | None = None
-                     ) -> tuple[ProcessExit, ...]:
+                     hosts: Collection[str], cancelled: Mapping[str, bool] | None = None,
+                     kept: Collection[str] | None = None) -> tuple[ProcessExit, ...]:
     """The processes ``auditor run --step`` started that left no record: a worker log of the
-    step's name (``worker-logs/<host>-<role>-<pid>.out``: a role with a letter, a host among
-    ``hosts``; none where no host is known, as a kept log's ``<host>-<pid>.out`` of a host
-    ending in letters reads as one) with no process record of that host and pid. Its wrapper
-    was killed, or it still ran when the attempt was sealed: its end is unknown, so it may
-    have failed (a replica gone, seed 000's case, is never dropped silently), unless Slurm
-    says when it ended it: ``cancelled`` gives, by node, when the batch log's ``*** STEP
-    ... ON <node> CANCELLED AT ...`` line says its step was cancelled (srun's cancellation
-    SIGKILLs a wrapper still in its grace): that is its end (epoch seconds)."""
+    step's name (``worker-logs/<host>-<role>-<pid>.out``, a role with a letter) with no
+    process record of that host and pid. Its wrapper was killed, or it still ran when the
+    attempt was sealed: its end is unknown, so it may have failed (a replica gone, seed
+    000's case, is never dropped silently), unless Slurm says it reaped it: ``cancelled``
+    (:func:`steps_cancelled`) says, by node, whether the batch log's ``*** STEP ... ON
+    <node> CANCELLED AT ...`` line came after the controller's end (srun's cancellation
+    SIGKILLs the wrapper at once); such a step ends just after the controller's record.
+
+    ``kept``: the worker logs the run kept itself (the trial record's ``worker_logs.kept``,
+    as ``worker-logs/<name>``), never a step's; any other is one, whatever its host (a
+    replica lost with its node, the one file naming that node). Where the run does not say
+    (None), only a log of a host among ``hosts`` is, none where no host is known: a kept
+    log's ``<host>-<pid>.out`` of a host ending in letters reads as a step's name
+    (``della-l01g3-4242.out``)."""
     recorded = {(p.host, p.pid) for p in records}
     found: dict[tuple[str, int], ProcessExit] = {}
-    if not hosts:  # (no host named anywhere: a kept log's name cannot be told from a step's)
+    if kept is None and not hosts:
         return ()
+    end = max((p.ended_ns for p in records if p.role == "controller" and p.ended_ns),
+              default=None)
     for path in sorted(logs):
-        parts = WORKER_LOG.names[0].parts(path.rsplit("/", 1)[-1])
+        name = path.rsplit("/", 1)[-1]
+        parts = WORKER_LOG.names[0].parts(name)
         if parts is None or not any(char.isalpha() for char in parts["role"]) \
-                or parts["host"] not in hosts:
+                or (parts["host"] not in hosts if kept is None
+                    else f"{WORKER_LOG.directory}/{name}" in kept):
             continue
         key = (parts["host"], int(parts["pid"]))
-        ended = (cancelled or {}).get(key[0])
+        reaped = (cancelled or {}).get(key[0], False) and end is not None
         if key not in recorded:
             found.setdefault(key, ProcessExit(
                 parts["role"], key[1], None, "", path=path, host=key[0],
-                ended_ns=None if ended is None else ended * 1_000_000_000))
+                ended_ns=end + 1 if reaped and end is not None else None))
     return tuple(found.values())
 
 
-_STEP_CANCELLED = re.compile(r"\bON (\S+) CANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
+_STEP_CANCELLED = re.compile(r"\bON (\S+) CANCELLED AT \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
 
 
-def steps_cancelled(lines: Iterable[str]) -> dict[str, int]:
-    """By node, when Slurm's ``*** STEP <job>.<n> ON <node> CANCELLED AT <time> ***`` lines
-    say its step was cancelled (the last such; epoch seconds, the time read as UTC, as the
-    contract captures)."""
-    found: dict[str, int] = {}
+def steps_cancelled(lines: Iterable[str]) -> dict[str, bool]:
+    """By node, whether the last of the batch log's ``*** STEP <job>.<n> ON <node>
+    CANCELLED AT <time> ***`` lines for it (``lines``, in the log's order) comes after the
+    controller's wrapper's own line (:data:`~auditor.model.lines.CONTROLLER_ENDED`): then
+    Slurm cancelled that node's step after the controller ended, the launcher's reaping.
+    The time the line states is never compared with a record's: slurmstepd prints its own
+    local time, in whole seconds (``_handle_signal_container``), so a site not on UTC read
+    it hours off, and a reaping within the second of the controller's end read as before
+    it."""
+    found: dict[str, bool] = {}
+    ended = False
     for line in lines:
-        match = _STEP_CANCELLED.search(line)
-        if match is not None:
-            with contextlib.suppress(ValueError):
-                found[match[1]] = int(datetime.fromisoformat(match[2]).replace(
-                    tzinfo=UTC).timestamp())
+        if CONTROLLER_ENDED in line:
+            ended = True
+        elif (match := _STEP_CANCELLED.search(line)) is not None:
+            found[match[1]] = ended
     return found
 
 
@@ -298,7 +320,7 @@ def classify_exit(trial: TrialRecord, flag_name: str,
             False, ExitKind.PROCESS_FAILURE,
             f"invocation exit 0 but {_shown(proc)} {_exited(proc)}{why}",
             (code_cite, _cite(trial, proc, "exit_code", "null" if proc.exit_code is None
-                              else str(proc.exit_code))),
+                              else str(proc.exit_code))), lost=_lost(proc),
         )
     if code == SIGKILL_EXIT:
         return ExitClass(False, ExitKind.SIGKILL, "exit 137: killed by SIGKILL, never a success",
@@ -311,10 +333,16 @@ def classify_exit(trial: TrialRecord, flag_name: str,
             and not _ended_by_signal(failing[0]) and not _exit_unknown(failing[0]) \
             else ExitKind.SIGTERM
         return ExitClass(False, kind, f"exit 143 (SIGTERM) is not excused: {why}",
-                         (code_cite, *cited))
+                         (code_cite, *cited), lost=_lost(failing[0]) if failing else None)
     if killed_by_signal(code):
         return ExitClass(False, ExitKind.KILLED, f"exit {code}: killed by {signal_name(code)}",
                          (code_cite,))
+    if records and failing:  # (the kit's own exit 1 for a process_failure it found: named)
+        proc = failing[0]
+        return ExitClass(False, ExitKind.FAILURE, f"exit {code}; {_shown(proc)} {_exited(proc)}",
+                         (code_cite, _cite(trial, proc, "exit_code", "null"
+                                           if proc.exit_code is None else str(proc.exit_code))),
+                         lost=_lost(proc))
     return ExitClass(False, ExitKind.FAILURE, f"exit {code}", (code_cite,))
 
 

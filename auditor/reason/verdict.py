@@ -308,11 +308,12 @@ def _exit_class(trial: TrialRecord, attempt: AttemptEvidence, protocol: Protocol
     (contract v1.2)."""
     records = attempt.read.processes
     logs = [row.path for row in attempt.files if row.kind == WORKER_LOG.name]
-    cancelled = steps_cancelled(e.text for e in log.events
-                                if e.kind == "slurm_step_cancelled") if log else {}
+    cancelled = steps_cancelled(e.text for e in log.events if e.kind in (
+        "slurm_step_cancelled", "controller_ended")) if log else {}
     exit_class = classify_exit(trial, protocol.coordinated_shutdown_flag, (
         *records, *unrecorded_steps(records, logs, attempt.hosts()
-                                    | {p.host for p in records if p.host}, cancelled)))
+                                    | {p.host for p in records if p.host}, cancelled,
+                                    trial.kept_worker_logs)))
     if log is None:
         return exit_class
     said = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -163,3 +164,17 @@ def attempt_of(root: Path, job: str = "5001", pair: str = "host-m-gsm8k-c2-s1",
                gpus: int = 2, restart: int = 0) -> Path:
     """Where ``run`` puts the attempt."""
     return root / f"{pair}-{gpus}gpu" / (f"attempt-{job}" + (f"-r{restart}" if restart else ""))
+
+
+def namespaces() -> list[str] | None:
+    """``unshare`` arguments for a node of its own hostname and pid namespace, or None."""
+    command = ["unshare", "--user", "--map-root-user", "--uts", "--pid", "--fork",
+               "--mount-proc"]
+    if shutil.which("unshare") is None:
+        return None
+    try:
+        done = subprocess.run([*command, "sh", "-c", "hostname trainer && test $$ = 1"],
+                              capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return command if done.returncode == 0 else None

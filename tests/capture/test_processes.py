@@ -35,6 +35,7 @@ from tests.capture.support import (
     auditor,
     clean_env,
     load,
+    namespaces,
     schema_errors,
     start_auditor,
     wait_for,
@@ -79,12 +80,13 @@ def _protocol(root: Path, **changes: Any) -> None:
 
 def _attempt(root: Path, mode: str, flag: str = "1", job: str = "6001",
              kill: str | None = None, before_seal: Any = None,
-             flag_name: str = FLAG, kill_wrapper: bool = False) -> tuple[int, str]:
+             flag_name: str = FLAG, kill_wrapper: bool = False,
+             prelude: str = "") -> tuple[int, str]:
     """Run the local launcher as one attempt (the batch node's ``auditor run --role
-    launcher``), signal the policy replica once it hangs when ``kill`` says so, seal; the
-    batch run's exit status and its stderr."""
+    launcher``, after ``prelude``'s lines), signal the policy replica once it hangs when
+    ``kill`` says so, seal; the batch run's exit status and its stderr."""
     launcher = root.parent / "launcher.sh"
-    launcher.write_text(LAUNCHER)
+    launcher.write_text(prelude + LAUNCHER)
     env = clean_env(AUDITOR=str(Path(sys.executable).parent / "auditor"), PY=sys.executable)
     run = start_auditor(["run", "--root", str(root), "--pair", PAIR, "--period", "1",
                          "--gpus", "2", "--job-id", job, "--role", "launcher",
@@ -196,6 +198,10 @@ def test_a_step_that_left_no_record_is_never_the_controllers_excuse(tmp_path: Pa
     assert _attempt(root, "completed", before_seal=lose_the_policys_record)[0] == 0
     row = _audit(root, tmp_path / "out")
     assert row["verdict"] == "unresolved", row
+    # (what ended it is unrecorded: never the controller's own 143, "killed by SIGTERM")
+    assert (row["cause"], row["cause_detail"].split(":")[0]) == (
+        "unknown", f"the policy process (pid {row['cause_detail'].split('pid ')[1].split(' ')[0]}"
+        f" on {HOST}) left no process record, only its output"), row
     assert "policy process (pid" in (tmp_path / "out" / "diagnostic.md").read_text() \
         and "left no process record, only its output" in (
             tmp_path / "out" / "diagnostic.md").read_text()
@@ -216,6 +222,65 @@ def test_a_step_whose_wrapper_died_is_never_the_controllers_excuse_at_run_time(
     assert trial["status"] == "process_failure"
     assert "policy process (pid" in stderr and "left no process record" in stderr
     assert _audit(root, tmp_path / "out")["verdict"] == "unresolved"
+
+
+def test_a_replica_lost_with_a_node_nothing_else_names_is_never_the_controllers_excuse(
+        tmp_path: Path) -> None:
+    """A CPU-only replica on a node of its own (its own hostname, ``n9``), whose node dies
+    (its ``--step`` wrapper SIGKILLed: no record, no trace, no device file) before the
+    controller's coordinated shutdown: its output is the one file naming that node. The
+    batch run kept no worker logs itself (its trial record says so), so that output is a
+    step's: the run exits 1, ``process_failure``, and the audit refuses the 143. It was
+    weighed only on a host another file named: the 143 was excused, the lost run never
+    requeued (seed 000's case)."""
+    if namespaces() is None:
+        pytest.skip("no user and UTS namespaces here (unshare)")
+    # (no pid namespace: its first process, the wrapper, would ignore the command's SIGKILL)
+    node = " ".join(["unshare", "--user", "--map-root-user", "--uts", "sh", "-c",
+                     "'hostname n9; exec \"$0\" run --step rollout --rank 1 -- sh -c "
+                     "\"echo generating; sleep 0.5; kill -KILL \\$PPID; sleep 1\"'"])
+    root = tmp_path / "study"
+    _protocol(root)
+    status, stderr = _attempt(root, "completed", prelude=f'{node} "$AUDITOR"\n')
+    trial = load(attempt_of(root, "6001", PAIR) / "trial-6001.json")
+    (lost,) = (attempt_of(root, "6001", PAIR) / "worker-logs").glob("n9-rollout-*.out")
+    assert (status, trial["status"], trial["worker_logs"]["kept"]) == (1, "process_failure", [])
+    assert "rollout process (pid" in stderr and "on n9) left no process record" in stderr
+    row = _audit(root, tmp_path / "out")
+    assert row["verdict"] == "unresolved", row
+    output = lost.relative_to(root).as_posix()
+    assert row["diagnosis"].startswith("Exit: exit 1; the rollout process (pid ") \
+        and f"on n9) left no process record, only its output `{output}`" in row["diagnosis"]
+
+
+def test_a_replica_slurm_reaped_after_the_controllers_end_on_a_site_not_on_utc(
+        tmp_path: Path) -> None:
+    """srun's cancellation reaps the rollout after the controller's coordinated shutdown:
+    its wrapper SIGKILLed at once (no record), the batch log's ``*** STEP ... CANCELLED AT
+    <time> ***`` after the controller's wrapper's line. slurmstepd prints its local time:
+    on a site at UTC-5 that time, read as UTC, was five hours before the controller's end,
+    so the reaped replica was the shutdown's cause and every finished run was refused. The
+    log's order decides: resolved. The same line before the controller's is never its
+    reaping."""
+    def reaped_by_srun(before: bool) -> Any:
+        def edit(attempt: Path) -> None:
+            (record,) = (attempt / "processes").glob("*-rollout-*.json")
+            record.unlink()  # (SIGKILLed at once: no provisional record)
+            log = attempt / "training-6001.log"
+            at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 5 * 3600))
+            cancelled = f"slurmstepd: error: *** STEP 6001.2 ON {HOST} CANCELLED AT {at} ***\n"
+            lines = log.read_text().splitlines(keepends=True)
+            (at_line,) = [n for n, line in enumerate(lines)
+                          if line.startswith("auditor run --step controller: command exited")]
+            lines.insert(at_line + (0 if before else 1), cancelled)
+            log.write_text("".join(lines))
+        return edit
+
+    for before, verdict in ((False, "resolved"), (True, "unresolved")):
+        root = tmp_path / f"study-{before}"
+        _protocol(root)
+        assert _attempt(root, "completed", before_seal=reaped_by_srun(before))[0] == 0
+        assert _audit(root, tmp_path / f"out-{before}")["verdict"] == verdict, before
 
 
 def test_the_flag_off_passes_the_controllers_143_on(tmp_path: Path) -> None:

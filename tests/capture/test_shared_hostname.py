@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -28,6 +27,7 @@ from tests.capture.support import (
     clean_env,
     lines,
     load,
+    namespaces,
     python,
     run_args,
 )
@@ -174,20 +174,6 @@ def test_seal_refuses_one_trace_two_processes_wrote_naming_both_lines(
     assert "two processes of one hostname and pid" in err and len(err.splitlines()) == 1
 
 
-def _namespaces() -> list[str] | None:
-    """``unshare`` arguments for a node of its own hostname and pid namespace, or None."""
-    command = ["unshare", "--user", "--map-root-user", "--uts", "--pid", "--fork",
-               "--mount-proc"]
-    if shutil.which("unshare") is None:
-        return None
-    try:
-        done = subprocess.run([*command, "sh", "-c", "hostname trainer && test $$ = 1"],
-                              capture_output=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return command if done.returncode == 0 else None
-
-
 TRAINER = """
 import sys, time
 from auditor.capture import Trace, write_device_evidence
@@ -209,7 +195,7 @@ def test_two_nodes_of_one_hostname_in_own_pid_namespaces_never_share_a_file(
     each ``auditor run --step rank`` around a trainer of the same pid. The second node is
     refused in one line naming the file; no trace holds two processes' records, and the seal
     never lists one worker of two unsaid."""
-    unshare = _namespaces()
+    unshare = namespaces()
     if unshare is None:
         pytest.skip("no user, UTS and pid namespaces here (unshare)")
     (tmp_path / "trainer.py").write_text(textwrap.dedent(TRAINER))

@@ -515,25 +515,62 @@ def test_a_steps_output_without_its_record_is_a_process_of_unknown_end() -> None
     assert not said.clean and "left no process record, only its output" in said.detail
 
 
+def test_a_step_lost_with_a_node_nothing_else_names_is_weighed_where_the_run_says_what_it_kept(
+        ) -> None:
+    """A replica lost with its node (its wrapper gone: no record), on a node no trace,
+    device file or record names (a CPU-only replica), leaves only its output: where the
+    trial record says which worker logs the run kept itself (``worker_logs.kept``), every
+    other log of a step's name is a step's, whatever its host, so the controller's 143 is
+    not excused; a kept log that reads as one (``della-l01g3-4242.out``) never is, and
+    without the list a host the attempt never names still stands for nothing."""
+    from auditor.reason.exits import unrecorded_steps
+
+    controller = ProcessExit("controller", 7, 143, "", path="a/processes/n1-controller-7.json",
+                             host="n1")
+    trial = TrialRecord(path="t.json", env=((FLAG, "1"),), exit_code=0)
+    lost, ray = "a/worker-logs/n9-rollout-31.out", "a/worker-logs/della-l01g3-4242.out"
+    (found,) = unrecorded_steps([controller], [lost, ray], {"n1"}, None,
+                                kept=("worker-logs/della-l01g3-4242.out",))
+    assert (found.role, found.pid, found.host, found.path) == ("rollout", 31, "n9", lost)
+    said = classify_exit(trial, FLAG, (controller, found))
+    assert not said.clean and "rollout process (pid 31 on n9) left no process record" \
+        in said.detail
+    assert unrecorded_steps([controller], [ray], {"n1"}, None,
+                            kept=("worker-logs/della-l01g3-4242.out",)) == ()
+    assert unrecorded_steps([controller], [lost, ray], {"n1"}) == ()  # (the run said nothing)
+
+
 def test_a_step_slurm_cancelled_after_the_controllers_end_was_reaped() -> None:
     """On a real multi-node Slurm the launcher's reaping of a replica after the controller's
-    exit is srun's cancellation of its step, which SIGKILLs a wrapper still in its grace: no
-    record, but the batch log's ``*** STEP 2.1 ON n3 CANCELLED AT ... ***`` says when. After
-    the controller's end: reaped, the shutdown stays excused; before it: never excused."""
+    exit is srun's cancellation of its step, which SIGKILLs its wrapper at once: no record,
+    but the batch log's ``*** STEP 2.1 ON n3 CANCELLED AT ... ***`` line comes after the
+    controller's wrapper's own line. After it: reaped, the shutdown stays excused; before
+    it, or with no such line: never excused. The log's order decides, never the time the
+    line states: slurmstepd prints its local time in whole seconds, so a reaping within the
+    controller's last second, or any on a site at UTC-5, read as before its end (the
+    finished run refused, seed 000's bug), and at UTC+1 a replica cancelled before the
+    controller's end read as after it (excused)."""
     from datetime import UTC, datetime
 
+    from auditor.model.lines import CONTROLLER_ENDED
     from auditor.reason.exits import steps_cancelled, unrecorded_steps
 
-    end = int(datetime(2026, 12, 7, 9, 11, 47, tzinfo=UTC).timestamp())
+    end = int(datetime(2026, 12, 7, 9, 11, 47, tzinfo=UTC).timestamp()) * 10**9 + 600_000_000
     controller = ProcessExit("controller", 7, 143, "", path="a/processes/n1-controller-7.json",
-                             host="n1", ended_ns=end * 10**9 - 5)
+                             host="n1", ended_ns=end)
     trial = TrialRecord(path="t.json", env=((FLAG, "1"),), exit_code=0)
-    for at, excused in (("09:11:48", True), ("09:11:40", False)):
-        cancelled = steps_cancelled(
-            [f"slurmstepd-n3: error: *** STEP 2.1 ON n3 CANCELLED AT 2026-12-07T{at} ***"])
+    ended = f"{CONTROLLER_ENDED} 143; coordinated_shutdown: exit 143 is a coordinated shutdown"
+
+    def cancel(at: str) -> str:
+        return f"slurmstepd-n3: error: *** STEP 2.1 ON n3 CANCELLED AT 2026-12-07T{at} ***"
+
+    for lines, excused in (([ended, cancel("09:11:47")], True),  # (its last second)
+                           ([ended, cancel("04:11:48")], True),  # (local time at UTC-5)
+                           ([cancel("10:11:40"), ended], False),  # (at UTC+1, before it)
+                           ([cancel("09:11:48")], False)):  # (no line of the controller's)
         (rollout,) = unrecorded_steps([controller], ["a/worker-logs/n3-rollout-9.out"],
-                                      {"n1", "n3"}, cancelled)
-        assert classify_exit(trial, FLAG, (controller, rollout)).clean is excused, at
+                                      {"n1", "n3"}, steps_cancelled(lines))
+        assert classify_exit(trial, FLAG, (controller, rollout)).clean is excused, lines
     (vanished,) = unrecorded_steps([controller], ["a/worker-logs/n3-rollout-9.out"], {"n3"})
     assert not classify_exit(trial, FLAG, (controller, vanished)).clean
 
