@@ -154,6 +154,8 @@ class _Scanner:
         self.step_lines: deque[tuple[int, str, int]] = deque(maxlen=STEP_LINES_KEPT)
         """(line, start of the segment, step) of the last step lines; events made at the end."""
         self.terminal: LogEvent | None = None
+        self.quoted: tuple[int, str] | None = None
+        """(line, segment) of the first copy of the terminal line quoted in another line."""
         self.last_step: int | None = None
         self.open_tracebacks: dict[str, int] = {}
         """Process key -> last line of a traceback whose exception line is still due."""
@@ -206,6 +208,9 @@ class _Scanner:
             events=tuple(events),
             events_dropped=self.events_seen - len(kept),
             findings=findings,
+            quoted_terminal=None if self.quoted is None else LogEvent(
+                "terminal_quoted", self.quoted[0], _text(self.quoted[1]),
+                "quoted inside another line: never the event"),
         )
 
     # ------------------------------------------------------------------ lines
@@ -278,6 +283,8 @@ class _Scanner:
                 for found in matcher.steps(content):
                     if not (quoting and _quoted(content, found.at)):
                         self._step(number, segment, found.step, found.total)
+                    elif self.quoted is None and self._final(found.step, found.total):
+                        self.quoted = (number, segment[: TEXT_LIMIT + 1])  # (for the report)
             if self.veto is None and matcher.veto and matcher.vetoes(content):
                 self.veto = (number, segment[: TEXT_LIMIT + 1])
             if ends and self.marker is None and matcher.marker and matcher.marks(content):
@@ -416,12 +423,19 @@ class _Scanner:
         seen_step = False
         for index, key in enumerate(keys):
             step = _integral(key.group(1), key.group(2))
-            if step is None or _quoted(content, key.start()):
+            if step is None:
+                continue
+            quoted = _quoted(content, key.start())
+            if quoted and (self.quoted is not None or step != self.expected_steps):
                 continue  # (quoted in a message about it, as the launcher's "lacks ... 'step:1
-                # - ...'": a JSON forwarder's double-quoted line still counts)
+                # - ...'": a JSON forwarder's double-quoted line still counts; the first copy
+                # of the end line is kept, for the report to say it does not count)
             end = keys[index + 1].start() if index + 1 < len(keys) else len(content)
             found = _GLOBAL_STEP_KEY.search(content, key.end(), end)
             if found is not None and _integral(found.group(1), found.group(2)) == step:
+                if quoted:
+                    self.quoted = (number, segment[: TEXT_LIMIT + 1])
+                    continue
                 seen_step = True
                 self._step(number, segment, step)
         if not seen_step:
@@ -439,11 +453,16 @@ class _Scanner:
             self.step_lines.append((number, segment[: TEXT_LIMIT + 1], step))
         if self.last_step is None or step > self.last_step:
             self.last_step = step
-        expected = self.expected_steps
-        final = step == expected if total is None else (
-            step == total and expected in (None, total))
-        if self.terminal is None and final:
+        if self.terminal is None and self._final(step, total):
             self.terminal = LogEvent("terminal_event", number, _text(segment), str(step))
+
+    def _final(self, step: int, total: int | None) -> bool:
+        """Whether a line stating ``step`` (of ``total``) is the end line: the dispatched
+        step, and the line's last where it states one (with no dispatched count, that
+        alone)."""
+        expected = self.expected_steps
+        return step == expected if total is None else (
+            step == total and expected in (None, total))
 
     def _forget(self, number: int, segment: str) -> None:
         """A tuner restores the state its trial fits began from: the end lines and steps

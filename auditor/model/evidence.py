@@ -383,6 +383,10 @@ class TrainingLogScan:
     """Other events, in line order (capped; see ``events_dropped``)."""
     events_dropped: int = 0
     findings: tuple[Finding, ...] = ()
+    quoted_terminal: LogEvent | None = None
+    """The first copy of the terminal line quoted inside another line (a launcher's message
+    naming the line it lacks, a repr): never the event, yet a reader who greps the log finds
+    it, so the report says where it is and that it does not count."""
 
 
 @dataclass(frozen=True, slots=True)

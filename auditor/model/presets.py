@@ -61,6 +61,11 @@ class Preset:
     """A line (or record) it matches, as the framework prints it."""
     traps: str
     """What it never accepts."""
+    ends: tuple[str, ...] = ()
+    """Its end lines in a short human form, ``{step}`` where the logger prints the step (the
+    report names what the log lacks in the framework's words, not the pattern's)."""
+    markers: tuple[str, ...] = ()
+    """Its step-less end lines (markers) in a short human form."""
 
 
 VERL = TerminalSpec(preset="verl")
@@ -83,12 +88,14 @@ PRESETS: dict[str, Preset] = {
                                r"train/loss:",),
                      triggers=("step:",)),
         "step:120 - train/loss:0.41 - train/lr(1e-3):0.010",
-        "the `step:N - val/loss:` line after a 0-based run's last training step"),
+        "the `step:N - val/loss:` line after a 0-based run's last training step",
+        ends=("step:{step} - ... - train/loss:",)),
     "openrlhf": Preset(
         TerminalSpec(preset="openrlhf", patterns=(r"Global step " + _STEP_TOTAL + r": ",),
                      triggers=("Global step",)),
         "(PPOTrainer pid=88) ✨ Global step 200: {'policy_loss': 0.01, ...}",
-        "`Eval at step N`; no total is printed, so only the dispatched N counts"),
+        "`Eval at step N`; no total is printed, so only the dispatched N counts",
+        ends=("Global step {step}:",)),
     "lightning": Preset(
         TerminalSpec(preset="lightning",
                      # (the line states its own last step: step and total at once)
@@ -102,7 +109,9 @@ PRESETS: dict[str, Preset] = {
                      triggers=("Trainer.fit", ".lr_find_", ".scale_batch_size_")),
         "`Trainer.fit` stopped: `max_steps=1000` reached.",
         "`No training batches.`; `max_epochs=K` counts epochs (a marker only); a learning-rate "
-        "or batch-size finder's trial fit (its state then restored from `.lr_find_*.ckpt`)"),
+        "or batch-size finder's trial fit (its state then restored from `.lr_find_*.ckpt`)",
+        ends=("`Trainer.fit` stopped: `max_steps={step}` reached.",),
+        markers=("`Trainer.fit` stopped: `max_epochs=K` reached.",)),
     "hf-trainer": Preset(
         TerminalSpec(preset="hf-trainer", marker=(r"""\{['"]train_runtime['"]: """,),
                      json=(("global_step", "field", "max_steps"),),
@@ -110,7 +119,8 @@ PRESETS: dict[str, Preset] = {
         "{'train_runtime': 30.17, 'train_samples_per_second': 4.2, ..., 'epoch': 3.0}; "
         "trainer_state.json `global_step == max_steps`",
         "the final metrics record names no step (a marker only); a checkpoint's state "
-        "before the last step"),
+        "before the last step",
+        markers=("{'train_runtime': ...}",)),
     "llamafactory": Preset(
         TerminalSpec(preset="llamafactory",
                      json=(("current_steps", "field", "total_steps"),),
@@ -126,7 +136,8 @@ PRESETS: dict[str, Preset] = {
                      triggers=("step:", "Training completed", "Ran out of data")),
         "[rank0]:[titan] ... - root - INFO - step: 100  loss:  2.89959  grad_norm: ...",
         "`Training completed` after `Ran out of data; last step was canceled.` (vetoed); "
-        "`validate step: N`; a last step `log_freq` skipped (only the marker is left)"),
+        "`validate step: N`; a last step `log_freq` skipped (only the marker is left)",
+        ends=("step: {step}  loss:",), markers=("- Training completed",)),
     "megatron": Preset(
         TerminalSpec(preset="megatron",
                      patterns=(r"(?:^|\s|\] )iteration\s+" + _STEP_TOTAL
@@ -135,7 +146,8 @@ PRESETS: dict[str, Preset] = {
                      triggers=("iteration", "after training is done")),
         " [2026-08-20 10:11:12] iteration      100/     100 | consumed samples: ...",
         "a last printed iteration below N (`log_interval`); `[exiting program ...]`; "
-        "`[before the start of training step]`"),
+        "`[before the start of training step]`",
+        ends=("iteration {step}/{step} |",), markers=("[after training is done] datetime:",)),
     "nemo": Preset(
         TerminalSpec(preset="nemo",
                      patterns=(r"Training epoch [0-9]+, iteration " + _STEP_TOTAL
@@ -148,14 +160,16 @@ PRESETS: dict[str, Preset] = {
                                r"global_step: " + _STEP_TOTAL + r"(?: \||$)"),
                      offset=1, triggers=("iteration",)),
         "Training epoch 0, iteration 149/149 | lr: 3e-05 | ... | global_step: 149",
-        "0-based: `iteration 149/149` is step 150 of 150; `Validation: iteration N/M`"),
+        "0-based: `iteration 149/149` is step 150 of 150; `Validation: iteration N/M`",
+        ends=("Training epoch E, iteration {step}/{step}", "| global_step: {step}")),
     "deepspeed": Preset(
         TerminalSpec(preset="deepspeed",
                      patterns=(r"\[Rank 0\] step=" + _STEP_TOTAL + r", skipped=[0-9]+,",),
                      triggers=("step=",)),
         "[2026-08-20 10:11:12,345] [INFO] [logging.py:123:log_dist] [Rank 0] step=1000, "
         "skipped=0, lr=[3e-05], mom=[(0.9, 0.999)]",
-        "the `step=0` line at start-up; off by default (`steps_per_print`)"),
+        "the `step=0` line at start-up; off by default (`steps_per_print`)",
+        ends=("[Rank 0] step={step}, skipped=",)),
     "mllog": Preset(
         TerminalSpec(preset="mllog",
                      json=(("key", "equals", "run_stop"),
@@ -174,6 +188,7 @@ PRESETS: dict[str, Preset] = {
         "[cosmos] 2025-10-28 11:02:26,101 - cosmos - INFO - Step: 200/200, Reward Mean: "
         "0.5625, ..., Average loss: 0.01230, ...",
         "`Validation at step N/M`; `Training step: N/M` (printed before the step); "
-        "a v0.1 reward line without a loss; `Step: N/M` with N below M"),
+        "a v0.1 reward line without a loss; `Step: N/M` with N below M",
+        ends=("Step: {step}/{step}, ... Average loss:",)),
 }
 """Every preset the contract names, by name."""

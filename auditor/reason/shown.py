@@ -6,9 +6,11 @@ their citations to a :class:`Shown`."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Container
 from dataclasses import dataclass, field
 
+from auditor._text import clip
 from auditor.model import (
     AttemptEvidence,
     Citation,
@@ -21,6 +23,8 @@ from auditor.model import (
     TrialRecord,
 )
 from auditor.model.kinds import METRICS_LOG, TRACE_SOURCE, TRAINING_LOG, WORKER_LOG
+from auditor.model.lines import inline_code
+from auditor.model.presets import PRESETS, VERL, TerminalSpec
 from auditor.reason.completion import Completion
 from auditor.reason.exits import ExitClass
 
@@ -130,7 +134,10 @@ def terminal_shows(attempt: AttemptEvidence, protocol: Protocol, steps: int | No
         return
     if steps is None:
         return
-    lacks = f"the driver's log lacks `step:{steps}`" if log else "no driver's log holds it"
+    spec = _spec(protocol)
+    lacks = "no driver's log holds it" if log is None else (
+        f"the driver's log lacks `step:{steps}`" if spec is None or spec.builtin
+        else f"the driver's log lacks the end of training for step {steps}")
     workers = {w.key: w for w in attempt.spec.workers}
     if WORKER_LOG.name in sources:
         hosts = attempt.hosts()
@@ -242,8 +249,11 @@ def params_shows(attempt: AttemptEvidence, steps: int | None, shown: Shown) -> N
     shown.params_changed = bool(changed) and not same
 
 
-def log_shows(log: TrainingLogScan, steps: int | None, shown: Shown) -> None:
-    """What the training log shows of the terminal event, and whether it was cut."""
+def log_shows(log: TrainingLogScan, steps: int | None, shown: Shown,
+              protocol: Protocol | None = None) -> None:
+    """What the training log shows of the terminal event, and whether it was cut; when it
+    lacks the event, what the protocol's matcher looks for (``protocol``: None, or one
+    giving no ``terminal_event`` matcher, is verl's built-in one)."""
     if log.terminal_event is not None and log.terminal_event.kind == "terminal_marker":
         shown.shows.append("The training log holds only a marker of the end (an end line "
                            "that names no step: weaker evidence, no step number shown), which "
@@ -255,22 +265,39 @@ def log_shows(log: TrainingLogScan, steps: int | None, shown: Shown) -> None:
         shown.citations.append(Citation(log.path, line=log.terminal_event.line,
                                         quote=log.terminal_event.text))
     elif steps is not None:
-        step_lines = [e for e in log.events if e.kind == "step_line"]
-        if log.last_step is not None:
-            seen = f"the last training step logged is {log.last_step}"
-        elif step_lines:
-            seen = (f"`step:` lines appear (the last at line {step_lines[-1].line}, step "
-                    f"{step_lines[-1].detail}) but none with `training/global_step`")
+        spec = _spec(protocol)
+        if spec is None or spec.builtin:  # (verl's words: its sentence as it always was)
+            lacks = f"line with `step:{steps}` followed by `training/global_step:{steps}`" \
+                + "".join(f" nor a line matching the protocol's marker {form}"
+                          for form in _own_markers(spec))
+            seen: str | None = _verl_seen(log)
         else:
-            seen = "no `step:` metric line appears at all"
+            lacks, seen = _lacks(spec, steps), _seen(spec, log)
         clipped = next((f for f in log.findings if f.rule_id == "AUD007"), None)
         if clipped is not None:  # (a line read in part: not "at all", only where read)
-            seen += " in what was read"
-        shown.shows.append(f"The training log holds no line with `step:{steps}` followed by "
-                           f"`training/global_step:{steps}`; {seen}.")
+            if seen:
+                seen += " in what was read"
+            else:
+                lacks += " in what was read"
+        vetoed = next((e for e in log.events if e.kind == "terminal_vetoed"), None)
+        if vetoed is not None:  # (an end line there may be: it counts for nothing)
+            lacks += " that counts"
+        quoted = log.quoted_terminal
+        if quoted is not None:  # (what a grep finds: said, so that the sentence stays true)
+            lacks += (f", only a copy quoted inside another line (line {quoted.line}), "
+                      "which does not count")
+        shown.shows.append(f"The training log holds no {lacks}"
+                           + (f"; {seen}." if seen else "."))
         shown.citations.append(Citation(  # (what the whole file lacks: no line to quote)
             log.path, quote=f"no terminal event in {log.lines} "
                             f"line{'' if log.lines == 1 else 's'}"))
+        if vetoed is not None:
+            shown.shows.append(f"Line {vetoed.line} of the training log "
+                               f"({inline_code(vetoed.text)}) voids every end line of the "
+                               "file, as the protocol's matcher says.")
+        for event in (vetoed, quoted):
+            if event is not None:
+                shown.citations.append(Citation(log.path, line=event.line, quote=event.text))
         if clipped is not None:
             shown.shows.append(sentence(
                 f"Line {clipped.citations[0].line} was examined only in part (line of "
@@ -283,6 +310,100 @@ def log_shows(log: TrainingLogScan, steps: int | None, shown: Shown) -> None:
                                     f"{cut.citations[0].line} (no final newline): it was cut "
                                     "while being written, and what followed is lost"))
         shown.citations.append(cut.citations[0])
+
+
+LOG_RECORD_PRESETS = frozenset({"mllog"})
+"""Presets whose JSON predicates a training log's own records (``:::MLLOG``) meet."""
+
+PATTERN_SHOWN = 120
+"""Characters of a protocol's own pattern a sentence shows (a pattern may be long)."""
+
+
+def _spec(protocol: Protocol | None) -> TerminalSpec | None:
+    """The matcher the logs were scanned with, as the collector takes it from ``protocol``:
+    its ``terminal_event`` spec, else its v1 ``pattern``; None for verl's built-in one."""
+    if protocol is None:
+        return None
+    if protocol.terminal is not None:
+        return None if protocol.terminal == VERL else protocol.terminal
+    if protocol.terminal_pattern is not None:
+        return TerminalSpec(patterns=(protocol.terminal_pattern,))
+    return None
+
+
+def _verl_seen(log: TrainingLogScan) -> str:
+    """What a log scanned by verl's built-in matcher shows of its steps, in verl's words."""
+    step_lines = [e for e in log.events if e.kind == "step_line"]
+    if log.last_step is not None:
+        return f"the last training step logged is {log.last_step}"
+    if step_lines:
+        return (f"`step:` lines appear (the last at line {step_lines[-1].line}, step "
+                f"{step_lines[-1].detail}) but none with `training/global_step`")
+    return "no `step:` metric line appears at all"
+
+
+def _own_markers(spec: TerminalSpec | None) -> list[str]:
+    """The marker patterns ``spec`` adds to its preset's, as code (none unless they count)."""
+    if spec is None or not spec.markers_count:
+        return []
+    preset = PRESETS.get(spec.preset or "")
+    return [inline_code(clip(pattern, PATTERN_SHOWN))
+            for pattern in spec.marker[len(preset.spec.marker) if preset else 0:]]
+
+
+def _lacks(spec: TerminalSpec, steps: int) -> str:
+    """What ``spec`` would take for the end of ``steps`` in a training log, as the object of
+    "holds no": the preset's end line in its framework's words, the protocol's own patterns,
+    JSON predicates (an ``:::MLLOG`` record is the only one a log holds), markers that count;
+    each as the matcher reads it, never verl's ``step:`` words (contract v1.2)."""
+    preset = PRESETS.get(spec.preset or "") if spec.preset != "verl" else None
+    name = f"the {spec.preset} preset's end of training"
+    matching: list[str] = []
+    if preset is not None and preset.spec.patterns:
+        forms = " or ".join(inline_code(form.format(step=steps - spec.offset))
+                            for form in preset.ends)
+        matching.append(f"{name} for step {steps}" + (f" ({forms})" if forms else ""))
+    own = spec.patterns[len(preset.spec.patterns) if preset else 0:]
+    if own:
+        matching.append(f"the protocol's pattern{'s' if len(own) > 1 else ''} "
+                        + " or ".join(inline_code(clip(p, PATTERN_SHOWN)) for p in own)
+                        + f" for step {steps}")
+    parts = [f"line matching {' or '.join(matching)}"] if matching else []
+    # (hf-trainer's and LlamaFactory's predicates read their metrics files, never a log line)
+    metrics_only = preset is not None and spec.json == preset.spec.json \
+        and spec.preset not in LOG_RECORD_PRESETS
+    if spec.json and not metrics_only:
+        tests = " and ".join(
+            f"{inline_code(path)} equal to "
+            + inline_code(str(value) if how == "field" else clip(
+                json.dumps(value, ensure_ascii=False, sort_keys=True), PATTERN_SHOWN))
+            for path, how, value in spec.json)
+        counted = any(how == "field" for _, how, _ in spec.json)  # (a count: the dispatch's)
+        whose = name if preset is not None and spec.json == preset.spec.json \
+            else "the protocol's JSON predicates"
+        parts.append(f"`:::MLLOG` record matching {whose} ({tests}"
+                     + (f", step {steps}" if counted else "") + ")")
+    if spec.markers_count:
+        markers = [inline_code(form) for form in (preset.markers if preset else ())] \
+            + _own_markers(spec)
+        if markers:
+            parts.append(f"marker of the end of training ({' or '.join(markers)})")
+    if not parts:  # (no spec the protocol reader resolves comes here; said plainly)
+        return f"end of training for step {steps} that the protocol's matcher accepts"
+    return parts[0] + "".join(f" nor a {part}" for part in parts[1:])
+
+
+def _seen(spec: TerminalSpec, log: TrainingLogScan) -> str | None:
+    """What a log scanned by ``spec`` shows of its steps: the last step its lines stated
+    (the logger's own count beside it, for a 0-based one), none for any step, or nothing
+    where the matcher reads no steps (JSON predicates, markers)."""
+    if log.last_step is not None:
+        return f"the last step the log shows is {log.last_step}" + (
+            f" (the logger's {log.last_step - spec.offset}, counted from {1 - spec.offset})"
+            if spec.offset else "")
+    if spec.patterns:
+        return "no such line appears for any step"
+    return None
 
 
 # -------------------------------------------------------------------- 3. decide

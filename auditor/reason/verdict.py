@@ -357,7 +357,7 @@ def evidence_shows(period: PeriodEvidence, attempt: AttemptEvidence, protocol: P
         shown.shows.extend(shown.completion.sentences)
         shown.citations.extend(shown.completion.citations)
     if log is not None:
-        log_shows(log, steps, shown)
+        log_shows(log, steps, shown, protocol)
         shown.citations.extend(Citation(log.path, line=event.line, quote=event.text)
                                for kind in EVENT_KINDS_CITED
                                if (event := shown.events.get(kind)) is not None)
