@@ -29,6 +29,7 @@ from auditor.collect.failure_texts import (
 )
 from auditor.collect.terminal import MLLOG, Matcher
 from auditor.model import Finding, LogEvent, TrainingLogScan
+from auditor.model.lines import STEP_CANCELLED
 
 if TYPE_CHECKING:
     import regex
@@ -53,6 +54,11 @@ rest of the log (``AUD020``): a pattern that backtracks without end would hang t
 and a sound one takes microseconds."""
 STEP_LINES_KEPT = 3
 """How many of the last ``step_line`` events are kept (``last_step`` is what matters)."""
+
+STEP_NODES_KEPT = 100_000
+"""Most nodes whose first ``*** STEP ... CANCELLED ***`` line is kept apart from the capped
+events (:attr:`~auditor.model.TrainingLogScan.step_ends`); a node past it is never read as
+reaped (its replica's end stays unknown: refused, never excused)."""
 
 TRACEBACK_HORIZON = 1000
 """Lines after which an unfinished traceback of one process is forgotten."""
@@ -150,6 +156,11 @@ class _Scanner:
         start of the segment, detail) made events at the end, as most are pushed out (a log
         dense with one failure adds one a line)."""
         self.first_of_kind: dict[str, LogEvent] = {}
+        self.step_ends: dict[str, LogEvent] = {}
+        """The first ``controller_ended`` event (key ``""``) and each node's first
+        ``slurm_step_cancelled`` one: kept whatever the cap, as their order decides a
+        reaping (a replica's end read from a log of many nodes' lines was lost in the cap's
+        middle, and a finished run refused)."""
         self.events_seen = 0
         self.step_lines: deque[tuple[int, str, int]] = deque(maxlen=STEP_LINES_KEPT)
         """(line, start of the segment, step) of the last step lines; events made at the end."""
@@ -208,6 +219,7 @@ class _Scanner:
             events=tuple(events),
             events_dropped=self.events_seen - len(kept),
             findings=findings,
+            step_ends=tuple(sorted(self.step_ends.values(), key=lambda event: event.line)),
             quoted_terminal=None if self.quoted is None else LogEvent(
                 "terminal_quoted", self.quoted[0], _text(self.quoted[1]),
                 "quoted inside another line: never the event"),
@@ -468,7 +480,9 @@ class _Scanner:
         """A tuner restores the state its trial fits began from: the end lines and steps
         before this line were the trials' (Lightning's ``max_steps=100`` of ``lr_find``),
         never this run's end."""
-        if self.terminal is not None or self.marker is not None:
+        # (steps alone too: a report saying the log shows no end line "for any step" is
+        # contradicted by the trial fits' own `max_steps=100 reached`)
+        if self.terminal is not None or self.marker is not None or self.last_step is not None:
             self._add("terminal_forgotten", number, segment,
                       "a tuner's trial fits ended before it: their end lines are forgotten")
         self.terminal = self.marker = None
@@ -481,10 +495,25 @@ class _Scanner:
         event: LogEvent | None = None
         if kind not in self.first_of_kind:
             event = self.first_of_kind[kind] = LogEvent(kind, number, _text(segment), detail)
+        if kind in ("controller_ended", "slurm_step_cancelled"):
+            self._step_end(kind, number, segment, detail, event)
         if len(self.head) < self.head_cap:
             self.head.append(event or LogEvent(kind, number, _text(segment), detail))
         elif self.tail_cap:
             self.tail.append(event or (kind, number, segment[: TEXT_LIMIT + 1], detail))
+
+    def _step_end(self, kind: str, number: int, segment: str, detail: str,
+                  event: LogEvent | None) -> None:
+        """Keep the controller's first end line, and ``segment``'s node's first STEP line
+        (:attr:`step_ends`)."""
+        if kind == "controller_ended":
+            key = ""
+        elif (match := STEP_CANCELLED.search(segment)) is not None:
+            key = match[1]
+        else:  # (a STEP line with no node or time: never a reaping)
+            return
+        if key not in self.step_ends and (key == "" or len(self.step_ends) <= STEP_NODES_KEPT):
+            self.step_ends[key] = event or LogEvent(kind, number, _text(segment), detail)
 
     def _kept_events(self) -> list[LogEvent]:
         """Head and tail, plus the first event of any kind neither holds, within the cap.

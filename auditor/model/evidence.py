@@ -383,6 +383,11 @@ class TrainingLogScan:
     """Other events, in line order (capped; see ``events_dropped``)."""
     events_dropped: int = 0
     findings: tuple[Finding, ...] = ()
+    step_ends: tuple[LogEvent, ...] = ()
+    """The first ``controller_ended`` event and each node's first ``slurm_step_cancelled``
+    one, in line order, whatever the cap on :attr:`events` dropped (up to
+    ``STEP_NODES_KEPT`` nodes): the log's order of these says whether Slurm reaped a step
+    after the controller ended (:func:`~auditor.reason.exits.steps_cancelled`)."""
     quoted_terminal: LogEvent | None = None
     """The first copy of the terminal line quoted inside another line (a launcher's message
     naming the line it lacks, a repr): never the event, yet a reader who greps the log finds

@@ -39,6 +39,10 @@ after). Where the wrapper excused the 143 the line says ``coordinated_shutdown``
 training log's prefilter looks for ("hut")."""
 
 
+STEP_CANCELLED = re.compile(r"\bON (\S+) CANCELLED AT \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
+"""Slurm's ``*** STEP <job>.<n> ON <node> CANCELLED AT <time> ***``: group 1 the node."""
+
+
 def mentions_exit(line: str) -> bool:
     """Whether ``line`` holds one of :data:`ROLE_EXIT_WORDS`."""
     return any(word in line for word in ROLE_EXIT_WORDS)

@@ -27,14 +27,13 @@ another role exited non-zero before the controller did (``policy exited with cod
 
 from __future__ import annotations
 
-import re
 import signal
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from auditor.model import CLOCK_SLACK_NS, Citation, ExitKind, ProcessExit, TrialRecord
 from auditor.model.kinds import WORKER_LOG
-from auditor.model.lines import CONTROLLER_ENDED, inline_code
+from auditor.model.lines import CONTROLLER_ENDED, STEP_CANCELLED, inline_code
 
 TRUTHY = frozenset({"1", "true", "yes"})
 SIGTERM_EXIT = 128 + signal.SIGTERM
@@ -212,14 +211,13 @@ def unrecorded_steps(records: Sequence[ProcessExit], logs: Iterable[str],
     return tuple(found.values())
 
 
-_STEP_CANCELLED = re.compile(r"\bON (\S+) CANCELLED AT \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
-
-
 def steps_cancelled(lines: Iterable[str]) -> dict[str, bool]:
-    """By node, whether the last of the batch log's ``*** STEP <job>.<n> ON <node>
+    """By node, whether every one of the batch log's ``*** STEP <job>.<n> ON <node>
     CANCELLED AT <time> ***`` lines for it (``lines``, in the log's order) comes after the
     controller's wrapper's own line (:data:`~auditor.model.lines.CONTROLLER_ENDED`): then
-    Slurm cancelled that node's step after the controller ended, the launcher's reaping.
+    Slurm cancelled that node's steps after the controller ended, the launcher's reaping.
+    A worker log names its node, never its step, so one step of that node cancelled before
+    the controller's end leaves every step of it there of unknown end.
     The time the line states is never compared with a record's: slurmstepd prints its own
     local time, in whole seconds (``_handle_signal_container``), so a site not on UTC read
     it hours off, and a reaping within the second of the controller's end read as before
@@ -229,8 +227,9 @@ def steps_cancelled(lines: Iterable[str]) -> dict[str, bool]:
     for line in lines:
         if CONTROLLER_ENDED in line:
             ended = True
-        elif (match := _STEP_CANCELLED.search(line)) is not None:
-            found[match[1]] = ended
+        elif (match := STEP_CANCELLED.search(line)) is not None:
+            # (the last line alone let a later reaping excuse a step lost before the end)
+            found[match[1]] = found.get(match[1], True) and ended
     return found
 
 

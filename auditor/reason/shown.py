@@ -280,8 +280,13 @@ def log_shows(log: TrainingLogScan, steps: int | None, shown: Shown,
             else:
                 lacks += " in what was read"
         vetoed = next((e for e in log.events if e.kind == "terminal_vetoed"), None)
-        if vetoed is not None:  # (an end line there may be: it counts for nothing)
-            lacks += " that counts"
+        # (a tuner's restore: the trial fits' end and step lines before it are in the file)
+        forgotten = next((e for e in reversed(log.events) if e.kind == "terminal_forgotten"),
+                         None)
+        if vetoed is not None or forgotten is not None:  # (an end line there may be: it
+            lacks += " that counts"  # counts for nothing)
+        if forgotten is not None and seen:
+            seen += f" after line {forgotten.line}"
         quoted = log.quoted_terminal
         if quoted is not None:  # (what a grep finds: said, so that the sentence stays true)
             lacks += (f", only a copy quoted inside another line (line {quoted.line}), "
@@ -295,7 +300,12 @@ def log_shows(log: TrainingLogScan, steps: int | None, shown: Shown,
             shown.shows.append(f"Line {vetoed.line} of the training log "
                                f"({inline_code(vetoed.text)}) voids every end line of the "
                                "file, as the protocol's matcher says.")
-        for event in (vetoed, quoted):
+        if forgotten is not None:
+            shown.shows.append(f"Line {forgotten.line} of the training log "
+                               f"({inline_code(forgotten.text)}) restores the state a tuner's "
+                               "trial fits began from: the end and step lines before it were "
+                               "theirs, and do not count.")
+        for event in (vetoed, forgotten, quoted):
             if event is not None:
                 shown.citations.append(Citation(log.path, line=event.line, quote=event.text))
         if clipped is not None:

@@ -308,8 +308,8 @@ def _exit_class(trial: TrialRecord, attempt: AttemptEvidence, protocol: Protocol
     (contract v1.2)."""
     records = attempt.read.processes
     logs = [row.path for row in attempt.files if row.kind == WORKER_LOG.name]
-    cancelled = steps_cancelled(e.text for e in log.events if e.kind in (
-        "slurm_step_cancelled", "controller_ended")) if log else {}
+    # (not the capped events: a node's line in the cap's middle read as never reaped)
+    cancelled = steps_cancelled(e.text for e in log.step_ends) if log else {}
     exit_class = classify_exit(trial, protocol.coordinated_shutdown_flag, (
         *records, *unrecorded_steps(records, logs, attempt.hosts()
                                     | {p.host for p in records if p.host}, cancelled,

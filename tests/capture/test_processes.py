@@ -283,6 +283,66 @@ def test_a_replica_slurm_reaped_after_the_controllers_end_on_a_site_not_on_utc(
         assert _audit(root, tmp_path / f"out-{before}")["verdict"] == verdict, before
 
 
+def test_a_step_cancelled_before_the_controllers_end_is_never_reaped_by_a_later_one(
+        tmp_path: Path) -> None:
+    """Review: two steps on one node, both without their record: Slurm cancelled the policy's
+    step before the controller's coordinated shutdown (``STEP 6001.1``), and reaped the
+    rollout's after it (``STEP 6001.2``, the same node). By node, the last line decided:
+    the policy lost before the controller's end read as reaped, and the 143 was excused. A
+    node is reaped only where every line of it comes after the controller's."""
+    def cancelled_before_and_reaped_after(attempt: Path) -> None:
+        for record in (attempt / "processes").glob("*-*-*.json"):
+            if "-controller-" not in record.name:
+                record.unlink()  # (both wrappers SIGKILLed: no record)
+        log = attempt / "training-6001.log"
+        at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+        lines = log.read_text().splitlines(keepends=True)
+        (at_line,) = [n for n, line in enumerate(lines)
+                      if line.startswith("auditor run --step controller: command exited")]
+        lines.insert(at_line + 1, f"slurmstepd: error: *** STEP 6001.2 ON {HOST} "
+                                  f"CANCELLED AT {at} ***\n")
+        lines.insert(at_line, f"slurmstepd: error: *** STEP 6001.1 ON {HOST} "
+                              f"CANCELLED AT {at} ***\n")
+        log.write_text("".join(lines))
+
+    root = tmp_path / "study"
+    _protocol(root)
+    assert _attempt(root, "completed", before_seal=cancelled_before_and_reaped_after)[0] == 0
+    row = _audit(root, tmp_path / "out")
+    assert (row["verdict"], row["cause"]) == ("unresolved", "unknown"), row
+    assert "policy process (pid" in row["cause_detail"], row
+
+
+def test_a_replica_reaped_among_many_nodes_lines_is_read_whatever_the_event_cap(
+        tmp_path: Path) -> None:
+    """Review: Slurm reaps 131 nodes' steps after the controller's coordinated shutdown
+    (a ``Killed`` line and a ``STEP`` line each: 262 events after the controller's). The
+    reaping was read from the training log's capped events (200: the first 150, the last
+    50), so this node's line in the middle was dropped, its replica's end unknown, and the
+    finished run refused (the kit, reading the whole log, said completed). Resolved."""
+    def reaped_among_many(attempt: Path) -> None:
+        (record,) = (attempt / "processes").glob("*-rollout-*.json")
+        record.unlink()  # (SIGKILLed at once: no provisional record)
+        log = attempt / "training-6001.log"
+        at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+        lines = log.read_text().splitlines(keepends=True)
+        (at_line,) = [n for n, line in enumerate(lines)
+                      if line.startswith("auditor run --step controller: command exited")]
+        nodes = [f"x{i}" for i in range(130)]
+        nodes.insert(80, HOST)
+        lines[at_line + 1:at_line + 1] = [
+            text for node in nodes for text in (
+                f"srun: error: {node}: task 0: Killed\n",
+                f"slurmstepd: error: *** STEP 6001.9 ON {node} CANCELLED AT {at} ***\n")]
+        log.write_text("".join(lines))
+
+    root = tmp_path / "study"
+    _protocol(root)
+    assert _attempt(root, "completed", before_seal=reaped_among_many)[0] == 0
+    row = _audit(root, tmp_path / "out")
+    assert (row["verdict"], row["cause"]) == ("resolved", None), row
+
+
 def test_the_flag_off_passes_the_controllers_143_on(tmp_path: Path) -> None:
     root = tmp_path / "study"
     _protocol(root)

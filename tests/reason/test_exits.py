@@ -575,6 +575,29 @@ def test_a_step_slurm_cancelled_after_the_controllers_end_was_reaped() -> None:
     assert not classify_exit(trial, FLAG, (controller, vanished)).clean
 
 
+def test_a_step_cancelled_before_the_controllers_end_is_not_reaped_by_its_nodes_later_one(
+        ) -> None:
+    """A worker log names its node, never its step: two steps on ``n3`` without records,
+    one cancelled before the controller's end (lost), the other reaped after it. The node's
+    last line decided, so the lost one read as reaped too and the 143 was excused; a node
+    is reaped only where every line of it comes after the controller's."""
+    from auditor.model.lines import CONTROLLER_ENDED
+    from auditor.reason.exits import steps_cancelled, unrecorded_steps
+
+    controller = ProcessExit("controller", 7, 143, "", path="a/processes/n1-controller-7.json",
+                             host="n1", ended_ns=10**18)
+    trial = TrialRecord(path="t.json", env=((FLAG, "1"),), exit_code=0)
+    lines = ["slurmstepd: error: *** STEP 2.1 ON n3 CANCELLED AT 2026-12-07T09:11:40 ***",
+             f"{CONTROLLER_ENDED} 143; coordinated_shutdown: exit 143 is a coordinated shutdown",
+             "slurmstepd: error: *** STEP 2.2 ON n3 CANCELLED AT 2026-12-07T09:11:48 ***"]
+    assert steps_cancelled(lines) == {"n3": False}
+    steps = unrecorded_steps([controller], ["a/worker-logs/n3-policy-8.out",
+                                            "a/worker-logs/n3-rollout-9.out"],
+                             {"n1", "n3"}, steps_cancelled(lines), kept=())
+    assert not classify_exit(trial, FLAG, (controller, *steps)).clean
+    assert steps_cancelled(lines[1:]) == {"n3": True}  # (every line after it: reaped)
+
+
 def test_a_kill_on_another_node_just_after_the_controllers_end_is_not_its_reaping() -> None:
     """Two nodes' clocks may disagree: a replica on another node SIGKILLed by no signal of
     its wrapper's (not the launcher's stopping of it) whose record ends seconds after the

@@ -135,3 +135,18 @@ def test_a_metrics_record_in_place_of_the_log_names_no_verl_line(tmp_path: Path)
     assert "The terminal event is the framework's own record: the driver's log lacks the end " \
         "of training for step 1; the metrics file `" in diagnosis
     assert "`step:1`" not in diagnosis
+
+
+def test_a_tuners_trial_fit_end_line_is_said_forgotten_not_absent(tmp_path: Path) -> None:
+    """Review: Lightning's ``lr_find`` trial fit prints its own ``max_steps=100 reached``,
+    then the restore of the state it began from forgets it; the real fit died. The sentence
+    said the log held no such line "for any step", which a grep contradicts (the class of
+    the quoted copy). It now says the line after which none counts, and why, citing it."""
+    restore = "Restoring states from the checkpoint path at /ckpt/.lr_find_0b1c.ckpt"
+    diagnosis, out = _diagnosis(tmp_path, {"preset": "lightning"}, [
+        "`Trainer.fit` stopped: `max_steps=100` reached.", restore, "Epoch 0:   0%| | 0/10"])
+    assert "no such line appears for any step after line 19. Line 19 of the training log " \
+        f"(`{restore}`) restores the state a tuner's trial fits began from" in diagnosis, \
+        diagnosis
+    assert "line matching the lightning preset's end of training for step 1 (" in diagnosis
+    assert f"`training-7000001.log:19` (`{restore}`)" in (out / "evidence.md").read_text()
