@@ -39,8 +39,12 @@ after). Where the wrapper excused the 143 the line says ``coordinated_shutdown``
 training log's prefilter looks for ("hut")."""
 
 
-STEP_CANCELLED = re.compile(r"\bON (\S+) CANCELLED AT \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
-"""Slurm's ``*** STEP <job>.<n> ON <node> CANCELLED AT <time> ***``: group 1 the node."""
+STEP_CANCELLED = re.compile(r"\*\*\* STEP \S+ ON (\S+) CANCELLED AT "
+                            r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?! DUE TO )")
+"""Slurm's ``*** STEP <job>.<n> ON <node> CANCELLED AT <time> ***``, a step's cancellation
+(a launcher's reaping among them; 25.05's ``DUE to SIGNAL Killed`` too): group 1 the node.
+Never a ``JOB`` line, nor a step ended ``DUE TO`` a time limit, a preemption, a node failure,
+a requeue or a task failure (each a cause of its own, as the log scan reads them)."""
 
 
 def mentions_exit(line: str) -> bool:

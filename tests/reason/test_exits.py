@@ -598,6 +598,28 @@ def test_a_step_cancelled_before_the_controllers_end_is_not_reaped_by_its_nodes_
     assert steps_cancelled(lines[1:]) == {"n3": True}  # (every line after it: reaped)
 
 
+def test_only_a_steps_own_cancellation_is_its_reaping() -> None:
+    """The kit reads every ``CANCELLED AT`` line of its log and the audit its scan's: both
+    take a step's plain cancellation (and Slurm 25.05's ``DUE to SIGNAL Killed``) as a
+    reaping after the controller's line, never a ``JOB`` line nor a step ended ``DUE TO``
+    a node failure, a time limit or the like (the kit excused a replica whose node failed
+    after the controller's line; the audit refused it)."""
+    from auditor.model.lines import CONTROLLER_ENDED
+    from auditor.reason.exits import steps_cancelled
+
+    ended = f"{CONTROLLER_ENDED} 143; coordinated_shutdown: exit 143 is a coordinated shutdown"
+    at = "CANCELLED AT 2026-12-07T09:11:48"
+    for line, reaped in ((f"slurmstepd: error: *** STEP 2.1 ON n3 {at} ***", True),
+                         (f"slurmstepd: error: *** STEP 2.1 ON n3 {at} DUE to SIGNAL Killed ***",
+                          True),
+                         (f"slurmstepd: error: *** STEP 2.1 ON n3 {at} DUE TO NODE FAILURE, SEE "
+                          "SLURMCTLD LOG FOR DETAILS ***", False),
+                         (f"slurmstepd: error: *** STEP 2.1 ON n3 {at} DUE TO TIME LIMIT ***",
+                          False),
+                         (f"slurmstepd: error: *** JOB 2 ON n3 {at} ***", False)):
+        assert steps_cancelled([ended, line]).get("n3", False) is reaped, line
+
+
 def test_a_kill_on_another_node_just_after_the_controllers_end_is_not_its_reaping() -> None:
     """Two nodes' clocks may disagree: a replica on another node SIGKILLed by no signal of
     its wrapper's (not the launcher's stopping of it) whose record ends seconds after the
