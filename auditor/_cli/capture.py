@@ -226,7 +226,9 @@ def _step(args: argparse.Namespace, command: list[str]) -> int:
     signalled = f", received {result.received_signal}" if result.received_signal else ""
     judged = f"; {result.exit_class.kind}: {result.exit_class.detail}" \
         if result.exit_class is not None else ""
-    print(f"{STEP_ENDED.format(role=args.step)} {result.child_exit}{signalled}"
+    # ("exited with": a word the training log's scan looks for, so the audit reads where the
+    # controller's line falls among Slurm's STEP lines, whatever the judgement says)
+    print(f"{STEP_ENDED.format(role=args.step)} with {result.child_exit}{signalled}"
           f"{judged}; exit {result.exit_status}; process record {result.record}",
           file=sys.stderr)
     return result.exit_status

@@ -282,6 +282,11 @@ def failure_events(content: str, root_cause_open: bool = False) -> tuple[tuple[s
                 else "slurm_step_cancelled" if slurm["what"] == "STEP" \
                 else "slurm_cancelled"
             add((kind, slurm["id"]))
+    # (the controller's wrapper's line, "... command exited with 143; ...": the steps Slurm
+    # cancelled after it in the log were reaped; an earlier kit's line reaches here where it
+    # says "coordinated_shutdown")
+    if CONTROLLER_ENDED in content:
+        add(("controller_ended", ""))
     if mentions_exit(content):
         said = role_exit(content)
         if said is not None:
@@ -291,10 +296,7 @@ def failure_events(content: str, root_cause_open: bool = False) -> tuple[tuple[s
         lowered = content.lower()
         if "shut" in lowered and _SHUTDOWN.search(lowered):
             add(("coordinated_shutdown", ""))
-        # (the controller's wrapper's line where it excused the 143: "coordinated_shutdown";
-        # the steps Slurm cancelled after it in the log were reaped)
-        if CONTROLLER_ENDED in content:
-            add(("controller_ended", ""))
+
     return tuple(out)
 
 

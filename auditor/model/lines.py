@@ -35,8 +35,9 @@ log) opens once its command ended."""
 CONTROLLER_ENDED = STEP_ENDED.format(role="controller")
 """The controller's wrapper's line: the log's order after it is after the controller's end
 (its srun returns only once the step's output is written; the launcher stops its peers
-after). Where the wrapper excused the 143 the line says ``coordinated_shutdown``, which the
-training log's prefilter looks for ("hut")."""
+after). The kit writes ``... command exited with 143; ...``: "xited with" is a word the
+training log's prefilter looks for (a line of an earlier kit, ``command exited 143``, reaches
+the scan only where it excused the 143: ``coordinated_shutdown``, "hut")."""
 
 
 STEP_CANCELLED = re.compile(r"\*\*\* STEP \S+ ON (\S+) CANCELLED AT "

@@ -160,6 +160,13 @@ def _exited(process: ProcessExit) -> str:
     return f"exited {process.exit_code}"
 
 
+def _finished_controller(records: Sequence[ProcessExit]) -> ProcessExit | None:
+    """The controller's own record of a clean end (exit 0, no signal, none received by its
+    wrapper), or None."""
+    return next((p for p in records if p.role == "controller" and p.exit_code == 0
+                 and not p.signal and not p.received_signal and not _only_output(p)), None)
+
+
 def _lost(process: ProcessExit) -> ProcessExit | None:
     """``process`` where it stands for a step's output without its record, else None."""
     return process if _only_output(process) else None
@@ -288,10 +295,24 @@ def classify_exit(trial: TrialRecord, flag_name: str,
     # never dropped, with a controller or without one)
     failing = [p for p in processes if (p.failed or _exit_unknown(p)) and p not in coordinated
                and not (records and p.role == LAUNCHER and p.path is None)]
+    reaped: list[ProcessExit] = []
     if coordinated and records:  # (v1.2: the knock-ons of the shutdown are the launcher's)
         cause = _attributed(coordinated[0], failing)
         failing = [] if cause is None else [cause]
+    elif records and (finished := _finished_controller(records)) is not None:
+        # (a controller that ended cleanly: its peers stopped after it are the launcher's
+        # reaping, as after a coordinated shutdown; one failed before it is never excused)
+        cause = _attributed(finished, failing)
+        reaped, failing = ([], [cause]) if cause is not None else (failing, [])
     if code == 0 and not failing:
+        if reaped:
+            proc = _finished_controller(records) or reaped[0]
+            return ExitClass(
+                True, ExitKind.CLEAN,
+                f"invocation exit 0; {_shown(proc)} exited 0, and the launcher stopped "
+                f"{len(reaped)} other process{'es' if len(reaped) > 1 else ''} after it "
+                f"({_shown(reaped[0])} {_exited(reaped[0])})",
+                (code_cite, _cite(trial, proc, "exit_code", "0")))
         if coordinated:
             proc = coordinated[0]
             return ExitClass(

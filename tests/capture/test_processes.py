@@ -343,6 +343,72 @@ def test_a_replica_reaped_among_many_nodes_lines_is_read_whatever_the_event_cap(
     assert (row["verdict"], row["cause"]) == ("resolved", None), row
 
 
+FINISHED_CONTROLLER = r"""
+mode=$1; rendezvous=$2
+step() { local role=$1; shift; exec "$AUDITOR" run --step "$role" --rank 0 -- "$@"; }
+step rollout "$PY" -m auditor.capture.multinode_example rollout "$rendezvous" & rollout=$!
+step policy "$PY" -m auditor.capture.multinode_example policy --mode "$mode" "$rendezvous" &
+policy=$!
+wait "$policy"
+step controller sh -c 'echo "[controller] the policy finished; exit 0"' & controller=$!
+wait "$controller"; status=$?
+echo "[launcher] controller exited with code $status"
+kill -TERM "$rollout" 2>/dev/null; wait "$rollout"
+exit "$status"
+"""
+"""A launcher whose controller ends cleanly (exit 0) once the policy finished, then stops
+the rollout replica that still drains, as launchers do."""
+
+
+@pytest.mark.parametrize(("mode", "srun", "status", "verdict"), [
+    ("completed", False, 0, "resolved"), ("completed", True, 0, "resolved"),
+    ("crash", False, 1, "unresolved")])
+def test_a_peer_stopped_after_the_controllers_clean_exit_is_the_launchers_reaping(
+        tmp_path: Path, mode: str, srun: bool, status: int, verdict: str) -> None:
+    """The controller exits 0 (no coordinated shutdown), then the launcher stops the rollout
+    replica (SIGTERM: its record says 143, received SIGTERM, after the controller's end): a
+    knock-on of the finished run, as after an excused 143. It was a ``process_failure``: the
+    kit exited 1 and the audit refused a finished run (seed 000's bug, another way). Stopped
+    by srun's cancellation instead (``srun``: no record, a ``STEP`` line after the
+    controller's), the same; the controller's line then says no "coordinated_shutdown", and
+    the scan reads it by its "exited with". A policy that crashed before the controller's
+    end is never excused so."""
+    root = tmp_path / "study"
+    _protocol(root)
+    launcher = tmp_path / "finished.sh"
+    launcher.write_text(FINISHED_CONTROLLER)
+    env = clean_env(AUDITOR=str(Path(sys.executable).parent / "auditor"), PY=sys.executable)
+    done = auditor(["run", "--root", str(root), "--pair", PAIR, "--period", "1", "--gpus",
+                    "2", "--job-id", "6001", "--role", "launcher", "--dispatch",
+                    "TOTAL_TRAINING_STEPS=1", "--", "bash", str(launcher), mode,
+                    str(tmp_path / "rdv")], env=env, timeout=120)
+    assert done.returncode == status, done.stderr
+    records = _records(root)
+    assert (records["controller"]["exit_code"], records["rollout"]["exit_code"],
+            records["rollout"]["received_signal"]) == (0, 143, "SIGTERM"), records
+    assert records["rollout"]["ended_ns"] > records["controller"]["ended_ns"]
+    attempt = attempt_of(root, "6001", PAIR)
+    if srun:  # (SIGKILLed at once: no record; Slurm's line after the controller's)
+        (attempt / "processes" / f"{HOST}-rollout-{records['rollout']['pid']}.json").unlink()
+        log = attempt / "training-6001.log"
+        lines = log.read_text().splitlines(keepends=True)
+        (at,) = [n for n, line in enumerate(lines)
+                 if line.startswith("auditor run --step controller: command exited with 0")]
+        lines.insert(at + 1, f"slurmstepd: error: *** STEP 6001.0 ON {HOST} CANCELLED AT "
+                             "2026-12-07T04:11:48 ***\n")
+        log.write_text("".join(lines))
+    sealed = auditor(["seal", str(root), "--pair", PAIR, "--period", "1", "--gpus", "2",
+                      "--attempt-dir", f"{PAIR}-2gpu/attempt-6001", "--commit", COMMIT,
+                      "--workload", "w", "--seed", "1", "--model", "m"])
+    assert sealed.returncode == 0, sealed.stderr
+    row = _audit(root, tmp_path / "out")
+    assert row["verdict"] == verdict, row
+    if verdict == "resolved":
+        assert "the controller (pid" in row["diagnosis"] \
+            and "exited 0, and the launcher stopped 1 other process after it" \
+            in row["diagnosis"], row["diagnosis"]
+
+
 def test_the_flag_off_passes_the_controllers_143_on(tmp_path: Path) -> None:
     root = tmp_path / "study"
     _protocol(root)

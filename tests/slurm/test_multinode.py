@@ -118,7 +118,7 @@ def test_a_replica_killed_on_another_node_is_never_excused(audited: dict[str, An
     for task in (3, 4):
         detail = audited["periods"][pair_of(task)]["cause_detail"]
         assert f"the policy process (pid {cosmos.killed[task]} on n2)" in detail
-        assert "auditor run --step controller: command exited 143; sigterm: exit 143 " \
+        assert "auditor run --step controller: command exited with 143; sigterm: exit 143 " \
                "(SIGTERM) is not excused: the policy process" in cosmos.logs[task]
         assert "; exit 143; trial record" in cosmos.logs[task]  # (the batch node's run)
         controller = _records(cosmos.root, task)["controller"]
