@@ -290,10 +290,12 @@ def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
     document["worker_logs"] = {"kept": kept.files, "notes": kept.notes}
     if state.lost:  # (the log could not take it all: said, the command never ended for it)
         document["log_lost"] = {"bytes": state.lost, "error": state.lost_why}
-    said = said_in_log(log_path, TRAINING_LOG.path_for(job=attempt.job_id))
     records = attempt_processes(directory, steps_cancelled(_cancellations(log_path)),
                                 host=hostname(), kept=kept.files)
-    exit_class = attributed_in_log(classify_exit(trial, spec.flag, records), said)
+    judged = classify_exit(trial, spec.flag, records)
+    said = said_in_log(log_path, TRAINING_LOG.path_for(job=attempt.job_id),
+                       until_wrapper=bool(judged.reaped))
+    exit_class = attributed_in_log(judged, said)
     status = _exit_status(exit_class, child_exit, received)
     document["invocation"]["exit_code"] = status
     document["status"] = "completed" if exit_class.clean else exit_class.kind
@@ -327,17 +329,22 @@ def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
                      state.killed_after_grace, held, tuple(sorted(state.outlived)))
 
 
-def said_in_log(log_path: Path, shown: str) -> list[tuple[str, int, Citation]]:
+def said_in_log(log_path: Path, shown: str, until_wrapper: bool = False
+                ) -> list[tuple[str, int, Citation]]:
     """The launcher's own lines in the log naming another role's non-zero exit before the
     controller's (contract v1.2: such a 143 is never excused), as the audit reads them
     (:func:`auditor.model.lines.role_exit`); ``shown``: how a citation names the log. The
     log is searched in blocks for the lines' words, so a huge one costs a pass at disk
-    speed, not a Python line loop."""
+    speed, not a Python line loop. ``until_wrapper``: stop at the controller's wrapper's own
+    line too (after a controller's exit 0, which gives no launcher line to stop at)."""
     said: list[tuple[str, int, Citation]] = []
     try:
         with open(log_path, "rb") as handle:
             for number, raw in _lines_holding(handle, ROLE_EXIT_SEARCH):
-                found = role_exit(raw.decode("utf-8", "replace"))
+                line = raw.decode("utf-8", "replace")
+                if until_wrapper and CONTROLLER_ENDED in line:  # (its wrapper's line)
+                    break
+                found = role_exit(line)
                 if found is None:
                     continue
                 if found[0] == "controller":

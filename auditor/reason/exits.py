@@ -98,6 +98,10 @@ class ExitClass:
     """A step's output without its record that the unclean exit rests on
     (:func:`unrecorded_steps`): what ended it is unknown, and a controller's 143 after it is
     its knock-on, never the cause."""
+    reaped: int = 0
+    """How many failed processes a clean exit counts as the launcher's reaping after the
+    controller's own exit 0 (:func:`attributed_in_log` weighs the launcher's lines against
+    it, as against an excused 143)."""
 
 
 EXIT_KINDS = frozenset({ExitKind.SIGNALLED, ExitKind.SIGKILL, ExitKind.SIGTERM, ExitKind.KILLED,
@@ -111,6 +115,9 @@ LAUNCHER = "launcher"
 """The role of the wrapper around a whole launcher: its exit is the invocation's."""
 REAPING_EXITS = frozenset({128 + signal.SIGTERM, 128 + signal.SIGKILL, 128 + signal.SIGINT})
 """How a process the launcher stops after the controller ended exits (its knock-on)."""
+REAPING_SIGNALS = frozenset(signal.Signals(code - 128).name for code in REAPING_EXITS)
+"""The signals of :data:`REAPING_EXITS` as a record's ``signal`` names them: a crash's own
+(``SIGSEGV``, ``SIGABRT``, ``SIGBUS``) is never the launcher's stopping."""
 
 
 def processes_of(trial: TrialRecord, records: Sequence[ProcessExit]) -> tuple[ProcessExit, ...]:
@@ -146,6 +153,19 @@ def _ended_by_signal(process: ProcessExit) -> bool:
         or bool(process.received_signal)
 
 
+def _reaped(process: ProcessExit) -> bool:
+    """Whether ``process``'s end, once after the controller's, reads as the launcher's
+    reaping: its wrapper received a signal (a provisional record says which), Slurm
+    cancelled its step (a step's output without its record that :func:`unrecorded_steps`
+    placed after the controller's end), or a reaping signal ended it. A crash's signal, or a
+    record saying no exit with nothing that stopped it, is never (it may have failed)."""
+    if process.received_signal or _only_output(process):
+        return True
+    if process.signal:  # (a child killed by SIGSEGV records exit 139 and signal SIGSEGV)
+        return process.signal in REAPING_SIGNALS
+    return process.exit_code in REAPING_EXITS
+
+
 def _exit_unknown(process: ProcessExit) -> bool:
     """A process record that says no exit: it may have failed (a trial record's own item
     without one is v1's, where unknown counts as not failed)."""
@@ -162,9 +182,12 @@ def _exited(process: ProcessExit) -> str:
 
 def _finished_controller(records: Sequence[ProcessExit]) -> ProcessExit | None:
     """The controller's own record of a clean end (exit 0, no signal, none received by its
-    wrapper), or None."""
-    return next((p for p in records if p.role == "controller" and p.exit_code == 0
-                 and not p.signal and not p.received_signal and not _only_output(p)), None)
+    wrapper), or None; of several, the one that ended last (one with no end time first)."""
+    finished = [p for p in records if p.role == "controller" and p.exit_code == 0
+                and not p.signal and not p.received_signal and not _only_output(p)]
+    # (the first by name let a replica stopped while a later controller still ran pass for
+    # the reaping after "the" end; an unknown end leaves every failure before it)
+    return max(finished, key=lambda p: (p.ended_ns is None, p.ended_ns or 0), default=None)
 
 
 def _lost(process: ProcessExit) -> ProcessExit | None:
@@ -247,7 +270,8 @@ def _attributed(controller: ProcessExit, others: Iterable[ProcessExit]) -> Proce
     another node, a kill its wrapper did not pass on (no ``received_signal``: not the
     launcher's stopping of it, nor Slurm's cancellation of its step) is before the
     controller's end unless it came more than :data:`CLOCK_SLACK_NS` after it: that node's
-    clock may run ahead."""
+    clock may run ahead. Another controller's failure is never the launcher's reaping (it
+    stops its peers, not a controller), nor a crash's signal (:func:`_reaped`)."""
     end = controller.ended_ns
     for process in others:
         unknown = _exit_unknown(process)
@@ -256,7 +280,7 @@ def _attributed(controller: ProcessExit, others: Iterable[ProcessExit]) -> Proce
         doubt = CLOCK_SLACK_NS if not process.received_signal and not _only_output(process) \
             and process.host and controller.host and process.host != controller.host else 0
         before = end is None or process.ended_ns is None or process.ended_ns <= end + doubt
-        if before or not (unknown or _ended_by_signal(process)):
+        if before or process.role == "controller" or not _reaped(process):
             return process
     return None
 
@@ -312,7 +336,7 @@ def classify_exit(trial: TrialRecord, flag_name: str,
                 f"invocation exit 0; {_shown(proc)} exited 0, and the launcher stopped "
                 f"{len(reaped)} other process{'es' if len(reaped) > 1 else ''} after it "
                 f"({_shown(reaped[0])} {_exited(reaped[0])})",
-                (code_cite, _cite(trial, proc, "exit_code", "0")))
+                (code_cite, _cite(trial, proc, "exit_code", "0")), reaped=len(reaped))
         if coordinated:
             proc = coordinated[0]
             return ExitClass(
@@ -393,12 +417,22 @@ def _why_143_not_excused(trial: TrialRecord, processes: Sequence[ProcessExit],
 
 def attributed_in_log(exit_class: ExitClass, said: Iterable[tuple[str, int, Citation]]
                       ) -> ExitClass:
-    """``exit_class`` unless it excuses a coordinated shutdown while the launcher's log
-    says another role exited non-zero (``said``: role, code and citation of each such line
-    before the controller's own exit, in order): then a 143 not excused, citing the line."""
-    if exit_class.kind is not ExitKind.COORDINATED_SHUTDOWN:
+    """``exit_class`` unless it excuses a coordinated shutdown, or failed processes as the
+    reaping after the controller's exit 0 (:attr:`ExitClass.reaped`), while the launcher's
+    log says another role exited non-zero (``said``: role, code and citation of each such
+    line before the controller's own exit, in order): then a 143 not excused, or a
+    ``process_failure``, citing the line."""
+    if exit_class.kind is not ExitKind.COORDINATED_SHUTDOWN and not exit_class.reaped:
         return exit_class
     for role, code, cite in said:
+        if role != "controller" and exit_class.reaped:
+            # (the reaping rests on a replica's end read as after the controller's: the
+            # launcher's own word that one ended before it is never the launcher's reaping)
+            return ExitClass(
+                False, ExitKind.PROCESS_FAILURE,
+                f"invocation exit 0 but the launcher's log says {role} exited with code "
+                f"{code} before the controller ended", (*exit_class.citations, cite),
+                (role, code, cite))
         if role != "controller":  # (as a process record's: a crash unclean, a kill killed)
             return ExitClass(
                 False, ExitKind.SIGTERM if a_kill(code) else ExitKind.PROCESS_FAILURE,

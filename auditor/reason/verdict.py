@@ -317,7 +317,14 @@ def _exit_class(trial: TrialRecord, attempt: AttemptEvidence, protocol: Protocol
     if log is None:
         return exit_class
     said = []
+    # (a controller's exit 0 gives no role_exit line to stop at: its wrapper's line does,
+    # kept apart from the cap, and a launcher's line after it is its reaping; a coordinated
+    # 143 still reads on to the launcher's own line about the controller, as it always did)
+    ended = next((e.line for e in log.step_ends if e.kind == "controller_ended"), None) \
+        if exit_class.reaped else None
     for event in log.events:  # (until the controller's own exit, as the kit's check reads)
+        if ended is not None and event.line > ended:
+            break
         if event.kind == "role_exit":
             role, _, code = event.detail.rpartition(" ")
             if role == "controller":

@@ -409,6 +409,102 @@ def test_a_peer_stopped_after_the_controllers_clean_exit_is_the_launchers_reapin
             in row["diagnosis"], row["diagnosis"]
 
 
+CRASHED_AFTER_CONTROLLER = FINISHED_CONTROLLER.replace(
+    'kill -TERM "$rollout" 2>/dev/null; wait "$rollout"',
+    # (the rollout's own command dies by SIGSEGV once the controller ended, before the
+    # launcher stops it: its record says exit 139, signal SIGSEGV, no signal received)
+    'for log in "$AUDITOR_ATTEMPT_DIR"/worker-logs/*-rollout-*.out; do\n'
+    '    pid=${log##*-}; kill -SEGV "${pid%.out}"; done\n'
+    'wait "$rollout"')
+
+
+def _finished(tmp_path: Path, launcher: str,
+              edit: Any = None) -> tuple[int, str, dict[str, dict[str, Any]], dict[str, Any]]:
+    """Run ``launcher`` (a :data:`FINISHED_CONTROLLER` of its own) as one attempt, apply
+    ``edit`` to the attempt, seal and audit: the batch run's status and stderr, the process
+    records, the audit's row."""
+    root = tmp_path / "study"
+    _protocol(root)
+    script = tmp_path / "finished.sh"
+    script.write_text(launcher)
+    env = clean_env(AUDITOR=str(Path(sys.executable).parent / "auditor"), PY=sys.executable)
+    done = auditor(["run", "--root", str(root), "--pair", PAIR, "--period", "1", "--gpus",
+                    "2", "--job-id", "6001", "--role", "launcher", "--dispatch",
+                    "TOTAL_TRAINING_STEPS=1", "--", "bash", str(script), "completed",
+                    str(tmp_path / "rdv")], env=env, timeout=120)
+    records = _records(root)
+    if edit is not None:
+        edit(attempt_of(root, "6001", PAIR), records)
+    sealed = auditor(["seal", str(root), "--pair", PAIR, "--period", "1", "--gpus", "2",
+                      "--attempt-dir", f"{PAIR}-2gpu/attempt-6001", "--commit", COMMIT,
+                      "--workload", "w", "--seed", "1", "--model", "m"])
+    assert sealed.returncode == 0, sealed.stderr
+    return done.returncode, done.stderr, records, _audit(root, tmp_path / "out")
+
+
+def test_a_replica_that_crashed_by_a_signal_after_the_controllers_exit_0_is_no_reaping(
+        tmp_path: Path) -> None:
+    """Review of 8f4ea29: the controller exits 0, then the rollout's command dies by SIGSEGV
+    (exit 139, ``signal`` SIGSEGV, its wrapper told nothing) before the launcher stops it.
+    Any ``signal`` in its record read as the launcher's reaping: the kit said completed and
+    the audit resolved the run, its diagnosis saying the launcher stopped it. A crash's
+    signal is never the launcher's stopping: ``process_failure``, unresolved."""
+    status, stderr, records, row = _finished(tmp_path, CRASHED_AFTER_CONTROLLER)
+    rollout = records["rollout"]
+    assert (rollout["exit_code"], rollout["signal"], rollout["received_signal"]) \
+        == (139, "SIGSEGV", None), rollout
+    assert rollout["ended_ns"] > records["controller"]["ended_ns"]
+    assert status == 1, stderr  # (the kit's own check: process_failure, rerun)
+    assert row["verdict"] == "unresolved", row
+    assert "rollout process (pid" in row["diagnosis"] and "exited 139" in row["diagnosis"]
+    assert "the launcher stopped" not in row["diagnosis"], row["diagnosis"]
+
+
+@pytest.mark.parametrize(("said_before", "verdict"), [(True, "unresolved"),
+                                                      (False, "resolved")])
+def test_the_launchers_line_that_a_replica_exited_before_the_controllers_exit_0_is_heard(
+        tmp_path: Path, said_before: bool, verdict: str) -> None:
+    """Review of 8f4ea29: the rollout's wrapper left no record (SIGKILLed), Slurm's STEP
+    line for its node comes after the controller's (exit 0) wrapper line, and the
+    launcher's own log says ``rollout exited with code 137`` before it. After an excused
+    143 that line refuses the excuse (``attributed_in_log``); after the controller's exit 0
+    it was never read, and the lost replica passed for the launcher's reaping: resolved.
+    Unresolved now, citing the line; the same line after the controller's end (the
+    launcher reporting its own reaping) still resolves."""
+    def lost_and_said(attempt: Path, records: dict[str, dict[str, Any]]) -> None:
+        rollout = records["rollout"]
+        (attempt / "processes" / f"{HOST}-rollout-{rollout['pid']}.json").unlink()
+        log = attempt / "training-6001.log"
+        lines = log.read_text().splitlines(keepends=True)
+        (at,) = [n for n, line in enumerate(lines)
+                 if line.startswith("auditor run --step controller: command exited with 0")]
+        lines.insert(at + 1, f"slurmstepd: error: *** STEP 6001.0 ON {HOST} CANCELLED AT "
+                             "2026-12-07T04:11:48 ***\n")
+        lines.insert(at if said_before else at + 2, "[launcher] rollout exited with code 137\n")
+        log.write_text("".join(lines))
+
+    _, _, _, row = _finished(tmp_path, FINISHED_CONTROLLER, lost_and_said)
+    assert row["verdict"] == verdict, row
+    if said_before:
+        assert "the launcher's log says rollout exited with code 137 before the controller " \
+               "ended" in row["diagnosis"], row["diagnosis"]
+
+
+def test_the_launchers_word_on_its_own_reaping_after_the_controllers_exit_0_is_no_cause(
+        tmp_path: Path) -> None:
+    """The launcher reports the rollout it stopped after the controller's exit 0
+    (``rollout exited with code 143``, after the controller's wrapper line): its reaping, the
+    kit's check and the audit both stop reading the launcher's lines at the controller's end
+    (a controller's exit 0 gives no line of its own to stop at). Completed, resolved."""
+    reported = FINISHED_CONTROLLER.replace(
+        'kill -TERM "$rollout" 2>/dev/null; wait "$rollout"',
+        'kill -TERM "$rollout" 2>/dev/null; wait "$rollout"\n'
+        'echo "[launcher] rollout exited with code $?"')
+    status, stderr, records, row = _finished(tmp_path, reported)
+    assert records["rollout"]["exit_code"] == 143, records
+    assert status == 0, stderr
+    assert row["verdict"] == "resolved", row
+
 def test_the_flag_off_passes_the_controllers_143_on(tmp_path: Path) -> None:
     root = tmp_path / "study"
     _protocol(root)

@@ -748,3 +748,47 @@ def test_a_trace_on_another_nodes_clock_has_the_same_minute(
         edit_json(root, device.relative_to(root).as_posix(),
                   lambda document: document.update(hostname="gpu-node-11"))
     assert verdicts(audit(root, tmp_path / "out"))[S.format(161)] == expected
+
+
+def _ended(role: str, pid: int, code: int | None, ended_ns: int, signal: str | None = None,
+           received: str | None = None) -> ProcessExit:
+    """A process record of host n1 (as ``auditor run --step`` writes one)."""
+    return ProcessExit(role, pid, code, "", path=f"processes/n1-{role}-{pid}.json", host="n1",
+                       ended_ns=ended_ns, signal=signal, received_signal=received)
+
+
+@pytest.mark.parametrize(("other", "excused"), [
+    (_ended("policy", 2, 143, 2_000, "SIGTERM", "SIGTERM"), True),  # (the launcher's stop)
+    (_ended("policy", 2, None, 2_000, received="SIGTERM"), True),  # (its provisional record)
+    (_ended("policy", 2, 139, 2_000, "SIGSEGV"), False),  # (a crash's signal)
+    (_ended("policy", 2, 134, 2_000, "SIGABRT"), False),
+    (_ended("policy", 2, None, 2_000), False),  # (no exit, nothing that stopped it)
+    (_ended("controller", 3, 137, 2_000, "SIGKILL"), False),  # (another controller)
+])
+def test_only_the_launchers_reaping_after_a_controllers_exit_0_is_excused(
+        other: ProcessExit, excused: bool) -> None:
+    """Review of 8f4ea29: after the controller's own exit 0 (pid 1, ended at 1000), a process
+    that failed later was excused for any ``signal`` in its record (a SIGSEGV, a SIGABRT),
+    for a record saying no exit with no signal received, and for a second controller's
+    kill: each read as the launcher's reaping, the attempt clean. Only a reaping signal, or
+    a signal its wrapper received, is."""
+    trial = TrialRecord(path="trial.json", exit_code=0)
+    exit_class = classify_exit(trial, FLAG, (_ended("controller", 1, 0, 1_000), other))
+    assert exit_class.clean is excused, exit_class
+    if not excused:
+        assert exit_class.kind.value == "process_failure", exit_class
+        assert f"(pid {other.pid} on n1)" in exit_class.detail, exit_class.detail
+
+
+def test_a_replica_stopped_before_the_last_controllers_exit_0_is_no_reaping() -> None:
+    """Review of 8f4ea29: two controllers exit 0 (pid 100 ended at 1000, pid 99 at 3000);
+    the launcher stopped the policy at 2000, while one still ran. The first controller by
+    its record's name stood for "the" end, and the policy read as reaped after it. The end
+    is the last controller's: ``process_failure``."""
+    trial = TrialRecord(path="trial.json", exit_code=0)
+    records = (_ended("controller", 100, 0, 1_000), _ended("controller", 99, 0, 3_000),
+               _ended("policy", 2, 143, 2_000, "SIGTERM", "SIGTERM"))
+    exit_class = classify_exit(trial, FLAG, records)
+    assert (exit_class.clean, exit_class.kind.value) == (False, "process_failure"), exit_class
+    late = classify_exit(trial, FLAG, (*records[:2], replace(records[2], ended_ns=4_000)))
+    assert late.clean and late.reaped == 1, late
