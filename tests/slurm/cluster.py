@@ -506,7 +506,10 @@ class Cluster:
             "SlurmdParameters=config_overrides",
             "ReturnToService=2",
             "MinJobAge=600",
-            "KillWait=5",
+            # (a scancelled or timed-out element seals after its run, before Slurm's SIGKILL:
+            # 5 s was too short on a loaded machine, its period record never written; still
+            # below the kit's 20 s grace, so Slurm's SIGKILL comes first, as with the default 30)
+            "KillWait=15",
             "InactiveLimit=0",
             "OverTimeLimit=0",
             "MpiDefault=none",
