@@ -330,13 +330,8 @@ def classify_exit(trial: TrialRecord, flag_name: str,
         reaped, failing = ([], [cause]) if cause is not None else (failing, [])
     if code == 0 and not failing:
         if reaped:
-            proc = _finished_controller(records) or reaped[0]
-            return ExitClass(
-                True, ExitKind.CLEAN,
-                f"invocation exit 0; {_shown(proc)} exited 0, and the launcher stopped "
-                f"{len(reaped)} other process{'es' if len(reaped) > 1 else ''} after it "
-                f"({_shown(reaped[0])} {_exited(reaped[0])})",
-                (code_cite, _cite(trial, proc, "exit_code", "0")), reaped=len(reaped))
+            return _clean_after(trial, code_cite, _finished_controller(records) or reaped[0],
+                                reaped)
         if coordinated:
             proc = coordinated[0]
             return ExitClass(
@@ -388,6 +383,17 @@ def classify_exit(trial: TrialRecord, flag_name: str,
                                            if proc.exit_code is None else str(proc.exit_code))),
                          lost=_lost(proc))
     return ExitClass(False, ExitKind.FAILURE, f"exit {code}", (code_cite,))
+
+
+def _clean_after(trial: TrialRecord, code_cite: Citation, controller: ProcessExit,
+                 reaped: Sequence[ProcessExit]) -> ExitClass:
+    """A clean exit: ``controller`` exited 0, and the launcher stopped ``reaped`` after it."""
+    return ExitClass(
+        True, ExitKind.CLEAN,
+        f"invocation exit 0; {_shown(controller)} exited 0, and the launcher stopped "
+        f"{len(reaped)} other process{'es' if len(reaped) > 1 else ''} after it "
+        f"({_shown(reaped[0])} {_exited(reaped[0])})",
+        (code_cite, _cite(trial, controller, "exit_code", "0")), reaped=len(reaped))
 
 
 def _why_143_not_excused(trial: TrialRecord, processes: Sequence[ProcessExit],

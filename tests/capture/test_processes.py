@@ -360,6 +360,57 @@ exit "$status"
 the rollout replica that still drains, as launchers do."""
 
 
+CRASHED_AFTER_CONTROLLER = FINISHED_CONTROLLER.replace(
+    'kill -TERM "$rollout" 2>/dev/null; wait "$rollout"',
+    # (the rollout's own command dies by SIGSEGV once the controller ended, before the
+    # launcher stops it: its record says exit 139, signal SIGSEGV, no signal received)
+    'for log in "$AUDITOR_ATTEMPT_DIR"/worker-logs/*-rollout-*.out; do\n'
+    '    pid=${log##*-}; kill -SEGV "${pid%.out}"; done\n'
+    'wait "$rollout"')
+
+
+def _finished(tmp_path: Path, launcher: str, edit: Any = None, mode: str = "completed"
+              ) -> tuple[int, str, dict[str, dict[str, Any]], dict[str, Any]]:
+    """Run ``launcher`` (a :data:`FINISHED_CONTROLLER` of its own) as one attempt, its policy
+    in ``mode``, apply
+    ``edit`` to the attempt, seal and audit: the batch run's status and stderr, the process
+    records, the audit's row."""
+    root = tmp_path / "study"
+    _protocol(root)
+    script = tmp_path / "finished.sh"
+    script.write_text(launcher)
+    env = clean_env(AUDITOR=str(Path(sys.executable).parent / "auditor"), PY=sys.executable)
+    done = auditor(["run", "--root", str(root), "--pair", PAIR, "--period", "1", "--gpus",
+                    "2", "--job-id", "6001", "--role", "launcher", "--dispatch",
+                    "TOTAL_TRAINING_STEPS=1", "--", "bash", str(script), mode,
+                    str(tmp_path / "rdv")], env=env, timeout=120)
+    records = _records(root)
+    if edit is not None:
+        edit(attempt_of(root, "6001", PAIR), records)
+    sealed = auditor(["seal", str(root), "--pair", PAIR, "--period", "1", "--gpus", "2",
+                      "--attempt-dir", f"{PAIR}-2gpu/attempt-6001", "--commit", COMMIT,
+                      "--workload", "w", "--seed", "1", "--model", "m"])
+    assert sealed.returncode == 0, sealed.stderr
+    return done.returncode, done.stderr, records, _audit(root, tmp_path / "out")
+
+
+def _reaped_by_srun(attempt: Path, records: dict[str, dict[str, Any]],
+                    said: tuple[bool, str] | None = None) -> None:
+    """The rollout reaped by srun's cancellation after the controller's exit 0: its record
+    gone (its wrapper SIGKILLed at once), Slurm's STEP line after the controller's wrapper
+    line; ``said``: a launcher's line put before that wrapper line (True) or after Slurm's."""
+    (attempt / "processes" / f"{HOST}-rollout-{records['rollout']['pid']}.json").unlink()
+    log = attempt / "training-6001.log"
+    lines = log.read_text().splitlines(keepends=True)
+    (at,) = [n for n, line in enumerate(lines)
+             if line.startswith("auditor run --step controller: command exited with 0")]
+    lines.insert(at + 1, f"slurmstepd: error: *** STEP 6001.0 ON {HOST} CANCELLED AT "
+                         "2026-12-07T04:11:48 ***\n")
+    if said is not None:
+        lines.insert(at if said[0] else at + 2, said[1])
+    log.write_text("".join(lines))
+
+
 @pytest.mark.parametrize(("mode", "srun", "status", "verdict"), [
     ("completed", False, 0, "resolved"), ("completed", True, 0, "resolved"),
     ("crash", False, 1, "unresolved")])
@@ -373,73 +424,17 @@ def test_a_peer_stopped_after_the_controllers_clean_exit_is_the_launchers_reapin
     controller's), the same; the controller's line then says no "coordinated_shutdown", and
     the scan reads it by its "exited with". A policy that crashed before the controller's
     end is never excused so."""
-    root = tmp_path / "study"
-    _protocol(root)
-    launcher = tmp_path / "finished.sh"
-    launcher.write_text(FINISHED_CONTROLLER)
-    env = clean_env(AUDITOR=str(Path(sys.executable).parent / "auditor"), PY=sys.executable)
-    done = auditor(["run", "--root", str(root), "--pair", PAIR, "--period", "1", "--gpus",
-                    "2", "--job-id", "6001", "--role", "launcher", "--dispatch",
-                    "TOTAL_TRAINING_STEPS=1", "--", "bash", str(launcher), mode,
-                    str(tmp_path / "rdv")], env=env, timeout=120)
-    assert done.returncode == status, done.stderr
-    records = _records(root)
+    done, stderr, records, row = _finished(tmp_path, FINISHED_CONTROLLER,
+                                           _reaped_by_srun if srun else None, mode)
+    assert done == status, stderr
     assert (records["controller"]["exit_code"], records["rollout"]["exit_code"],
             records["rollout"]["received_signal"]) == (0, 143, "SIGTERM"), records
     assert records["rollout"]["ended_ns"] > records["controller"]["ended_ns"]
-    attempt = attempt_of(root, "6001", PAIR)
-    if srun:  # (SIGKILLed at once: no record; Slurm's line after the controller's)
-        (attempt / "processes" / f"{HOST}-rollout-{records['rollout']['pid']}.json").unlink()
-        log = attempt / "training-6001.log"
-        lines = log.read_text().splitlines(keepends=True)
-        (at,) = [n for n, line in enumerate(lines)
-                 if line.startswith("auditor run --step controller: command exited with 0")]
-        lines.insert(at + 1, f"slurmstepd: error: *** STEP 6001.0 ON {HOST} CANCELLED AT "
-                             "2026-12-07T04:11:48 ***\n")
-        log.write_text("".join(lines))
-    sealed = auditor(["seal", str(root), "--pair", PAIR, "--period", "1", "--gpus", "2",
-                      "--attempt-dir", f"{PAIR}-2gpu/attempt-6001", "--commit", COMMIT,
-                      "--workload", "w", "--seed", "1", "--model", "m"])
-    assert sealed.returncode == 0, sealed.stderr
-    row = _audit(root, tmp_path / "out")
     assert row["verdict"] == verdict, row
     if verdict == "resolved":
         assert "the controller (pid" in row["diagnosis"] \
             and "exited 0, and the launcher stopped 1 other process after it" \
             in row["diagnosis"], row["diagnosis"]
-
-
-CRASHED_AFTER_CONTROLLER = FINISHED_CONTROLLER.replace(
-    'kill -TERM "$rollout" 2>/dev/null; wait "$rollout"',
-    # (the rollout's own command dies by SIGSEGV once the controller ended, before the
-    # launcher stops it: its record says exit 139, signal SIGSEGV, no signal received)
-    'for log in "$AUDITOR_ATTEMPT_DIR"/worker-logs/*-rollout-*.out; do\n'
-    '    pid=${log##*-}; kill -SEGV "${pid%.out}"; done\n'
-    'wait "$rollout"')
-
-
-def _finished(tmp_path: Path, launcher: str,
-              edit: Any = None) -> tuple[int, str, dict[str, dict[str, Any]], dict[str, Any]]:
-    """Run ``launcher`` (a :data:`FINISHED_CONTROLLER` of its own) as one attempt, apply
-    ``edit`` to the attempt, seal and audit: the batch run's status and stderr, the process
-    records, the audit's row."""
-    root = tmp_path / "study"
-    _protocol(root)
-    script = tmp_path / "finished.sh"
-    script.write_text(launcher)
-    env = clean_env(AUDITOR=str(Path(sys.executable).parent / "auditor"), PY=sys.executable)
-    done = auditor(["run", "--root", str(root), "--pair", PAIR, "--period", "1", "--gpus",
-                    "2", "--job-id", "6001", "--role", "launcher", "--dispatch",
-                    "TOTAL_TRAINING_STEPS=1", "--", "bash", str(script), "completed",
-                    str(tmp_path / "rdv")], env=env, timeout=120)
-    records = _records(root)
-    if edit is not None:
-        edit(attempt_of(root, "6001", PAIR), records)
-    sealed = auditor(["seal", str(root), "--pair", PAIR, "--period", "1", "--gpus", "2",
-                      "--attempt-dir", f"{PAIR}-2gpu/attempt-6001", "--commit", COMMIT,
-                      "--workload", "w", "--seed", "1", "--model", "m"])
-    assert sealed.returncode == 0, sealed.stderr
-    return done.returncode, done.stderr, records, _audit(root, tmp_path / "out")
 
 
 def test_a_replica_that_crashed_by_a_signal_after_the_controllers_exit_0_is_no_reaping(
@@ -472,16 +467,8 @@ def test_the_launchers_line_that_a_replica_exited_before_the_controllers_exit_0_
     Unresolved now, citing the line; the same line after the controller's end (the
     launcher reporting its own reaping) still resolves."""
     def lost_and_said(attempt: Path, records: dict[str, dict[str, Any]]) -> None:
-        rollout = records["rollout"]
-        (attempt / "processes" / f"{HOST}-rollout-{rollout['pid']}.json").unlink()
-        log = attempt / "training-6001.log"
-        lines = log.read_text().splitlines(keepends=True)
-        (at,) = [n for n, line in enumerate(lines)
-                 if line.startswith("auditor run --step controller: command exited with 0")]
-        lines.insert(at + 1, f"slurmstepd: error: *** STEP 6001.0 ON {HOST} CANCELLED AT "
-                             "2026-12-07T04:11:48 ***\n")
-        lines.insert(at if said_before else at + 2, "[launcher] rollout exited with code 137\n")
-        log.write_text("".join(lines))
+        _reaped_by_srun(attempt, records, said=(said_before, "[launcher] rollout exited with "
+                                                             "code 137\n"))
 
     _, _, _, row = _finished(tmp_path, FINISHED_CONTROLLER, lost_and_said)
     assert row["verdict"] == verdict, row
