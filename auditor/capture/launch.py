@@ -31,7 +31,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -56,8 +56,13 @@ from auditor.capture.supervise import Supervision
 from auditor.capture.workers import keep_worker_logs
 from auditor.model import Citation, ProcessExit, TrialRecord
 from auditor.model.kinds import DEVICE_EVIDENCE, TRAINING_LOG, TRIAL
-from auditor.model.lines import CONTROLLER_ENDED, ROLE_EXIT_WORDS, role_exit
-from auditor.reason.exits import ExitClass, attributed_in_log, classify_exit, steps_cancelled
+from auditor.model.lines import CONTROLLER_ENDED, ROLE_EXIT_WORDS, role_exit, step_end
+from auditor.reason.exits import (
+    ExitClass,
+    attributed_in_log,
+    classify_exit,
+    controller_records,
+)
 
 DEFAULT_FLAG = "COSMOS_SHUTDOWN_ON_NO_POLICY_REPLICAS"
 """The contract's coordinated-shutdown flag (the default protocol's)."""
@@ -290,11 +295,11 @@ def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
     document["worker_logs"] = {"kept": kept.files, "notes": kept.notes}
     if state.lost:  # (the log could not take it all: said, the command never ended for it)
         document["log_lost"] = {"bytes": state.lost, "error": state.lost_why}
-    records = attempt_processes(directory, steps_cancelled(_cancellations(log_path)),
-                                host=hostname(), kept=kept.files)
+    records = attempt_processes(directory, _cancellations(log_path), host=hostname(),
+                                kept=kept.files)
     judged = classify_exit(trial, spec.flag, records)
     said = said_in_log(log_path, TRAINING_LOG.path_for(job=attempt.job_id),
-                       until_wrapper=bool(judged.reaped))
+                       until=controller_records(records) if judged.reaped else None)
     exit_class = attributed_in_log(judged, said)
     status = _exit_status(exit_class, child_exit, received)
     document["invocation"]["exit_code"] = status
@@ -329,21 +334,22 @@ def _run_attempt(spec: RunSpec, attempt: Attempt, child_env: dict[str, str],
                      state.killed_after_grace, held, tuple(sorted(state.outlived)))
 
 
-def said_in_log(log_path: Path, shown: str, until_wrapper: bool = False
+def said_in_log(log_path: Path, shown: str, until: Collection[str] | None = None
                 ) -> list[tuple[str, int, Citation]]:
     """The launcher's own lines in the log naming another role's non-zero exit before the
     controller's (contract v1.2: such a 143 is never excused), as the audit reads them
     (:func:`auditor.model.lines.role_exit`); ``shown``: how a citation names the log. The
     log is searched in blocks for the lines' words, so a huge one costs a pass at disk
-    speed, not a Python line loop. ``until_wrapper``: stop at the controller's wrapper's own
-    line too (after a controller's exit 0, which gives no launcher line to stop at)."""
+    speed, not a Python line loop. ``until``: stop too at the controller's wrapper's own line
+    naming one of these records (after a controller's exit 0, which gives no launcher line
+    to stop at)."""
     said: list[tuple[str, int, Citation]] = []
     try:
         with open(log_path, "rb") as handle:
             for number, raw in _lines_holding(handle, ROLE_EXIT_SEARCH):
                 line = raw.decode("utf-8", "replace")
-                if until_wrapper and CONTROLLER_ENDED in line:  # (its wrapper's line)
-                    break
+                if until is not None and (step_end(line) or ("", ""))[1] in until:
+                    break  # (its wrapper's line)
                 found = role_exit(line)
                 if found is None:
                     continue

@@ -15,7 +15,7 @@ import os
 import re
 import signal as signals
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from auditor.capture._files import (
 )
 from auditor.model import ProcessExit
 from auditor.model.kinds import ALLOCATOR_TRACE, DEVICE_EVIDENCE, PROCESS_RECORD, WORKER_LOG
-from auditor.reason.exits import unrecorded_steps
+from auditor.reason.exits import controller_records, steps_cancelled, unrecorded_steps
 
 SCHEMA = "run-evidence/process/v1"
 ROLE = re.compile(r"[A-Za-z0-9_.]+")
@@ -135,23 +135,25 @@ def read_records(directory: Path) -> tuple[ProcessExit, ...]:
     return tuple(found)
 
 
-def attempt_processes(directory: Path, cancelled: Mapping[str, bool] | None = None,
+def attempt_processes(directory: Path, cancellations: Iterable[str] = (),
                       host: str | None = None, kept: Collection[str] | None = None
                       ) -> tuple[ProcessExit, ...]:
     """The process records under ``directory``, and each ``--step``'s output without its
     record (its wrapper killed with its node, or still running: its end unknown), as the
     audit weighs them (:func:`~auditor.reason.exits.unrecorded_steps`; the hosts its files'
     names give, and ``host``, this node's, stand for the audit's hosts of the attempt).
-    ``cancelled``: by node, whether Slurm cancelled its step after the controller ended
-    (:func:`~auditor.reason.exits.steps_cancelled`); ``kept``: the worker logs the batch
-    node's run kept itself (Ray's, torchrun's: ``<host>-<pid>.out``), so that every other
-    is a step's whatever its host; None: not known (then only a named host's is)."""
+    ``cancellations``: the batch log's lines of Slurm's step cancellations and the
+    controller's wrapper's line, in order (:func:`~auditor.reason.exits.steps_cancelled`,
+    against this attempt's controller records); ``kept``: the worker logs the batch node's
+    run kept itself (Ray's, torchrun's: ``<host>-<pid>.out``), so that every other is a
+    step's whatever its host; None: not known (then only a named host's is)."""
     records = read_records(directory)
     hosts = {p.host for p in records if p.host} | ({host} if host else set())
     for kind in (ALLOCATOR_TRACE, DEVICE_EVIDENCE):
         hosts.update(parts["host"] for name in _names(directory / kind.directory)
                      if (parts := kind.parts(name)) is not None and parts.get("host"))
     logs = [f"{WORKER_LOG.directory}/{name}" for name in _names(directory / WORKER_LOG.directory)]
+    cancelled = steps_cancelled(cancellations, controller_records(records))
     return (*records, *unrecorded_steps(records, logs, hosts, cancelled, kept))
 
 

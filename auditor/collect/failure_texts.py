@@ -12,7 +12,13 @@ from collections.abc import Callable
 
 import ahocorasick_rs
 
-from auditor.model.lines import CONTROLLER_ENDED, ROLE_EXIT_WORDS, mentions_exit, role_exit
+from auditor.model.lines import (
+    CONTROLLER_ENDED,
+    ROLE_EXIT_WORDS,
+    mentions_exit,
+    role_exit,
+    step_end,
+)
 
 # Failure texts, most specific first: the first one found is the event's detail.
 _HOST_OOM = (
@@ -285,8 +291,8 @@ def failure_events(content: str, root_cause_open: bool = False) -> tuple[tuple[s
     # (the controller's wrapper's line, "... command exited with 143; ...": the steps Slurm
     # cancelled after it in the log were reaped; an earlier kit's line reaches here where it
     # says "coordinated_shutdown")
-    if CONTROLLER_ENDED in content:
-        add(("controller_ended", ""))
+    if CONTROLLER_ENDED in content:  # (its detail: the record it names, whose end it marks)
+        add(("controller_ended", (step_end(content) or ("", ""))[1]))
     if mentions_exit(content):
         said = role_exit(content)
         if said is not None:

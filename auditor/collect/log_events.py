@@ -157,10 +157,10 @@ class _Scanner:
         dense with one failure adds one a line)."""
         self.first_of_kind: dict[str, LogEvent] = {}
         self.step_ends: dict[str, LogEvent] = {}
-        """The first ``controller_ended`` event (key ``""``) and each node's first
-        ``slurm_step_cancelled`` one: kept whatever the cap, as their order decides a
-        reaping (a replica's end read from a log of many nodes' lines was lost in the cap's
-        middle, and a finished run refused)."""
+        """The first ``controller_ended`` event of each controller record named and each
+        node's first ``slurm_step_cancelled`` one: kept whatever the cap on events, as their
+        order decides a reaping (a replica's end read from a log of many nodes' lines was
+        lost in the cap's middle, and a finished run refused)."""
         self.events_seen = 0
         self.step_lines: deque[tuple[int, str, int]] = deque(maxlen=STEP_LINES_KEPT)
         """(line, start of the segment, step) of the last step lines; events made at the end."""
@@ -504,15 +504,16 @@ class _Scanner:
 
     def _step_end(self, kind: str, number: int, segment: str, detail: str,
                   event: LogEvent | None) -> None:
-        """Keep the controller's first end line, and ``segment``'s node's first STEP line
-        (:attr:`step_ends`)."""
+        """Keep the first end line of each controller record named (a launcher may print an
+        earlier attempt's log, its controller's line among it), and ``segment``'s node's
+        first STEP line (:attr:`step_ends`)."""
         if kind == "controller_ended":
-            key = ""
+            key = "\x00" + detail  # (never a node's name)
         elif (match := STEP_CANCELLED.search(segment)) is not None:
             key = match[1]
         else:  # (a STEP line with no node or time: never a reaping)
             return
-        if key not in self.step_ends and (key == "" or len(self.step_ends) <= STEP_NODES_KEPT):
+        if key not in self.step_ends and len(self.step_ends) <= STEP_NODES_KEPT:
             self.step_ends[key] = event or LogEvent(kind, number, _text(segment), detail)
 
     def _kept_events(self) -> list[LogEvent]:

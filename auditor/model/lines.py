@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from auditor.model.kinds import PROCESS_RECORD
+
 ROLE_EXIT = re.compile(
     r"\b(?P<role>[A-Za-z][\w-]*?)(?:[ _-](?:replica|process|worker|rank))?(?:[ _-]?\d+)?"
     r"(?: \(pid \d+\))? (?:exited|terminated)(?: with|,) (?:non-?zero |exit |return )?"
@@ -46,6 +48,25 @@ STEP_CANCELLED = re.compile(r"\*\*\* STEP \S+ ON (\S+) CANCELLED AT "
 (a launcher's reaping among them; 25.05's ``DUE to SIGNAL Killed`` too): group 1 the node.
 Never a ``JOB`` line, nor a step ended ``DUE TO`` a time limit, a preemption, a node failure,
 a requeue or a task failure (each a cause of its own, as the log scan reads them)."""
+
+
+_LAST_PATH = re.compile(r"([^/\s]+)\s*$")
+"""The file name the wrapper's line ends by naming (``...; process record
+/.../processes/n1-controller-454.json``): its controller's process record."""
+
+
+def step_end(line: str) -> tuple[str, str] | None:
+    """What a batch log's line says of the steps' ends: ``("controller", <record name>)``
+    for the controller's wrapper's line (the name empty where it names none: an earlier
+    kit's, or one cut short), ``("step", <node>)`` for a step's own cancellation
+    (:data:`STEP_CANCELLED`), else None."""
+    if CONTROLLER_ENDED in line:
+        named = _LAST_PATH.search(line)
+        name = named[1] if named is not None else ""
+        parts = PROCESS_RECORD.parts(name)
+        return "controller", name if parts and parts["role"] == "controller" else ""
+    found = STEP_CANCELLED.search(line)
+    return ("step", found[1]) if found is not None else None
 
 
 def mentions_exit(line: str) -> bool:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 
 from auditor.model import CLOCK_SLACK_NS, Citation, ExitKind, ProcessExit, TrialRecord
 from auditor.model.kinds import WORKER_LOG
-from auditor.model.lines import CONTROLLER_ENDED, STEP_CANCELLED, inline_code
+from auditor.model.lines import inline_code, step_end
 
 TRUTHY = frozenset({"1", "true", "yes"})
 SIGTERM_EXIT = 128 + signal.SIGTERM
@@ -241,26 +241,44 @@ def unrecorded_steps(records: Sequence[ProcessExit], logs: Iterable[str],
     return tuple(found.values())
 
 
-def steps_cancelled(lines: Iterable[str]) -> dict[str, bool]:
+def steps_cancelled(lines: Iterable[str], controllers: Collection[str] | None = None
+                    ) -> dict[str, bool]:
+    """:func:`reaped_steps` of a batch log's ``lines``, in order."""
+    return reaped_steps(map(step_end, lines), controllers)
+
+
+def reaped_steps(ends: Iterable[tuple[str, str] | None],
+                 controllers: Collection[str] | None = None) -> dict[str, bool]:
     """By node, whether every one of the batch log's ``*** STEP <job>.<n> ON <node>
-    CANCELLED AT <time> ***`` lines for it (``lines``, in the log's order) comes after the
-    controller's wrapper's own line (:data:`~auditor.model.lines.CONTROLLER_ENDED`): then
+    CANCELLED AT <time> ***`` lines for it comes after the controller's wrapper's own line
+    (``ends``: :func:`~auditor.model.lines.step_end` of the log's lines, in order): then
     Slurm cancelled that node's steps after the controller ended, the launcher's reaping.
-    A worker log names its node, never its step, so one step of that node cancelled before
-    the controller's end leaves every step of it there of unknown end.
+    ``controllers``: the names of the attempt's controller records; a wrapper's line counts
+    only where it names one (a launcher printing an earlier attempt's log prints that
+    attempt's controller line, which would place this controller's end too early); None:
+    any such line. A worker log names its node, never its step, so one step of that node
+    cancelled before the controller's end leaves every step of it there of unknown end.
     The time the line states is never compared with a record's: slurmstepd prints its own
     local time, in whole seconds (``_handle_signal_container``), so a site not on UTC read
     it hours off, and a reaping within the second of the controller's end read as before
     it."""
     found: dict[str, bool] = {}
     ended = False
-    for line in lines:
-        if CONTROLLER_ENDED in line:
-            ended = True
-        elif (match := STEP_CANCELLED.search(line)) is not None:
-            # (the last line alone let a later reaping excuse a step lost before the end)
-            found[match[1]] = found.get(match[1], True) and ended
+    for end in ends:
+        if end is None:
+            continue
+        kind, what = end
+        if kind == "controller":
+            ended = ended or controllers is None or what in controllers
+        else:  # (the last line alone let a later reaping excuse a step lost before the end)
+            found[what] = found.get(what, True) and ended
     return found
+
+
+def controller_records(records: Iterable[ProcessExit]) -> frozenset[str]:
+    """The file names of the controllers' process records among ``records``."""
+    return frozenset(p.path.rsplit("/", 1)[-1] for p in records
+                     if p.role == "controller" and p.path and not _only_output(p))
 
 
 def _attributed(controller: ProcessExit, others: Iterable[ProcessExit]) -> ProcessExit | None:

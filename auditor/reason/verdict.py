@@ -35,14 +35,15 @@ from auditor.model import (
     TrialRecord,
 )
 from auditor.model.kinds import TRIAL, WORKER_LOG
-from auditor.model.lines import launcher_status
+from auditor.model.lines import launcher_status, step_end
 from auditor.reason.causes import cause_of
 from auditor.reason.completion import completion, eligible_failures
 from auditor.reason.exits import (
     ExitClass,
     attributed_in_log,
     classify_exit,
-    steps_cancelled,
+    controller_records,
+    reaped_steps,
     unrecorded_steps,
 )
 from auditor.reason.infrastructure import (
@@ -309,7 +310,10 @@ def _exit_class(trial: TrialRecord, attempt: AttemptEvidence, protocol: Protocol
     records = attempt.read.processes
     logs = [row.path for row in attempt.files if row.kind == WORKER_LOG.name]
     # (not the capped events: a node's line in the cap's middle read as never reaped)
-    cancelled = steps_cancelled(e.text for e in log.step_ends) if log else {}
+    controllers = controller_records(records)
+    cancelled = reaped_steps(((("controller", e.detail) if e.kind == "controller_ended"
+                               else step_end(e.text)) for e in log.step_ends),
+                             controllers) if log else {}
     exit_class = classify_exit(trial, protocol.coordinated_shutdown_flag, (
         *records, *unrecorded_steps(records, logs, attempt.hosts()
                                     | {p.host for p in records if p.host}, cancelled,
@@ -320,8 +324,8 @@ def _exit_class(trial: TrialRecord, attempt: AttemptEvidence, protocol: Protocol
     # (a controller's exit 0 gives no role_exit line to stop at: its wrapper's line does,
     # kept apart from the cap, and a launcher's line after it is its reaping; a coordinated
     # 143 still reads on to the launcher's own line about the controller, as it always did)
-    ended = next((e.line for e in log.step_ends if e.kind == "controller_ended"), None) \
-        if exit_class.reaped else None
+    ended = next((e.line for e in log.step_ends if e.kind == "controller_ended"
+                  and e.detail in controllers), None) if exit_class.reaped else None
     for event in log.events:  # (until the controller's own exit, as the kit's check reads)
         if ended is not None and event.line > ended:
             break

@@ -283,6 +283,36 @@ def test_a_replica_slurm_reaped_after_the_controllers_end_on_a_site_not_on_utc(
         assert _audit(root, tmp_path / f"out-{before}")["verdict"] == verdict, before
 
 
+def test_an_earlier_attempts_controller_line_printed_again_never_marks_this_ones_end(
+        tmp_path: Path) -> None:
+    """A launcher prints the previous attempt's log tail at its start (a requeue-aware one
+    does): that attempt's controller line, ``auditor run --step controller: command exited
+    with 143; ... process record .../attempt-5999/processes/<host>-controller-4242.json``,
+    comes first. It marked the controller's end, so a replica Slurm cancelled before this
+    controller's real end read as reaped after it, and the 143 was excused. The wrapper's
+    line counts only where it names this attempt's controller record: unresolved."""
+    def earlier_line_then_lost(attempt: Path) -> None:
+        (record,) = (attempt / "processes").glob("*-rollout-*.json")
+        record.unlink()  # (its wrapper SIGKILLed: no record)
+        log = attempt / "training-6001.log"
+        lines = log.read_text().splitlines(keepends=True)
+        (at,) = [n for n, line in enumerate(lines)
+                 if line.startswith("auditor run --step controller: command exited")]
+        lines[at:at] = [
+            "auditor run --step controller: command exited with 143; coordinated_shutdown: "
+            f"exit 0; process record /x/attempt-5999/processes/{HOST}-controller-4242.json\n",
+            f"slurmstepd: error: *** STEP 6001.2 ON {HOST} CANCELLED AT 2026-12-07T09:11:48"
+            " ***\n"]
+        log.write_text("".join(lines))
+
+    root = tmp_path / "study"
+    _protocol(root)
+    assert _attempt(root, "completed", before_seal=earlier_line_then_lost)[0] == 0
+    row = _audit(root, tmp_path / "out")
+    assert row["verdict"] == "unresolved", row
+    assert "rollout process (pid" in row["diagnosis"], row["diagnosis"]
+
+
 def test_a_step_cancelled_before_the_controllers_end_is_never_reaped_by_a_later_one(
         tmp_path: Path) -> None:
     """Review: two steps on one node, both without their record: Slurm cancelled the policy's

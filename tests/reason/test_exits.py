@@ -620,6 +620,24 @@ def test_only_a_steps_own_cancellation_is_its_reaping() -> None:
         assert steps_cancelled([ended, line]).get("n3", False) is reaped, line
 
 
+def test_only_this_attempts_controller_line_marks_its_end() -> None:
+    """The wrapper's line names its controller's process record; a copy of an earlier
+    attempt's (a launcher printing that attempt's log) names another and marks nothing."""
+    from auditor.model.lines import CONTROLLER_ENDED
+    from auditor.reason.exits import steps_cancelled
+
+    def ended(record: str) -> str:
+        return (f"{CONTROLLER_ENDED} with 143; coordinated_shutdown: ...; exit 0; process "
+                f"record /s/p-2gpu/attempt-9/processes/{record}")
+
+    cancel = "slurmstepd: error: *** STEP 9.2 ON n3 CANCELLED AT 2026-12-07T09:11:48 ***"
+    lines = [ended("n1-controller-4242.json"), cancel, ended("n1-controller-7.json")]
+    assert steps_cancelled(lines, {"n1-controller-7.json"}) == {"n3": False}
+    assert steps_cancelled(lines[1:] + [cancel], {"n1-controller-7.json"}) == {"n3": False}
+    assert steps_cancelled([lines[2], cancel], {"n1-controller-7.json"}) == {"n3": True}
+    assert steps_cancelled(lines) == {"n3": True}  # (no records known: any such line)
+
+
 def test_a_kill_on_another_node_just_after_the_controllers_end_is_not_its_reaping() -> None:
     """Two nodes' clocks may disagree: a replica on another node SIGKILLed by no signal of
     its wrapper's (not the launcher's stopping of it) whose record ends seconds after the
