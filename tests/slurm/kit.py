@@ -119,11 +119,12 @@ case "$task" in
        else cmd=("${example[@]}" --mode completed); fi ;;
     9) name=sigkill
        # (killed once both ranks hang, their traces written: a fixed sleep lost that race
-       # on a loaded machine, the period then unresolved for its empty trace instead)
+       # on a loaded machine, the period then unresolved for its empty trace instead; the
+       # pattern never matches its own text, which the log's first line, the command, holds)
        cmd=(bash -c '"$0" -m auditor.capture.example --mode hang &
            log=$AUDITOR_ATTEMPT_DIR/training-$SLURM_JOB_ID.log
-           until [ "$(grep -c "waiting for rollout workers" "$log" 2>/dev/null)" -ge 2 ]; do
-               sleep 0.2; done; kill -KILL 0' "$PY") ;;
+           until [ "$(grep -c "rank [0-9] waiting for rollout" "$log" 2>/dev/null)" -ge 2 ]
+           do sleep 0.2; done; kill -KILL 0' "$PY") ;;
     10) name=exit-255
         cmd=(bash -c '"$0" -m auditor.capture.example --mode completed && exit 255' "$PY") ;;
     12) name=throttled; cmd=("${example[@]}" --mode completed) ;;
