@@ -66,6 +66,9 @@ class Preset:
     report names what the log lacks in the framework's words, not the pattern's)."""
     markers: tuple[str, ...] = ()
     """Its step-less end lines (markers) in a short human form."""
+    json_in_log: bool = False
+    """Whether its JSON predicates meet a training log's own records (``:::MLLOG``), not
+    only a metrics file's (hf-trainer's ``trainer_state.json``): what a log can lack."""
 
 
 VERL = TerminalSpec(preset="verl")
@@ -179,7 +182,7 @@ PRESETS: dict[str, Preset] = {
         '"key": "run_stop", "value": null, "metadata": {"file": "...", "lineno": 2113, '
         '"status": "success"}}',
         "`run_stop` with `\"status\": \"aborted\"` (`unclean_exit`, cause `aborted`); "
-        "`epoch_stop`, `eval_stop`; no `run_stop`"),
+        "`epoch_stop`, `eval_stop`; no `run_stop`", json_in_log=True),
     "cosmos-rl": Preset(
         TerminalSpec(preset="cosmos-rl",
                      patterns=(r"(?:^|- )Step: " + _STEP_TOTAL

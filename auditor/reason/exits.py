@@ -233,8 +233,8 @@ def unrecorded_steps(records: Sequence[ProcessExit], logs: Iterable[str],
                     else f"{WORKER_LOG.directory}/{name}" in kept):
             continue
         key = (parts["host"], int(parts["pid"]))
-        reaped = (cancelled or {}).get(key[0], False) and end is not None
         if key not in recorded:
+            reaped = end is not None and (cancelled or {}).get(key[0], False)
             found.setdefault(key, ProcessExit(
                 parts["role"], key[1], None, "", path=path, host=key[0],
                 ended_ns=end + 1 if reaped and end is not None else None))

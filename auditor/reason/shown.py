@@ -322,9 +322,6 @@ def log_shows(log: TrainingLogScan, steps: int | None, shown: Shown,
         shown.citations.append(cut.citations[0])
 
 
-LOG_RECORD_PRESETS = frozenset({"mllog"})
-"""Presets whose JSON predicates a training log's own records (``:::MLLOG``) meet."""
-
 PATTERN_SHOWN = 120
 """Characters of a protocol's own pattern a sentence shows (a pattern may be long)."""
 
@@ -381,7 +378,7 @@ def _lacks(spec: TerminalSpec, steps: int) -> str:
     parts = [f"line matching {' or '.join(matching)}"] if matching else []
     # (hf-trainer's and LlamaFactory's predicates read their metrics files, never a log line)
     metrics_only = preset is not None and spec.json == preset.spec.json \
-        and spec.preset not in LOG_RECORD_PRESETS
+        and not preset.json_in_log
     if spec.json and not metrics_only:
         tests = " and ".join(
             f"{inline_code(path)} equal to "

@@ -522,6 +522,27 @@ def test_the_launchers_word_on_its_own_reaping_after_the_controllers_exit_0_is_n
     assert status == 0, stderr
     assert row["verdict"] == "resolved", row
 
+def test_a_launchers_late_word_of_a_replicas_failure_still_refuses_a_coordinated_143(
+        tmp_path: Path) -> None:
+    """After a coordinated 143 the launcher's lines are read up to its own line about the
+    controller, as before: a launcher that reports a replica's failure late, between the
+    controller's wrapper line and that line (``policy exited with code 1``), still refuses
+    the excuse. Only after a controller's exit 0, which gives no such line, does the
+    wrapper's line end the reading (516da35's mend stopped there for every ending)."""
+    def said_late(attempt: Path) -> None:
+        log = attempt / "training-6001.log"
+        lines = log.read_text().splitlines(keepends=True)
+        (at,) = [n for n, line in enumerate(lines)
+                 if line.startswith("auditor run --step controller: command exited")]
+        lines.insert(at + 1, "[launcher] policy exited with code 1\n")
+        log.write_text("".join(lines))
+
+    root = tmp_path / "study"
+    _protocol(root)
+    assert _attempt(root, "completed", before_seal=said_late)[0] == 0
+    assert _audit(root, tmp_path / "out")["verdict"] == "unresolved"
+
+
 def test_the_flag_off_passes_the_controllers_143_on(tmp_path: Path) -> None:
     root = tmp_path / "study"
     _protocol(root)
